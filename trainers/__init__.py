@@ -1,0 +1,21 @@
+"""JAX GRPO trainer. Pure Python + JAX; never imports Django.
+
+The config schema (`ExperimentConfig`, `parse_config`, `load_config`, `ConfigError`) imports no JAX;
+`train` and the rest load lazily.
+"""
+
+from trainers.config import ConfigError, ExperimentConfig, Problem, load_config, parse_config, parse_yaml
+from trainers.hooks import Action, Control, Hooks, RunInfo, TrainResult
+
+
+def train(config, run_dir, hooks=None, control=None):
+    """Train under `config` in `run_dir` (resuming from its newest checkpoint). See trainers.trainer."""
+    from trainers.trainer import train as _train
+
+    return _train(config, run_dir, hooks, control)
+
+
+__all__ = [
+    "Action", "ConfigError", "Control", "ExperimentConfig", "Hooks", "Problem", "RunInfo", "TrainResult",
+    "load_config", "parse_config", "parse_yaml", "train",
+]

@@ -1,0 +1,475 @@
+"""The one experiment config schema.
+
+Everything that describes an experiment lives here, once: the CLI, YAML files, and the web
+platform's form and REST API all load and validate through `parse_config`. Field errors are
+`Problem(field, message)` pairs whose `field` is the dotted path a user writes in YAML or `--set`
+(`batch.mini_batch_prompts`, `rewards[0].name`) and whose message says what would fix it.
+
+Units are in the names: a *prompt* is one dataset item; a *sequence* is one prompt with one of
+its G completions; a *step* consumes `batch.prompts_per_step` prompts.
+
+This module imports no JAX, so the platform can validate configs cheaply; the few checks that need
+the model presets, task list or reward names import those lazily.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import os
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+
+class _Section(BaseModel):
+    """Base for every section: unknown keys are refused, values are checked on assignment."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
+
+
+class ModelSection(_Section):
+    preset: str = Field("tiny", description="Named model size: tiny, small, w1, base, qwen3-0.6b.")
+    dtype: Literal["float32", "bfloat16"] = Field(
+        "float32", description="Parameter and activation dtype; log-probs are always float32."
+    )
+
+
+class DataSection(_Section):
+    task: str | None = Field(
+        "arithmetic", description="Built-in task (arithmetic, reverse, countdown, ...); null to use data.train_path."
+    )
+    train_path: str | None = Field(None, description="JSONL file, one {\"prompt\", \"answer\"} per line.")
+    eval_path: str | None = Field(None, description="JSONL file for evaluation (optional).")
+    train_prompts: int = Field(
+        4096, ge=0, description="Training prompts to generate for a built-in task, or to read from JSONL (0 = all)."
+    )
+    eval_prompts: int = Field(64, ge=0, description="Evaluation prompts (built-in task), or cap for eval JSONL (0 = all).")
+    max_prompt_tokens: int = Field(64, ge=1, description="Longest prompt allowed, in tokens.")
+    tokenizer: Literal["char"] = Field("char", description="Tokenizer: 'char' (built-in character tokenizer).")
+
+
+class RewardSpec(_Section):
+    name: str = Field(..., description="Reward function name.")
+    weight: float = Field(1.0, description="Weight in the summed reward.")
+
+
+class RolloutSection(_Section):
+    max_new_tokens: int | None = Field(
+        None, ge=1, description="Completion budget in tokens; null = the task's own budget (64 for JSONL data)."
+    )
+    temperature: float = Field(1.0, ge=0.0, description="Sampling temperature (0 = greedy). Log-probs use it too.")
+    top_k: int = Field(0, ge=0, description="Keep the k most likely tokens (0 = off).")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass (1.0 = off).")
+    stop_at_eos: bool = Field(True, description="Stop a sequence at its EOS token (false: always max_new_tokens).")
+
+
+class BatchSection(_Section):
+    prompts_per_step: int = Field(16, ge=1, description="Prompts consumed per step (the global batch).")
+    mini_batch_prompts: int | None = Field(
+        None, ge=1, description="Prompts per optimizer update; null = prompts_per_step (one update per pass)."
+    )
+    train_micro_batch_sequences: int | None = Field(
+        None, ge=1, description="Sequences per forward/backward pass; null = the whole mini-batch. "
+        "Gradient accumulation = mini_batch_prompts x G / this (derived)."
+    )
+    rollout_micro_batch_sequences: int | None = Field(
+        None, ge=1, description="Sequences per generation call; null = all sequences of the step."
+    )
+    logprob_micro_batch_sequences: int | None = Field(
+        None, ge=1, description="Sequences per old-policy / reference log-prob pass; null = train micro-batch."
+    )
+
+
+class GrpoSection(_Section):
+    num_generations: int = Field(8, ge=1, description="G: completions sampled per prompt.")
+    num_iterations: int = Field(1, ge=1, description="mu: passes over each step's rollouts.")
+    beta: float = Field(0.04, ge=0.0, description="KL penalty weight; 0 = no reference model is loaded.")
+    kl_estimator: Literal["k1", "k2", "k3"] = Field("k3", description="KL estimator (Schulman's k1/k2/k3).")
+    epsilon_low: float = Field(0.2, ge=0.0, lt=1.0, description="Lower clip: ratio >= 1 - epsilon_low.")
+    epsilon_high: float = Field(0.2, ge=0.0, description="Upper clip: ratio <= 1 + epsilon_high (DAPO uses 0.28).")
+    dual_clip: float | None = Field(
+        None, description="Dual-clip constant c > 1 bounding the loss of negative-advantage tokens (null = off)."
+    )
+    advantage: Literal["grpo", "rloo", "drgrpo"] = Field(
+        "grpo", description="grpo: (r - mean)/std per group; rloo: leave-one-out baseline; drgrpo: r - mean."
+    )
+    advantage_eps: float = Field(1e-6, gt=0.0, description="Added to the group std before dividing (grpo).")
+    loss_aggregation: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = Field(
+        "token-mean", description="How token losses become the mini-batch loss (normalised over the whole mini-batch)."
+    )
+
+
+class AsyncSection(_Section):
+    enabled: bool = Field(False, description="Asynchronous rollout (collector + replay buffer).")
+    max_trajectory_age_steps: int = Field(1, ge=0, description="How many weight versions old a trajectory may be.")
+
+
+class OptimizerSection(_Section):
+    name: Literal["adamw", "adam", "sgd"] = Field("adamw", description="Optax optimizer.")
+    learning_rate: float = Field(1e-3, gt=0.0, description="Peak learning rate.")
+    schedule: Literal["constant", "cosine", "linear"] = Field(
+        "constant", description="Learning-rate shape after warmup (decays to 0 at train.max_steps)."
+    )
+    warmup_steps: int = Field(0, ge=0, description="Linear warmup length in steps.")
+    weight_decay: float = Field(0.0, ge=0.0, description="Decoupled weight decay (adamw).")
+    b1: float = Field(0.9, ge=0.0, lt=1.0, description="Adam beta1 (sgd: momentum, 0 = none).")
+    b2: float = Field(0.999, ge=0.0, lt=1.0, description="Adam beta2.")
+    max_grad_norm: float = Field(1.0, ge=0.0, description="Clip gradients to this global norm (0 = off).")
+
+
+class TrainSection(_Section):
+    max_steps: int = Field(100, ge=1, description="Steps to run.")
+    samples_per_step: int = Field(4, ge=0, description="Rollout samples reported per step.")
+
+
+class CheckpointSection(_Section):
+    every_steps: int = Field(50, ge=0, description="Checkpoint period in steps (0 = only at the end).")
+    keep_last: int = Field(3, ge=1, description="Keep this many newest checkpoints.")
+    keep_best_metric: str | None = Field(None, description="Also keep the best checkpoint by this metric.")
+    keep_best_mode: Literal["max", "min"] = Field("max", description="Whether larger or smaller is better.")
+
+
+class EvalSection(_Section):
+    every_steps: int = Field(0, ge=0, description="Evaluate every N steps (0 = off).")
+    prompts: int = Field(0, ge=0, description="Eval prompts per evaluation (0 = all).")
+    temperature: float = Field(0.0, ge=0.0, description="Eval sampling temperature (0 = greedy).")
+
+
+class ExperimentConfig(_Section):
+    """A whole GRPO experiment. See each section's fields for meaning and units."""
+
+    seed: int = Field(0, description="The one seed every random choice derives from.")
+    model: ModelSection = Field(default_factory=ModelSection)
+    data: DataSection = Field(default_factory=DataSection)
+    rewards: list[RewardSpec] = Field(
+        default_factory=list, description="Rewards and weights; empty = the built-in task's own rewards."
+    )
+    rollout: RolloutSection = Field(default_factory=RolloutSection)
+    batch: BatchSection = Field(default_factory=BatchSection)
+    grpo: GrpoSection = Field(default_factory=GrpoSection)
+    async_: AsyncSection = Field(default_factory=AsyncSection, alias="async")
+    optimizer: OptimizerSection = Field(default_factory=OptimizerSection)
+    train: TrainSection = Field(default_factory=TrainSection)
+    checkpoint: CheckpointSection = Field(default_factory=CheckpointSection)
+    eval: EvalSection = Field(default_factory=EvalSection)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able dict with YAML key names ("async", not "async_")."""
+        return self.model_dump(mode="json", by_alias=True)
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a config: the dotted field and what would fix it."""
+
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}"
+
+
+class ConfigError(ValueError):
+    """Raised for an invalid config; `problems` lists every field that is wrong."""
+
+    def __init__(self, problems: list[Problem]):
+        self.problems = list(problems)
+        super().__init__("\n".join(str(p) for p in self.problems))
+
+    def as_dict(self) -> dict[str, str]:
+        """{dotted.field: message}, the shape the REST API returns."""
+        out: dict[str, str] = {}
+        for p in self.problems:
+            out[p.field] = f"{out[p.field]}; {p.message}" if p.field in out else p.message
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+
+
+def parse_config(raw: dict[str, Any] | None, overrides: list[str] | tuple[str, ...] = ()) -> ExperimentConfig:
+    """Validate a raw dict (from YAML/JSON) plus `--set` overrides; raise ConfigError listing every problem."""
+    raw = {} if raw is None else raw
+    if not isinstance(raw, dict):
+        raise ConfigError([Problem("(config)", f"must be a mapping of sections, got {type(raw).__name__}")])
+    raw = json.loads(json.dumps(raw))  # deep copy, and proves it is plain data
+    problems = [p for o in overrides for p in _apply_override(raw, o)]
+    if problems:
+        raise ConfigError(problems)
+    try:
+        config = ExperimentConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(_problems_from_pydantic(exc, raw)) from None
+    problems = check_config(config)
+    if problems:
+        raise ConfigError(problems)
+    return config
+
+
+def parse_yaml(text: str, overrides: list[str] | tuple[str, ...] = ()) -> ExperimentConfig:
+    """Parse YAML text safely (yaml.safe_load: no object construction) and validate it."""
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError([Problem("(yaml)", f"not valid YAML{where}: {getattr(exc, 'problem', exc)}")]) from None
+    return parse_config(raw, overrides)
+
+
+def load_config(path: str | os.PathLike, overrides: list[str] | tuple[str, ...] = ()) -> ExperimentConfig:
+    """Read a YAML (or JSON) config file and validate it with overrides applied."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as exc:
+        raise ConfigError([Problem("(file)", f"cannot read {path}: {exc.strerror}")]) from None
+    return parse_yaml(text, overrides)
+
+
+def _apply_override(raw: dict[str, Any], override: str) -> list[Problem]:
+    """Apply one `dotted.path=value` to `raw` in place; the value is parsed as YAML (8 -> int, true -> bool)."""
+    if "=" not in override:
+        return [Problem("(--set)", f"'{override}' is not of the form dotted.path=value")]
+    path, _, text = override.partition("=")
+    path = path.strip()
+    try:
+        value = yaml.safe_load(text) if text.strip() else None
+    except yaml.YAMLError:
+        value = text
+    keys = path.split(".")
+    section_model: type[BaseModel] = ExperimentConfig
+    node = raw
+    for i, key in enumerate(keys):
+        fields = _field_names(section_model)
+        if key not in fields:
+            return [Problem(".".join(keys[: i + 1]), _unknown_key_message(key, fields))]
+        name = _python_name(section_model, key)
+        annotation = section_model.model_fields[name].annotation
+        if i == len(keys) - 1:
+            node[key] = value
+            return []
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return [Problem(".".join(keys[: i + 1]), "is a value, not a section; drop the rest of the path")]
+        child = node.get(key)
+        if not isinstance(child, dict):
+            child = node[key] = {}
+        node, section_model = child, annotation
+    return []
+
+
+def _field_names(model: type[BaseModel]) -> list[str]:
+    return [f.alias or name for name, f in model.model_fields.items()]
+
+
+def _python_name(model: type[BaseModel], key: str) -> str:
+    for name, f in model.model_fields.items():
+        if (f.alias or name) == key:
+            return name
+    raise KeyError(key)
+
+
+def _unknown_key_message(key: str, fields: list[str]) -> str:
+    close = difflib.get_close_matches(str(key), fields, n=1, cutoff=0.6)
+    hint = f"did you mean '{close[0]}'?" if close else "known keys: " + ", ".join(fields)
+    return f"unknown key; {hint}"
+
+
+def _dotted(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(config)"
+
+
+def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The pydantic model class that holds the key at the end of `loc`."""
+    model: type[BaseModel] = ExperimentConfig
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        try:
+            annotation = model.model_fields[_python_name(model, part)].annotation
+        except KeyError:
+            return None
+        args = getattr(annotation, "__args__", ())
+        candidates = [annotation, *args]
+        sub = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+        if sub is None:
+            return None
+        model = sub
+    return model
+
+
+def _problems_from_pydantic(exc: ValidationError, raw: dict[str, Any]) -> list[Problem]:
+    problems = []
+    for err in exc.errors():
+        loc = tuple(err["loc"])
+        field = _dotted(loc)
+        if err["type"] == "extra_forbidden":
+            model = _model_at(loc)
+            fields = _field_names(model) if model else []
+            problems.append(Problem(field, _unknown_key_message(str(loc[-1]), fields)))
+            continue
+        value = err.get("input")
+        shown = json.dumps(value) if isinstance(value, (int, float, str, bool)) or value is None else type(value).__name__
+        message = err["msg"]
+        if err["type"] == "literal_error":
+            message = f"{shown} is not allowed; {message[0].lower()}{message[1:]}"
+        elif err["type"] in ("model_type", "dict_type"):
+            message = f"must be a mapping of fields, got {shown}"
+        elif err["type"] == "missing":
+            message = "is required"
+        else:
+            message = f"{shown}: {message[0].lower()}{message[1:]}"
+        problems.append(Problem(field, message))
+    return problems
+
+
+# ---------------------------------------------------------------------------------------------
+# Cross-field checks: everything pydantic's per-field types cannot say.
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _choices(values: list[int]) -> str:
+    text = [str(v) for v in values]
+    return text[0] if len(text) == 1 else ", ".join(text[:-1]) + " or " + text[-1]
+
+
+def check_config(config: ExperimentConfig) -> list[Problem]:
+    """Every cross-field rule; returns the problems (empty = valid)."""
+    problems: list[Problem] = []
+    problems += _check_batch(config)
+    problems += _check_grpo(config)
+    problems += _check_data_and_rewards(config)
+    problems += _check_model(config)
+    problems += _check_checkpoint(config)
+    if config.async_.enabled:
+        problems.append(
+            Problem("async.enabled", "asynchronous GRPO is not available in this version yet; set async.enabled=false")
+        )
+    return problems
+
+
+def _check_batch(config: ExperimentConfig) -> list[Problem]:
+    b, g = config.batch, config.grpo.num_generations
+    problems = []
+    prompts = b.prompts_per_step
+    mini = b.mini_batch_prompts or prompts
+    if prompts % mini:
+        problems.append(Problem(
+            "batch.mini_batch_prompts",
+            f"batch.mini_batch_prompts={mini} does not divide batch.prompts_per_step={prompts}; "
+            f"use {_choices(_divisors(prompts))}",
+        ))
+        return problems
+    mini_sequences = mini * g
+    step_sequences = prompts * g
+    if b.train_micro_batch_sequences is not None and mini_sequences % b.train_micro_batch_sequences:
+        problems.append(Problem(
+            "batch.train_micro_batch_sequences",
+            f"batch.train_micro_batch_sequences={b.train_micro_batch_sequences} does not divide the mini-batch of "
+            f"{mini_sequences} sequences (batch.mini_batch_prompts={mini} x grpo.num_generations={g}); "
+            f"use {_choices(_divisors(mini_sequences))}",
+        ))
+    for name in ("rollout_micro_batch_sequences", "logprob_micro_batch_sequences"):
+        value = getattr(b, name)
+        if value is not None and step_sequences % value:
+            problems.append(Problem(
+                f"batch.{name}",
+                f"batch.{name}={value} does not divide the step's {step_sequences} sequences "
+                f"(batch.prompts_per_step={prompts} x grpo.num_generations={g}); "
+                f"use {_choices(_divisors(step_sequences))}",
+            ))
+    return problems
+
+
+def _check_grpo(config: ExperimentConfig) -> list[Problem]:
+    g = config.grpo
+    problems = []
+    if g.num_generations < 2:
+        problems.append(Problem(
+            "grpo.num_generations",
+            f"grpo.num_generations={g.num_generations}: group-relative advantages need at least 2 completions "
+            "per prompt; use 2 or more (8 is typical)",
+        ))
+    if g.dual_clip is not None and g.dual_clip <= 1.0:
+        problems.append(Problem("grpo.dual_clip", f"grpo.dual_clip={g.dual_clip} must be > 1 (3.0 is typical), or null"))
+    return problems
+
+
+def _check_data_and_rewards(config: ExperimentConfig) -> list[Problem]:
+    from trainers.rewards import REWARD_NAMES
+    from trainers.tasks import TASKS
+
+    d = config.data
+    problems = []
+    if d.task is not None and d.train_path is not None:
+        problems.append(Problem("data.task", "set either data.task or data.train_path, not both (data.task=null for JSONL)"))
+    elif d.task is None and d.train_path is None:
+        problems.append(Problem("data.task", "no data: name a built-in task or set data.train_path to a JSONL file"))
+    if d.task is not None and d.task not in TASKS:
+        problems.append(Problem("data.task", f"unknown task '{d.task}'; {_one_of(d.task, sorted(TASKS))}"))
+    for name in ("train_path", "eval_path"):
+        path = getattr(d, name)
+        if path is not None and not os.path.isfile(path):
+            problems.append(Problem(f"data.{name}", f"file not found: {path}"))
+    if d.task is None and not config.rewards:
+        problems.append(Problem(
+            "rewards", "is empty; with data.train_path name at least one reward, e.g. [{name: exact_match, weight: 1.0}]"
+        ))
+    for i, spec in enumerate(config.rewards):
+        if spec.name not in REWARD_NAMES:
+            problems.append(Problem(f"rewards[{i}].name", f"unknown reward '{spec.name}'; {_one_of(spec.name, REWARD_NAMES)}"))
+    if config.rewards and all(spec.weight == 0 for spec in config.rewards):
+        problems.append(Problem("rewards", "every weight is 0, so nothing is learned; give one reward a non-zero weight"))
+    return problems
+
+
+def _check_model(config: ExperimentConfig) -> list[Problem]:
+    from trainers.model import PRESETS
+    from trainers.tokenizer import get_tokenizer
+
+    m = config.model
+    if m.preset not in PRESETS:
+        return [Problem("model.preset", f"unknown preset '{m.preset}'; {_one_of(m.preset, sorted(PRESETS))}")]
+    vocab_tokens = get_tokenizer(config.data.tokenizer).vocab_size
+    if PRESETS[m.preset].vocab_size < vocab_tokens:
+        return [Problem(
+            "model.preset",
+            f"preset '{m.preset}' has vocab {PRESETS[m.preset].vocab_size} < the tokenizer's {vocab_tokens}; "
+            "pick a larger preset",
+        )]
+    return []
+
+
+def _check_checkpoint(config: ExperimentConfig) -> list[Problem]:
+    from trainers.metrics import METRIC_NAMES
+
+    metric = config.checkpoint.keep_best_metric
+    if metric is not None and metric not in METRIC_NAMES:
+        return [Problem("checkpoint.keep_best_metric", f"unknown metric '{metric}'; {_one_of(metric, METRIC_NAMES)}")]
+    if metric is not None and metric.startswith("eval/") and config.eval.every_steps == 0:
+        return [Problem(
+            "checkpoint.keep_best_metric",
+            f"'{metric}' is only measured with evaluation on; set eval.every_steps > 0 or pick a training metric",
+        )]
+    return []
+
+
+def _one_of(value: str, names: list[str] | tuple[str, ...]) -> str:
+    close = difflib.get_close_matches(value, list(names), n=1, cutoff=0.5)
+    return (f"did you mean '{close[0]}'? " if close else "") + "choose one of: " + ", ".join(names)

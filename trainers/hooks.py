@@ -1,0 +1,102 @@
+"""The seam between the trainer and whoever runs it (CLI, web platform).
+
+The trainer reports through a `Hooks` object and asks a `Control` object between steps (and
+between optimizer updates) whether to go on. The CLI implements hooks with files and a progress
+bar (`trainers.run_files`); the platform implements them by writing to its database. Neither side
+reaches into the other's internals.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class RunInfo:
+    """What a run is about to do, given to `Hooks.on_start`."""
+
+    config: dict[str, Any]        # the validated config as plain data
+    plan_text: str                # BatchPlan.describe()
+    start_step: int               # 0, or the checkpoint step a resume starts after
+    max_steps: int
+    run_dir: str
+    param_count: int
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainResult:
+    status: str                   # "succeeded", "paused" or "cancelled"
+    final_step: int
+    params_digest: str
+    metrics: dict[str, float]     # the last step's metrics
+    run_dir: str
+
+
+class Hooks:
+    """Receives everything a run reports. Every method is optional (these defaults do nothing)."""
+
+    def on_start(self, info: RunInfo) -> None: ...
+
+    def on_resume(self, step: int) -> None:
+        """Resuming after checkpoint `step`: anything recorded for later steps is to be replaced."""
+
+    def on_step(self, step: int, metrics: dict[str, float]) -> None: ...
+
+    def on_samples(self, step: int, samples: list[dict[str, Any]]) -> None:
+        """A few rollout samples: prompt, completion, answer, reward, advantage."""
+
+    def on_checkpoint(self, step: int, path: str, size_bytes: int, metrics: dict[str, float]) -> None: ...
+
+    def on_log(self, message: str, level: str = "info") -> None: ...
+
+    def on_end(self, result: TrainResult) -> None: ...
+
+
+class MultiHooks(Hooks):
+    """Forward every call to several hooks, in order."""
+
+    def __init__(self, *hooks: Hooks):
+        self.hooks = hooks
+
+    def on_start(self, info: RunInfo) -> None:
+        for h in self.hooks:
+            h.on_start(info)
+
+    def on_resume(self, step: int) -> None:
+        for h in self.hooks:
+            h.on_resume(step)
+
+    def on_step(self, step: int, metrics: dict[str, float]) -> None:
+        for h in self.hooks:
+            h.on_step(step, metrics)
+
+    def on_samples(self, step: int, samples: list[dict[str, Any]]) -> None:
+        for h in self.hooks:
+            h.on_samples(step, samples)
+
+    def on_checkpoint(self, step: int, path: str, size_bytes: int, metrics: dict[str, float]) -> None:
+        for h in self.hooks:
+            h.on_checkpoint(step, path, size_bytes, metrics)
+
+    def on_log(self, message: str, level: str = "info") -> None:
+        for h in self.hooks:
+            h.on_log(message, level)
+
+    def on_end(self, result: TrainResult) -> None:
+        for h in self.hooks:
+            h.on_end(result)
+
+
+class Action(enum.Enum):
+    CONTINUE = "continue"
+    PAUSE = "pause"     # checkpoint, then return with status "paused"
+    STOP = "stop"       # return with status "cancelled"; no checkpoint of a partial step
+
+
+class Control:
+    """Asked between steps and between optimizer updates. The default always continues."""
+
+    def poll(self) -> Action:
+        return Action.CONTINUE

@@ -1,0 +1,41 @@
+"""Optax optimizer and learning-rate schedule from the config.
+
+Schedules count optimizer updates; the config speaks in steps, so warmup and decay lengths are
+converted with the batch plan's updates per step.
+"""
+
+from __future__ import annotations
+
+import optax
+
+from trainers.config import OptimizerSection
+
+
+def make_schedule(opt: OptimizerSection, updates_per_step: int, max_steps: int) -> optax.Schedule:
+    """Linear warmup from 0 over `warmup_steps`, then constant, cosine or linear decay to 0 at max_steps."""
+    warmup_updates = opt.warmup_steps * updates_per_step
+    total_updates = max(max_steps * updates_per_step, warmup_updates + 1)
+    decay_updates = total_updates - warmup_updates
+    if opt.schedule == "constant":
+        after = optax.constant_schedule(opt.learning_rate)
+    elif opt.schedule == "cosine":
+        after = optax.cosine_decay_schedule(opt.learning_rate, decay_updates)
+    else:
+        after = optax.linear_schedule(opt.learning_rate, 0.0, decay_updates)
+    if warmup_updates == 0:
+        return after
+    warmup = optax.linear_schedule(0.0, opt.learning_rate, warmup_updates)
+    return optax.join_schedules([warmup, after], [warmup_updates])
+
+
+def make_optimizer(opt: OptimizerSection, schedule: optax.Schedule) -> optax.GradientTransformation:
+    """Gradient clipping by global norm (if max_grad_norm > 0) chained with the named optimizer."""
+    if opt.name == "adamw":
+        base = optax.adamw(schedule, b1=opt.b1, b2=opt.b2, weight_decay=opt.weight_decay)
+    elif opt.name == "adam":
+        base = optax.adam(schedule, b1=opt.b1, b2=opt.b2)
+    else:
+        base = optax.sgd(schedule, momentum=opt.b1 or None)
+    if opt.max_grad_norm > 0:
+        return optax.chain(optax.clip_by_global_norm(opt.max_grad_norm), base)
+    return base

@@ -1,0 +1,185 @@
+"""The batch plan: the one value that says how a step's prompts become generation calls,
+log-prob passes and optimizer updates. The training loop walks it; `validate` prints it.
+
+Within a step, sequences are laid out prompt-major: sequence `i` is completion `i % G` of the
+step's prompt `i // G`, so a group of G is contiguous and a mini-batch of `mini_batch_prompts`
+prompts is a contiguous block of `mini_batch_prompts * G` sequences.
+
+Accumulation is always derived (mini-batch sequences / train micro-batch sequences), never set by
+hand, and the rollout and log-prob micro-batches are independent of the train micro-batch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from trainers.config import ExperimentConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class SequenceSlice:
+    """Sequences [start, stop) of a step's prompt-major layout."""
+
+    start: int
+    stop: int
+
+    @property
+    def size(self) -> int:
+        return self.stop - self.start
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerUpdate:
+    """One optimizer update: pass `iteration` (0..mu-1) over mini-batch `mini_batch`, made of
+    `micro_batches` whose gradients are summed before the update."""
+
+    iteration: int
+    mini_batch: int
+    sequences: SequenceSlice
+    micro_batches: tuple[SequenceSlice, ...]
+
+
+def split_sequences(total: int, size: int, offset: int = 0) -> tuple[SequenceSlice, ...]:
+    """[0, total) in consecutive slices of at most `size`, shifted by `offset`."""
+    return tuple(SequenceSlice(offset + s, offset + min(s + size, total)) for s in range(0, total, size))
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchPlan:
+    prompts_per_step: int
+    num_generations: int
+    sequences_per_step: int
+    mini_batch_prompts: int
+    mini_batch_sequences: int
+    mini_batches_per_iteration: int
+    num_iterations: int
+    optimizer_updates_per_step: int
+    train_micro_batch_sequences: int
+    accumulation_steps: int
+    rollout_micro_batch_sequences: int
+    rollout_passes_per_step: int
+    logprob_micro_batch_sequences: int
+    needs_old_logprobs: bool
+    old_logprob_passes_per_step: int
+    needs_reference: bool
+    reference_logprob_passes_per_step: int
+    max_steps: int
+    dataset_prompts: int | None
+
+    # -- the walk ------------------------------------------------------------------------------
+
+    def rollout_slices(self) -> tuple[SequenceSlice, ...]:
+        """Generation calls of one step, in order."""
+        return split_sequences(self.sequences_per_step, self.rollout_micro_batch_sequences)
+
+    def logprob_slices(self) -> tuple[SequenceSlice, ...]:
+        """Old-policy / reference log-prob passes of one step, in order."""
+        return split_sequences(self.sequences_per_step, self.logprob_micro_batch_sequences)
+
+    def updates(self) -> tuple[OptimizerUpdate, ...]:
+        """Every optimizer update of one step, in order: mu passes, each over all mini-batches."""
+        out = []
+        for iteration in range(self.num_iterations):
+            for mini_batch in range(self.mini_batches_per_iteration):
+                start = mini_batch * self.mini_batch_sequences
+                sequences = SequenceSlice(start, start + self.mini_batch_sequences)
+                micro = split_sequences(self.mini_batch_sequences, self.train_micro_batch_sequences, offset=start)
+                out.append(OptimizerUpdate(iteration, mini_batch, sequences, micro))
+        return tuple(out)
+
+    # -- data ----------------------------------------------------------------------------------
+
+    def data_position_at(self, step: int) -> int:
+        """Prompts consumed before `step` (0-based): the data position saved with a checkpoint."""
+        return step * self.prompts_per_step
+
+    @property
+    def total_prompts(self) -> int:
+        return self.max_steps * self.prompts_per_step
+
+    @property
+    def epochs(self) -> float | None:
+        return None if not self.dataset_prompts else self.total_prompts / self.dataset_prompts
+
+    @property
+    def total_optimizer_updates(self) -> int:
+        return self.max_steps * self.optimizer_updates_per_step
+
+    def describe(self) -> str:
+        """Human-readable plan, printed by `python -m trainers validate`."""
+        g = self.num_generations
+        lines = [
+            "Batch plan (per step)",
+            f"  prompts per step              {self.prompts_per_step}",
+            f"  sequences per step            {self.sequences_per_step}  ({self.prompts_per_step} prompts x G={g})",
+            f"  rollout passes                {self.rollout_passes_per_step}  "
+            f"(of {self.rollout_micro_batch_sequences} sequences)",
+            f"  old-policy log-prob passes    {self.old_logprob_passes_per_step}  "
+            + (f"(of {self.logprob_micro_batch_sequences} sequences)" if self.needs_old_logprobs
+               else "(not needed: mu=1 and one mini-batch, so the current log-probs stand in)"),
+            f"  reference log-prob passes     {self.reference_logprob_passes_per_step}  "
+            + (f"(of {self.logprob_micro_batch_sequences} sequences)" if self.needs_reference
+               else "(grpo.beta=0: no reference model is loaded)"),
+            f"  mini-batches per pass         {self.mini_batches_per_iteration}  "
+            f"(of {self.mini_batch_prompts} prompts = {self.mini_batch_sequences} sequences)",
+            f"  passes (mu)                   {self.num_iterations}",
+            f"  optimizer updates per step    {self.optimizer_updates_per_step}  "
+            f"(mu={self.num_iterations} x {self.prompts_per_step}/{self.mini_batch_prompts})",
+            f"  train micro-batch             {self.train_micro_batch_sequences} sequences",
+            f"  accumulation steps            {self.accumulation_steps}  "
+            f"({self.mini_batch_sequences}/{self.train_micro_batch_sequences}, derived)",
+            "Run",
+            f"  steps                         {self.max_steps}",
+            f"  optimizer updates             {self.total_optimizer_updates}",
+            f"  prompts consumed              {self.total_prompts}",
+        ]
+        if self.dataset_prompts:
+            steps_per_epoch = self.dataset_prompts / self.prompts_per_step
+            lines += [
+                f"  dataset                       {self.dataset_prompts} prompts per epoch "
+                f"({steps_per_epoch:.2f} steps per epoch, {self.epochs:.2f} epochs)",
+                "  epoch ends                    every prompt is used once per epoch, reshuffled per epoch from "
+                "the seed;",
+                "                                a step that reaches the end of an epoch completes itself from "
+                "the next epoch",
+                "                                (no partial batch is dropped).",
+            ]
+        return "\n".join(lines)
+
+
+def make_plan(config: ExperimentConfig, dataset_prompts: int | None = None) -> BatchPlan:
+    """Derive the plan from a validated config (see `config.check_config` for the divisibility rules)."""
+    b, g = config.batch, config.grpo
+    prompts = b.prompts_per_step
+    mini_prompts = b.mini_batch_prompts or prompts
+    sequences = prompts * g.num_generations
+    mini_sequences = mini_prompts * g.num_generations
+    train_micro = b.train_micro_batch_sequences or mini_sequences
+    rollout_micro = b.rollout_micro_batch_sequences or sequences
+    logprob_micro = b.logprob_micro_batch_sequences or train_micro
+    mini_batches = prompts // mini_prompts
+    needs_old = g.num_iterations > 1 or mini_batches > 1
+    needs_ref = g.beta > 0
+    logprob_passes = math.ceil(sequences / logprob_micro)
+    return BatchPlan(
+        prompts_per_step=prompts,
+        num_generations=g.num_generations,
+        sequences_per_step=sequences,
+        mini_batch_prompts=mini_prompts,
+        mini_batch_sequences=mini_sequences,
+        mini_batches_per_iteration=mini_batches,
+        num_iterations=g.num_iterations,
+        optimizer_updates_per_step=g.num_iterations * mini_batches,
+        train_micro_batch_sequences=train_micro,
+        accumulation_steps=mini_sequences // train_micro,
+        rollout_micro_batch_sequences=rollout_micro,
+        rollout_passes_per_step=math.ceil(sequences / rollout_micro),
+        logprob_micro_batch_sequences=logprob_micro,
+        needs_old_logprobs=needs_old,
+        old_logprob_passes_per_step=logprob_passes if needs_old else 0,
+        needs_reference=needs_ref,
+        reference_logprob_passes_per_step=logprob_passes if needs_ref else 0,
+        max_steps=config.train.max_steps,
+        dataset_prompts=dataset_prompts,
+    )
