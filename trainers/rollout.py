@@ -59,6 +59,13 @@ class Rollout:
         return out
 
 
+def completion_text(tokenizer: Any, ids: np.ndarray) -> str:
+    """Decode generated ids. PAD or BOS sampled inside a completion become U+FFFD (as UNK does), so
+    a policy cannot pad its way to a match: the tokenizer's decode skips them in prompts only."""
+    ids = np.where((ids == tokenizer.pad_id) | (ids == tokenizer.bos_id), tokenizer.unk_id, ids)
+    return tokenizer.decode(ids.tolist())
+
+
 def generate_completions(
     graphdef: Any,
     params: Any,
@@ -103,7 +110,7 @@ def collect_rollout(
     completion_tokens, completion_mask, sample_logprobs, decode_steps = generate_completions(
         graphdef, params, prompt_tokens, prompt_valid, slices, sampling, key
     )
-    completions = [tokenizer.decode(row[m].tolist()) for row, m in zip(completion_tokens, completion_mask)]
+    completions = [completion_text(tokenizer, row[m]) for row, m in zip(completion_tokens, completion_mask)]
     per_sequence = [examples[i // num_generations] for i in range(len(completions))]
     rewards, _ = score(completions, per_sequence, reward_specs)
     correct = np.array([is_correct(c, e) for c, e in zip(completions, per_sequence)], dtype=bool)

@@ -75,7 +75,7 @@ def make_update_fn(
         metric_keys = METRIC_KEYS_BASE + (("loss/kl", "kl") if use_ref else ())
         zeros = (jax.tree.map(jnp.zeros_like, params), {k: jnp.zeros((), jnp.float32) for k in metric_keys})
         (grads, metrics), _ = jax.lax.scan(body, zeros, batch)
-        metrics["grad_norm"] = optax.global_norm(grads)
+        metrics["grad_norm"] = optax.tree.norm(grads)
         metrics["learning_rate"] = jnp.asarray(schedule(_update_count(opt_state)), jnp.float32)
         updates, opt_state = optimizer.update(grads, opt_state, params)
         params = optax.apply_updates(params, updates)

@@ -34,7 +34,7 @@ from trainers.model import PRESETS, init_params, param_count
 from trainers.optim import make_optimizer, make_schedule
 from trainers.plan import BatchPlan, make_plan, split_sequences
 from trainers.rewards import is_correct, score
-from trainers.rollout import Rollout, collect_rollout, generate_completions
+from trainers.rollout import Rollout, collect_rollout, completion_text, generate_completions
 from trainers.tasks import TASKS
 from trainers.tokenizer import get_tokenizer
 from trainers.train_step import make_logprob_fn, make_update_fn
@@ -228,7 +228,7 @@ class GRPOTrainer:
         slices = split_sequences(len(examples), size)
         key = jax.random.fold_in(jax.random.fold_in(self.base_key, self.state.step), 1 << 20)
         out_tokens, out_mask, _, _ = generate_completions(self.graphdef, self.state.params, tokens, valid, slices, sampling, key)
-        completions = [self.tokenizer.decode(t[m].tolist()) for t, m in zip(out_tokens, out_mask)]
+        completions = [completion_text(self.tokenizer, t[m]) for t, m in zip(out_tokens, out_mask)]
         rewards, _ = score(completions, examples, self.reward_specs)
         correct = [is_correct(c, e) for c, e in zip(completions, examples)]
         return {"eval/reward_mean": float(np.mean(rewards)), "eval/accuracy": float(np.mean(correct))}

@@ -1,0 +1,235 @@
+"""Tests for trainers/generate.py (CPU, float32, tiny model)."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from trainers import generate as generate_lib
+from trainers import model as model_lib
+from trainers.generate import SamplingParams
+
+CFG = model_lib.PRESETS["tiny"]
+MAX_NEW = 12
+PAD, EOS = 0, 2
+
+
+def sharpen(params, factor: float = 8.0):
+    """Scale the LM head so distributions are peaked (clear argmax gaps, varied sampling)."""
+    weights = nnx.to_pure_dict(params)
+    weights["lm_head"] = weights["lm_head"] * factor
+    sharpened = jax.tree.map(lambda x: x, params)
+    nnx.replace_by_pure_dict(sharpened, weights)
+    return sharpened
+
+
+def boost_token(params, token: int, strength: float):
+    """Params whose next-token logit for `token` is about +strength at every position.
+
+    Every embedding gets a large component along hidden dim 0, so the final normed hidden state
+    is ~ +sqrt(H) on dim 0; lm_head[0, token] then sets that token's logit."""
+    weights = nnx.to_pure_dict(params)
+    weights["embed"] = weights["embed"].at[:, 0].add(100.0)
+    weights["lm_head"] = weights["lm_head"].at[0, token].set(strength / np.sqrt(CFG.hidden_size))
+    boosted = jax.tree.map(lambda x: x, params)
+    nnx.replace_by_pure_dict(boosted, weights)
+    return boosted
+
+
+@pytest.fixture(scope="module")
+def model():
+    graphdef, params = model_lib.init_params(CFG, seed=0)
+    return graphdef, sharpen(params)
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    """4 prompts of lengths 5, 2, 7, 4, left-padded to 7."""
+    rng = np.random.default_rng(0)
+    lengths = [5, 2, 7, 4]
+    prompt_len = max(lengths)
+    tokens = np.full((len(lengths), prompt_len), PAD, np.int32)
+    valid = np.zeros((len(lengths), prompt_len), bool)
+    for row, length in enumerate(lengths):
+        tokens[row, prompt_len - length:] = rng.integers(3, CFG.vocab_size, size=length)
+        valid[row, prompt_len - length:] = True
+    return tokens, valid
+
+
+@pytest.fixture(scope="module")
+def logprobs_jit():
+    return jax.jit(model_lib.completion_logprobs, static_argnums=(0, 6))
+
+
+def check_result_invariants(result, sampling: SamplingParams, batch: int):
+    assert result.tokens.shape == (batch, sampling.max_new_tokens) and result.tokens.dtype == np.int32
+    assert result.logprobs.shape == (batch, sampling.max_new_tokens) and result.logprobs.dtype == np.float32
+    assert result.mask.shape == (batch, sampling.max_new_tokens) and result.mask.dtype == np.bool_
+    assert result.lengths.shape == (batch,) and result.lengths.dtype == np.int32
+    np.testing.assert_array_equal(result.lengths, result.mask.sum(1))
+    for row in range(batch):
+        length = result.lengths[row]
+        assert result.mask[row, :length].all() and not result.mask[row, length:].any()
+        assert (result.tokens[row, length:] == sampling.pad_id).all()
+        assert (result.logprobs[row, length:] == 0).all()
+        if sampling.stop_at_eos:
+            # EOS only as the last generated token; a row shorter than max_new_tokens ended with EOS.
+            assert not (result.tokens[row, :length - 1] == sampling.eos_id).any()
+            if length < sampling.max_new_tokens:
+                assert result.tokens[row, length - 1] == sampling.eos_id
+    assert result.decode_steps == result.lengths.max()
+    assert np.all(result.logprobs[result.mask] <= 0)
+
+
+@pytest.mark.parametrize("sampling", [
+    SamplingParams(max_new_tokens=MAX_NEW, temperature=1.0, eos_id=EOS),
+    SamplingParams(max_new_tokens=MAX_NEW, temperature=0.7, top_k=20, top_p=0.9, eos_id=EOS),
+    SamplingParams(max_new_tokens=MAX_NEW, temperature=0.0, eos_id=EOS),
+], ids=["t1", "t0.7-topk-topp", "greedy"])
+def test_recorded_logprobs_match_completion_logprobs(model, prompts, logprobs_jit, sampling):
+    graphdef, params = model
+    tokens, valid = prompts
+    result = generate_lib.generate(graphdef, params, tokens, valid, jax.random.key(1), sampling)
+    check_result_invariants(result, sampling, batch=tokens.shape[0])
+    logprobs, _ = logprobs_jit(graphdef, params, tokens, valid, result.tokens, result.mask, sampling.temperature)
+    np.testing.assert_allclose(result.logprobs, np.asarray(logprobs), atol=1e-4)
+
+
+def test_greedy_is_deterministic_and_matches_full_forward(model, prompts):
+    graphdef, params = model
+    tokens, valid = prompts
+    sampling = SamplingParams(max_new_tokens=MAX_NEW, temperature=0.0, stop_at_eos=False)
+    first = generate_lib.generate(graphdef, params, tokens, valid, jax.random.key(0), sampling)
+    second = generate_lib.generate(graphdef, params, tokens, valid, jax.random.key(123), sampling)
+    np.testing.assert_array_equal(first.tokens, second.tokens)
+    np.testing.assert_array_equal(first.logprobs, second.logprobs)
+
+    # Reference: argmax continuation by repeated full forward passes over a fixed-size buffer.
+    batch, prompt_len = tokens.shape
+    buffer = np.concatenate([tokens, np.full((batch, MAX_NEW), PAD, np.int32)], axis=1)
+    buffer_valid = np.concatenate([valid, np.zeros((batch, MAX_NEW), bool)], axis=1)
+    forward = jax.jit(model_lib.forward, static_argnums=0)
+    for step in range(MAX_NEW):
+        logits = np.asarray(forward(graphdef, params, buffer, buffer_valid))
+        buffer[:, prompt_len + step] = logits[:, prompt_len + step - 1].argmax(-1)
+        buffer_valid[:, prompt_len + step] = True
+    np.testing.assert_array_equal(first.tokens, buffer[:, prompt_len:])
+    assert first.mask.all() and first.decode_steps == MAX_NEW
+
+
+def test_eos_stops_each_sequence(model, prompts):
+    graphdef, params = model
+    tokens, valid = prompts
+    free = generate_lib.generate(graphdef, params, tokens, valid, jax.random.key(0),
+                                 SamplingParams(max_new_tokens=MAX_NEW, temperature=0.0, stop_at_eos=False))
+    # Use as EOS the first token that greedy decoding of row 0 emits for the first time at step >= 2.
+    stop_step = next(step for step in range(2, MAX_NEW) if free.tokens[0, step] not in free.tokens[0, :step])
+    eos_id = int(free.tokens[0, stop_step])
+    sampling = SamplingParams(max_new_tokens=MAX_NEW, temperature=0.0, eos_id=eos_id, pad_id=PAD)
+    stopped = generate_lib.generate(graphdef, params, tokens, valid, jax.random.key(0), sampling)
+    check_result_invariants(stopped, sampling, batch=tokens.shape[0])
+    assert stopped.lengths[0] == stop_step + 1
+    for row in range(tokens.shape[0]):
+        hits = np.flatnonzero(free.tokens[row] == eos_id)
+        expected_length = hits[0] + 1 if hits.size else MAX_NEW
+        assert stopped.lengths[row] == expected_length
+        np.testing.assert_array_equal(stopped.tokens[row, :expected_length], free.tokens[row, :expected_length])
+        np.testing.assert_array_equal(stopped.logprobs[row, :expected_length],
+                                      free.logprobs[row, :expected_length])
+
+
+def test_early_exit_when_all_sequences_stop(model, prompts, logprobs_jit):
+    graphdef, params = model
+    tokens, valid = prompts
+    # EOS always the argmax: every sequence stops after its first token.
+    always_eos = boost_token(params, EOS, strength=40.0)
+    greedy = SamplingParams(max_new_tokens=MAX_NEW, temperature=0.0, eos_id=EOS)
+    result = generate_lib.generate(graphdef, always_eos, tokens, valid, jax.random.key(0), greedy)
+    check_result_invariants(result, greedy, batch=tokens.shape[0])
+    assert result.decode_steps == 1
+    np.testing.assert_array_equal(result.lengths, 1)
+    assert (result.tokens[:, 0] == EOS).all()
+
+    # EOS likely but not certain: sequences stop at different steps, the loop stops with the last one.
+    often_eos = boost_token(params, EOS, strength=6.0)
+    sampling = SamplingParams(max_new_tokens=MAX_NEW, temperature=1.0, eos_id=EOS)
+    result = generate_lib.generate(graphdef, often_eos, tokens, valid, jax.random.key(2), sampling)
+    check_result_invariants(result, sampling, batch=tokens.shape[0])
+    assert result.decode_steps < MAX_NEW
+    assert len(set(result.lengths.tolist())) > 1
+    logprobs, _ = logprobs_jit(graphdef, often_eos, tokens, valid, result.tokens, result.mask, 1.0)
+    np.testing.assert_allclose(result.logprobs, np.asarray(logprobs), atol=1e-4)
+
+
+def test_no_stop_generates_exactly_max_new_tokens(model, prompts):
+    graphdef, params = model
+    tokens, valid = prompts
+    always_eos = boost_token(params, EOS, strength=40.0)
+    sampling = SamplingParams(max_new_tokens=MAX_NEW, temperature=1.0, eos_id=EOS, stop_at_eos=False)
+    result = generate_lib.generate(graphdef, always_eos, tokens, valid, jax.random.key(0), sampling)
+    check_result_invariants(result, sampling, batch=tokens.shape[0])
+    assert result.decode_steps == MAX_NEW
+    assert result.mask.all() and (result.lengths == MAX_NEW).all()
+    assert (result.tokens == EOS).all()
+
+
+def test_top_k_1_and_tiny_top_p_equal_greedy(model, prompts):
+    graphdef, params = model
+    tokens, valid = prompts
+    greedy = generate_lib.generate(graphdef, params, tokens, valid, jax.random.key(0),
+                                   SamplingParams(max_new_tokens=MAX_NEW, temperature=0.0, eos_id=EOS))
+    top_k_1 = generate_lib.generate(graphdef, params, tokens, valid, jax.random.key(5),
+                                    SamplingParams(max_new_tokens=MAX_NEW, temperature=1.0, top_k=1, eos_id=EOS))
+    top_p_tiny = generate_lib.generate(graphdef, params, tokens, valid, jax.random.key(6),
+                                       SamplingParams(max_new_tokens=MAX_NEW, temperature=1.0, top_p=1e-6,
+                                                      eos_id=EOS))
+    for result in (top_k_1, top_p_tiny):
+        np.testing.assert_array_equal(result.tokens, greedy.tokens)
+        np.testing.assert_array_equal(result.mask, greedy.mask)
+        np.testing.assert_allclose(result.logprobs, greedy.logprobs, atol=1e-6)  # temperature 1 in both
+
+
+def test_same_key_same_output_and_no_retrace(model, prompts):
+    graphdef, params = model
+    tokens, valid = prompts
+    sampling = SamplingParams(max_new_tokens=MAX_NEW, temperature=1.0, eos_id=EOS)
+    first = generate_lib.generate(graphdef, params, tokens, valid, jax.random.key(7), sampling)
+    cache_size = generate_lib._generate_jit._cache_size()
+    again = generate_lib.generate(graphdef, params, tokens, valid, jax.random.key(7), sampling)
+    other = generate_lib.generate(graphdef, params, tokens, valid, jax.random.key(8), sampling)
+    assert generate_lib._generate_jit._cache_size() == cache_size  # compiled once for these static values
+    np.testing.assert_array_equal(first.tokens, again.tokens)
+    np.testing.assert_array_equal(first.logprobs, again.logprobs)
+    assert not np.array_equal(first.tokens, other.tokens)
+
+
+def test_filter_logits():
+    logits = jnp.log(jnp.array([[0.5, 0.2, 0.15, 0.1, 0.05]], jnp.float32))
+    top_2 = generate_lib.filter_logits(logits, top_k=2, top_p=1.0)
+    np.testing.assert_array_equal(np.isfinite(np.asarray(top_2)), [[True, True, False, False, False]])
+    nucleus = generate_lib.filter_logits(logits, top_k=0, top_p=0.8)  # 0.5 + 0.2 < 0.8 <= 0.85
+    np.testing.assert_array_equal(np.isfinite(np.asarray(nucleus)), [[True, True, True, False, False]])
+    # top-p acts on the renormalised top-k distribution: mass before the 4th token is 0.85 of the full
+    # distribution (kept by top_p=0.87) but 0.85/0.95 = 0.895 of the top-4 one (dropped).
+    only_top_p = generate_lib.filter_logits(logits, top_k=0, top_p=0.87)
+    np.testing.assert_array_equal(np.isfinite(np.asarray(only_top_p)), [[True, True, True, True, False]])
+    both = generate_lib.filter_logits(logits, top_k=4, top_p=0.87)
+    np.testing.assert_array_equal(np.isfinite(np.asarray(both)), [[True, True, True, False, False]])
+    unchanged = generate_lib.filter_logits(logits, top_k=0, top_p=1.0)
+    np.testing.assert_array_equal(np.asarray(unchanged), np.asarray(logits))
+
+
+def test_sample_token_follows_the_distribution():
+    probs = np.array([0.5, 0.0, 0.3, 0.15, 0.05], np.float32)
+    num_draws = 20000
+    logits = jnp.tile(jnp.log(jnp.asarray(probs))[None], (num_draws, 1))
+    uniforms = jax.random.uniform(jax.random.key(0), (num_draws,))
+    sampling = SamplingParams(max_new_tokens=1, temperature=1.0)
+    tokens, logprobs = jax.jit(generate_lib.sample_token, static_argnums=2)(logits, uniforms, sampling)
+    frequencies = np.bincount(np.asarray(tokens), minlength=5) / num_draws
+    np.testing.assert_allclose(frequencies, probs, atol=0.015)
+    assert frequencies[1] == 0  # zero-probability token never drawn
+    np.testing.assert_allclose(np.asarray(logprobs), np.log(probs[np.asarray(tokens)]), atol=1e-5)

@@ -1,0 +1,172 @@
+"""jit-compiled KV-cache sampling for the transformer in `trainers.model`.
+
+`generate` runs one prefill over the (left-padded) prompts, filling a KV cache of
+Lp + max_new_tokens slots, then a `jax.lax.while_loop` of single-token decode steps that exits
+early once every sequence has emitted EOS. Prefill and loop are one jitted function, compiled once
+per (graphdef, sampling params, B, Lp) and cached by `jax.jit` (graphdef and sampling are static).
+
+Shape letters: B batch, Lp prompt length, N = max_new_tokens, S = Lp + N cache slots, V vocab.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from trainers import model as model_lib
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingParams:
+    max_new_tokens: int
+    temperature: float = 1.0  # 0 = greedy
+    top_k: int = 0  # 0 = off
+    top_p: float = 1.0  # 1.0 = off
+    stop_at_eos: bool = True  # False: always generate exactly max_new_tokens (benchmarks)
+    eos_id: int = 2
+    pad_id: int = 0
+
+
+@dataclasses.dataclass
+class GenerationResult:  # numpy arrays
+    tokens: np.ndarray  # [B, N] int32; pad_id after a sequence stopped
+    logprobs: np.ndarray  # [B, N] float32: log-prob of the sampled token under log_softmax(logits/temperature)
+    #                       of the untruncated distribution (temperature 0 -> 1); 0 where mask is False
+    mask: np.ndarray  # [B, N] bool: True for generated tokens, including the EOS token itself
+    lengths: np.ndarray  # [B] int32 number of generated tokens (incl. EOS)
+    decode_steps: int  # token-sampling steps actually run (<= N; < N after an early exit); the prefill
+    #                    feeds step 0, each later step is one decode forward
+
+
+def filter_logits(scaled_logits: jax.Array, top_k: int, top_p: float) -> jax.Array:
+    """scaled_logits [B,V] float32 (already divided by temperature) -> [B,V] with tokens outside the
+    top-k and then outside the top-p nucleus set to -inf. top_k=0 / top_p=1.0 disable the filters.
+    The nucleus is the smallest set of most-likely tokens whose probability reaches top_p (the most
+    likely token is always kept)."""
+    filtered = scaled_logits
+    if top_k > 0 and top_k < scaled_logits.shape[-1]:
+        kth_largest = jax.lax.top_k(scaled_logits, top_k)[0][:, -1:]  # [B,1]
+        filtered = jnp.where(scaled_logits < kth_largest, -jnp.inf, filtered)
+    if top_p < 1.0:
+        sorted_desc = -jnp.sort(-filtered, axis=-1)  # [B,V]
+        sorted_probs = jax.nn.softmax(sorted_desc, axis=-1)
+        prob_before = jnp.cumsum(sorted_probs, axis=-1) - sorted_probs  # mass of strictly more likely tokens
+        keep_sorted = prob_before < top_p
+        threshold = jnp.min(jnp.where(keep_sorted, sorted_desc, jnp.inf), axis=-1, keepdims=True)  # [B,1]
+        filtered = jnp.where(filtered < threshold, -jnp.inf, filtered)
+    return filtered
+
+
+def sample_token(logits: jax.Array, uniform: jax.Array, sampling: SamplingParams) -> tuple[jax.Array, jax.Array]:
+    """logits [B,V] float32, uniform [B] float32 in [0, 1) -> (token [B] int32, logprob [B] float32).
+
+    Draws from softmax(filter_logits(logits / temperature)) by inverting its CDF at `uniform` (one
+    random number per row, so no [B,V] noise is generated inside the decode loop); greedy
+    (argmax) when temperature is 0. The logprob is that of the chosen token under
+    log_softmax(logits / temperature) of the untruncated distribution (temperature 1 when greedy).
+    """
+    if sampling.temperature == 0.0:
+        token = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+        log_probs = jax.nn.log_softmax(logits, axis=-1)
+    else:
+        scaled = logits / sampling.temperature
+        log_probs = jax.nn.log_softmax(scaled, axis=-1)
+        probs = jax.nn.softmax(filter_logits(scaled, sampling.top_k, sampling.top_p), axis=-1)  # 0 off-filter
+        cdf = jnp.cumsum(probs, axis=-1)  # [B,V]
+        # First token whose CDF exceeds u * total; a zero-probability token never satisfies this.
+        threshold = uniform[:, None] * cdf[:, -1:]
+        token = jnp.sum(cdf <= threshold, axis=-1, dtype=jnp.int32)
+        token = jnp.minimum(token, logits.shape[-1] - 1)
+    token_logprob = jnp.take_along_axis(log_probs, token[:, None], axis=-1)[:, 0]
+    return token, token_logprob
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "sampling"))
+def _generate_jit(graphdef: nnx.GraphDef, params: nnx.State, prompt_tokens: jax.Array, prompt_valid: jax.Array,
+                  rng_key: jax.Array, sampling: SamplingParams):
+    """Prefill + decode loop. Returns (tokens [B,N] int32, logprobs [B,N] f32, mask [B,N] bool,
+    lengths [B] int32, decode_steps [] int32)."""
+    batch, prompt_len = prompt_tokens.shape
+    max_new = sampling.max_new_tokens
+    model = nnx.merge(graphdef, params)
+
+    # One key per sampling step (split up front), each giving the step's [B] uniforms.
+    step_keys = jax.random.split(rng_key, max_new)
+    uniforms = jax.vmap(lambda key: jax.random.uniform(key, (batch,), jnp.float32))(step_keys)  # [N,B]
+
+    # Prefill: attention over the prompt only; its keys/values become the first Lp cache slots.
+    prompt_valid = prompt_valid.astype(jnp.bool_)
+    hidden, prompt_kv = model(prompt_tokens, model_lib.positions_from_valid(prompt_valid),
+                              model_lib.causal_padding_mask(prompt_valid))
+    pad_slots = ((0, 0), (0, 0), (0, max_new), (0, 0))
+    kv_cache = [(jnp.pad(k, pad_slots), jnp.pad(v, pad_slots)) for k, v in prompt_kv]  # each [B,KVH,S,D]
+    slot_valid = jnp.concatenate([prompt_valid, jnp.zeros((batch, max_new), jnp.bool_)], axis=1)  # [B,S]
+    prompt_lengths = jnp.sum(prompt_valid, axis=1, dtype=jnp.int32)  # [B] = position of the first new token
+
+    def record(state, step, logits):
+        """Sample token `step` from logits [B,V] and write it into the outputs."""
+        token, token_logprob = sample_token(logits, uniforms[step], sampling)
+        active = ~state["done"]
+        token = jnp.where(active, token, sampling.pad_id)
+        state = dict(state)
+        state["tokens"] = jax.lax.dynamic_update_slice(state["tokens"], token[:, None], (0, step))
+        state["logprobs"] = jax.lax.dynamic_update_slice(
+            state["logprobs"], jnp.where(active, token_logprob, 0.0)[:, None], (0, step))
+        state["mask"] = jax.lax.dynamic_update_slice(state["mask"], active[:, None], (0, step))
+        if sampling.stop_at_eos:
+            state["done"] = state["done"] | (active & (token == sampling.eos_id))
+        return state
+
+    state = dict(
+        step=jnp.ones((), jnp.int32),  # index of the token sampled next; token 0 comes from the prefill
+        kv_cache=kv_cache,
+        slot_valid=slot_valid,
+        done=jnp.zeros((batch,), jnp.bool_),
+        tokens=jnp.full((batch, max_new), sampling.pad_id, jnp.int32),
+        logprobs=jnp.zeros((batch, max_new), jnp.float32),
+        mask=jnp.zeros((batch, max_new), jnp.bool_),
+    )
+    # The last prompt slot is always valid (left padding), so its logits predict token 0.
+    state = record(state, 0, model.logits(hidden[:, -1, :]))
+
+    def cond(state):
+        keep_going = state["step"] < max_new
+        if sampling.stop_at_eos:
+            keep_going = keep_going & ~jnp.all(state["done"])
+        return keep_going
+
+    def body(state):
+        """Feed token step-1 at cache slot Lp+step-1, then sample token `step` from its logits."""
+        step = state["step"]
+        slot = prompt_len + step - 1
+        previous_token = jax.lax.dynamic_slice(state["tokens"], (0, step - 1), (batch, 1))  # [B,1]
+        slot_valid = jax.lax.dynamic_update_slice(state["slot_valid"], jnp.ones((batch, 1), jnp.bool_), (0, slot))
+        positions = (prompt_lengths + step - 1)[:, None]  # [B,1]
+        hidden, kv_cache = model(previous_token, positions, slot_valid[:, None, :], state["kv_cache"], slot)
+        state = dict(state, kv_cache=kv_cache, slot_valid=slot_valid, step=step + 1)
+        return record(state, step, model.logits(hidden[:, 0, :]))
+
+    state = jax.lax.while_loop(cond, body, state)
+    lengths = jnp.sum(state["mask"], axis=1, dtype=jnp.int32)
+    return state["tokens"], state["logprobs"], state["mask"], lengths, state["step"]
+
+
+def generate(graphdef: nnx.GraphDef, params: nnx.State, prompt_tokens, prompt_valid, rng_key: jax.Array,
+             sampling: SamplingParams) -> GenerationResult:
+    """Sample up to sampling.max_new_tokens tokens per prompt.
+
+    prompt_tokens [B,Lp] int32 LEFT-padded to the batch's longest prompt, prompt_valid [B,Lp] bool
+    (every row needs at least one valid token). New token i of row b gets RoPE position
+    (number of valid prompt tokens of b) + i, so `model.completion_logprobs` on
+    (prompt, result.tokens, result.mask) reproduces result.logprobs. Returns numpy arrays.
+    """
+    tokens, logprobs, mask, lengths, decode_steps = _generate_jit(
+        graphdef, params, jnp.asarray(prompt_tokens, jnp.int32), jnp.asarray(prompt_valid, jnp.bool_),
+        rng_key, sampling)
+    return GenerationResult(tokens=np.asarray(tokens), logprobs=np.asarray(logprobs), mask=np.asarray(mask),
+                            lengths=np.asarray(lengths), decode_steps=int(decode_steps))

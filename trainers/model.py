@@ -1,0 +1,342 @@
+"""Decoder-only transformer of the Qwen3 family, written with Flax NNX.
+
+Architecture (per block): RMSNorm -> grouped-query attention (q/k/v/o projections without bias,
+per-head RMSNorm on q and k when `qk_norm`, rotary position embedding) -> residual,
+RMSNorm -> SwiGLU MLP (gate, up, down) -> residual. Then a final RMSNorm and the LM head
+(tied to the token embedding when `tie_embeddings`).
+
+The public functions work on the functional pair (graphdef, params) produced by `init_params`, so
+they can be used directly inside `jax.jit` / `jax.grad`; none of them is jitted here (jit at the
+outer function only).
+
+Shape letters used in docstrings:
+  B batch, T query tokens, S key tokens (KV-cache slots), H hidden_size, M mlp_size, V vocab_size,
+  NH num_heads, KVH num_kv_heads, G = NH // KVH query heads per kv head, D head_dim.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+# A kv cache is one (keys, values) pair per layer, each [B, KVH, S, D] in the model dtype. The heads-major
+# layout makes attention over the cache a plain batched matmul (a [B, S, KVH, D] cache costs XLA a
+# transpose of the whole cache per layer and decode step).
+KVCache = list[tuple[jax.Array, jax.Array]]
+
+_MASKED_SCORE = float(jnp.finfo(jnp.float32).min)  # finite: fully-masked rows give a uniform softmax, no NaN
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    vocab_size: int
+    num_layers: int
+    hidden_size: int
+    mlp_size: int
+    num_heads: int
+    head_dim: int
+    num_kv_heads: int
+    rope_theta: float = 10000.0
+    rms_eps: float = 1e-6
+    qk_norm: bool = True
+    tie_embeddings: bool = False
+    dtype: str = "float32"  # "float32" or "bfloat16": params and activations; logits/log-probs are always float32
+
+    def __post_init__(self):
+        if self.dtype not in ("float32", "bfloat16"):
+            raise ValueError(f"dtype must be 'float32' or 'bfloat16', got {self.dtype!r}")
+        if self.num_heads % self.num_kv_heads != 0:
+            raise ValueError(f"num_heads={self.num_heads} is not a multiple of num_kv_heads={self.num_kv_heads}")
+        if self.head_dim % 2 != 0:
+            raise ValueError(f"head_dim={self.head_dim} must be even for RoPE")
+
+    @property
+    def jnp_dtype(self) -> jnp.dtype:
+        return jnp.dtype(self.dtype)
+
+
+PRESETS: dict[str, ModelConfig] = {
+    # CPU unit tests; must train fast.
+    "tiny": ModelConfig(vocab_size=128, num_layers=2, hidden_size=64, mlp_size=256,
+                        num_heads=4, head_dim=16, num_kv_heads=2),
+    "small": ModelConfig(vocab_size=128, num_layers=4, hidden_size=128, mlp_size=512,
+                         num_heads=4, head_dim=32, num_kv_heads=2),
+    # Benchmark workload W1.
+    "w1": ModelConfig(vocab_size=512, num_layers=4, hidden_size=256, mlp_size=1024,
+                      num_heads=4, head_dim=64, num_kv_heads=2),
+    "base": ModelConfig(vocab_size=512, num_layers=8, hidden_size=512, mlp_size=2048,
+                        num_heads=8, head_dim=64, num_kv_heads=4),
+    # The real Qwen3-0.6B shape (for GPU users).
+    "qwen3-0.6b": ModelConfig(vocab_size=151936, num_layers=28, hidden_size=1024, mlp_size=3072,
+                              num_heads=16, head_dim=128, num_kv_heads=8, rope_theta=1_000_000.0,
+                              tie_embeddings=True),
+}
+
+_INIT_STD = 0.02  # normal(0, 0.02) for every matrix, as in the Hugging Face Qwen3 initialiser
+
+
+# ----------------------------------------------------------------------------------------------
+# Modules
+# ----------------------------------------------------------------------------------------------
+
+
+class RMSNorm(nnx.Module):
+    """RMSNorm over the last axis, computed in float32, output in the input dtype. scale: [dim]."""
+
+    def __init__(self, dim: int, eps: float, dtype: jnp.dtype):
+        self.scale = nnx.Param(jnp.ones((dim,), dtype=dtype))
+        self.eps = eps
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x_f32 = x.astype(jnp.float32)
+        mean_square = jnp.mean(x_f32 * x_f32, axis=-1, keepdims=True)
+        y = x_f32 * jax.lax.rsqrt(mean_square + self.eps) * self.scale[...].astype(jnp.float32)
+        return y.astype(x.dtype)
+
+
+def _linear(in_features: int, out_features: int, dtype: jnp.dtype, rngs: nnx.Rngs) -> nnx.Linear:
+    """Bias-free projection with kernel [in_features, out_features]."""
+    return nnx.Linear(in_features, out_features, use_bias=False, dtype=dtype, param_dtype=dtype,
+                      kernel_init=nnx.initializers.normal(_INIT_STD), rngs=rngs)
+
+
+def rope_sin_cos(positions: jax.Array, head_dim: int, theta: float) -> tuple[jax.Array, jax.Array]:
+    """positions [B,T] int32 -> (sin, cos), each [B,T,1,D/2] float32 (broadcast over heads)."""
+    exponents = jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim  # [D/2]
+    inv_freq = 1.0 / (theta ** exponents)  # radians per position, [D/2]
+    angles_rad = positions.astype(jnp.float32)[..., None] * inv_freq  # [B,T,D/2]
+    return jnp.sin(angles_rad)[:, :, None, :], jnp.cos(angles_rad)[:, :, None, :]
+
+
+def apply_rope(x: jax.Array, sin: jax.Array, cos: jax.Array) -> jax.Array:
+    """Rotate-half RoPE (Hugging Face / Qwen layout). x [B,T,heads,D], sin/cos [B,T,1,D/2] -> [B,T,heads,D]."""
+    x_f32 = x.astype(jnp.float32)
+    x1, x2 = jnp.split(x_f32, 2, axis=-1)
+    rotated = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+    return rotated.astype(x.dtype)
+
+
+class Attention(nnx.Module):
+    """Grouped-query self-attention with optional KV cache."""
+
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        dtype = cfg.jnp_dtype
+        self.num_heads = cfg.num_heads
+        self.num_kv_heads = cfg.num_kv_heads
+        self.head_dim = cfg.head_dim
+        self.q_proj = _linear(cfg.hidden_size, cfg.num_heads * cfg.head_dim, dtype, rngs)
+        self.k_proj = _linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, dtype, rngs)
+        self.v_proj = _linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, dtype, rngs)
+        self.o_proj = _linear(cfg.num_heads * cfg.head_dim, cfg.hidden_size, dtype, rngs)
+        if cfg.qk_norm:
+            self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_eps, dtype)
+            self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_eps, dtype)
+        else:
+            self.q_norm = None
+            self.k_norm = None
+
+    def __call__(self, x: jax.Array, sin: jax.Array, cos: jax.Array, attn_mask: jax.Array,
+                 kv_cache: tuple[jax.Array, jax.Array] | None = None,
+                 cache_index: jax.Array | int | None = None) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+        """x [B,T,H]; sin/cos [B,T,1,D/2]; attn_mask [B,T,S] bool (True = query may attend to key).
+
+        Without kv_cache the keys are this call's own tokens (S = T) and the returned pair is this
+        call's (keys, values) [B,KVH,T,D]. With kv_cache ((keys, values) [B,KVH,S,D]) this call's
+        keys/values are written at slots cache_index .. cache_index+T-1 (cache_index a scalar) and
+        attention runs over all S slots; the updated cache is returned. Returns (output [B,T,H], kv pair).
+        """
+        batch, num_tokens, _ = x.shape
+        groups = self.num_heads // self.num_kv_heads
+        q = self.q_proj(x).reshape(batch, num_tokens, self.num_heads, self.head_dim)
+        k = self.k_proj(x).reshape(batch, num_tokens, self.num_kv_heads, self.head_dim)
+        v = self.v_proj(x).reshape(batch, num_tokens, self.num_kv_heads, self.head_dim)
+        if self.q_norm is not None:
+            q = self.q_norm(q)
+            k = self.k_norm(k)
+        q = apply_rope(q, sin, cos)
+        k = apply_rope(k, sin, cos)
+
+        keys = k.transpose(0, 2, 1, 3)  # [B,KVH,T,D]
+        values = v.transpose(0, 2, 1, 3)
+        if kv_cache is not None:
+            cache_keys, cache_values = kv_cache
+            start = (0, 0, cache_index, 0)
+            keys = jax.lax.dynamic_update_slice(cache_keys, keys.astype(cache_keys.dtype), start)
+            values = jax.lax.dynamic_update_slice(cache_values, values.astype(cache_values.dtype), start)
+
+        # Query head h uses kv head h // G. Heads-major layouts keep both einsums plain batched matmuls,
+        # so the [B,KVH,S,D] cache is never transposed.
+        q = q.reshape(batch, num_tokens, self.num_kv_heads, groups, self.head_dim).transpose(0, 2, 3, 1, 4)
+        scores = jnp.einsum("bkgtd,bksd->bkgts", q, keys, preferred_element_type=jnp.float32)  # [B,KVH,G,T,S]
+        scores = scores * (1.0 / math.sqrt(self.head_dim))
+        scores = jnp.where(attn_mask[:, None, None, :, :], scores, _MASKED_SCORE)
+        probs = jax.nn.softmax(scores, axis=-1).astype(values.dtype)
+        out = jnp.einsum("bkgts,bksd->bkgtd", probs, values)  # [B,KVH,G,T,D]
+        out = out.transpose(0, 3, 1, 2, 4).reshape(batch, num_tokens, self.num_heads * self.head_dim)
+        return self.o_proj(out), (keys, values)
+
+
+class MLP(nnx.Module):
+    """SwiGLU: down(silu(gate(x)) * up(x)). x [B,T,H] -> [B,T,H]."""
+
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        dtype = cfg.jnp_dtype
+        self.gate_proj = _linear(cfg.hidden_size, cfg.mlp_size, dtype, rngs)
+        self.up_proj = _linear(cfg.hidden_size, cfg.mlp_size, dtype, rngs)
+        self.down_proj = _linear(cfg.mlp_size, cfg.hidden_size, dtype, rngs)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.down_proj(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Block(nnx.Module):
+    """Pre-norm transformer block."""
+
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        self.attn_norm = RMSNorm(cfg.hidden_size, cfg.rms_eps, cfg.jnp_dtype)
+        self.attn = Attention(cfg, rngs)
+        self.mlp_norm = RMSNorm(cfg.hidden_size, cfg.rms_eps, cfg.jnp_dtype)
+        self.mlp = MLP(cfg, rngs)
+
+    def __call__(self, x, sin, cos, attn_mask, kv_cache=None, cache_index=None):
+        """x [B,T,H] -> ([B,T,H], kv pair); see Attention.__call__ for the other arguments."""
+        attn_out, kv = self.attn(self.attn_norm(x), sin, cos, attn_mask, kv_cache, cache_index)
+        x = x + attn_out
+        x = x + self.mlp(self.mlp_norm(x))
+        return x, kv
+
+
+class Transformer(nnx.Module):
+    """Qwen3-style decoder-only language model."""
+
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        self.cfg = cfg
+        dtype = cfg.jnp_dtype
+        self.embed = nnx.Param(
+            nnx.initializers.normal(_INIT_STD)(rngs.params(), (cfg.vocab_size, cfg.hidden_size), dtype))
+        self.blocks = nnx.List([Block(cfg, rngs) for _ in range(cfg.num_layers)])
+        self.final_norm = RMSNorm(cfg.hidden_size, cfg.rms_eps, dtype)
+        if cfg.tie_embeddings:
+            self.lm_head = None
+        else:
+            self.lm_head = nnx.Param(
+                nnx.initializers.normal(_INIT_STD)(rngs.params(), (cfg.hidden_size, cfg.vocab_size), dtype))
+
+    def __call__(self, tokens: jax.Array, positions: jax.Array, attn_mask: jax.Array,
+                 kv_cache: KVCache | None = None,
+                 cache_index: jax.Array | int | None = None) -> tuple[jax.Array, KVCache]:
+        """tokens [B,T] int32, positions [B,T] int32 (RoPE positions), attn_mask [B,T,S] bool.
+
+        Returns (hidden [B,T,H] after the final norm, in the model dtype; kv cache), see
+        Attention.__call__ for the cache semantics. Use `logits` to project hidden states.
+        """
+        x = jnp.take(self.embed[...], tokens, axis=0)  # [B,T,H]
+        sin, cos = rope_sin_cos(positions, self.cfg.head_dim, self.cfg.rope_theta)
+        new_cache: KVCache = []
+        for layer_index, block in enumerate(self.blocks):
+            layer_cache = None if kv_cache is None else kv_cache[layer_index]
+            x, kv = block(x, sin, cos, attn_mask, layer_cache, cache_index)
+            new_cache.append(kv)
+        return self.final_norm(x), new_cache
+
+    def logits(self, hidden: jax.Array) -> jax.Array:
+        """hidden [..., H] -> logits [..., V] float32 (matmul accumulated in float32)."""
+        if self.lm_head is None:
+            return jnp.einsum("...h,vh->...v", hidden, self.embed[...], preferred_element_type=jnp.float32)
+        return jnp.einsum("...h,hv->...v", hidden, self.lm_head[...], preferred_element_type=jnp.float32)
+
+
+# ----------------------------------------------------------------------------------------------
+# Functional API
+# ----------------------------------------------------------------------------------------------
+
+
+def init_params(cfg: ModelConfig, seed: int) -> tuple[nnx.GraphDef, nnx.State]:
+    """Random init; returns (graphdef, params) where params is the nnx.State pytree of arrays (nnx.Param only)."""
+    model = Transformer(cfg, nnx.Rngs(params=seed))
+    graphdef, params = nnx.split(model, nnx.Param)
+    return graphdef, params
+
+
+def positions_from_valid(valid: jax.Array) -> jax.Array:
+    """valid [B,T] bool -> RoPE positions [B,T] int32 = cumsum(valid) - 1, clamped at 0 (padding before the first token)."""
+    return jnp.maximum(jnp.cumsum(valid.astype(jnp.int32), axis=1) - 1, 0)
+
+
+def causal_padding_mask(valid: jax.Array) -> jax.Array:
+    """valid [B,T] bool -> attention mask [B,T,T] bool: query t may attend key s iff s <= t and key s is valid."""
+    num_tokens = valid.shape[1]
+    causal = jnp.tril(jnp.ones((num_tokens, num_tokens), dtype=jnp.bool_))
+    return causal[None, :, :] & valid[:, None, :]
+
+
+def forward_hidden(graphdef: nnx.GraphDef, params: nnx.State, tokens: jax.Array, valid: jax.Array):
+    """Like `forward` but returns (model, hidden [B,T,H] after the final norm)."""
+    model = nnx.merge(graphdef, params)
+    hidden, _ = model(tokens, positions_from_valid(valid), causal_padding_mask(valid))
+    return model, hidden
+
+
+def forward(graphdef: nnx.GraphDef, params: nnx.State, tokens: jax.Array, valid: jax.Array) -> jax.Array:
+    """tokens [B,T] int32, valid [B,T] bool (False = padding, prompts are LEFT-padded, completions right-padded).
+
+    Positions are cumsum(valid)-1 (so a left-padded prompt starts at position 0). Attention is causal
+    and ignores invalid keys. Returns logits [B,T,V] float32.
+    """
+    model, hidden = forward_hidden(graphdef, params, tokens, valid)
+    return model.logits(hidden)
+
+
+def completion_logprobs(graphdef: nnx.GraphDef, params: nnx.State, prompt_tokens: jax.Array,
+                        prompt_valid: jax.Array, completion_tokens: jax.Array, completion_mask: jax.Array,
+                        temperature: float | jax.Array) -> tuple[jax.Array, jax.Array]:
+    """prompt_tokens/prompt_valid [B,Lp] (left-padded), completion_tokens/completion_mask [B,Lc] (right-padded).
+
+    Runs one forward over concat(prompt, completion) and returns (logprobs [B,Lc] float32,
+    entropy [B,Lc] float32 in nats): log-prob of each completion token under
+    log_softmax(logits / temperature) and the entropy of that distribution; zeros where
+    completion_mask is False. temperature <= 0 (greedy) is treated as 1. Differentiable w.r.t.
+    params and usable inside jax.jit / jax.grad.
+    """
+    prompt_len = prompt_tokens.shape[1]
+    completion_len = completion_tokens.shape[1]
+    tokens = jnp.concatenate([prompt_tokens, completion_tokens.astype(prompt_tokens.dtype)], axis=1)
+    valid = jnp.concatenate([prompt_valid, completion_mask], axis=1)
+    model, hidden = forward_hidden(graphdef, params, tokens, valid)
+    # The hidden state at index i predicts token i+1: completion token j is predicted at prompt_len-1+j.
+    hidden = hidden[:, prompt_len - 1: prompt_len - 1 + completion_len]  # [B,Lc,H]
+    logits = model.logits(hidden)  # [B,Lc,V] float32
+    temperature = jnp.asarray(temperature, dtype=jnp.float32)
+    temperature = jnp.where(temperature > 0, temperature, 1.0)
+    log_probs_all = jax.nn.log_softmax(logits / temperature, axis=-1)  # [B,Lc,V]
+    token_logprobs = jnp.take_along_axis(
+        log_probs_all, completion_tokens[..., None].astype(jnp.int32), axis=-1)[..., 0]
+    entropy = -jnp.sum(jnp.exp(log_probs_all) * log_probs_all, axis=-1)
+    zeros = jnp.zeros_like(token_logprobs)
+    return jnp.where(completion_mask, token_logprobs, zeros), jnp.where(completion_mask, entropy, zeros)
+
+
+def param_count(params: nnx.State) -> int:
+    """Total number of scalar parameters."""
+    return int(sum(leaf.size for leaf in jax.tree.leaves(params)))
+
+
+def matmul_param_count(cfg: ModelConfig) -> int:
+    """Parameters that take part in a matmul per token: attention + MLP projections + LM head (not the embedding lookup)."""
+    attention = cfg.hidden_size * (cfg.num_heads + 2 * cfg.num_kv_heads) * cfg.head_dim \
+        + cfg.num_heads * cfg.head_dim * cfg.hidden_size
+    mlp = 3 * cfg.hidden_size * cfg.mlp_size
+    lm_head = cfg.hidden_size * cfg.vocab_size
+    return cfg.num_layers * (attention + mlp) + lm_head
+
+
+def forward_flops_per_token(cfg: ModelConfig, context_tokens: int) -> float:
+    """Model FLOPs of one token's forward pass: 2 x matmul params (incl. LM head) + attention score/value FLOPs for
+    a context of context_tokens (2 x NH x D x context for q.k plus the same for probs.v, per layer).
+    Used for model-FLOPs utilisation (training = 3x forward)."""
+    attention_flops = cfg.num_layers * 4 * cfg.num_heads * cfg.head_dim * context_tokens
+    return float(2 * matmul_param_count(cfg) + attention_flops)

@@ -1,0 +1,368 @@
+"""Verifiable reward functions.
+
+Every reward is a pure function `fn(completion: str, example: dict) -> float`
+with a value in [0, 1]. `completion` is the decoded model output (text after
+the prompt, up to the first EOS); `example` is the dataset row, with at least
+"prompt" and "answer" (str) and, for countdown, "numbers" (list of int) and
+"target" (int).
+
+Rewards are registered by name in REWARDS; a run's reward spec is a list of
+(name, weight) pairs, combined by `score`.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import string
+from collections import Counter
+from collections.abc import Callable
+from fractions import Fraction
+
+import numpy as np
+
+RewardFn = Callable[[str, dict], float]
+
+# A number: optional minus sign directly before the digits, optional thousands
+# separators ("1,234"), optional decimal part. "3-5" therefore reads as 3, -5.
+_NUMBER_PATTERN = r"-?\d+(?:,\d{3})*(?:\.\d+)?"
+_NUMBER_RE = re.compile(_NUMBER_PATTERN)
+# GSM8K final answer marker: "#### 42", "####42", "#### $1,200".
+_GSM8K_RE = re.compile(r"####\s*\$?\s*(" + _NUMBER_PATTERN + r")")
+
+_COUNTDOWN_CHARS = frozenset("0123456789+-*/() ")
+_COUNTDOWN_MAX_CHARS = 200
+_COUNTDOWN_OPERATORS = (ast.Add, ast.Sub, ast.Mult, ast.Div)
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _parse_number(text: str) -> Fraction | None:
+    """Returns `text` (one number as matched by _NUMBER_RE) as an exact Fraction."""
+    try:
+        return Fraction(text.replace(",", ""))
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+def last_number(text: str) -> Fraction | None:
+    """Returns the last number in `text`, or None if it has none."""
+    matches = _NUMBER_RE.findall(text)
+    return _parse_number(matches[-1]) if matches else None
+
+
+def gsm8k_number(text: str) -> Fraction | None:
+    """Returns the number after the last "####" marker in `text`, or None."""
+    matches = _GSM8K_RE.findall(text)
+    return _parse_number(matches[-1]) if matches else None
+
+
+def answer_number(answer: str) -> Fraction | None:
+    """Returns the reference number of an answer string, or None if not numeric.
+
+    A GSM8K answer ("...reasoning... #### 72") gives the number after "####";
+    otherwise the whole stripped answer must be one number ("32", "1,200", "-4.5").
+    """
+    if "####" in answer:
+        return gsm8k_number(answer)
+    stripped = answer.strip()
+    if _NUMBER_RE.fullmatch(stripped):
+        return _parse_number(stripped)
+    return None
+
+
+def answer_alphabet(answer: str) -> frozenset[str]:
+    """Returns the characters a completion for `answer` may reasonably use.
+
+    The union of the character classes present in the answer: all digits if it
+    has a digit, all lowercase letters if it has one, all uppercase letters if it
+    has one; any other character of the answer is allowed as itself.
+    """
+    allowed = set()
+    for char in answer:
+        if char in string.digits:
+            allowed.update(string.digits)
+        elif char in string.ascii_lowercase:
+            allowed.update(string.ascii_lowercase)
+        elif char in string.ascii_uppercase:
+            allowed.update(string.ascii_uppercase)
+        else:
+            allowed.add(char)
+    return frozenset(allowed)
+
+
+def _as_fraction(value) -> Fraction:
+    """Returns an int, Fraction or numeric string as a Fraction."""
+    if isinstance(value, (int, Fraction)) and not isinstance(value, bool):
+        return Fraction(value)
+    return Fraction(str(value))
+
+
+def _countdown_fields(example: dict) -> tuple[list[int], Fraction]:
+    """Returns (numbers, target) of a countdown example; ValueError if absent."""
+    if "numbers" not in example or "target" not in example:
+        raise ValueError(
+            "countdown rewards need 'numbers' (list of int) and 'target' (int) in the example; "
+            f"got fields {sorted(example)}"
+        )
+    return [int(number) for number in example["numbers"]], _as_fraction(example["target"])
+
+
+def _expression_constants(node: ast.AST) -> list[int] | None:
+    """Returns the integer constants of an allowed expression tree, or None.
+
+    Allowed: int literals and binary + - * / (parentheses only group; no unary
+    minus, no names, calls, attributes, powers or any other node).
+    """
+    if isinstance(node, ast.Expression):
+        return _expression_constants(node.body)
+    if isinstance(node, ast.Constant):
+        value = node.value
+        if isinstance(value, int) and not isinstance(value, bool):
+            return [value]
+        return None
+    if isinstance(node, ast.BinOp) and isinstance(node.op, _COUNTDOWN_OPERATORS):
+        left = _expression_constants(node.left)
+        right = _expression_constants(node.right)
+        if left is None or right is None:
+            return None
+        return left + right
+    return None
+
+
+def _evaluate(node: ast.AST) -> Fraction:
+    """Evaluates a tree accepted by _expression_constants exactly (ZeroDivisionError on /0)."""
+    if isinstance(node, ast.Expression):
+        return _evaluate(node.body)
+    if isinstance(node, ast.Constant):
+        return Fraction(node.value)
+    left = _evaluate(node.left)
+    right = _evaluate(node.right)
+    if isinstance(node.op, ast.Add):
+        return left + right
+    if isinstance(node.op, ast.Sub):
+        return left - right
+    if isinstance(node.op, ast.Mult):
+        return left * right
+    return left / right
+
+
+def countdown_value(expression: str, numbers: list[int]) -> Fraction | None:
+    """Returns the exact value of a countdown expression, or None if it is not allowed.
+
+    Allowed: the stripped text uses only digits, spaces, + - * / and parentheses
+    (at most 200 characters), parses (with `ast`, never eval) as binary
+    operations over integer literals, every literal is one of `numbers` and no
+    number is used more often than it appears in `numbers`, and no division by
+    zero occurs. Not every number has to be used.
+    """
+    text = expression.strip()
+    if not text or len(text) > _COUNTDOWN_MAX_CHARS or not set(text) <= _COUNTDOWN_CHARS:
+        return None
+    try:
+        tree = ast.parse(text, mode="eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    try:
+        used = _expression_constants(tree)
+    except RecursionError:
+        return None
+    if used is None or not Counter(used) <= Counter(numbers):
+        return None
+    try:
+        return _evaluate(tree)
+    except (ZeroDivisionError, RecursionError):
+        return None
+
+
+# ---------------------------------------------------------------- rewards
+
+
+def exact_match(completion: str, example: dict) -> float:
+    """1.0 if the stripped completion equals the stripped answer, else 0.0."""
+    return float(completion.strip() == example["answer"].strip())
+
+
+def prefix_match(completion: str, example: dict) -> float:
+    """Partial credit: position-wise character matches, aligned at the start.
+
+    With c = stripped completion and a = stripped answer:
+
+        matches = #{i < min(len(c), len(a)) : c[i] == a[i]}
+        reward  = matches / max(len(c), len(a))        (1.0 if both are empty)
+
+    Characters beyond the answer's length only grow the denominator, so
+    stopping at the right length matters: for a = "dcba", "dcba" -> 1,
+    "dcb" -> 3/4, "dxba" -> 3/4, "dcbaa" -> 4/5, "abcd" -> 0.
+    """
+    c = completion.strip()
+    a = example["answer"].strip()
+    if not c and not a:
+        return 1.0
+    matches = sum(1 for c_char, a_char in zip(c, a) if c_char == a_char)
+    return matches / max(len(c), len(a))
+
+
+def alphabet_match(completion: str, example: dict) -> float:
+    """Partial credit for using the answer's alphabet and length (dense early signal).
+
+    With c = stripped completion, a = stripped answer, and in_alphabet = number
+    of characters of c in answer_alphabet(a) (digits for numbers, lowercase
+    letters for words, ...):
+
+        reward = min(in_alphabet, len(a)) / max(len(c), len(a))   (1.0 if both empty)
+
+    E.g. a = "32": "57" -> 1, "5" -> 1/2, "5x" -> 1/2, "5789" -> 2/4.
+    """
+    c = completion.strip()
+    a = example["answer"].strip()
+    if not c and not a:
+        return 1.0
+    allowed = answer_alphabet(a)
+    in_alphabet = sum(1 for char in c if char in allowed)
+    return min(in_alphabet, len(a)) / max(len(c), len(a))
+
+
+def char_overlap(completion: str, example: dict) -> float:
+    """Partial credit for using the answer's characters, in any order.
+
+    With c = stripped completion, a = stripped answer and overlap = size of the
+    multiset intersection of their characters:
+
+        reward = overlap / max(len(c), len(a))        (1.0 if both are empty)
+
+    E.g. a = "dcba": "abcd" -> 1, "aabb" -> 2/4, "dcbaxy" -> 4/6, "d" -> 1/4.
+    For copy/reverse/sort the answer's characters are the prompt word's, so this
+    rewards attending to the prompt before the order is right.
+    """
+    c = completion.strip()
+    a = example["answer"].strip()
+    if not c and not a:
+        return 1.0
+    overlap = sum((Counter(c) & Counter(a)).values())
+    return overlap / max(len(c), len(a))
+
+
+def numeric_match(completion: str, example: dict) -> float:
+    """1.0 if the last number in the completion equals the answer's number.
+
+    The answer's number is given by answer_number (a plain number, or the
+    number after "####"); 0.0 if either side has no number. Equality is exact
+    ("32.0" equals "32"; "1,200" equals "1200").
+    """
+    expected = answer_number(example["answer"])
+    got = last_number(completion)
+    return float(expected is not None and got is not None and got == expected)
+
+
+def gsm8k_format(completion: str, example: dict) -> float:
+    """1.0 if the completion contains a GSM8K final answer "#### <number>", else 0.0."""
+    return float(_GSM8K_RE.search(completion) is not None)
+
+
+def gsm8k_answer(completion: str, example: dict) -> float:
+    """1.0 if the number after the completion's last "####" equals the answer's number.
+
+    The answer may be a plain number or a full GSM8K answer ending "#### N".
+    """
+    expected = answer_number(example["answer"])
+    got = gsm8k_number(completion)
+    return float(expected is not None and got is not None and got == expected)
+
+
+def countdown(completion: str, example: dict) -> float:
+    """1.0 if the stripped completion is an allowed expression (see countdown_value)
+    over example["numbers"] that evaluates exactly to example["target"], else 0.0.
+    """
+    numbers, target = _countdown_fields(example)
+    value = countdown_value(completion, numbers)
+    return float(value is not None and value == target)
+
+
+def countdown_partial(completion: str, example: dict) -> float:
+    """Partial credit for countdown: 0 for a disallowed expression, otherwise
+
+        reward = 0.25 + 0.75 * max(0, 1 - |value - target| / max(|target|, 1))
+
+    so any allowed expression over the given numbers earns 0.25 and the exact
+    solution earns 1.0. E.g. numbers [3, 5, 7], target 22: "3*5+7" -> 1,
+    "3+5+7" (15) -> 0.25 + 0.75 * (1 - 7/22), "9" -> 0.
+    """
+    numbers, target = _countdown_fields(example)
+    value = countdown_value(completion, numbers)
+    if value is None:
+        return 0.0
+    closeness = max(Fraction(0), 1 - abs(value - target) / max(abs(target), Fraction(1)))
+    return float(Fraction(1, 4) + Fraction(3, 4) * closeness)
+
+
+REWARDS: dict[str, RewardFn] = {
+    "exact_match": exact_match,
+    "prefix_match": prefix_match,
+    "alphabet_match": alphabet_match,
+    "char_overlap": char_overlap,
+    "numeric_match": numeric_match,
+    "gsm8k_format": gsm8k_format,
+    "gsm8k_answer": gsm8k_answer,
+    "countdown": countdown,
+    "countdown_partial": countdown_partial,
+}
+REWARD_NAMES: tuple[str, ...] = tuple(REWARDS)
+
+
+def check_specs(specs: list[tuple[str, float]]) -> None:
+    """Raises ValueError unless specs is a non-empty list of (known name, finite weight)
+    with no name repeated."""
+    if not specs:
+        raise ValueError("reward specs are empty; give at least one (name, weight)")
+    seen = set()
+    for name, weight in specs:
+        if name not in REWARDS:
+            raise ValueError(f"unknown reward {name!r}; known: {', '.join(REWARD_NAMES)}")
+        if name in seen:
+            raise ValueError(f"reward {name!r} is listed twice")
+        if not np.isfinite(weight):
+            raise ValueError(f"reward {name!r} has non-finite weight {weight!r}")
+        seen.add(name)
+
+
+def score(
+    completions: list[str], examples: list[dict], specs: list[tuple[str, float]]
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Scores N completions against their examples.
+
+    Args:
+      completions: N decoded completions.
+      examples: the N matching examples (completion i is scored against example i).
+      specs: (reward name, weight) pairs, names from REWARD_NAMES, each at most once.
+
+    Returns:
+      total: [N] float32, sum over specs of weight * reward.
+      components: reward name -> [N] float32 unweighted reward values in [0, 1].
+    """
+    if len(completions) != len(examples):
+        raise ValueError(f"{len(completions)} completions but {len(examples)} examples")
+    check_specs(specs)
+    total = np.zeros(len(completions), dtype=np.float32)
+    components = {}
+    for name, weight in specs:
+        reward_fn = REWARDS[name]
+        values = np.array(
+            [reward_fn(completion, example) for completion, example in zip(completions, examples)],
+            dtype=np.float32,
+        )
+        components[name] = values
+        total += np.float32(weight) * values
+    return total, components
+
+
+def is_correct(completion: str, example: dict) -> bool:
+    """The accuracy criterion.
+
+    Countdown examples (with "numbers" and "target"): the countdown verifier.
+    Otherwise: exact match (stripped), or, for a numeric answer, numeric_match.
+    """
+    if "numbers" in example and "target" in example:
+        return countdown(completion, example) == 1.0
+    return exact_match(completion, example) == 1.0 or numeric_match(completion, example) == 1.0

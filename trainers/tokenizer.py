@@ -1,0 +1,82 @@
+"""Character-level tokenizer for the built-in tasks.
+
+Id layout (vocab_size 100, fits the smallest model preset's vocab of 128):
+
+    0 PAD, 1 BOS, 2 EOS, 3 UNK, 4 "\\n", 5..99 printable ASCII 32..126 (" " .. "~")
+
+Ids a model may sample outside this range (100..vocab-1 of a larger model
+vocabulary) decode like UNK, to the replacement character U+FFFD, so they
+count as wrong characters in every reward.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+PAD_ID = 0
+BOS_ID = 1
+EOS_ID = 2
+UNK_ID = 3
+_FIRST_CHAR_ID = 4
+_CHARS = "\n" + "".join(chr(code) for code in range(32, 127))
+UNKNOWN_CHAR = "\ufffd"
+
+
+class CharTokenizer:
+    """Maps each character to one id; unknown characters map to UNK."""
+
+    def __init__(self) -> None:
+        self._id_of_char = {char: _FIRST_CHAR_ID + index for index, char in enumerate(_CHARS)}
+        self._char_of_id = {token_id: char for char, token_id in self._id_of_char.items()}
+
+    @property
+    def vocab_size(self) -> int:
+        return _FIRST_CHAR_ID + len(_CHARS)
+
+    @property
+    def pad_id(self) -> int:
+        return PAD_ID
+
+    @property
+    def bos_id(self) -> int:
+        return BOS_ID
+
+    @property
+    def eos_id(self) -> int:
+        return EOS_ID
+
+    @property
+    def unk_id(self) -> int:
+        return UNK_ID
+
+    def encode(self, text: str, add_bos: bool = True) -> list[int]:
+        """Returns the ids of `text`, one per character, with BOS first if add_bos.
+
+        No EOS is appended: prompts end where the completion begins.
+        """
+        ids = [BOS_ID] if add_bos else []
+        ids.extend(self._id_of_char.get(char, UNK_ID) for char in text)
+        return ids
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Returns the text of `ids` up to (not including) the first EOS.
+
+        PAD and BOS are skipped; UNK and ids outside the vocabulary become U+FFFD.
+        Accepts any iterable of ints (a list, a 1-D numpy or jax array).
+        """
+        chars = []
+        for token_id in ids:
+            token_id = int(token_id)
+            if token_id == EOS_ID:
+                break
+            if token_id in (PAD_ID, BOS_ID):
+                continue
+            chars.append(self._char_of_id.get(token_id, UNKNOWN_CHAR))
+        return "".join(chars)
+
+
+def get_tokenizer(name: str = "char") -> CharTokenizer:
+    """Returns the tokenizer called `name`; only "char" exists."""
+    if name == "char":
+        return CharTokenizer()
+    raise ValueError(f"unknown tokenizer {name!r}; known: 'char'")
