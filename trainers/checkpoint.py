@@ -32,7 +32,7 @@ class Checkpointer:
         if best_metric is not None:
             policies.append(BestN(
                 get_metric_fn=lambda metrics: metrics[best_metric],
-                reverse=best_mode == "max",
+                reverse=best_mode == "min",  # BestN keeps the tail of the sorted list
                 n=1,
                 keep_checkpoints_without_metrics=False,
             ))
