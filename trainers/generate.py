@@ -103,8 +103,7 @@ def _generate_jit(graphdef: nnx.GraphDef, params: nnx.State, prompt_tokens: jax.
     prompt_valid = prompt_valid.astype(jnp.bool_)
     hidden, prompt_kv = model(prompt_tokens, model_lib.positions_from_valid(prompt_valid),
                               model_lib.causal_padding_mask(prompt_valid))
-    pad_slots = ((0, 0), (0, 0), (0, max_new), (0, 0))
-    kv_cache = [(jnp.pad(k, pad_slots), jnp.pad(v, pad_slots)) for k, v in prompt_kv]  # each [B,KVH,S,D]
+    kv_cache = model_lib.extend_kv_cache(prompt_kv, max_new)  # S = Lp + N slots
     slot_valid = jnp.concatenate([prompt_valid, jnp.zeros((batch, max_new), jnp.bool_)], axis=1)  # [B,S]
     prompt_lengths = jnp.sum(prompt_valid, axis=1, dtype=jnp.int32)  # [B] = position of the first new token
 
