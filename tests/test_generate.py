@@ -233,3 +233,11 @@ def test_sample_token_follows_the_distribution():
     np.testing.assert_allclose(frequencies, probs, atol=0.015)
     assert frequencies[1] == 0  # zero-probability token never drawn
     np.testing.assert_allclose(np.asarray(logprobs), np.log(probs[np.asarray(tokens)]), atol=1e-5)
+
+
+def test_rejects_right_padded_prompts(model, prompts):
+    graphdef, params = model
+    tokens, valid = prompts
+    with pytest.raises(ValueError, match="LEFT-padded"):
+        generate_lib.generate(graphdef, params, tokens[:, ::-1], valid[:, ::-1], jax.random.key(0),
+                              SamplingParams(max_new_tokens=MAX_NEW))

@@ -164,6 +164,12 @@ def generate(graphdef: nnx.GraphDef, params: nnx.State, prompt_tokens, prompt_va
     (number of valid prompt tokens of b) + i, so `model.completion_logprobs` on
     (prompt, result.tokens, result.mask) reproduces result.logprobs. Returns numpy arrays.
     """
+    if sampling.max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {sampling.max_new_tokens}")
+    last_column_valid = np.asarray(prompt_valid)[:, -1]
+    if not np.all(last_column_valid):
+        raise ValueError("prompts must be LEFT-padded: prompt_valid[:, -1] is False for rows "
+                         f"{np.flatnonzero(~last_column_valid.astype(bool)).tolist()}")
     tokens, logprobs, mask, lengths, decode_steps = _generate_jit(
         graphdef, params, jnp.asarray(prompt_tokens, jnp.int32), jnp.asarray(prompt_valid, jnp.bool_),
         rng_key, sampling)

@@ -27,7 +27,7 @@ from flax import nnx
 # [B, KVH, S, D]. With these layouts both attention einsums are plain batched matmuls
 # ([G,D] x [D,S] and [G,S] x [S,D] per batch row and kv head), so XLA never transposes the cache;
 # a [B, S, KVH, D] cache costs a transpose of the whole cache per layer and decode step, and
-# [B, KVH, S, D] keys make the q.k matmul ~2x slower on CPU.
+# [B, KVH, S, D] keys make the single-query q.k matmul ~1.5x slower on CPU.
 KVCache = list[tuple[jax.Array, jax.Array]]
 
 _MASKED_SCORE = float(jnp.finfo(jnp.float32).min)  # finite: fully-masked rows give a uniform softmax, no NaN
@@ -164,7 +164,8 @@ class Attention(nnx.Module):
         Without kv_cache the keys are this call's own tokens (S = T) and the returned pair is this
         call's (keys [B,KVH,D,T], values [B,KVH,T,D]). With kv_cache (keys [B,KVH,D,S], values
         [B,KVH,S,D]) this call's keys/values are written at slots cache_index .. cache_index+T-1
-        (cache_index a scalar) and attention runs over all S slots; the updated cache is returned. Returns (output [B,T,H], kv pair).
+        (cache_index a scalar) and attention runs over all S slots; the updated cache is returned.
+        Returns (output [B,T,H], kv pair).
         """
         batch, num_tokens, _ = x.shape
         groups = self.num_heads // self.num_kv_heads
@@ -285,7 +286,7 @@ def extend_kv_cache(kv_cache: KVCache, extra_slots: int) -> KVCache:
 
 
 def positions_from_valid(valid: jax.Array) -> jax.Array:
-    """valid [B,T] bool -> RoPE positions [B,T] int32 = cumsum(valid) - 1, clamped at 0 (padding before the first token)."""
+    """valid [B,T] bool -> RoPE positions [B,T] int32 = cumsum(valid) - 1, clamped at 0 (left padding)."""
     return jnp.maximum(jnp.cumsum(valid.astype(jnp.int32), axis=1) - 1, 0)
 
 
@@ -297,7 +298,8 @@ def causal_padding_mask(valid: jax.Array) -> jax.Array:
 
 
 def forward_hidden(graphdef: nnx.GraphDef, params: nnx.State, tokens: jax.Array, valid: jax.Array):
-    """Like `forward` but returns (model, hidden [B,T,H] after the final norm)."""
+    """Like `forward` but returns (model, hidden [B,T,H] after the final norm, model dtype); use
+    model.logits(hidden[...]) to project only the positions that are needed."""
     model = nnx.merge(graphdef, params)
     hidden, _ = model(tokens, positions_from_valid(valid), causal_padding_mask(valid))
     return model, hidden
@@ -348,7 +350,7 @@ def param_count(params: nnx.State) -> int:
 
 
 def matmul_param_count(cfg: ModelConfig) -> int:
-    """Parameters that take part in a matmul per token: attention + MLP projections + LM head (not the embedding lookup)."""
+    """Parameters used in a matmul per token: attention + MLP projections + LM head (not the embedding lookup)."""
     attention = cfg.hidden_size * (cfg.num_heads + 2 * cfg.num_kv_heads) * cfg.head_dim \
         + cfg.num_heads * cfg.head_dim * cfg.hidden_size
     mlp = 3 * cfg.hidden_size * cfg.mlp_size
