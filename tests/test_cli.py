@@ -79,3 +79,26 @@ def test_run_writes_metrics_checkpoints_and_summary(tmp_path):
 def test_help_describes_commands():
     out = cli("run", "--help")
     assert out.returncode == 0 and "--set" in out.stdout and "resume" in out.stdout
+
+
+def test_ctrl_c_pauses_with_a_checkpoint_and_exit_0(tmp_path):
+    import signal
+    import time
+
+    out_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "trainers", "run", "configs/demo.yaml", "--out", str(out_dir),
+         "--set", "train.max_steps=100000", "--set", "checkpoint.every_steps=0", "--set", "eval.every_steps=0"],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    metrics = out_dir / "metrics.jsonl"
+    deadline = time.time() + 300
+    while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 2):
+        assert proc.poll() is None and time.time() < deadline
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stderr[-2000:]
+    assert stdout.startswith("paused: step ")
+    step = int(stdout.split()[2].rstrip(","))
+    assert os.listdir(out_dir / "checkpoints") == [str(step)]
+    assert len(metrics.read_text().splitlines()) == step

@@ -1,0 +1,44 @@
+"""The control object: pause = checkpoint then return; stop = return without a checkpoint."""
+
+import os
+
+from trainers.config import parse_config
+from trainers.hooks import Action, Control, Hooks
+from trainers.trainer import train
+
+RAW = {"model": {"preset": "tiny"}, "data": {"task": "copy", "train_prompts": 32, "eval_prompts": 0},
+       "batch": {"prompts_per_step": 4}, "grpo": {"num_generations": 2, "beta": 0.0},
+       "train": {"max_steps": 6}, "checkpoint": {"every_steps": 0}}
+
+
+class AfterSteps(Control):
+    def __init__(self, steps, action):
+        self.steps, self.action, self.seen = steps, action, 0
+
+    def poll(self):
+        self.seen += 1
+        return self.action if self.seen > self.steps else Action.CONTINUE
+
+
+class Steps(Hooks):
+    def __init__(self):
+        self.steps = []
+
+    def on_step(self, step, metrics):
+        self.steps.append(step)
+
+
+def test_pause_checkpoints_then_returns_and_a_rerun_continues(tmp_path):
+    hooks = Steps()
+    result = train(parse_config(RAW), str(tmp_path), hooks, AfterSteps(2, Action.PAUSE))
+    assert result.status == "paused" and result.final_step == 2 and hooks.steps == [1, 2]
+    assert os.listdir(tmp_path / "checkpoints") == ["2"]
+    again = Steps()
+    result = train(parse_config(RAW), str(tmp_path), again)
+    assert result.status == "succeeded" and again.steps == [3, 4, 5, 6]
+
+
+def test_stop_returns_cancelled_without_a_checkpoint(tmp_path):
+    result = train(parse_config(RAW), str(tmp_path), Steps(), AfterSteps(1, Action.STOP))
+    assert result.status == "cancelled" and result.final_step == 1
+    assert os.listdir(tmp_path / "checkpoints") == []
