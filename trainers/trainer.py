@@ -81,9 +81,9 @@ def sampling_params(config: ExperimentConfig, tokenizer: Any, temperature: float
     )
 
 
-def _stack(arrays: dict[str, np.ndarray], micro: tuple) -> dict[str, np.ndarray]:
-    """Slice each [N, ...] array by the update's micro-batches and stack to [A, M, ...]."""
-    return {k: np.stack([v[s.start:s.stop] for s in micro]) for k, v in arrays.items()}
+def _stack(arrays: dict[str, np.ndarray], micro_batches: tuple) -> dict[str, np.ndarray]:
+    """Slice each step-level [N, ...] array by an update's micro-batches and stack to [A, M, ...]."""
+    return {k: np.stack([v[m.start:m.stop] for m in micro_batches]) for k, v in arrays.items()}
 
 
 @dataclasses.dataclass
@@ -198,17 +198,21 @@ class GRPOTrainer:
             arrays["old_logprobs"] = self._logprobs(self.state.params, r)
         if self.plan.needs_reference:
             arrays["ref_logprobs"] = self._logprobs(self.ref_params, r)
+        # Loss weights are normalised over each mini-batch (the same partition in every pass).
+        aggregation = self.config.grpo.loss_aggregation
+        weights = np.zeros(r.completion_mask.shape, np.float32)
+        metric_weights = np.zeros(r.completion_mask.shape, np.float32)
+        for update in self.plan.updates()[: self.plan.mini_batches_per_iteration]:
+            s = update.sequences
+            weights[s.start:s.stop] = token_weights(r.completion_mask[s.start:s.stop], aggregation)
+            metric_weights[s.start:s.stop] = token_weights(r.completion_mask[s.start:s.stop], "token-mean")
+        arrays["weights"], arrays["metric_weights"] = weights, metric_weights
         sums: dict[str, float] = {}
         updates = self.plan.updates()
         for i, update in enumerate(updates):
             if i > 0 and self.control.poll() is Action.STOP:
                 return None
-            s = update.sequences
-            mask = r.completion_mask[s.start:s.stop]
-            batch_arrays = {k: v[s.start:s.stop] for k, v in arrays.items()}
-            batch_arrays["weights"] = token_weights(mask, self.config.grpo.loss_aggregation)
-            batch_arrays["metric_weights"] = token_weights(mask, "token-mean")
-            batch = _stack(batch_arrays, split_sequences(s.size, self.plan.train_micro_batch_sequences))
+            batch = _stack(arrays, update.micro_batches)
             params, opt_state, metrics = self.update_fn(self.state.params, self.state.opt_state, batch)
             self.state.params, self.state.opt_state = params, opt_state
             for k, v in metrics.items():
