@@ -2,6 +2,8 @@
 
 import os
 
+import pytest
+
 from trainers.config import parse_config
 from trainers.hooks import Action, Control, Hooks
 from trainers.trainer import train
@@ -42,3 +44,17 @@ def test_stop_returns_cancelled_without_a_checkpoint(tmp_path):
     result = train(parse_config(RAW), str(tmp_path), Steps(), AfterSteps(1, Action.STOP))
     assert result.status == "cancelled" and result.final_step == 1
     assert os.listdir(tmp_path / "checkpoints") == []
+
+
+def test_reported_learning_rate_follows_warmup(tmp_path):
+    """Warmup over 2 steps x 2 updates/step: the last update of step k uses rate lr * (2k - 1) / 4."""
+    raw = {**RAW, "batch": {"prompts_per_step": 4, "mini_batch_prompts": 2}, "train": {"max_steps": 3},
+           "optimizer": {"learning_rate": 0.01, "warmup_steps": 2}}
+    rates = []
+
+    class Rates(Hooks):
+        def on_step(self, step, metrics):
+            rates.append(metrics["learning_rate"])
+
+    train(parse_config(raw), str(tmp_path), Rates())
+    assert rates == pytest.approx([0.0025, 0.0075, 0.01], abs=1e-9)

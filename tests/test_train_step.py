@@ -52,7 +52,7 @@ def test_micro_batches_of_two_match_the_full_batch(aggregation):
     batch["ref_logprobs"] = batch["old_logprobs"] - 0.1
     batch["weights"] = token_weights(batch["completion_mask"], aggregation)
     batch["metric_weights"] = token_weights(batch["completion_mask"], "token-mean")
-    update = make_update_fn(graphdef, optimizer, schedule, loss_cfg, 1.0, use_old_logprobs=True)
+    update = make_update_fn(graphdef, optimizer, loss_cfg, 1.0, use_old_logprobs=True)
 
     copy = lambda tree: jax.tree.map(lambda x: x.copy(), tree)  # noqa: E731 (updates donate their inputs)
     full_params, _, full_metrics = update(copy(params), optimizer.init(params), _stack(batch, 8))
@@ -79,7 +79,7 @@ def test_positive_advantage_makes_its_completion_more_likely():
     logprob_fn = make_logprob_fn(graphdef, 1.0)
     args = (batch["prompt_tokens"], batch["prompt_valid"], batch["completion_tokens"], batch["completion_mask"])
     before = np.asarray(logprob_fn(params, *args)).sum(axis=1)
-    update = make_update_fn(graphdef, optimizer, schedule, LossConfig(), 1.0, use_old_logprobs=False)
+    update = make_update_fn(graphdef, optimizer, LossConfig(), 1.0, use_old_logprobs=False)
     new_params, _, _ = update(jax.tree.map(lambda x: x.copy(), params), optimizer.init(params), _stack(batch, 2))
     after = np.asarray(logprob_fn(new_params, *args)).sum(axis=1)
     assert after[0] > before[0] and after[1] < before[1]

@@ -12,6 +12,8 @@ import os
 import time
 from typing import Any
 
+import yaml
+
 from trainers.hooks import Hooks, RunInfo, TrainResult
 
 
@@ -47,8 +49,6 @@ class RunFilesHooks(Hooks):
 
     def on_start(self, info: RunInfo) -> None:
         with open(os.path.join(self.run_dir, "config.yaml"), "w", encoding="utf-8") as f:
-            import yaml
-
             yaml.safe_dump(info.config, f, sort_keys=False)
         if info.start_step == 0:  # a fresh run: nothing from an earlier attempt survives
             for path in (self.metrics_path, self.samples_path):

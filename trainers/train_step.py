@@ -41,7 +41,6 @@ def make_logprob_fn(graphdef: Any, temperature: float) -> Callable:
 def make_update_fn(
     graphdef: Any,
     optimizer: optax.GradientTransformation,
-    schedule: optax.Schedule,
     loss_cfg: LossConfig,
     temperature: float,
     use_old_logprobs: bool,
@@ -76,18 +75,9 @@ def make_update_fn(
         zeros = (jax.tree.map(jnp.zeros_like, params), {k: jnp.zeros((), jnp.float32) for k in metric_keys})
         (grads, metrics), _ = jax.lax.scan(body, zeros, batch)
         metrics["grad_norm"] = optax.tree.norm(grads)
-        metrics["learning_rate"] = jnp.asarray(schedule(_update_count(opt_state)), jnp.float32)
         updates, opt_state = optimizer.update(grads, opt_state, params)
         params = optax.apply_updates(params, updates)
         return params, opt_state, metrics
 
     return jax.jit(update, donate_argnums=(0, 1))
 
-
-def _update_count(opt_state) -> jax.Array:
-    """The optimizer's own update counter (the schedule's argument), found in its state."""
-    counts = [
-        leaf for path, leaf in jax.tree_util.tree_flatten_with_path(opt_state)[0]
-        if any(getattr(k, "name", None) == "count" for k in path)
-    ]
-    return counts[0] if counts else jnp.zeros((), jnp.int32)

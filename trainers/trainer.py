@@ -124,7 +124,7 @@ class GRPOTrainer:
         self.logprob_temperature = config.rollout.temperature or 1.0
         self.logprob_fn = make_logprob_fn(self.graphdef, self.logprob_temperature)
         self.update_fn = make_update_fn(
-            self.graphdef, self.optimizer, self.schedule, self.loss_cfg, self.logprob_temperature,
+            self.graphdef, self.optimizer, self.loss_cfg, self.logprob_temperature,
             self.plan.needs_old_logprobs,
         )
         c = config.checkpoint
@@ -218,7 +218,9 @@ class GRPOTrainer:
             for k, v in metrics.items():
                 sums[k] = sums.get(k, 0.0) + float(v)
         out = {k: v / len(updates) for k, v in sums.items()}
-        out["learning_rate"] = float(metrics["learning_rate"])
+        # The rate of this step's last update: the schedule counts optimizer updates from 0.
+        last_update = (self.state.step + 1) * self.plan.optimizer_updates_per_step - 1
+        out["learning_rate"] = float(self.schedule(last_update))
         return out
 
     def evaluate(self) -> dict[str, float]:
