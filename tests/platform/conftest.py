@@ -1,0 +1,39 @@
+"""Fixtures shared by the platform tests: users, logged-in clients, a tiny valid config."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+from django.contrib.auth import get_user_model
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from platform_testlib import tiny_config  # noqa: E402
+
+
+@pytest.fixture(name="tiny_config")
+def tiny_config_fixture():
+    """The `tiny_config(**overrides)` function, e.g. tiny_config(train__max_steps=3)."""
+    return tiny_config
+
+
+@pytest.fixture
+def alice(db):
+    return get_user_model().objects.create_user("alice", password="alice-pass-123")
+
+
+@pytest.fixture
+def bob(db):
+    return get_user_model().objects.create_user("bob", password="bob-pass-123")
+
+
+@pytest.fixture
+def staff(db):
+    return get_user_model().objects.create_user("staff", password="staff-pass-123", is_staff=True, is_superuser=True)
+
+
+@pytest.fixture
+def alice_client(client, alice):
+    client.force_login(alice)
+    return client

@@ -1,0 +1,34 @@
+"""Helpers the platform tests import: a tiny valid config."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from django.contrib.auth import get_user_model
+
+from trainers.config import parse_config
+
+TINY_CONFIG_YAML = """
+seed: 0
+model: {preset: tiny}
+data: {task: arithmetic, train_prompts: 64, eval_prompts: 0}
+rollout: {max_new_tokens: 4}
+batch: {prompts_per_step: 4}
+grpo: {num_generations: 4, beta: 0.0}
+train: {max_steps: 6, samples_per_step: 2}
+checkpoint: {every_steps: 2, keep_last: 2}
+"""
+
+
+def tiny_config(**overrides) -> dict:
+    """A small valid config as plain data (what Experiment.config stores)."""
+    raw = yaml.safe_load(TINY_CONFIG_YAML)
+    for dotted, value in overrides.items():
+        node = raw
+        *parents, leaf = dotted.split("__")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    return parse_config(raw).model_dump(mode="json", by_alias=True)
+
+
