@@ -1,7 +1,17 @@
 #!/usr/bin/env bash
 # Create .venv (Python 3.11+, the machine's python3) and install the pinned requirements.
 # Re-running is cheap: the install is skipped while requirements.txt is unchanged.
+#   --tests   also install what only the tests need: Debian's Chromium (the browser test drives it
+#             with Playwright; Playwright's own browser download is never used: no internet here).
 set -euo pipefail
+with_tests=0
+for arg in "$@"; do
+  case "$arg" in
+    --tests) with_tests=1 ;;
+    -h|--help) sed -n '2,6p' "$0"; exit 0 ;;
+    *) echo "setup: unknown option $arg (try --help)" >&2; exit 2 ;;
+  esac
+done
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
 if [ ! -x .venv/bin/python ]; then
@@ -15,5 +25,10 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/python -m pip install --disable-pip-version-check -q --upgrade pip
   .venv/bin/python -m pip install --disable-pip-version-check -q -r requirements.txt
   echo "$want" > "$stamp"
+fi
+if [ "$with_tests" = 1 ] && ! command -v chromium >/dev/null 2>&1; then
+  echo "setup: installing Debian's chromium for the browser test"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get install -y -q chromium >/dev/null 2>&1 || { $SUDO apt-get update -q >/dev/null && $SUDO apt-get install -y -q chromium >/dev/null; }
 fi
 echo "setup: ready (.venv/bin/python)"

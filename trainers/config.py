@@ -16,8 +16,12 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
+import inspect
 import json
 import os
+import types
+import typing
 from typing import Any, Literal
 
 import yaml
@@ -25,9 +29,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 
 class _Section(BaseModel):
-    """Base for every section: unknown keys are refused, values are checked on assignment."""
+    """Base for every section: unknown keys are refused, values are checked on assignment, and
+    numbers must be finite (NaN and infinity are refused: no JSON column can store them)."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True, allow_inf_nan=False)
 
 
 class ModelSection(_Section):
@@ -121,7 +126,7 @@ class OptimizerSection(_Section):
 
 
 class TrainSection(_Section):
-    max_steps: int = Field(100, ge=1, description="Steps to run.")
+    max_steps: int = Field(100, ge=1, le=2**31 - 1, description="Steps to run.")
     samples_per_step: int = Field(4, ge=0, description="Rollout samples reported per step.")
 
 
@@ -473,3 +478,164 @@ def _check_checkpoint(config: ExperimentConfig) -> list[Problem]:
 def _one_of(value: str, names: list[str] | tuple[str, ...]) -> str:
     close = difflib.get_close_matches(value, list(names), n=1, cutoff=0.5)
     return (f"did you mean '{close[0]}'? " if close else "") + "choose one of: " + ", ".join(names)
+
+
+# ---------------------------------------------------------------------------------------------
+# Field specs: the schema described as plain data, so a form can be generated from it (the web
+# platform's experiment form has no field list of its own).
+
+
+@dataclasses.dataclass(frozen=True)
+class FieldSpec:
+    """One config field as a form needs it.
+
+    `path` is the dotted YAML path (`batch.mini_batch_prompts`; an item field of a list is just
+    its key, `name`). `kind` is one of "int", "float", "bool", "str", "choice" (a Literal: see
+    `choices`) or "list" (a list of mappings: see `item_fields`); `nullable` says whether null is
+    allowed (so "optional int" is kind "int", nullable True). `default` is JSON-able plain data.
+    `required` fields have no default (`default` is then None). `bounds` holds the numeric
+    limits among ge/gt/le/lt. `suggestions` lists the known values of
+    a free-text field (model presets, tasks, reward and metric names) - the same lists the
+    cross-field checks accept.
+    """
+
+    path: str
+    kind: str
+    nullable: bool
+    default: Any
+    description: str
+    choices: tuple[Any, ...] = ()
+    bounds: tuple[tuple[str, float], ...] = ()
+    suggestions: tuple[str, ...] = ()
+    item_fields: tuple["FieldSpec", ...] = ()
+    required: bool = False
+
+    @property
+    def key(self) -> str:
+        """The last part of the path (`mini_batch_prompts`)."""
+        return self.path.rsplit(".", 1)[-1]
+
+    @property
+    def section(self) -> str:
+        """The top-level section (`batch`), or "" for a top-level field such as `seed`."""
+        return self.path.split(".", 1)[0] if "." in self.path else ""
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain JSON-able data (for a page's script)."""
+        out = dataclasses.asdict(self)
+        out["bounds"] = dict(self.bounds)
+        out["item_fields"] = [f.as_dict() for f in self.item_fields]
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class SectionSpec:
+    """A group of fields in schema order: a section (`batch`), a top-level list (`rewards`), or
+    key "" for the top-level values (`seed`)."""
+
+    key: str
+    description: str
+    fields: tuple[FieldSpec, ...]
+
+
+def _known_values() -> dict[str, tuple[str, ...]]:
+    """Dotted path -> the names its cross-field check accepts (imported lazily, as the checks do)."""
+    from trainers.metrics import METRIC_NAMES
+    from trainers.model import PRESETS
+    from trainers.rewards import REWARD_NAMES
+    from trainers.tasks import TASKS
+
+    return {
+        "model.preset": tuple(PRESETS),
+        "data.task": tuple(TASKS),
+        "rewards.name": tuple(REWARD_NAMES),
+        "checkpoint.keep_best_metric": tuple(METRIC_NAMES),
+    }
+
+
+def _bounds(field: Any) -> tuple[tuple[str, float], ...]:
+    out = []
+    for meta in field.metadata:
+        for name in ("ge", "gt", "le", "lt"):
+            value = getattr(meta, name, None)
+            if value is not None:
+                out.append((name, value))
+    return tuple(out)
+
+
+def _field_spec(model: type[BaseModel], name: str, path: str, known: dict[str, tuple[str, ...]]) -> FieldSpec:
+    field = model.model_fields[name]
+    annotation = field.annotation
+    args = typing.get_args(annotation)
+    nullable = type(None) in args and typing.get_origin(annotation) in (typing.Union, types.UnionType)
+    if nullable:
+        rest = [a for a in args if a is not type(None)]
+        annotation = rest[0] if len(rest) == 1 else annotation
+    choices: tuple[Any, ...] = ()
+    item_fields: tuple[FieldSpec, ...] = ()
+    if typing.get_origin(annotation) is Literal:
+        kind, choices = "choice", typing.get_args(annotation)
+    elif typing.get_origin(annotation) is list:
+        (item,) = typing.get_args(annotation)
+        kind = "list"
+        item_known = {k.split(".", 1)[1]: v for k, v in known.items() if k.startswith(path + ".")}
+        item_fields = tuple(_field_spec(item, n, f.alias or n, item_known) for n, f in item.model_fields.items())
+    elif annotation in (bool, int, float, str):
+        kind = annotation.__name__
+    else:  # pragma: no cover - a new field type needs a kind here
+        raise TypeError(f"{path}: no form kind for {annotation!r}")
+    required = field.is_required()
+    default = None if required else field.get_default(call_default_factory=True)
+    if isinstance(default, list):
+        default = [d.model_dump(mode="json", by_alias=True) if isinstance(d, BaseModel) else d for d in default]
+    return FieldSpec(
+        path=path,
+        kind=kind,
+        nullable=nullable,
+        default=default,
+        description=field.description or "",
+        choices=choices,
+        bounds=_bounds(field),
+        suggestions=known.get(path, ()),
+        item_fields=item_fields,
+        required=required,
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def field_specs() -> tuple[SectionSpec, ...]:
+    """Every field of ExperimentConfig, in schema order, grouped by section.
+
+    Sections are the nested models (`model`, `data`, ..., `async`, ...) and the top-level list
+    `rewards`; top-level values (`seed`) form the section with key "" at the place of the first
+    one. Section descriptions are the section class's own docstring, if any.
+    """
+    known = _known_values()
+    sections: list[SectionSpec] = []
+    top_values: list[FieldSpec] = []
+    top_index: int | None = None
+    for name, field in ExperimentConfig.model_fields.items():
+        key = field.alias or name
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            fields = tuple(
+                _field_spec(annotation, n, f"{key}.{f.alias or n}", known) for n, f in annotation.model_fields.items()
+            )
+            doc = annotation.__dict__.get("__doc__") or field.description or ""
+            sections.append(SectionSpec(key, inspect.cleandoc(doc), fields))
+            continue
+        spec = _field_spec(ExperimentConfig, name, key, known)
+        if spec.kind == "list":
+            sections.append(SectionSpec(key, spec.description, (spec,)))
+        else:
+            if top_index is None:
+                top_index = len(sections)
+            top_values.append(spec)
+    if top_values:
+        sections.insert(top_index or 0, SectionSpec("", "", tuple(top_values)))
+    return tuple(sections)
+
+
+def iter_field_specs() -> list[FieldSpec]:
+    """Every field of `field_specs()`, flattened in order (a list field counts once)."""
+    return [f for section in field_specs() for f in section.fields]

@@ -16,9 +16,14 @@ class ApiToken(models.Model):
     def __str__(self) -> str:
         return f"token of {self.user}"
 
+    @staticmethod
+    def new_key() -> str:
+        """A fresh random key: 40 hex characters (160 bits)."""
+        return secrets.token_hex(20)
+
     @classmethod
     def for_user(cls, user, create: bool = True) -> "ApiToken | None":
         token = cls.objects.filter(user=user).first()
         if token is None and create:
-            token = cls.objects.create(user=user, key=secrets.token_hex(20))
+            token = cls.objects.create(user=user, key=cls.new_key())
         return token

@@ -1,3 +1,37 @@
-from django.urls import path
+"""The JSON API (mounted at /api/). Every endpoint takes `Authorization: Token <key>` or the
+browser session; a trailing slash is optional. See api/views.py for each one's shapes.
 
-urlpatterns: list = []
+    GET  POST       experiments                       list / create
+    GET  PUT PATCH  experiments/<id>                  detail / new config version
+    GET  POST       experiments/<id>/runs             list / launch a queued run
+    GET             runs                              ?status=&experiment=
+    GET             runs/<id>                         status and progress
+    GET             runs/<id>/metrics                 ?name=&after_step=
+    GET             runs/<id>/chart                   ?max_points=   (min/max downsampled)
+    GET             runs/<id>/samples                 ?step=
+    GET             runs/<id>/checkpoints
+    GET             runs/<id>/events                  ?after_id=&limit=
+    POST            runs/<id>/cancel|pause|resume|retry
+"""
+
+from django.urls import re_path
+
+from api import views
+from api.endpoint import not_found
+
+ID = r"(?P<pk>[0-9]{1,18})"  # ids fit a 64-bit integer; longer ones fall to the JSON 404
+
+urlpatterns = [
+    re_path(r"^experiments/?$", views.experiments, name="api-experiments"),
+    re_path(rf"^experiments/{ID}/?$", views.experiment_detail, name="api-experiment"),
+    re_path(rf"^experiments/{ID}/runs/?$", views.experiment_runs, name="api-experiment-runs"),
+    re_path(r"^runs/?$", views.runs, name="api-runs"),
+    re_path(rf"^runs/{ID}/?$", views.run_detail, name="api-run"),
+    re_path(rf"^runs/{ID}/metrics/?$", views.run_metrics, name="api-run-metrics"),
+    re_path(rf"^runs/{ID}/chart/?$", views.run_chart, name="api-run-chart"),
+    re_path(rf"^runs/{ID}/samples/?$", views.run_samples, name="api-run-samples"),
+    re_path(rf"^runs/{ID}/checkpoints/?$", views.run_checkpoints, name="api-run-checkpoints"),
+    re_path(rf"^runs/{ID}/events/?$", views.run_events, name="api-run-events"),
+    re_path(rf"^runs/{ID}/(?P<action>cancel|pause|resume|retry)/?$", views.run_action, name="api-run-action"),
+    re_path(r"", not_found),  # anything else under /api/: a JSON 404, not the site's HTML page
+]

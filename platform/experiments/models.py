@@ -9,6 +9,7 @@ through the status state machine below; every status change is a compare-and-set
 from __future__ import annotations
 
 import time
+import uuid
 from typing import Any
 
 from django.conf import settings
@@ -166,11 +167,11 @@ class Run(models.Model):
         end = self.finished_at or timezone.now()
         return (end - self.started_at).total_seconds()
 
-    def transition(self, to: str, *, attempt: int | None = None, **fields: Any) -> bool:
-        """Compare-and-set: move to `to` only from an allowed status (and, if given, only while
-        `attempt` still matches). Updates `fields` too. Returns whether this call won; on success
-        the instance is refreshed."""
-        allowed = TRANSITIONS[to]
+    def transition(self, to: str, *, attempt: int | None = None, only_from: set[str] | None = None, **fields: Any) -> bool:
+        """Compare-and-set: move to `to` only from an allowed status (narrowed further by
+        `only_from`, and, if given, only while `attempt` still matches). Updates `fields` too.
+        Returns whether this call won; on success the instance is refreshed."""
+        allowed = TRANSITIONS[to] if only_from is None else TRANSITIONS[to] & set(only_from)
         q = Q(pk=self.pk, status__in=list(allowed))
         if attempt is not None:
             q &= Q(attempt=attempt)
@@ -196,6 +197,9 @@ class MetricPoint(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "name", "step"], name="unique_metric_point")]
+        # (run, id): the chart cache reads only the rows added since its last read
+        # (experiments.metric_series); (run, name, step) above serves everything else.
+        indexes = [models.Index(fields=["run", "id"], name="metricpoint_run_id")]
 
     def __str__(self) -> str:
         return f"{self.name}@{self.step}={self.value}"
@@ -275,8 +279,9 @@ class Worker(models.Model):
 # --- what users do to runs (web, API and admin all call these) --------------------------------
 
 
-def launch_run(experiment: Experiment, max_restarts: int | None = None) -> Run:
-    """Create a queued Run from the experiment's current config and put it on the queue."""
+def launch_run(experiment: Experiment, max_restarts: int | None = None, queue: str | None = None) -> Run:
+    """Create a queued Run from the experiment's current config and put it on `queue` (default
+    settings.CELERY_TASK_DEFAULT_QUEUE; workers take the queues named by `worker --queues`)."""
     version = experiment.latest_version
     run = Run.objects.create(
         experiment=experiment,
@@ -285,8 +290,10 @@ def launch_run(experiment: Experiment, max_restarts: int | None = None) -> Run:
         status=RunStatus.QUEUED,
         max_steps=int(experiment.config.get("train", {}).get("max_steps", 0)),
         max_restarts=settings.PLATFORM_DEFAULT_MAX_RESTARTS if max_restarts is None else max_restarts,
+        queue=queue or settings.CELERY_TASK_DEFAULT_QUEUE,
     )
-    run.run_dir = f"run-{run.pk}"
+    # The suffix keeps a recreated database's run 1 from resuming an older run 1's checkpoints.
+    run.run_dir = f"run-{run.pk}-{uuid.uuid4().hex[:8]}"
     run.save(update_fields=["run_dir"])
     run.add_event(f"launched from {experiment.name} v{version.number if version else '?'}", kind="status")
     enqueue_run(run)
@@ -306,8 +313,9 @@ def enqueue_run(run: Run) -> None:
 
 def request_cancel(run: Run) -> bool:
     """queued/paused: cancelled at once. running/pausing: cancelling, the worker stops it."""
-    if run.transition(RunStatus.CANCELLED, finished_at=timezone.now()):
-        return True  # it was queued or paused
+    if run.transition(RunStatus.CANCELLED, only_from={RunStatus.QUEUED, RunStatus.PAUSED}, finished_at=timezone.now()):
+        return True  # nothing was running it
+    # Only the worker holding the run moves cancelling -> cancelled, once its trainer has stopped.
     return run.transition(RunStatus.CANCELLING)  # it was running or pausing (or a worker just took it)
 
 

@@ -19,7 +19,8 @@ BASE_DIR = REPO_ROOT
 DATA_DIR = Path(os.environ.get("PLATFORM_DATA_DIR", REPO_ROOT / "var")).resolve()
 ARTIFACTS_DIR = DATA_DIR / "runs"          # run directories: checkpoints and run files
 BROKER_DIR = DATA_DIR / "broker"           # the embedded (filesystem) Celery broker
-for _d in (DATA_DIR, ARTIFACTS_DIR):
+STATIC_ROOT_DIR = DATA_DIR / "static"
+for _d in (DATA_DIR, ARTIFACTS_DIR, STATIC_ROOT_DIR):
     _d.mkdir(parents=True, exist_ok=True)
 
 
@@ -91,7 +92,7 @@ TEMPLATES = [
 ]
 
 # --- database --------------------------------------------------------------------------------
-SQLITE_PATH = DATA_DIR / "platform.sqlite3"
+SQLITE_PATH = Path(os.environ.get("PLATFORM_SQLITE_PATH", DATA_DIR / "platform.sqlite3"))
 if os.environ.get("DATABASE_URL"):
     DATABASES = {"default": dj_database_url.parse(os.environ["DATABASE_URL"], conn_max_age=60, conn_health_checks=True)}
 else:
@@ -126,7 +127,7 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = DATA_DIR / "static"
+STATIC_ROOT = STATIC_ROOT_DIR
 # plotly.js is served from the installed plotly package (the machines have no internet: no CDN).
 STATICFILES_DIRS = [
     REPO_ROOT / "platform" / "static",

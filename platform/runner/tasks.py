@@ -1,6 +1,45 @@
-"""Celery tasks. (Stub: the runner work fills this in.)"""
+"""Celery tasks: run one attempt of a run (supervised), and the reaper.
+
+`send_run_message` is what `experiments.models.enqueue_run` calls once the queued Run is committed.
+Cancel and pause never go through Celery (no revoke, no remote control): they are statuses in the
+database that the trainer polls, enforced by the supervisor's signals.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from celery import shared_task
+
+log = logging.getLogger(__name__)
 
 
 def send_run_message(run_id: int, attempt: int, queue: str) -> None:
     """Put one 'execute run `run_id`, attempt `attempt`' message on `queue`."""
-    raise NotImplementedError
+    execute_run.apply_async(args=[run_id, attempt], queue=queue)
+
+
+@shared_task(name="runner.execute_run", acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+def execute_run(run_id: int, attempt: int) -> str:
+    """Supervise attempt `attempt` of run `run_id` (see runner.supervisor); a stale or redelivered
+    message returns at once. Returns the run's status afterwards ('' if this message did nothing)."""
+    from experiments.models import Run
+    from runner.supervisor import supervise
+    from runner.workers import shutting_down
+
+    if shutting_down():  # received while this worker stops: leave it for another worker
+        queue = Run.objects.filter(pk=run_id).values_list("queue", flat=True).first()
+        if queue:
+            send_run_message(run_id, attempt, queue)
+            log.info("run %s attempt %s: worker stopping; message put back on %s", run_id, attempt, queue)
+        return ""
+    hostname = getattr(execute_run.request, "hostname", None) or ""
+    return supervise(int(run_id), int(attempt), hostname)
+
+
+@shared_task(name="runner.reap_stale_runs", ignore_result=True)
+def reap_stale_runs_task() -> list:
+    """Recover runs whose worker was lost (see runner.recovery). Beat normally runs this in-process."""
+    from runner.recovery import reap_stale_runs
+
+    return reap_stale_runs()

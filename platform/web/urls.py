@@ -1,7 +1,45 @@
+"""The web UI's pages (the JSON API is under /api/, in the api app)."""
+
 from django.contrib.auth import views as auth_views
-from django.urls import path
+from django.urls import path, register_converter
+
+from web import views
+
+
+class IdConverter:
+    """A database id or version number: at most 18 digits, so it fits a 64-bit integer (a longer
+    one is no URL here, hence a 404, not a database overflow)."""
+
+    regex = "[0-9]{1,18}"
+
+    def to_python(self, value: str) -> int:
+        return int(value)
+
+    def to_url(self, value: int) -> str:
+        return str(value)
+
+
+register_converter(IdConverter, "web_id")
 
 urlpatterns: list = [
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("", views.index, name="index"),
+    path("experiments/", views.experiment_list, name="experiment-list"),
+    path("experiments/new/", views.experiment_create, name="experiment-new"),
+    path("experiments/import/", views.experiment_import, name="experiment-import"),
+    path("experiments/plan-preview/", views.plan_preview, name="plan-preview"),
+    path("experiments/<web_id:pk>/", views.experiment_detail, name="experiment-detail"),
+    path("experiments/<web_id:pk>/edit/", views.experiment_edit, name="experiment-edit"),
+    path("experiments/<web_id:pk>/clone/", views.experiment_clone, name="experiment-clone"),
+    path("experiments/<web_id:pk>/launch/", views.experiment_launch, name="experiment-launch"),
+    path("experiments/<web_id:pk>/config.yaml", views.experiment_export, name="experiment-export"),
+    path("experiments/<web_id:pk>/versions/", views.version_list, name="version-list"),
+    path("experiments/<web_id:pk>/versions/<web_id:number>/config.yaml", views.experiment_export,
+         name="version-export"),
+    path("experiments/<web_id:pk>/versions/<web_id:number>/restore/", views.version_restore, name="version-restore"),
+    path("experiments/<web_id:pk>/diff/", views.version_diff, name="version-diff"),
+    path("runs/", views.run_list, name="run-list"),
+    path("runs/<web_id:pk>/", views.run_detail, name="run-detail"),
+    path("runs/<web_id:pk>/<str:action>/", views.run_control, name="run-control"),
 ]

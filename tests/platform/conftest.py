@@ -12,6 +12,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from platform_testlib import tiny_config  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings):
+    """Users are created in many tests; the default hasher costs ~0.5 s each, MD5 nothing."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 @pytest.fixture(name="tiny_config")
 def tiny_config_fixture():
     """The `tiny_config(**overrides)` function, e.g. tiny_config(train__max_steps=3)."""

@@ -1,0 +1,144 @@
+"""The API's plumbing: one decorator that authenticates, checks the method, parses the body and
+turns every failure into a JSON answer, so views only do their one thing.
+
+Errors are `{"error": "message"}` (or `{"errors": {field: message}}` for invalid input) with a 4xx
+status: 400 bad input, 401 not authenticated, 403 CSRF, 404 unknown or someone else's object, 405
+wrong method, 409 an action the run's status does not allow. An unexpected exception is logged and
+answered with a JSON 500, never an HTML page.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+from typing import Any, Callable
+
+from django.core.exceptions import PermissionDenied, RequestDataTooBig, SuspiciousOperation
+from django.db import DataError
+from django.http import Http404, HttpRequest, JsonResponse
+from django.http.multipartparser import MultiPartParserError
+from django.views.decorators.csrf import csrf_exempt
+
+from api.auth import AuthError, authenticate
+
+log = logging.getLogger(__name__)
+
+INT_PARAM_LIMIT = 2**53  # query integers beyond this would overflow the databases' integers
+
+
+class ApiError(Exception):
+    """Raised anywhere under an endpoint: answered as JSON with `status`."""
+
+    def __init__(self, status: int, message: str = "", errors: dict[str, str] | None = None):
+        super().__init__(message or str(errors))
+        self.status = status
+        self.message = message
+        self.errors = errors
+
+    def response(self) -> JsonResponse:
+        body: dict[str, Any] = {}
+        if self.errors is not None:
+            body["errors"] = self.errors
+        if self.message or self.errors is None:
+            body["error"] = self.message or "error"
+        return JsonResponse(body, status=self.status)
+
+
+def error(status: int, message: str) -> JsonResponse:
+    return JsonResponse({"error": message}, status=status)
+
+
+def api_endpoint(*methods: str) -> Callable:
+    """Decorate a view `f(request, **url_kwargs) -> JsonResponse | dict` serving `methods`.
+
+    Authentication comes first (401 before anything else, so an anonymous caller learns nothing
+    about which ids exist), then the method (405 with an Allow header). A dict result is sent as
+    JSON with status 200.
+    """
+    allowed = {m.upper() for m in methods}
+    if "GET" in allowed:
+        allowed.add("HEAD")
+
+    def decorate(view: Callable) -> Callable:
+        @csrf_exempt  # token requests need none; session requests are checked in authenticate()
+        @functools.wraps(view)
+        def wrapper(request: HttpRequest, *args, **kwargs):
+            try:
+                authenticate(request)
+                if request.method not in allowed:
+                    response = error(405, f"method {request.method} not allowed here; use {', '.join(sorted(allowed))}")
+                    response["Allow"] = ", ".join(sorted(allowed))
+                    return response
+                result = view(request, *args, **kwargs)
+                return JsonResponse(result) if isinstance(result, dict) else result
+            except AuthError as exc:
+                response = error(exc.status, exc.message)
+                if exc.status == 401:
+                    response["WWW-Authenticate"] = 'Token realm="api"'
+                return response
+            except ApiError as exc:
+                return exc.response()
+            except Http404 as exc:
+                return error(404, str(exc) or "not found")
+            except PermissionDenied as exc:
+                return error(403, str(exc) or "permission denied")
+            except RequestDataTooBig:
+                return error(413, "request body too large")
+            except (SuspiciousOperation, MultiPartParserError) as exc:
+                return error(400, f"bad request: {exc}")
+            except DataError as exc:  # a value the database cannot hold (e.g. an integer out of range)
+                return error(400, f"a value is out of the database's range: {str(exc).splitlines()[0]}")
+            except Exception:  # noqa: BLE001 - an API answers JSON even for its own bugs
+                log.exception("API error on %s %s", request.method, request.path)
+                return error(500, "internal error (logged on the server)")
+
+        wrapper.api_methods = sorted(allowed - {"HEAD"})
+        return wrapper
+
+    return decorate
+
+
+def json_body(request: HttpRequest) -> dict[str, Any]:
+    """The request body as a JSON object (a form-encoded body as its flat string fields; no body
+    as {}), or ApiError 400."""
+    if request.content_type in ("multipart/form-data", "application/x-www-form-urlencoded"):
+        return dict(request.POST.items())
+    if not request.body.strip():
+        return {}
+    try:
+        data = json.loads(request.body, parse_constant=_no_constants)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ApiError(400, f"request body is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ApiError(400, f"request body must be a JSON object, got {type(data).__name__}")
+    return data
+
+
+def _no_constants(name: str):
+    raise ValueError(f"{name} is not valid JSON (no NaN or Infinity)")
+
+
+def int_param(request: HttpRequest, name: str, default: int | None, minimum: int | None = None,
+              maximum: int | None = None) -> int | None:
+    """Query parameter `name` as an int (default when absent or empty), or ApiError 400.
+    Clamped to `maximum`; below `minimum` is an error."""
+    raw = request.GET.get(name, "")
+    if raw.strip() == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ApiError(400, f"{name} must be an integer, got {raw!r}") from None
+    if abs(value) > INT_PARAM_LIMIT:
+        raise ApiError(400, f"{name}={value} is out of range")
+    if minimum is not None and value < minimum:
+        raise ApiError(400, f"{name} must be at least {minimum}, got {value}")
+    if maximum is not None:
+        value = min(value, maximum)
+    return value
+
+
+def not_found(request: HttpRequest, *args, **kwargs) -> JsonResponse:
+    """Any /api/ path that names no endpoint."""
+    return error(404, f"no API endpoint at {request.path}")

@@ -1,0 +1,159 @@
+"""What goes in and out of the API: experiment input checked against the trainer's one schema,
+and the JSON shapes of experiments, runs and what runs report."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from trainers.config import ConfigError, parse_config, parse_yaml
+
+from experiments.models import Checkpoint, Experiment, RolloutSample, Run, RunEvent
+
+NAME_MAX_CHARS = Experiment._meta.get_field("name").max_length
+
+
+class InvalidInput(Exception):
+    """{field: message} for every problem; field names are the schema's dotted paths for config
+    problems (`batch.mini_batch_prompts`), else the payload key (`name`)."""
+
+    def __init__(self, errors: dict[str, str]):
+        super().__init__(errors)
+        self.errors = errors
+
+
+def experiment_input(data: dict[str, Any], partial: bool = False) -> dict[str, Any]:
+    """Check a create/update payload: `name`, `description`, and the config as `config` (an
+    object) or `config_yaml` (YAML text). Returns the fields to set, with the config validated
+    and normalised (`parse_config(raw).model_dump(mode="json", by_alias=True)`); InvalidInput
+    otherwise. `partial` (PATCH): every field is optional."""
+    errors: dict[str, str] = {}
+    out: dict[str, Any] = {}
+    if "name" in data or not partial:
+        name = data.get("name")
+        if not isinstance(name, str) or not name.strip():
+            errors["name"] = "required: a non-empty string"
+        elif len(name.strip()) > NAME_MAX_CHARS:
+            errors["name"] = f"at most {NAME_MAX_CHARS} characters (got {len(name.strip())})"
+        else:
+            out["name"] = name.strip()
+    if "description" in data:
+        description = data["description"]
+        if description is not None and not isinstance(description, str):
+            errors["description"] = "must be a string"
+        else:
+            out["description"] = description or ""
+    has_config, has_yaml = "config" in data, "config_yaml" in data
+    if has_config and has_yaml:
+        errors["config"] = "give either config (an object) or config_yaml (YAML text), not both"
+    elif has_yaml and not isinstance(data["config_yaml"], str):
+        errors["config_yaml"] = "must be a string of YAML"
+    elif has_config or has_yaml:
+        try:
+            config = parse_yaml(data["config_yaml"]) if has_yaml else parse_config(data["config"])
+            out["config"] = config.model_dump(mode="json", by_alias=True)
+        except ConfigError as exc:
+            errors.update(exc.as_dict())
+    elif not partial:
+        errors["config"] = "required: the experiment config as an object (config) or YAML text (config_yaml)"
+    if errors:
+        raise InvalidInput(errors)
+    return out
+
+
+# --- output shapes ----------------------------------------------------------------------------
+
+
+def finite(value: float | None) -> float | None:
+    """JSON has no NaN or infinity: those become null."""
+    return value if value is None or math.isfinite(value) else None
+
+
+def experiment_summary(experiment: Experiment) -> dict[str, Any]:
+    """List entry. Expects `run_count` and `version` annotations when listed (else queries)."""
+    version = getattr(experiment, "version", None)
+    if version is None and not hasattr(experiment, "version"):
+        latest = experiment.latest_version
+        version = latest.number if latest else None
+    run_count = getattr(experiment, "run_count", None)
+    return {
+        "id": experiment.pk,
+        "name": experiment.name,
+        "description": experiment.description,
+        "owner": experiment.owner.get_username(),
+        "version": version,
+        "run_count": experiment.runs.count() if run_count is None else run_count,
+        "created_at": experiment.created_at,
+        "updated_at": experiment.updated_at,
+    }
+
+
+def experiment_detail(experiment: Experiment) -> dict[str, Any]:
+    runs = experiment.runs.select_related("experiment", "config_version").order_by("-created_at")[:100]
+    versions = experiment.versions.order_by("-number")
+    return {
+        **experiment_summary(experiment),
+        "config": experiment.config,
+        "versions": [{"number": v.number, "created_at": v.created_at, "note": v.note} for v in versions],
+        "runs": [run_detail(r) for r in runs],
+    }
+
+
+def run_detail(run: Run) -> dict[str, Any]:
+    """A run's status and progress (the experiment should be select_related)."""
+    return {
+        "id": run.pk,
+        "status": run.status,
+        "step": run.step,
+        "max_steps": run.max_steps,
+        "progress": run.progress,
+        "restarts": run.restarts,
+        "attempt": run.attempt,
+        "max_restarts": run.max_restarts,
+        "worker": run.worker_host,
+        "worker_pid": run.worker_pid,
+        "heartbeat_at": run.heartbeat_at,
+        "created_at": run.created_at,
+        "queued_at": run.queued_at,
+        "started_at": run.started_at,
+        "finished_at": run.finished_at,
+        "duration_s": run.duration_s,
+        "running_s": run.running_s,
+        "latest_reward": finite(run.latest_reward),
+        "error": run.error,
+        "params_digest": run.params_digest,
+        "config_version": run.config_version.number if run.config_version_id else None,
+        "experiment": {"id": run.experiment_id, "name": run.experiment.name},
+    }
+
+
+def sample_json(sample: RolloutSample) -> dict[str, Any]:
+    return {
+        "index": sample.index,
+        "prompt": sample.prompt,
+        "completion": sample.completion,
+        "answer": sample.answer,
+        "reward": finite(sample.reward),
+        "advantage": finite(sample.advantage),
+    }
+
+
+def checkpoint_json(checkpoint: Checkpoint) -> dict[str, Any]:
+    return {
+        "step": checkpoint.step,
+        "path": checkpoint.path,
+        "size_bytes": checkpoint.size_bytes,
+        "metrics": checkpoint.metrics,
+        "created_at": checkpoint.created_at,
+    }
+
+
+def event_json(event: RunEvent) -> dict[str, Any]:
+    return {
+        "id": event.pk,
+        "created_at": event.created_at,
+        "attempt": event.attempt,
+        "level": event.level,
+        "kind": event.kind,
+        "message": event.message,
+    }

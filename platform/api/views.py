@@ -1,0 +1,213 @@
+"""The JSON API's views: thin. `api_endpoint` authenticates and turns failures into JSON; a view
+picks what the caller may see (someone else's experiment or run answers 404, exactly like one
+that does not exist), calls one function of experiments.models / experiments.metric_series /
+api.payloads, and returns a dict. The URL list and shapes are in api/urls.py."""
+
+from __future__ import annotations
+
+import math
+import re
+
+from django.db.models import Count, Max
+from django.http import JsonResponse
+from django.shortcuts import get_object_or_404
+
+from experiments import metric_series
+from experiments import models as run_actions
+from experiments.models import Experiment, MetricPoint, RolloutSample, Run, RunStatus
+
+from api import payloads
+from api.endpoint import ApiError, api_endpoint, int_param, json_body
+
+LIST_LIMIT = 100           # default page size of the lists
+LIST_LIMIT_MAX = 1000
+SAMPLE_STEPS_LISTED = 50   # recent steps with samples that /samples names
+EVENTS_LIMIT = 200
+EVENTS_LIMIT_MAX = 1000
+MAX_RESTARTS_LIMIT = 100
+QUEUE_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
+
+def _experiment(request, pk: int) -> Experiment:
+    return get_object_or_404(Experiment.objects.visible_to(request.user).select_related("owner"), pk=pk)
+
+
+def _run(request, pk: int) -> Run:
+    runs = Run.objects.visible_to(request.user).select_related("experiment", "config_version")
+    return get_object_or_404(runs, pk=pk)
+
+
+def _created(body: dict, location: str) -> JsonResponse:
+    response = JsonResponse(body, status=201)
+    response["Location"] = location
+    return response
+
+
+def _page(request, queryset) -> tuple[list, int]:
+    limit = int_param(request, "limit", LIST_LIMIT, minimum=1, maximum=LIST_LIMIT_MAX)
+    offset = int_param(request, "offset", 0, minimum=0)
+    return list(queryset[offset:offset + limit]), queryset.count()
+
+
+# --- experiments ------------------------------------------------------------------------------
+
+
+@api_endpoint("GET", "POST")
+def experiments(request):
+    """GET: the caller's experiments (staff: everyone's), newest change first.
+    POST {"name", "config" | "config_yaml", "description"?}: 201 {"id"}, or 400 {"errors": {field: message}}."""
+    if request.method == "POST":
+        try:
+            fields = payloads.experiment_input(json_body(request))
+        except payloads.InvalidInput as exc:
+            raise ApiError(400, errors=exc.errors) from None
+        experiment = Experiment(owner=request.user, name=fields["name"], description=fields.get("description", ""))
+        version = experiment.set_config(fields["config"], user=request.user, note="created (API)")
+        return _created({"id": experiment.pk, "version": version.number}, f"/api/experiments/{experiment.pk}")
+    queryset = (Experiment.objects.visible_to(request.user).select_related("owner")
+                .annotate(run_count=Count("runs", distinct=True), version=Max("versions__number")))
+    rows, count = _page(request, queryset)
+    return {"experiments": [payloads.experiment_summary(e) for e in rows], "count": count}
+
+
+@api_endpoint("GET", "PUT", "PATCH")
+def experiment_detail(request, pk: int):
+    """GET: the experiment, its config, versions and recent runs. PUT (name and config required) /
+    PATCH (any of name, description, config, config_yaml): a changed config adds a version."""
+    experiment = _experiment(request, pk)
+    if request.method in ("PUT", "PATCH"):
+        try:
+            fields = payloads.experiment_input(json_body(request), partial=request.method == "PATCH")
+        except payloads.InvalidInput as exc:
+            raise ApiError(400, errors=exc.errors) from None
+        config = fields.pop("config", None)
+        for name, value in fields.items():
+            setattr(experiment, name, value)
+        if config is not None:
+            experiment.set_config(config, user=request.user, note=f"updated (API {request.method})")
+        else:
+            experiment.save()
+    return payloads.experiment_detail(experiment)
+
+
+@api_endpoint("GET", "POST")
+def experiment_runs(request, pk: int):
+    """GET: the experiment's runs. POST {"max_restarts"?, "queue"?}: 201 {"id", "status"}, a queued run of
+    the experiment's current config."""
+    experiment = _experiment(request, pk)
+    if request.method == "POST":
+        data = json_body(request)
+        max_restarts = data.get("max_restarts")
+        if isinstance(max_restarts, str) and max_restarts.strip().isdigit():  # a form field
+            max_restarts = int(max_restarts)
+        if max_restarts is not None and (isinstance(max_restarts, bool) or not isinstance(max_restarts, int)
+                                         or not 0 <= max_restarts <= MAX_RESTARTS_LIMIT):
+            raise ApiError(400, errors={"max_restarts": f"must be a whole number from 0 to {MAX_RESTARTS_LIMIT}"})
+        queue = data.get("queue") or None
+        if queue is not None and not (isinstance(queue, str) and QUEUE_NAME.fullmatch(queue)):
+            raise ApiError(400, errors={"queue": "a queue name: 1-64 letters, digits, '.', '_' or '-'"})
+        run = run_actions.launch_run(experiment, max_restarts=max_restarts, queue=queue)
+        return _created({"id": run.pk, "status": run.status}, f"/api/runs/{run.pk}")
+    rows, count = _page(request, experiment.runs.select_related("experiment", "config_version"))
+    return {"runs": [payloads.run_detail(r) for r in rows], "count": count}
+
+
+# --- runs -------------------------------------------------------------------------------------
+
+
+@api_endpoint("GET")
+def runs(request):
+    """The runs the caller may see, newest first; ?status=running[,queued] and ?experiment=ID filter."""
+    queryset = Run.objects.visible_to(request.user).select_related("experiment", "config_version")
+    status = request.GET.get("status", "").strip()
+    if status:
+        wanted = [s.strip() for s in status.split(",") if s.strip()]
+        unknown = [s for s in wanted if s not in RunStatus.values]
+        if unknown:
+            raise ApiError(400, f"unknown status {', '.join(unknown)}; statuses are {', '.join(RunStatus.values)}")
+        queryset = queryset.filter(status__in=wanted)
+    experiment_id = int_param(request, "experiment", None)
+    if experiment_id is not None:
+        queryset = queryset.filter(experiment_id=experiment_id)
+    rows, count = _page(request, queryset)
+    return {"runs": [payloads.run_detail(r) for r in rows], "count": count}
+
+
+@api_endpoint("GET")
+def run_detail(request, pk: int):
+    return payloads.run_detail(_run(request, pk))
+
+
+@api_endpoint("GET")
+def run_metrics(request, pk: int):
+    """?name=NAME&after_step=K: {"points": [[step, value], ...]} after step K, by step.
+    Without name: {"series": {name: [[step, value], ...]}, "last_step": K'} for every metric."""
+    run = _run(request, pk)
+    after_step = int_param(request, "after_step", -1)
+    name = request.GET.get("name")
+    if name is None:
+        return metric_series.points_after(run, after_step)
+    rows = (MetricPoint.objects.filter(run=run, name=name, step__gt=after_step)
+            .order_by("step").values_list("step", "value"))
+    points = [[step, value if math.isfinite(value) else None] for step, value in rows]
+    return {"name": name, "points": points, "last_step": points[-1][0] if points else after_step}
+
+
+@api_endpoint("GET")
+def run_chart(request, pk: int):
+    """?max_points=N (default and cap 2000): {"series": {name: {"steps", "values"}}, "last_step"},
+    each series cut to at most N points keeping every bucket's minimum and maximum."""
+    run = _run(request, pk)
+    max_points = int_param(request, "max_points", metric_series.DEFAULT_MAX_POINTS, minimum=1,
+                           maximum=metric_series.DEFAULT_MAX_POINTS)
+    return metric_series.chart(run, max_points)
+
+
+@api_endpoint("GET")
+def run_samples(request, pk: int):
+    """?step=S (default: the newest step with samples): {"steps": [recent steps with samples,
+    newest first], "step": S, "samples": [...]}."""
+    run = _run(request, pk)
+    steps = list(RolloutSample.objects.filter(run=run).order_by("-step")
+                 .values_list("step", flat=True).distinct()[:SAMPLE_STEPS_LISTED])
+    step = int_param(request, "step", steps[0] if steps else None)
+    samples = RolloutSample.objects.filter(run=run, step=step).order_by("index") if step is not None else []
+    return {"steps": steps, "step": step, "samples": [payloads.sample_json(s) for s in samples]}
+
+
+@api_endpoint("GET")
+def run_checkpoints(request, pk: int):
+    run = _run(request, pk)
+    return {"checkpoints": [payloads.checkpoint_json(c) for c in run.checkpoints.order_by("step")]}
+
+
+@api_endpoint("GET")
+def run_events(request, pk: int):
+    """?after_id=N&limit=200: the run's log lines and status changes after event N, oldest first."""
+    run = _run(request, pk)
+    after_id = int_param(request, "after_id", 0)
+    limit = int_param(request, "limit", EVENTS_LIMIT, minimum=1, maximum=EVENTS_LIMIT_MAX)
+    events = list(run.events.filter(id__gt=after_id).order_by("id")[:limit])
+    return {"events": [payloads.event_json(e) for e in events], "last_id": events[-1].pk if events else after_id}
+
+
+RUN_ACTIONS = {
+    "cancel": run_actions.request_cancel,
+    "pause": run_actions.request_pause,
+    "resume": run_actions.resume_run,
+    "retry": run_actions.retry_run,
+}
+
+
+@api_endpoint("POST")
+def run_action(request, pk: int, action: str):
+    """POST /api/runs/<id>/<cancel|pause|resume|retry>: 202 {"id", "status"}, or 409 when the
+    run's status does not allow it."""
+    run = _run(request, pk)
+    before = run.status
+    if not RUN_ACTIONS[action](run):
+        run.refresh_from_db(fields=["status"])
+        raise ApiError(409, f"cannot {action} run {run.pk}: it is {run.status}"
+                       + (f" (was {before})" if before != run.status else ""))
+    run.refresh_from_db(fields=["status"])
+    return JsonResponse({"id": run.pk, "status": run.status}, status=202)

@@ -1,0 +1,102 @@
+"""One attempt of a run, inside the trainer child process (`manage.py execute_run RUN ATTEMPT`).
+
+Parses the run's config snapshot, trains in the run directory (resuming from its newest checkpoint)
+with database + run-file hooks and database control, then writes the final status by
+compare-and-set on (status, attempt):
+
+  trainer returned   run status now   ->  final
+  succeeded          active           ->  succeeded (params_digest, step)
+  paused             pausing/running  ->  paused; but a pause asked by a signal (the worker is
+                                          shutting down) while the user wanted it running ->
+                                          queued again as a new attempt, resuming on any worker
+  paused/cancelled   cancelling       ->  cancelled
+  exception / invalid config          ->  failed, with the traceback's last lines in run.error
+
+A user-code failure fails the run at once: only a lost worker is retried (by the reaper).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import traceback
+
+from django.conf import settings
+from django.utils import timezone
+
+from experiments.models import ACTIVE_STATUSES, Run, RunStatus, enqueue_run
+from runner.control import DatabaseControl
+from runner.db_hooks import DatabaseHooks
+
+log = logging.getLogger(__name__)
+ERROR_LINES = 25
+
+
+def fail_run(run: Run, attempt: int, error: str) -> bool:
+    """Mark the run failed (only while `attempt` still owns it); record the error as an event too."""
+    won = run.transition(RunStatus.FAILED, attempt=attempt, error=error, finished_at=timezone.now())
+    if won:
+        run.add_event(error, level="error", kind="system")
+    return won
+
+
+def finish_run(run: Run, attempt: int, result, control: DatabaseControl) -> str:
+    """Write the final status for a TrainResult; returns the status written ('' if none)."""
+    now = timezone.now()
+    S = RunStatus
+    if result.status == "succeeded":
+        if run.transition(S.SUCCEEDED, attempt=attempt, params_digest=result.params_digest,
+                          step=result.final_step, finished_at=now):
+            return S.SUCCEEDED
+    elif result.status == "paused":
+        run.refresh_from_db(fields=["status", "attempt"])
+        if control.signalled is not None and run.status == S.RUNNING and run.attempt == attempt:
+            if run.transition(S.QUEUED, attempt=attempt, step=result.final_step):
+                run.add_event(f"worker stopping: checkpointed at step {result.final_step}; requeued", kind="system")
+                enqueue_run(run)
+                return S.QUEUED
+        if run.transition(S.PAUSED, attempt=attempt, step=result.final_step, finished_at=now):
+            return S.PAUSED
+    if run.transition(S.CANCELLED, attempt=attempt, step=result.final_step, finished_at=now):
+        return S.CANCELLED
+    log.info("run %s attempt %s ended %s, but the run is no longer this attempt's", run.pk, attempt, result.status)
+    return ""
+
+
+def run_attempt(run_id: int, attempt: int, parent_pid: int | None = None) -> int:
+    """Train attempt `attempt` of run `run_id` to a final status. Returns a process exit code."""
+    from trainers import ConfigError, parse_config, train
+    from trainers.hooks import MultiHooks
+    from trainers.run_files import RunFilesHooks
+
+    run = Run.objects.filter(pk=run_id).first()
+    if run is None or run.attempt != attempt or run.status not in ACTIVE_STATUSES:
+        log.warning("run %s attempt %s is not active (%s); nothing to do", run_id, attempt,
+                    None if run is None else f"{run.status}, attempt {run.attempt}")
+        return 0
+    control = DatabaseControl(run_id, attempt, parent_pid=parent_pid)
+    try:
+        config = parse_config(run.config)
+    except ConfigError as exc:
+        problems = "\n".join(f"  {p}" for p in exc.problems)
+        fail_run(run, attempt, f"invalid config ({len(exc.problems)} problem(s)):\n{problems}")
+        return 1
+    run_dir = os.path.join(settings.ARTIFACTS_DIR, run.run_dir or f"run-{run.pk}")
+    db_hooks = DatabaseHooks(run_id, attempt)
+    hooks = MultiHooks(db_hooks, RunFilesHooks(run_dir))
+    try:
+        result = train(config, run_dir, hooks=hooks, control=control)
+    except BaseException as exc:  # noqa: BLE001 - any failure of user code ends the run as failed
+        lines = traceback.format_exc().rstrip().splitlines()
+        try:
+            db_hooks.close()  # keep the metrics of the steps that did finish
+        except Exception:  # noqa: BLE001
+            log.exception("run %s: cannot write the last metrics", run_id)
+        fail_run(run, attempt, "\n".join(lines[-ERROR_LINES:]))
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            raise
+        return 1
+    status = finish_run(run, attempt, result, control)
+    log.info("run %s attempt %s: trainer %s at step %s -> %s", run_id, attempt, result.status,
+             result.final_step, status or "(not ours)")
+    return 0

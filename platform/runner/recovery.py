@@ -1,0 +1,76 @@
+"""The reaper: find runs whose worker died (no heartbeat for PLATFORM_STALE_AFTER_S) and recover them.
+
+  running  + stale  -> queued with restarts+1 and a new attempt (resumes from the newest checkpoint
+                       on any worker), while restarts < max_restarts; else failed
+  pausing  + stale  -> paused (the user asked for a pause; the newest checkpoint is where it resumes)
+  cancelling + stale -> cancelled
+
+Only a lost worker is retried here: an exception in user code fails the run at once. Every change
+is a compare-and-set that also re-checks the heartbeat, so two schedulers (or a supervisor whose
+heartbeat was merely late) cannot both act on the same run. Worker rows silent for more than
+10 x PLATFORM_STALE_AFTER_S are deleted.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from experiments.models import TRANSITIONS, Run, RunEvent, RunStatus, Worker, enqueue_run
+
+log = logging.getLogger(__name__)
+STALE_STATUSES = (RunStatus.RUNNING, RunStatus.PAUSING, RunStatus.CANCELLING)
+WORKER_FORGET_FACTOR = 10
+
+
+def _cas(run: Run, to: str, stale: Q, **fields) -> bool:
+    """Compare-and-set to `to` from an allowed status, for this attempt, while still stale."""
+    q = Q(pk=run.pk, status__in=list(TRANSITIONS[to]), attempt=run.attempt) & stale
+    with transaction.atomic():
+        won = Run.objects.filter(q).update(status=to, **fields) == 1
+        if won:
+            RunEvent.objects.create(run=run, attempt=run.attempt, kind="status", message=f"status -> {to}")
+    if won:
+        run.refresh_from_db()
+    return won
+
+
+def reap_stale_runs(now: dt.datetime | None = None) -> list[tuple[int, str]]:
+    """Recover runs whose heartbeat is older than PLATFORM_STALE_AFTER_S. Returns (run_id, action)
+    for each run acted on; action is 'requeued', 'failed', 'paused' or 'cancelled'."""
+    now = now or timezone.now()
+    cutoff = now - dt.timedelta(seconds=settings.PLATFORM_STALE_AFTER_S)
+    stale = Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True)
+    done: list[tuple[int, str]] = []
+    for run in Run.objects.filter(Q(status__in=STALE_STATUSES) & stale).order_by("pk"):
+        age = f"{(now - run.heartbeat_at).total_seconds():.0f} s old" if run.heartbeat_at else "none"
+        lost = f"worker {run.worker_host or '?'} lost (heartbeat {age})"
+        if run.status == RunStatus.CANCELLING:
+            if _cas(run, RunStatus.CANCELLED, stale, finished_at=now):
+                run.add_event(f"{lost}; cancelled", level="warning", kind="system")
+                done.append((run.pk, "cancelled"))
+        elif run.status == RunStatus.PAUSING:
+            if _cas(run, RunStatus.PAUSED, stale, finished_at=now):
+                run.add_event(f"{lost}; paused (resumes from the newest checkpoint)", level="warning", kind="system")
+                done.append((run.pk, "paused"))
+        elif run.restarts < run.max_restarts:
+            if _cas(run, RunStatus.QUEUED, stale, restarts=F("restarts") + 1):
+                run.add_event(f"{lost}; requeued, restart {run.restarts} of {run.max_restarts}",
+                              level="warning", kind="system")
+                enqueue_run(run)
+                done.append((run.pk, "requeued"))
+        else:
+            error = f"worker lost; max_restarts reached ({run.max_restarts})"
+            if _cas(run, RunStatus.FAILED, stale, error=error, finished_at=now):
+                run.add_event(f"{lost}; {error}", level="error", kind="system")
+                done.append((run.pk, "failed"))
+    for run_id, action in done:
+        log.warning("reaper: run %s %s", run_id, action)
+    forget_before = now - dt.timedelta(seconds=WORKER_FORGET_FACTOR * settings.PLATFORM_STALE_AFTER_S)
+    Worker.objects.filter(heartbeat_at__lt=forget_before).delete()
+    return done

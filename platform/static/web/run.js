@@ -1,0 +1,376 @@
+// The run dashboard: everything live, nothing reloads.
+//
+// Data comes from the JSON API under data-api (/api/runs/<id>):
+//   GET  .../chart?max_points=2000      once (and after a restart): downsampled history per metric
+//   GET  .../metrics?after_step=K       every POLL_MS: new points, appended with Plotly.extendTraces
+//   GET  ...                            every POLL_MS: status, step, attempt, worker, error
+//   GET  .../samples?step=S, .../checkpoints   when the step moves (throttled), or a step is chosen
+//   GET  .../events?after_id=N          every EVENTS_MS: the log tail
+// Each chart div carries data-metric (its first metric) and data-points (how many points of that
+// metric it shows), which browser tests read.
+(function () {
+  "use strict";
+  const root = document.getElementById("run-dashboard");
+  if (!root || !window.Plotly) return;
+  const api = root.dataset.api;
+  const terminal = new Set(root.dataset.terminal.split(" "));
+  const panels = JSON.parse(document.getElementById("chart-panels").textContent);
+  const POLL_MS = 1000;
+  const EVENTS_MS = 2000;
+  const SIDE_MS = 3000;          // samples and checkpoints at most this often
+  const MAX_POINTS = 2000;       // initial chart load, per metric (server-downsampled)
+  const RELOAD_AFTER_POINTS = 4 * MAX_POINTS;  // then the whole history is fetched downsampled again
+  const MAX_LOG_LINES = 1000;
+  const COLORS = ["#2f5bd3", "#e07b24", "#1f8a4c", "#a23bb5", "#c0362c"];
+  const $ = (id) => document.getElementById(id);
+
+  const state = {
+    lastStep: null, status: root.dataset.status, attempt: null, restarts: null,
+    lastEventId: 0, lastSideRefresh: 0, sideDirty: false, runStep: null, finalPolls: 0, chartsLoaded: false,
+  };
+
+  async function getJSON(path) {
+    const response = await fetch(api + path, {credentials: "same-origin", headers: {Accept: "application/json"}});
+    if (!response.ok) throw new Error(`${path || "/"} answered ${response.status}`);
+    return response.json();
+  }
+
+  function apiProblem(err) {
+    const box = $("api-error");
+    if (err) {
+      box.textContent = "Live data unavailable: " + err.message;
+      box.hidden = false;
+      $("run-live").className = "muted small off";
+    } else {
+      box.hidden = true;
+      $("run-live").className = "muted small on";
+    }
+  }
+
+  // --- charts -------------------------------------------------------------------------------
+
+  const metricToPanel = new Map();   // metric name -> panel
+  const layoutBase = {
+    margin: {l: 48, r: 12, t: 8, b: 32}, showlegend: false, hovermode: "x unified",
+    xaxis: {title: {text: "step", standoff: 4}, zeroline: false}, yaxis: {zeroline: false},
+    paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)", font: {size: 11},
+  };
+  const plotConfig = {displaylogo: false, responsive: true, modeBarButtonsToRemove: ["lasso2d", "select2d"]};
+
+  function chartDiv(panel) {
+    return document.querySelector(`.chart[data-metric="${CSS.escape(panel.metric)}"]`);
+  }
+
+  function addPanel(name) {
+    // A metric the page does not know yet (a new trainer metric): a chart of its own.
+    const panel = {metric: name, title: name, metrics: [name], band: null, lazy: true};
+    const figure = document.createElement("figure");
+    figure.className = "chart-box";
+    figure.dataset.panel = name;
+    figure.hidden = true;
+    const caption = document.createElement("figcaption");
+    caption.textContent = name;
+    const div = document.createElement("div");
+    div.className = "chart";
+    div.id = "chart-" + name;
+    div.dataset.metric = name;
+    div.dataset.points = "0";
+    figure.append(caption, div);
+    $("charts").append(figure);
+    panels.push(panel);
+    initPanel(panel);
+    return panel;
+  }
+
+  // Traces: with a band, [mean+spread, mean-spread (filled to the previous), mean]; else one per metric.
+  function initPanel(panel) {
+    panel.div = chartDiv(panel);
+    panel.points = 0;
+    panel.bandData = {mean: new Map(), spread: new Map(), drawn: new Set()};
+    const traces = [];
+    if (panel.band) {
+      traces.push({x: [], y: [], mode: "lines", line: {width: 0}, hoverinfo: "skip", name: panel.band + " +"});
+      traces.push({x: [], y: [], mode: "lines", line: {width: 0}, fill: "tonexty", fillcolor: "rgba(47,91,211,0.15)",
+                   hoverinfo: "skip", name: panel.band + " -"});
+    }
+    panel.metrics.forEach((metric, i) => traces.push(
+      {x: [], y: [], mode: "lines", name: metric, line: {width: 1.6, color: COLORS[i % COLORS.length]}}));
+    panel.traceOf = (metric) => (panel.band ? 2 : 0) + panel.metrics.indexOf(metric);
+    metricToPanel.set(panel.metric, panel);
+    for (const m of panel.metrics) metricToPanel.set(m, panel);
+    if (panel.band) metricToPanel.set(panel.band, panel);
+    Plotly.newPlot(panel.div, traces, {...layoutBase, showlegend: panel.metrics.length > 1,
+                                       legend: {orientation: "h", y: 1.12, font: {size: 10}}}, plotConfig);
+  }
+
+  // points: {metric: [[step, value], ...]} for this panel -> one extendTraces call.
+  function extendPanel(panel, points) {
+    const x = [], y = [], indices = [];
+    for (const metric of panel.metrics) {
+      const pts = points[metric];
+      if (!pts || !pts.length) continue;
+      indices.push(panel.traceOf(metric));
+      x.push(pts.map((p) => p[0]));
+      y.push(pts.map((p) => p[1]));
+      if (metric === panel.metric) panel.points += pts.length;
+      if (panel.band) for (const [s, v] of pts) panel.bandData.mean.set(s, v);
+    }
+    if (panel.band && points[panel.band]) for (const [s, v] of points[panel.band]) panel.bandData.spread.set(s, v);
+    if (panel.band) {
+      // Band points for steps that now have both a mean and a spread, in step order.
+      const ux = [], uy = [], ly = [];
+      const steps = [...panel.bandData.mean.keys()].filter((s) => panel.bandData.spread.has(s) && !panel.bandData.drawn.has(s));
+      steps.sort((a, b) => a - b);
+      for (const s of steps) {
+        const m = panel.bandData.mean.get(s), d = panel.bandData.spread.get(s);
+        ux.push(s); uy.push(m + d); ly.push(m - d);
+        panel.bandData.drawn.add(s);
+      }
+      if (ux.length) { indices.push(0, 1); x.push(ux, ux); y.push(uy, ly); }
+    }
+    if (!indices.length) return;
+    Plotly.extendTraces(panel.div, {x, y}, indices);
+    panel.div.dataset.points = String(panel.points);
+    const figure = panel.div.closest("figure");
+    if (figure.hidden) {
+      figure.hidden = false;
+      Plotly.Plots.resize(panel.div);
+    }
+  }
+
+  function panelFor(metric) {
+    return metricToPanel.get(metric) || addPanel(metric);
+  }
+
+  // series: {metric: [[step, value], ...]}
+  function distribute(series) {
+    const byPanel = new Map();
+    for (const [metric, pts] of Object.entries(series || {})) {
+      const panel = panelFor(metric);
+      if (!byPanel.has(panel)) byPanel.set(panel, {});
+      byPanel.get(panel)[metric] = pts;
+    }
+    for (const [panel, points] of byPanel) extendPanel(panel, points);
+  }
+
+  function resetCharts() {
+    for (const panel of panels) {
+      if (!panel.div) continue;
+      Plotly.purge(panel.div);
+      initPanel(panel);
+      panel.div.dataset.points = "0";
+    }
+  }
+
+  async function loadCharts() {
+    const data = await getJSON(`/chart?max_points=${MAX_POINTS}`);
+    resetCharts();
+    const series = {};
+    for (const [metric, s] of Object.entries(data.series || {})) {
+      series[metric] = s.steps.map((step, i) => [step, s.values[i]]);
+    }
+    distribute(series);
+    state.lastStep = typeof data.last_step === "number" ? data.last_step : null;
+    state.chartsLoaded = true;
+  }
+
+  async function pollMetrics() {
+    const after = state.lastStep === null ? -1 : state.lastStep;
+    const data = await getJSON(`/metrics?after_step=${after}`);
+    distribute(data.series);
+    if (typeof data.last_step === "number" && (state.lastStep === null || data.last_step > state.lastStep)) {
+      state.lastStep = data.last_step;
+    }
+  }
+
+  // --- status ---------------------------------------------------------------------------------
+
+  function fmt(value, digits) {
+    if (value === null || value === undefined || value === "") return "-";
+    if (typeof value === "number" && !Number.isInteger(value)) return value.toPrecision(digits || 4);
+    return String(value);
+  }
+
+  function fmtDuration(seconds) {
+    if (seconds === null || seconds === undefined) return "-";
+    seconds = Math.round(seconds);
+    const h = Math.floor(seconds / 3600), m = Math.floor((seconds % 3600) / 60), s = seconds % 60;
+    const pad = (n) => String(n).padStart(2, "0");
+    if (h) return `${h}h ${pad(m)}m ${pad(s)}s`;
+    if (m) return `${m}m ${pad(s)}s`;
+    return `${s}s`;
+  }
+
+  function fmtTime(iso) {
+    if (!iso) return "-";
+    const d = new Date(iso);
+    return isNaN(d) ? iso : d.toLocaleTimeString();
+  }
+
+  function showRun(run) {
+    const badge = $("run-status");
+    badge.textContent = run.status;
+    badge.dataset.status = run.status;
+    badge.className = "badge status-" + run.status;
+    root.dataset.status = run.status;
+    $("run-step").textContent = run.step;
+    $("run-max-steps").textContent = run.max_steps;
+    const progress = $("run-progress");
+    const fraction = Math.max(0, Math.min(1, run.progress || 0));
+    progress.dataset.progress = String(fraction);
+    progress.firstElementChild.style.width = (fraction * 100).toFixed(1) + "%";
+    $("run-reward").textContent = fmt(run.latest_reward);
+    $("run-attempt").textContent = run.attempt;
+    $("run-restarts").textContent = run.restarts;
+    $("run-max-restarts").textContent = run.max_restarts;
+    $("run-worker").textContent = run.worker || "-";
+    $("run-heartbeat").textContent = fmtTime(run.heartbeat_at);
+    $("run-duration").textContent = fmtDuration(run.duration_s);
+    $("run-digest").textContent = run.params_digest || "-";
+    const error = $("run-error");
+    error.textContent = run.error || "";
+    error.hidden = !run.error;
+    for (const control of document.querySelectorAll("[data-control]")) {
+      control.hidden = !control.dataset.showWhen.split(" ").includes(run.status);
+    }
+  }
+
+  async function pollRun() {
+    const run = await getJSON("");
+    const restarted = state.attempt !== null && (run.attempt !== state.attempt || run.restarts !== state.restarts);
+    state.attempt = run.attempt;
+    state.restarts = run.restarts;
+    const stepMoved = run.step !== state.runStep;
+    state.runStep = run.step;
+    state.status = run.status;
+    showRun(run);
+    return {restarted, stepMoved};
+  }
+
+  // --- samples, checkpoints, log --------------------------------------------------------------
+
+  function cell(text, className) {
+    const td = document.createElement("td");
+    td.textContent = text;
+    if (className) td.className = className;
+    return td;
+  }
+
+  async function loadSamples() {
+    const select = $("sample-step");
+    const chosen = select.value;
+    const data = await getJSON(chosen ? `/samples?step=${encodeURIComponent(chosen)}` : "/samples");
+    const steps = data.steps || [];
+    const known = [...select.options].slice(1).map((o) => o.value);
+    if (steps.map(String).join(",") !== known.join(",")) {
+      select.replaceChildren(select.options[0]);
+      for (const s of steps) {
+        const option = document.createElement("option");
+        option.value = String(s);
+        option.textContent = String(s);
+        select.append(option);
+      }
+      select.value = chosen && steps.map(String).includes(chosen) ? chosen : "";
+    }
+    const body = $("samples-table").tBodies[0];
+    body.replaceChildren();
+    for (const s of data.samples || []) {
+      const row = document.createElement("tr");
+      row.append(cell(s.index), cell(s.prompt), cell(s.completion), cell(s.answer),
+                 cell(fmt(s.reward, 3)), cell(fmt(s.advantage, 3)));
+      body.append(row);
+    }
+    $("samples-empty").hidden = (data.samples || []).length > 0;
+    $("samples-table").dataset.step = data.step === null || data.step === undefined ? "" : String(data.step);
+  }
+
+  function fmtBytes(n) {
+    if (!n) return "-";
+    const units = ["B", "KiB", "MiB", "GiB"];
+    let i = 0;
+    while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+    return `${n.toFixed(i ? 1 : 0)} ${units[i]}`;
+  }
+
+  async function loadCheckpoints() {
+    const data = await getJSON("/checkpoints");
+    const body = $("checkpoints-table").tBodies[0];
+    body.replaceChildren();
+    for (const c of data.checkpoints || []) {
+      const metrics = Object.entries(c.metrics || {}).map(([k, v]) => `${k}=${fmt(v, 3)}`).join(" ");
+      const row = document.createElement("tr");
+      row.dataset.step = c.step;
+      row.append(cell(c.step), cell(fmtBytes(c.size_bytes)), cell(metrics, "small"), cell(fmtTime(c.created_at)),
+                 cell(c.path, "small"));
+      body.append(row);
+    }
+    $("checkpoints-empty").hidden = (data.checkpoints || []).length > 0;
+  }
+
+  async function pollEvents() {
+    const data = await getJSON(`/events?after_id=${state.lastEventId}`);
+    const log = $("run-log");
+    const atBottom = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
+    for (const e of data.events || []) {
+      const line = document.createElement("span");
+      line.className = `lvl-${e.level} kind-${e.kind}`;
+      line.textContent = `${fmtTime(e.created_at)} ${e.level.padEnd(7)} ${e.message}\n`;
+      log.append(line);
+    }
+    while (log.childNodes.length > MAX_LOG_LINES) log.removeChild(log.firstChild);
+    if (typeof data.last_id === "number") state.lastEventId = Math.max(state.lastEventId, data.last_id);
+    if (atBottom) log.scrollTop = log.scrollHeight;
+  }
+
+  // --- the loops ------------------------------------------------------------------------------
+
+  // Samples and checkpoints: at most every SIDE_MS, while the run is live or after its step or
+  // status moved (a change seen within SIDE_MS of the last refresh waits for the next tick).
+  async function refreshSide(force) {
+    const now = Date.now();
+    if (!force && (now - state.lastSideRefresh < SIDE_MS || (!state.sideDirty && terminal.has(state.status)))) return;
+    state.lastSideRefresh = now;
+    state.sideDirty = false;
+    await Promise.all([loadSamples(), loadCheckpoints()]);
+  }
+
+  async function tick() {
+    try {
+      const before = state.status;
+      const {restarted, stepMoved} = await pollRun();
+      if (stepMoved || restarted || before !== state.status) state.sideDirty = true;
+      // A restart may rewrite steps; a chart grown far past MAX_POINTS is downsampled afresh.
+      const tooLong = panels.some((p) => p.points > RELOAD_AFTER_POINTS);
+      if (restarted || tooLong || !state.chartsLoaded) await loadCharts();
+      else await pollMetrics();
+      await refreshSide(false);
+      apiProblem(null);
+    } catch (err) {
+      apiProblem(err);
+    }
+    // After a run ends, a few more polls catch its last points; then the page rests.
+    if (terminal.has(state.status)) state.finalPolls += 1;
+    if (state.finalPolls < 3) setTimeout(tick, POLL_MS);
+    else $("run-live").className = "muted small off";
+  }
+
+  async function eventsTick() {
+    try { await pollEvents(); } catch (err) { /* shown by the main loop */ }
+    if (state.finalPolls < 3) setTimeout(eventsTick, EVENTS_MS);
+  }
+
+  $("sample-step").addEventListener("change", () => { loadSamples().catch(apiProblem); });
+
+  for (const panel of panels) if (chartDiv(panel)) initPanel(panel);
+  (async function start() {
+    try {
+      await loadCharts();
+      await refreshSide(true);
+    } catch (err) {
+      apiProblem(err);
+    }
+    tick();
+    eventsTick();
+  })();
+  window.runDashboard = {state, panels, loadCharts};  // for tests and the console
+})();

@@ -1,0 +1,242 @@
+"""The experiment config as form data, driven by the trainer's one schema.
+
+Nothing here knows a config field by name: the fields, their kinds, defaults, help and choices all
+come from `trainers.config.field_specs()`, and validation is `trainers.parse_config` /
+`parse_yaml` alone. This module only converts between three shapes of the same config:
+
+- *config data*: the nested plain dict that YAML, JSON and `Experiment.config` hold;
+- *form values*: one text (or bool) per field, keyed by HTML field name (`batch__prompts_per_step`;
+  Django style, `__` for the dot), with `rewards` as "name: weight" lines;
+- *YAML text*: what the YAML tab, import and export show.
+
+Text to value is deliberately lax (numbers are parsed when they look like numbers, everything else
+is passed through as text) so that the schema, not the platform, says what is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import yaml
+
+from trainers.config import ConfigError, FieldSpec, Problem, field_specs, iter_field_specs
+
+NULL_TEXTS = ("", "null", "~")  # what a nullable field's text means as null
+MAX_YAML_VALUES = 10_000        # nodes a YAML document may expand to (aliases included)
+
+
+# --- names ---------------------------------------------------------------------------------------
+
+
+def html_name(path: str) -> str:
+    """`batch.mini_batch_prompts` -> `batch__mini_batch_prompts` (the form field's name)."""
+    return path.replace(".", "__")
+
+
+def specs_by_name() -> dict[str, FieldSpec]:
+    """HTML field name -> spec, in schema order."""
+    return {html_name(spec.path): spec for spec in iter_field_specs()}
+
+
+def error_target(key: str) -> str | None:
+    """The form field that shows the schema's error for dotted `key`, or None (a form-wide error).
+    `rewards[1].weight` goes to the `rewards` field; `batch.nonsense` (unknown key) to none."""
+    names = specs_by_name()
+    for candidate in (key, key.split("[", 1)[0]):
+        name = html_name(candidate)
+        if name in names:
+            return name
+    return None
+
+
+# --- text <-> value ------------------------------------------------------------------------------
+
+
+def _number(text: str) -> Any:
+    """'8' -> 8, '1e-3' -> 0.001, anything else stays text (the schema reports it)."""
+    for parse in (int, float):
+        try:
+            return parse(text)
+        except ValueError:
+            pass
+    return text
+
+
+def value_from_text(spec: FieldSpec, text: Any) -> Any:
+    """One form value -> config data for `spec` (lax: the schema judges the result)."""
+    if spec.kind == "bool":
+        return bool(text)
+    if spec.kind == "list":
+        return rewards_from_text(spec, text or "")
+    text = "" if text is None else str(text).strip()
+    if spec.nullable and text.lower() in NULL_TEXTS:
+        return None
+    if spec.kind in ("int", "float"):
+        return None if text == "" else _number(text)
+    return text
+
+
+def text_from_value(spec: FieldSpec, value: Any) -> Any:
+    """Config data -> the form's text (bool for a checkbox)."""
+    if spec.kind == "bool":
+        return bool(value)
+    if spec.kind == "list":
+        return rewards_to_text(value)
+    if value is None:
+        return ""
+    if isinstance(value, (dict, list)):
+        return json.dumps(value)
+    return str(value)
+
+
+def rewards_from_text(spec: FieldSpec, text: str) -> list[dict[str, Any]]:
+    """'exact_match: 1.0' lines (weight optional, '#' comments) -> [{name, weight}, ...]."""
+    items = []
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        name, sep, weight = line.partition(":")
+        item: dict[str, Any] = {"name": name.strip()}
+        if sep and weight.strip():
+            item["weight"] = _number(weight.strip())
+        items.append(item)
+    return items
+
+
+def rewards_to_text(items: Any) -> str:
+    if not isinstance(items, list):
+        return "" if items is None else json.dumps(items)
+    lines = []
+    for item in items:
+        if isinstance(item, dict) and "name" in item:
+            weight = item.get("weight")
+            lines.append(f"{item['name']}: {weight}" if weight is not None else str(item["name"]))
+        else:
+            lines.append(json.dumps(item))
+    return "\n".join(lines)
+
+
+# --- config data <-> form values -----------------------------------------------------------------
+
+
+def _get(config: dict[str, Any], path: str) -> tuple[bool, Any]:
+    node: Any = config
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False, None
+        node = node[part]
+    return True, node
+
+
+def form_values(config: dict[str, Any] | None) -> dict[str, Any]:
+    """Config data (possibly partial) -> {html name: text}; missing fields show their default."""
+    config = config if isinstance(config, dict) else {}
+    values = {}
+    for name, spec in specs_by_name().items():
+        found, value = _get(config, spec.path)
+        values[name] = text_from_value(spec, value if found else spec.default)
+    return values
+
+
+def config_from_values(values: dict[str, Any]) -> dict[str, Any]:
+    """{html name: text} -> nested config data (every field; unvalidated)."""
+    raw: dict[str, Any] = {}
+    for name, spec in specs_by_name().items():
+        node = raw
+        *parents, leaf = spec.path.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value_from_text(spec, values.get(name))
+    return raw
+
+
+def ordered(config: dict[str, Any]) -> dict[str, Any]:
+    """The same data with keys in schema order (PostgreSQL's jsonb does not keep key order);
+    keys the schema does not know come last, unchanged."""
+    if not isinstance(config, dict):
+        return config
+    out: dict[str, Any] = {}
+    for section in field_specs():
+        for spec in section.fields:
+            found, value = _get(config, spec.path)
+            if not found:
+                continue
+            node = out
+            *parents, leaf = spec.path.split(".")
+            for part in parents:
+                node = node.setdefault(part, {})
+            if spec.kind == "list" and isinstance(value, list):
+                keys = [f.path for f in spec.item_fields]
+                value = [
+                    {**{k: v[k] for k in keys if k in v}, **{k: x for k, x in v.items() if k not in keys}}
+                    if isinstance(v, dict) else v
+                    for v in value
+                ]
+            node[leaf] = value
+    for key, value in config.items():
+        if key not in out:
+            out[key] = value
+        elif isinstance(value, dict) and isinstance(out[key], dict):
+            out[key].update({k: v for k, v in value.items() if k not in out[key]})
+    return out
+
+
+def to_yaml(config: dict[str, Any]) -> str:
+    """YAML text of config data, keys in schema order."""
+    return yaml.safe_dump(ordered(config), sort_keys=False, allow_unicode=True)
+
+
+# --- YAML in -------------------------------------------------------------------------------------
+
+
+def _expanded_size(root: yaml.Node) -> int:
+    """Nodes `root` stands for once aliases are expanded; raises ValueError for a cycle."""
+    sizes: dict[int, int] = {}
+    visiting: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        if done:
+            visiting.discard(key)
+            children = _children(node)
+            sizes[key] = min(1 + sum(sizes[id(c)] for c in children), MAX_YAML_VALUES + 1)
+            continue
+        if key in sizes:
+            continue
+        if key in visiting:
+            raise ValueError("the YAML refers to itself (a recursive alias)")
+        visiting.add(key)
+        stack.append((node, True))
+        stack.extend((c, False) for c in _children(node) if id(c) not in sizes)
+    return sizes[id(root)]
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
+
+
+def load_yaml(text: str) -> Any:
+    """YAML text -> plain data, with yaml.safe_load only. Raises ConfigError("(yaml)": ...) for
+    YAML that is malformed, recursive, or expands (through aliases) to more than
+    MAX_YAML_VALUES values - a few lines could otherwise stand for billions."""
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        if root is not None and _expanded_size(root) > MAX_YAML_VALUES:
+            raise ValueError(f"the YAML expands to more than {MAX_YAML_VALUES} values (through aliases); write it out")
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or exc
+        raise ConfigError([Problem("(yaml)", f"not valid YAML{where}: {problem}")]) from None
+    except RecursionError:
+        raise ConfigError([Problem("(yaml)", "the YAML is nested too deeply")]) from None
+    except ValueError as exc:
+        raise ConfigError([Problem("(yaml)", str(exc))]) from None

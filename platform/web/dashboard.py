@@ -1,0 +1,36 @@
+"""The run dashboard's charts: which metrics share a chart, derived from trainers.metrics (the one
+list of metric names) so that a new metric gets a chart without touching this file."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainers.metrics import METRIC_NAMES, TRAIN_METRICS
+
+BANDS = {"reward/std": "reward/mean"}          # spread -> the mean it is drawn around (mean ± spread)
+SHARED_PREFIXES = ("timing/", "eval/", "is/weight_")  # metrics with one of these prefixes share a chart
+
+
+def chart_panels() -> list[dict[str, Any]]:
+    """[{"metric": primary name, "title", "metrics": [names], "band": spread name or None,
+    "lazy": bool}] in METRIC_NAMES order. A lazy chart (asynchronous, evaluation) appears only once
+    its run reports one of its metrics; metrics not listed here get a chart of their own in the page."""
+    panels: list[dict[str, Any]] = []
+    by_key: dict[str, dict[str, Any]] = {}
+    for name in METRIC_NAMES:
+        if name in BANDS:
+            continue
+        key = next((p for p in SHARED_PREFIXES if name.startswith(p)), name)
+        if key in by_key:
+            by_key[key]["metrics"].append(name)
+            by_key[key]["title"] = key + "*"
+            continue
+        panel = {"metric": name, "title": name, "metrics": [name], "band": None, "lazy": name not in TRAIN_METRICS}
+        by_key[key] = panel
+        panels.append(panel)
+    for spread, mean in BANDS.items():
+        for panel in panels:
+            if panel["metric"] == mean:
+                panel["band"] = spread
+                panel["title"] = f"{mean} ± {spread}"
+    return panels

@@ -1,0 +1,224 @@
+"""Forms of the web UI. They own validation, and all of a config's validation is the schema's
+(`trainers.parse_config`): these forms only collect the input and show its messages by field."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from django import forms
+from django.db import transaction
+
+from experiments.models import ConfigVersion, Experiment
+from trainers.config import ConfigError, ExperimentConfig, FieldSpec, SectionSpec, field_specs, parse_config
+
+from web.config_form import (
+    config_from_values,
+    error_target,
+    form_values,
+    html_name,
+    load_yaml,
+    specs_by_name,
+    to_yaml,
+)
+
+MAX_IMPORT_BYTES = 256 * 1024  # largest YAML file accepted by the import
+_BOUND_SIGNS = {"ge": "≥", "gt": ">", "le": "≤", "lt": "<"}
+
+
+def _form_field(spec: FieldSpec) -> forms.Field:
+    """A lax Django field for one config field: text in, the schema judges it."""
+    common = {"required": False, "label": spec.key, "help_text": spec.description}
+    name = html_name(spec.path)
+    if spec.kind == "bool":
+        return forms.BooleanField(**common)
+    if spec.kind == "choice":
+        choices = [(c, c) for c in spec.choices] + ([("", "null")] if spec.nullable else [])
+        return forms.CharField(widget=forms.Select(choices=choices), **common)
+    if spec.kind == "list":
+        return forms.CharField(strip=False, widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}), **common)
+    attrs = {"autocomplete": "off", "spellcheck": "false"}
+    if spec.kind in ("int", "float"):
+        attrs["inputmode"] = "numeric" if spec.kind == "int" else "decimal"
+    if spec.nullable:
+        attrs["placeholder"] = "null"
+    if spec.suggestions:
+        attrs["list"] = f"suggest-{name}"
+    return forms.CharField(widget=forms.TextInput(attrs=attrs), **common)
+
+
+def _default_text(spec: FieldSpec) -> str:
+    if spec.kind == "list":
+        return "none" if not spec.default else json.dumps(spec.default)
+    return spec.default if isinstance(spec.default, str) else json.dumps(spec.default)
+
+
+@dataclasses.dataclass
+class FieldRow:
+    """One config field on the page: its spec, bound field and help figures."""
+
+    spec: FieldSpec
+    field: forms.BoundField
+
+    @property
+    def path(self) -> str:
+        return self.spec.path
+
+    @property
+    def default_text(self) -> str:
+        return _default_text(self.spec)
+
+    @property
+    def bounds_text(self) -> str:
+        return ", ".join(f"{_BOUND_SIGNS[k]} {v}" for k, v in self.spec.bounds)
+
+    @property
+    def suggestions_id(self) -> str:
+        return f"suggest-{html_name(self.spec.path)}" if self.spec.suggestions else ""
+
+    @property
+    def item_suggestions(self) -> list[str]:
+        return [s for f in self.spec.item_fields for s in f.suggestions]
+
+
+@dataclasses.dataclass
+class SectionView:
+    spec: SectionSpec
+    rows: list[FieldRow]
+
+    @property
+    def title(self) -> str:
+        return self.spec.key or "experiment"
+
+    @property
+    def intro(self) -> str:
+        """The section's description, unless its one field already says the same."""
+        if len(self.rows) == 1 and self.rows[0].spec.description == self.spec.description:
+            return ""
+        return self.spec.description
+
+
+class ConfigForm(forms.Form):
+    """A whole experiment config, entered field by field (mode "form") or as YAML (mode "yaml").
+
+    After is_valid(): `config` is the validated config as plain data (what Experiment.config
+    stores) and `validated` the ExperimentConfig; otherwise `config_errors` is the schema's
+    {dotted.field: message}. `raw` is the unvalidated config data either way (None when the YAML
+    could not be read)."""
+
+    MODES = (("form", "Form"), ("yaml", "YAML"))
+    mode = forms.ChoiceField(choices=MODES, required=False, initial="form")
+    config_yaml = forms.CharField(
+        required=False, strip=False, label="YAML",
+        widget=forms.Textarea(attrs={"rows": 32, "spellcheck": "false", "autocomplete": "off"}),
+    )
+
+    def __init__(self, data=None, files=None, *, config: dict[str, Any] | None = None, **kwargs):
+        initial = form_values(config)
+        initial["config_yaml"] = to_yaml(config if config is not None else config_from_values(initial))
+        initial.update(kwargs.pop("initial", None) or {})
+        super().__init__(data, files, initial=initial, **kwargs)
+        for name, spec in specs_by_name().items():
+            self.fields[name] = _form_field(spec)
+        self.config: dict[str, Any] | None = None
+        self.validated: ExperimentConfig | None = None
+        self.config_errors: dict[str, str] = {}
+        self.raw: Any = None
+
+    @property
+    def active_mode(self) -> str:
+        """The tab to show: the submitted mode, else form."""
+        mode = self.data.get("mode") if self.is_bound else self.initial.get("mode")
+        return mode if mode in dict(self.MODES) else "form"
+
+    def clean(self):
+        data = super().clean()
+        mode = data.get("mode") or "form"
+        try:
+            if mode == "yaml":
+                self.raw = load_yaml(data.get("config_yaml") or "")
+            else:
+                self.raw = config_from_values(data)
+            config = parse_config(self.raw)
+            stored = config.model_dump(mode="json", by_alias=True)
+        except ConfigError as exc:
+            self.config_errors = exc.as_dict()
+            for key, message in self.config_errors.items():
+                if mode == "yaml":
+                    self.add_error("config_yaml", f"{key}: {message}")
+                else:
+                    target = error_target(key)
+                    self.add_error(target, message if target == html_name(key) else f"{key}: {message}")
+            return data
+        self.validated, self.config = config, stored
+        return data
+
+    def sections(self) -> list[SectionView]:
+        """The config fields by schema section, for the template."""
+        return [
+            SectionView(section, [FieldRow(spec, self[html_name(spec.path)]) for spec in section.fields])
+            for section in field_specs()
+        ]
+
+    def config_yaml_text(self) -> str:
+        """YAML of the validated config, else of the raw input (for the tab switch)."""
+        if self.config is not None:
+            return to_yaml(self.config)
+        return to_yaml(self.raw) if isinstance(self.raw, dict) else ""
+
+
+class ExperimentForm(ConfigForm):
+    """Name, description and config of an experiment; `save` stores the validated config as a
+    new ConfigVersion when it changed."""
+
+    name = forms.CharField(max_length=200)
+    description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
+
+    def __init__(self, data=None, files=None, *, experiment: Experiment | None = None, **kwargs):
+        self.experiment = experiment
+        if experiment is not None:
+            kwargs.setdefault("config", experiment.config)
+            kwargs["initial"] = {"name": experiment.name, "description": experiment.description,
+                                 **(kwargs.get("initial") or {})}
+        super().__init__(data, files, **kwargs)
+
+    def save(self, user, note: str = "") -> tuple[Experiment, ConfigVersion | None]:
+        """Create (owned by `user`) or update the experiment; returns it and the new version, if any."""
+        assert self.config is not None, "save() needs a valid form"
+        with transaction.atomic():
+            experiment = self.experiment or Experiment(owner=user)
+            experiment.name = self.cleaned_data["name"]
+            experiment.description = self.cleaned_data.get("description", "")
+            version = experiment.set_config(self.config, user=user, note=note)
+        return experiment, version
+
+
+class YamlImportForm(forms.Form):
+    """A YAML config file to create an experiment from (at most MAX_IMPORT_BYTES, UTF-8)."""
+
+    name = forms.CharField(max_length=200, required=False, help_text="Empty: the file's name.")
+    file = forms.FileField(label="YAML file")
+
+    def clean_file(self) -> str:
+        upload = self.cleaned_data["file"]
+        if upload.size > MAX_IMPORT_BYTES:
+            raise forms.ValidationError(f"the file has {upload.size} bytes; the limit is {MAX_IMPORT_BYTES} bytes")
+        try:
+            return upload.read().decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise forms.ValidationError(f"the file is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+    def experiment_form(self) -> ExperimentForm:
+        """The experiment form this import amounts to (validate it, then save it)."""
+        name = self.cleaned_data.get("name") or Path(self.files["file"].name).stem[:200] or "imported"
+        return ExperimentForm({"name": name, "mode": "yaml", "config_yaml": self.cleaned_data["file"]})
+
+
+class DiffForm(forms.Form):
+    """Which two versions to compare, and how."""
+
+    a = forms.IntegerField(min_value=1, max_value=2**31 - 1, label="from version")
+    b = forms.IntegerField(min_value=1, max_value=2**31 - 1, label="to version")
+    view = forms.ChoiceField(choices=(("unified", "unified"), ("side", "side by side")), required=False)

@@ -1,0 +1,75 @@
+"""The batch plan of a validated config, as the form's live preview shows it.
+
+The figures are `trainers.plan.make_plan`'s own; this module only finds the dataset size (for
+epochs) cheaply enough to run on every keystroke, and turns the plan into JSON.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+from typing import Any
+
+from trainers.config import ExperimentConfig
+from trainers.plan import BatchPlan, make_plan
+
+
+@functools.lru_cache(maxsize=32)
+def _jsonl_prompts(path: str, mtime_ns: int, size_bytes: int, cap: int) -> int | None:
+    from trainers.data import DataError, read_jsonl  # imports grain: only when a JSONL file is named
+
+    try:
+        count = len(read_jsonl(path))
+    except DataError:
+        return None
+    return min(count, cap) if cap > 0 else count
+
+
+def dataset_prompts(config: ExperimentConfig) -> int | None:
+    """Training prompts per epoch, as the trainer will load them: a built-in task generates
+    `data.train_prompts`; a JSONL file holds its lines (capped by `data.train_prompts` when > 0).
+    None when unknown (an unreadable file: the trainer reports that when the run starts)."""
+    d = config.data
+    if d.task is not None:
+        return d.train_prompts or None
+    if d.train_path is None:
+        return None
+    try:
+        stat = os.stat(d.train_path)
+    except OSError:
+        return None
+    return _jsonl_prompts(d.train_path, stat.st_mtime_ns, stat.st_size, d.train_prompts)
+
+
+def plan_figures(plan: BatchPlan) -> dict[str, Any]:
+    """Every field of the plan plus its derived totals, as plain JSON data."""
+    figures = dataclasses.asdict(plan)
+    figures.update(
+        total_prompts=plan.total_prompts,
+        total_optimizer_updates=plan.total_optimizer_updates,
+        epochs=None if plan.epochs is None else round(plan.epochs, 3),
+    )
+    return figures
+
+
+def plan_payload(config: ExperimentConfig) -> dict[str, Any]:
+    """{"plan": figures, "text": BatchPlan.describe()} for a validated config."""
+    plan = make_plan(config, dataset_prompts(config))
+    return {"plan": plan_figures(plan), "text": plan.describe()}
+
+
+# The figures the preview table shows, in order, with their labels (units in the names).
+SHOWN_FIGURES = (
+    ("sequences_per_step", "sequences per step"),
+    ("optimizer_updates_per_step", "optimizer updates per step"),
+    ("accumulation_steps", "accumulation steps"),
+    ("mini_batch_sequences", "sequences per mini-batch"),
+    ("train_micro_batch_sequences", "sequences per train micro-batch"),
+    ("rollout_passes_per_step", "rollout passes per step"),
+    ("old_logprob_passes_per_step", "old-policy log-prob passes per step"),
+    ("reference_logprob_passes_per_step", "reference log-prob passes per step"),
+    ("total_optimizer_updates", "optimizer updates in the run"),
+    ("total_prompts", "prompts consumed in the run"),
+    ("epochs", "epochs"),
+)

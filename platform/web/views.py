@@ -1,0 +1,353 @@
+"""The web UI's views: thin. Forms validate (with the trainer's schema), experiments.models steers
+runs, web.actions clones and restores; a view picks objects the user may see (others' answer 404),
+calls one of those, and renders or redirects.
+
+The run dashboard's live data comes from the JSON API (/api/runs/<id>/...), which the page's
+script polls; these views only render the page around it.
+"""
+
+from __future__ import annotations
+
+import re
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.db.models import Count, Max
+from django.http import Http404, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.safestring import mark_safe
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from experiments import models as run_actions
+from experiments.models import ACTIVE_STATUSES, TERMINAL_STATUSES, Experiment, Run, RunStatus
+from trainers.config import ConfigError, parse_config
+
+from web.actions import clone_experiment, restore_version
+from web.config_form import config_from_values, form_values, to_yaml
+from web.dashboard import chart_panels
+from web.diffs import changed_fields, side_by_side_table, unified_lines
+from web.forms import ConfigForm, DiffForm, ExperimentForm, YamlImportForm
+from web.plan_preview import SHOWN_FIGURES, plan_payload
+
+RUNS_PER_PAGE = 50
+
+# Which controls a run in each status offers (the functions in experiments.models decide for real).
+RUN_CONTROLS = {
+    "cancel": (run_actions.request_cancel, {RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.PAUSING, RunStatus.PAUSED}),
+    "pause": (run_actions.request_pause, {RunStatus.RUNNING}),
+    "resume": (run_actions.resume_run, {RunStatus.PAUSED}),
+    "retry": (run_actions.retry_run, {RunStatus.FAILED, RunStatus.CANCELLED}),
+}
+
+
+def _experiment(request, pk: int) -> Experiment:
+    return get_object_or_404(Experiment.objects.visible_to(request.user), pk=pk)
+
+
+def _run(request, pk: int) -> Run:
+    return get_object_or_404(Run.objects.visible_to(request.user).select_related("experiment__owner"), pk=pk)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")[:80] or "config"
+
+
+# --- experiments ---------------------------------------------------------------------------------
+
+
+@login_required
+@require_GET
+def index(request):
+    return redirect("experiment-list")
+
+
+@login_required
+@require_GET
+def experiment_list(request):
+    """Own experiments (staff: everyone's), newest change first."""
+    experiments = (
+        Experiment.objects.visible_to(request.user)
+        .select_related("owner")
+        .annotate(run_count=Count("runs", distinct=True), version_count=Max("versions__number"))
+        .order_by("-updated_at", "-pk")
+    )
+    page = Paginator(experiments, RUNS_PER_PAGE).get_page(request.GET.get("page"))
+    return render(request, "web/experiment_list.html", {"page": page})
+
+
+def _form_page(request, form: ConfigForm, experiment: Experiment | None = None, status: int = 200):
+    """The experiment form page; the plan is rendered once here, then kept live by the script."""
+    plan = None
+    if form.validated is not None:
+        plan = plan_payload(form.validated)
+    elif not form.is_bound:
+        try:
+            plan = plan_payload(parse_config(config_from_values(form.initial)))
+        except ConfigError:
+            plan = None
+    context = {
+        "form": form,
+        "experiment": experiment,
+        "plan": plan,
+        "shown_figures": SHOWN_FIGURES,
+        "examples": _example_configs(),
+    }
+    return render(request, "web/experiment_form.html", context, status=status)
+
+
+def _example_configs() -> list[str]:
+    folder = settings.REPO_ROOT / "configs"
+    return sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def experiment_create(request):
+    """New experiment from the form or YAML tab. ?example=NAME starts from configs/NAME.yaml."""
+    if request.method == "POST":
+        form = ExperimentForm(request.POST)
+        if form.is_valid():
+            experiment, _ = form.save(request.user, note="created")
+            messages.success(request, f"Created {experiment.name}.")
+            return redirect("experiment-detail", pk=experiment.pk)
+        return _form_page(request, form, status=400)
+    example = request.GET.get("example")
+    if example:
+        if example not in _example_configs():
+            raise Http404("no such example config")
+        text = (settings.REPO_ROOT / "configs" / f"{example}.yaml").read_text(encoding="utf-8")
+        form = ExperimentForm({"name": example, "mode": "yaml", "config_yaml": text})
+        if form.is_valid():  # show it in both tabs, starting on the form
+            form = ExperimentForm(config=form.config, initial={"name": example, "config_yaml": text})
+        return _form_page(request, form)
+    return _form_page(request, ExperimentForm())
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def experiment_import(request):
+    """Create an experiment from an uploaded YAML file (size-limited); an invalid config opens
+    the YAML tab with the schema's messages."""
+    if request.method == "POST":
+        upload = YamlImportForm(request.POST, request.FILES)
+        if upload.is_valid():
+            form = upload.experiment_form()
+            if form.is_valid():
+                experiment, _ = form.save(request.user, note="imported from YAML")
+                messages.success(request, f"Imported {experiment.name}.")
+                return redirect("experiment-detail", pk=experiment.pk)
+            messages.error(request, "The imported config is not valid; fix it below and save.")
+            return _form_page(request, form, status=400)
+        return render(request, "web/experiment_import.html", {"upload": upload}, status=400)
+    return render(request, "web/experiment_import.html", {"upload": YamlImportForm()})
+
+
+@login_required
+@require_POST
+def plan_preview(request):
+    """The live preview: POST the form (either tab) -> {"ok": true, "plan", "text"} or
+    {"ok": false, "errors": {dotted.field: message}}. With sync=1 it also returns the input in
+    the other tab's shape: "yaml" (from the form) or "values" (from YAML), for the tab switch."""
+    form = ConfigForm(request.POST)
+    form.is_valid()
+    payload: dict = {"ok": form.validated is not None, "mode": form.cleaned_data.get("mode") or "form"}
+    if form.validated is not None:
+        payload.update(plan_payload(form.validated))
+    else:
+        payload["errors"] = form.config_errors or {
+            field: "; ".join(errors) for field, errors in form.errors.items()
+        }
+    if request.POST.get("sync"):
+        if payload["mode"] == "yaml":
+            if isinstance(form.raw, dict):
+                payload["values"] = form_values(form.raw)
+        else:
+            payload["yaml"] = form.config_yaml_text()
+    return JsonResponse(payload)
+
+
+@login_required
+@require_GET
+def experiment_detail(request, pk: int):
+    experiment = _experiment(request, pk)
+    return _detail_page(request, experiment)
+
+
+def _detail_page(request, experiment: Experiment, status: int = 200, launch_errors: dict | None = None):
+    try:
+        plan = plan_payload(parse_config(experiment.config))
+        config_errors = {}
+    except ConfigError as exc:
+        plan, config_errors = None, exc.as_dict()
+    context = {
+        "experiment": experiment,
+        "config_yaml": to_yaml(experiment.config),
+        "plan": plan,
+        "config_errors": launch_errors or config_errors,
+        "versions": experiment.versions.select_related("created_by").order_by("-number"),
+        "runs": experiment.runs.order_by("-created_at")[:20],
+    }
+    return render(request, "web/experiment_detail.html", context, status=status)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def experiment_edit(request, pk: int):
+    """Edit name, description and config; a changed config becomes a new version."""
+    experiment = _experiment(request, pk)
+    if request.method == "POST":
+        form = ExperimentForm(request.POST, experiment=experiment)
+        if form.is_valid():
+            _, version = form.save(request.user, note="edited")
+            if version is None:
+                messages.info(request, "Saved; the config is unchanged.")
+            else:
+                messages.success(request, f"Saved config version {version.number}.")
+            return redirect("experiment-detail", pk=experiment.pk)
+        return _form_page(request, form, experiment, status=400)
+    return _form_page(request, ExperimentForm(experiment=experiment), experiment)
+
+
+@login_required
+@require_POST
+def experiment_clone(request, pk: int):
+    clone = clone_experiment(_experiment(request, pk), request.user)
+    messages.success(request, f"Created {clone.name}.")
+    return redirect("experiment-edit", pk=clone.pk)
+
+
+@login_required
+@require_POST
+def experiment_launch(request, pk: int):
+    """Queue a run of the current config (checked once more by the schema) and open its page."""
+    experiment = _experiment(request, pk)
+    try:
+        parse_config(experiment.config)
+    except ConfigError as exc:
+        messages.error(request, "The config is no longer valid; edit it before launching.")
+        return _detail_page(request, experiment, status=400, launch_errors=exc.as_dict())
+    run = run_actions.launch_run(experiment)
+    messages.success(request, f"Launched run {run.pk}.")
+    return redirect("run-detail", pk=run.pk)
+
+
+@login_required
+@require_GET
+def experiment_export(request, pk: int, number: int | None = None):
+    """Download the current config (or version `number`) as YAML."""
+    experiment = _experiment(request, pk)
+    if number is None:
+        config, suffix = experiment.config, ""
+    else:
+        config, suffix = get_object_or_404(experiment.versions, number=number).config, f"-v{number}"
+    response = HttpResponse(to_yaml(config), content_type="application/x-yaml; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{_slug(experiment.name)}{suffix}.yaml"'
+    return response
+
+
+@login_required
+@require_GET
+def version_list(request, pk: int):
+    experiment = _experiment(request, pk)
+    versions = experiment.versions.select_related("created_by").order_by("-number")
+    return render(request, "web/version_list.html", {"experiment": experiment, "versions": versions})
+
+
+@login_required
+@require_GET
+def version_diff(request, pk: int):
+    """?a=N&b=M[&view=side]: how version M differs from version N."""
+    experiment = _experiment(request, pk)
+    versions = experiment.versions.order_by("-number")
+    form = DiffForm(request.GET)
+    if not form.is_valid():
+        return render(request, "web/version_diff.html",
+                      {"experiment": experiment, "form": form, "versions": versions}, status=400)
+    a = get_object_or_404(experiment.versions, number=form.cleaned_data["a"])
+    b = get_object_or_404(experiment.versions, number=form.cleaned_data["b"])
+    view = form.cleaned_data.get("view") or "unified"
+    labels = (f"v{a.number}", f"v{b.number}")
+    context = {
+        "experiment": experiment, "form": form, "versions": versions, "a": a, "b": b, "view": view,
+        "changes": changed_fields(a.config, b.config),
+        "lines": unified_lines(a.config, b.config, *labels) if view == "unified" else None,
+        "table": mark_safe(side_by_side_table(a.config, b.config, *labels)) if view == "side" else None,
+    }
+    return render(request, "web/version_diff.html", context)
+
+
+@login_required
+@require_POST
+def version_restore(request, pk: int, number: int):
+    experiment = _experiment(request, pk)
+    version = get_object_or_404(experiment.versions, number=number)
+    new = restore_version(experiment, version, request.user)
+    if new is None:
+        messages.info(request, f"v{number} is already the current config.")
+    else:
+        messages.success(request, f"Restored v{number} as v{new.number}.")
+    return redirect("experiment-detail", pk=experiment.pk)
+
+
+# --- runs ----------------------------------------------------------------------------------------
+
+
+@login_required
+@require_GET
+def run_list(request):
+    """Every run the user may see, newest first; ?status=S and ?experiment=ID filter."""
+    runs = Run.objects.visible_to(request.user).select_related("experiment__owner")
+    status = request.GET.get("status")
+    experiment_id = request.GET.get("experiment")
+    error = None
+    if status and status not in RunStatus.values:
+        error = f"unknown status '{status}'; choose one of: {', '.join(RunStatus.values)}"
+    elif experiment_id and not (experiment_id.isdigit() and len(experiment_id) <= 18):
+        error = "experiment must be an experiment's id (a number)"
+    if error:
+        return render(request, "web/run_list.html", {"page": None, "error": error, "statuses": RunStatus.values},
+                      status=400)
+    if status:
+        runs = runs.filter(status=status)
+    if experiment_id:
+        runs = runs.filter(experiment_id=int(experiment_id))
+    page = Paginator(runs, RUNS_PER_PAGE).get_page(request.GET.get("page"))
+    return render(request, "web/run_list.html",
+                  {"page": page, "status": status, "statuses": RunStatus.values})
+
+
+@login_required
+@require_GET
+def run_detail(request, pk: int):
+    """The live dashboard; its script fills and refreshes it from /api/runs/<pk>/..."""
+    run = _run(request, pk)
+    controls = {name: sorted(statuses) for name, (_, statuses) in RUN_CONTROLS.items()}
+    context = {
+        "run": run,
+        "api_base": f"/api/runs/{run.pk}",
+        "panels": chart_panels(),
+        "controls": controls,
+        "config_yaml": to_yaml(run.config),
+        "active_statuses": sorted(ACTIVE_STATUSES),
+        "terminal_statuses": sorted(TERMINAL_STATUSES),
+    }
+    return render(request, "web/run_detail.html", context)
+
+
+@login_required
+@require_POST
+def run_control(request, pk: int, action: str):
+    """cancel / pause / resume / retry through experiments.models; refused -> a message."""
+    run = _run(request, pk)
+    if action not in RUN_CONTROLS:
+        raise Http404("no such action")
+    function, _ = RUN_CONTROLS[action]
+    if function(run):
+        run.refresh_from_db()
+        messages.success(request, f"Run {run.pk}: {action} requested; it is {run.status} now.")
+    else:
+        run.refresh_from_db()
+        messages.warning(request, f"Run {run.pk} is {run.status}: it cannot {action} now.")
+    return redirect("run-detail", pk=run.pk)

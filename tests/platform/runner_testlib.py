@@ -1,0 +1,99 @@
+"""Helpers for the runner's tests that start real platform processes (worker, beat, serve)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import quote
+
+from django.conf import settings
+from django.db import connection
+
+MANAGE_PY = Path(settings.REPO_ROOT) / "manage.py"
+
+
+def subprocess_env() -> dict[str, str]:
+    """The environment of a worker/beat process that talks to this test's database and broker."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "PLATFORM_SQLITE_PATH")}
+    db = connection.settings_dict
+    if connection.vendor == "sqlite":
+        env["PLATFORM_SQLITE_PATH"] = str(db["NAME"])
+    else:
+        auth = quote(db["USER"] or "", safe="") + (f":{quote(db['PASSWORD'], safe='')}" if db.get("PASSWORD") else "")
+        env["DATABASE_URL"] = f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+    env.update(
+        PLATFORM_DATA_DIR=str(settings.DATA_DIR),
+        PLATFORM_HEARTBEAT_S="0.5", PLATFORM_STALE_AFTER_S="5", PLATFORM_REAP_EVERY_S="1",
+        PYTHONUNBUFFERED="1",
+        # the trainer children reuse each other's compiled XLA programs (test speed only)
+        JAX_COMPILATION_CACHE_DIR=str(settings.DATA_DIR / "jax-cache"),
+        JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+    )
+    return env
+
+
+def purge_broker() -> None:
+    """Drop every message an earlier test or session left (including Redis's unacked ones)."""
+    if settings.CELERY_BROKER_URL.startswith("filesystem"):
+        for path in (settings.BROKER_DIR / "queue").glob("*"):
+            path.unlink(missing_ok=True)
+    else:
+        import redis
+
+        redis.Redis.from_url(settings.CELERY_BROKER_URL).flushdb()
+
+
+class Procs:
+    """Platform processes started by a test, each in its own process group; all killed at teardown."""
+
+    def __init__(self, log_dir: Path):
+        self.log_dir = log_dir
+        self.procs: list[tuple[str, subprocess.Popen]] = []
+
+    def start(self, *args: str) -> subprocess.Popen:
+        name = f"{args[0]}-{len(self.procs)}"
+        log = open(self.log_dir / f"{name}.log", "wb")
+        proc = subprocess.Popen([sys.executable, str(MANAGE_PY), *args], env=subprocess_env(), stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=settings.REPO_ROOT,
+                                start_new_session=True)
+        log.close()
+        self.procs.append((name, proc))
+        return proc
+
+    def worker(self) -> subprocess.Popen:
+        return self.start("worker", "--loglevel", "INFO")
+
+    def kill(self, proc: subprocess.Popen) -> None:
+        """SIGKILL the process's whole group: worker, pool process and trainer child at once."""
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(timeout=10)
+
+    def output(self, proc: subprocess.Popen) -> str:
+        name = next(n for n, p in self.procs if p is proc)
+        return (self.log_dir / f"{name}.log").read_text(errors="replace")
+
+    def logs(self, lines: int = 25) -> str:
+        return "\n".join(f"--- {name} (last lines) ---\n" + "\n".join(self.output(p).splitlines()[-lines:])
+                         for name, p in self.procs)
+
+    def close(self) -> None:
+        for _, proc in self.procs:
+            self.kill(proc)
+
+
+def wait_for(predicate, timeout_s: float, what: str, procs: Procs | None = None, interval_s: float = 0.1):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval_s)
+    detail = f"\n{procs.logs()}" if procs else ""
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}{detail}")

@@ -1,0 +1,171 @@
+"""End to end with real Celery processes (`manage.py worker`, `manage.py beat`) on the test database
+and the configured broker: a run trains to success while its metrics stream in; pause, resume and
+cancel; a worker SIGKILLed mid-run is detected by the scheduler, the run is requeued and resumes
+from its newest checkpoint on a new worker, ending with each step stored once and the same
+parameters as an uninterrupted run."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+
+import pytest
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db.models import Count
+
+from experiments.models import (Checkpoint, Experiment, MetricPoint, RolloutSample, Run, RunEvent, Worker,
+                                launch_run, request_cancel, request_pause, resume_run)
+from platform_testlib import tiny_config
+from runner_testlib import Procs, purge_broker, wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+# 40 short steps with a checkpoint every 4 (a checkpoint costs more than a tiny step): long
+# enough to act mid-run on the tiny model.
+LONG_RUN = dict(train__max_steps=40, checkpoint__every_steps=4, checkpoint__keep_last=3)
+CORE_METRICS = {"reward/mean", "reward/std", "accuracy", "loss/policy", "grad_norm", "learning_rate",
+                "timing/step_s", "throughput/tokens_per_s"}
+_reference_digest: dict[str, str] = {}  # config json -> params_digest of an uninterrupted run
+
+
+@pytest.fixture
+def procs(transactional_db, tmp_path):
+    """Start platform processes; they are killed before the test database is flushed."""
+    purge_broker()
+    shutil.rmtree(settings.ARTIFACTS_DIR, ignore_errors=True)  # run pks restart with each test database
+    settings.ARTIFACTS_DIR.mkdir(parents=True, exist_ok=True)
+    p = Procs(tmp_path)
+    yield p
+    p.close()
+    print(p.logs())  # shown by pytest only when the test failed
+    purge_broker()
+
+
+def launch(name: str, config: dict) -> Run:
+    user, _ = get_user_model().objects.get_or_create(username="runner-e2e")
+    experiment = Experiment(owner=user, name=name, config={})
+    experiment.set_config(config, user=user)
+    return launch_run(experiment)
+
+
+def status_of(run: Run) -> str:
+    return Run.objects.values_list("status", flat=True).get(pk=run.pk)
+
+
+def assert_each_step_once(run: Run, max_steps: int) -> None:
+    rows = MetricPoint.objects.filter(run=run).values("name", "step").annotate(n=Count("id"))
+    assert rows and max(r["n"] for r in rows) == 1, "a (metric, step) stored twice"
+    steps_by_name: dict[str, set[int]] = {}
+    for r in rows:
+        steps_by_name.setdefault(r["name"], set()).add(r["step"])
+    assert CORE_METRICS <= set(steps_by_name)
+    for name in CORE_METRICS:
+        assert steps_by_name[name] == set(range(1, max_steps + 1)), name
+    # rollout samples have no unique key: a replayed step must have replaced, not added, its rows
+    per_step = dict(RolloutSample.objects.filter(run=run).values_list("step").annotate(n=Count("id")))
+    assert per_step == {step: run.config["train"]["samples_per_step"] for step in range(1, max_steps + 1)}
+
+
+def reference_digest(config: dict) -> str:
+    """params_digest of `config` trained without interruption (from the success test if it ran)."""
+    key = json.dumps(config, sort_keys=True)
+    if key not in _reference_digest:
+        from trainers import parse_config, train
+
+        out = settings.DATA_DIR / "reference-run"
+        shutil.rmtree(out, ignore_errors=True)
+        _reference_digest[key] = train(parse_config(config), str(out)).params_digest
+    return _reference_digest[key]
+
+
+def test_worker_trains_a_run_while_metrics_stream_in(procs):
+    config = tiny_config(**LONG_RUN)
+    worker = procs.worker()
+    run = launch("e2e success", config)
+    seen_running_with_points = False
+    latencies_s: list[float] = []
+    last_step_seen = 0
+    deadline = time.monotonic() + 150
+    while (status := status_of(run)) not in ("succeeded", "failed"):
+        assert time.monotonic() < deadline, f"run still {status}\n{procs.logs()}"
+        assert worker.poll() is None, f"worker exited\n{procs.logs()}"
+        newest = MetricPoint.objects.filter(run=run, name="reward/mean").order_by("-step").values_list(
+            "step", "wall_time").first()
+        if newest and newest[0] > last_step_seen:
+            latencies_s.append(time.time() - newest[1])  # how long the newest step took to be visible
+            last_step_seen = newest[0]
+            seen_running_with_points |= status == "running" and newest[0] < 40
+        time.sleep(0.05)
+    run.refresh_from_db()
+    assert run.status == "succeeded", f"{run.error}\n{procs.logs()}"
+    assert seen_running_with_points, "no metric point seen while the run was running"
+    assert len(latencies_s) >= 3 and max(latencies_s) < 2.0, latencies_s  # the dashboard sees a step within 2 s
+    assert (run.step, run.max_steps, run.attempt, run.restarts) == (40, 40, 1, 0)
+    assert len(run.params_digest) == 64 and run.latest_reward is not None
+    assert run.running_s > 0 and run.started_at and run.finished_at
+    assert_each_step_once(run, 40)
+    assert list(Checkpoint.objects.filter(run=run).values_list("step", flat=True)) == [32, 36, 40]
+    summary = json.loads((settings.ARTIFACTS_DIR / run.run_dir / "summary.json").read_text())
+    assert summary["params_digest"] == run.params_digest
+    # the worker registered itself, and the run records where it ran
+    registered = Worker.objects.get(pid=worker.pid)
+    assert run.worker_host == registered.hostname and registered.queues == "runs"
+    _reference_digest[json.dumps(config, sort_keys=True)] = run.params_digest
+
+
+def test_pause_resume_cancel_through_the_database(procs):
+    config = tiny_config(train__max_steps=5000, checkpoint__every_steps=1000)
+    procs.worker()
+    run = launch("e2e controls", config)
+    wait_for(lambda: Run.objects.get(pk=run.pk).step >= 3, 120, "step 3", procs)
+    assert request_pause(Run.objects.get(pk=run.pk))
+    wait_for(lambda: status_of(run) == "paused", 60, "paused", procs)
+    run.refresh_from_db()
+    paused_at = run.step
+    assert 3 <= paused_at < 5000
+    assert Checkpoint.objects.filter(run=run, step=paused_at).exists(), "a pause checkpoints first"
+    assert MetricPoint.objects.filter(run=run, step__gt=paused_at).count() == 0
+
+    assert resume_run(run)
+    wait_for(lambda: RunEvent.objects.filter(run=run, attempt=2, message=f"resuming from checkpoint at step "
+                                                                          f"{paused_at}").exists(),
+             120, "the resume from the pause checkpoint", procs)
+    wait_for(lambda: Run.objects.get(pk=run.pk).step >= paused_at + 2, 60, "progress after resume", procs)
+    assert request_cancel(Run.objects.get(pk=run.pk))
+    wait_for(lambda: status_of(run) == "cancelled", 60, "cancelled", procs)
+    run.refresh_from_db()
+    assert (run.attempt, run.restarts) == (2, 0) and run.params_digest == ""
+    rows = MetricPoint.objects.filter(run=run, name="reward/mean").values_list("step", flat=True)
+    assert sorted(rows) == list(range(1, run.step + 1))
+
+
+def test_sigkilled_worker_is_replaced_and_the_run_resumes(procs):
+    config = tiny_config(**LONG_RUN)
+    first = procs.worker()
+    procs.start("beat", "--loglevel", "INFO")
+    run = launch("e2e sigkill", config)
+    wait_for(lambda: Checkpoint.objects.filter(run=run).exists(), 150, "the first checkpoint row", procs)
+    run.refresh_from_db()
+    assert run.status == "running" and run.step < 40, "too late to kill mid-run"
+    procs.kill(first)  # worker, its pool process and the trainer child: no chance to clean up
+    killed_at_step = Run.objects.get(pk=run.pk).step
+    newest_checkpoint = Checkpoint.objects.filter(run=run).order_by("-step").values_list("step", flat=True).first()
+    procs.worker()
+
+    wait_for(lambda: Run.objects.get(pk=run.pk).restarts == 1, 30, "the scheduler's requeue", procs)
+    expected_digest = reference_digest(config)  # computed meanwhile if the success test did not run
+    wait_for(lambda: status_of(run) in ("succeeded", "failed"), 150, "the resumed run to finish", procs)
+    run.refresh_from_db()
+    assert run.status == "succeeded", f"{run.error}\n{procs.logs()}"
+    assert (run.restarts, run.attempt) == (1, 2)
+    events = list(RunEvent.objects.filter(run=run).values_list("attempt", "message"))
+    assert any(a == 1 and "lost (heartbeat" in m and "requeued, restart 1 of 3" in m for a, m in events), events
+    resumed = [m for a, m in events if a == 2 and m.startswith("resuming from checkpoint at step ")]
+    assert resumed, events
+    resumed_from = int(resumed[0].rsplit(" ", 1)[1])
+    # the newest checkpoint at the kill (one may have completed on disk just before its row)
+    assert newest_checkpoint <= resumed_from <= killed_at_step + 4 and resumed_from % 4 == 0
+    assert_each_step_once(run, 40)
+    assert run.params_digest == expected_digest, "the resumed run differs from an uninterrupted one"

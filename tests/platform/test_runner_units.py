@@ -1,0 +1,421 @@
+"""The runner's parts without a Celery worker: database hooks, database control, the supervisor's
+compare-and-set and stop escalation (with a stand-in trainer process), the reaper, PDEATHSIG."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+from django.conf import settings as django_settings
+from django.contrib.auth import get_user_model
+from django.db import connection
+from django.utils import timezone
+
+from experiments.models import (Checkpoint, Experiment, MetricPoint, RolloutSample, Run, RunEvent, Worker,
+                                request_cancel)
+from platform_testlib import tiny_config
+from runner import supervisor as supervisor_mod
+from runner import tasks
+from runner.control import DatabaseControl
+from runner.db_hooks import DatabaseHooks
+from runner.recovery import reap_stale_runs
+from trainers.hooks import Action, RunInfo, TrainResult
+
+
+@pytest.fixture(autouse=True)
+def fresh_artifacts():
+    """Run pks restart with each test database: drop run directories an earlier session left."""
+    shutil.rmtree(django_settings.ARTIFACTS_DIR, ignore_errors=True)
+    django_settings.ARTIFACTS_DIR.mkdir(parents=True, exist_ok=True)
+
+
+def make_run(user, status="running", attempt=1, **fields) -> Run:
+    exp = Experiment.objects.create(owner=user, name="e", config=tiny_config())
+    run = Run.objects.create(experiment=exp, config=exp.config, status=status, attempt=attempt, max_steps=6, **fields)
+    run.run_dir = f"run-{run.pk}"
+    run.save(update_fields=["run_dir"])
+    return run
+
+
+def metrics(step: int) -> dict[str, float]:
+    return {"reward/mean": 0.1 * step, "loss/policy": -step, "timing/step_s": 0.5}
+
+
+def points(run) -> list[tuple[str, int, float]]:
+    return sorted(MetricPoint.objects.filter(run=run).values_list("name", "step", "value"))
+
+
+# -- DatabaseHooks -----------------------------------------------------------------------------
+
+
+def test_hooks_batch_flushes_by_interval_and_on_log(alice):
+    run = make_run(alice)
+    hooks = DatabaseHooks(run.pk, attempt=1, flush_interval_s=3600, background_flush=False)
+    hooks.on_step(1, metrics(1))  # the first step flushes at once
+    assert MetricPoint.objects.filter(run=run).count() == 3
+    hooks.on_samples(2, [{"prompt": "1+1=", "completion": "2", "answer": "2", "reward": 1.0, "advantage": 0.5,
+                          "correct": True}])
+    hooks.on_step(2, metrics(2))
+    hooks.on_step(3, metrics(3))
+    assert MetricPoint.objects.filter(run=run).count() == 3  # buffered: the interval has not passed
+    assert RolloutSample.objects.filter(run=run).count() == 0
+    hooks.on_log("hello")
+    assert MetricPoint.objects.filter(run=run).count() == 9
+    assert hooks.flushes == 2
+    run.refresh_from_db()
+    assert run.step == 3 and run.latest_reward == pytest.approx(0.3)
+    sample = RolloutSample.objects.get(run=run)
+    assert (sample.step, sample.completion, sample.reward, sample.extra) == (2, "2", 1.0, {"correct": True})
+    assert RunEvent.objects.filter(run=run, message="hello").exists()
+
+
+def test_hooks_flush_after_interval(alice):
+    run = make_run(alice)
+    hooks = DatabaseHooks(run.pk, attempt=1, flush_interval_s=0.05, background_flush=False)
+    hooks.on_step(1, metrics(1))
+    hooks.on_step(2, metrics(2))
+    assert MetricPoint.objects.filter(run=run, step=2).count() == 0
+    time.sleep(0.06)
+    hooks.on_step(3, metrics(3))
+    assert MetricPoint.objects.filter(run=run).count() == 9
+
+
+@pytest.mark.django_db(transaction=True)
+def test_hooks_background_flush_writes_a_waiting_step(django_user_model):
+    """A step followed by a long pause (an evaluation, a slow step) still reaches the database."""
+    run = make_run(django_user_model.objects.create_user("dave"))
+    hooks = DatabaseHooks(run.pk, attempt=1, flush_interval_s=0.2)
+    hooks.on_step(1, metrics(1))
+    hooks.on_step(2, metrics(2))  # buffered: less than 0.2 s since the last flush
+    t0 = time.monotonic()
+    while not MetricPoint.objects.filter(run=run, step=2).exists():
+        assert time.monotonic() - t0 < 2, "step 2 never written"
+        time.sleep(0.02)
+    assert Run.objects.get(pk=run.pk).step == 2
+    hooks.on_end(TrainResult("succeeded", 2, "d", {}, ""))
+    assert not hooks._flusher.is_alive()
+    assert MetricPoint.objects.filter(run=run).count() == 6
+
+
+def test_hooks_upsert_and_resume_store_each_step_once(alice):
+    run = make_run(alice)
+    ckpt_dir = os.path.join(django_settings.ARTIFACTS_DIR, run.run_dir, "checkpoints", "2")
+    os.makedirs(ckpt_dir, exist_ok=True)
+    hooks = DatabaseHooks(run.pk, attempt=1, flush_interval_s=0, background_flush=False)
+    for step in (1, 2):
+        hooks.on_samples(step, [{"prompt": "p", "completion": f"c{step}", "reward": 0.0, "advantage": 0.0}])
+        hooks.on_step(step, metrics(step))
+    hooks.on_checkpoint(2, ckpt_dir, 1234, {"reward/mean": 0.2, "loss/policy": float("nan")})
+    for step in (3, 4):  # the attempt dies after step 4; its checkpoint at 4 never completed
+        hooks.on_samples(step, [{"prompt": "p", "completion": f"c{step}", "reward": 0.0, "advantage": 0.0}])
+        hooks.on_step(step, metrics(step))
+    Checkpoint.objects.create(run=run, step=4, path=f"{run.run_dir}/checkpoints/4")
+
+    resumed = DatabaseHooks(run.pk, attempt=2, flush_interval_s=0, background_flush=False)
+    Run.objects.filter(pk=run.pk).update(attempt=2)
+    resumed.on_resume(2)
+    assert MetricPoint.objects.filter(run=run, step__gt=2).count() == 0
+    assert list(RolloutSample.objects.filter(run=run).values_list("step", flat=True)) == [1, 2]
+    ckpt = Checkpoint.objects.get(run=run)
+    assert (ckpt.step, ckpt.path, ckpt.size_bytes) == (2, f"{run.run_dir}/checkpoints/2", 1234)
+    assert ckpt.metrics == {"reward/mean": 0.2, "loss/policy": None}
+    resumed.on_start(RunInfo(config={}, plan_text="plan", start_step=2, max_steps=4, run_dir="", param_count=10))
+    for step in (3, 4):
+        resumed.on_samples(step, [{"prompt": "p", "completion": f"again{step}", "reward": 0.0, "advantage": 0.0}])
+        resumed.on_step(step, {**metrics(step), "reward/mean": 1.0 * step})
+    resumed.on_step(4, {**metrics(4), "reward/mean": 9.0})  # the same step again: replaced, not doubled
+    resumed.on_end(TrainResult("succeeded", 4, "digest", {}, ""))
+    got = points(run)
+    assert len(got) == len({(name, step) for name, step, _ in got}) == 12
+    assert ("reward/mean", 3, 3.0) in got and ("reward/mean", 4, 9.0) in got
+    assert list(RolloutSample.objects.filter(run=run).values_list("step", "completion")) == [
+        (1, "c1"), (2, "c2"), (3, "again3"), (4, "again4")]
+    run.refresh_from_db()
+    assert run.step == 4 and run.max_steps == 4 and run.latest_reward == 9.0
+
+
+def test_hooks_skip_non_finite_and_stale_attempt_does_not_move_the_run(alice):
+    run = make_run(alice, attempt=3, step=7)
+    hooks = DatabaseHooks(run.pk, attempt=2, flush_interval_s=0, background_flush=False)  # superseded by attempt 3
+    hooks.on_step(8, {"reward/mean": 0.5, "loss/policy": float("inf")})
+    assert points(run) == [("reward/mean", 8, 0.5)]
+    assert RunEvent.objects.filter(run=run, level="warning", message__contains="loss/policy").count() == 1
+    run.refresh_from_db()
+    assert run.step == 7
+
+
+def test_checkpoint_rows_follow_the_trainers_retention(alice):
+    run = make_run(alice)
+    hooks = DatabaseHooks(run.pk, attempt=1, background_flush=False)
+    base = os.path.join(django_settings.ARTIFACTS_DIR, run.run_dir, "checkpoints")
+    for step in (2, 4):
+        os.makedirs(os.path.join(base, str(step)), exist_ok=True)
+        hooks.on_checkpoint(step, os.path.join(base, str(step)), 10, {})
+    os.rmdir(os.path.join(base, "2"))  # keep_last removed it
+    os.makedirs(os.path.join(base, "6"))
+    hooks.on_checkpoint(6, os.path.join(base, "6"), 10, {})
+    assert list(Checkpoint.objects.filter(run=run).values_list("step", flat=True)) == [4, 6]
+
+
+# -- DatabaseControl ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def restore_signals():
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    yield
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)
+
+
+def test_control_follows_status_and_attempt(alice, restore_signals):
+    run = make_run(alice, attempt=2)
+    control = DatabaseControl(run.pk, attempt=2, poll_interval_s=0)
+    assert control.poll() is Action.CONTINUE
+    Run.objects.filter(pk=run.pk).update(status="pausing")
+    assert control.poll() is Action.PAUSE
+    Run.objects.filter(pk=run.pk).update(status="cancelling")
+    assert control.poll() is Action.STOP
+    Run.objects.filter(pk=run.pk).update(status="running", attempt=3)  # a newer attempt owns it
+    assert control.poll() is Action.STOP
+    Run.objects.filter(pk=run.pk).update(status="failed", attempt=2)
+    assert control.poll() is Action.STOP
+    Run.objects.filter(pk=run.pk).delete()
+    assert control.poll() is Action.STOP
+
+
+def test_control_caches_between_polls(alice, restore_signals):
+    run = make_run(alice)
+    control = DatabaseControl(run.pk, attempt=1, poll_interval_s=3600)
+    assert control.poll() is Action.CONTINUE
+    Run.objects.filter(pk=run.pk).update(status="cancelling")
+    assert control.poll() is Action.CONTINUE  # cached
+    control._checked_at = float("-inf")
+    assert control.poll() is Action.STOP
+
+
+def test_control_sigterm_pauses(alice, restore_signals):
+    run = make_run(alice)
+    control = DatabaseControl(run.pk, attempt=1, poll_interval_s=0)
+    os.kill(os.getpid(), signal.SIGTERM)
+    assert control.signalled == signal.SIGTERM
+    assert control.poll() is Action.PAUSE
+    Run.objects.filter(pk=run.pk).update(status="cancelling")
+    assert control.poll() is Action.STOP  # a cancel still wins
+
+
+# -- the supervisor, with a stand-in trainer ---------------------------------------------------
+
+
+@pytest.fixture
+def fake_trainer(monkeypatch):
+    """Replace the trainer child by a small Python script; records each start."""
+    starts = []
+
+    def use(script: str):
+        def command(self):
+            starts.append((self.run_id, self.attempt))
+            return [sys.executable, "-c", textwrap.dedent(script)]
+
+        monkeypatch.setattr(supervisor_mod.Supervisor, "command", command)
+        return starts
+
+    return use
+
+
+def test_task_body_twice_for_the_same_attempt_runs_once(alice, fake_trainer, settings):
+    settings.PLATFORM_HEARTBEAT_S = 0.1
+    starts = fake_trainer("print('trainer crashed: out of cheese')")
+    run = make_run(alice, status="queued", attempt=1)
+    assert tasks.execute_run.run(run.pk, 1) == "failed"  # exited without a final status
+    assert tasks.execute_run.run(run.pk, 1) == ""         # redelivered: the CAS refuses
+    assert tasks.execute_run.run(run.pk, 0) == ""         # a stale attempt's message
+    assert starts == [(run.pk, 1)]
+    run.refresh_from_db()
+    assert run.status == "failed" and "out of cheese" in run.error and "exit code 0" in run.error
+    assert run.started_at is not None and run.finished_at is not None and run.heartbeat_at is not None
+    assert run.worker_pid == os.getpid()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_supervisor_escalates_a_stop_the_trainer_ignores(django_user_model, fake_trainer, settings):
+    settings.PLATFORM_HEARTBEAT_S = 0.1
+    settings.PLATFORM_STOP_GRACE_S = 0.3
+    settings.PLATFORM_KILL_GRACE_S = 0.3
+    fake_trainer("""
+        import signal, time
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        time.sleep(60)
+    """)
+    user = django_user_model.objects.create_user("carol")
+    run = make_run(user, status="queued", attempt=1)
+    def cancel():
+        request_cancel(Run.objects.get(pk=run.pk))
+        connection.close()
+
+    timer = threading.Timer(0.5, cancel)
+    timer.start()
+    t0 = time.monotonic()
+    try:
+        status = supervisor_mod.supervise(run.pk, 1, "test-host")
+    finally:
+        timer.cancel()
+    assert status == "cancelled"
+    assert time.monotonic() - t0 < 10
+    run.refresh_from_db()
+    assert run.worker_host == "test-host" and run.running_s > 0.5
+    messages = list(RunEvent.objects.filter(run=run).values_list("message", flat=True))
+    assert any("SIGTERM sent" in m for m in messages) and any("SIGKILL sent" in m for m in messages)
+    assert any("cancelled" in m for m in messages)
+
+
+def test_child_dies_with_its_parent(tmp_path):
+    """PR_SET_PDEATHSIG: a trainer whose supervisor is SIGKILLed does not live on."""
+    pid_file = tmp_path / "child.pid"
+    child = tmp_path / "child.py"
+    child.write_text(textwrap.dedent(f"""
+        import os, signal, sys, time
+        sys.path.insert(0, {os.path.join(django_settings.REPO_ROOT, "platform")!r})
+        from runner.procs import die_with_parent
+        assert die_with_parent(signal.SIGKILL)
+        open({str(pid_file)!r}, "w").write(str(os.getpid()))
+        time.sleep(60)
+    """))
+    parent = subprocess.Popen([sys.executable, "-c", f"import subprocess, sys, time; "
+                               f"subprocess.Popen([sys.executable, {str(child)!r}]); time.sleep(60)"])
+    try:
+        deadline = time.monotonic() + 30
+        while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        child_pid = int(pid_file.read_text())
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            try:
+                os.kill(child_pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
+        else:
+            os.kill(child_pid, signal.SIGKILL)
+            pytest.fail("the child outlived its parent")
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+
+
+# -- the reaper --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def sent(monkeypatch):
+    """Task messages sent instead of going to a broker."""
+    messages = []
+    monkeypatch.setattr(tasks, "send_run_message", lambda run_id, attempt, queue: messages.append((run_id, attempt)))
+    return messages
+
+
+def test_reaper_requeues_fails_and_leaves_fresh_runs(alice, sent, settings, django_capture_on_commit_callbacks):
+    settings.PLATFORM_STALE_AFTER_S = 20
+    now = timezone.now()
+    old = now - dt.timedelta(seconds=60)
+    lost = make_run(alice, attempt=1, heartbeat_at=old, worker_host="w1@h", max_restarts=3)
+    spent = make_run(alice, attempt=4, heartbeat_at=old, restarts=3, max_restarts=3)
+    fresh = make_run(alice, attempt=1, heartbeat_at=now - dt.timedelta(seconds=5))
+    cancelling = make_run(alice, status="cancelling", heartbeat_at=old)
+    pausing = make_run(alice, status="pausing", heartbeat_at=old)
+    done_run = make_run(alice, status="succeeded", heartbeat_at=old)
+    with django_capture_on_commit_callbacks(execute=True):
+        result = reap_stale_runs(now=now)
+    assert sorted(result) == sorted([(lost.pk, "requeued"), (spent.pk, "failed"), (cancelling.pk, "cancelled"),
+                                     (pausing.pk, "paused")])
+    lost.refresh_from_db()
+    assert (lost.status, lost.restarts, lost.attempt) == ("queued", 1, 2)
+    assert sent == [(lost.pk, 2)]
+    assert RunEvent.objects.filter(run=lost, message__contains="worker w1@h lost (heartbeat 60 s old); "
+                                                             "requeued, restart 1 of 3").exists()
+    spent.refresh_from_db()
+    assert spent.status == "failed" and "max_restarts" in spent.error
+    for run, status in ((fresh, "running"), (cancelling, "cancelled"), (pausing, "paused"), (done_run, "succeeded")):
+        run.refresh_from_db()
+        assert run.status == status
+    with django_capture_on_commit_callbacks(execute=True):
+        assert reap_stale_runs(now=now) == []  # nothing left to do: acting twice is impossible
+    assert sent == [(lost.pk, 2)]
+
+
+def test_reaper_cas_skips_a_run_whose_heartbeat_just_came(alice, sent, settings, monkeypatch):
+    settings.PLATFORM_STALE_AFTER_S = 20
+    now = timezone.now()
+    run = make_run(alice, heartbeat_at=now - dt.timedelta(seconds=60))
+    from runner import recovery
+
+    real_cas = recovery._cas
+
+    def heartbeat_first(run_, to, stale, **fields):  # the supervisor writes just before the CAS
+        Run.objects.filter(pk=run_.pk).update(heartbeat_at=timezone.now())
+        return real_cas(run_, to, stale, **fields)
+
+    monkeypatch.setattr(recovery, "_cas", heartbeat_first)
+    assert reap_stale_runs(now=now) == []
+    run.refresh_from_db()
+    assert (run.status, run.attempt, run.restarts) == ("running", 1, 0)
+
+
+def test_reaper_forgets_long_dead_workers(db, settings):
+    settings.PLATFORM_STALE_AFTER_S = 20
+    now = timezone.now()
+    Worker.objects.create(hostname="gone@h", heartbeat_at=now - dt.timedelta(seconds=201))
+    Worker.objects.create(hostname="quiet@h", heartbeat_at=now - dt.timedelta(seconds=100))
+    reap_stale_runs(now=now)
+    assert list(Worker.objects.values_list("hostname", flat=True)) == ["quiet@h"]
+
+
+# -- the trainer child's own bookkeeping, and the demo account -----------------------------------
+
+
+def test_invalid_config_fails_the_run_with_the_problems(alice, restore_signals):
+    from runner.attempt import run_attempt
+
+    run = make_run(alice, attempt=1)
+    Run.objects.filter(pk=run.pk).update(config={**run.config, "batch": {"prompts_per_step": -3}})
+    assert run_attempt(run.pk, 1) == 1
+    run.refresh_from_db()
+    assert run.status == "failed" and run.finished_at is not None
+    assert run.error.startswith("invalid config") and "batch.prompts_per_step" in run.error
+    assert RunEvent.objects.filter(run=run, level="error", message=run.error).exists()
+
+
+def test_child_does_nothing_for_an_attempt_it_does_not_own(alice, restore_signals):
+    from runner.attempt import run_attempt
+
+    run = make_run(alice, attempt=2)
+    assert run_attempt(run.pk, 1) == 0
+    run.refresh_from_db()
+    assert (run.status, run.error) == ("running", "")
+
+
+def test_demo_account_is_created_once(db):
+    from runner.demo import DEMO_EXPERIMENT, ensure_demo
+
+    (django_settings.DATA_DIR / "demo_password").unlink(missing_ok=True)
+    username, password = ensure_demo()
+    assert ensure_demo() == (username, password)  # the same password at every start
+    assert (django_settings.DATA_DIR / "demo_password").read_text().strip() == password
+    user = get_user_model().objects.get(username="demo")
+    assert user.check_password(password)
+    experiment = Experiment.objects.get(owner=user)
+    assert experiment.name == DEMO_EXPERIMENT and experiment.versions.count() == 1
+    from trainers.config import load_config
+
+    expected = load_config(django_settings.REPO_ROOT / "configs" / "demo.yaml").model_dump(mode="json", by_alias=True)
+    assert experiment.config == expected

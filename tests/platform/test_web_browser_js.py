@@ -1,0 +1,138 @@
+"""The web UI's scripts in a real browser (Debian's Chromium through Playwright) against the live
+test server: the form's live plan preview, inline errors and tab switch, and the run dashboard
+filling and extending its charts, samples, checkpoints and log without a reload.
+
+Run data is written straight into the database here (no worker): this tests the page's scripts
+and their use of the JSON API, not the runner."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+from django.db import connections
+from django.urls import reverse
+from playwright.sync_api import expect, sync_playwright
+
+from experiments.models import Checkpoint, Experiment, MetricPoint, RolloutSample, Run
+from web_testlib import fast_passwords, make_experiment, make_run  # noqa: F401 (fast_passwords: autouse)
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def page(live_server, client, alice, monkeypatch):
+    """A Chromium page logged in as alice (her session cookie), base URL = the live server."""
+    # Playwright's sync API keeps an event loop in this thread; the test's own ORM calls are
+    # still plain synchronous calls.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    client.force_login(alice)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        context = browser.new_context(base_url=live_server.url)
+        context.add_cookies([{"name": "sessionid", "value": client.cookies["sessionid"].value,
+                              "url": live_server.url}])
+        page = context.new_page()
+        page.set_default_timeout(10_000)
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        yield page
+        # The test's own ORM calls ran beside Playwright's event loop, on a connection of that
+        # context: close it, or PostgreSQL cannot drop the test database at the end.
+        connections.close_all()
+        browser.close()
+    assert errors == [], f"script errors: {errors}"
+
+
+def test_form_preview_errors_and_tabs(page, alice):
+    page.goto(reverse("experiment-new"))
+    expect(page.locator("#plan-sequences_per_step")).to_have_text("128")  # 16 prompts x G=8
+    page.fill("[name=batch__prompts_per_step]", "4")
+    page.fill("[name=grpo__num_generations]", "4")
+    expect(page.locator("#plan-sequences_per_step")).to_have_text("16")
+    # a schema error appears live next to its field, and the plan says invalid
+    page.fill("[name=batch__mini_batch_prompts]", "3")
+    field_errors = page.locator("[data-error-for='batch.mini_batch_prompts']")
+    expect(field_errors).to_contain_text("does not divide batch.prompts_per_step=4; use 1, 2 or 4")
+    expect(page.locator("#plan-preview")).to_have_attribute("data-state", "error")
+    page.fill("[name=batch__mini_batch_prompts]", "2")
+    expect(field_errors).to_be_empty()
+    expect(page.locator("#plan-optimizer_updates_per_step")).to_have_text("2")
+    # form -> YAML carries the edits over; YAML edits drive the plan; YAML -> form carries them back
+    page.click("#tab-yaml")
+    yaml_box = page.locator("#id_config_yaml")
+    expect(yaml_box).to_be_visible()
+    expect(yaml_box).to_have_value(re.compile(r"mini_batch_prompts: 2"))
+    text = yaml_box.input_value().replace("prompts_per_step: 4", "prompts_per_step: 8")
+    yaml_box.fill(text)
+    expect(page.locator("#plan-sequences_per_step")).to_have_text("32")
+    yaml_box.fill(text + "\nbatch: [\n")
+    expect(page.locator("#yaml-errors")).to_contain_text("not valid YAML at line")
+    page.click("#tab-form")  # refused while the YAML cannot be read
+    expect(page.locator("#tab-note")).to_contain_text("Fix the YAML")
+    yaml_box.fill(text)
+    expect(page.locator("#yaml-errors")).to_be_empty()
+    page.click("#tab-form")
+    expect(page.locator("[name=batch__prompts_per_step]")).to_have_value("8")
+    page.fill("[name=name]", "from the browser")
+    page.click("#save-experiment")
+    expect(page.locator("#launch-run")).to_be_visible()
+    config = Experiment.objects.get(name="from the browser").config
+    assert config["batch"] == {**config["batch"], "prompts_per_step": 8, "mini_batch_prompts": 2}
+
+
+def _report(run: Run, steps: range) -> None:
+    MetricPoint.objects.bulk_create([
+        MetricPoint(run=run, step=s, name=name, value=value)
+        for s in steps
+        for name, value in (("reward/mean", s / 10), ("reward/std", 0.1), ("loss/policy", -s / 100),
+                            ("timing/step_s", 0.5), ("timing/rollout_s", 0.3), ("eval/accuracy", 0.5),
+                            ("custom/new_metric", 1.0))
+    ])
+    Run.objects.filter(pk=run.pk).update(step=steps[-1], latest_reward=steps[-1] / 10)
+
+
+def _points(page, metric: str) -> int:
+    return int(page.locator(f"[data-metric='{metric}']").get_attribute("data-points") or 0)
+
+
+def test_dashboard_updates_live(page, alice):
+    run = make_run(make_experiment(alice), status="running", max_steps=20)
+    _report(run, range(1, 6))
+    RolloutSample.objects.create(run=run, step=5, index=0, prompt="1+1=", completion="2", answer="2",
+                                 reward=1.0, advantage=0.5)
+    Checkpoint.objects.create(run=run, step=4, path="run-1/checkpoints/4", size_bytes=2048,
+                              metrics={"reward/mean": 0.4})
+    run.add_event("hello from the trainer")
+    page.goto(reverse("run-detail", args=[run.pk]))
+    page.evaluate("window.__no_reload = 1")
+    expect(page.locator("[data-metric='reward/mean']")).to_have_attribute("data-points", "5")
+    expect(page.locator("[data-metric='timing/step_s']")).to_have_attribute("data-points", "5")
+    expect(page.locator("[data-metric='eval/reward_mean']")).to_be_visible()   # lazy chart, shown once fed
+    expect(page.locator("[data-metric='custom/new_metric']")).to_be_visible()  # unknown metric: own chart
+    expect(page.locator("#samples-table tbody tr")).to_have_count(1)
+    expect(page.locator("#checkpoints-table tbody tr")).to_have_count(1)
+    expect(page.locator("#run-log")).to_contain_text("hello from the trainer")
+    expect(page.locator("#run-step")).to_have_text("5")
+    expect(page.locator("[data-control=pause]")).to_be_visible()
+    expect(page.locator("[data-control=resume]")).to_be_hidden()
+    # the run goes on: new points arrive within 2 s, without a reload
+    started = time.monotonic()
+    _report(run, range(6, 9))
+    RolloutSample.objects.create(run=run, step=8, index=0, prompt="2+2=", completion="4", answer="4", reward=1.0)
+    expect(page.locator("[data-metric='reward/mean']")).to_have_attribute("data-points", "8", timeout=3_000)
+    assert time.monotonic() - started < 3.0
+    expect(page.locator("#run-step")).to_have_text("8")
+    expect(page.locator("#sample-step option")).to_have_count(3)  # newest + steps 8 and 5
+    page.select_option("#sample-step", "5")
+    expect(page.locator("#samples-table tbody")).to_contain_text("1+1=")
+    # the status changes: controls follow
+    Run.objects.filter(pk=run.pk).update(status="paused")
+    expect(page.locator("#run-status")).to_have_text("paused")
+    expect(page.locator("[data-control=resume]")).to_be_visible()
+    expect(page.locator("[data-control=pause]")).to_be_hidden()
+    assert page.evaluate("window.__no_reload") == 1

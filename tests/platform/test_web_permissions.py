@@ -1,0 +1,116 @@
+"""Every web view: anonymous -> the login page; another user's experiment or run -> 404 (and
+nothing changes); staff -> allowed. The table must name every URL of web.urls."""
+
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+
+from experiments.models import Experiment, Run
+from web import urls as web_urls
+from web_testlib import fast_passwords, form_data, make_experiment, make_run  # noqa: F401 (fast_passwords: autouse)
+
+from platform_testlib import tiny_config
+
+pytestmark = pytest.mark.django_db
+
+# url name -> (method, which object it takes, staff's expected status)
+VIEWS = {
+    "index": ("get", None, 302),
+    "experiment-list": ("get", None, 200),
+    "experiment-new": ("get", None, 200),
+    "experiment-import": ("get", None, 200),
+    "plan-preview": ("post", None, 200),
+    "run-list": ("get", None, 200),
+    "experiment-detail": ("get", "experiment", 200),
+    "experiment-edit": ("get", "experiment", 200),
+    "experiment-clone": ("post", "experiment", 302),
+    "experiment-launch": ("post", "experiment", 302),
+    "experiment-export": ("get", "experiment", 200),
+    "version-list": ("get", "experiment", 200),
+    "version-export": ("get", "version", 200),
+    "version-restore": ("post", "version", 302),
+    "version-diff": ("get", "diff", 200),
+    "run-detail": ("get", "run", 200),
+    "run-control": ("post", "control", 302),
+}
+AUTH_VIEWS = {"login", "logout"}
+
+
+def test_every_web_view_is_in_the_table():
+    names = {p.name for p in web_urls.urlpatterns}
+    assert names - AUTH_VIEWS == set(VIEWS)
+
+
+@pytest.fixture
+def objects(alice, monkeypatch):
+    import runner.tasks
+
+    monkeypatch.setattr(runner.tasks, "send_run_message", lambda *args: None)
+    experiment = make_experiment(alice, "alice-exp")
+    experiment.set_config(tiny_config(seed=1), user=alice)  # v2, so v1 can be restored
+    run = make_run(experiment, status="queued")
+    return experiment, run
+
+
+def _request(client, name, objects):
+    method, kind, _ = VIEWS[name]
+    experiment, run = objects
+    args = {
+        None: [], "experiment": [experiment.pk], "version": [experiment.pk, 1], "diff": [experiment.pk],
+        "run": [run.pk], "control": [run.pk, "cancel"],
+    }[kind]
+    url = reverse(name, args=args)
+    if kind == "diff":
+        url += "?a=1&b=2"
+    data = form_data() if name == "plan-preview" else {}
+    return getattr(client, method)(url, data)
+
+
+@pytest.mark.parametrize("name", sorted(VIEWS))
+def test_anonymous_goes_to_login(client, objects, name):
+    response = _request(client, name, objects)
+    assert response.status_code == 302
+    assert response["Location"].startswith(reverse("login") + "?next=")
+
+
+@pytest.mark.parametrize("name", sorted(n for n, v in VIEWS.items() if v[1]))
+def test_other_users_objects_answer_404(client, bob, objects, name):
+    experiment, run = objects
+    before = (Experiment.objects.count(), Run.objects.count(), experiment.versions.count(),
+              Run.objects.get(pk=run.pk).status)
+    client.force_login(bob)
+    response = _request(client, name, objects)
+    assert response.status_code == 404
+    after = (Experiment.objects.count(), Run.objects.count(), experiment.versions.count(),
+             Run.objects.get(pk=run.pk).status)
+    assert after == before
+
+
+@pytest.mark.parametrize("name", sorted(VIEWS))
+def test_staff_may(client, staff, objects, name):
+    client.force_login(staff)
+    response = _request(client, name, objects)
+    assert response.status_code == VIEWS[name][2]
+
+
+@pytest.mark.parametrize("name", sorted(VIEWS))
+def test_owner_may(client, alice, objects, name):
+    client.force_login(alice)
+    response = _request(client, name, objects)
+    assert response.status_code == VIEWS[name][2]
+
+
+def test_logout_is_a_post_and_login_page_renders(alice_client):
+    page = alice_client.get(reverse("experiment-list")).content.decode()
+    assert f'<form method="post" action="{reverse("logout")}"' in page
+    assert alice_client.post(reverse("logout")).status_code == 302
+    response = alice_client.get(reverse("login"))
+    assert response.status_code == 200 and 'name="username"' in response.content.decode()
+
+
+def test_nav_shows_admin_only_to_staff(client, alice, staff):
+    client.force_login(alice)
+    assert 'id="nav-admin"' not in client.get(reverse("experiment-list")).content.decode()
+    client.force_login(staff)
+    assert 'id="nav-admin"' in client.get(reverse("experiment-list")).content.decode()

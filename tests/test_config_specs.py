@@ -1,0 +1,62 @@
+"""field_specs(): the schema as plain data, complete and in order, so a form needs no field list."""
+
+from __future__ import annotations
+
+import json
+
+from trainers.config import ExperimentConfig, field_specs, iter_field_specs, parse_config
+
+
+def _raw_from_defaults() -> dict:
+    raw: dict = {}
+    for spec in iter_field_specs():
+        node = raw
+        *parents, leaf = spec.path.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = spec.default
+    return raw
+
+
+def test_sections_follow_the_schema_order():
+    keys = [s.key for s in field_specs()]
+    assert keys == ["", "model", "data", "rewards", "rollout", "batch", "grpo", "async", "optimizer", "train",
+                    "checkpoint", "eval"]
+    assert [f.path for f in field_specs()[0].fields] == ["seed"]
+
+
+def test_every_leaf_field_is_described_once_with_its_default():
+    defaults = ExperimentConfig().to_dict()
+    paths = [spec.path for spec in iter_field_specs()]
+    assert len(paths) == len(set(paths))
+    expected = [f"{section}.{key}" if isinstance(value, dict) else section
+                for section, value in defaults.items() for key in (value if isinstance(value, dict) else [None])]
+    assert paths == expected
+    # The defaults alone rebuild the default config, and every default is plain JSON data.
+    assert parse_config(_raw_from_defaults()).to_dict() == defaults
+    json.dumps([s.as_dict() for s in iter_field_specs()])
+
+
+def test_kinds_choices_bounds_and_descriptions():
+    specs = {s.path: s for s in iter_field_specs()}
+    assert (specs["batch.prompts_per_step"].kind, specs["batch.prompts_per_step"].nullable) == ("int", False)
+    assert (specs["batch.mini_batch_prompts"].kind, specs["batch.mini_batch_prompts"].nullable) == ("int", True)
+    assert dict(specs["batch.mini_batch_prompts"].bounds) == {"ge": 1}
+    assert dict(specs["rollout.top_p"].bounds) == {"gt": 0.0, "le": 1.0}
+    assert specs["grpo.beta"].kind == "float" and specs["grpo.beta"].default == 0.04
+    assert specs["async.enabled"].kind == "bool"  # the YAML alias, not the Python name async_
+    assert specs["grpo.advantage"].kind == "choice"
+    assert specs["grpo.advantage"].choices == ("grpo", "rloo", "drgrpo")
+    assert specs["data.task"].nullable and specs["data.task"].kind == "str"
+    assert "arithmetic" in specs["data.task"].suggestions
+    assert "tiny" in specs["model.preset"].suggestions
+    assert all(spec.description for spec in specs.values())
+    assert specs["batch.mini_batch_prompts"].section == "batch" and specs["seed"].section == ""
+
+
+def test_list_field_describes_its_items():
+    rewards = next(s for s in iter_field_specs() if s.path == "rewards")
+    assert rewards.kind == "list" and rewards.default == []
+    items = {f.path: f for f in rewards.item_fields}
+    assert items["name"].kind == "str" and items["name"].required and "exact_match" in items["name"].suggestions
+    assert items["weight"].kind == "float" and items["weight"].default == 1.0
