@@ -97,7 +97,7 @@ def test_hooks_background_flush_writes_a_waiting_step(django_user_model):
     hooks.on_step(2, metrics(2))  # buffered: less than 0.2 s since the last flush
     t0 = time.monotonic()
     while not MetricPoint.objects.filter(run=run, step=2).exists():
-        assert time.monotonic() - t0 < 2, "step 2 never written"
+        assert time.monotonic() - t0 < 15, "step 2 never written (no background flush)"
         time.sleep(0.02)
     assert Run.objects.get(pk=run.pk).step == 2
     hooks.on_end(TrainResult("succeeded", 2, "d", {}, ""))
@@ -269,7 +269,7 @@ def test_supervisor_escalates_a_stop_the_trainer_ignores(django_user_model, fake
     finally:
         timer.cancel()
     assert status == "cancelled"
-    assert time.monotonic() - t0 < 10
+    assert time.monotonic() - t0 < 30  # escalated: the fake trainer would otherwise sleep 60 s
     run.refresh_from_db()
     assert run.worker_host == "test-host" and run.running_s > 0.5
     messages = list(RunEvent.objects.filter(run=run).values_list("message", flat=True))
