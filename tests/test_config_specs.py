@@ -18,6 +18,15 @@ def _raw_from_defaults() -> dict:
     return raw
 
 
+def _leaf_paths(data: dict, prefix: str = "") -> list[str]:
+    """Dotted paths of the leaves of nested config data, in order (a sub-section's dict is walked)."""
+    out = []
+    for key, value in data.items():
+        path = f"{prefix}.{key}" if prefix else key
+        out += _leaf_paths(value, path) if isinstance(value, dict) else [path]
+    return out
+
+
 def test_sections_follow_the_schema_order():
     keys = [s.key for s in field_specs()]
     assert keys == ["", "model", "data", "rewards", "rollout", "batch", "grpo", "async", "optimizer", "train",
@@ -29,9 +38,7 @@ def test_every_leaf_field_is_described_once_with_its_default():
     defaults = ExperimentConfig().to_dict()
     paths = [spec.path for spec in iter_field_specs()]
     assert len(paths) == len(set(paths))
-    expected = [f"{section}.{key}" if isinstance(value, dict) else section
-                for section, value in defaults.items() for key in (value if isinstance(value, dict) else [None])]
-    assert paths == expected
+    assert paths == _leaf_paths(defaults)
     # The defaults alone rebuild the default config, and every default is plain JSON data.
     assert parse_config(_raw_from_defaults()).to_dict() == defaults
     json.dumps([s.as_dict() for s in iter_field_specs()])
@@ -60,3 +67,18 @@ def test_list_field_describes_its_items():
     items = {f.path: f for f in rewards.item_fields}
     assert items["name"].kind == "str" and items["name"].required and "exact_match" in items["name"].suggestions
     assert items["weight"].kind == "float" and items["weight"].default == 1.0
+
+
+def test_sub_section_fields_are_flattened_into_their_section():
+    section = next(s for s in field_specs() if s.key == "async")
+    paths = [f.path for f in section.fields]
+    assert paths[-5:] == [f"async.importance_sampling.{k}" for k in ("enabled", "level", "mode", "max", "min")]
+    specs = {s.path: s for s in iter_field_specs()}
+    level = specs["async.importance_sampling.level"]
+    assert (level.kind, level.choices, level.default, level.key) == ("choice", ("token", "sequence"), "token",
+                                                                     "importance_sampling.level")
+    assert level.section == "async"
+    devices = specs["async.rollout_devices"]
+    assert (devices.kind, devices.default, devices.nullable) == ("int_list", [], False)
+    # A form sends text; the schema reads a device list from it.
+    assert parse_config({"async": {"rollout_devices": "1, 2", "train_devices": "[0]"}}).async_.rollout_devices == [1, 2]

@@ -22,10 +22,10 @@ import json
 import os
 import types
 import typing
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 
 class _Section(BaseModel):
@@ -107,9 +107,73 @@ class GrpoSection(_Section):
     )
 
 
+class ImportanceSamplingSection(_Section):
+    """Importance-sampling correction pi_old / pi_generator of asynchronous GRPO (required when async)."""
+
+    enabled: bool = Field(
+        True, description="Multiply each token's loss by pi_old / pi_generator (required with async.enabled)."
+    )
+    level: Literal["token", "sequence"] = Field(
+        "token", description="token: one weight per token; sequence: the whole completion's likelihood ratio "
+        "(product over its tokens) on every token."
+    )
+    mode: Literal["clamp", "mask"] = Field(
+        "clamp", description="clamp: min(weight, max) (truncated IS); mask: weight 0 outside [min, max]."
+    )
+    max: float = Field(
+        2.0, ge=1.0, description="Upper truncation of a weight (>= 1: on-policy tokens have weight 1)."
+    )
+    min: float = Field(
+        0.0, ge=0.0, le=1.0, description="Lower end of the kept range, mode mask only (0 = no lower end)."
+    )
+
+
+def _device_list(value: Any) -> Any:
+    """Lets a device list also be written as text: "0,1", "0 1", "[0, 1]" or "" (as a form or
+    --set gives it); a single index becomes a one-element list. Anything else is left to pydantic."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return [value]
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            try:
+                return yaml.safe_load(text)
+            except yaml.YAMLError:
+                return value
+        return [part for part in text.replace(",", " ").split()]
+    return value
+
+
+DeviceList = Annotated[list[Annotated[int, Field(ge=0)]], BeforeValidator(_device_list)]
+
+
 class AsyncSection(_Section):
+    """Asynchronous GRPO: a collector generates with the newest weights it has while the trainer trains on
+    trajectories at most max_trajectory_age_steps weight versions old, corrected by importance sampling."""
+
     enabled: bool = Field(False, description="Asynchronous rollout (collector + replay buffer).")
-    max_trajectory_age_steps: int = Field(1, ge=0, description="How many weight versions old a trajectory may be.")
+    max_trajectory_age_steps: int = Field(
+        1, ge=0, description="How many weight versions old a trajectory may be (weights v train steps v .. v + this; "
+        "0 = on-policy, like the synchronous loop)."
+    )
+    buffer_capacity_groups: int | None = Field(
+        None, ge=1, description="Replay buffer size in prompt groups (how far ahead of training the collector may "
+        "run); null = batch.prompts_per_step x max(1, max_trajectory_age_steps) x 2."
+    )
+    in_flight_weight_updates: bool = Field(
+        False, description="Swap new weights into the generator between decode chunks instead of at a group "
+        "boundary (long generations do not hold up the update)."
+    )
+    rollout_devices: DeviceList = Field(
+        default_factory=list, description="Device indices for generation, e.g. [1]; empty (with train_devices "
+        "empty) = generation and training share the default device."
+    )
+    train_devices: DeviceList = Field(
+        default_factory=list, description="Device indices for training, e.g. [0]; must not overlap rollout_devices."
+    )
+    importance_sampling: ImportanceSamplingSection = Field(default_factory=ImportanceSamplingSection)
 
 
 class OptimizerSection(_Section):
@@ -362,6 +426,7 @@ def check_config(config: ExperimentConfig) -> list[Problem]:
     problems += _check_data_and_rewards(config)
     problems += _check_model(config)
     problems += _check_checkpoint(config)
+    problems += _check_async(config)
     if config.async_.enabled:
         problems.append(
             Problem("async.enabled", "asynchronous GRPO is not available in this version yet; set async.enabled=false")
@@ -398,6 +463,59 @@ def _check_batch(config: ExperimentConfig) -> list[Problem]:
                 f"batch.{name}={value} does not divide the step's {step_sequences} sequences "
                 f"(batch.prompts_per_step={prompts} x grpo.num_generations={g}); "
                 f"use {_choices(_divisors(step_sequences))}",
+            ))
+    return problems
+
+
+def _check_async(config: ExperimentConfig) -> list[Problem]:
+    """Async-section rules; the device and range rules hold whether or not async is enabled."""
+    a, prompts = config.async_, config.batch.prompts_per_step
+    is_ = a.importance_sampling
+    problems = []
+    if a.enabled and not is_.enabled:
+        problems.append(Problem(
+            "async.importance_sampling.enabled",
+            "asynchronous GRPO trains on trajectories sampled by older weights and needs the importance-sampling "
+            "correction to stay unbiased; set async.importance_sampling.enabled=true (or async.enabled=false)",
+        ))
+    if is_.min >= is_.max:
+        problems.append(Problem(
+            "async.importance_sampling.min",
+            f"async.importance_sampling.min={is_.min} must be below async.importance_sampling.max={is_.max}",
+        ))
+    if is_.mode == "clamp" and is_.min > 0:
+        problems.append(Problem(
+            "async.importance_sampling.min",
+            f"async.importance_sampling.min={is_.min} is only used with mode mask; set it to 0 or set "
+            "async.importance_sampling.mode=mask",
+        ))
+    if a.buffer_capacity_groups is not None and a.buffer_capacity_groups < prompts:
+        problems.append(Problem(
+            "async.buffer_capacity_groups",
+            f"async.buffer_capacity_groups={a.buffer_capacity_groups} cannot hold one step's "
+            f"batch.prompts_per_step={prompts} groups, so no step could start; use {prompts} or more, or null "
+            "for the default",
+        ))
+    for name in ("rollout_devices", "train_devices"):
+        devices = getattr(a, name)
+        repeated = sorted({d for d in devices if devices.count(d) > 1})
+        if repeated:
+            problems.append(Problem(f"async.{name}", f"lists device {_choices(repeated).replace(' or ', ' and ')} "
+                                                     "more than once; list each device once"))
+    shared = sorted(set(a.rollout_devices) & set(a.train_devices))
+    if shared:
+        problems.append(Problem(
+            "async.train_devices",
+            f"device {_choices(shared).replace(' or ', ' and ')} is in both async.rollout_devices and "
+            "async.train_devices; give generation and training disjoint devices, or leave both empty to share "
+            "the default device",
+        ))
+    for name, other in (("rollout_devices", "train_devices"), ("train_devices", "rollout_devices")):
+        if getattr(a, other) and not getattr(a, name):
+            problems.append(Problem(
+                f"async.{name}",
+                f"is empty while async.{other}={getattr(a, other)}; list the {name.split('_')[0]} devices too, "
+                "or leave both empty to share the default device",
             ))
     return problems
 
@@ -489,9 +607,11 @@ def _one_of(value: str, names: list[str] | tuple[str, ...]) -> str:
 class FieldSpec:
     """One config field as a form needs it.
 
-    `path` is the dotted YAML path (`batch.mini_batch_prompts`; an item field of a list is just
-    its key, `name`). `kind` is one of "int", "float", "bool", "str", "choice" (a Literal: see
-    `choices`) or "list" (a list of mappings: see `item_fields`); `nullable` says whether null is
+    `path` is the dotted YAML path (`batch.mini_batch_prompts`; a field of a sub-section has the
+    whole path, `async.importance_sampling.max`; an item field of a list is just its key, `name`).
+    `kind` is one of "int", "float", "bool", "str", "choice" (a Literal: see `choices`), "list" (a
+    list of mappings: see `item_fields`) or "int_list" (a list of integers, which the schema also
+    accepts as text: "0,1" or "[0, 1]"); `nullable` says whether null is
     allowed (so "optional int" is kind "int", nullable True). `default` is JSON-able plain data.
     `required` fields have no default (`default` is then None). `bounds` holds the numeric
     limits among ge/gt/le/lt. `suggestions` lists the known values of
@@ -512,8 +632,8 @@ class FieldSpec:
 
     @property
     def key(self) -> str:
-        """The last part of the path (`mini_batch_prompts`)."""
-        return self.path.rsplit(".", 1)[-1]
+        """The path within its section (`mini_batch_prompts`, `importance_sampling.max`)."""
+        return self.path.split(".", 1)[-1]
 
     @property
     def section(self) -> str:
@@ -563,6 +683,28 @@ def _bounds(field: Any) -> tuple[tuple[str, float], ...]:
     return tuple(out)
 
 
+def _scalar(annotation: Any) -> Any:
+    """`Annotated[int, ...]` -> int; anything else unchanged."""
+    return typing.get_args(annotation)[0] if typing.get_origin(annotation) is Annotated else annotation
+
+
+def _is_section(annotation: Any) -> bool:
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
+
+
+def _section_field_specs(model: type[BaseModel], prefix: str, known: dict[str, tuple[str, ...]]) -> list[FieldSpec]:
+    """The leaf fields of a section, in schema order; a sub-section's fields (`async.importance_sampling`)
+    come flattened in its place, with their full dotted paths."""
+    out: list[FieldSpec] = []
+    for n, f in model.model_fields.items():
+        path = f"{prefix}.{f.alias or n}"
+        if _is_section(f.annotation):
+            out += _section_field_specs(f.annotation, path, known)
+        else:
+            out.append(_field_spec(model, n, path, known))
+    return out
+
+
 def _field_spec(model: type[BaseModel], name: str, path: str, known: dict[str, tuple[str, ...]]) -> FieldSpec:
     field = model.model_fields[name]
     annotation = field.annotation
@@ -575,6 +717,8 @@ def _field_spec(model: type[BaseModel], name: str, path: str, known: dict[str, t
     item_fields: tuple[FieldSpec, ...] = ()
     if typing.get_origin(annotation) is Literal:
         kind, choices = "choice", typing.get_args(annotation)
+    elif typing.get_origin(annotation) is list and _scalar(typing.get_args(annotation)[0]) is int:
+        kind = "int_list"
     elif typing.get_origin(annotation) is list:
         (item,) = typing.get_args(annotation)
         kind = "list"
@@ -608,7 +752,9 @@ def field_specs() -> tuple[SectionSpec, ...]:
 
     Sections are the nested models (`model`, `data`, ..., `async`, ...) and the top-level list
     `rewards`; top-level values (`seed`) form the section with key "" at the place of the first
-    one. Section descriptions are the section class's own docstring, if any.
+    one. A sub-section inside a section (`async.importance_sampling`) is not a section of its
+    own: its fields are listed in the outer section, in its place, with their full dotted paths.
+    Section descriptions are the section class's own docstring, if any.
     """
     known = _known_values()
     sections: list[SectionSpec] = []
@@ -617,10 +763,8 @@ def field_specs() -> tuple[SectionSpec, ...]:
     for name, field in ExperimentConfig.model_fields.items():
         key = field.alias or name
         annotation = field.annotation
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            fields = tuple(
-                _field_spec(annotation, n, f"{key}.{f.alias or n}", known) for n, f in annotation.model_fields.items()
-            )
+        if _is_section(annotation):
+            fields = tuple(_section_field_specs(annotation, key, known))
             doc = annotation.__dict__.get("__doc__") or field.description or ""
             sections.append(SectionSpec(key, inspect.cleandoc(doc), fields))
             continue

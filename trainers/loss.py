@@ -68,6 +68,7 @@ def policy_loss(
     metric_weights: jax.Array,
     cfg: LossConfig,
     ref_logprobs: jax.Array | None = None,
+    is_weights: jax.Array | None = None,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """Loss of one micro-batch and its metric contributions.
 
@@ -79,6 +80,12 @@ def policy_loss(
       pg = max(-A * ratio, -A * clip(ratio, 1 - eps_low, 1 + eps_high))
       dual clip (A < 0 only): pg = min(pg, -A * c)
       loss_token = pg + beta * kl
+    Importance-sampling correction (async GRPO; `is_weights` [B, T] from
+    `importance.importance_weights`, under stop_gradient): both terms are expectations over samples
+    assumed to come from pi_old, and both are multiplied per token:
+      loss_token = is_weight * (pg + beta * kl)
+    None (the default) applies no correction; weights of exactly 1 give exactly the uncorrected loss.
+    `clip_fraction` and `kl` metrics stay uncorrected (they describe the tokens, not the estimate).
     """
     adv = advantages[:, None]
     ratio = jnp.exp(logprobs - old_logprobs)
@@ -92,7 +99,8 @@ def policy_loss(
         dual_active = (adv < 0) & (pg > dual)
         pg = jnp.where(adv < 0, jnp.minimum(pg, dual), pg)
         was_clipped = was_clipped | dual_active
-    policy = jnp.sum(pg * weights)
+    loss_weights = weights if is_weights is None else weights * jax.lax.stop_gradient(is_weights)
+    policy = jnp.sum(pg * loss_weights)
     metrics = {
         "loss/policy": policy,
         "clip_fraction": jnp.sum(was_clipped.astype(jnp.float32) * metric_weights),
@@ -100,7 +108,7 @@ def policy_loss(
     loss = policy
     if ref_logprobs is not None:
         kl = kl_penalty(logprobs, ref_logprobs, cfg.kl_estimator)
-        kl_loss = cfg.beta * jnp.sum(kl * weights)
+        kl_loss = cfg.beta * jnp.sum(kl * loss_weights)
         loss = loss + kl_loss
         metrics["loss/kl"] = kl_loss
         metrics["kl"] = jnp.sum(kl * metric_weights)

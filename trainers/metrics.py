@@ -21,6 +21,7 @@ ASYNC_METRICS = (
     "async/trajectory_age_mean",
     "async/buffer_size",
     "async/wait_s",
+    "async/dropped_stale",
     "is/weight_mean",
     "is/weight_max",
     "is/truncated_fraction",
