@@ -37,17 +37,6 @@ def token_client(user) -> Client:
 
 
 @pytest.fixture
-def sent_messages(monkeypatch):
-    """Replace the queue send with a fake; the list collects (run_id, attempt, queue)."""
-    import runner.tasks
-
-    sent: list[tuple[int, int, str]] = []
-    monkeypatch.setattr(runner.tasks, "send_run_message", lambda run_id, attempt, queue: sent.append(
-        (run_id, attempt, queue)))
-    return sent
-
-
-@pytest.fixture
 def fresh_series_cache():
     """Each test starts with an empty per-process chart cache."""
     metric_series.SERIES_CACHE.clear()

@@ -18,6 +18,17 @@ def _fast_password_hashing(settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+@pytest.fixture
+def sent_messages(monkeypatch):
+    """Replace the queue send with a fake; the list collects (run_id, attempt, queue)."""
+    import runner.tasks
+
+    sent: list[tuple[int, int, str]] = []
+    monkeypatch.setattr(runner.tasks, "send_run_message", lambda run_id, attempt, queue: sent.append(
+        (run_id, attempt, queue)))
+    return sent
+
+
 @pytest.fixture(name="tiny_config")
 def tiny_config_fixture():
     """The `tiny_config(**overrides)` function, e.g. tiny_config(train__max_steps=3)."""

@@ -12,7 +12,7 @@ from django.utils import timezone
 from api.models import ApiToken
 from experiments.models import Checkpoint, RolloutSample, Run, Worker
 
-from api_testlib import add_points, make_run, sent_messages  # noqa: F401 (fixtures)
+from api_testlib import add_points, make_run  # noqa: F401 (fixtures)
 
 
 @pytest.fixture

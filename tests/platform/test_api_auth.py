@@ -13,7 +13,7 @@ from django.urls import URLPattern, URLResolver, get_resolver
 from api.models import ApiToken
 from experiments.models import Experiment, Run
 
-from api_testlib import make_run, sent_messages, token_client  # noqa: F401 (fixtures)
+from api_testlib import make_run, token_client  # noqa: F401 (fixtures)
 
 
 def api_patterns() -> list[tuple[str, list[str]]]:

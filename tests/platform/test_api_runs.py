@@ -10,7 +10,7 @@ import pytest
 from experiments.models import Checkpoint, RolloutSample, Run, RunEvent
 
 from api_testlib import (  # noqa: F401 (fixtures)
-    add_points, fresh_series_cache, make_experiment, make_run, sent_messages, token_client)
+    add_points, fresh_series_cache, make_experiment, make_run, token_client)
 
 
 def test_launch_queues_a_run(alice, sent_messages, django_capture_on_commit_callbacks):  # noqa: F811

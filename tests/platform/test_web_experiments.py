@@ -121,17 +121,7 @@ def test_staff_clone_belongs_to_staff(client, alice, staff):
     assert Experiment.objects.get(name="copy of orig").owner == staff
 
 
-@pytest.fixture
-def sent(monkeypatch):
-    """Task messages the runner would send: (run_id, attempt, queue)."""
-    import runner.tasks
-
-    messages = []
-    monkeypatch.setattr(runner.tasks, "send_run_message", lambda *args: messages.append(args))
-    return messages
-
-
-def test_launch_creates_a_queued_run(alice_client, alice, sent, django_capture_on_commit_callbacks):
+def test_launch_creates_a_queued_run(alice_client, alice, sent_messages, django_capture_on_commit_callbacks):
     experiment = make_experiment(alice, "e")
     with django_capture_on_commit_callbacks(execute=True):
         response = alice_client.post(reverse("experiment-launch", args=[experiment.pk]))
@@ -139,17 +129,17 @@ def test_launch_creates_a_queued_run(alice_client, alice, sent, django_capture_o
     assert response.status_code == 302 and response["Location"] == reverse("run-detail", args=[run.pk])
     assert run.status == "queued" and run.experiment == experiment and run.config == experiment.config
     assert run.max_steps == 6 and run.config_version == experiment.latest_version
-    assert sent == [(run.pk, 1, run.queue)]
+    assert sent_messages == [(run.pk, 1, run.queue)]
     assert alice_client.get(reverse("experiment-launch", args=[experiment.pk])).status_code == 405
 
 
-def test_launch_refuses_a_config_the_schema_now_refuses(alice_client, alice, sent):
+def test_launch_refuses_a_config_the_schema_now_refuses(alice_client, alice, sent_messages):
     experiment = make_experiment(alice, "e")
     Experiment.objects.filter(pk=experiment.pk).update(config={**experiment.config, "batch": {"prompts_per_step": 0}})
     response = alice_client.post(reverse("experiment-launch", args=[experiment.pk]))
     assert response.status_code == 400
     assert "batch.prompts_per_step" in response.content.decode()
-    assert not Run.objects.exists() and sent == []
+    assert not Run.objects.exists() and sent_messages == []
 
 
 def test_detail_page_elements(alice_client, alice):

@@ -16,15 +16,6 @@ from trainers.metrics import METRIC_NAMES
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def sent(monkeypatch):
-    import runner.tasks
-
-    messages = []
-    monkeypatch.setattr(runner.tasks, "send_run_message", lambda *args: messages.append(args))
-    return messages
-
-
 def test_run_list_shows_visible_runs_with_status_and_progress(client, alice, bob, staff):
     mine = make_run(make_experiment(alice, "alice-exp"), status="running", step=3, latest_reward=0.25)
     theirs = make_run(make_experiment(bob, "bob-exp"))
@@ -81,14 +72,14 @@ def test_static_files_are_served(alice_client):
     ("failed", "retry", "queued"),
     ("cancelled", "retry", "queued"),
 ])
-def test_controls_change_status(alice_client, alice, sent, status, action, expected):
+def test_controls_change_status(alice_client, alice, sent_messages, status, action, expected):
     run = make_run(make_experiment(alice), status=status)
     response = alice_client.post(reverse("run-control", args=[run.pk, action]))
     assert response.status_code == 302 and response["Location"] == reverse("run-detail", args=[run.pk])
     assert Run.objects.get(pk=run.pk).status == expected
 
 
-def test_refused_control_leaves_the_run_and_says_so(alice_client, alice, sent):
+def test_refused_control_leaves_the_run_and_says_so(alice_client, alice, sent_messages):
     run = make_run(make_experiment(alice), status="succeeded")
     response = alice_client.post(reverse("run-control", args=[run.pk, "pause"]), follow=True)
     assert Run.objects.get(pk=run.pk).status == "succeeded"
