@@ -79,9 +79,10 @@ def test_unknown_model_preset_and_best_metric():
     assert "did you mean 'reward/mean'" in errors["checkpoint.keep_best_metric"]
 
 
-def test_async_not_yet_available_is_a_clear_error():
-    errors = problems({"async": {"enabled": True}})
-    assert "set async.enabled=false" in errors["async.enabled"]
+def test_async_needs_its_importance_sampling_correction():
+    parse_config({"async": {"enabled": True}})
+    errors = problems({"async": {"enabled": True, "importance_sampling": {"enabled": False}}})
+    assert "set async.importance_sampling.enabled=true" in errors["async.importance_sampling.enabled"]
 
 
 def test_set_overrides_parse_values_and_check_paths():

@@ -5,8 +5,6 @@ import pytest
 from trainers.config import ConfigError, parse_config, parse_yaml
 from trainers.replay_buffer import default_capacity
 
-REFUSAL = "asynchronous GRPO is not available in this version yet; set async.enabled=false"
-
 
 def problems(raw, overrides=()):
     with pytest.raises(ConfigError) as info:
@@ -23,13 +21,14 @@ def test_async_defaults():
     assert (i.enabled, i.level, i.mode, i.max, i.min) == (True, "token", "clamp", 2.0, 0.0)
 
 
-def test_async_enabled_is_still_refused_in_this_version():
-    assert problems({"async": {"enabled": True}}) == {"async.enabled": REFUSAL}
+def test_async_enabled_is_valid():
+    config = parse_config({"async": {"enabled": True, "max_trajectory_age_steps": 2}})
+    assert config.async_.enabled and config.async_.max_trajectory_age_steps == 2
 
 
 def test_async_without_importance_sampling_names_the_field_and_the_fix():
     errors = problems({"async": {"enabled": True, "importance_sampling": {"enabled": False}}})
-    assert errors["async.enabled"] == REFUSAL  # reported alongside, not instead
+    assert set(errors) == {"async.importance_sampling.enabled"}
     assert "set async.importance_sampling.enabled=true" in errors["async.importance_sampling.enabled"]
     # Turning the correction off without async is fine (it is only used by async).
     parse_config({"async": {"importance_sampling": {"enabled": False}}})
@@ -89,10 +88,10 @@ def test_buffer_capacity_must_hold_one_step():
     parse_config({"batch": {"prompts_per_step": 8}, "async": {"buffer_capacity_groups": 8}})
 
 
-def test_new_checks_are_reported_alongside_the_refusal():
+def test_async_checks_are_reported_together():
     errors = problems({"async": {"enabled": True, "rollout_devices": [0], "train_devices": [0],
                                  "importance_sampling": {"enabled": False}}})
-    assert set(errors) == {"async.enabled", "async.importance_sampling.enabled", "async.train_devices"}
+    assert set(errors) == {"async.importance_sampling.enabled", "async.train_devices"}
 
 
 @pytest.mark.parametrize("prompts, age, expected", [(16, 1, 32), (16, 2, 64), (4, 0, 8), (3, 5, 30)])

@@ -427,10 +427,6 @@ def check_config(config: ExperimentConfig) -> list[Problem]:
     problems += _check_model(config)
     problems += _check_checkpoint(config)
     problems += _check_async(config)
-    if config.async_.enabled:
-        problems.append(
-            Problem("async.enabled", "asynchronous GRPO is not available in this version yet; set async.enabled=false")
-        )
     return problems
 
 

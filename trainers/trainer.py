@@ -185,8 +185,14 @@ class GRPOTrainer:
         ]
         return np.concatenate([np.asarray(p) for p in parts])
 
-    def train_on(self, r: Rollout) -> dict[str, float] | None:
-        """All optimizer updates of one step; None if stopped between updates."""
+    def train_on(self, r: Rollout, old_logprobs: np.ndarray | None = None,
+                 is_weights: np.ndarray | None = None) -> dict[str, float] | None:
+        """All optimizer updates of one step; None if stopped between updates.
+
+        old_logprobs [N, Lc]: pi_old of the step's tokens when the caller has them already (async).
+        is_weights [N, Lc]: importance-sampling weights pi_old / pi_gen (async); they multiply the
+        per-token loss weights, which is exactly `loss.policy_loss(..., is_weights=...)` (that
+        multiplies the same weights into both the policy and the KL term)."""
         arrays = {
             "prompt_tokens": r.prompt_tokens,
             "prompt_valid": r.prompt_valid,
@@ -195,7 +201,7 @@ class GRPOTrainer:
             "advantages": r.advantages,
         }
         if self.plan.needs_old_logprobs:
-            arrays["old_logprobs"] = self._logprobs(self.state.params, r)
+            arrays["old_logprobs"] = old_logprobs if old_logprobs is not None else self._logprobs(self.state.params, r)
         if self.plan.needs_reference:
             arrays["ref_logprobs"] = self._logprobs(self.ref_params, r)
         # Loss weights are normalised over each mini-batch (the same partition in every pass).
@@ -206,6 +212,8 @@ class GRPOTrainer:
             s = update.sequences
             weights[s.start:s.stop] = token_weights(r.completion_mask[s.start:s.stop], aggregation)
             metric_weights[s.start:s.stop] = token_weights(r.completion_mask[s.start:s.stop], "token-mean")
+        if is_weights is not None:
+            weights = weights * np.asarray(is_weights, np.float32)
         arrays["weights"], arrays["metric_weights"] = weights, metric_weights
         sums: dict[str, float] = {}
         updates = self.plan.updates()
@@ -312,6 +320,11 @@ class GRPOTrainer:
 
 
 def train(config: ExperimentConfig, run_dir: str, hooks: Hooks | None = None, control: Control | None = None) -> TrainResult:
-    """Train under `config`, resuming from the newest checkpoint in `run_dir/checkpoints` if any."""
+    """Train under `config`, resuming from the newest checkpoint in `run_dir/checkpoints` if any.
+    With `async.enabled` the asynchronous loop (`trainers.async_trainer`) runs instead."""
+    if config.async_.enabled:
+        from trainers.async_trainer import AsyncGRPOTrainer
+
+        return AsyncGRPOTrainer(config, run_dir, hooks, control).run()
     return GRPOTrainer(config, run_dir, hooks, control).run()
 

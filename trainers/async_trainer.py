@@ -1,0 +1,231 @@
+"""The asynchronous GRPO loop: `GRPOTrainer` whose rollouts come from a background `Collector`.
+
+Per step s (the trainer holds weights of version s):
+  1. wait (bounded waits on the buffer's condition, each checking the collector's error and, every
+     half second, `Control` for STOP) until the buffer yields exactly the next `prompts_per_step`
+     groups in data order, each at most `async.max_trajectory_age_steps` versions old;
+  2. pi_old: log-probs of the groups' tokens under the trainer's current weights (version s), one
+     log-prob pass (always, even when mu = 1 and one mini-batch, where the sync loop skips it;
+     folding it into the update's own forward pass is left for later);
+  3. importance weights pi_old / pi_gen (pi_gen recorded by the generator when sampling), truncated
+     per `async.importance_sampling`; they multiply the per-token loss weights. A group of age 0
+     was sampled by exactly these weights (the published copy of them), so pi_gen = pi_old and
+     its weights are exactly 1 (the generator's KV-cached log-probs are replaced by pi_old rather
+     than letting decode-vs-forward rounding noise pose as a policy lag): max age 0 is therefore
+     bit-for-bit the synchronous loop;
+  4. the plan's optimizer updates (as the sync loop), then publish the new weights (version s + 1)
+     to the collector: copied to the rollout device (`async.rollout_devices[0]`), or copied on the
+     same device when generation and training share it (updates donate the trainer's buffers, so
+     the collector always holds its own copy).
+
+Devices: `async.train_devices[0]` holds the trainer's params, optimizer state and reference;
+`async.rollout_devices[0]` the collector's weights, so generation and training run on different
+devices and overlap. Only the first device of each list is used in this version (no sharding).
+
+Checkpoint and resume: a checkpoint saves the trainer's weights and `data_position` = the first
+prompt not yet trained (= `ReplayBuffer.next_prompt_index`); buffered groups are NOT saved. On
+resume the buffer starts empty at that position and the collector regenerates those prompts with
+the restored weights (same keys: fold_in(fold_in(seed, step), slice)). No prompt is skipped or
+repeated; with max age >= 1 the regenerated groups are sampled by newer weights than in the
+uninterrupted run, so the resumed run is not bitwise equal to it (with max age 0 it is).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from trainers.collector import Collector, GroupPayload, unit_prompts
+from trainers.hooks import Action
+from trainers.importance import ImportanceConfig, importance_weights
+from trainers.replay_buffer import ReplayBuffer, TrajectoryGroup, default_capacity
+from trainers.rollout import Rollout, completion_text
+from trainers.trainer import GRPOTrainer
+
+_importance_weights_jit = jax.jit(importance_weights, static_argnames=("cfg",))
+
+WAIT_POLL_S = 0.1          # the trainer re-checks the collector's error at least this often
+CONTROL_POLL_S = 0.5       # ... and Control (STOP) this often while waiting
+
+
+def _device(index_list: list[int]) -> jax.Device | None:
+    if not index_list:
+        return None
+    devices = jax.devices()
+    index = index_list[0]
+    if index >= len(devices):
+        raise ValueError(f"device index {index} is out of range: this process sees {len(devices)} device(s)")
+    return devices[index]
+
+
+class AsyncGRPOTrainer(GRPOTrainer):
+    """GRPOTrainer with a collector thread and a replay buffer (config.async_.enabled)."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        a = self.config.async_
+        self.train_device = _device(a.train_devices)
+        self.rollout_device = _device(a.rollout_devices)
+        i = a.importance_sampling
+        self.is_cfg = ImportanceConfig(i.level, i.mode, i.max, i.min)
+        self.capacity_groups = a.buffer_capacity_groups or default_capacity(self.plan.prompts_per_step,
+                                                                            a.max_trajectory_age_steps)
+        self.unit_prompts = unit_prompts(self.plan.num_generations, self.plan.rollout_micro_batch_sequences)
+        self.cond = threading.Condition()
+        self.buffer: ReplayBuffer | None = None
+        self.collector: Collector | None = None
+        self._place_training_state()
+
+    # -- devices and weights ------------------------------------------------------------------
+
+    def _place_training_state(self) -> None:
+        if self.train_device is None:
+            return
+        self.state.params = jax.device_put(self.state.params, self.train_device)
+        self.state.opt_state = jax.device_put(self.state.opt_state, self.train_device)
+        if self.ref_params is not None:
+            self.ref_params = jax.device_put(self.ref_params, self.train_device)
+
+    def restore_latest(self) -> int | None:
+        step = super().restore_latest()
+        if step is not None:
+            self._place_training_state()
+        return step
+
+    def _rollout_copy(self, params: Any) -> Any:
+        """The collector's own copy of `params` on the rollout device (never the trainer's buffers,
+        which the next update donates)."""
+        if self.rollout_device is not None and self.rollout_device != self.train_device:
+            return jax.device_put(params, self.rollout_device)
+        return jax.tree.map(jnp.copy, params)
+
+    # -- the collector ------------------------------------------------------------------------
+
+    def _start_collector(self) -> None:
+        a, s = self.config.async_, self.state
+        self.buffer = ReplayBuffer(self.capacity_groups, a.max_trajectory_age_steps,
+                                   next_prompt_index=s.data_position, next_step=s.step)
+        self.collector = Collector(
+            buffer=self.buffer, cond=self.cond, stream=self.stream, graphdef=self.graphdef,
+            params=self._rollout_copy(s.params), version=s.step, tokenizer=self.tokenizer,
+            decode=lambda ids: completion_text(self.tokenizer, ids), sampling=self.sampling,
+            max_prompt_tokens=self.config.data.max_prompt_tokens, reward_specs=self.reward_specs,
+            advantage=self.config.grpo.advantage, advantage_eps=self.config.grpo.advantage_eps,
+            prompts_per_step=self.plan.prompts_per_step, num_generations=self.plan.num_generations,
+            rollout_micro_batch_sequences=self.plan.rollout_micro_batch_sequences,
+            max_age_steps=a.max_trajectory_age_steps,
+            end_prompt=self.config.train.max_steps * self.plan.prompts_per_step,
+            base_key=self.base_key,
+        )
+        if a.in_flight_weight_updates:
+            self.hooks.on_log("async.in_flight_weight_updates: this version swaps weights at generation-call "
+                              "boundaries (between collector units), not between decode chunks", "warning")
+        self.hooks.on_log(
+            f"async: collector started at data position {s.data_position} (weights v{s.step}), max age "
+            f"{a.max_trajectory_age_steps}, buffer {self.capacity_groups} groups, unit {self.unit_prompts} prompts, "
+            f"rollout device {self.rollout_device or 'default'}, train device {self.train_device or 'default'}")
+        self.collector.start()
+
+    def run(self):
+        try:
+            return super().run()
+        finally:
+            if self.collector is not None:
+                self.collector.stop()
+
+    def _wait_for_groups(self, step: int) -> list[TrajectoryGroup] | None:
+        """Exactly the next prompts_per_step groups for `step`; None on a STOP request. Re-raises the
+        collector's exception as soon as it is stored."""
+        assert self.buffer is not None and self.collector is not None
+        last_poll = time.perf_counter()
+        with self.cond:
+            while True:
+                error = self.collector.error
+                if error is not None:
+                    error.add_note(f"raised in the rollout collector thread; the trainer was waiting for step "
+                                   f"{step + 1}'s trajectories")
+                    raise error
+                dropped_before = self.buffer.dropped_stale
+                groups = self.buffer.take(step, self.plan.prompts_per_step)
+                if groups is not None or self.buffer.dropped_stale != dropped_before:
+                    self.cond.notify_all()      # the window moved, or stale prompts await regeneration
+                if groups is not None:
+                    return groups
+                if not self.collector.is_alive():
+                    raise RuntimeError("the rollout collector thread ended without an error before step "
+                                       f"{step + 1}'s trajectories were complete")
+                now = time.perf_counter()
+                if now - last_poll >= CONTROL_POLL_S:
+                    last_poll = now
+                    if self.control.poll() is Action.STOP:
+                        return None
+                self.cond.wait(WAIT_POLL_S)
+
+    # -- one step -----------------------------------------------------------------------------
+
+    @staticmethod
+    def assemble(groups: list[TrajectoryGroup]) -> Rollout:
+        payloads: list[GroupPayload] = [g.payload for g in groups]
+
+        def cat(name: str) -> np.ndarray:
+            return np.concatenate([getattr(p, name) for p in payloads])
+
+        return Rollout(
+            examples=[p.example for p in payloads],
+            prompt_tokens=cat("prompt_tokens"), prompt_valid=cat("prompt_valid"),
+            completion_tokens=cat("completion_tokens"), completion_mask=cat("completion_mask"),
+            sample_logprobs=cat("sample_logprobs"),
+            completions=[c for p in payloads for c in p.completions],
+            rewards=cat("rewards"), correct=cat("correct"), advantages=cat("advantages"),
+            decode_steps=0,
+        )
+
+    def step(self) -> dict[str, float] | None:
+        if self.collector is None:
+            self._start_collector()
+        s = self.state
+        t0 = time.perf_counter()
+        groups = self._wait_for_groups(s.step)
+        if groups is None:
+            return None
+        t_wait = time.perf_counter()
+        with self.cond:
+            buffer_metrics = self.buffer.metrics()
+        r = self.assemble(groups)
+        g = self.plan.num_generations
+        old = self._logprobs(s.params, r)
+        gen = r.sample_logprobs.copy()
+        for j, group in enumerate(groups):
+            if group.weight_version == s.step:     # sampled by these very weights: pi_gen = pi_old
+                gen[j * g:(j + 1) * g] = old[j * g:(j + 1) * g]
+        is_w, is_metrics = _importance_weights_jit(old, gen, r.completion_mask, cfg=self.is_cfg)
+        train_metrics = self.train_on(r, old_logprobs=old, is_weights=np.asarray(is_w))
+        if train_metrics is None:
+            return None
+        s.step += 1
+        s.data_position += self.plan.prompts_per_step
+        self.collector.publish(self._rollout_copy(s.params), s.step)
+        jax.block_until_ready(s.params)
+        t_end = time.perf_counter()
+        generate_s = sum(p.payload.generate_s for p in groups) / self.unit_prompts
+        metrics = {
+            "reward/mean": float(r.rewards.mean()),
+            "reward/std": float(r.rewards.std()),
+            "accuracy": float(r.correct.mean()),
+            "response_length/mean": float(r.completion_mask.sum(axis=1).mean()),
+            **train_metrics,
+            **{k: float(v) for k, v in is_metrics.items()},
+            **buffer_metrics,
+            "async/wait_s": t_wait - t0,
+            "timing/rollout_s": generate_s,
+            "timing/train_s": t_end - t_wait,
+            "timing/step_s": t_end - t0,
+            "throughput/tokens_per_s": r.total_tokens() / max(t_end - t0, 1e-9),
+        }
+        self.hooks.on_samples(s.step, r.samples(self.config.train.samples_per_step, g))
+        return metrics
