@@ -214,10 +214,7 @@ class AsyncGRPOTrainer(GRPOTrainer):
         t_end = time.perf_counter()
         generate_s = sum(p.payload.generate_s for p in groups) / self.unit_prompts
         metrics = {
-            "reward/mean": float(r.rewards.mean()),
-            "reward/std": float(r.rewards.std()),
-            "accuracy": float(r.correct.mean()),
-            "response_length/mean": float(r.completion_mask.sum(axis=1).mean()),
+            **r.metrics(),
             **train_metrics,
             **{k: float(v) for k, v in is_metrics.items()},
             **buffer_metrics,

@@ -43,6 +43,15 @@ class Rollout:
     def total_tokens(self) -> int:
         return int(self.prompt_valid.sum() + self.completion_mask.sum())
 
+    def metrics(self) -> dict[str, float]:
+        """The rollout's own per-step metrics: reward mean/std, accuracy, mean response length (tokens)."""
+        return {
+            "reward/mean": float(self.rewards.mean()),
+            "reward/std": float(self.rewards.std()),
+            "accuracy": float(self.correct.mean()),
+            "response_length/mean": float(self.completion_mask.sum(axis=1).mean()),
+        }
+
     def samples(self, count: int, num_generations: int) -> list[dict[str, Any]]:
         """The first `count` sequences, for display (prompt, completion, answer, reward, advantage)."""
         out = []

@@ -262,10 +262,7 @@ class GRPOTrainer:
         s.step += 1
         s.data_position += self.plan.prompts_per_step
         metrics = {
-            "reward/mean": float(r.rewards.mean()),
-            "reward/std": float(r.rewards.std()),
-            "accuracy": float(r.correct.mean()),
-            "response_length/mean": float(r.completion_mask.sum(axis=1).mean()),
+            **r.metrics(),
             **train_metrics,
             "timing/rollout_s": t1 - t0,
             "timing/train_s": t2 - t1,
