@@ -94,6 +94,65 @@ def test_max_age_0_is_the_synchronous_update(sync_run, tmp_path):
         assert m["is/truncated_fraction"] == 0.0 and m["async/dropped_stale"] == 0.0
 
 
+def test_in_flight_updates_with_max_age_0_are_the_synchronous_update(sync_run, tmp_path):
+    """With max age 0 no new weights can arrive while a step's groups are generated, so chunked
+    in-flight generation samples exactly what one-call generation does."""
+    sync, sync_hooks = sync_run
+    hooks = Record()
+    raw = async_raw(0, in_flight_weight_updates=True, in_flight_chunk_tokens=3)
+    result = run_bounded(lambda: train(parse_config(raw), str(tmp_path), hooks), 600)
+    assert result.params_digest == sync.params_digest
+    assert all(m["async/token_age_mean"] == 0.0 for m in hooks.metrics.values())
+
+
+def test_in_flight_updates_swap_weights_mid_generation(tmp_path, monkeypatch):
+    """Max age 1 with in-flight updates every 2 decode steps. The collector is made to wait, after
+    the prefill and first chunk (tokens 0..2) of each generation call one step ahead, until the trainer publishes the next
+    weights: those units then mix two versions. Each such group is stamped with its oldest version
+    (so its age bound holds), its tokens after the swap carry the newer version, the token age is
+    below the group age, and every prompt is still trained once, in order."""
+    real_generate_unit = collector_lib.Collector.generate_unit
+    real_weights_from = collector_lib.Collector._weights_from
+    groups_seen = []
+
+    def generate_unit(self, start, params, version):
+        self.target_for_test = start // self.prompts_per_step
+        groups = real_generate_unit(self, start, params, version)
+        groups_seen.extend(groups)
+        return groups
+
+    def weights_from(self, version):
+        inner, calls = real_weights_from(self, version), [0]
+
+        def weights():
+            calls[0] += 1
+            if calls[0] == 3 and self.target_for_test == version + 1:   # one step ahead: wait for v + 1
+                with self.cond:
+                    self.cond.wait_for(lambda: self.version > version or self._stopping, timeout=60)
+            return inner()
+
+        return weights
+
+    monkeypatch.setattr(collector_lib.Collector, "generate_unit", generate_unit)
+    monkeypatch.setattr(collector_lib.Collector, "_weights_from", weights_from)
+    raw = async_raw(1, in_flight_weight_updates=True, in_flight_chunk_tokens=2)
+    raw["rollout"] = {"max_new_tokens": 8, "stop_at_eos": False}
+    hooks = Record()
+    trainer = AsyncGRPOTrainer(parse_config(raw), str(tmp_path), hooks)
+    result = run_bounded(trainer.run, 600)
+    assert result.status == "succeeded" and result.final_step == 4
+    assert [q for step in sorted(hooks.prompts) for q in hooks.prompts[step]] == stream_prompts(raw, 0, 16)
+    mixed = [g for g in groups_seen if len(np.unique(g.payload.token_versions)) > 1]
+    assert mixed and trainer.collector.in_flight_swaps > 0
+    for group in mixed:
+        versions = group.payload.token_versions
+        assert group.weight_version == versions.min()
+        assert (versions[:, :3] == group.weight_version).all()       # prefill + first chunk: old weights
+        assert (versions[:, 3:] == group.weight_version + 1).all()   # from the second chunk on: new ones
+    assert any(m["async/token_age_mean"] < m["async/trajectory_age_mean"] for m in hooks.metrics.values())
+    assert all(np.isfinite(m["is/weight_mean"]) for m in hooks.metrics.values())
+
+
 def test_versions_ages_epochs_and_data_order(tmp_path):
     """Max age 1: every unit is stamped with a version its step may train (0 <= age <= 1), the
     metrics carry the async and IS names, and the trained prompts are the stream's, in order, across
@@ -136,23 +195,32 @@ def test_collector_exception_fails_the_run_with_that_error_quickly(tmp_path, mon
     assert time.perf_counter() - start < 300
 
 
-def test_stop_while_waiting_returns_cancelled(tmp_path, monkeypatch):
-    """A collector that never delivers (stuck) does not wedge a STOP: the wait polls Control."""
+@pytest.mark.parametrize("action, status", [(Action.STOP, "cancelled"), (Action.PAUSE, "paused")])
+def test_stop_or_pause_while_waiting_ends_the_run(tmp_path, monkeypatch, action, status):
+    """A collector that never delivers (stuck) does not wedge a STOP or a PAUSE: the wait polls
+    Control. A PAUSE checkpoints the untouched weights with the first untrained prompt."""
     def stuck(self):
         while not self._stopping:
             time.sleep(0.05)
 
     monkeypatch.setattr(collector_lib.Collector, "run", stuck)
 
-    class StopSoon(Control):
+    class Soon(Control):
         def __init__(self):
             self.t0 = time.perf_counter()
 
         def poll(self):
-            return Action.STOP if time.perf_counter() - self.t0 > 1.0 else Action.CONTINUE
+            return action if time.perf_counter() - self.t0 > 1.0 else Action.CONTINUE
 
-    result = run_bounded(lambda: train(parse_config(async_raw(1)), str(tmp_path), None, StopSoon()), 120)
-    assert result.status == "cancelled" and result.final_step == 0
+    result = run_bounded(lambda: train(parse_config(async_raw(1)), str(tmp_path), None, Soon()), 120)
+    assert result.status == status and result.final_step == 0
+    saved = sorted(os.listdir(tmp_path / "checkpoints")) if (tmp_path / "checkpoints").exists() else []
+    if action is Action.PAUSE:
+        assert saved == ["0"]
+        with open(tmp_path / "checkpoints" / "0" / "meta" / "metadata") as f:
+            assert json.load(f)["data_position"] == 0
+    else:
+        assert saved == []
 
 
 def test_a_slow_group_delays_only_its_step(tmp_path, monkeypatch):

@@ -14,8 +14,8 @@ def problems(raw, overrides=()):
 
 def test_async_defaults():
     a = parse_config({}).async_
-    assert (a.enabled, a.max_trajectory_age_steps, a.buffer_capacity_groups, a.in_flight_weight_updates) == (
-        False, 1, None, False)
+    assert (a.enabled, a.max_trajectory_age_steps, a.buffer_capacity_groups, a.in_flight_weight_updates,
+            a.in_flight_chunk_tokens) == (False, 1, None, False, 8)
     assert a.rollout_devices == [] and a.train_devices == []
     i = a.importance_sampling
     assert (i.enabled, i.level, i.mode, i.max, i.min) == (True, "token", "clamp", 2.0, 0.0)
@@ -86,6 +86,13 @@ def test_buffer_capacity_must_hold_one_step():
         "async.buffer_capacity_groups=4 cannot hold one step's batch.prompts_per_step=8 groups, so no step could "
         "start; use 8 or more, or null for the default")}
     parse_config({"batch": {"prompts_per_step": 8}, "async": {"buffer_capacity_groups": 8}})
+
+
+def test_in_flight_chunk_must_be_positive():
+    errors = problems({"async": {"enabled": True, "in_flight_weight_updates": True, "in_flight_chunk_tokens": 0}})
+    assert list(errors) == ["async.in_flight_chunk_tokens"] and "1" in errors["async.in_flight_chunk_tokens"]
+    config = parse_config({}, ["async.in_flight_weight_updates=true", "async.in_flight_chunk_tokens=4"])
+    assert config.async_.in_flight_weight_updates and config.async_.in_flight_chunk_tokens == 4
 
 
 def test_async_checks_are_reported_together():

@@ -241,3 +241,73 @@ def test_rejects_right_padded_prompts(model, prompts):
     with pytest.raises(ValueError, match="LEFT-padded"):
         generate_lib.generate(graphdef, params, tokens[:, ::-1], valid[:, ::-1], jax.random.key(0),
                               SamplingParams(max_new_tokens=MAX_NEW))
+
+
+class Weights:
+    """A `weights()` callback for generate_in_flight: (params, version) from `schedule[call]`, the
+    last entry repeating; counts its calls."""
+
+    def __init__(self, *schedule):
+        self.schedule, self.calls = schedule, 0
+
+    def __call__(self):
+        entry = self.schedule[min(self.calls, len(self.schedule) - 1)]
+        self.calls += 1
+        return entry
+
+
+@pytest.mark.parametrize("chunk_tokens", [1, 5, MAX_NEW + 3])
+def test_in_flight_with_unchanging_weights_equals_generate(model, prompts, chunk_tokens):
+    graphdef, params = model
+    tokens, valid = prompts
+    sampling = SamplingParams(max_new_tokens=MAX_NEW, temperature=1.0, eos_id=EOS)
+    whole = generate_lib.generate(graphdef, params, tokens, valid, jax.random.key(3), sampling)
+    weights = Weights((params, 7))
+    chunked = generate_lib.generate_in_flight(graphdef, weights, tokens, valid, jax.random.key(3), sampling,
+                                              chunk_tokens)
+    check_result_invariants(chunked, sampling, batch=tokens.shape[0])
+    np.testing.assert_array_equal(chunked.tokens, whole.tokens)
+    np.testing.assert_array_equal(chunked.mask, whole.mask)
+    np.testing.assert_allclose(chunked.logprobs, whole.logprobs, atol=1e-5)
+    assert chunked.decode_steps == whole.decode_steps
+    assert (chunked.token_versions == 7).all()
+    # weights are asked for before the prefill and before each chunk of decode steps
+    assert weights.calls == 1 + -(-(whole.decode_steps - 1) // chunk_tokens)
+
+
+def test_in_flight_swap_applies_from_the_next_chunk_and_keeps_the_kv_cache(model, prompts, logprobs_jit):
+    graphdef, params_a = model
+    tokens, valid = prompts
+    sampling = SamplingParams(max_new_tokens=MAX_NEW, temperature=1.0, eos_id=EOS, stop_at_eos=False)
+    key, chunk = jax.random.key(4), 3
+    swap_at = 1 + chunk  # prefill samples token 0, the first chunk tokens 1..3; B samples from token 4
+    only_a = generate_lib.generate(graphdef, params_a, tokens, valid, key, sampling)
+
+    def run(params_b):
+        result = generate_lib.generate_in_flight(graphdef, Weights((params_a, 0), (params_a, 0), (params_b, 1)),
+                                                 tokens, valid, key, sampling, chunk)
+        check_result_invariants(result, sampling, batch=tokens.shape[0])
+        np.testing.assert_array_equal(result.tokens[:, :swap_at], only_a.tokens[:, :swap_at])
+        np.testing.assert_allclose(result.logprobs[:, :swap_at], only_a.logprobs[:, :swap_at], atol=1e-5)
+        assert (result.token_versions[:, :swap_at] == 0).all() and (result.token_versions[:, swap_at:] == 1).all()
+        under_b, _ = logprobs_jit(graphdef, params_b, tokens, valid, result.tokens, result.mask, 1.0)
+        return result, np.asarray(under_b)[:, swap_at:]
+
+    # B = A with a sharper LM head: same keys and values, so the kept cache is exactly B's own and
+    # the recorded log-probs after the swap are B's full-forward log-probs.
+    head_only, under_b = run(sharpen(params_a, 1.5))
+    np.testing.assert_allclose(head_only.logprobs[:, swap_at:], under_b, atol=1e-4)
+    assert not np.array_equal(head_only.tokens, only_a.tokens)
+    # B = another model: its log-probs differ from a full forward of B, because the cache before the
+    # swap still holds A's keys and values (kept, not recomputed).
+    _, params_other = model_lib.init_params(CFG, seed=1)
+    other, under_other = run(sharpen(params_other))
+    assert np.abs(other.logprobs[:, swap_at:] - under_other).max() > 1e-2
+
+
+def test_in_flight_rejects_a_zero_chunk(model, prompts):
+    graphdef, params = model
+    tokens, valid = prompts
+    with pytest.raises(ValueError, match="chunk_tokens"):
+        generate_lib.generate_in_flight(graphdef, Weights((params, 0)), tokens, valid, jax.random.key(0),
+                                        SamplingParams(max_new_tokens=MAX_NEW), 0)

@@ -2,14 +2,14 @@
 
 Per step s (the trainer holds weights of version s):
   1. wait (bounded waits on the buffer's condition, each checking the collector's error and, every
-     half second, `Control` for STOP) until the buffer yields exactly the next `prompts_per_step`
+     half second, `Control` for STOP or PAUSE, which end the run at once) until the buffer yields exactly the next `prompts_per_step`
      groups in data order, each at most `async.max_trajectory_age_steps` versions old;
   2. pi_old: log-probs of the groups' tokens under the trainer's current weights (version s), one
      log-prob pass (always, even when mu = 1 and one mini-batch, where the sync loop skips it;
      folding it into the update's own forward pass is left for later);
   3. importance weights pi_old / pi_gen (pi_gen recorded by the generator when sampling), truncated
      per `async.importance_sampling`; they multiply the per-token loss weights. A group of age 0
-     was sampled by exactly these weights (the published copy of them), so pi_gen = pi_old and
+     (stamped with the oldest version that sampled any of its tokens) was sampled by exactly these weights (the published copy of them), so pi_gen = pi_old and
      its weights are exactly 1 (the generator's KV-cached log-probs are replaced by pi_old rather
      than letting decode-vs-forward rounding noise pose as a policy lag): max age 0 is therefore
      bit-for-bit the synchronous loop;
@@ -121,13 +121,14 @@ class AsyncGRPOTrainer(GRPOTrainer):
             max_age_steps=a.max_trajectory_age_steps,
             end_prompt=self.config.train.max_steps * self.plan.prompts_per_step,
             base_key=self.base_key,
+            in_flight_chunk_tokens=a.in_flight_chunk_tokens if a.in_flight_weight_updates else 0,
         )
-        if a.in_flight_weight_updates:
-            self.hooks.on_log("async.in_flight_weight_updates: this version swaps weights at generation-call "
-                              "boundaries (between collector units), not between decode chunks", "warning")
+        swaps = (f"in-flight weight updates every {a.in_flight_chunk_tokens} decode steps" if a.in_flight_weight_updates
+                 else "weights swapped between units")
         self.hooks.on_log(
             f"async: collector started at data position {s.data_position} (weights v{s.step}), max age "
             f"{a.max_trajectory_age_steps}, buffer {self.capacity_groups} groups, unit {self.unit_prompts} prompts, "
+            f"{swaps}, "
             f"rollout device {self.rollout_device or 'default'}, train device {self.train_device or 'default'}")
         self.collector.start()
 
@@ -139,8 +140,8 @@ class AsyncGRPOTrainer(GRPOTrainer):
                 self.collector.stop()
 
     def _wait_for_groups(self, step: int) -> list[TrajectoryGroup] | None:
-        """Exactly the next prompts_per_step groups for `step`; None on a STOP request. Re-raises the
-        collector's exception as soon as it is stored."""
+        """Exactly the next prompts_per_step groups for `step`; None on a STOP or PAUSE request (in
+        `interrupted_by`). Re-raises the collector's exception as soon as it is stored."""
         assert self.buffer is not None and self.collector is not None
         last_poll = time.perf_counter()
         with self.cond:
@@ -162,7 +163,9 @@ class AsyncGRPOTrainer(GRPOTrainer):
                 now = time.perf_counter()
                 if now - last_poll >= CONTROL_POLL_S:
                     last_poll = now
-                    if self.control.poll() is Action.STOP:
+                    action = self.control.poll()
+                    if action is not Action.CONTINUE:
+                        self.interrupted_by = action
                         return None
                 self.cond.wait(WAIT_POLL_S)
 
@@ -197,11 +200,12 @@ class AsyncGRPOTrainer(GRPOTrainer):
         with self.cond:
             buffer_metrics = self.buffer.metrics()
         r = self.assemble(groups)
+        token_ages = s.step - np.concatenate([p.payload.token_versions for p in groups])[r.completion_mask]
         g = self.plan.num_generations
         old = self._logprobs(s.params, r)
         gen = r.sample_logprobs.copy()
         for j, group in enumerate(groups):
-            if group.weight_version == s.step:     # sampled by these very weights: pi_gen = pi_old
+            if group.weight_version == s.step:     # every token sampled by these very weights: pi_gen = pi_old
                 gen[j * g:(j + 1) * g] = old[j * g:(j + 1) * g]
         is_w, is_metrics = _importance_weights_jit(old, gen, r.completion_mask, cfg=self.is_cfg)
         train_metrics = self.train_on(r, old_logprobs=old, is_weights=np.asarray(is_w))
@@ -218,6 +222,7 @@ class AsyncGRPOTrainer(GRPOTrainer):
             **train_metrics,
             **{k: float(v) for k, v in is_metrics.items()},
             **buffer_metrics,
+            "async/token_age_mean": float(token_ages.mean()),
             "async/wait_s": t_wait - t0,
             "timing/rollout_s": generate_s,
             "timing/train_s": t_end - t_wait,

@@ -3,13 +3,19 @@ with the newest weights it has and puts them in the `ReplayBuffer`, stamped with
 
 Units of work. The collector generates in *units*: the smallest run of whole prompt groups that is
 also a run of whole rollout micro-batches (`lcm(G, batch.rollout_micro_batch_sequences) / G`
-prompts; it divides `batch.prompts_per_step`, so units never straddle a step). Unit boundaries are
-generation-call boundaries, and that is where new weights are picked up ("group-boundary swap"):
-every generation call builds its KV cache from scratch with the weights of its unit, so no cache
-entry computed by old weights is ever reused with new ones. `async.in_flight_weight_updates`
-(swapping weights between decode chunks of one call) is NOT implemented in this version: `generate`
-is one jitted while-loop with no chunk boundary; with the flag set, weights still swap at unit
-boundaries (the trainer logs this).
+prompts; it divides `batch.prompts_per_step`, so units never straddle a step).
+
+Weight swaps. By default new weights are picked up at unit boundaries ("group-boundary swap"): each
+unit is generated entirely by one weight version, and every generation call builds its KV cache
+from scratch with those weights. With `async.in_flight_weight_updates` the collector instead asks
+for the newest published weights before every `async.in_flight_chunk_tokens` decode steps
+(`generate.generate_in_flight`), so a long generation switches to new weights mid-sequence instead
+of finishing on old ones. The KV cache is kept across such a swap (keys and values of tokens
+already processed stay as the older weights computed them; nothing is recomputed), and each
+token's recorded log-prob pi_gen is the one it was actually sampled with, so the trainer's
+importance weights stay exact per token. A group is stamped with the OLDEST version that sampled
+any of its tokens, so its age (and the staleness bound) is never under-estimated;
+`GroupPayload.token_versions` keeps the per-token versions (`async/token_age_mean`).
 
 Determinism. Prompt i belongs to step t = i // prompts_per_step (steps always consume whole
 batches from position 0, and a resume starts at a step boundary). Its unit is generated exactly as
@@ -51,7 +57,7 @@ import numpy as np
 
 from trainers.advantages import compute_advantages
 from trainers.data import PromptStream, encode_prompts
-from trainers.generate import SamplingParams, generate
+from trainers.generate import SamplingParams, generate, generate_in_flight
 from trainers.replay_buffer import ReplayBuffer, TrajectoryGroup
 from trainers.rewards import is_correct, score
 
@@ -75,6 +81,7 @@ class GroupPayload:
     completion_tokens: np.ndarray   # [G, Lc] int32
     completion_mask: np.ndarray     # [G, Lc] bool
     sample_logprobs: np.ndarray     # [G, Lc] float32, log pi_gen recorded when sampling
+    token_versions: np.ndarray      # [G, Lc] int32, the weight version that sampled each token
     completions: list[str]          # [G]
     rewards: np.ndarray             # [G] float32
     correct: np.ndarray             # [G] bool
@@ -87,6 +94,8 @@ class Collector(threading.Thread):
 
     params / version: the weights it generates with; `publish(params, version)` replaces them.
     end_prompt: the first prompt index the run will not train (nothing at or after it is generated).
+    in_flight_chunk_tokens: > 0 = in-flight weight updates, taking the newest weights every this
+      many decode steps; 0 = swap at unit boundaries only.
     decode: callable(ids) -> str for completions (the tokenizer's, with PAD/BOS made visible).
     """
 
@@ -112,6 +121,7 @@ class Collector(threading.Thread):
         max_age_steps: int,
         end_prompt: int,
         base_key: jax.Array,
+        in_flight_chunk_tokens: int = 0,
         poll_s: float = 0.2,
     ):
         super().__init__(name="grpo-collector", daemon=True)
@@ -126,6 +136,8 @@ class Collector(threading.Thread):
             raise ValueError(f"unit of {self.unit} prompts does not divide prompts_per_step={prompts_per_step}")
         self.max_age_steps, self.end_prompt, self.base_key, self.poll_s = max_age_steps, end_prompt, base_key, poll_s
         self.params, self.version = params, version
+        self.in_flight_chunk_tokens = in_flight_chunk_tokens
+        self.in_flight_swaps = 0                               # chunks that started on newer weights
         self.next_unit_start = buffer.next_prompt_index       # next never-generated unit (data order)
         self._regenerate: set[int] = set()                     # unit starts to regenerate first
         self.error: BaseException | None = None
@@ -137,10 +149,16 @@ class Collector(threading.Thread):
     # -- called by the trainer (any thread) ------------------------------------------------------
 
     def publish(self, params: Any, version: int) -> None:
-        """New weights (already on the rollout device, not donated by anyone); used from the next unit."""
+        """New weights (already on the rollout device, not donated by anyone); used from the next unit,
+        or from the next decode chunk with in-flight updates."""
         with self.cond:
             self.params, self.version = params, version
             self.cond.notify_all()
+
+    def newest_weights(self) -> tuple[Any, int]:
+        """(params, version) most recently published."""
+        with self.cond:
+            return self.params, self.version
 
     def stop(self, timeout_s: float = 60.0) -> None:
         with self.cond:
@@ -203,6 +221,20 @@ class Collector(threading.Thread):
             return start, self.params, self.version
         return None
 
+    def _weights_from(self, version: int) -> Callable[[], tuple[Any, int]]:
+        """The in-flight `weights()` callback: the newest published weights, never older than `version`
+        (the unit's scheduled version) and counting swaps to newer ones."""
+        seen = [version]
+
+        def weights() -> tuple[Any, int]:
+            params, newest = self.newest_weights()
+            if newest > seen[0]:
+                self.in_flight_swaps += 1
+                seen[0] = newest
+            return params, newest
+
+        return weights
+
     def generate_unit(self, start: int, params: Any, version: int) -> list[TrajectoryGroup]:
         """Generate prompts [start, start + unit) exactly as the synchronous loop generates that part of
         their step (same padding, same per-slice keys)."""
@@ -216,17 +248,25 @@ class Collector(threading.Thread):
         prompt_valid = np.repeat(valid[offset:offset + self.unit], g, axis=0)
         step_key = jax.random.fold_in(self.base_key, step)
         first_slice = offset * g // self.rollout_micro
-        out_tokens, out_mask, out_logprobs = [], [], []
+        out_tokens, out_mask, out_logprobs, out_versions = [], [], [], []
         for k, s in enumerate(range(0, self.unit * g, self.rollout_micro)):
-            result = generate(self.graphdef, params, prompt_tokens[s:s + self.rollout_micro],
-                              prompt_valid[s:s + self.rollout_micro],
-                              jax.random.fold_in(step_key, first_slice + k), self.sampling)
+            rows = slice(s, s + self.rollout_micro)
+            key = jax.random.fold_in(step_key, first_slice + k)
+            if self.in_flight_chunk_tokens:
+                result = generate_in_flight(self.graphdef, self._weights_from(version), prompt_tokens[rows],
+                                            prompt_valid[rows], key, self.sampling, self.in_flight_chunk_tokens)
+                versions = result.token_versions
+            else:
+                result = generate(self.graphdef, params, prompt_tokens[rows], prompt_valid[rows], key, self.sampling)
+                versions = np.full(result.tokens.shape, version, np.int32)
             out_tokens.append(result.tokens)
             out_mask.append(result.mask)
             out_logprobs.append(result.logprobs)
+            out_versions.append(versions)
         completion_tokens = np.concatenate(out_tokens)
         completion_mask = np.concatenate(out_mask)
         sample_logprobs = np.concatenate(out_logprobs)
+        token_versions = np.concatenate(out_versions)
         completions = [self.decode(row[m]) for row, m in zip(completion_tokens, completion_mask)]
         per_sequence = [examples[i // g] for i in range(len(completions))]
         rewards, _ = score(completions, per_sequence, self.reward_specs)
@@ -237,11 +277,14 @@ class Collector(threading.Thread):
         groups = []
         for j in range(self.unit):
             rows = slice(j * g, (j + 1) * g)
-            groups.append(TrajectoryGroup(start + j, version, GroupPayload(
+            # Every completion has at least one token, so the masked minimum exists.
+            oldest = int(token_versions[rows][completion_mask[rows]].min())
+            groups.append(TrajectoryGroup(start + j, oldest, GroupPayload(
                 example=examples[j],
                 prompt_tokens=prompt_tokens[rows], prompt_valid=prompt_valid[rows],
                 completion_tokens=completion_tokens[rows], completion_mask=completion_mask[rows],
-                sample_logprobs=sample_logprobs[rows], completions=completions[rows],
+                sample_logprobs=sample_logprobs[rows], token_versions=token_versions[rows],
+                completions=completions[rows],
                 rewards=rewards[rows], correct=correct[rows], advantages=advantages[rows],
                 generate_s=elapsed,
             )))

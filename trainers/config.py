@@ -164,7 +164,12 @@ class AsyncSection(_Section):
     )
     in_flight_weight_updates: bool = Field(
         False, description="Swap new weights into the generator between decode chunks instead of at a group "
-        "boundary (long generations do not hold up the update)."
+        "boundary (long generations do not hold up the update). The KV cache is kept across a swap, and each "
+        "token's recorded log-prob is the one it was sampled with."
+    )
+    in_flight_chunk_tokens: int = Field(
+        8, ge=1, description="With in_flight_weight_updates: decode steps between weight checks (smaller = "
+        "newer weights sooner, more host round trips)."
     )
     rollout_devices: DeviceList = Field(
         default_factory=list, description="Device indices for generation, e.g. [1]; empty (with train_devices "

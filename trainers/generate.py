@@ -4,6 +4,8 @@
 Lp + max_new_tokens slots, then a `jax.lax.while_loop` of single-token decode steps that exits
 early once every sequence has emitted EOS. Prefill and loop are one jitted function, compiled once
 per (graphdef, sampling params, B, Lp) and cached by `jax.jit` (graphdef and sampling are static).
+`generate_in_flight` runs the same prefill and loop as separate programs, the loop in chunks of a
+few tokens, so that asynchronous GRPO can swap in new weights mid-generation.
 
 Shape letters: B batch, Lp prompt length, N = max_new_tokens, S = Lp + N cache slots, V vocab.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -41,6 +44,8 @@ class GenerationResult:  # numpy arrays
     lengths: np.ndarray  # [B] int32 number of generated tokens (incl. EOS)
     decode_steps: int  # token-sampling steps actually run (<= N; < N after an early exit); the prefill
     #                    feeds step 0, each later step is one decode forward
+    token_versions: np.ndarray | None = None  # [B, N] int32, `generate_in_flight` only: the version of
+    #                    the weights that sampled each token (meaningful where mask is True)
 
 
 def filter_logits(scaled_logits: jax.Array, top_k: int, top_p: float) -> jax.Array:
@@ -86,15 +91,12 @@ def sample_token(logits: jax.Array, uniform: jax.Array, sampling: SamplingParams
     return token, token_logprob
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "sampling"))
-def _generate_jit(graphdef: nnx.GraphDef, params: nnx.State, prompt_tokens: jax.Array, prompt_valid: jax.Array,
-                  rng_key: jax.Array, sampling: SamplingParams):
-    """Prefill + decode loop. Returns (tokens [B,N] int32, logprobs [B,N] f32, mask [B,N] bool,
-    lengths [B] int32, decode_steps [] int32)."""
-    batch, prompt_len = prompt_tokens.shape
+def _prefill(model, prompt_tokens: jax.Array, prompt_valid: jax.Array, rng_key: jax.Array,
+             sampling: SamplingParams) -> dict[str, jax.Array]:
+    """Run the prompt through `model`, fill the first Lp cache slots and sample token 0. Returns the
+    decode state (a dict of arrays, the while-loop carry) that `_decode` continues."""
+    batch, _ = prompt_tokens.shape
     max_new = sampling.max_new_tokens
-    model = nnx.merge(graphdef, params)
-
     # One key per sampling step (split up front), each giving the step's [B] uniforms.
     step_keys = jax.random.split(rng_key, max_new)
     uniforms = jax.vmap(lambda key: jax.random.uniform(key, (batch,), jnp.float32))(step_keys)  # [N,B]
@@ -103,38 +105,44 @@ def _generate_jit(graphdef: nnx.GraphDef, params: nnx.State, prompt_tokens: jax.
     prompt_valid = prompt_valid.astype(jnp.bool_)
     hidden, prompt_kv = model(prompt_tokens, model_lib.positions_from_valid(prompt_valid),
                               model_lib.causal_padding_mask(prompt_valid))
-    kv_cache = model_lib.extend_kv_cache(prompt_kv, max_new)  # S = Lp + N slots
-    slot_valid = jnp.concatenate([prompt_valid, jnp.zeros((batch, max_new), jnp.bool_)], axis=1)  # [B,S]
-    prompt_lengths = jnp.sum(prompt_valid, axis=1, dtype=jnp.int32)  # [B] = position of the first new token
-
-    def record(state, step, logits):
-        """Sample token `step` from logits [B,V] and write it into the outputs."""
-        token, token_logprob = sample_token(logits, uniforms[step], sampling)
-        active = ~state["done"]
-        token = jnp.where(active, token, sampling.pad_id)
-        state = dict(state)
-        state["tokens"] = jax.lax.dynamic_update_slice(state["tokens"], token[:, None], (0, step))
-        state["logprobs"] = jax.lax.dynamic_update_slice(
-            state["logprobs"], jnp.where(active, token_logprob, 0.0)[:, None], (0, step))
-        state["mask"] = jax.lax.dynamic_update_slice(state["mask"], active[:, None], (0, step))
-        if sampling.stop_at_eos:
-            state["done"] = state["done"] | (active & (token == sampling.eos_id))
-        return state
-
     state = dict(
         step=jnp.ones((), jnp.int32),  # index of the token sampled next; token 0 comes from the prefill
-        kv_cache=kv_cache,
-        slot_valid=slot_valid,
+        kv_cache=model_lib.extend_kv_cache(prompt_kv, max_new),  # S = Lp + N slots
+        slot_valid=jnp.concatenate([prompt_valid, jnp.zeros((batch, max_new), jnp.bool_)], axis=1),  # [B,S]
+        prompt_lengths=jnp.sum(prompt_valid, axis=1, dtype=jnp.int32),  # [B] = position of the first new token
+        uniforms=uniforms,
         done=jnp.zeros((batch,), jnp.bool_),
         tokens=jnp.full((batch, max_new), sampling.pad_id, jnp.int32),
         logprobs=jnp.zeros((batch, max_new), jnp.float32),
         mask=jnp.zeros((batch, max_new), jnp.bool_),
     )
     # The last prompt slot is always valid (left padding), so its logits predict token 0.
-    state = record(state, 0, model.logits(hidden[:, -1, :]))
+    return _record(state, 0, model.logits(hidden[:, -1, :]), sampling)
+
+
+def _record(state: dict[str, jax.Array], step, logits: jax.Array, sampling: SamplingParams) -> dict[str, jax.Array]:
+    """Sample token `step` from logits [B,V] and write it into the outputs."""
+    token, token_logprob = sample_token(logits, state["uniforms"][step], sampling)
+    active = ~state["done"]
+    token = jnp.where(active, token, sampling.pad_id)
+    state = dict(state)
+    state["tokens"] = jax.lax.dynamic_update_slice(state["tokens"], token[:, None], (0, step))
+    state["logprobs"] = jax.lax.dynamic_update_slice(
+        state["logprobs"], jnp.where(active, token_logprob, 0.0)[:, None], (0, step))
+    state["mask"] = jax.lax.dynamic_update_slice(state["mask"], active[:, None], (0, step))
+    if sampling.stop_at_eos:
+        state["done"] = state["done"] | (active & (token == sampling.eos_id))
+    return state
+
+
+def _decode(model, state: dict[str, jax.Array], stop_step, sampling: SamplingParams) -> dict[str, jax.Array]:
+    """Decode single tokens with `model` until token index `stop_step` (exclusive, <= N) is reached
+    or every row has emitted EOS. The KV cache in `state` is used as it is, whichever weights
+    filled it."""
+    batch, prompt_len = state["slot_valid"].shape[0], state["slot_valid"].shape[1] - sampling.max_new_tokens
 
     def cond(state):
-        keep_going = state["step"] < max_new
+        keep_going = state["step"] < stop_step
         if sampling.stop_at_eos:
             keep_going = keep_going & ~jnp.all(state["done"])
         return keep_going
@@ -145,14 +153,54 @@ def _generate_jit(graphdef: nnx.GraphDef, params: nnx.State, prompt_tokens: jax.
         slot = prompt_len + step - 1
         previous_token = jax.lax.dynamic_slice(state["tokens"], (0, step - 1), (batch, 1))  # [B,1]
         slot_valid = jax.lax.dynamic_update_slice(state["slot_valid"], jnp.ones((batch, 1), jnp.bool_), (0, slot))
-        positions = (prompt_lengths + step - 1)[:, None]  # [B,1]
+        positions = (state["prompt_lengths"] + step - 1)[:, None]  # [B,1]
         hidden, kv_cache = model(previous_token, positions, slot_valid[:, None, :], state["kv_cache"], slot)
         state = dict(state, kv_cache=kv_cache, slot_valid=slot_valid, step=step + 1)
-        return record(state, step, model.logits(hidden[:, 0, :]))
+        return _record(state, step, model.logits(hidden[:, 0, :]), sampling)
 
-    state = jax.lax.while_loop(cond, body, state)
+    return jax.lax.while_loop(cond, body, state)
+
+
+def _outputs(state: dict[str, jax.Array]):
     lengths = jnp.sum(state["mask"], axis=1, dtype=jnp.int32)
     return state["tokens"], state["logprobs"], state["mask"], lengths, state["step"]
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "sampling"))
+def _generate_jit(graphdef: nnx.GraphDef, params: nnx.State, prompt_tokens: jax.Array, prompt_valid: jax.Array,
+                  rng_key: jax.Array, sampling: SamplingParams):
+    """Prefill + decode loop in one program. Returns (tokens [B,N] int32, logprobs [B,N] f32,
+    mask [B,N] bool, lengths [B] int32, decode_steps [] int32)."""
+    model = nnx.merge(graphdef, params)
+    state = _prefill(model, prompt_tokens, prompt_valid, rng_key, sampling)
+    return _outputs(_decode(model, state, sampling.max_new_tokens, sampling))
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "sampling"))
+def _prefill_jit(graphdef: nnx.GraphDef, params: nnx.State, prompt_tokens: jax.Array, prompt_valid: jax.Array,
+                 rng_key: jax.Array, sampling: SamplingParams):
+    return _prefill(nnx.merge(graphdef, params), prompt_tokens, prompt_valid, rng_key, sampling)
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "sampling"))
+def _decode_chunk_jit(graphdef: nnx.GraphDef, params: nnx.State, state: dict[str, jax.Array], chunk_tokens,
+                      sampling: SamplingParams):
+    """Up to `chunk_tokens` more decode steps; returns (state, all_done [] bool)."""
+    stop_step = jnp.minimum(state["step"] + chunk_tokens, sampling.max_new_tokens)
+    state = _decode(nnx.merge(graphdef, params), state, stop_step, sampling)
+    finished = state["step"] >= sampling.max_new_tokens
+    if sampling.stop_at_eos:
+        finished = finished | jnp.all(state["done"])
+    return state, finished
+
+
+def _check_prompts(sampling: SamplingParams, prompt_valid) -> None:
+    if sampling.max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {sampling.max_new_tokens}")
+    last_column_valid = np.asarray(prompt_valid)[:, -1]
+    if not np.all(last_column_valid):
+        raise ValueError("prompts must be LEFT-padded: prompt_valid[:, -1] is False for rows "
+                         f"{np.flatnonzero(~last_column_valid.astype(bool)).tolist()}")
 
 
 def generate(graphdef: nnx.GraphDef, params: nnx.State, prompt_tokens, prompt_valid, rng_key: jax.Array,
@@ -164,14 +212,45 @@ def generate(graphdef: nnx.GraphDef, params: nnx.State, prompt_tokens, prompt_va
     (number of valid prompt tokens of b) + i, so `model.completion_logprobs` on
     (prompt, result.tokens, result.mask) reproduces result.logprobs. Returns numpy arrays.
     """
-    if sampling.max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be >= 1, got {sampling.max_new_tokens}")
-    last_column_valid = np.asarray(prompt_valid)[:, -1]
-    if not np.all(last_column_valid):
-        raise ValueError("prompts must be LEFT-padded: prompt_valid[:, -1] is False for rows "
-                         f"{np.flatnonzero(~last_column_valid.astype(bool)).tolist()}")
+    _check_prompts(sampling, prompt_valid)
     tokens, logprobs, mask, lengths, decode_steps = _generate_jit(
         graphdef, params, jnp.asarray(prompt_tokens, jnp.int32), jnp.asarray(prompt_valid, jnp.bool_),
         rng_key, sampling)
     return GenerationResult(tokens=np.asarray(tokens), logprobs=np.asarray(logprobs), mask=np.asarray(mask),
                             lengths=np.asarray(lengths), decode_steps=int(decode_steps))
+
+
+def generate_in_flight(graphdef: nnx.GraphDef, weights: Callable[[], tuple[nnx.State, int]], prompt_tokens,
+                       prompt_valid, rng_key: jax.Array, sampling: SamplingParams,
+                       chunk_tokens: int) -> GenerationResult:
+    """`generate`, in chunks of `chunk_tokens` decode steps, taking the newest weights between chunks.
+
+    `weights()` returns (params, version) and is called before the prefill and before each chunk;
+    new weights apply from the next token on. The KV cache is kept across a swap: the keys and
+    values of tokens already processed stay as the older weights computed them (they are not
+    recomputed), so after a swap the new weights attend over a cache partly filled by old ones.
+    Each token's log-prob in `logprobs` is the one it was actually sampled with (new weights,
+    mixed cache), so importance weights pi_old / pi_gen stay exact per token, and
+    `token_versions` [B,N] says which weights sampled each token. Same keys as `generate`: with
+    weights that never change the samples are those of `generate`.
+    """
+    if chunk_tokens < 1:
+        raise ValueError(f"chunk_tokens must be >= 1, got {chunk_tokens}")
+    _check_prompts(sampling, prompt_valid)
+    batch, max_new = np.shape(prompt_tokens)[0], sampling.max_new_tokens
+    params, version = weights()
+    state = _prefill_jit(graphdef, params, jnp.asarray(prompt_tokens, jnp.int32),
+                         jnp.asarray(prompt_valid, jnp.bool_), rng_key, sampling)
+    token_versions = np.full((batch, max_new), version, np.int32)
+    done_through = 1  # tokens [0, done_through) are sampled
+    finished = max_new == 1 or (sampling.stop_at_eos and bool(jnp.all(state["done"])))
+    while not finished:
+        params, version = weights()
+        state, finished = _decode_chunk_jit(graphdef, params, state, chunk_tokens, sampling)
+        finished, sampled_through = bool(finished), int(state["step"])
+        token_versions[:, done_through:sampled_through] = version
+        done_through = sampled_through
+    tokens, logprobs, mask, lengths, decode_steps = _outputs(state)
+    return GenerationResult(tokens=np.asarray(tokens), logprobs=np.asarray(logprobs), mask=np.asarray(mask),
+                            lengths=np.asarray(lengths), decode_steps=int(decode_steps),
+                            token_versions=token_versions)

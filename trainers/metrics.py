@@ -19,6 +19,7 @@ TRAIN_METRICS = (
 )
 ASYNC_METRICS = (
     "async/trajectory_age_mean",
+    "async/token_age_mean",
     "async/buffer_size",
     "async/wait_s",
     "async/dropped_stale",

@@ -132,6 +132,7 @@ class GRPOTrainer:
                                          c.keep_best_metric, c.keep_best_mode)
         self.base_key = jax.random.key(config.seed)
         self.last_metrics: dict[str, float] = {}
+        self.interrupted_by: Action | None = None  # why the last step() returned None: STOP, or PAUSE
 
     # -- checkpoints -------------------------------------------------------------------------
 
@@ -219,6 +220,7 @@ class GRPOTrainer:
         updates = self.plan.updates()
         for i, update in enumerate(updates):
             if i > 0 and self.control.poll() is Action.STOP:
+                self.interrupted_by = Action.STOP
                 return None
             batch = _stack(arrays, update.micro_batches)
             params, opt_state, metrics = self.update_fn(self.state.params, self.state.opt_state, batch)
@@ -248,7 +250,7 @@ class GRPOTrainer:
         return {"eval/reward_mean": float(np.mean(rewards)), "eval/accuracy": float(np.mean(correct))}
 
     def step(self) -> dict[str, float] | None:
-        """Run one whole step; returns its metrics, or None if stopped mid-step."""
+        """Run one whole step; returns its metrics, or None if interrupted mid-step (`interrupted_by`)."""
         s = self.state
         t0 = time.perf_counter()
         examples = self.stream.take(s.data_position, self.plan.prompts_per_step)
@@ -288,6 +290,10 @@ class GRPOTrainer:
         last_saved = resumed
         while self.state.step < cfg.train.max_steps:
             action = self.control.poll()
+            if action is Action.CONTINUE:
+                metrics = self.step()
+                if metrics is None:  # interrupted mid-step; the step's updates, if any, are not saved
+                    action = self.interrupted_by or Action.STOP
             if action is Action.STOP:
                 status = "cancelled"
                 break
@@ -295,10 +301,6 @@ class GRPOTrainer:
                 if last_saved != self.state.step:
                     self.save_checkpoint()
                 status = "paused"
-                break
-            metrics = self.step()
-            if metrics is None:
-                status = "cancelled"
                 break
             step = self.state.step
             if cfg.eval.every_steps and (step % cfg.eval.every_steps == 0 or step == cfg.train.max_steps):
