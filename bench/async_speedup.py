@@ -199,10 +199,12 @@ def main() -> None:
     async_cores = async_m[0]["cores_used"]
     wait = sum(m["async/wait_s"] for m in tail) / len(tail)
     age = sum(m["async/trajectory_age_mean"] for m in tail) / len(tail)
+    token_age = sum(m["async/token_age_mean"] for m in tail) / len(tail)
     a_rollout = sum(m["timing/rollout_s"] for m in tail) / len(tail)
     a_train = sum(m["timing/train_s"] for m in tail) / len(tail)
     print(f"async: {async_s:.3f} s/step (train {a_train:.3f} s and, overlapped, rollout {a_rollout:.3f} s per step; "
-          f"trainer waited {wait:.3f} s per step; mean trajectory age {age:.2f}; {async_cores:.2f} cores used)", flush=True)
+          f"trainer waited {wait:.3f} s per step; mean trajectory age {age:.2f}, token age {token_age:.2f}; "
+          f"{async_cores:.2f} cores used)", flush=True)
     balance = sync_s / max(rollout, train_s)
     cores = (os.cpu_count() or 1) / max(sync_cores, 1e-9)
     print(f"ceiling: {min(balance, cores):.2f}x (phase balance allows {balance:.2f}x; {os.cpu_count()} cores over the "

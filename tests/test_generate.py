@@ -271,8 +271,10 @@ def test_in_flight_with_unchanging_weights_equals_generate(model, prompts, chunk
     np.testing.assert_allclose(chunked.logprobs, whole.logprobs, atol=1e-5)
     assert chunked.decode_steps == whole.decode_steps
     assert (chunked.token_versions == 7).all()
-    # weights are asked for before the prefill and before each chunk of decode steps
-    assert weights.calls == 1 + -(-(whole.decode_steps - 1) // chunk_tokens)
+    # weights are asked for before the prefill and before each chunk of decode steps; after an early
+    # exit one more (empty) chunk may have been dispatched before the host saw it
+    needed, total = -(-(whole.decode_steps - 1) // chunk_tokens), -(-(MAX_NEW - 1) // chunk_tokens)
+    assert weights.calls == 1 + min(needed + (whole.decode_steps < MAX_NEW), total)
 
 
 def test_in_flight_swap_applies_from_the_next_chunk_and_keeps_the_kv_cache(model, prompts, logprobs_jit):

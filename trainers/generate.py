@@ -182,7 +182,7 @@ def _prefill_jit(graphdef: nnx.GraphDef, params: nnx.State, prompt_tokens: jax.A
     return _prefill(nnx.merge(graphdef, params), prompt_tokens, prompt_valid, rng_key, sampling)
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "sampling"))
+@functools.partial(jax.jit, static_argnames=("graphdef", "sampling"), donate_argnames=("state",))
 def _decode_chunk_jit(graphdef: nnx.GraphDef, params: nnx.State, state: dict[str, jax.Array], chunk_tokens,
                       sampling: SamplingParams):
     """Up to `chunk_tokens` more decode steps; returns (state, all_done [] bool)."""
@@ -225,8 +225,9 @@ def generate_in_flight(graphdef: nnx.GraphDef, weights: Callable[[], tuple[nnx.S
                        chunk_tokens: int) -> GenerationResult:
     """`generate`, in chunks of `chunk_tokens` decode steps, taking the newest weights between chunks.
 
-    `weights()` returns (params, version) and is called before the prefill and before each chunk;
-    new weights apply from the next token on. The KV cache is kept across a swap: the keys and
+    `weights()` returns (params, version) and is called before the prefill and before each chunk
+    (after an early EOS exit, one chunk more than needed may be dispatched: it does nothing); new
+    weights apply from the next token on. The KV cache is kept across a swap: the keys and
     values of tokens already processed stay as the older weights computed them (they are not
     recomputed), so after a swap the new weights attend over a cache partly filled by old ones.
     Each token's log-prob in `logprobs` is the one it was actually sampled with (new weights,
@@ -242,14 +243,17 @@ def generate_in_flight(graphdef: nnx.GraphDef, weights: Callable[[], tuple[nnx.S
     state = _prefill_jit(graphdef, params, jnp.asarray(prompt_tokens, jnp.int32),
                          jnp.asarray(prompt_valid, jnp.bool_), rng_key, sampling)
     token_versions = np.full((batch, max_new), version, np.int32)
-    done_through = 1  # tokens [0, done_through) are sampled
-    finished = max_new == 1 or (sampling.stop_at_eos and bool(jnp.all(state["done"])))
-    while not finished:
+    # Chunk k samples tokens [1 + k * chunk_tokens, 1 + (k + 1) * chunk_tokens) unless every row
+    # stopped before. The host reads chunk k's `finished` only after dispatching chunk k + 1, so the
+    # device never idles on a host round trip; a chunk dispatched after the end does nothing.
+    previous_finished = jnp.all(state["done"]) if sampling.stop_at_eos else None  # after the prefill
+    for first in range(1, max_new, chunk_tokens):
         params, version = weights()
         state, finished = _decode_chunk_jit(graphdef, params, state, chunk_tokens, sampling)
-        finished, sampled_through = bool(finished), int(state["step"])
-        token_versions[:, done_through:sampled_through] = version
-        done_through = sampled_through
+        token_versions[:, first:first + chunk_tokens] = version
+        if previous_finished is not None and bool(previous_finished):
+            break  # the chunk just dispatched has nothing to do
+        previous_finished = finished
     tokens, logprobs, mask, lengths, decode_steps = _outputs(state)
     return GenerationResult(tokens=np.asarray(tokens), logprobs=np.asarray(logprobs), mask=np.asarray(mask),
                             lengths=np.asarray(lengths), decode_steps=int(decode_steps),
