@@ -358,3 +358,65 @@ def test_two_devices_rollout_and_training_apart(sync_run, tmp_path):
     assert info["devices"] == 2 and info["status"] == "succeeded"
     assert info["rollout"] != info["train"], info
     assert info["digest"] == sync.params_digest
+
+
+FOUR_DEVICES = textwrap.dedent("""
+    import os, sys, json, tempfile
+    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+    import jax
+    import numpy as np
+    from trainers.async_trainer import AsyncGRPOTrainer
+    from trainers.config import parse_config
+    from trainers.hooks import Hooks
+    from trainers.trainer import GRPOTrainer
+
+    class Rewards(Hooks):
+        def __init__(self):
+            self.by_step = {}
+        def on_step(self, step, metrics):
+            self.by_step[step] = (metrics["reward/mean"], metrics["loss/policy"], metrics.get("eval/reward_mean"))
+
+    raw = json.loads(sys.argv[1])
+    sync_hooks, async_hooks = Rewards(), Rewards()
+    sync = GRPOTrainer(parse_config(raw), tempfile.mkdtemp(), sync_hooks)
+    sync.run()
+    raw["async"] = {"enabled": True, "max_trajectory_age_steps": 0, "rollout_devices": [2, 3], "train_devices": [0, 1]}
+    trainer = AsyncGRPOTrainer(parse_config(raw), tempfile.mkdtemp(), async_hooks)
+    result = trainer.run()
+    diff = max(float(np.abs(np.asarray(a) - np.asarray(b)).max())
+               for a, b in zip(jax.tree.leaves(sync.state.params), jax.tree.leaves(trainer.state.params)))
+    ids = lambda tree: sorted({d.id for leaf in jax.tree.leaves(tree) for d in leaf.devices()})
+    print("RESULT", json.dumps({"status": result.status, "max_param_diff": diff,
+          "train": ids(trainer.state.params), "opt_state": ids(trainer.state.opt_state),
+          "rollout": ids(trainer.collector.params), "prompts": sorted(d.id for d in trainer.collector.prompt_sharding.device_set),
+          "sync": sync_hooks.by_step, "async": async_hooks.by_step}))
+""")
+
+
+def test_device_lists_split_generation_and_training_over_several_devices(tmp_path):
+    """4 host devices: training data-parallel over [0, 1], generation split over [2, 3]. With max age
+    0 the run follows the synchronous one on a single device: the same rewards every step (the
+    same tokens), the same losses and final parameters up to float rounding (the gradient is summed
+    across two devices); evaluation (3 prompts: not split) runs on the train devices too."""
+    raw = copy.deepcopy(RAW)
+    raw["train"]["max_steps"] = 3
+    raw["data"]["eval_prompts"] = 3
+    raw["eval"] = {"every_steps": 3}
+    script = tmp_path / "four.py"
+    script.write_text(FOUR_DEVICES)
+    env = {**os.environ, "PYTHONPATH": ROOT, "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+    out = subprocess.run([sys.executable, str(script), json.dumps(raw)], env=env, cwd=ROOT,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    line = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")][-1]
+    info = json.loads(line[len("RESULT "):])
+    assert info["status"] == "succeeded"
+    assert info["train"] == [0, 1] and info["opt_state"] == [0, 1]
+    assert info["rollout"] == [2, 3] and info["prompts"] == [2, 3]
+    assert sorted(info["sync"]) == sorted(info["async"]) == ["1", "2", "3"]
+    for step, (reward, loss, eval_reward) in info["sync"].items():
+        async_reward, async_loss, async_eval = info["async"][step]
+        assert async_reward == reward, step
+        assert async_loss == pytest.approx(loss, abs=1e-6), step
+        assert (async_eval is None) == (eval_reward is None) and (eval_reward is None or async_eval == eval_reward)
+    assert info["max_param_diff"] < 1e-3

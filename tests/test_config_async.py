@@ -95,6 +95,20 @@ def test_in_flight_chunk_must_be_positive():
     assert config.async_.in_flight_weight_updates and config.async_.in_flight_chunk_tokens == 4
 
 
+def test_micro_batches_must_split_evenly_over_the_devices():
+    raw = {"batch": {"prompts_per_step": 3}, "grpo": {"num_generations": 2},
+           "async": {"enabled": True, "rollout_devices": [2, 3, 4, 5], "train_devices": [0, 1]}}
+    errors = problems(raw)
+    # 6 sequences per generation call over 4 rollout devices; 6 per update over 2 train devices is fine
+    assert list(errors) == ["batch.rollout_micro_batch_sequences"]
+    assert "multiple of 4" in errors["batch.rollout_micro_batch_sequences"]
+    assert "list 1, 2 or 3 device(s)" in errors["batch.rollout_micro_batch_sequences"]
+    raw["batch"]["rollout_micro_batch_sequences"] = 2
+    errors = problems(raw)
+    assert list(errors) == ["batch.rollout_micro_batch_sequences"]  # 2 over 4 devices: still uneven
+    parse_config(raw, ["async.rollout_devices=[2,3]"])
+
+
 def test_async_checks_are_reported_together():
     errors = problems({"async": {"enabled": True, "rollout_devices": [0], "train_devices": [0],
                                  "importance_sampling": {"enabled": False}}})

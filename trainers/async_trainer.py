@@ -14,13 +14,16 @@ Per step s (the trainer holds weights of version s):
      than letting decode-vs-forward rounding noise pose as a policy lag): max age 0 is therefore
      bit-for-bit the synchronous loop;
   4. the plan's optimizer updates (as the sync loop), then publish the new weights (version s + 1)
-     to the collector: copied to the rollout device (`async.rollout_devices[0]`), or copied on the
-     same device when generation and training share it (updates donate the trainer's buffers, so
-     the collector always holds its own copy).
+     to the collector: copied to the rollout devices, or copied on the same device when generation
+     and training share it (updates donate the trainer's buffers, so the collector always holds its
+     own copy).
 
-Devices: `async.train_devices[0]` holds the trainer's params, optimizer state and reference;
-`async.rollout_devices[0]` the collector's weights, so generation and training run on different
-devices and overlap. Only the first device of each list is used in this version (no sharding).
+Devices: params, optimizer state and reference are replicated over `async.train_devices`, and every
+update and log-prob micro-batch is split over them along its batch axis (data parallel: XLA adds
+the gradient all-reduce); the collector's weights are replicated over `async.rollout_devices` and
+each generation call's sequences are split over them. So generation and training run on disjoint
+devices and overlap. Micro-batch sizes must divide by the device counts (config validation says
+which). Empty lists: both share the default device.
 
 Checkpoint and resume: a checkpoint saves the trainer's weights and `data_position` = the first
 prompt not yet trained (= `ReplayBuffer.next_prompt_index`); buffered groups are NOT saved. On
@@ -39,6 +42,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from trainers.collector import Collector, GroupPayload, unit_prompts
 from trainers.hooks import Action
@@ -53,14 +57,25 @@ WAIT_POLL_S = 0.1          # the trainer re-checks the collector's error at leas
 CONTROL_POLL_S = 0.5       # ... and Control (STOP) this often while waiting
 
 
-def _device(index_list: list[int]) -> jax.Device | None:
+def device_mesh(index_list: list[int], field: str) -> Mesh | None:
+    """A one-axis ("data") mesh over the listed devices; None for an empty list (the default device)."""
     if not index_list:
         return None
     devices = jax.devices()
-    index = index_list[0]
-    if index >= len(devices):
-        raise ValueError(f"device index {index} is out of range: this process sees {len(devices)} device(s)")
-    return devices[index]
+    missing = [i for i in index_list if i >= len(devices)]
+    if missing:
+        raise ValueError(f"{field}: device index {missing[0]} is out of range: this process sees {len(devices)} "
+                         "device(s) (on a CPU host, XLA_FLAGS=--xla_force_host_platform_device_count=N gives N)")
+    return Mesh(np.array([devices[i] for i in index_list]), ("data",))
+
+
+def replicated(mesh: Mesh | None) -> NamedSharding | None:
+    return None if mesh is None else NamedSharding(mesh, PartitionSpec())
+
+
+def split_along(mesh: Mesh | None, batch_axis: int) -> NamedSharding | None:
+    """Arrays split along `batch_axis` over the mesh's devices (data parallel)."""
+    return None if mesh is None else NamedSharding(mesh, PartitionSpec(*([None] * batch_axis), "data"))
 
 
 class AsyncGRPOTrainer(GRPOTrainer):
@@ -69,8 +84,8 @@ class AsyncGRPOTrainer(GRPOTrainer):
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         a = self.config.async_
-        self.train_device = _device(a.train_devices)
-        self.rollout_device = _device(a.rollout_devices)
+        self.train_mesh = device_mesh(a.train_devices, "async.train_devices")
+        self.rollout_mesh = device_mesh(a.rollout_devices, "async.rollout_devices")
         i = a.importance_sampling
         self.is_cfg = ImportanceConfig(i.level, i.mode, i.max, i.min)
         self.capacity_groups = a.buffer_capacity_groups or default_capacity(self.plan.prompts_per_step,
@@ -84,12 +99,20 @@ class AsyncGRPOTrainer(GRPOTrainer):
     # -- devices and weights ------------------------------------------------------------------
 
     def _place_training_state(self) -> None:
-        if self.train_device is None:
+        """Params, optimizer state and reference replicated over the train devices."""
+        sharding = replicated(self.train_mesh)
+        if sharding is None:
             return
-        self.state.params = jax.device_put(self.state.params, self.train_device)
-        self.state.opt_state = jax.device_put(self.state.opt_state, self.train_device)
+        self.state.params = jax.device_put(self.state.params, sharding)
+        self.state.opt_state = jax.device_put(self.state.opt_state, sharding)
         if self.ref_params is not None:
-            self.ref_params = jax.device_put(self.ref_params, self.train_device)
+            self.ref_params = jax.device_put(self.ref_params, sharding)
+
+    def _on_train_devices(self, arrays: dict[str, np.ndarray], batch_axis: int) -> dict[str, Any]:
+        sharding = split_along(self.train_mesh, batch_axis)
+        if sharding is None:
+            return arrays
+        return {name: jax.device_put(value, sharding) for name, value in arrays.items()}
 
     def restore_latest(self) -> int | None:
         step = super().restore_latest()
@@ -98,10 +121,10 @@ class AsyncGRPOTrainer(GRPOTrainer):
         return step
 
     def _rollout_copy(self, params: Any) -> Any:
-        """The collector's own copy of `params` on the rollout device (never the trainer's buffers,
-        which the next update donates)."""
-        if self.rollout_device is not None and self.rollout_device != self.train_device:
-            return jax.device_put(params, self.rollout_device)
+        """The collector's own copy of `params`, replicated over the rollout devices (never the
+        trainer's buffers, which the next update donates)."""
+        if self.rollout_mesh is not None:
+            return jax.device_put(params, replicated(self.rollout_mesh))
         return jax.tree.map(jnp.copy, params)
 
     # -- the collector ------------------------------------------------------------------------
@@ -122,6 +145,7 @@ class AsyncGRPOTrainer(GRPOTrainer):
             end_prompt=self.config.train.max_steps * self.plan.prompts_per_step,
             base_key=self.base_key,
             in_flight_chunk_tokens=a.in_flight_chunk_tokens if a.in_flight_weight_updates else 0,
+            prompt_sharding=split_along(self.rollout_mesh, 0),
         )
         swaps = (f"in-flight weight updates every {a.in_flight_chunk_tokens} decode steps" if a.in_flight_weight_updates
                  else "weights swapped between units")
@@ -129,7 +153,7 @@ class AsyncGRPOTrainer(GRPOTrainer):
             f"async: collector started at data position {s.data_position} (weights v{s.step}), max age "
             f"{a.max_trajectory_age_steps}, buffer {self.capacity_groups} groups, unit {self.unit_prompts} prompts, "
             f"{swaps}, "
-            f"rollout device {self.rollout_device or 'default'}, train device {self.train_device or 'default'}")
+            f"rollout devices {a.rollout_devices or 'default'}, train devices {a.train_devices or 'default'}")
         self.collector.start()
 
     def run(self):

@@ -96,6 +96,8 @@ class Collector(threading.Thread):
     end_prompt: the first prompt index the run will not train (nothing at or after it is generated).
     in_flight_chunk_tokens: > 0 = in-flight weight updates, taking the newest weights every this
       many decode steps; 0 = swap at unit boundaries only.
+    prompt_sharding: where each generation call's prompts go (split over the rollout devices along
+      the batch axis); None = as they are, with the params.
     decode: callable(ids) -> str for completions (the tokenizer's, with PAD/BOS made visible).
     """
 
@@ -122,6 +124,7 @@ class Collector(threading.Thread):
         end_prompt: int,
         base_key: jax.Array,
         in_flight_chunk_tokens: int = 0,
+        prompt_sharding: Any = None,
         poll_s: float = 0.2,
     ):
         super().__init__(name="grpo-collector", daemon=True)
@@ -137,6 +140,7 @@ class Collector(threading.Thread):
         self.max_age_steps, self.end_prompt, self.base_key, self.poll_s = max_age_steps, end_prompt, base_key, poll_s
         self.params, self.version = params, version
         self.in_flight_chunk_tokens = in_flight_chunk_tokens
+        self.prompt_sharding = prompt_sharding
         self.in_flight_swaps = 0                               # chunks that started on newer weights
         self.next_unit_start = buffer.next_prompt_index       # next never-generated unit (data order)
         self._regenerate: set[int] = set()                     # unit starts to regenerate first
@@ -252,12 +256,15 @@ class Collector(threading.Thread):
         for k, s in enumerate(range(0, self.unit * g, self.rollout_micro)):
             rows = slice(s, s + self.rollout_micro)
             key = jax.random.fold_in(step_key, first_slice + k)
+            call_tokens, call_valid = prompt_tokens[rows], prompt_valid[rows]
+            if self.prompt_sharding is not None:
+                call_tokens, call_valid = jax.device_put((call_tokens, call_valid), self.prompt_sharding)
             if self.in_flight_chunk_tokens:
-                result = generate_in_flight(self.graphdef, self._weights_from(version), prompt_tokens[rows],
-                                            prompt_valid[rows], key, self.sampling, self.in_flight_chunk_tokens)
+                result = generate_in_flight(self.graphdef, self._weights_from(version), call_tokens, call_valid,
+                                            key, self.sampling, self.in_flight_chunk_tokens)
                 versions = result.token_versions
             else:
-                result = generate(self.graphdef, params, prompt_tokens[rows], prompt_valid[rows], key, self.sampling)
+                result = generate(self.graphdef, params, call_tokens, call_valid, key, self.sampling)
                 versions = np.full(result.tokens.shape, version, np.int32)
             out_tokens.append(result.tokens)
             out_mask.append(result.mask)

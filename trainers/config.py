@@ -518,6 +518,21 @@ def _check_async(config: ExperimentConfig) -> list[Problem]:
                 f"is empty while async.{other}={getattr(a, other)}; list the {name.split('_')[0]} devices too, "
                 "or leave both empty to share the default device",
             ))
+    # Each micro-batch is split over its devices along the batch axis.
+    b, g = config.batch, config.grpo.num_generations
+    train_micro = b.train_micro_batch_sequences or (b.mini_batch_prompts or prompts) * g
+    sizes = {"rollout_micro_batch_sequences": (b.rollout_micro_batch_sequences or prompts * g, "rollout_devices"),
+             "train_micro_batch_sequences": (train_micro, "train_devices"),
+             "logprob_micro_batch_sequences": (b.logprob_micro_batch_sequences or train_micro, "train_devices")}
+    for name, (sequences, devices) in sizes.items():
+        count = len(getattr(a, devices))
+        if count > 1 and sequences % count:
+            problems.append(Problem(
+                f"batch.{name}",
+                f"micro-batches of {sequences} sequences cannot be split evenly over the {count} devices of "
+                f"async.{devices}; make batch.{name} a multiple of {count}, or list "
+                f"{_choices([d for d in _divisors(sequences) if d <= count])} device(s)",
+            ))
     return problems
 
 

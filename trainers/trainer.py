@@ -178,12 +178,20 @@ class GRPOTrainer:
             key=key,
         )
 
+    def _on_train_devices(self, arrays: dict[str, np.ndarray], batch_axis: int) -> dict[str, Any]:
+        """The update's and log-prob passes' inputs, where they run: here as they are (the default
+        device); the async trainer shards them over `async.train_devices` along `batch_axis`."""
+        return arrays
+
     def _logprobs(self, params: Any, r: Rollout) -> np.ndarray:
-        parts = [
-            self.logprob_fn(params, r.prompt_tokens[s.start:s.stop], r.prompt_valid[s.start:s.stop],
-                            r.completion_tokens[s.start:s.stop], r.completion_mask[s.start:s.stop])
-            for s in self.plan.logprob_slices()
-        ]
+        parts = []
+        for s in self.plan.logprob_slices():
+            a = self._on_train_devices({"prompt_tokens": r.prompt_tokens[s.start:s.stop],
+                                        "prompt_valid": r.prompt_valid[s.start:s.stop],
+                                        "completion_tokens": r.completion_tokens[s.start:s.stop],
+                                        "completion_mask": r.completion_mask[s.start:s.stop]}, batch_axis=0)
+            parts.append(self.logprob_fn(params, a["prompt_tokens"], a["prompt_valid"], a["completion_tokens"],
+                                         a["completion_mask"]))
         return np.concatenate([np.asarray(p) for p in parts])
 
     def train_on(self, r: Rollout, old_logprobs: np.ndarray | None = None,
@@ -222,7 +230,7 @@ class GRPOTrainer:
             if i > 0 and self.control.poll() is Action.STOP:
                 self.interrupted_by = Action.STOP
                 return None
-            batch = _stack(arrays, update.micro_batches)
+            batch = self._on_train_devices(_stack(arrays, update.micro_batches), batch_axis=1)
             params, opt_state, metrics = self.update_fn(self.state.params, self.state.opt_state, batch)
             self.state.params, self.state.opt_state = params, opt_state
             for k, v in metrics.items():
