@@ -2,17 +2,20 @@
 
 Per step s (the trainer holds weights of version s):
   1. wait (bounded waits on the buffer's condition, each checking the collector's error and, every
-     half second, `Control` for STOP or PAUSE, which end the run at once) until the buffer yields exactly the next `prompts_per_step`
-     groups in data order, each at most `async.max_trajectory_age_steps` versions old;
+     half second, `Control` for STOP or PAUSE, which end the run at once) until the buffer yields
+     exactly the next `prompts_per_step` groups in data order, each at most
+     `async.max_trajectory_age_steps` versions old;
   2. pi_old: log-probs of the groups' tokens under the trainer's current weights (version s), one
      log-prob pass (always, even when mu = 1 and one mini-batch, where the sync loop skips it;
      folding it into the update's own forward pass is left for later);
   3. importance weights pi_old / pi_gen (pi_gen recorded by the generator when sampling), truncated
      per `async.importance_sampling`; they multiply the per-token loss weights. A group of age 0
-     (stamped with the oldest version that sampled any of its tokens) was sampled by exactly these weights (the published copy of them), so pi_gen = pi_old and
-     its weights are exactly 1 (the generator's KV-cached log-probs are replaced by pi_old rather
+     (groups are stamped with the oldest version that sampled any of their tokens) was sampled by
+     exactly these weights (the published copy of them), so pi_gen = pi_old and its weights are
+     exactly 1 (the generator's KV-cached log-probs are replaced by pi_old rather
      than letting decode-vs-forward rounding noise pose as a policy lag): max age 0 is therefore
-     bit-for-bit the synchronous loop;
+     bit-for-bit the synchronous loop (with at most one device per list; with several, up to the
+     rounding of the cross-device gradient sum);
   4. the plan's optimizer updates (as the sync loop), then publish the new weights (version s + 1)
      to the collector: copied to the rollout devices, or copied on the same device when generation
      and training share it (updates donate the trainer's buffers, so the collector always holds its
@@ -54,7 +57,7 @@ from trainers.trainer import GRPOTrainer
 _importance_weights_jit = jax.jit(importance_weights, static_argnames=("cfg",))
 
 WAIT_POLL_S = 0.1          # the trainer re-checks the collector's error at least this often
-CONTROL_POLL_S = 0.5       # ... and Control (STOP) this often while waiting
+CONTROL_POLL_S = 0.5       # ... and Control (STOP, PAUSE) this often while waiting
 
 
 def device_mesh(index_list: list[int], field: str) -> Mesh | None:
