@@ -83,3 +83,45 @@ def test_positive_advantage_makes_its_completion_more_likely():
     new_params, _, _ = update(jax.tree.map(lambda x: x.copy(), params), optimizer.init(params), _stack(batch, 2))
     after = np.asarray(logprob_fn(new_params, *args)).sum(axis=1)
     assert after[0] > before[0] and after[1] < before[1]
+
+
+@pytest.mark.parametrize("level, mode", [("token", "clamp"), ("sequence", "mask")])
+def test_importance_weights_inside_the_update_match_a_separate_pass(level, mode):
+    """Async GRPO with one update per step forms pi_old / pi_gen inside the update from its own
+    forward pass; that must equal computing pi_old in a separate pass, the weights on the host and
+    multiplying them into the loss weights (the path used with several updates), micro-batched or
+    not. Rows marked on-policy get weight 1 whatever their recorded log-probs say."""
+    from trainers.importance import ImportanceConfig, importance_weights
+
+    graphdef, params = init_params(CFG, seed=0)
+    loss_cfg = LossConfig(beta=0.0)
+    opt = OptimizerSection(name="sgd", b1=0.0, learning_rate=1.0, max_grad_norm=0.0)
+    optimizer = make_optimizer(opt, make_schedule(opt, 1, 10))
+    is_cfg = ImportanceConfig(level=level, mode=mode, max_weight=1.5, min_weight=0.5 if mode == "mask" else 0.0)
+    batch = _batch()
+    old = np.asarray(make_logprob_fn(graphdef, 1.0)(params, batch["prompt_tokens"], batch["prompt_valid"],
+                                                    batch["completion_tokens"], batch["completion_mask"]))
+    # log(pi_old / pi_gen) = +0.6 on every third token (weight 1.82: over the 1.5 bound), -0.2 elsewhere
+    rows, cols = np.indices(old.shape)
+    gen = np.where(batch["completion_mask"], old - np.where((rows + cols) % 3 == 0, 0.6, -0.2), 0.0).astype(np.float32)
+    on_policy = np.arange(8) % 4 == 0
+    batch["weights"] = token_weights(batch["completion_mask"], "token-mean")
+    batch["metric_weights"] = batch["weights"]
+
+    host_w, host_metrics = importance_weights(old, np.where(on_policy[:, None], old, gen), batch["completion_mask"],
+                                              is_cfg)
+    assert 0 < float(host_metrics["is/truncated_fraction"]) < 1  # the truncation really acts
+    separate = dict(batch, weights=batch["weights"] * np.asarray(host_w))
+    copy = lambda tree: jax.tree.map(lambda x: x.copy(), tree)  # noqa: E731 (updates donate their inputs)
+    plain = make_update_fn(graphdef, optimizer, loss_cfg, 1.0, use_old_logprobs=False)
+    expected_params, _, expected_metrics = plain(copy(params), optimizer.init(params), _stack(separate, 8))
+
+    in_update = make_update_fn(graphdef, optimizer, loss_cfg, 1.0, use_old_logprobs=False, importance=is_cfg)
+    for micro in (8, 2):
+        fused = dict(batch, gen_logprobs=gen, on_policy=on_policy)
+        got_params, _, got_metrics = in_update(copy(params), optimizer.init(params), _stack(fused, micro))
+        for a, b in zip(jax.tree.leaves(expected_params), jax.tree.leaves(got_params)):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5)
+        assert float(got_metrics["loss/policy"]) == pytest.approx(float(expected_metrics["loss/policy"]), abs=1e-5)
+        for name in ("is/weight_mean", "is/weight_max", "is/truncated_fraction"):
+            assert float(got_metrics[name]) == pytest.approx(float(host_metrics[name]), abs=1e-5), (micro, name)

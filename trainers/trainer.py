@@ -195,13 +195,16 @@ class GRPOTrainer:
         return np.concatenate([np.asarray(p) for p in parts])
 
     def train_on(self, r: Rollout, old_logprobs: np.ndarray | None = None,
-                 is_weights: np.ndarray | None = None) -> dict[str, float] | None:
+                 is_weights: np.ndarray | None = None,
+                 in_update_importance: dict[str, np.ndarray] | None = None) -> dict[str, float] | None:
         """All optimizer updates of one step; None if stopped between updates.
 
         old_logprobs [N, Lc]: pi_old of the step's tokens when the caller has them already (async).
         is_weights [N, Lc]: importance-sampling weights pi_old / pi_gen (async); they multiply the
         per-token loss weights, which is exactly `loss.policy_loss(..., is_weights=...)` (that
-        multiplies the same weights into both the policy and the KL term)."""
+        multiplies the same weights into both the policy and the KL term).
+        in_update_importance: {"gen_logprobs": [N, Lc], "on_policy": [N] bool} for an update
+        function that forms the importance weights itself (`make_update_fn(importance=...)`)."""
         arrays = {
             "prompt_tokens": r.prompt_tokens,
             "prompt_valid": r.prompt_valid,
@@ -224,6 +227,7 @@ class GRPOTrainer:
         if is_weights is not None:
             weights = weights * np.asarray(is_weights, np.float32)
         arrays["weights"], arrays["metric_weights"] = weights, metric_weights
+        arrays.update(in_update_importance or {})
         sums: dict[str, float] = {}
         updates = self.plan.updates()
         for i, update in enumerate(updates):
