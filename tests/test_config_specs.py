@@ -48,7 +48,7 @@ def test_kinds_choices_bounds_and_descriptions():
     specs = {s.path: s for s in iter_field_specs()}
     assert (specs["batch.prompts_per_step"].kind, specs["batch.prompts_per_step"].nullable) == ("int", False)
     assert (specs["batch.mini_batch_prompts"].kind, specs["batch.mini_batch_prompts"].nullable) == ("int", True)
-    assert dict(specs["batch.mini_batch_prompts"].bounds) == {"ge": 1}
+    assert dict(specs["batch.mini_batch_prompts"].bounds) == {"ge": 1, "le": 65536}
     assert dict(specs["rollout.top_p"].bounds) == {"gt": 0.0, "le": 1.0}
     assert specs["grpo.beta"].kind == "float" and specs["grpo.beta"].default == 0.04
     assert specs["async.enabled"].kind == "bool"  # the YAML alias, not the Python name async_

@@ -47,7 +47,8 @@ def test_stop_returns_cancelled_without_a_checkpoint(tmp_path):
 
 
 def test_reported_learning_rate_follows_warmup(tmp_path):
-    """Warmup over 2 steps x 2 updates/step: the last update of step k uses rate lr * (2k - 1) / 4."""
+    """Warmup over 2 steps x 2 updates/step: update u (0-based) uses lr * (u + 1) / 4, so the last update
+    of step k (u = 2k - 1) uses lr * 2k / 4, and the peak from then on."""
     raw = {**RAW, "batch": {"prompts_per_step": 4, "mini_batch_prompts": 2}, "train": {"max_steps": 3},
            "optimizer": {"learning_rate": 0.01, "warmup_steps": 2}}
     rates = []
@@ -57,4 +58,4 @@ def test_reported_learning_rate_follows_warmup(tmp_path):
             rates.append(metrics["learning_rate"])
 
     train(parse_config(raw), str(tmp_path), Rates())
-    assert rates == pytest.approx([0.0025, 0.0075, 0.01], abs=1e-9)
+    assert rates == pytest.approx([0.005, 0.01, 0.01], abs=1e-9)

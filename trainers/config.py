@@ -25,7 +25,19 @@ import typing
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+
+# Upper bounds of the size fields: far above any real run, low enough that no request can make the
+# server build a plan, an error message or a dataset of absurd size.
+MAX_SEED = 2**32 - 1                 # jax.random.key and grain both take 32-bit seeds
+MAX_PROMPTS = 65_536                 # prompts per step / per mini-batch
+MAX_SEQUENCES = 1_048_576            # sequences per micro-batch
+MAX_GENERATIONS = 1_024              # G
+MAX_ITERATIONS = 64                  # mu
+MAX_TOKENS = 131_072                 # prompt or completion length
+MAX_DATASET_PROMPTS = 10_000_000     # prompts generated or read
+MAX_STEPS = 10_000_000               # steps, and every period counted in steps
+MAX_DEVICE_INDEX = 4_095
 
 
 class _Section(BaseModel):
@@ -49,11 +61,19 @@ class DataSection(_Section):
     train_path: str | None = Field(None, description="JSONL file, one {\"prompt\", \"answer\"} per line.")
     eval_path: str | None = Field(None, description="JSONL file for evaluation (optional).")
     train_prompts: int = Field(
-        4096, ge=0, description="Training prompts to generate for a built-in task, or to read from JSONL (0 = all)."
+        4096, ge=0, le=MAX_DATASET_PROMPTS, description="Training prompts to generate for a built-in task, or to read from JSONL (0 = all)."
     )
-    eval_prompts: int = Field(64, ge=0, description="Evaluation prompts (built-in task), or cap for eval JSONL (0 = all).")
-    max_prompt_tokens: int = Field(64, ge=1, description="Longest prompt allowed, in tokens.")
+    eval_prompts: int = Field(64, ge=0, le=MAX_DATASET_PROMPTS, description="Evaluation prompts (built-in task), or cap for eval JSONL (0 = all).")
+    max_prompt_tokens: int = Field(64, ge=1, le=MAX_TOKENS, description="Longest prompt allowed, in tokens.")
     tokenizer: Literal["char"] = Field("char", description="Tokenizer: 'char' (built-in character tokenizer).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _path_means_jsonl(cls, data: Any) -> Any:
+        """A config that names data.train_path reads JSONL: the default task does not apply."""
+        if isinstance(data, dict) and data.get("train_path") is not None and "task" not in data:
+            return {**data, "task": None}
+        return data
 
 
 class RewardSpec(_Section):
@@ -63,34 +83,35 @@ class RewardSpec(_Section):
 
 class RolloutSection(_Section):
     max_new_tokens: int | None = Field(
-        None, ge=1, description="Completion budget in tokens; null = the task's own budget (64 for JSONL data)."
+        None, ge=1, le=MAX_TOKENS, description="Completion budget in tokens; null = the task's own budget (64 for JSONL data)."
     )
-    temperature: float = Field(1.0, ge=0.0, description="Sampling temperature (0 = greedy). Log-probs use it too.")
-    top_k: int = Field(0, ge=0, description="Keep the k most likely tokens (0 = off).")
+    temperature: float = Field(1.0, ge=0.0, description="Sampling temperature, > 0 (greedy sampling would give every "
+                               "group zero advantage). Log-probs use it too.")
+    top_k: int = Field(0, ge=0, le=MAX_SEQUENCES, description="Keep the k most likely tokens (0 = off).")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass (1.0 = off).")
     stop_at_eos: bool = Field(True, description="Stop a sequence at its EOS token (false: always max_new_tokens).")
 
 
 class BatchSection(_Section):
-    prompts_per_step: int = Field(16, ge=1, description="Prompts consumed per step (the global batch).")
+    prompts_per_step: int = Field(16, ge=1, le=MAX_PROMPTS, description="Prompts consumed per step (the global batch).")
     mini_batch_prompts: int | None = Field(
-        None, ge=1, description="Prompts per optimizer update; null = prompts_per_step (one update per pass)."
+        None, ge=1, le=MAX_PROMPTS, description="Prompts per optimizer update; null = prompts_per_step (one update per pass)."
     )
     train_micro_batch_sequences: int | None = Field(
-        None, ge=1, description="Sequences per forward/backward pass; null = the whole mini-batch. "
+        None, ge=1, le=MAX_SEQUENCES, description="Sequences per forward/backward pass; null = the whole mini-batch. "
         "Gradient accumulation = mini_batch_prompts x G / this (derived)."
     )
     rollout_micro_batch_sequences: int | None = Field(
-        None, ge=1, description="Sequences per generation call; null = all sequences of the step."
+        None, ge=1, le=MAX_SEQUENCES, description="Sequences per generation call; null = all sequences of the step."
     )
     logprob_micro_batch_sequences: int | None = Field(
-        None, ge=1, description="Sequences per old-policy / reference log-prob pass; null = train micro-batch."
+        None, ge=1, le=MAX_SEQUENCES, description="Sequences per old-policy / reference log-prob pass; null = train micro-batch."
     )
 
 
 class GrpoSection(_Section):
-    num_generations: int = Field(8, ge=1, description="G: completions sampled per prompt.")
-    num_iterations: int = Field(1, ge=1, description="mu: passes over each step's rollouts.")
+    num_generations: int = Field(8, ge=1, le=MAX_GENERATIONS, description="G: completions sampled per prompt.")
+    num_iterations: int = Field(1, ge=1, le=MAX_ITERATIONS, description="mu: passes over each step's rollouts.")
     beta: float = Field(0.04, ge=0.0, description="KL penalty weight; 0 = no reference model is loaded.")
     kl_estimator: Literal["k1", "k2", "k3"] = Field("k3", description="KL estimator (Schulman's k1/k2/k3).")
     epsilon_low: float = Field(0.2, ge=0.0, lt=1.0, description="Lower clip: ratio >= 1 - epsilon_low.")
@@ -139,14 +160,15 @@ def _device_list(value: Any) -> Any:
         text = value.strip()
         if text.startswith("["):
             try:
-                return yaml.safe_load(text)
-            except yaml.YAMLError:
+                return _guarded_yaml(text)
+            except (yaml.YAMLError, _YamlRefused):
                 return value
         return [part for part in text.replace(",", " ").split()]
     return value
 
 
-DeviceList = Annotated[list[Annotated[int, Field(ge=0)]], BeforeValidator(_device_list)]
+DeviceList = Annotated[list[Annotated[int, Field(ge=0, le=MAX_DEVICE_INDEX)]], Field(max_length=MAX_DEVICE_INDEX + 1),
+                      BeforeValidator(_device_list)]
 
 
 class AsyncSection(_Section):
@@ -155,11 +177,11 @@ class AsyncSection(_Section):
 
     enabled: bool = Field(False, description="Asynchronous rollout (collector + replay buffer).")
     max_trajectory_age_steps: int = Field(
-        1, ge=0, description="How many weight versions old a trajectory may be (weights v train steps v .. v + this; "
+        1, ge=0, le=MAX_STEPS, description="How many weight versions old a trajectory may be (weights v train steps v .. v + this; "
         "0 = on-policy, like the synchronous loop)."
     )
     buffer_capacity_groups: int | None = Field(
-        None, ge=1, description="Replay buffer size in prompt groups (how far ahead of training the collector may "
+        None, ge=1, le=MAX_SEQUENCES, description="Replay buffer size in prompt groups (how far ahead of training the collector may "
         "run); null = batch.prompts_per_step x max(1, max_trajectory_age_steps) x 2."
     )
     in_flight_weight_updates: bool = Field(
@@ -168,7 +190,7 @@ class AsyncSection(_Section):
         "token's recorded log-prob is the one it was sampled with."
     )
     in_flight_chunk_tokens: int = Field(
-        8, ge=1, description="With in_flight_weight_updates: decode steps between weight checks (smaller = "
+        8, ge=1, le=MAX_TOKENS, description="With in_flight_weight_updates: decode steps between weight checks (smaller = "
         "newer weights sooner, more host round trips)."
     )
     rollout_devices: DeviceList = Field(
@@ -187,7 +209,8 @@ class OptimizerSection(_Section):
     schedule: Literal["constant", "cosine", "linear"] = Field(
         "constant", description="Learning-rate shape after warmup (decays to 0 at train.max_steps)."
     )
-    warmup_steps: int = Field(0, ge=0, description="Linear warmup length in steps.")
+    warmup_steps: int = Field(0, ge=0, le=MAX_STEPS, description="Linear warmup length in steps (the first update "
+                              "already gets 1/(warmup updates) of the peak rate).")
     weight_decay: float = Field(0.0, ge=0.0, description="Decoupled weight decay (adamw).")
     b1: float = Field(0.9, ge=0.0, lt=1.0, description="Adam beta1 (sgd: momentum, 0 = none).")
     b2: float = Field(0.999, ge=0.0, lt=1.0, description="Adam beta2.")
@@ -195,31 +218,32 @@ class OptimizerSection(_Section):
 
 
 class TrainSection(_Section):
-    max_steps: int = Field(100, ge=1, le=2**31 - 1, description="Steps to run.")
-    samples_per_step: int = Field(4, ge=0, description="Rollout samples reported per step.")
+    max_steps: int = Field(100, ge=1, le=MAX_STEPS, description="Steps to run.")
+    samples_per_step: int = Field(4, ge=0, le=1_024, description="Rollout samples reported per step.")
 
 
 class CheckpointSection(_Section):
-    every_steps: int = Field(50, ge=0, description="Checkpoint period in steps (0 = only at the end).")
-    keep_last: int = Field(3, ge=1, description="Keep this many newest checkpoints.")
+    every_steps: int = Field(50, ge=0, le=MAX_STEPS, description="Checkpoint period in steps (0 = only at the end).")
+    keep_last: int = Field(3, ge=1, le=1_000, description="Keep this many newest checkpoints.")
     keep_best_metric: str | None = Field(None, description="Also keep the best checkpoint by this metric.")
     keep_best_mode: Literal["max", "min"] = Field("max", description="Whether larger or smaller is better.")
 
 
 class EvalSection(_Section):
-    every_steps: int = Field(0, ge=0, description="Evaluate every N steps (0 = off).")
-    prompts: int = Field(0, ge=0, description="Eval prompts per evaluation (0 = all).")
+    every_steps: int = Field(0, ge=0, le=MAX_STEPS, description="Evaluate every N steps (0 = off).")
+    prompts: int = Field(0, ge=0, le=MAX_DATASET_PROMPTS, description="Eval prompts per evaluation (0 = all).")
     temperature: float = Field(0.0, ge=0.0, description="Eval sampling temperature (0 = greedy).")
 
 
 class ExperimentConfig(_Section):
     """A whole GRPO experiment. See each section's fields for meaning and units."""
 
-    seed: int = Field(0, description="The one seed every random choice derives from.")
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="The one seed every random choice derives from "
+                     "(0 to 2**32 - 1).")
     model: ModelSection = Field(default_factory=ModelSection)
     data: DataSection = Field(default_factory=DataSection)
     rewards: list[RewardSpec] = Field(
-        default_factory=list, description="Rewards and weights; empty = the built-in task's own rewards."
+        default_factory=list, max_length=64, description="Rewards and weights; empty = the built-in task's own rewards."
     )
     rollout: RolloutSection = Field(default_factory=RolloutSection)
     batch: BatchSection = Field(default_factory=BatchSection)
@@ -268,12 +292,145 @@ class ConfigError(ValueError):
 # Loading
 
 
-def parse_config(raw: dict[str, Any] | None, overrides: list[str] | tuple[str, ...] = ()) -> ExperimentConfig:
-    """Validate a raw dict (from YAML/JSON) plus `--set` overrides; raise ConfigError listing every problem."""
+YAML_MAX_CHARS = 1_000_000   # longest YAML text accepted
+YAML_MAX_VALUES = 10_000     # values a document may stand for once aliases are expanded
+MAX_NESTING = 32             # deepest nesting of mappings and lists (a config needs 3)
+RAW_MAX_VALUES = 100_000     # values a raw (JSON) config may hold
+
+
+class _YamlRefused(ValueError):
+    """YAML that is well formed but refused: too long, too deep, or too large once aliases expand."""
+
+
+def _guarded_yaml(text: str) -> Any:
+    """yaml.safe_load, after checking (without recursion, so a deep document cannot overflow the
+    stack) that `text` is not too long, its nesting not too deep, and its expansion through aliases
+    not too large. Raises yaml.YAMLError for malformed YAML and _YamlRefused for the limits."""
+    if len(text) > YAML_MAX_CHARS:
+        raise _YamlRefused(f"is {len(text)} characters long; the limit is {YAML_MAX_CHARS}")
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):  # the parser is iterative; the composer recurses
+        if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
+            depth += 1
+            if depth > MAX_NESTING:
+                raise _YamlRefused(f"is nested deeper than {MAX_NESTING} levels")
+        elif isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
+            depth -= 1
+    root = yaml.compose(text, Loader=yaml.SafeLoader)
+    if root is not None:
+        values, depth = _expanded_shape(root)
+        if values > YAML_MAX_VALUES:
+            raise _YamlRefused(f"expands to more than {YAML_MAX_VALUES} values through aliases; write it out")
+        if depth > MAX_NESTING:
+            raise _YamlRefused(f"is nested deeper than {MAX_NESTING} levels once aliases are expanded")
+    return yaml.safe_load(text)
+
+
+def _expanded_shape(root: yaml.Node) -> tuple[int, int]:
+    """(values, depth) that `root` stands for once every alias is expanded, computed once per node
+    (an alias is the same node object as its anchor), iteratively. A recursive alias is refused."""
+    done: dict[int, tuple[int, int]] = {}
+    on_path: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        if id(node) in done:
+            continue
+        children = _yaml_children(node)
+        if children_done:
+            on_path.discard(id(node))
+            shapes = [done[id(c)] for c in children]
+            values = 1 + sum(v for v, _ in shapes)
+            done[id(node)] = (min(values, YAML_MAX_VALUES + 1), 1 + max((d for _, d in shapes), default=0))
+            continue
+        if id(node) in on_path:
+            raise _YamlRefused("refers to itself (a recursive alias)")
+        on_path.add(id(node))
+        stack.append((node, True))
+        stack.extend((c, False) for c in children if id(c) not in done)
+    return done[id(root)]
+
+
+def _yaml_children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
+
+
+def load_yaml_data(text: str) -> Any:
+    """YAML text -> plain data, the one guarded loader of every entry point (CLI, web form, API).
+
+    yaml.safe_load semantics (no object construction), refusing text over YAML_MAX_CHARS, nesting
+    deeper than MAX_NESTING and alias expansion beyond YAML_MAX_VALUES values. Raises ConfigError
+    with a "(yaml)" problem that says what is wrong."""
+    if not isinstance(text, str):
+        raise ConfigError([Problem("(yaml)", f"must be text, got {type(text).__name__}")])
+    try:
+        return _guarded_yaml(text)
+    except _YamlRefused as exc:
+        raise ConfigError([Problem("(yaml)", f"refused: the YAML {exc}")]) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError([Problem("(yaml)", f"not valid YAML{where}: {getattr(exc, 'problem', exc)}")]) from None
+
+
+def _plain_data_problems(raw: Any) -> list[Problem]:
+    """Checks, without recursion, that `raw` is JSON-like data a config can be: at most MAX_NESTING
+    deep, at most RAW_MAX_VALUES values (shared sub-objects counted each time they appear), text
+    that is valid Unicode (no lone surrogates), numbers, booleans and null."""
+    stack: list[tuple[Any, tuple[Any, ...], int]] = [(raw, (), 1)]
+    values = 0
+    while stack:
+        value, loc, depth = stack.pop()
+        values += 1
+        if values > RAW_MAX_VALUES:
+            return [Problem("(config)", f"holds more than {RAW_MAX_VALUES} values; a config is a few dozen")]
+        if isinstance(value, (dict, list)) and depth > MAX_NESTING:
+            return [Problem(_dotted(loc), f"is nested deeper than {MAX_NESTING} levels")]
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if not isinstance(key, str) or not _is_unicode(key):
+                    return [Problem(_dotted(loc), "has a key that is not valid text")]
+                stack.append((item, loc + (key,), depth + 1))
+        elif isinstance(value, list):
+            stack.extend((item, loc + (i,), depth + 1) for i, item in enumerate(value))
+        elif isinstance(value, str):
+            if not _is_unicode(value):
+                return [Problem(_dotted(loc), "contains characters that are not valid Unicode text (a lone "
+                                              "surrogate); remove them")]
+        elif not (value is None or isinstance(value, (bool, int, float))):
+            return [Problem(_dotted(loc), f"must be plain data (text, number, boolean, list or mapping), "
+                                          f"got {type(value).__name__}")]
+    return []
+
+
+def _is_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def parse_config(raw: dict[str, Any] | None, overrides: list[str] | tuple[str, ...] = (), *,
+                 dataset_dirs: list[str] | tuple[str, ...] | None = None) -> ExperimentConfig:
+    """Validate a raw dict (from YAML/JSON) plus `--set` overrides; raise ConfigError listing every problem.
+
+    dataset_dirs (the platform's dataset roots): when given, `data.train_path` / `data.eval_path`
+    resolve relative to dataset_dirs[0], with `..` and symlinks resolved, and must name a file inside
+    one of the roots; the returned config holds the resolved absolute paths. One message covers
+    "missing" and "not allowed", so validation never tells whether a file exists. Without it (the
+    CLI on a user's own machine) paths are relative to the working directory and unrestricted."""
     raw = {} if raw is None else raw
     if not isinstance(raw, dict):
         raise ConfigError([Problem("(config)", f"must be a mapping of sections, got {type(raw).__name__}")])
-    raw = json.loads(json.dumps(raw))  # deep copy, and proves it is plain data
+    problems = _plain_data_problems(raw)
+    if problems:
+        raise ConfigError(problems)
+    raw = json.loads(json.dumps(raw))  # deep copy: overrides never touch the caller's dict
     problems = [p for o in overrides for p in _apply_override(raw, o)]
     if problems:
         raise ConfigError(problems)
@@ -281,21 +438,16 @@ def parse_config(raw: dict[str, Any] | None, overrides: list[str] | tuple[str, .
         config = ExperimentConfig.model_validate(raw)
     except ValidationError as exc:
         raise ConfigError(_problems_from_pydantic(exc, raw)) from None
-    problems = check_config(config)
+    problems = _resolve_data_paths(config, dataset_dirs) + check_config(config)
     if problems:
         raise ConfigError(problems)
     return config
 
 
-def parse_yaml(text: str, overrides: list[str] | tuple[str, ...] = ()) -> ExperimentConfig:
-    """Parse YAML text safely (yaml.safe_load: no object construction) and validate it."""
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ConfigError([Problem("(yaml)", f"not valid YAML{where}: {getattr(exc, 'problem', exc)}")]) from None
-    return parse_config(raw, overrides)
+def parse_yaml(text: str, overrides: list[str] | tuple[str, ...] = (), *,
+               dataset_dirs: list[str] | tuple[str, ...] | None = None) -> ExperimentConfig:
+    """Parse YAML text with the guarded loader (`load_yaml_data`) and validate it (`parse_config`)."""
+    return parse_config(load_yaml_data(text), overrides, dataset_dirs=dataset_dirs)
 
 
 def load_config(path: str | os.PathLike, overrides: list[str] | tuple[str, ...] = ()) -> ExperimentConfig:
@@ -308,6 +460,39 @@ def load_config(path: str | os.PathLike, overrides: list[str] | tuple[str, ...] 
     return parse_yaml(text, overrides)
 
 
+DATA_PATH_REFUSED = "missing or not allowed: {path}; put the file under the platform's dataset directory"
+
+
+def _resolve_data_paths(config: ExperimentConfig, dataset_dirs: list[str] | tuple[str, ...] | None) -> list[Problem]:
+    """Check `data.train_path` / `data.eval_path` (see `parse_config`); with dataset_dirs, replace
+    each by its resolved absolute path inside a root."""
+    problems = []
+    for name in ("train_path", "eval_path"):
+        path = getattr(config.data, name)
+        if path is None:
+            continue
+        if dataset_dirs is None:
+            if not os.path.isfile(path):
+                problems.append(Problem(f"data.{name}", f"file not found: {path}"))
+            continue
+        resolved = _inside_roots(path, dataset_dirs)
+        if resolved is None:
+            problems.append(Problem(f"data.{name}", DATA_PATH_REFUSED.format(path=path)))
+        else:
+            setattr(config.data, name, resolved)
+    return problems
+
+
+def _inside_roots(path: str, roots: list[str] | tuple[str, ...]) -> str | None:
+    """The real path of `path` (relative to roots[0]) if it is a file inside one of `roots`, else None."""
+    if not roots or not path or "\0" in path:
+        return None
+    real_roots = [os.path.realpath(r) for r in roots]
+    candidate = os.path.realpath(os.path.join(real_roots[0], path))
+    inside = any(os.path.commonpath([candidate, r]) == r for r in real_roots)
+    return candidate if inside and os.path.isfile(candidate) else None
+
+
 def _apply_override(raw: dict[str, Any], override: str) -> list[Problem]:
     """Apply one `dotted.path=value` to `raw` in place; the value is parsed as YAML (8 -> int, true -> bool)."""
     if "=" not in override:
@@ -315,9 +500,11 @@ def _apply_override(raw: dict[str, Any], override: str) -> list[Problem]:
     path, _, text = override.partition("=")
     path = path.strip()
     try:
-        value = yaml.safe_load(text) if text.strip() else None
+        value = _guarded_yaml(text) if text.strip() else None
     except yaml.YAMLError:
-        value = text
+        value = text  # not YAML: the text itself
+    except _YamlRefused as exc:
+        return [Problem(path, f"refused: the value {exc}")]
     keys = path.split(".")
     section_model: type[BaseModel] = ExperimentConfig
     node = raw
@@ -397,6 +584,8 @@ def _problems_from_pydantic(exc: ValidationError, raw: dict[str, Any]) -> list[P
             continue
         value = err.get("input")
         shown = json.dumps(value) if isinstance(value, (int, float, str, bool)) or value is None else type(value).__name__
+        if len(shown) > 80:
+            shown = shown[:60] + f"... ({len(shown)} characters)"
         message = err["msg"]
         if err["type"] == "literal_error":
             message = f"{shown} is not allowed; {message[0].lower()}{message[1:]}"
@@ -415,11 +604,23 @@ def _problems_from_pydantic(exc: ValidationError, raw: dict[str, Any]) -> list[P
 
 
 def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """Every divisor of n >= 1, ascending, in O(sqrt(n)) steps."""
+    small, large = [], []
+    d = 1
+    while d * d <= n:
+        if n % d == 0:
+            small.append(d)
+            if d * d != n:
+                large.append(n // d)
+        d += 1
+    return small + large[::-1]
 
 
-def _choices(values: list[int]) -> str:
+def _choices(values: list[int], most: int = 24) -> str:
+    """"1, 2 or 4"; a long list keeps its first and last few values ("1, 2, 3, ..., 512 or 1024")."""
     text = [str(v) for v in values]
+    if len(text) > most:
+        text = text[: most - 4] + ["..."] + text[-3:]
     return text[0] if len(text) == 1 else ", ".join(text[:-1]) + " or " + text[-1]
 
 
@@ -545,6 +746,13 @@ def _check_grpo(config: ExperimentConfig) -> list[Problem]:
             f"grpo.num_generations={g.num_generations}: group-relative advantages need at least 2 completions "
             "per prompt; use 2 or more (8 is typical)",
         ))
+    if config.rollout.temperature == 0:
+        problems.append(Problem(
+            "rollout.temperature",
+            "rollout.temperature=0 samples greedily, so all G completions of a prompt are the same, every "
+            "group's advantage is 0 and nothing is learned; use a temperature > 0 (1.0 is typical; "
+            "eval.temperature=0 gives greedy evaluation)",
+        ))
     if g.dual_clip is not None and g.dual_clip <= 1.0:
         problems.append(Problem("grpo.dual_clip", f"grpo.dual_clip={g.dual_clip} must be > 1 (3.0 is typical), or null"))
     return problems
@@ -562,10 +770,6 @@ def _check_data_and_rewards(config: ExperimentConfig) -> list[Problem]:
         problems.append(Problem("data.task", "no data: name a built-in task or set data.train_path to a JSONL file"))
     if d.task is not None and d.task not in TASKS:
         problems.append(Problem("data.task", f"unknown task '{d.task}'; {_one_of(d.task, sorted(TASKS))}"))
-    for name in ("train_path", "eval_path"):
-        path = getattr(d, name)
-        if path is not None and not os.path.isfile(path):
-            problems.append(Problem(f"data.{name}", f"file not found: {path}"))
     if d.task is None and not config.rewards:
         problems.append(Problem(
             "rewards", "is empty; with data.train_path name at least one reward, e.g. [{name: exact_match, weight: 1.0}]"
@@ -579,7 +783,7 @@ def _check_data_and_rewards(config: ExperimentConfig) -> list[Problem]:
 
 
 def _check_model(config: ExperimentConfig) -> list[Problem]:
-    from trainers.model import PRESETS
+    from trainers.presets import PRESETS
     from trainers.tokenizer import get_tokenizer
 
     m = config.model
@@ -677,7 +881,7 @@ class SectionSpec:
 def _known_values() -> dict[str, tuple[str, ...]]:
     """Dotted path -> the names its cross-field check accepts (imported lazily, as the checks do)."""
     from trainers.metrics import METRIC_NAMES
-    from trainers.model import PRESETS
+    from trainers.presets import PRESETS
     from trainers.rewards import REWARD_NAMES
     from trainers.tasks import TASKS
 

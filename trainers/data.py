@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import grain
 import numpy as np
 
 from trainers import tasks
@@ -130,6 +129,8 @@ class PromptStream:
             raise DataError(f"PromptStream seed must be in [0, 2**32 - 1], got {seed}")
         self._examples_per_epoch = len(examples)
         grain_seed = int(np.random.SeedSequence(seed).generate_state(1)[0])
+        import grain  # loaded only when a run streams prompts (validation stays free of JAX)
+
         self._dataset = grain.MapDataset.source(list(examples)).shuffle(seed=grain_seed).repeat(None)
         self._epoch_cache: dict[int, list[dict]] = {}
 

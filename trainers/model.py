@@ -16,12 +16,13 @@ Shape letters used in docstrings:
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
+
+from trainers.presets import PRESETS, ModelConfig  # noqa: F401  (PRESETS: re-exported for callers)
 
 # A kv cache is one (keys, values) pair per layer in the model dtype: keys [B, KVH, D, S], values
 # [B, KVH, S, D]. With these layouts both attention einsums are plain batched matmuls
@@ -31,52 +32,6 @@ from flax import nnx
 KVCache = list[tuple[jax.Array, jax.Array]]
 
 _MASKED_SCORE = float(jnp.finfo(jnp.float32).min)  # finite: fully-masked rows give a uniform softmax, no NaN
-
-
-@dataclasses.dataclass(frozen=True)
-class ModelConfig:
-    vocab_size: int
-    num_layers: int
-    hidden_size: int
-    mlp_size: int
-    num_heads: int
-    head_dim: int
-    num_kv_heads: int
-    rope_theta: float = 10000.0
-    rms_eps: float = 1e-6
-    qk_norm: bool = True
-    tie_embeddings: bool = False
-    dtype: str = "float32"  # "float32" or "bfloat16": params and activations; logits/log-probs are always float32
-
-    def __post_init__(self):
-        if self.dtype not in ("float32", "bfloat16"):
-            raise ValueError(f"dtype must be 'float32' or 'bfloat16', got {self.dtype!r}")
-        if self.num_heads % self.num_kv_heads != 0:
-            raise ValueError(f"num_heads={self.num_heads} is not a multiple of num_kv_heads={self.num_kv_heads}")
-        if self.head_dim % 2 != 0:
-            raise ValueError(f"head_dim={self.head_dim} must be even for RoPE")
-
-    @property
-    def jnp_dtype(self) -> jnp.dtype:
-        return jnp.dtype(self.dtype)
-
-
-PRESETS: dict[str, ModelConfig] = {
-    # CPU unit tests; must train fast.
-    "tiny": ModelConfig(vocab_size=128, num_layers=2, hidden_size=64, mlp_size=256,
-                        num_heads=4, head_dim=16, num_kv_heads=2),
-    "small": ModelConfig(vocab_size=128, num_layers=4, hidden_size=128, mlp_size=512,
-                         num_heads=4, head_dim=32, num_kv_heads=2),
-    # Benchmark workload W1.
-    "w1": ModelConfig(vocab_size=512, num_layers=4, hidden_size=256, mlp_size=1024,
-                      num_heads=4, head_dim=64, num_kv_heads=2),
-    "base": ModelConfig(vocab_size=512, num_layers=8, hidden_size=512, mlp_size=2048,
-                        num_heads=8, head_dim=64, num_kv_heads=4),
-    # The real Qwen3-0.6B shape (for GPU users).
-    "qwen3-0.6b": ModelConfig(vocab_size=151936, num_layers=28, hidden_size=1024, mlp_size=3072,
-                              num_heads=16, head_dim=128, num_kv_heads=8, rope_theta=1_000_000.0,
-                              tie_embeddings=True),
-}
 
 _INIT_STD = 0.02  # normal(0, 0.02) for every matrix, as in the Hugging Face Qwen3 initialiser
 
@@ -141,7 +96,7 @@ class Attention(nnx.Module):
     """Grouped-query self-attention with optional KV cache."""
 
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
-        dtype = cfg.jnp_dtype
+        dtype = jnp.dtype(cfg.dtype)
         self.num_heads = cfg.num_heads
         self.num_kv_heads = cfg.num_kv_heads
         self.head_dim = cfg.head_dim
@@ -201,7 +156,7 @@ class MLP(nnx.Module):
     """SwiGLU: down(silu(gate(x)) * up(x)). x [B,T,H] -> [B,T,H]."""
 
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
-        dtype = cfg.jnp_dtype
+        dtype = jnp.dtype(cfg.dtype)
         self.gate_proj = Linear(cfg.hidden_size, cfg.mlp_size, dtype, rngs)
         self.up_proj = Linear(cfg.hidden_size, cfg.mlp_size, dtype, rngs)
         self.down_proj = Linear(cfg.mlp_size, cfg.hidden_size, dtype, rngs)
@@ -214,9 +169,9 @@ class Block(nnx.Module):
     """Pre-norm transformer block."""
 
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
-        self.attn_norm = RMSNorm(cfg.hidden_size, cfg.rms_eps, cfg.jnp_dtype)
+        self.attn_norm = RMSNorm(cfg.hidden_size, cfg.rms_eps, jnp.dtype(cfg.dtype))
         self.attn = Attention(cfg, rngs)
-        self.mlp_norm = RMSNorm(cfg.hidden_size, cfg.rms_eps, cfg.jnp_dtype)
+        self.mlp_norm = RMSNorm(cfg.hidden_size, cfg.rms_eps, jnp.dtype(cfg.dtype))
         self.mlp = MLP(cfg, rngs)
 
     def __call__(self, x, sin, cos, attn_mask, kv_cache=None, cache_index=None):
@@ -232,7 +187,7 @@ class Transformer(nnx.Module):
 
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
         self.cfg = cfg
-        dtype = cfg.jnp_dtype
+        dtype = jnp.dtype(cfg.dtype)
         self.embed = nnx.Param(
             nnx.initializers.normal(_INIT_STD)(rngs.params(), (cfg.vocab_size, cfg.hidden_size), dtype))
         self.blocks = nnx.List([Block(cfg, rngs) for _ in range(cfg.num_layers)])

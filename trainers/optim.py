@@ -12,7 +12,10 @@ from trainers.config import OptimizerSection
 
 
 def make_schedule(opt: OptimizerSection, updates_per_step: int, max_steps: int) -> optax.Schedule:
-    """Linear warmup from 0 over `warmup_steps`, then constant, cosine or linear decay to 0 at max_steps."""
+    """Linear warmup over `warmup_steps`, then constant, cosine or linear decay to 0 at max_steps.
+
+    Warmup update k (0-based, of W) uses peak x (k + 1) / W: the first update already learns (a
+    ramp that starts at 0 would waste it) and update W - 1 reaches the peak."""
     warmup_updates = opt.warmup_steps * updates_per_step
     total_updates = max(max_steps * updates_per_step, warmup_updates + 1)
     decay_updates = total_updates - warmup_updates
@@ -24,7 +27,11 @@ def make_schedule(opt: OptimizerSection, updates_per_step: int, max_steps: int) 
         after = optax.linear_schedule(opt.learning_rate, 0.0, decay_updates)
     if warmup_updates == 0:
         return after
-    warmup = optax.linear_schedule(0.0, opt.learning_rate, warmup_updates)
+    peak = opt.learning_rate
+
+    def warmup(count):
+        return peak * (count + 1) / warmup_updates
+
     return optax.join_schedules([warmup, after], [warmup_updates])
 
 

@@ -1,0 +1,48 @@
+"""Model shapes: `ModelConfig` and the named presets (`model.preset`). No JAX here, so config
+validation can check a preset name without loading JAX; `trainers.model` builds the network."""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    vocab_size: int
+    num_layers: int
+    hidden_size: int
+    mlp_size: int
+    num_heads: int
+    head_dim: int
+    num_kv_heads: int
+    rope_theta: float = 10000.0
+    rms_eps: float = 1e-6
+    qk_norm: bool = True
+    tie_embeddings: bool = False
+    dtype: str = "float32"  # "float32" or "bfloat16": params and activations; logits/log-probs are always float32
+
+    def __post_init__(self):
+        if self.dtype not in ("float32", "bfloat16"):
+            raise ValueError(f"dtype must be 'float32' or 'bfloat16', got {self.dtype!r}")
+        if self.num_heads % self.num_kv_heads != 0:
+            raise ValueError(f"num_heads={self.num_heads} is not a multiple of num_kv_heads={self.num_kv_heads}")
+        if self.head_dim % 2 != 0:
+            raise ValueError(f"head_dim={self.head_dim} must be even for RoPE")
+
+
+PRESETS: dict[str, ModelConfig] = {
+    # CPU unit tests; must train fast.
+    "tiny": ModelConfig(vocab_size=128, num_layers=2, hidden_size=64, mlp_size=256,
+                        num_heads=4, head_dim=16, num_kv_heads=2),
+    "small": ModelConfig(vocab_size=128, num_layers=4, hidden_size=128, mlp_size=512,
+                         num_heads=4, head_dim=32, num_kv_heads=2),
+    # Benchmark workload W1.
+    "w1": ModelConfig(vocab_size=512, num_layers=4, hidden_size=256, mlp_size=1024,
+                      num_heads=4, head_dim=64, num_kv_heads=2),
+    "base": ModelConfig(vocab_size=512, num_layers=8, hidden_size=512, mlp_size=2048,
+                        num_heads=8, head_dim=64, num_kv_heads=4),
+    # The real Qwen3-0.6B shape (for GPU users).
+    "qwen3-0.6b": ModelConfig(vocab_size=151936, num_layers=28, hidden_size=1024, mlp_size=3072,
+                              num_heads=16, head_dim=128, num_kv_heads=8, rope_theta=1_000_000.0,
+                              tie_embeddings=True),
+}
