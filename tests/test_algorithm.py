@@ -2,6 +2,7 @@
 
 import math
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -115,3 +116,44 @@ def test_masked_tokens_do_not_count():
     loss_b, _ = _loss([[math.log(1.1), -5.0]], [[0.0, 0.0]], [1.0], LossConfig(), mask=mask)
     assert float(loss_a) == pytest.approx(-1.1, abs=1e-6)
     assert float(loss_a) == float(loss_b)
+
+
+@pytest.mark.parametrize("log_ratio", [100.0, -100.0])
+@pytest.mark.parametrize("advantage", [1.0, -1.0])
+def test_extreme_log_ratios_give_finite_gradients(log_ratio, advantage):
+    """A token whose log-ratio is +-100 (exp overflows float32 at +88) must not poison the gradient:
+    before the log-ratio was clamped, exp(100) = inf made the clipped branch's gradient 0 * inf = NaN
+    (and global-norm clipping then spread it to every parameter)."""
+    def loss_of(logp):
+        loss, _ = _loss(logp, [[0.0, 0.0]], [advantage], LossConfig())
+        return loss
+
+    logp = jnp.array([[log_ratio, math.log(1.1)]], jnp.float32)
+    loss, grad = jax.value_and_grad(loss_of)(logp)
+    assert np.isfinite(float(loss)) and np.all(np.isfinite(np.asarray(grad))), (float(loss), grad)
+    # Token 1 is ordinary (ratio 1.1, inside the clip range): loss -A * 1.1 / 2 tokens, gradient
+    # d/dlogp of -A * exp(logp) / 2 = -A * 1.1 / 2.
+    assert float(grad[0, 1]) == pytest.approx(-advantage * 1.1 / 2, abs=1e-6)
+    # Token 0: A > 0 with ratio e^100 is clipped at 1.2 (loss -1.2 / 2, no gradient); A < 0 with ratio
+    # e^-100 is clipped at 0.8 (loss +0.8 / 2, no gradient). The other two cases are the unclipped
+    # branch with the clamped ratio e^+-20: A < 0 -> loss e^20 / 2; A > 0 -> loss -e^-20 / 2; both
+    # with gradient 0, since the clamp is active at +-100.
+    token0 = {(100.0, 1.0): (-1.2 / 2, 0.0), (-100.0, -1.0): (0.8 / 2, 0.0),
+              (100.0, -1.0): (math.exp(20) / 2, 0.0), (-100.0, 1.0): (-math.exp(-20) / 2, 0.0)}
+    expected_loss0, expected_grad0 = token0[(log_ratio, advantage)]
+    assert float(loss) == pytest.approx(expected_loss0 - advantage * 1.1 / 2, rel=1e-6)
+    assert float(grad[0, 0]) == pytest.approx(expected_grad0, abs=1e-12)
+
+
+def test_ordinary_log_ratios_are_unchanged_by_the_clamp():
+    """Inside +-20 the clamp does nothing: loss and gradient of 3 tokens by hand (A = 1, token-mean
+    over 3 tokens, eps 0.2): ratio 0.9 -> -0.9 (unclipped, gradient -0.9 / 3); ratio 1.5 -> clipped
+    at -1.2 (gradient 0); ratio e^-5 (A = 1: max(-e^-5, -0.8) = -e^-5, unclipped, gradient -e^-5 / 3)."""
+    def loss_of(logp):
+        loss, _ = _loss(logp, [[0.0, 0.0, 0.0]], [1.0], LossConfig())
+        return loss
+
+    logp = jnp.array([[math.log(0.9), math.log(1.5), -5.0]], jnp.float32)
+    loss, grad = jax.value_and_grad(loss_of)(logp)
+    assert float(loss) == pytest.approx((-0.9 - 1.2 - math.exp(-5)) / 3, rel=1e-6)
+    np.testing.assert_allclose(np.asarray(grad), [[-0.9 / 3, 0.0, -math.exp(-5) / 3]], rtol=1e-5)

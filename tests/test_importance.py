@@ -49,9 +49,27 @@ def test_token_mask_zeroes_out_of_range_tokens():
 
 
 def test_mask_range_is_inclusive_and_min_zero_has_no_lower_end():
-    weights, m = _w([[LOG2, -30.0]], [[0.0, 0.0]], [[1, 1]], mode="mask", min_weight=0.0, max_weight=2.0)
-    np.testing.assert_allclose(weights, [[2.0, math.exp(-30.0)]], rtol=1e-5)
+    weights, m = _w([[LOG2, -15.0]], [[0.0, 0.0]], [[1, 1]], mode="mask", min_weight=0.0, max_weight=2.0)
+    np.testing.assert_allclose(weights, [[2.0, math.exp(-15.0)]], rtol=1e-5)
     assert m["is/truncated_fraction"] == 0.0
+
+
+@pytest.mark.parametrize("mode", ["clamp", "mask"])
+def test_log_ratios_are_clamped_like_the_loss_ratio_but_truncation_sees_the_true_one(mode):
+    """Weights are exp of the log-ratio clamped to +-20 (`loss.LOG_RATIO_LIMIT`, the loss's own clamp):
+    log-ratio -100 gives e^-20, not an underflowed 0; the metrics' untruncated weights are the same
+    clamped values. The truncation decision uses the unclamped log-ratio: with min_weight 1e-10
+    (log -23.03) a log-ratio of -100 is masked even though e^-20 > 1e-10."""
+    old = [[-100.0, -21.0, 100.0]]
+    weights, m = _w(old, [[0.0] * 3], [[1, 1, 1]], mode=mode, max_weight=2.0)
+    expected = {"clamp": [math.exp(-20.0), math.exp(-20.0), 2.0], "mask": [math.exp(-20.0), math.exp(-20.0), 0.0]}
+    np.testing.assert_allclose(weights, [expected[mode]], rtol=1e-6)
+    assert m["is/weight_max"] == pytest.approx(math.exp(20.0), rel=1e-6)
+    assert m["is/weight_mean"] == pytest.approx((2 * math.exp(-20.0) + math.exp(20.0)) / 3, rel=1e-6)
+    if mode == "mask":
+        weights, m = _w(old, [[0.0] * 3], [[1, 1, 1]], mode=mode, min_weight=1e-10, max_weight=2.0)
+        np.testing.assert_allclose(weights, [[0.0, math.exp(-20.0), 0.0]], rtol=1e-6)
+        assert m["is/truncated_fraction"] == pytest.approx(2 / 3)
 
 
 def test_sequence_level_two_sequences_by_hand():

@@ -21,9 +21,12 @@ is lower-variance but is not an importance ratio of any distribution, so it woul
 grows with the policy lag; here variance is controlled by the truncation instead (a long sequence
 with a small per-token drift is truncated as a whole, which the metrics show).
 
-Everything is computed in log space: a weight is never exponentiated above `max`, so no overflow,
-and truncation is decided on the log-ratio (against log(max) and log(min)). Weights are returned
-under `stop_gradient`: they correct the sampling distribution, they are not optimised.
+Everything is computed in log space: truncation is decided on the true log-ratio (against log(max)
+and log(min)), and a weight is exponentiated only through `loss.ratio_from_log`, the loss's own
+ratio, whose log-ratio is clamped to +-`loss.LOG_RATIO_LIMIT` (20): so a weight is never above `max`
+and never underflows below e^-20, and the untruncated weights in the metrics stay finite numbers a
+JSON metric row can hold. Weights are returned under `stop_gradient`: they correct the sampling
+distribution, they are not optimised.
 
 Shapes: [B, T] for per-token arrays (B sequences, T completion tokens); `mask` is True (or 1) on
 real completion tokens. Weights are 0 on padding. Pure jax.numpy: usable inside `jit` (the config
@@ -39,12 +42,9 @@ from typing import Literal
 import jax
 import jax.numpy as jnp
 
-IS_METRICS = ("is/weight_mean", "is/weight_max", "is/truncated_fraction")
+from trainers.loss import ratio_from_log
 
-LOG_WEIGHT_METRIC_LIMIT = 20.0
-"""The untruncated weights reported in `is/weight_mean` / `is/weight_max` are exp(log-ratio) with the
-log-ratio clipped to +-this (e^20 ~ 4.9e8), so that a wild sequence-level ratio stays a finite number
-a JSON metric row can hold. It never affects the weights used in the loss."""
+IS_METRICS = ("is/weight_mean", "is/weight_max", "is/truncated_fraction")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,18 +105,18 @@ def importance_weights(
                              and pi_old agree; drifts as the policy lag grows)
       is/weight_max:         max over valid tokens of the untruncated weight (0 if no valid token)
       is/truncated_fraction: fraction of valid tokens whose weight was clamped (clamp) or zeroed (mask)
-    Untruncated weights in the metrics have their log clipped at +-LOG_WEIGHT_METRIC_LIMIT.
+    Weights, and the untruncated weights in the metrics, have their log clamped at +-loss.LOG_RATIO_LIMIT.
     """
     valid = jnp.asarray(mask).astype(bool)
     log_w = log_ratios(old_logprobs, gen_logprobs, valid, cfg.level)
     log_max = math.log(cfg.max_weight)
     if cfg.mode == "clamp":
         truncated = log_w > log_max
-        weights = jnp.where(truncated, cfg.max_weight, jnp.exp(jnp.minimum(log_w, log_max)))
+        weights = jnp.where(truncated, cfg.max_weight, ratio_from_log(jnp.minimum(log_w, log_max)))
     elif cfg.mode == "mask":
         log_min = math.log(cfg.min_weight) if cfg.min_weight > 0 else -math.inf
         truncated = (log_w > log_max) | (log_w < log_min)
-        weights = jnp.where(truncated, 0.0, jnp.exp(jnp.minimum(log_w, log_max)))
+        weights = jnp.where(truncated, 0.0, ratio_from_log(jnp.minimum(log_w, log_max)))
     else:
         raise ValueError(f"unknown importance-sampling mode {cfg.mode!r}; use 'clamp' or 'mask'")
     truncated = truncated & valid
@@ -125,7 +125,7 @@ def importance_weights(
     if metric_weights is None:
         validf = valid.astype(jnp.float32)
         metric_weights = validf / jnp.maximum(jnp.sum(validf), 1.0)
-    raw = jnp.exp(jnp.clip(log_w, -LOG_WEIGHT_METRIC_LIMIT, LOG_WEIGHT_METRIC_LIMIT))
+    raw = ratio_from_log(log_w)
     metrics = {
         "is/weight_mean": jnp.sum(raw * metric_weights),
         "is/weight_max": jnp.max(jnp.where(valid, raw, 0.0), initial=0.0),

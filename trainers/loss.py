@@ -16,6 +16,21 @@ import jax.numpy as jnp
 import numpy as np
 
 
+LOG_RATIO_LIMIT = 20.0
+"""Log-ratios log(pi / pi') are clamped to +-this before `exp` (`ratio_from_log`). Why 20: e^20 ~ 4.9e8
+is far outside every clip range (1 +- eps, a dual clip c of a few units), so the clipped surrogate's
+value is unchanged for any ratio that matters; and e^20, its products with advantages and loss
+weights, and its square (Adam's second moment, the global gradient norm) stay finite in float32
+(e^40 ~ 2.4e17 < 3.4e38), whereas exp overflows to inf above ~88 and then the clipped branch's
+gradient is 0 * inf = NaN, which global-norm clipping spreads to every parameter."""
+
+
+def ratio_from_log(log_ratio: jax.Array) -> jax.Array:
+    """exp(log_ratio) with the log-ratio clamped to +-LOG_RATIO_LIMIT: always finite, with a finite
+    gradient (0 where the clamp is active). The one place a policy ratio is exponentiated."""
+    return jnp.exp(jnp.clip(log_ratio, -LOG_RATIO_LIMIT, LOG_RATIO_LIMIT))
+
+
 @dataclasses.dataclass(frozen=True)
 class LossConfig:
     epsilon_low: float = 0.2
@@ -76,7 +91,9 @@ def policy_loss(
     `weights` come from `token_weights` over the whole mini-batch; `metric_weights` are token-mean
     weights over the whole mini-batch, so every returned metric sums across micro-batches.
 
-    Per token: ratio = exp(logprobs - old_logprobs);
+    Per token: ratio = exp(logprobs - old_logprobs), the log-ratio clamped to +-LOG_RATIO_LIMIT first
+      (`ratio_from_log`: a finite loss and gradient for any input; the value is the unclamped one for
+      every ratio in [e^-20, e^20], and so for every ratio inside the clip range);
       pg = max(-A * ratio, -A * clip(ratio, 1 - eps_low, 1 + eps_high))
       dual clip (A < 0 only): pg = min(pg, -A * c)
       loss_token = pg + beta * kl
@@ -88,7 +105,7 @@ def policy_loss(
     `clip_fraction` and `kl` metrics stay uncorrected (they describe the tokens, not the estimate).
     """
     adv = advantages[:, None]
-    ratio = jnp.exp(logprobs - old_logprobs)
+    ratio = ratio_from_log(logprobs - old_logprobs)
     clipped_ratio = jnp.clip(ratio, 1.0 - cfg.epsilon_low, 1.0 + cfg.epsilon_high)
     unclipped = -adv * ratio
     clipped = -adv * clipped_ratio
