@@ -103,7 +103,7 @@ def test_size_fields_have_upper_bounds(field, value):
 
 def test_divisors_of_large_numbers_take_square_root_time():
     """In a subprocess with a deadline: the old divisor loop ran to n (10**12: hours)."""
-    code = ("from trainers.config import _divisors; d = _divisors(10**12); "
+    code = ("from trainers.config.checks import _divisors; d = _divisors(10**12); "
             "assert len(d) == 169 and d[:4] == [1, 2, 4, 5] and d[-1] == 10**12 and d == sorted(d); "
             "assert _divisors(1) == [1] and _divisors(36) == [1, 2, 3, 4, 6, 9, 12, 18, 36]; "
             "assert _divisors(100000007) == [1, 100000007]")

@@ -1,11 +1,11 @@
-"""The run dashboard's charts: which metrics share a chart, derived from trainers.metrics (the one
+"""The run dashboard's charts: which metrics share a chart, derived from trainers.config.metric_names (the one
 list of metric names) so that a new metric gets a chart without touching this file."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from trainers.metrics import METRIC_NAMES, TRAIN_METRICS
+from trainers.config.metric_names import METRIC_NAMES, TRAIN_METRICS
 
 BANDS = {"reward/std": "reward/mean"}          # spread -> the mean it is drawn around (mean ± spread)
 SHARED_PREFIXES = ("timing/", "eval/", "is/weight_")  # metrics with one of these prefixes share a chart

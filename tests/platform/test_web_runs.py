@@ -11,7 +11,7 @@ from experiments.models import Run
 from web.dashboard import chart_panels
 from web_testlib import fast_passwords, make_experiment, make_run  # noqa: F401 (fast_passwords: autouse)
 
-from trainers.metrics import METRIC_NAMES
+from trainers.config.metric_names import METRIC_NAMES
 
 pytestmark = pytest.mark.django_db
 

@@ -1,0 +1,226 @@
+"""Cross-field checks: everything pydantic's per-field types cannot say. Each returns `Problem`s
+naming the dotted field and what would fix it. The checks that need the model presets, the task
+list, reward or metric names import those registries lazily (none imports JAX)."""
+
+from __future__ import annotations
+
+import difflib
+
+from trainers.config.errors import Problem
+from trainers.config.schema import ExperimentConfig
+
+
+
+def _divisors(n: int) -> list[int]:
+    """Every divisor of n >= 1, ascending, in O(sqrt(n)) steps."""
+    small, large = [], []
+    d = 1
+    while d * d <= n:
+        if n % d == 0:
+            small.append(d)
+            if d * d != n:
+                large.append(n // d)
+        d += 1
+    return small + large[::-1]
+
+
+def _choices(values: list[int], most: int = 24) -> str:
+    """"1, 2 or 4"; a long list keeps its first and last few values ("1, 2, 3, ..., 512 or 1024")."""
+    text = [str(v) for v in values]
+    if len(text) > most:
+        text = text[: most - 4] + ["..."] + text[-3:]
+    return text[0] if len(text) == 1 else ", ".join(text[:-1]) + " or " + text[-1]
+
+
+def check_config(config: ExperimentConfig) -> list[Problem]:
+    """Every cross-field rule; returns the problems (empty = valid)."""
+    problems: list[Problem] = []
+    problems += _check_batch(config)
+    problems += _check_grpo(config)
+    problems += _check_data_and_rewards(config)
+    problems += _check_model(config)
+    problems += _check_checkpoint(config)
+    problems += _check_async(config)
+    return problems
+
+
+def _check_batch(config: ExperimentConfig) -> list[Problem]:
+    b, g = config.batch, config.grpo.num_generations
+    problems = []
+    prompts = b.prompts_per_step
+    mini = b.mini_batch_prompts or prompts
+    if prompts % mini:
+        problems.append(Problem(
+            "batch.mini_batch_prompts",
+            f"batch.mini_batch_prompts={mini} does not divide batch.prompts_per_step={prompts}; "
+            f"use {_choices(_divisors(prompts))}",
+        ))
+        return problems
+    mini_sequences = mini * g
+    step_sequences = prompts * g
+    if b.train_micro_batch_sequences is not None and mini_sequences % b.train_micro_batch_sequences:
+        problems.append(Problem(
+            "batch.train_micro_batch_sequences",
+            f"batch.train_micro_batch_sequences={b.train_micro_batch_sequences} does not divide the mini-batch of "
+            f"{mini_sequences} sequences (batch.mini_batch_prompts={mini} x grpo.num_generations={g}); "
+            f"use {_choices(_divisors(mini_sequences))}",
+        ))
+    for name in ("rollout_micro_batch_sequences", "logprob_micro_batch_sequences"):
+        value = getattr(b, name)
+        if value is not None and step_sequences % value:
+            problems.append(Problem(
+                f"batch.{name}",
+                f"batch.{name}={value} does not divide the step's {step_sequences} sequences "
+                f"(batch.prompts_per_step={prompts} x grpo.num_generations={g}); "
+                f"use {_choices(_divisors(step_sequences))}",
+            ))
+    return problems
+
+
+def _check_async(config: ExperimentConfig) -> list[Problem]:
+    """Async-section rules; the device and range rules hold whether or not async is enabled."""
+    a, prompts = config.async_, config.batch.prompts_per_step
+    is_ = a.importance_sampling
+    problems = []
+    if a.enabled and not is_.enabled:
+        problems.append(Problem(
+            "async.importance_sampling.enabled",
+            "asynchronous GRPO trains on trajectories sampled by older weights and needs the importance-sampling "
+            "correction to stay unbiased; set async.importance_sampling.enabled=true (or async.enabled=false)",
+        ))
+    if is_.min >= is_.max:
+        problems.append(Problem(
+            "async.importance_sampling.min",
+            f"async.importance_sampling.min={is_.min} must be below async.importance_sampling.max={is_.max}",
+        ))
+    if is_.mode == "clamp" and is_.min > 0:
+        problems.append(Problem(
+            "async.importance_sampling.min",
+            f"async.importance_sampling.min={is_.min} is only used with mode mask; set it to 0 or set "
+            "async.importance_sampling.mode=mask",
+        ))
+    if a.buffer_capacity_groups is not None and a.buffer_capacity_groups < prompts:
+        problems.append(Problem(
+            "async.buffer_capacity_groups",
+            f"async.buffer_capacity_groups={a.buffer_capacity_groups} cannot hold one step's "
+            f"batch.prompts_per_step={prompts} groups, so no step could start; use {prompts} or more, or null "
+            "for the default",
+        ))
+    for name in ("rollout_devices", "train_devices"):
+        devices = getattr(a, name)
+        repeated = sorted({d for d in devices if devices.count(d) > 1})
+        if repeated:
+            problems.append(Problem(f"async.{name}", f"lists device {_choices(repeated).replace(' or ', ' and ')} "
+                                                     "more than once; list each device once"))
+    shared = sorted(set(a.rollout_devices) & set(a.train_devices))
+    if shared:
+        problems.append(Problem(
+            "async.train_devices",
+            f"device {_choices(shared).replace(' or ', ' and ')} is in both async.rollout_devices and "
+            "async.train_devices; give generation and training disjoint devices, or leave both empty to share "
+            "the default device",
+        ))
+    for name, other in (("rollout_devices", "train_devices"), ("train_devices", "rollout_devices")):
+        if getattr(a, other) and not getattr(a, name):
+            problems.append(Problem(
+                f"async.{name}",
+                f"is empty while async.{other}={getattr(a, other)}; list the {name.split('_')[0]} devices too, "
+                "or leave both empty to share the default device",
+            ))
+    # Each micro-batch is split over its devices along the batch axis.
+    b, g = config.batch, config.grpo.num_generations
+    train_micro = b.train_micro_batch_sequences or (b.mini_batch_prompts or prompts) * g
+    sizes = {"rollout_micro_batch_sequences": (b.rollout_micro_batch_sequences or prompts * g, "rollout_devices"),
+             "train_micro_batch_sequences": (train_micro, "train_devices"),
+             "logprob_micro_batch_sequences": (b.logprob_micro_batch_sequences or train_micro, "train_devices")}
+    for name, (sequences, devices) in sizes.items():
+        count = len(getattr(a, devices))
+        if count > 1 and sequences % count:
+            problems.append(Problem(
+                f"batch.{name}",
+                f"micro-batches of {sequences} sequences cannot be split evenly over the {count} devices of "
+                f"async.{devices}; make batch.{name} a multiple of {count}, or list "
+                f"{_choices([d for d in _divisors(sequences) if d <= count])} device(s)",
+            ))
+    return problems
+
+
+def _check_grpo(config: ExperimentConfig) -> list[Problem]:
+    g = config.grpo
+    problems = []
+    if g.num_generations < 2:
+        problems.append(Problem(
+            "grpo.num_generations",
+            f"grpo.num_generations={g.num_generations}: group-relative advantages need at least 2 completions "
+            "per prompt; use 2 or more (8 is typical)",
+        ))
+    if config.rollout.temperature == 0:
+        problems.append(Problem(
+            "rollout.temperature",
+            "rollout.temperature=0 samples greedily, so all G completions of a prompt are the same, every "
+            "group's advantage is 0 and nothing is learned; use a temperature > 0 (1.0 is typical; "
+            "eval.temperature=0 gives greedy evaluation)",
+        ))
+    if g.dual_clip is not None and g.dual_clip <= 1.0:
+        problems.append(Problem("grpo.dual_clip", f"grpo.dual_clip={g.dual_clip} must be > 1 (3.0 is typical), or null"))
+    return problems
+
+
+def _check_data_and_rewards(config: ExperimentConfig) -> list[Problem]:
+    from trainers.rewards import REWARD_NAMES
+    from trainers.tasks import TASKS
+
+    d = config.data
+    problems = []
+    if d.task is not None and d.train_path is not None:
+        problems.append(Problem("data.task", "set either data.task or data.train_path, not both (data.task=null for JSONL)"))
+    elif d.task is None and d.train_path is None:
+        problems.append(Problem("data.task", "no data: name a built-in task or set data.train_path to a JSONL file"))
+    if d.task is not None and d.task not in TASKS:
+        problems.append(Problem("data.task", f"unknown task '{d.task}'; {_one_of(d.task, sorted(TASKS))}"))
+    if d.task is None and not config.rewards:
+        problems.append(Problem(
+            "rewards", "is empty; with data.train_path name at least one reward, e.g. [{name: exact_match, weight: 1.0}]"
+        ))
+    for i, spec in enumerate(config.rewards):
+        if spec.name not in REWARD_NAMES:
+            problems.append(Problem(f"rewards[{i}].name", f"unknown reward '{spec.name}'; {_one_of(spec.name, REWARD_NAMES)}"))
+    if config.rewards and all(spec.weight == 0 for spec in config.rewards):
+        problems.append(Problem("rewards", "every weight is 0, so nothing is learned; give one reward a non-zero weight"))
+    return problems
+
+
+def _check_model(config: ExperimentConfig) -> list[Problem]:
+    from trainers.presets import PRESETS
+    from trainers.tokenizer import get_tokenizer
+
+    m = config.model
+    if m.preset not in PRESETS:
+        return [Problem("model.preset", f"unknown preset '{m.preset}'; {_one_of(m.preset, sorted(PRESETS))}")]
+    vocab_tokens = get_tokenizer(config.data.tokenizer).vocab_size
+    if PRESETS[m.preset].vocab_size < vocab_tokens:
+        return [Problem(
+            "model.preset",
+            f"preset '{m.preset}' has vocab {PRESETS[m.preset].vocab_size} < the tokenizer's {vocab_tokens}; "
+            "pick a larger preset",
+        )]
+    return []
+
+
+def _check_checkpoint(config: ExperimentConfig) -> list[Problem]:
+    from trainers.config.metric_names import METRIC_NAMES
+
+    metric = config.checkpoint.keep_best_metric
+    if metric is not None and metric not in METRIC_NAMES:
+        return [Problem("checkpoint.keep_best_metric", f"unknown metric '{metric}'; {_one_of(metric, METRIC_NAMES)}")]
+    if metric is not None and metric.startswith("eval/") and config.eval.every_steps == 0:
+        return [Problem(
+            "checkpoint.keep_best_metric",
+            f"'{metric}' is only measured with evaluation on; set eval.every_steps > 0 or pick a training metric",
+        )]
+    return []
+
+
+def _one_of(value: str, names: list[str] | tuple[str, ...]) -> str:
+    close = difflib.get_close_matches(value, list(names), n=1, cutoff=0.5)
+    return (f"did you mean '{close[0]}'? " if close else "") + "choose one of: " + ", ".join(names)

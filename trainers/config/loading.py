@@ -1,0 +1,241 @@
+"""Loading a config: raw data (YAML text, JSON, a file) plus `--set` overrides -> a validated
+`ExperimentConfig`, or a `ConfigError` whose problems name the dotted field and the fix."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from trainers.config.checks import check_config
+from trainers.config.errors import ConfigError, Problem
+from trainers.config.schema import ExperimentConfig
+from trainers.config.yaml_guard import MAX_NESTING, YamlRefused, guarded_yaml, load_yaml_data
+
+RAW_MAX_VALUES = 100_000     # values a raw (JSON) config may hold
+
+
+def _plain_data_problems(raw: Any) -> list[Problem]:
+    """Checks, without recursion, that `raw` is JSON-like data a config can be: at most MAX_NESTING
+    deep, at most RAW_MAX_VALUES values (shared sub-objects counted each time they appear), text
+    that is valid Unicode (no lone surrogates), numbers, booleans and null."""
+    stack: list[tuple[Any, tuple[Any, ...], int]] = [(raw, (), 1)]
+    values = 0
+    while stack:
+        value, loc, depth = stack.pop()
+        values += 1
+        if values > RAW_MAX_VALUES:
+            return [Problem("(config)", f"holds more than {RAW_MAX_VALUES} values; a config is a few dozen")]
+        if isinstance(value, (dict, list)) and depth > MAX_NESTING:
+            return [Problem(_dotted(loc), f"is nested deeper than {MAX_NESTING} levels")]
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if not isinstance(key, str) or not _is_unicode(key):
+                    return [Problem(_dotted(loc), "has a key that is not valid text")]
+                stack.append((item, loc + (key,), depth + 1))
+        elif isinstance(value, list):
+            stack.extend((item, loc + (i,), depth + 1) for i, item in enumerate(value))
+        elif isinstance(value, str):
+            if not _is_unicode(value):
+                return [Problem(_dotted(loc), "contains characters that are not valid Unicode text (a lone "
+                                              "surrogate); remove them")]
+        elif not (value is None or isinstance(value, (bool, int, float))):
+            return [Problem(_dotted(loc), f"must be plain data (text, number, boolean, list or mapping), "
+                                          f"got {type(value).__name__}")]
+    return []
+
+
+def _is_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def parse_config(raw: dict[str, Any] | None, overrides: list[str] | tuple[str, ...] = (), *,
+                 dataset_dirs: list[str] | tuple[str, ...] | None = None) -> ExperimentConfig:
+    """Validate a raw dict (from YAML/JSON) plus `--set` overrides; raise ConfigError listing every problem.
+
+    dataset_dirs (the platform's dataset roots): when given, `data.train_path` / `data.eval_path`
+    resolve relative to dataset_dirs[0], with `..` and symlinks resolved, and must name a file inside
+    one of the roots; the returned config holds the resolved absolute paths. One message covers
+    "missing" and "not allowed", so validation never tells whether a file exists. Without it (the
+    CLI on a user's own machine) paths are relative to the working directory and unrestricted."""
+    raw = {} if raw is None else raw
+    if not isinstance(raw, dict):
+        raise ConfigError([Problem("(config)", f"must be a mapping of sections, got {type(raw).__name__}")])
+    problems = _plain_data_problems(raw)
+    if problems:
+        raise ConfigError(problems)
+    raw = json.loads(json.dumps(raw))  # deep copy: overrides never touch the caller's dict
+    problems = [p for o in overrides for p in _apply_override(raw, o)]
+    if problems:
+        raise ConfigError(problems)
+    try:
+        config = ExperimentConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(_problems_from_pydantic(exc, raw)) from None
+    problems = _resolve_data_paths(config, dataset_dirs) + check_config(config)
+    if problems:
+        raise ConfigError(problems)
+    return config
+
+
+def parse_yaml(text: str, overrides: list[str] | tuple[str, ...] = (), *,
+               dataset_dirs: list[str] | tuple[str, ...] | None = None) -> ExperimentConfig:
+    """Parse YAML text with the guarded loader (`load_yaml_data`) and validate it (`parse_config`)."""
+    return parse_config(load_yaml_data(text), overrides, dataset_dirs=dataset_dirs)
+
+
+def load_config(path: str | os.PathLike, overrides: list[str] | tuple[str, ...] = ()) -> ExperimentConfig:
+    """Read a YAML (or JSON) config file and validate it with overrides applied."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as exc:
+        raise ConfigError([Problem("(file)", f"cannot read {path}: {exc.strerror}")]) from None
+    return parse_yaml(text, overrides)
+
+
+DATA_PATH_REFUSED = "missing or not allowed: {path}; put the file under the platform's dataset directory"
+
+
+def _resolve_data_paths(config: ExperimentConfig, dataset_dirs: list[str] | tuple[str, ...] | None) -> list[Problem]:
+    """Check `data.train_path` / `data.eval_path` (see `parse_config`); with dataset_dirs, replace
+    each by its resolved absolute path inside a root."""
+    problems = []
+    for name in ("train_path", "eval_path"):
+        path = getattr(config.data, name)
+        if path is None:
+            continue
+        if dataset_dirs is None:
+            if not os.path.isfile(path):
+                problems.append(Problem(f"data.{name}", f"file not found: {path}"))
+            continue
+        resolved = _inside_roots(path, dataset_dirs)
+        if resolved is None:
+            problems.append(Problem(f"data.{name}", DATA_PATH_REFUSED.format(path=path)))
+        else:
+            setattr(config.data, name, resolved)
+    return problems
+
+
+def _inside_roots(path: str, roots: list[str] | tuple[str, ...]) -> str | None:
+    """The real path of `path` (relative to roots[0]) if it is a file inside one of `roots`, else None."""
+    if not roots or not path or "\0" in path:
+        return None
+    real_roots = [os.path.realpath(r) for r in roots]
+    candidate = os.path.realpath(os.path.join(real_roots[0], path))
+    inside = any(os.path.commonpath([candidate, r]) == r for r in real_roots)
+    return candidate if inside and os.path.isfile(candidate) else None
+
+
+def _apply_override(raw: dict[str, Any], override: str) -> list[Problem]:
+    """Apply one `dotted.path=value` to `raw` in place; the value is parsed as YAML (8 -> int, true -> bool)."""
+    if "=" not in override:
+        return [Problem("(--set)", f"'{override}' is not of the form dotted.path=value")]
+    path, _, text = override.partition("=")
+    path = path.strip()
+    try:
+        value = guarded_yaml(text) if text.strip() else None
+    except yaml.YAMLError:
+        value = text  # not YAML: the text itself
+    except YamlRefused as exc:
+        return [Problem(path, f"refused: the value {exc}")]
+    keys = path.split(".")
+    section_model: type[BaseModel] = ExperimentConfig
+    node = raw
+    for i, key in enumerate(keys):
+        fields = _field_names(section_model)
+        if key not in fields:
+            return [Problem(".".join(keys[: i + 1]), _unknown_key_message(key, fields))]
+        name = _python_name(section_model, key)
+        annotation = section_model.model_fields[name].annotation
+        if i == len(keys) - 1:
+            node[key] = value
+            return []
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return [Problem(".".join(keys[: i + 1]), "is a value, not a section; drop the rest of the path")]
+        child = node.get(key)
+        if not isinstance(child, dict):
+            child = node[key] = {}
+        node, section_model = child, annotation
+    return []
+
+
+def _field_names(model: type[BaseModel]) -> list[str]:
+    return [f.alias or name for name, f in model.model_fields.items()]
+
+
+def _python_name(model: type[BaseModel], key: str) -> str:
+    for name, f in model.model_fields.items():
+        if (f.alias or name) == key:
+            return name
+    raise KeyError(key)
+
+
+def _unknown_key_message(key: str, fields: list[str]) -> str:
+    close = difflib.get_close_matches(str(key), fields, n=1, cutoff=0.6)
+    hint = f"did you mean '{close[0]}'?" if close else "known keys: " + ", ".join(fields)
+    return f"unknown key; {hint}"
+
+
+def _dotted(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(config)"
+
+
+def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The pydantic model class that holds the key at the end of `loc`."""
+    model: type[BaseModel] = ExperimentConfig
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        try:
+            annotation = model.model_fields[_python_name(model, part)].annotation
+        except KeyError:
+            return None
+        args = getattr(annotation, "__args__", ())
+        candidates = [annotation, *args]
+        sub = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+        if sub is None:
+            return None
+        model = sub
+    return model
+
+
+def _problems_from_pydantic(exc: ValidationError, raw: dict[str, Any]) -> list[Problem]:
+    problems = []
+    for err in exc.errors():
+        loc = tuple(err["loc"])
+        field = _dotted(loc)
+        if err["type"] == "extra_forbidden":
+            model = _model_at(loc)
+            fields = _field_names(model) if model else []
+            problems.append(Problem(field, _unknown_key_message(str(loc[-1]), fields)))
+            continue
+        value = err.get("input")
+        shown = json.dumps(value) if isinstance(value, (int, float, str, bool)) or value is None else type(value).__name__
+        if len(shown) > 80:
+            shown = shown[:60] + f"... ({len(shown)} characters)"
+        message = err["msg"]
+        if err["type"] == "literal_error":
+            message = f"{shown} is not allowed; {message[0].lower()}{message[1:]}"
+        elif err["type"] in ("model_type", "dict_type"):
+            message = f"must be a mapping of fields, got {shown}"
+        elif err["type"] == "missing":
+            message = "is required"
+        else:
+            message = f"{shown}: {message[0].lower()}{message[1:]}"
+        problems.append(Problem(field, message))
+    return problems

@@ -1,0 +1,250 @@
+"""The one experiment config schema: every section and field, with defaults, bounds and help.
+
+Everything that describes an experiment lives here, once: the CLI, YAML files, and the web
+platform's form and REST API all load and validate through `trainers.config.parse_config`.
+Units are in the names: a *prompt* is one dataset item; a *sequence* is one prompt with one of
+its G completions; a *step* consumes `batch.prompts_per_step` prompts.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+from trainers.config.yaml_guard import YamlRefused, guarded_yaml
+
+# Upper bounds of the size fields: far above any real run, low enough that no request can make the
+# server build a plan, an error message or a dataset of absurd size.
+MAX_SEED = 2**32 - 1                 # jax.random.key and grain both take 32-bit seeds
+MAX_PROMPTS = 65_536                 # prompts per step / per mini-batch
+MAX_SEQUENCES = 1_048_576            # sequences per micro-batch
+MAX_GENERATIONS = 1_024              # G
+MAX_ITERATIONS = 64                  # mu
+MAX_TOKENS = 131_072                 # prompt or completion length
+MAX_DATASET_PROMPTS = 10_000_000     # prompts generated or read
+MAX_STEPS = 10_000_000               # steps, and every period counted in steps
+MAX_DEVICE_INDEX = 4_095
+
+
+class _Section(BaseModel):
+    """Base for every section: unknown keys are refused, values are checked on assignment, and
+    numbers must be finite (NaN and infinity are refused: no JSON column can store them)."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True, allow_inf_nan=False)
+
+
+class ModelSection(_Section):
+    preset: str = Field("tiny", description="Named model size: tiny, small, w1, base, qwen3-0.6b.")
+    dtype: Literal["float32", "bfloat16"] = Field(
+        "float32", description="Parameter and activation dtype; log-probs are always float32."
+    )
+
+
+class DataSection(_Section):
+    task: str | None = Field(
+        "arithmetic", description="Built-in task (arithmetic, reverse, countdown, ...); null to use data.train_path."
+    )
+    train_path: str | None = Field(None, description="JSONL file, one {\"prompt\", \"answer\"} per line.")
+    eval_path: str | None = Field(None, description="JSONL file for evaluation (optional).")
+    train_prompts: int = Field(
+        4096, ge=0, le=MAX_DATASET_PROMPTS, description="Training prompts to generate for a built-in task, or to read from JSONL (0 = all)."
+    )
+    eval_prompts: int = Field(64, ge=0, le=MAX_DATASET_PROMPTS, description="Evaluation prompts (built-in task), or cap for eval JSONL (0 = all).")
+    max_prompt_tokens: int = Field(64, ge=1, le=MAX_TOKENS, description="Longest prompt allowed, in tokens.")
+    tokenizer: Literal["char"] = Field("char", description="Tokenizer: 'char' (built-in character tokenizer).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _path_means_jsonl(cls, data: Any) -> Any:
+        """A config that names data.train_path reads JSONL: the default task does not apply."""
+        if isinstance(data, dict) and data.get("train_path") is not None and "task" not in data:
+            return {**data, "task": None}
+        return data
+
+
+class RewardSpec(_Section):
+    name: str = Field(..., description="Reward function name.")
+    weight: float = Field(1.0, description="Weight in the summed reward.")
+
+
+class RolloutSection(_Section):
+    max_new_tokens: int | None = Field(
+        None, ge=1, le=MAX_TOKENS, description="Completion budget in tokens; null = the task's own budget (64 for JSONL data)."
+    )
+    temperature: float = Field(1.0, ge=0.0, description="Sampling temperature, > 0 (greedy sampling would give every "
+                               "group zero advantage). Log-probs use it too.")
+    top_k: int = Field(0, ge=0, le=MAX_SEQUENCES, description="Keep the k most likely tokens (0 = off).")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass (1.0 = off).")
+    stop_at_eos: bool = Field(True, description="Stop a sequence at its EOS token (false: always max_new_tokens).")
+
+
+class BatchSection(_Section):
+    prompts_per_step: int = Field(16, ge=1, le=MAX_PROMPTS, description="Prompts consumed per step (the global batch).")
+    mini_batch_prompts: int | None = Field(
+        None, ge=1, le=MAX_PROMPTS, description="Prompts per optimizer update; null = prompts_per_step (one update per pass)."
+    )
+    train_micro_batch_sequences: int | None = Field(
+        None, ge=1, le=MAX_SEQUENCES, description="Sequences per forward/backward pass; null = the whole mini-batch. "
+        "Gradient accumulation = mini_batch_prompts x G / this (derived)."
+    )
+    rollout_micro_batch_sequences: int | None = Field(
+        None, ge=1, le=MAX_SEQUENCES, description="Sequences per generation call; null = all sequences of the step."
+    )
+    logprob_micro_batch_sequences: int | None = Field(
+        None, ge=1, le=MAX_SEQUENCES, description="Sequences per old-policy / reference log-prob pass; null = train micro-batch."
+    )
+
+
+class GrpoSection(_Section):
+    num_generations: int = Field(8, ge=1, le=MAX_GENERATIONS, description="G: completions sampled per prompt.")
+    num_iterations: int = Field(1, ge=1, le=MAX_ITERATIONS, description="mu: passes over each step's rollouts.")
+    beta: float = Field(0.04, ge=0.0, description="KL penalty weight; 0 = no reference model is loaded.")
+    kl_estimator: Literal["k1", "k2", "k3"] = Field("k3", description="KL estimator (Schulman's k1/k2/k3).")
+    epsilon_low: float = Field(0.2, ge=0.0, lt=1.0, description="Lower clip: ratio >= 1 - epsilon_low.")
+    epsilon_high: float = Field(0.2, ge=0.0, description="Upper clip: ratio <= 1 + epsilon_high (DAPO uses 0.28).")
+    dual_clip: float | None = Field(
+        None, description="Dual-clip constant c > 1 bounding the loss of negative-advantage tokens (null = off)."
+    )
+    advantage: Literal["grpo", "rloo", "drgrpo"] = Field(
+        "grpo", description="grpo: (r - mean)/std per group; rloo: leave-one-out baseline; drgrpo: r - mean."
+    )
+    advantage_eps: float = Field(1e-6, gt=0.0, description="Added to the group std before dividing (grpo).")
+    loss_aggregation: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = Field(
+        "token-mean", description="How token losses become the mini-batch loss (normalised over the whole mini-batch)."
+    )
+
+
+class ImportanceSamplingSection(_Section):
+    """Importance-sampling correction pi_old / pi_generator of asynchronous GRPO (required when async)."""
+
+    enabled: bool = Field(
+        True, description="Multiply each token's loss by pi_old / pi_generator (required with async.enabled)."
+    )
+    level: Literal["token", "sequence"] = Field(
+        "token", description="token: one weight per token; sequence: the whole completion's likelihood ratio "
+        "(product over its tokens) on every token."
+    )
+    mode: Literal["clamp", "mask"] = Field(
+        "clamp", description="clamp: min(weight, max) (truncated IS); mask: weight 0 outside [min, max]."
+    )
+    max: float = Field(
+        2.0, ge=1.0, description="Upper truncation of a weight (>= 1: on-policy tokens have weight 1)."
+    )
+    min: float = Field(
+        0.0, ge=0.0, le=1.0, description="Lower end of the kept range, mode mask only (0 = no lower end)."
+    )
+
+
+def _device_list(value: Any) -> Any:
+    """Lets a device list also be written as text: "0,1", "0 1", "[0, 1]" or "" (as a form or
+    --set gives it); a single index becomes a one-element list. Anything else is left to pydantic."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return [value]
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            try:
+                return guarded_yaml(text)
+            except (yaml.YAMLError, YamlRefused):
+                return value
+        return [part for part in text.replace(",", " ").split()]
+    return value
+
+
+DeviceList = Annotated[list[Annotated[int, Field(ge=0, le=MAX_DEVICE_INDEX)]], Field(max_length=MAX_DEVICE_INDEX + 1),
+                      BeforeValidator(_device_list)]
+
+
+class AsyncSection(_Section):
+    """Asynchronous GRPO: a collector generates with the newest weights it has while the trainer trains on
+    trajectories at most max_trajectory_age_steps weight versions old, corrected by importance sampling."""
+
+    enabled: bool = Field(False, description="Asynchronous rollout (collector + replay buffer).")
+    max_trajectory_age_steps: int = Field(
+        1, ge=0, le=MAX_STEPS, description="How many weight versions old a trajectory may be (weights v train steps v .. v + this; "
+        "0 = on-policy, like the synchronous loop)."
+    )
+    buffer_capacity_groups: int | None = Field(
+        None, ge=1, le=MAX_SEQUENCES, description="Replay buffer size in prompt groups (how far ahead of training the collector may "
+        "run); null = batch.prompts_per_step x max(1, max_trajectory_age_steps) x 2."
+    )
+    in_flight_weight_updates: bool = Field(
+        False, description="Swap new weights into the generator between decode chunks instead of at a group "
+        "boundary (long generations do not hold up the update). The KV cache is kept across a swap, and each "
+        "token's recorded log-prob is the one it was sampled with."
+    )
+    in_flight_chunk_tokens: int = Field(
+        8, ge=1, le=MAX_TOKENS, description="With in_flight_weight_updates: decode steps between weight checks (smaller = "
+        "newer weights sooner, more host round trips)."
+    )
+    rollout_devices: DeviceList = Field(
+        default_factory=list, description="Device indices for generation, e.g. [1]; empty (with train_devices "
+        "empty) = generation and training share the default device."
+    )
+    train_devices: DeviceList = Field(
+        default_factory=list, description="Device indices for training, e.g. [0]; must not overlap rollout_devices."
+    )
+    importance_sampling: ImportanceSamplingSection = Field(default_factory=ImportanceSamplingSection)
+
+
+class OptimizerSection(_Section):
+    name: Literal["adamw", "adam", "sgd"] = Field("adamw", description="Optax optimizer.")
+    learning_rate: float = Field(1e-3, gt=0.0, description="Peak learning rate.")
+    schedule: Literal["constant", "cosine", "linear"] = Field(
+        "constant", description="Learning-rate shape after warmup (decays to 0 at train.max_steps)."
+    )
+    warmup_steps: int = Field(0, ge=0, le=MAX_STEPS, description="Linear warmup length in steps (the first update "
+                              "already gets 1/(warmup updates) of the peak rate).")
+    weight_decay: float = Field(0.0, ge=0.0, description="Decoupled weight decay (adamw).")
+    b1: float = Field(0.9, ge=0.0, lt=1.0, description="Adam beta1 (sgd: momentum, 0 = none).")
+    b2: float = Field(0.999, ge=0.0, lt=1.0, description="Adam beta2.")
+    max_grad_norm: float = Field(1.0, ge=0.0, description="Clip gradients to this global norm (0 = off).")
+
+
+class TrainSection(_Section):
+    max_steps: int = Field(100, ge=1, le=MAX_STEPS, description="Steps to run.")
+    samples_per_step: int = Field(4, ge=0, le=1_024, description="Rollout samples reported per step.")
+
+
+class CheckpointSection(_Section):
+    every_steps: int = Field(50, ge=0, le=MAX_STEPS, description="Checkpoint period in steps (0 = only at the end).")
+    keep_last: int = Field(3, ge=1, le=1_000, description="Keep this many newest checkpoints.")
+    keep_best_metric: str | None = Field(None, description="Also keep the best checkpoint by this metric.")
+    keep_best_mode: Literal["max", "min"] = Field("max", description="Whether larger or smaller is better.")
+
+
+class EvalSection(_Section):
+    every_steps: int = Field(0, ge=0, le=MAX_STEPS, description="Evaluate every N steps (0 = off).")
+    prompts: int = Field(0, ge=0, le=MAX_DATASET_PROMPTS, description="Eval prompts per evaluation (0 = all).")
+    temperature: float = Field(0.0, ge=0.0, description="Eval sampling temperature (0 = greedy).")
+
+
+class ExperimentConfig(_Section):
+    """A whole GRPO experiment. See each section's fields for meaning and units."""
+
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="The one seed every random choice derives from "
+                     "(0 to 2**32 - 1).")
+    model: ModelSection = Field(default_factory=ModelSection)
+    data: DataSection = Field(default_factory=DataSection)
+    rewards: list[RewardSpec] = Field(
+        default_factory=list, max_length=64, description="Rewards and weights; empty = the built-in task's own rewards."
+    )
+    rollout: RolloutSection = Field(default_factory=RolloutSection)
+    batch: BatchSection = Field(default_factory=BatchSection)
+    grpo: GrpoSection = Field(default_factory=GrpoSection)
+    async_: AsyncSection = Field(default_factory=AsyncSection, alias="async")
+    optimizer: OptimizerSection = Field(default_factory=OptimizerSection)
+    train: TrainSection = Field(default_factory=TrainSection)
+    checkpoint: CheckpointSection = Field(default_factory=CheckpointSection)
+    eval: EvalSection = Field(default_factory=EvalSection)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able dict with YAML key names ("async", not "async_")."""
+        return self.model_dump(mode="json", by_alias=True)
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
