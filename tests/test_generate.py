@@ -1,6 +1,7 @@
 """Tests for trainers/generate.py (CPU, float32, tiny model)."""
 
 import dataclasses
+import math
 
 import jax
 import jax.numpy as jnp
@@ -90,12 +91,36 @@ def check_result_invariants(result, sampling: SamplingParams, batch: int):
     SamplingParams(max_new_tokens=MAX_NEW, temperature=0.0, eos_id=EOS),
 ], ids=["t1", "t0.7-topk-topp", "greedy"])
 def test_recorded_logprobs_match_completion_logprobs(model, prompts, logprobs_jit, sampling):
+    """Without filters the recorded log-probs are the policy's (what `completion_logprobs` computes);
+    with top-k / top-p they are those of the renormalised distribution actually sampled from,
+    recomputed here with numpy from the full forward's logits."""
     graphdef, params = model
     tokens, valid = prompts
     result = generate_lib.generate(graphdef, params, tokens, valid, jax.random.key(1), sampling)
     check_result_invariants(result, sampling, batch=tokens.shape[0])
     logprobs, _ = logprobs_jit(graphdef, params, tokens, valid, result.tokens, result.mask, sampling.temperature)
-    np.testing.assert_allclose(result.logprobs, np.asarray(logprobs), atol=1e-4)
+    if sampling.top_k == 0 and sampling.top_p == 1.0:
+        np.testing.assert_allclose(result.logprobs, np.asarray(logprobs), atol=1e-4)
+        return
+    full = np.asarray(model_lib.forward(graphdef, params, np.concatenate([tokens, result.tokens], axis=1),
+                                        np.concatenate([valid, result.mask], axis=1)), np.float64)
+    prompt_len = tokens.shape[1]
+    expected = np.zeros(result.logprobs.shape)
+    for b, j in zip(*np.nonzero(result.mask)):
+        scaled = full[b, prompt_len - 1 + j] / sampling.temperature
+        keep = scaled >= np.sort(scaled)[-sampling.top_k]                     # top-k
+        probs = np.where(keep, np.exp(scaled - scaled.max()), 0.0)
+        probs /= probs.sum()
+        order = np.argsort(-probs, kind="stable")
+        before = np.cumsum(probs[order]) - probs[order]                       # mass of more likely tokens
+        nucleus = np.zeros_like(keep)
+        nucleus[order[before < sampling.top_p]] = True                        # top-p of the top-k
+        probs = np.where(nucleus, probs, 0.0)
+        expected[b, j] = np.log(probs[result.tokens[b, j]] / probs.sum())
+    np.testing.assert_allclose(result.logprobs, expected, atol=1e-4)
+    # The truncated distribution is more concentrated than the policy: the recorded log-prob is higher.
+    assert (result.logprobs[result.mask] >= np.asarray(logprobs)[result.mask] - 1e-5).all()
+    assert (result.logprobs[result.mask] > np.asarray(logprobs)[result.mask] + 1e-3).any()
 
 
 def test_greedy_is_deterministic_and_matches_full_forward(model, prompts):
@@ -189,7 +214,9 @@ def test_top_k_1_and_tiny_top_p_equal_greedy(model, prompts):
     for result in (top_k_1, top_p_tiny):
         np.testing.assert_array_equal(result.tokens, greedy.tokens)
         np.testing.assert_array_equal(result.mask, greedy.mask)
-        np.testing.assert_allclose(result.logprobs, greedy.logprobs, atol=1e-6)  # temperature 1 in both
+        # the filters keep one token: it was sampled with probability 1 (greedy records the policy's)
+        np.testing.assert_array_equal(result.logprobs, np.zeros_like(result.logprobs))
+        assert (greedy.logprobs[greedy.mask] < 0).all()
 
 
 def test_same_key_same_output_and_no_retrace(model, prompts):
@@ -233,6 +260,36 @@ def test_sample_token_follows_the_distribution():
     np.testing.assert_allclose(frequencies, probs, atol=0.015)
     assert frequencies[1] == 0  # zero-probability token never drawn
     np.testing.assert_allclose(np.asarray(logprobs), np.log(probs[np.asarray(tokens)]), atol=1e-5)
+
+
+def test_sample_token_records_the_logprob_of_the_truncated_distribution_it_samples_from():
+    """The recorded log-prob is that of the distribution actually sampled from (after temperature,
+    top-k, top-p), so that pi_old / pi_gen is the ratio of the policy to the sampling distribution.
+    Logits [2, 1, 0.5, -1, 0] at temperature 0.5 -> scaled [4, 2, 1, -2, 0]."""
+    logits = jnp.array([[2.0, 1.0, 0.5, -1.0, 0.0]], jnp.float32)
+    e = [math.exp(4.0), math.exp(2.0), math.exp(1.0), math.exp(-2.0), math.exp(0.0)]
+    # top_k=3 keeps tokens 0, 1, 2 (scaled 4, 2, 1), renormalised over those three.
+    top_k = {0: e[0] / (e[0] + e[1] + e[2]), 1: e[1] / (e[0] + e[1] + e[2]), 2: e[2] / (e[0] + e[1] + e[2])}
+    # top_p=0.9 alone: full probabilities 0.829, 0.112, 0.041, 0.015, 0.002; the mass before token 1
+    # is 0.829 < 0.9 (kept), before token 2 it is 0.941 (dropped): the nucleus is tokens 0 and 1.
+    full = [x / sum(e) for x in e]
+    assert full[0] < 0.9 <= full[0] + full[1]
+    top_p = {0: e[0] / (e[0] + e[1]), 1: e[1] / (e[0] + e[1])}
+    for sampling, kept in [(SamplingParams(max_new_tokens=1, temperature=0.5, top_k=3), top_k),
+                           (SamplingParams(max_new_tokens=1, temperature=0.5, top_p=0.9), top_p)]:
+        # one uniform in the middle of each kept token's CDF interval, and one just below 1
+        cdf = np.cumsum([kept[t] for t in sorted(kept)])
+        lower = np.concatenate([[0.0], cdf[:-1]])
+        uniforms = np.concatenate([(lower + cdf) / 2, [0.9999]]).astype(np.float32)
+        expected_tokens = sorted(kept) + [max(kept)]
+        tokens, logprobs = generate_lib.sample_token(jnp.tile(logits, (len(uniforms), 1)), jnp.asarray(uniforms),
+                                                     sampling)
+        np.testing.assert_array_equal(np.asarray(tokens), expected_tokens)
+        np.testing.assert_allclose(np.asarray(logprobs), [math.log(kept[t]) for t in expected_tokens], rtol=1e-5)
+    # Greedy keeps its convention: log_softmax of the raw logits (temperature 1).
+    token, logprob = generate_lib.sample_token(logits, jnp.zeros(1), SamplingParams(max_new_tokens=1, temperature=0.0))
+    raw = [math.exp(x) for x in (2.0, 1.0, 0.5, -1.0, 0.0)]
+    assert int(token[0]) == 0 and float(logprob[0]) == pytest.approx(math.log(raw[0] / sum(raw)), rel=1e-6)
 
 
 def test_rejects_right_padded_prompts(model, prompts):

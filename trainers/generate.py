@@ -38,8 +38,8 @@ class SamplingParams:
 @dataclasses.dataclass
 class GenerationResult:  # numpy arrays
     tokens: np.ndarray  # [B, N] int32; pad_id after a sequence stopped
-    logprobs: np.ndarray  # [B, N] float32: log-prob of the sampled token under log_softmax(logits/temperature)
-    #                       of the untruncated distribution (temperature 0 -> 1); 0 where mask is False
+    logprobs: np.ndarray  # [B, N] float32: log-prob of the sampled token under the distribution it was drawn
+    #                       from (temperature, top-k, top-p; greedy: log_softmax(logits)); 0 where mask is False
     mask: np.ndarray  # [B, N] bool: True for generated tokens, including the EOS token itself
     lengths: np.ndarray  # [B] int32 number of generated tokens (incl. EOS)
     decode_steps: int  # token-sampling steps actually run (<= N; < N after an early exit); the prefill
@@ -72,16 +72,23 @@ def sample_token(logits: jax.Array, uniform: jax.Array, sampling: SamplingParams
 
     Draws from softmax(filter_logits(logits / temperature)) by inverting its CDF at `uniform` (one
     random number per row, so no [B,V] noise is generated inside the decode loop); greedy
-    (argmax) when temperature is 0. The logprob is that of the chosen token under
-    log_softmax(logits / temperature) of the untruncated distribution (temperature 1 when greedy).
+    (argmax) when temperature is 0.
+
+    The logprob is that of the chosen token under the distribution it was actually drawn from:
+    log_softmax(filter_logits(logits / temperature)), i.e. renormalised over the top-k / top-p set
+    (without filters that is the policy's log_softmax(logits / temperature)). This is log pi_gen
+    of asynchronous GRPO: the trainer's pi_old is the untruncated log_softmax(logits / temperature)
+    of its policy (`model.completion_logprobs`), so the importance weight pi_old / pi_gen is the
+    ratio of the policy to the sampling distribution, which corrects both the weights' lag and the
+    truncation (see `importance`). Greedy keeps the convention log_softmax(logits) (temperature 1).
     """
     if sampling.temperature == 0.0:
         token = jnp.argmax(logits, axis=-1).astype(jnp.int32)
         log_probs = jax.nn.log_softmax(logits, axis=-1)
     else:
-        scaled = logits / sampling.temperature
-        log_probs = jax.nn.log_softmax(scaled, axis=-1)
-        probs = jax.nn.softmax(filter_logits(scaled, sampling.top_k, sampling.top_p), axis=-1)  # 0 off-filter
+        filtered = filter_logits(logits / sampling.temperature, sampling.top_k, sampling.top_p)
+        log_probs = jax.nn.log_softmax(filtered, axis=-1)  # -inf off the filter
+        probs = jax.nn.softmax(filtered, axis=-1)  # 0 off the filter
         cdf = jnp.cumsum(probs, axis=-1)  # [B,V]
         # First token whose CDF exceeds u * total; a zero-probability token never satisfies this.
         threshold = uniform[:, None] * cdf[:, -1:]
@@ -210,7 +217,8 @@ def generate(graphdef: nnx.GraphDef, params: nnx.State, prompt_tokens, prompt_va
     prompt_tokens [B,Lp] int32 LEFT-padded to the batch's longest prompt, prompt_valid [B,Lp] bool
     (every row needs at least one valid token). New token i of row b gets RoPE position
     (number of valid prompt tokens of b) + i, so `model.completion_logprobs` on
-    (prompt, result.tokens, result.mask) reproduces result.logprobs. Returns numpy arrays.
+    (prompt, result.tokens, result.mask) reproduces result.logprobs when no top-k / top-p filter is
+    set (with one, result.logprobs are the renormalised ones: see `sample_token`). Returns numpy arrays.
     """
     _check_prompts(sampling, prompt_valid)
     tokens, logprobs, mask, lengths, decode_steps = _generate_jit(
