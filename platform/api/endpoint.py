@@ -14,7 +14,7 @@ import json
 import logging
 from typing import Any, Callable
 
-from django.core.exceptions import PermissionDenied, RequestDataTooBig, SuspiciousOperation
+from django.core.exceptions import PermissionDenied, RequestDataTooBig, SuspiciousOperation, ValidationError
 from django.db import DataError
 from django.http import Http404, HttpRequest, JsonResponse
 from django.http.multipartparser import MultiPartParserError
@@ -87,6 +87,9 @@ def api_endpoint(*methods: str) -> Callable:
                 return error(413, "request body too large")
             except (SuspiciousOperation, MultiPartParserError) as exc:
                 return error(400, f"bad request: {exc}")
+            except ValidationError as exc:  # a model's own check (Experiment.clean) refused the input
+                errors = exc.message_dict if hasattr(exc, "error_dict") else {"(input)": exc.messages}
+                return ApiError(400, errors={k: " ".join(v) for k, v in errors.items()}).response()
             except DataError as exc:  # a value the database cannot hold (e.g. an integer out of range)
                 return error(400, f"a value is out of the database's range: {str(exc).splitlines()[0]}")
             except Exception:  # noqa: BLE001 - an API answers JSON even for its own bugs
@@ -110,6 +113,8 @@ def json_body(request: HttpRequest) -> dict[str, Any]:
         data = json.loads(request.body, parse_constant=_no_constants)
     except (UnicodeDecodeError, ValueError) as exc:
         raise ApiError(400, f"request body is not valid JSON: {exc}") from None
+    except RecursionError:  # json's parser recurses once per level: thousands of [ or { exhaust it
+        raise ApiError(400, "request body is nested too deeply (a config is a few levels deep)") from None
     if not isinstance(data, dict):
         raise ApiError(400, f"request body must be a JSON object, got {type(data).__name__}")
     return data

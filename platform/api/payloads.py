@@ -6,9 +6,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from trainers.config import ConfigError, parse_config, parse_yaml
-
-from experiments.models import Checkpoint, Experiment, RolloutSample, Run, RunEvent
+from experiments import configs
+from experiments.models import Checkpoint, Experiment, RolloutSample, Run, RunEvent, text_problem
 
 NAME_MAX_CHARS = Experiment._meta.get_field("name").max_length
 
@@ -25,14 +24,16 @@ class InvalidInput(Exception):
 def experiment_input(data: dict[str, Any], partial: bool = False) -> dict[str, Any]:
     """Check a create/update payload: `name`, `description`, and the config as `config` (an
     object) or `config_yaml` (YAML text). Returns the fields to set, with the config validated
-    and normalised (`parse_config(raw).model_dump(mode="json", by_alias=True)`); InvalidInput
-    otherwise. `partial` (PATCH): every field is optional."""
+    and normalised (experiments.configs: the schema, the guarded YAML loader, the dataset
+    roots); InvalidInput otherwise. `partial` (PATCH): every field is optional."""
     errors: dict[str, str] = {}
     out: dict[str, Any] = {}
     if "name" in data or not partial:
         name = data.get("name")
         if not isinstance(name, str) or not name.strip():
             errors["name"] = "required: a non-empty string"
+        elif text_problem(name):
+            errors["name"] = text_problem(name)
         elif len(name.strip()) > NAME_MAX_CHARS:
             errors["name"] = f"at most {NAME_MAX_CHARS} characters (got {len(name.strip())})"
         else:
@@ -41,6 +42,8 @@ def experiment_input(data: dict[str, Any], partial: bool = False) -> dict[str, A
         description = data["description"]
         if description is not None and not isinstance(description, str):
             errors["description"] = "must be a string"
+        elif text_problem(description):
+            errors["description"] = text_problem(description)
         else:
             out["description"] = description or ""
     has_config, has_yaml = "config" in data, "config_yaml" in data
@@ -50,9 +53,9 @@ def experiment_input(data: dict[str, Any], partial: bool = False) -> dict[str, A
         errors["config_yaml"] = "must be a string of YAML"
     elif has_config or has_yaml:
         try:
-            config = parse_yaml(data["config_yaml"]) if has_yaml else parse_config(data["config"])
-            out["config"] = config.model_dump(mode="json", by_alias=True)
-        except ConfigError as exc:
+            config = configs.parse_text(data["config_yaml"]) if has_yaml else configs.parse(data["config"])
+            out["config"] = configs.stored(config)
+        except configs.ConfigError as exc:
             errors.update(exc.as_dict())
     elif not partial:
         errors["config"] = "required: the experiment config as an object (config) or YAML text (config_yaml)"

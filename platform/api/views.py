@@ -1,7 +1,9 @@
 """The JSON API's views: thin. `api_endpoint` authenticates and turns failures into JSON; a view
-picks what the caller may see (someone else's experiment or run answers 404, exactly like one
-that does not exist), calls one function of experiments.models / experiments.metric_series /
-api.payloads, and returns a dict. The URL list and shapes are in api/urls.py."""
+picks what the caller may see (experiments.access: someone else's experiment or run answers 404,
+exactly like one that does not exist, unless the caller has the model's view permission; changing
+one they may only see answers 403), calls one function of runner.services /
+experiments.metric_series / api.payloads, and returns a dict. The URL list and shapes are in
+api/urls.py."""
 
 from __future__ import annotations
 
@@ -10,11 +12,11 @@ import re
 
 from django.db.models import Count, Max
 from django.http import JsonResponse
-from django.shortcuts import get_object_or_404
 
 from experiments import metric_series
-from experiments import models as run_actions
+from experiments.access import get_for_user
 from experiments.models import Experiment, MetricPoint, RolloutSample, Run, RunStatus
+from runner import services
 
 from api import payloads
 from api.endpoint import ApiError, api_endpoint, int_param, json_body
@@ -28,13 +30,13 @@ MAX_RESTARTS_LIMIT = 100
 QUEUE_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 
-def _experiment(request, pk: int) -> Experiment:
-    return get_object_or_404(Experiment.objects.visible_to(request.user).select_related("owner"), pk=pk)
+def _experiment(request, pk: int, change: bool = False) -> Experiment:
+    return get_for_user(Experiment.objects.select_related("owner"), request.user, pk, change=change)
 
 
-def _run(request, pk: int) -> Run:
-    runs = Run.objects.visible_to(request.user).select_related("experiment", "config_version")
-    return get_object_or_404(runs, pk=pk)
+def _run(request, pk: int, change: bool = False) -> Run:
+    runs = Run.objects.select_related("experiment", "config_version")
+    return get_for_user(runs, request.user, pk, change=change)
 
 
 def _created(body: dict, location: str) -> JsonResponse:
@@ -54,7 +56,7 @@ def _page(request, queryset) -> tuple[list, int]:
 
 @api_endpoint("GET", "POST")
 def experiments(request):
-    """GET: the caller's experiments (staff: everyone's), newest change first.
+    """GET: the experiments the caller may see (own; everyone's with the view permission), newest first.
     POST {"name", "config" | "config_yaml", "description"?}: 201 {"id"}, or 400 {"errors": {field: message}}."""
     if request.method == "POST":
         try:
@@ -74,7 +76,7 @@ def experiments(request):
 def experiment_detail(request, pk: int):
     """GET: the experiment, its config, versions and recent runs. PUT (name and config required) /
     PATCH (any of name, description, config, config_yaml): a changed config adds a version."""
-    experiment = _experiment(request, pk)
+    experiment = _experiment(request, pk, change=request.method in ("PUT", "PATCH"))
     if request.method in ("PUT", "PATCH"):
         try:
             fields = payloads.experiment_input(json_body(request), partial=request.method == "PATCH")
@@ -94,7 +96,7 @@ def experiment_detail(request, pk: int):
 def experiment_runs(request, pk: int):
     """GET: the experiment's runs. POST {"max_restarts"?, "queue"?}: 201 {"id", "status"}, a queued run of
     the experiment's current config."""
-    experiment = _experiment(request, pk)
+    experiment = _experiment(request, pk, change=request.method == "POST")
     if request.method == "POST":
         data = json_body(request)
         max_restarts = data.get("max_restarts")
@@ -106,7 +108,7 @@ def experiment_runs(request, pk: int):
         queue = data.get("queue") or None
         if queue is not None and not (isinstance(queue, str) and QUEUE_NAME.fullmatch(queue)):
             raise ApiError(400, errors={"queue": "a queue name: 1-64 letters, digits, '.', '_' or '-'"})
-        run = run_actions.launch_run(experiment, max_restarts=max_restarts, queue=queue)
+        run = services.launch_run(experiment, max_restarts=max_restarts, queue=queue)
         return _created({"id": run.pk, "status": run.status}, f"/api/runs/{run.pk}")
     rows, count = _page(request, experiment.runs.select_related("experiment", "config_version"))
     return {"runs": [payloads.run_detail(r) for r in rows], "count": count}
@@ -191,21 +193,13 @@ def run_events(request, pk: int):
     return {"events": [payloads.event_json(e) for e in events], "last_id": events[-1].pk if events else after_id}
 
 
-RUN_ACTIONS = {
-    "cancel": run_actions.request_cancel,
-    "pause": run_actions.request_pause,
-    "resume": run_actions.resume_run,
-    "retry": run_actions.retry_run,
-}
-
-
 @api_endpoint("POST")
 def run_action(request, pk: int, action: str):
     """POST /api/runs/<id>/<cancel|pause|resume|retry>: 202 {"id", "status"}, or 409 when the
     run's status does not allow it."""
-    run = _run(request, pk)
+    run = _run(request, pk, change=True)
     before = run.status
-    if not RUN_ACTIONS[action](run):
+    if not services.ACTIONS[action].function(run):
         run.refresh_from_db(fields=["status"])
         raise ApiError(409, f"cannot {action} run {run.pk}: it is {run.status}"
                        + (f" (was {before})" if before != run.status else ""))

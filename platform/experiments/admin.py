@@ -1,7 +1,12 @@
 """The admin as an operator's tool: experiments and their versions, runs with the same actions the
-web UI and API offer (cancel, pause, resume, requeue — through experiments.models, so the state
+web UI and API offer (cancel, pause, resume, requeue — through runner.services, so the state
 machine holds), what runs report (read-only: those rows are the trainer's record), and the live
 workers with what each one runs.
+
+Experiments and runs follow the platform's one rule (experiments.models.VisibleToQuerySet): a
+staff user sees and steers their own, and others' only with the model permission (view to see,
+change to edit or steer); superusers have every permission. A config edited or added here is
+validated by `Experiment.clean` (the trainer's schema and the dataset roots) and versioned.
 
 Status and progress fields are read-only here: changing them by hand would bypass the
 compare-and-set transitions the workers rely on.
@@ -13,12 +18,13 @@ import datetime
 import json
 
 from django.conf import settings
+from django import forms
 from django.contrib import admin, messages
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
-from experiments import models as run_actions
+from experiments.access import may_change
 from experiments.models import (
     Checkpoint,
     ConfigVersion,
@@ -29,6 +35,7 @@ from experiments.models import (
     RunEvent,
     Worker,
 )
+from runner import services
 
 RECENT_EVENTS_SHOWN = 30
 
@@ -74,24 +81,71 @@ class ConfigVersionInline(ReadOnlyInline):
     ordering = ("-number",)
 
 
+class ConfigField(forms.JSONField):
+    """The config as JSON text; JSON nested thousands deep is an error, not a crash."""
+
+    def to_python(self, value):
+        try:
+            return super().to_python(value)
+        except RecursionError:
+            raise forms.ValidationError("the JSON is nested too deeply (a config is a few levels deep)") from None
+
+
+class ExperimentAdminForm(forms.ModelForm):
+    config = ConfigField(widget=forms.Textarea(attrs={"rows": 20, "cols": 100}),
+                         help_text="The experiment config (JSON); validated by the trainer's schema, "
+                                   "and a new version when it changes.")
+
+    class Meta:
+        model = Experiment
+        fields = "__all__"
+
+
+class OwnRowsAdmin(admin.ModelAdmin):
+    """Staff see and steer their own rows here; others' only with the model permission."""
+
+    def has_module_permission(self, request):
+        return request.user.is_active and request.user.is_staff
+
+    def get_queryset(self, request):
+        return super().get_queryset(request) & self.model.objects.visible_to(request.user)
+
+    def has_view_permission(self, request, obj=None):
+        if not self.has_module_permission(request):
+            return False
+        return obj is None or self.model.objects.visible_to(request.user).filter(pk=obj.pk).exists()
+
+    def has_change_permission(self, request, obj=None):
+        # without obj: may this user change some row (their own, at least); each row is checked
+        if not self.has_module_permission(request):
+            return False
+        return obj is None or may_change(request.user, obj)
+
+
 @admin.register(Experiment)
-class ExperimentAdmin(admin.ModelAdmin):
+class ExperimentAdmin(OwnRowsAdmin):
     list_display = ("id", "name", "owner", "updated_at", "created_at")
     list_display_links = ("id", "name")
     list_filter = ("owner",)
     list_select_related = ("owner",)
     search_fields = ("name", "description", "owner__username")
     date_hierarchy = "updated_at"
-    fields = ("owner", "name", "description", "config_pretty", "created_at", "updated_at")
-    readonly_fields = ("config_pretty", "created_at", "updated_at")
+    form = ExperimentAdminForm
+    fields = ("owner", "name", "description", "config", "created_at", "updated_at")
+    readonly_fields = ("created_at", "updated_at")
     inlines = [ConfigVersionInline]
 
-    @admin.display(description="config (edit it in the web UI or API: it is validated and versioned there)")
-    def config_pretty(self, obj):
-        return _pretty_json(obj.config) if obj and obj.pk else "-"
+    def get_readonly_fields(self, request, obj=None):
+        fields = list(super().get_readonly_fields(request, obj))
+        if not request.user.has_perm("experiments.change_experiment"):
+            fields.append("owner")  # only someone who may change everyone's experiments hands one over
+        return fields
 
-    def has_add_permission(self, request):
-        return False  # a config must pass the trainer's schema: create experiments in the web UI or API
+    def save_model(self, request, obj, form, change):
+        """The form has run `Experiment.clean` (schema, dataset roots); store a new version."""
+        if not obj.owner_id:
+            obj.owner = request.user
+        obj.set_config(obj.config, user=request.user, note="admin")
 
 
 # --- runs -------------------------------------------------------------------------------------
@@ -103,26 +157,29 @@ class CheckpointInline(ReadOnlyInline):
     readonly_fields = fields
 
 
-def _run_action(label: str, function, done: str):
-    """An admin action calling `function(run) -> bool` on each selected run."""
+def _run_action(action: services.RunAction):
+    """An admin action applying `action` to each selected run this user may steer."""
 
-    def action(modeladmin, request, queryset):
+    def apply(modeladmin, request, queryset):
         runs = list(queryset.select_related("experiment"))
-        changed = sum(1 for run in runs if function(run))
+        steerable = set(Run.objects.steerable_by(request.user).filter(pk__in=[r.pk for r in runs])
+                        .values_list("pk", flat=True))
+        changed = sum(1 for run in runs if run.pk in steerable and action.function(run))
         level = messages.SUCCESS if changed == len(runs) else messages.WARNING
         modeladmin.message_user(
             request,
-            f"{label}: {changed} of {len(runs)} run(s) {done}"
-            + ("" if changed == len(runs) else "; the others were in a status that does not allow it"),
+            f"{action.label}: {changed} of {len(runs)} run(s) {action.done}"
+            + ("" if changed == len(runs) else "; the others were in a status that does not allow it"
+               + ("" if len(steerable) == len(runs) else ", or not yours to steer")),
             level,
         )
 
-    action.__name__ = f"{label.lower()}_runs"
-    return admin.action(description=f"{label} selected runs")(action)
+    apply.__name__ = f"{action.label.lower()}_runs"
+    return admin.action(description=f"{action.label} selected runs", permissions=["change"])(apply)
 
 
 @admin.register(Run)
-class RunAdmin(admin.ModelAdmin):
+class RunAdmin(OwnRowsAdmin):
     list_display = ("id", "experiment", "owner", "status", "progress_steps", "restarts", "worker_host",
                     "heartbeat_at", "created_at")
     list_display_links = ("id", "experiment")
@@ -130,12 +187,7 @@ class RunAdmin(admin.ModelAdmin):
     list_select_related = ("experiment__owner",)
     search_fields = ("=id", "experiment__name", "worker_host", "experiment__owner__username")
     date_hierarchy = "created_at"
-    actions = [
-        _run_action("Cancel", run_actions.request_cancel, "cancelled or cancelling"),
-        _run_action("Pause", run_actions.request_pause, "pausing"),
-        _run_action("Resume", run_actions.resume_run, "put back on the queue"),
-        _run_action("Requeue", run_actions.retry_run, "put back on the queue (retry)"),
-    ]
+    actions = [_run_action(a) for a in services.ACTIONS.values()]
     inlines = [CheckpointInline]
     fieldsets = [
         (None, {"fields": ("experiment", "config_version", "status", "progress_steps", "latest_reward", "error",

@@ -1,7 +1,8 @@
 """Experiments, their config versions, runs and everything a run reports.
 
-An Experiment holds a config validated by the trainer's one schema (`trainers.parse_config`); each
-save of a changed config adds a ConfigVersion. A Run snapshots the config at launch and moves
+An Experiment holds a config validated by the trainer's one schema (`Experiment.clean`, through
+experiments.configs, which every entry point uses); each save of a changed config adds a
+ConfigVersion. A Run snapshots the config at launch and moves
 through the status state machine below; every status change is a compare-and-set in the database
 (`Run.transition`), so two processes never both win the same change.
 """
@@ -9,25 +10,59 @@ through the status state machine below; every status change is a compare-and-set
 from __future__ import annotations
 
 import time
-import uuid
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from experiments import configs
+
 
 class VisibleToQuerySet(models.QuerySet):
+    """Who may see and steer which rows, the one rule of the web pages, the API and the admin:
+    a user sees and steers their own rows; someone else's only with the model's permission
+    (`experiments.view_<model>` to see, `experiments.change_<model>` to see and steer or edit).
+    Superusers have every permission; being staff alone grants nothing."""
+
     owner_field = "owner"
 
-    def visible_to(self, user):
-        """What `user` may see and steer: their own rows, or everything for staff."""
-        if not user or not user.is_authenticated:
-            return self.none()
-        if user.is_staff:
-            return self
+    def _perm(self, action: str) -> str:
+        return f"{self.model._meta.app_label}.{action}_{self.model._meta.model_name}"
+
+    def _own(self, user):
+        if not user or not user.is_authenticated or not user.is_active:
+            return None
         return self.filter(**{self.owner_field: user})
+
+    def visible_to(self, user):
+        """The rows `user` may see: their own, or all with the view (or change) permission."""
+        own = self._own(user)
+        if own is None:
+            return self.none()
+        return self if user.has_perm(self._perm("view")) or user.has_perm(self._perm("change")) else own
+
+    def steerable_by(self, user):
+        """The rows `user` may change (edit an experiment, launch it; cancel, pause, resume or
+        retry a run): their own, or all with the change permission."""
+        own = self._own(user)
+        if own is None:
+            return self.none()
+        return self if user.has_perm(self._perm("change")) else own
+
+
+def text_problem(text: Any) -> str:
+    """Why `text` cannot be stored as text ('' when it can): a lone surrogate ("\\ud800" in JSON)
+    is not Unicode that UTF-8, hence PostgreSQL or SQLite, can hold."""
+    if not isinstance(text, str):
+        return ""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "contains characters that are not valid Unicode text (a lone surrogate); remove them"
+    return ""
 
 
 class Experiment(models.Model):
@@ -51,8 +86,29 @@ class Experiment(models.Model):
     def latest_version(self) -> "ConfigVersion | None":
         return self.versions.order_by("-number").first()
 
+    def clean(self) -> None:
+        """Name and description must be text a database can store; the config must pass the
+        trainer's schema with the platform's dataset roots, and is stored normalised (every
+        default filled in, data paths resolved)."""
+        super().clean()
+        errors: dict[str, Any] = {}
+        for field in ("name", "description"):
+            message = text_problem(getattr(self, field))
+            if message:
+                errors[field] = message
+        try:
+            self.config = configs.validated(self.config)
+        except configs.ConfigError as exc:
+            errors["config"] = [f"{key}: {message}" for key, message in exc.as_dict().items()]
+        if errors:
+            raise ValidationError(errors)
+
     def set_config(self, config: dict[str, Any], user=None, note: str = "") -> "ConfigVersion | None":
-        """Store `config` (already validated) and add a version when it differs from the newest one."""
+        """Validate the experiment with `config` (`full_clean`: ValidationError if it does not
+        pass), store it, and add a version when the config differs from the newest one."""
+        self.config = config
+        self.full_clean()
+        config = self.config
         with transaction.atomic():
             latest = self.versions.select_for_update().order_by("-number").first() if self.pk else None
             self.config = config
@@ -96,19 +152,35 @@ class RunStatus(models.TextChoices):
 
 
 S = RunStatus
-# to-status -> the statuses it may be reached from. Anything else is refused.
+# to-status -> the statuses anyone (a user's request, a worker) may move a run from. Anything else
+# is refused. Each request narrows it further with `only_from` (resume: paused only; retry: failed
+# or cancelled only), so a caller's stale copy of the run never decides what happens.
 TRANSITIONS: dict[str, set[str]] = {
-    S.QUEUED: {S.PAUSED, S.FAILED, S.CANCELLED, S.RUNNING, S.PAUSING},  # resume, retry, requeue after a lost worker
-    S.RUNNING: {S.QUEUED},                                             # a worker took it (compare-and-set)
+    S.QUEUED: {S.PAUSED, S.FAILED, S.CANCELLED},       # resume, retry
+    S.RUNNING: set(),                                   # only a worker's claim (below)
     S.PAUSING: {S.RUNNING},
     S.PAUSED: {S.PAUSING, S.RUNNING},
     S.CANCELLING: {S.RUNNING, S.PAUSING},
     S.CANCELLED: {S.QUEUED, S.PAUSED, S.CANCELLING},
     S.SUCCEEDED: {S.RUNNING, S.PAUSING, S.CANCELLING},
-    S.FAILED: {S.QUEUED, S.RUNNING, S.PAUSING, S.CANCELLING},
+    S.FAILED: {S.RUNNING, S.PAUSING, S.CANCELLING},
+}
+# Moves only the attempt that holds the run makes, so the compare-and-set must name that attempt:
+# a worker claims its message's attempt (queued -> running); a lost worker's run (the reaper) or a
+# stopping worker's run goes back on the queue as a new attempt (running -> queued).
+ATTEMPT_TRANSITIONS: dict[str, set[str]] = {
+    S.RUNNING: {S.QUEUED},
+    S.QUEUED: {S.RUNNING},
 }
 ACTIVE_STATUSES = {S.RUNNING, S.PAUSING, S.CANCELLING}     # a worker holds the run
 TERMINAL_STATUSES = {S.CANCELLED, S.SUCCEEDED, S.FAILED}
+
+
+def allowed_sources(to: str, *, by_attempt: bool, only_from=None) -> set[str]:
+    """The statuses a compare-and-set to `to` may start from: TRANSITIONS[to], plus
+    ATTEMPT_TRANSITIONS[to] when the change names the attempt (`by_attempt`), narrowed to `only_from`."""
+    allowed = set(TRANSITIONS[to]) | (ATTEMPT_TRANSITIONS.get(to, set()) if by_attempt else set())
+    return allowed if only_from is None else allowed & set(only_from)
 
 
 class RunQuerySet(VisibleToQuerySet):
@@ -167,14 +239,22 @@ class Run(models.Model):
         end = self.finished_at or timezone.now()
         return (end - self.started_at).total_seconds()
 
-    def transition(self, to: str, *, attempt: int | None = None, only_from: set[str] | None = None, **fields: Any) -> bool:
-        """Compare-and-set: move to `to` only from an allowed status (narrowed further by
-        `only_from`, and, if given, only while `attempt` still matches). Updates `fields` too.
-        Returns whether this call won; on success the instance is refreshed."""
-        allowed = TRANSITIONS[to] if only_from is None else TRANSITIONS[to] & set(only_from)
-        q = Q(pk=self.pk, status__in=list(allowed))
+    def transition(self, to: str, *, attempt: int | None = None, only_from: set[str] | None = None,
+                   new_attempt: bool = False, **fields: Any) -> bool:
+        """Compare-and-set in the database: move to `to` only from an allowed status (see
+        `allowed_sources`: narrowed by `only_from`; moves reserved to an attempt need `attempt`),
+        and, if given, only while `attempt` still matches. Updates `fields` too, and with
+        `new_attempt` bumps the attempt in the same update (a run put on the queue: no message
+        of the old attempt can claim it in between). The instance's own status is never
+        consulted. Returns whether this call won; on success the instance is refreshed."""
+        allowed = allowed_sources(to, by_attempt=attempt is not None, only_from=only_from)
+        if not allowed:
+            return False
+        q = Q(pk=self.pk, status__in=sorted(allowed))
         if attempt is not None:
             q &= Q(attempt=attempt)
+        if new_attempt:
+            fields.update(attempt=models.F("attempt") + 1, queued_at=timezone.now())
         won = Run.objects.filter(q).update(status=to, **fields) == 1
         if won:
             self.refresh_from_db()
@@ -274,69 +354,3 @@ class Worker(models.Model):
     @property
     def current_runs(self):
         return Run.objects.filter(worker_host=self.hostname, status__in=list(ACTIVE_STATUSES))
-
-
-# --- what users do to runs (web, API and admin all call these) --------------------------------
-
-
-def launch_run(experiment: Experiment, max_restarts: int | None = None, queue: str | None = None) -> Run:
-    """Create a queued Run from the experiment's current config and put it on `queue` (default
-    settings.CELERY_TASK_DEFAULT_QUEUE; workers take the queues named by `worker --queues`)."""
-    version = experiment.latest_version
-    run = Run.objects.create(
-        experiment=experiment,
-        config_version=version,
-        config=experiment.config,
-        status=RunStatus.QUEUED,
-        max_steps=int(experiment.config.get("train", {}).get("max_steps", 0)),
-        max_restarts=settings.PLATFORM_DEFAULT_MAX_RESTARTS if max_restarts is None else max_restarts,
-        queue=queue or settings.CELERY_TASK_DEFAULT_QUEUE,
-    )
-    # The suffix keeps a recreated database's run 1 from resuming an older run 1's checkpoints.
-    run.run_dir = f"run-{run.pk}-{uuid.uuid4().hex[:8]}"
-    run.save(update_fields=["run_dir"])
-    run.add_event(f"launched from {experiment.name} v{version.number if version else '?'}", kind="status")
-    enqueue_run(run)
-    return run
-
-
-def enqueue_run(run: Run) -> None:
-    """Bump the attempt and send a task message for it. The caller has set status to queued."""
-    from runner.tasks import send_run_message  # the runner app owns the Celery side
-
-    with transaction.atomic():
-        Run.objects.filter(pk=run.pk).update(attempt=models.F("attempt") + 1, queued_at=timezone.now())
-        run.refresh_from_db()
-        attempt = run.attempt
-        transaction.on_commit(lambda: send_run_message(run.pk, attempt, run.queue))
-
-
-def request_cancel(run: Run) -> bool:
-    """queued/paused: cancelled at once. running/pausing: cancelling, the worker stops it."""
-    if run.transition(RunStatus.CANCELLED, only_from={RunStatus.QUEUED, RunStatus.PAUSED}, finished_at=timezone.now()):
-        return True  # nothing was running it
-    # Only the worker holding the run moves cancelling -> cancelled, once its trainer has stopped.
-    return run.transition(RunStatus.CANCELLING)  # it was running or pausing (or a worker just took it)
-
-
-def request_pause(run: Run) -> bool:
-    """running: pausing; the worker checkpoints and lets go. queued: nothing to pause (False)."""
-    return run.transition(RunStatus.PAUSING)
-
-
-def resume_run(run: Run) -> bool:
-    """paused: back on the queue; the run resumes from its newest checkpoint."""
-    if run.status != RunStatus.PAUSED or not run.transition(RunStatus.QUEUED, finished_at=None):
-        return False
-    enqueue_run(run)
-    return True
-
-
-def retry_run(run: Run) -> bool:
-    """failed or cancelled: back on the queue, resuming from the newest checkpoint if any."""
-    if run.status not in (RunStatus.FAILED, RunStatus.CANCELLED):
-        return False
-    if not run.transition(RunStatus.QUEUED, finished_at=None, error=""):
-        return False
-    enqueue_run(run)
-    return True

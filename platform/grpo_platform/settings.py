@@ -20,7 +20,15 @@ DATA_DIR = Path(os.environ.get("PLATFORM_DATA_DIR", REPO_ROOT / "var")).resolve(
 ARTIFACTS_DIR = DATA_DIR / "runs"          # run directories: checkpoints and run files
 BROKER_DIR = DATA_DIR / "broker"           # the embedded (filesystem) Celery broker
 STATIC_ROOT_DIR = DATA_DIR / "static"
-for _d in (DATA_DIR, ARTIFACTS_DIR, STATIC_ROOT_DIR):
+# Where experiments' data files (data.train_path, data.eval_path) may lie: an os.pathsep- or
+# comma-separated list of directories; relative paths start in the first. A path that resolves
+# (`..`, symlinks) outside all of them is refused, so a config cannot read the host's files.
+PLATFORM_DATASET_DIRS = [
+    Path(d.strip()).expanduser().resolve()
+    for d in os.environ.get("PLATFORM_DATASET_DIRS", str(DATA_DIR / "datasets")).replace(",", os.pathsep).split(os.pathsep)
+    if d.strip()
+] or [DATA_DIR / "datasets"]
+for _d in (DATA_DIR, ARTIFACTS_DIR, STATIC_ROOT_DIR, *PLATFORM_DATASET_DIRS):
     _d.mkdir(parents=True, exist_ok=True)
 
 

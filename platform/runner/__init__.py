@@ -1,6 +1,7 @@
 """Run execution on Celery workers (one job per module):
 
-tasks        the Celery tasks: `send_run_message`, `execute_run` (supervised attempt), the reaper
+tasks        the Celery tasks: `execute_run` (supervised attempt), the reaper
+services     what users do to runs: launch, cancel, pause, resume, retry (web, API and admin)
 supervisor   what `execute_run` does: CAS to running, trainer child, heartbeats, stop escalation
 attempt      inside the trainer child (`manage.py execute_run`): train, then the final status
 db_hooks     `DatabaseHooks`: the trainer's reports written to the database, batched
@@ -9,6 +10,5 @@ recovery     `reap_stale_runs`: requeue or fail runs whose worker was lost
 beat         the periodic schedule; the scheduler runs the reaper in-process
 workers      the Worker registry (Celery signals + a heartbeat thread); shutdown flag
 demo         the demo account `serve` creates
-overhead     `measure_reporting_overhead` for the benchmarks
 procs        process helpers (PDEATHSIG, process groups, log tails)
 """

@@ -1,8 +1,8 @@
 """One attempt of a run, inside the trainer child process (`manage.py execute_run RUN ATTEMPT`).
 
-Parses the run's config snapshot, trains in the run directory (resuming from its newest checkpoint)
-with database + run-file hooks and database control, then writes the final status by
-compare-and-set on (status, attempt):
+Parses the run's config snapshot (experiments.configs: the schema and the dataset roots), trains
+in the run directory (resuming from its newest checkpoint) with database + run-file hooks and
+database control, then writes the final status by compare-and-set on (status, attempt):
 
   trainer returned   run status now   ->  final
   succeeded          active           ->  succeeded (params_digest, step)
@@ -24,9 +24,10 @@ import traceback
 from django.conf import settings
 from django.utils import timezone
 
-from experiments.models import ACTIVE_STATUSES, Run, RunStatus, enqueue_run
+from experiments.models import ACTIVE_STATUSES, Run, RunEvent, RunStatus
 from runner.control import DatabaseControl
 from runner.db_hooks import DatabaseHooks
+from runner.services import send_when_committed
 
 log = logging.getLogger(__name__)
 ERROR_LINES = 25
@@ -51,9 +52,10 @@ def finish_run(run: Run, attempt: int, result, control: DatabaseControl) -> str:
     elif result.status == "paused":
         run.refresh_from_db(fields=["status", "attempt"])
         if control.signalled is not None and run.status == S.RUNNING and run.attempt == attempt:
-            if run.transition(S.QUEUED, attempt=attempt, step=result.final_step):
-                run.add_event(f"worker stopping: checkpointed at step {result.final_step}; requeued", kind="system")
-                enqueue_run(run)
+            if run.transition(S.QUEUED, attempt=attempt, new_attempt=True, step=result.final_step):
+                RunEvent.objects.create(run=run, attempt=attempt, kind="system",
+                                        message=f"worker stopping: checkpointed at step {result.final_step}; requeued")
+                send_when_committed(run)
                 return S.QUEUED
         if run.transition(S.PAUSED, attempt=attempt, step=result.final_step, finished_at=now):
             return S.PAUSED
@@ -65,7 +67,8 @@ def finish_run(run: Run, attempt: int, result, control: DatabaseControl) -> str:
 
 def run_attempt(run_id: int, attempt: int, parent_pid: int | None = None) -> int:
     """Train attempt `attempt` of run `run_id` to a final status. Returns a process exit code."""
-    from trainers import ConfigError, parse_config, train
+    from experiments import configs
+    from trainers import train
     from trainers.hooks import MultiHooks
     from trainers.run_files import RunFilesHooks
 
@@ -76,8 +79,11 @@ def run_attempt(run_id: int, attempt: int, parent_pid: int | None = None) -> int
         return 0
     control = DatabaseControl(run_id, attempt, parent_pid=parent_pid)
     try:
-        config = parse_config(run.config)
-    except ConfigError as exc:
+        # validated again here, with the dataset roots as they are now: a data path resolves to the
+        # absolute file inside a root that the trainer reads (a symlink swapped in since the
+        # experiment was saved cannot lead it outside)
+        config = configs.parse(run.config)
+    except configs.ConfigError as exc:
         problems = "\n".join(f"  {p}" for p in exc.problems)
         fail_run(run, attempt, f"invalid config ({len(exc.problems)} problem(s)):\n{problems}")
         return 1

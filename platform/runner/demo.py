@@ -23,8 +23,8 @@ def demo_password() -> str:
 
 def ensure_demo() -> tuple[str, str]:
     """Create (or repair) the demo user and experiment. Returns (username, password)."""
+    from experiments import configs
     from experiments.models import Experiment
-    from trainers.config import load_config
 
     password = demo_password()
     user, created = get_user_model().objects.get_or_create(username=DEMO_USERNAME)
@@ -32,7 +32,8 @@ def ensure_demo() -> tuple[str, str]:
         user.set_password(password)
         user.save()
     if not Experiment.objects.filter(owner=user, name=DEMO_EXPERIMENT).exists():
-        config = load_config(settings.REPO_ROOT / "configs" / "demo.yaml").model_dump(mode="json", by_alias=True)
+        text = (settings.REPO_ROOT / "configs" / "demo.yaml").read_text(encoding="utf-8")
+        config = configs.stored(configs.parse_text(text))
         experiment = Experiment(owner=user, name=DEMO_EXPERIMENT,
                                 description="A tiny model learns 2-3 digit arithmetic on CPU (configs/demo.yaml).")
         experiment.set_config(config, user=user, note="demo config")

@@ -21,7 +21,8 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from experiments.models import TRANSITIONS, Run, RunEvent, RunStatus, Worker, enqueue_run
+from experiments.models import Run, RunEvent, RunStatus, Worker, allowed_sources
+from runner.services import send_when_committed
 
 log = logging.getLogger(__name__)
 STALE_STATUSES = (RunStatus.RUNNING, RunStatus.PAUSING, RunStatus.CANCELLING)
@@ -30,7 +31,7 @@ WORKER_FORGET_FACTOR = 10
 
 def _cas(run: Run, to: str, stale: Q, **fields) -> bool:
     """Compare-and-set to `to` from an allowed status, for this attempt, while still stale."""
-    q = Q(pk=run.pk, status__in=list(TRANSITIONS[to]), attempt=run.attempt) & stale
+    q = Q(pk=run.pk, status__in=sorted(allowed_sources(to, by_attempt=True)), attempt=run.attempt) & stale
     with transaction.atomic():
         won = Run.objects.filter(q).update(status=to, **fields) == 1
         if won:
@@ -59,10 +60,13 @@ def reap_stale_runs(now: dt.datetime | None = None) -> list[tuple[int, str]]:
                 run.add_event(f"{lost}; paused (resumes from the newest checkpoint)", level="warning", kind="system")
                 done.append((run.pk, "paused"))
         elif run.restarts < run.max_restarts:
-            if _cas(run, RunStatus.QUEUED, stale, restarts=F("restarts") + 1):
-                run.add_event(f"{lost}; requeued, restart {run.restarts} of {run.max_restarts}",
-                              level="warning", kind="system")
-                enqueue_run(run)
+            # a new attempt in the same update: the lost attempt's redelivered message cannot claim it
+            lost_attempt = run.attempt
+            if _cas(run, RunStatus.QUEUED, stale, restarts=F("restarts") + 1, attempt=F("attempt") + 1,
+                    queued_at=now):
+                RunEvent.objects.create(run=run, attempt=lost_attempt, level="warning", kind="system",
+                                        message=f"{lost}; requeued, restart {run.restarts} of {run.max_restarts}")
+                send_when_committed(run)
                 done.append((run.pk, "requeued"))
         else:
             error = f"worker lost; max_restarts reached ({run.max_restarts})"

@@ -1,6 +1,7 @@
 """Celery tasks: run one attempt of a run (supervised), and the reaper.
 
-`send_run_message` is what `experiments.models.enqueue_run` calls once the queued Run is committed.
+`runner.services.send_run_message` sends `execute_run`'s messages (by task name) once a queued
+Run is committed.
 Cancel and pause never go through Celery (no revoke, no remote control): they are statuses in the
 database that the trainer polls, enforced by the supervisor's signals.
 """
@@ -14,16 +15,12 @@ from celery import shared_task
 log = logging.getLogger(__name__)
 
 
-def send_run_message(run_id: int, attempt: int, queue: str) -> None:
-    """Put one 'execute run `run_id`, attempt `attempt`' message on `queue`."""
-    execute_run.apply_async(args=[run_id, attempt], queue=queue)
-
-
 @shared_task(name="runner.execute_run", acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def execute_run(run_id: int, attempt: int) -> str:
     """Supervise attempt `attempt` of run `run_id` (see runner.supervisor); a stale or redelivered
     message returns at once. Returns the run's status afterwards ('' if this message did nothing)."""
     from experiments.models import Run
+    from runner.services import send_run_message
     from runner.supervisor import supervise
     from runner.workers import shutting_down
 

@@ -1,5 +1,6 @@
-"""What the web UI does to experiments beyond a form save: clone one, restore a version.
-(Runs are steered through experiments.models: launch_run, request_cancel, ...)"""
+"""What the web UI does to experiments beyond a form save: clone one, restore a version. Both
+validate the config again (`Experiment.set_config` -> `full_clean`: ValidationError if the schema
+or the dataset roots refuse it now). (Runs are steered through runner.services.)"""
 
 from __future__ import annotations
 
@@ -24,4 +25,8 @@ def clone_experiment(experiment: Experiment, user) -> Experiment:
 
 def restore_version(experiment: Experiment, version: ConfigVersion, user) -> ConfigVersion | None:
     """Make `version`'s config current again (a new version; None if it already is current)."""
-    return experiment.set_config(version.config, user=user, note=f"restored v{version.number}")
+    try:
+        return experiment.set_config(version.config, user=user, note=f"restored v{version.number}")
+    except Exception:
+        experiment.refresh_from_db()  # the refused config must not linger in the caller's copy
+        raise

@@ -1,8 +1,8 @@
 """The experiment config as form data, driven by the trainer's one schema.
 
 Nothing here knows a config field by name: the fields, their kinds, defaults, help and choices all
-come from `trainers.config.field_specs()`, and validation is `trainers.parse_config` /
-`parse_yaml` alone. This module only converts between three shapes of the same config:
+come from `trainers.config.field_specs()`, and reading YAML and validating are experiments.configs
+alone (the trainer's guarded loader and schema). This module only converts between three shapes of the same config:
 
 - *config data*: the nested plain dict that YAML, JSON and `Experiment.config` hold;
 - *form values*: one text (or bool) per field, keyed by HTML field name (`batch__prompts_per_step`;
@@ -20,10 +20,9 @@ from typing import Any
 
 import yaml
 
-from trainers.config import ConfigError, FieldSpec, Problem, field_specs, iter_field_specs
+from trainers.config import FieldSpec, field_specs, iter_field_specs
 
 NULL_TEXTS = ("", "null", "~")  # what a nullable field's text means as null
-MAX_YAML_VALUES = 10_000        # nodes a YAML document may expand to (aliases included)
 
 
 # --- names ---------------------------------------------------------------------------------------
@@ -186,57 +185,3 @@ def ordered(config: dict[str, Any]) -> dict[str, Any]:
 def to_yaml(config: dict[str, Any]) -> str:
     """YAML text of config data, keys in schema order."""
     return yaml.safe_dump(ordered(config), sort_keys=False, allow_unicode=True)
-
-
-# --- YAML in -------------------------------------------------------------------------------------
-
-
-def _expanded_size(root: yaml.Node) -> int:
-    """Nodes `root` stands for once aliases are expanded; raises ValueError for a cycle."""
-    sizes: dict[int, int] = {}
-    visiting: set[int] = set()
-    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
-    while stack:
-        node, done = stack.pop()
-        key = id(node)
-        if done:
-            visiting.discard(key)
-            children = _children(node)
-            sizes[key] = min(1 + sum(sizes[id(c)] for c in children), MAX_YAML_VALUES + 1)
-            continue
-        if key in sizes:
-            continue
-        if key in visiting:
-            raise ValueError("the YAML refers to itself (a recursive alias)")
-        visiting.add(key)
-        stack.append((node, True))
-        stack.extend((c, False) for c in _children(node) if id(c) not in sizes)
-    return sizes[id(root)]
-
-
-def _children(node: yaml.Node) -> list[yaml.Node]:
-    if isinstance(node, yaml.MappingNode):
-        return [n for pair in node.value for n in pair]
-    if isinstance(node, yaml.SequenceNode):
-        return list(node.value)
-    return []
-
-
-def load_yaml(text: str) -> Any:
-    """YAML text -> plain data, with yaml.safe_load only. Raises ConfigError("(yaml)": ...) for
-    YAML that is malformed, recursive, or expands (through aliases) to more than
-    MAX_YAML_VALUES values - a few lines could otherwise stand for billions."""
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-        if root is not None and _expanded_size(root) > MAX_YAML_VALUES:
-            raise ValueError(f"the YAML expands to more than {MAX_YAML_VALUES} values (through aliases); write it out")
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or exc
-        raise ConfigError([Problem("(yaml)", f"not valid YAML{where}: {problem}")]) from None
-    except RecursionError:
-        raise ConfigError([Problem("(yaml)", "the YAML is nested too deeply")]) from None
-    except ValueError as exc:
-        raise ConfigError([Problem("(yaml)", str(exc))]) from None

@@ -1,5 +1,6 @@
 """Forms of the web UI. They own validation, and all of a config's validation is the schema's
-(`trainers.parse_config`): these forms only collect the input and show its messages by field."""
+(through experiments.configs, as everywhere): these forms only collect the input and show its
+messages by field."""
 
 from __future__ import annotations
 
@@ -11,18 +12,11 @@ from typing import Any
 from django import forms
 from django.db import transaction
 
-from experiments.models import ConfigVersion, Experiment
-from trainers.config import ConfigError, ExperimentConfig, FieldSpec, SectionSpec, field_specs, parse_config
+from experiments import configs
+from experiments.models import ConfigVersion, Experiment, text_problem
+from trainers.config import ConfigError, ExperimentConfig, FieldSpec, SectionSpec, field_specs
 
-from web.config_form import (
-    config_from_values,
-    error_target,
-    form_values,
-    html_name,
-    load_yaml,
-    specs_by_name,
-    to_yaml,
-)
+from web.config_form import config_from_values, error_target, form_values, html_name, specs_by_name, to_yaml
 
 MAX_IMPORT_BYTES = 256 * 1024  # largest YAML file accepted by the import
 _BOUND_SIGNS = {"ge": "≥", "gt": ">", "le": "≤", "lt": "<"}
@@ -138,11 +132,11 @@ class ConfigForm(forms.Form):
         mode = data.get("mode") or "form"
         try:
             if mode == "yaml":
-                self.raw = load_yaml(data.get("config_yaml") or "")
+                self.raw = configs.load_yaml(data.get("config_yaml") or "")
             else:
                 self.raw = config_from_values(data)
-            config = parse_config(self.raw)
-            stored = config.model_dump(mode="json", by_alias=True)
+            config = configs.parse(self.raw)
+            stored = configs.stored(config)
         except ConfigError as exc:
             self.config_errors = exc.as_dict()
             for key, message in self.config_errors.items():
@@ -183,6 +177,19 @@ class ExperimentForm(ConfigForm):
             kwargs["initial"] = {"name": experiment.name, "description": experiment.description,
                                  **(kwargs.get("initial") or {})}
         super().__init__(data, files, **kwargs)
+
+    def _text(self, field: str) -> str:
+        value = self.cleaned_data.get(field, "")
+        message = text_problem(value)
+        if message:
+            raise forms.ValidationError(message)
+        return value
+
+    def clean_name(self) -> str:
+        return self._text("name")
+
+    def clean_description(self) -> str:
+        return self._text("description")
 
     def save(self, user, note: str = "") -> tuple[Experiment, ConfigVersion | None]:
         """Create (owned by `user`) or update the experiment; returns it and the new version, if any."""

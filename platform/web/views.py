@@ -1,6 +1,7 @@
-"""The web UI's views: thin. Forms validate (with the trainer's schema), experiments.models steers
-runs, web.actions clones and restores; a view picks objects the user may see (others' answer 404),
-calls one of those, and renders or redirects.
+"""The web UI's views: thin. Forms validate (with the trainer's schema), runner.services launches
+and steers runs, web.actions clones and restores; a view picks objects the user may see (others'
+answer 404; changing one they may only see, 403: experiments.access), calls one of those, and
+renders or redirects.
 
 The run dashboard's live data comes from the JSON API (/api/runs/<id>/...), which the page's
 script polls; these views only render the page around it.
@@ -13,6 +14,7 @@ import re
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.db.models import Count, Max
 from django.http import Http404, HttpResponse, JsonResponse
@@ -20,9 +22,11 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from experiments import models as run_actions
+from experiments import configs
+from experiments.access import get_for_user, may_change
+from experiments.configs import ConfigError
 from experiments.models import ACTIVE_STATUSES, TERMINAL_STATUSES, Experiment, Run, RunStatus
-from trainers.config import ConfigError, parse_config
+from runner import services
 
 from web.actions import clone_experiment, restore_version
 from web.config_form import config_from_values, form_values, to_yaml
@@ -33,21 +37,14 @@ from web.plan_preview import SHOWN_FIGURES, plan_payload
 
 RUNS_PER_PAGE = 50
 
-# Which controls a run in each status offers (the functions in experiments.models decide for real).
-RUN_CONTROLS = {
-    "cancel": (run_actions.request_cancel, {RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.PAUSING, RunStatus.PAUSED}),
-    "pause": (run_actions.request_pause, {RunStatus.RUNNING}),
-    "resume": (run_actions.resume_run, {RunStatus.PAUSED}),
-    "retry": (run_actions.retry_run, {RunStatus.FAILED, RunStatus.CANCELLED}),
-}
 
 
-def _experiment(request, pk: int) -> Experiment:
-    return get_object_or_404(Experiment.objects.visible_to(request.user), pk=pk)
+def _experiment(request, pk: int, change: bool = False) -> Experiment:
+    return get_for_user(Experiment.objects.select_related("owner"), request.user, pk, change=change)
 
 
-def _run(request, pk: int) -> Run:
-    return get_object_or_404(Run.objects.visible_to(request.user).select_related("experiment__owner"), pk=pk)
+def _run(request, pk: int, change: bool = False) -> Run:
+    return get_for_user(Run.objects.select_related("experiment__owner"), request.user, pk, change=change)
 
 
 def _slug(text: str) -> str:
@@ -66,7 +63,8 @@ def index(request):
 @login_required
 @require_GET
 def experiment_list(request):
-    """Own experiments (staff: everyone's), newest change first."""
+    """The experiments the user may see (their own; everyone's with the view permission),
+    newest change first."""
     experiments = (
         Experiment.objects.visible_to(request.user)
         .select_related("owner")
@@ -74,7 +72,8 @@ def experiment_list(request):
         .order_by("-updated_at", "-pk")
     )
     page = Paginator(experiments, RUNS_PER_PAGE).get_page(request.GET.get("page"))
-    return render(request, "web/experiment_list.html", {"page": page})
+    show_owner = any(e.owner_id != request.user.pk for e in page.object_list)
+    return render(request, "web/experiment_list.html", {"page": page, "show_owner": show_owner})
 
 
 def _form_page(request, form: ConfigForm, experiment: Experiment | None = None, status: int = 200):
@@ -84,7 +83,7 @@ def _form_page(request, form: ConfigForm, experiment: Experiment | None = None, 
         plan = plan_payload(form.validated)
     elif not form.is_bound:
         try:
-            plan = plan_payload(parse_config(config_from_values(form.initial)))
+            plan = plan_payload(configs.parse(config_from_values(form.initial)))
         except ConfigError:
             plan = None
     context = {
@@ -177,7 +176,7 @@ def experiment_detail(request, pk: int):
 
 def _detail_page(request, experiment: Experiment, status: int = 200, launch_errors: dict | None = None):
     try:
-        plan = plan_payload(parse_config(experiment.config))
+        plan = plan_payload(configs.parse(experiment.config))
         config_errors = {}
     except ConfigError as exc:
         plan, config_errors = None, exc.as_dict()
@@ -188,6 +187,7 @@ def _detail_page(request, experiment: Experiment, status: int = 200, launch_erro
         "config_errors": launch_errors or config_errors,
         "versions": experiment.versions.select_related("created_by").order_by("-number"),
         "runs": experiment.runs.order_by("-created_at")[:20],
+        "can_change": may_change(request.user, experiment),
     }
     return render(request, "web/experiment_detail.html", context, status=status)
 
@@ -196,7 +196,7 @@ def _detail_page(request, experiment: Experiment, status: int = 200, launch_erro
 @require_http_methods(["GET", "POST"])
 def experiment_edit(request, pk: int):
     """Edit name, description and config; a changed config becomes a new version."""
-    experiment = _experiment(request, pk)
+    experiment = _experiment(request, pk, change=True)
     if request.method == "POST":
         form = ExperimentForm(request.POST, experiment=experiment)
         if form.is_valid():
@@ -213,22 +213,34 @@ def experiment_edit(request, pk: int):
 @login_required
 @require_POST
 def experiment_clone(request, pk: int):
-    clone = clone_experiment(_experiment(request, pk), request.user)
+    experiment = _experiment(request, pk)
+    try:
+        clone = clone_experiment(experiment, request.user)
+    except ValidationError as exc:
+        messages.error(request, f"Cannot clone {experiment.name}: {_validation_text(exc)}")
+        return redirect("experiment-detail", pk=experiment.pk)
     messages.success(request, f"Created {clone.name}.")
     return redirect("experiment-edit", pk=clone.pk)
+
+
+def _validation_text(exc: ValidationError) -> str:
+    """A model's ValidationError as one line for a message."""
+    if hasattr(exc, "message_dict"):
+        return "; ".join(f"{field}: {' '.join(errors)}" for field, errors in exc.message_dict.items())
+    return " ".join(exc.messages)
 
 
 @login_required
 @require_POST
 def experiment_launch(request, pk: int):
     """Queue a run of the current config (checked once more by the schema) and open its page."""
-    experiment = _experiment(request, pk)
+    experiment = _experiment(request, pk, change=True)
     try:
-        parse_config(experiment.config)
+        configs.parse(experiment.config)
     except ConfigError as exc:
         messages.error(request, "The config is no longer valid; edit it before launching.")
         return _detail_page(request, experiment, status=400, launch_errors=exc.as_dict())
-    run = run_actions.launch_run(experiment)
+    run = services.launch_run(experiment)
     messages.success(request, f"Launched run {run.pk}.")
     return redirect("run-detail", pk=run.pk)
 
@@ -252,7 +264,8 @@ def experiment_export(request, pk: int, number: int | None = None):
 def version_list(request, pk: int):
     experiment = _experiment(request, pk)
     versions = experiment.versions.select_related("created_by").order_by("-number")
-    return render(request, "web/version_list.html", {"experiment": experiment, "versions": versions})
+    return render(request, "web/version_list.html", {"experiment": experiment, "versions": versions,
+                                                      "can_change": may_change(request.user, experiment)})
 
 
 @login_required
@@ -281,9 +294,13 @@ def version_diff(request, pk: int):
 @login_required
 @require_POST
 def version_restore(request, pk: int, number: int):
-    experiment = _experiment(request, pk)
+    experiment = _experiment(request, pk, change=True)
     version = get_object_or_404(experiment.versions, number=number)
-    new = restore_version(experiment, version, request.user)
+    try:
+        new = restore_version(experiment, version, request.user)
+    except ValidationError as exc:
+        messages.error(request, f"Cannot restore v{number}: {_validation_text(exc)}")
+        return redirect("experiment-detail", pk=experiment.pk)
     if new is None:
         messages.info(request, f"v{number} is already the current config.")
     else:
@@ -323,7 +340,8 @@ def run_list(request):
 def run_detail(request, pk: int):
     """The live dashboard; its script fills and refreshes it from /api/runs/<pk>/..."""
     run = _run(request, pk)
-    controls = {name: sorted(statuses) for name, (_, statuses) in RUN_CONTROLS.items()}
+    steerable = may_change(request.user, run)
+    controls = {name: sorted(action.offered) for name, action in services.ACTIONS.items()} if steerable else {}
     context = {
         "run": run,
         "api_base": f"/api/runs/{run.pk}",
@@ -339,12 +357,11 @@ def run_detail(request, pk: int):
 @login_required
 @require_POST
 def run_control(request, pk: int, action: str):
-    """cancel / pause / resume / retry through experiments.models; refused -> a message."""
-    run = _run(request, pk)
-    if action not in RUN_CONTROLS:
+    """cancel / pause / resume / retry through runner.services; refused -> a message."""
+    if action not in services.ACTIONS:
         raise Http404("no such action")
-    function, _ = RUN_CONTROLS[action]
-    if function(run):
+    run = _run(request, pk, change=True)
+    if services.ACTIONS[action].function(run):
         run.refresh_from_db()
         messages.success(request, f"Run {run.pk}: {action} requested; it is {run.status} now.")
     else:

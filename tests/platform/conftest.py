@@ -21,10 +21,10 @@ def _fast_password_hashing(settings):
 @pytest.fixture
 def sent_messages(monkeypatch):
     """Replace the queue send with a fake; the list collects (run_id, attempt, queue)."""
-    import runner.tasks
+    import runner.services
 
     sent: list[tuple[int, int, str]] = []
-    monkeypatch.setattr(runner.tasks, "send_run_message", lambda run_id, attempt, queue: sent.append(
+    monkeypatch.setattr(runner.services, "send_run_message", lambda run_id, attempt, queue: sent.append(
         (run_id, attempt, queue)))
     return sent
 
@@ -47,6 +47,7 @@ def bob(db):
 
 @pytest.fixture
 def staff(db):
+    """A superuser: every permission."""
     return get_user_model().objects.create_user("staff", password="staff-pass-123", is_staff=True, is_superuser=True)
 
 
@@ -54,3 +55,29 @@ def staff(db):
 def alice_client(client, alice):
     client.force_login(alice)
     return client
+
+
+def _staff_with(username: str, *codenames: str):
+    from django.contrib.auth.models import Permission
+
+    user = get_user_model().objects.create_user(username, password=f"{username}-pass-123", is_staff=True)
+    user.user_permissions.add(*Permission.objects.filter(content_type__app_label="experiments", codename__in=codenames))
+    return get_user_model().objects.get(pk=user.pk)  # a fresh object: no stale permission cache
+
+
+@pytest.fixture
+def plain_staff(db):
+    """Staff (may open the admin) without any model permission: sees and steers only their own."""
+    return _staff_with("plainstaff")
+
+
+@pytest.fixture
+def viewer(db):
+    """Staff with the view permissions on experiments and runs: may see everyone's, steer only their own."""
+    return _staff_with("viewer", "view_experiment", "view_run")
+
+
+@pytest.fixture
+def changer(db):
+    """Staff with the change permissions on experiments and runs: may see and steer everyone's."""
+    return _staff_with("changer", "change_experiment", "change_run")

@@ -4,6 +4,7 @@ say how many runs changed), workers show what they run, tokens are generated."""
 from __future__ import annotations
 
 import datetime
+import json
 
 import pytest
 from django.urls import reverse
@@ -114,3 +115,46 @@ def test_non_staff_cannot_reach_the_admin(client, alice):
 def test_searches(admin_client, populated, model, query):
     response = admin_client.get(reverse(f"admin:experiments_{model}_changelist"), {"q": query})
     assert response.status_code == 200
+
+
+# --- the same permission rule as the web pages and the API ------------------------------------
+
+
+def test_staff_without_permissions_sees_and_steers_only_their_own(client, plain_staff, alice, sent_messages):  # noqa: F811
+    theirs = make_run(alice, status="running")
+    own = make_run(plain_staff, status="running")
+    client.force_login(plain_staff)
+    url = reverse("admin:experiments_run_changelist")
+    response = client.get(url)
+    assert response.status_code == 200
+    assert [r.pk for r in response.context["cl"].result_list] == [own.pk]
+    listed = client.get(reverse("admin:experiments_experiment_changelist")).context["cl"].result_list
+    assert [e.pk for e in listed] == [own.experiment_id]
+    assert client.get(reverse("admin:experiments_run_change", args=[theirs.pk])).status_code != 200
+    assert client.get(reverse("admin:experiments_experiment_change", args=[theirs.experiment_id])).status_code != 200
+    client.post(url, {"action": "pause_runs", "_selected_action": [theirs.pk, own.pk]})
+    assert Run.objects.get(pk=theirs.pk).status == "running"
+    assert Run.objects.get(pk=own.pk).status == "pausing"
+
+
+def test_view_permission_cannot_steer_or_edit_in_the_admin(client, viewer, alice, sent_messages):  # noqa: F811
+    theirs = make_run(alice, status="running")
+    client.force_login(viewer)
+    url = reverse("admin:experiments_run_changelist")
+    assert [r.pk for r in client.get(url).context["cl"].result_list] == [theirs.pk]
+    client.post(url, {"action": "pause_runs", "_selected_action": [theirs.pk]})
+    client.post(url, {"action": "cancel_runs", "_selected_action": [theirs.pk]})
+    assert Run.objects.get(pk=theirs.pk).status == "running"
+    change = reverse("admin:experiments_experiment_change", args=[theirs.experiment_id])
+    assert client.get(change).status_code == 200  # read-only view
+    response = client.post(change, {"owner": viewer.pk, "name": "taken over", "description": "",
+                                    "config": json.dumps(theirs.config)})
+    assert response.status_code == 403
+    assert Run.objects.get(pk=theirs.pk).experiment.name == "exp"
+
+
+def test_change_permission_steers_others_runs_in_the_admin(client, changer, alice, sent_messages):  # noqa: F811
+    theirs = make_run(alice, status="running")
+    client.force_login(changer)
+    client.post(reverse("admin:experiments_run_changelist"), {"action": "pause_runs", "_selected_action": [theirs.pk]})
+    assert Run.objects.get(pk=theirs.pk).status == "pausing"

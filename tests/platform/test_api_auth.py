@@ -1,5 +1,6 @@
 """Authentication, CSRF and permissions across the whole API: every /api/ URL pattern answers an
-anonymous caller 401 and another user 404, always in JSON."""
+anonymous caller 401 and another user 404 (staff too, without the model permission), always in
+JSON; the view permission reads others' rows (changing them: 403), the change permission steers."""
 
 from __future__ import annotations
 
@@ -79,12 +80,69 @@ def test_other_user_gets_404_on_every_object_url(alice, bob, sent_messages):  # 
     assert Run.objects.get(pk=run.pk).status == "running" and Run.objects.count() == 1
 
 
-def test_staff_sees_and_steers_everyones_runs(alice, staff, sent_messages):  # noqa: F811
+def test_superuser_sees_and_steers_everyones_runs(alice, staff, sent_messages):  # noqa: F811
     run = make_run(alice, status="running")
     client = token_client(staff)
     assert client.get(f"/api/runs/{run.pk}").status_code == 200
     assert client.get(f"/api/experiments/{run.experiment_id}").status_code == 200
     assert client.post(f"/api/runs/{run.pk}/pause").status_code == 202
+
+
+def _state(run):
+    experiment = Experiment.objects.get(pk=run.experiment_id)
+    return (Run.objects.values_list("status", "attempt").get(pk=run.pk), experiment.name, experiment.config,
+            Run.objects.count())
+
+
+def test_staff_without_permissions_gets_404_on_every_object_url(alice, plain_staff, sent_messages):  # noqa: F811
+    """Being staff grants nothing in the API: someone else's rows need the model permission."""
+    run = make_run(alice, status="running")
+    before = _state(run)
+    client = token_client(plain_staff)
+    for url, methods in api_patterns():
+        if "{pk}" not in url:
+            continue
+        pk = run.experiment_id if url.startswith("/api/experiments/") else run.pk
+        for method in methods:
+            response = call(client, method, url.format(pk=pk), {"name": "taken over", "config": {}})
+            assert response.status_code == 404, (method, url, response.status_code)
+    assert client.get("/api/runs").json()["runs"] == []
+    assert client.get("/api/experiments").json()["experiments"] == []
+    assert _state(run) == before
+
+
+def test_view_permission_reads_but_cannot_change(alice, viewer, tiny_config, sent_messages):  # noqa: F811
+    run = make_run(alice, status="running")
+    before = _state(run)
+    client = token_client(viewer)
+    assert client.get(f"/api/experiments/{run.experiment_id}").status_code == 200
+    assert client.get(f"/api/runs/{run.pk}").status_code == 200
+    assert [r["id"] for r in client.get("/api/runs").json()["runs"]] == [run.pk]
+    body = {"name": "taken over", "config": tiny_config(seed=9)}
+    for method in ("PUT", "PATCH"):
+        response = call(client, method, f"/api/experiments/{run.experiment_id}", body)
+        assert response.status_code == 403 and "change_experiment" in response.json()["error"], method
+    assert call(client, "POST", f"/api/experiments/{run.experiment_id}/runs").status_code == 403
+    for action in ("pause", "cancel", "resume", "retry"):
+        assert call(client, "POST", f"/api/runs/{run.pk}/{action}").status_code == 403, action
+    assert _state(run) == before
+
+
+def test_change_permission_edits_and_steers(alice, changer, tiny_config, sent_messages):  # noqa: F811
+    run = make_run(alice, status="running")
+    client = token_client(changer)
+    response = call(client, "PATCH", f"/api/experiments/{run.experiment_id}", {"config": tiny_config(seed=9)})
+    assert response.status_code == 200, response.content
+    assert Experiment.objects.get(pk=run.experiment_id).config["seed"] == 9
+    assert call(client, "POST", f"/api/runs/{run.pk}/pause").status_code == 202
+    assert Run.objects.get(pk=run.pk).status == "pausing"
+
+
+def test_staff_without_permissions_steers_their_own(plain_staff, sent_messages):  # noqa: F811
+    run = make_run(plain_staff, status="running")
+    client = token_client(plain_staff)
+    assert client.get(f"/api/runs/{run.pk}").status_code == 200
+    assert call(client, "POST", f"/api/runs/{run.pk}/pause").status_code == 202
 
 
 def test_token_auth(alice):

@@ -15,8 +15,8 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db.models import Count
 
-from experiments.models import (Checkpoint, Experiment, MetricPoint, RolloutSample, Run, RunEvent, Worker,
-                                launch_run, request_cancel, request_pause, resume_run)
+from experiments.models import Checkpoint, Experiment, MetricPoint, RolloutSample, Run, RunEvent, Worker
+from runner.services import launch_run, request_cancel, request_pause, resume_run
 from platform_testlib import tiny_config
 from runner_testlib import Procs, purge_broker, wait_for
 

@@ -19,11 +19,11 @@ from django.contrib.auth import get_user_model
 from django.db import connection
 from django.utils import timezone
 
-from experiments.models import (Checkpoint, Experiment, MetricPoint, RolloutSample, Run, RunEvent, Worker,
-                                request_cancel)
+from experiments.models import Checkpoint, Experiment, MetricPoint, RolloutSample, Run, RunEvent, Worker
+from runner.services import request_cancel
 from platform_testlib import tiny_config
 from runner import supervisor as supervisor_mod
-from runner import tasks
+from runner import services, tasks
 from runner.control import DatabaseControl
 from runner.db_hooks import DatabaseHooks
 from runner.recovery import reap_stale_runs
@@ -320,7 +320,7 @@ def test_child_dies_with_its_parent(tmp_path):
 def sent(monkeypatch):
     """Task messages sent instead of going to a broker."""
     messages = []
-    monkeypatch.setattr(tasks, "send_run_message", lambda run_id, attempt, queue: messages.append((run_id, attempt)))
+    monkeypatch.setattr(services, "send_run_message", lambda run_id, attempt, queue: messages.append((run_id, attempt)))
     return messages
 
 

@@ -8,7 +8,8 @@ from django.urls import reverse
 from django.utils.html import escape
 
 from trainers.config import field_specs, iter_field_specs, parse_config
-from web.config_form import html_name, load_yaml
+from experiments.configs import load_yaml
+from web.config_form import html_name
 from web_testlib import fast_passwords, form_data  # noqa: F401 (fast_passwords: autouse)
 
 from platform_testlib import TINY_CONFIG_YAML, tiny_config

@@ -44,9 +44,9 @@ def test_every_web_view_is_in_the_table():
 
 @pytest.fixture
 def objects(alice, monkeypatch):
-    import runner.tasks
+    import runner.services
 
-    monkeypatch.setattr(runner.tasks, "send_run_message", lambda *args: None)
+    monkeypatch.setattr(runner.services, "send_run_message", lambda *args: None)
     experiment = make_experiment(alice, "alice-exp")
     experiment.set_config(tiny_config(seed=1), user=alice)  # v2, so v1 can be restored
     run = make_run(experiment, status="queued")
@@ -114,3 +114,73 @@ def test_nav_shows_admin_only_to_staff(client, alice, staff):
     assert 'id="nav-admin"' not in client.get(reverse("experiment-list")).content.decode()
     client.force_login(staff)
     assert 'id="nav-admin"' in client.get(reverse("experiment-list")).content.decode()
+
+
+# Someone else's rows by permission, not by is_staff. Reading views need the view permission;
+# views that change the experiment or steer the run need the change permission.
+CHANGING_VIEWS = {"experiment-edit", "experiment-launch", "version-restore", "run-control"}
+OBJECT_VIEWS = sorted(n for n, v in VIEWS.items() if v[1])
+
+
+def _snapshot(experiment, run):
+    return (Experiment.objects.count(), Run.objects.count(), experiment.versions.count(),
+            Run.objects.get(pk=run.pk).status, Experiment.objects.get(pk=experiment.pk).config)
+
+
+@pytest.mark.parametrize("name", OBJECT_VIEWS)
+def test_staff_without_permissions_gets_404_on_others_objects(client, plain_staff, objects, name):
+    before = _snapshot(*objects)
+    client.force_login(plain_staff)
+    response = _request(client, name, objects)
+    assert response.status_code == 404
+    assert _snapshot(*objects) == before
+
+
+def test_staff_without_permissions_lists_only_their_own(client, plain_staff, objects):
+    experiment, run = objects
+    own = make_experiment(plain_staff, "staff-own")
+    client.force_login(plain_staff)
+    listed = client.get(reverse("experiment-list")).context["page"].object_list
+    assert [e.pk for e in listed] == [own.pk]
+    assert list(client.get(reverse("run-list")).context["page"].object_list) == []
+    assert client.get(reverse("experiment-detail", args=[own.pk])).status_code == 200
+
+
+@pytest.mark.parametrize("name", OBJECT_VIEWS)
+def test_view_permission_reads_but_does_not_change(client, viewer, objects, name):
+    before = _snapshot(*objects)
+    client.force_login(viewer)
+    response = _request(client, name, objects)
+    if name in CHANGING_VIEWS:
+        assert response.status_code == 403
+        assert _snapshot(*objects) == before
+    else:
+        assert response.status_code == VIEWS[name][2]
+
+
+def test_view_permission_pages_offer_no_controls(client, viewer, objects):
+    experiment, run = objects
+    client.force_login(viewer)
+    page = client.get(reverse("experiment-detail", args=[experiment.pk])).content.decode()
+    assert 'id="launch-run"' not in page and 'id="edit-experiment"' not in page and "restore-v1" not in page
+    assert 'id="clone-experiment"' in page
+    page = client.get(reverse("run-detail", args=[run.pk])).content.decode()
+    assert 'id="run-cancel"' not in page
+
+
+@pytest.mark.parametrize("name", OBJECT_VIEWS)
+def test_change_permission_may_change(client, changer, objects, name):
+    client.force_login(changer)
+    response = _request(client, name, objects)
+    assert response.status_code == VIEWS[name][2]
+
+
+def test_change_permission_edits_and_steers(client, changer, objects):
+    experiment, run = objects
+    client.force_login(changer)
+    response = client.post(reverse("experiment-edit", args=[experiment.pk]),
+                           form_data(tiny_config(seed=7), name="edited by changer"))
+    assert response.status_code == 302
+    assert Experiment.objects.get(pk=experiment.pk).config["seed"] == 7
+    assert client.post(reverse("run-control", args=[run.pk, "cancel"])).status_code == 302
+    assert Run.objects.get(pk=run.pk).status == "cancelled"

@@ -1,0 +1,47 @@
+"""The platform's one way to read and validate an experiment config: every entry point (API
+create/update, the web form and its YAML tab, the plan preview, import, clone, restore, the
+admin through `Experiment.clean`, and the worker before it trains) comes through here, so all of
+them get the trainer's one schema, its one guarded YAML loader (`trainers.config.load_yaml_data`:
+no alias bombs, no deep nesting, no oversize text) and the same dataset roots
+(settings.PLATFORM_DATASET_DIRS: `data.train_path` / `data.eval_path` must lie inside one, and come
+back as resolved absolute paths)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+
+from trainers.config import ConfigError, ExperimentConfig, load_yaml_data, parse_config, parse_yaml
+
+__all__ = ["ConfigError", "dataset_dirs", "load_yaml", "parse", "parse_text", "stored", "validated"]
+
+
+def dataset_dirs() -> list[str]:
+    """The directories data paths may name files in (the first one is where relative paths start)."""
+    return [str(d) for d in settings.PLATFORM_DATASET_DIRS]
+
+
+def load_yaml(text: str) -> Any:
+    """YAML text -> plain data (unvalidated), or ConfigError with a "(yaml)" problem."""
+    return load_yaml_data(text)
+
+
+def parse(raw: Any) -> ExperimentConfig:
+    """Config data -> the validated config, or ConfigError listing every problem."""
+    return parse_config(raw, dataset_dirs=dataset_dirs())
+
+
+def parse_text(text: str) -> ExperimentConfig:
+    """YAML text -> the validated config, or ConfigError."""
+    return parse_yaml(text, dataset_dirs=dataset_dirs())
+
+
+def stored(config: ExperimentConfig) -> dict[str, Any]:
+    """A validated config as the plain data Experiment.config and Run.config hold."""
+    return config.model_dump(mode="json", by_alias=True)
+
+
+def validated(raw: Any) -> dict[str, Any]:
+    """Config data -> its validated, normalised plain data, or ConfigError."""
+    return stored(parse(raw))

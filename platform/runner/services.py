@@ -1,0 +1,116 @@
+"""What users do to runs: launch, cancel, pause, resume, retry. The web pages, the JSON API and
+the admin all call these (through `ACTIONS` for the four run controls), so the rules live once.
+
+Every change is one compare-and-set in the database (`Run.transition`) that names the statuses it
+starts from: a caller's copy of the run may be stale (two requests that both loaded a paused run),
+and only the database's current status decides. Putting a run on the queue bumps its attempt in
+the same update and sends the task message once the transaction commits.
+
+The runner imports experiments, never the other way round: models know nothing of Celery.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from typing import Callable
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from experiments.models import Experiment, Run, RunStatus
+from grpo_platform.celery_app import app
+
+S = RunStatus
+EXECUTE_TASK = "runner.execute_run"  # runner.tasks.execute_run, sent by name
+
+
+def send_run_message(run_id: int, attempt: int, queue: str) -> None:
+    """Put one 'execute run `run_id`, attempt `attempt`' message on `queue`."""
+    app.send_task(EXECUTE_TASK, args=[run_id, attempt], queue=queue)
+
+
+def send_when_committed(run: Run) -> None:
+    """Send the task message for the run's current attempt once the surrounding transaction
+    commits (at once outside one). The caller has just put the run on the queue."""
+    run_id, attempt, queue = run.pk, run.attempt, run.queue
+    transaction.on_commit(lambda: send_run_message(run_id, attempt, queue))
+
+
+def launch_run(experiment: Experiment, max_restarts: int | None = None, queue: str | None = None) -> Run:
+    """Create a queued Run (attempt 1) from the experiment's current config and put it on `queue`
+    (default settings.CELERY_TASK_DEFAULT_QUEUE; workers take the queues named by `worker --queues`)."""
+    version = experiment.latest_version
+    with transaction.atomic():
+        run = Run.objects.create(
+            experiment=experiment,
+            config_version=version,
+            config=experiment.config,
+            status=S.QUEUED,
+            attempt=1,
+            queued_at=timezone.now(),
+            max_steps=int(experiment.config.get("train", {}).get("max_steps", 0)),
+            max_restarts=settings.PLATFORM_DEFAULT_MAX_RESTARTS if max_restarts is None else max_restarts,
+            queue=queue or settings.CELERY_TASK_DEFAULT_QUEUE,
+        )
+        # The suffix keeps a recreated database's run 1 from resuming an older run 1's checkpoints.
+        run.run_dir = f"run-{run.pk}-{uuid.uuid4().hex[:8]}"
+        run.save(update_fields=["run_dir"])
+        run.add_event(f"launched from {experiment.name} v{version.number if version else '?'}", kind="status")
+        send_when_committed(run)
+    return run
+
+
+def request_cancel(run: Run) -> bool:
+    """queued/paused: cancelled at once. running/pausing: cancelling, the worker stops it."""
+    if run.transition(S.CANCELLED, only_from={S.QUEUED, S.PAUSED}, finished_at=timezone.now()):
+        return True  # nothing was running it
+    # Only the worker holding the run moves cancelling -> cancelled, once its trainer has stopped.
+    return run.transition(S.CANCELLING, only_from={S.RUNNING, S.PAUSING})
+
+
+def request_pause(run: Run) -> bool:
+    """running: pausing; the worker checkpoints and lets go. Anything else: nothing to pause."""
+    return run.transition(S.PAUSING, only_from={S.RUNNING})
+
+
+def _requeue(run: Run, only_from: set[str], **fields) -> bool:
+    with transaction.atomic():
+        if not run.transition(S.QUEUED, only_from=only_from, new_attempt=True, finished_at=None, **fields):
+            return False
+        send_when_committed(run)
+    return True
+
+
+def resume_run(run: Run) -> bool:
+    """paused (in the database, whatever `run` says): back on the queue as a new attempt; the
+    run resumes from its newest checkpoint."""
+    return _requeue(run, {S.PAUSED})
+
+
+def retry_run(run: Run) -> bool:
+    """failed or cancelled (in the database): back on the queue as a new attempt, resuming from
+    the newest checkpoint if any."""
+    return _requeue(run, {S.FAILED, S.CANCELLED}, error="")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunAction:
+    """A control a user may apply to a run they may steer."""
+
+    name: str                       # URL and API name
+    function: Callable[[Run], bool]  # returns whether the run changed
+    offered: frozenset[str]         # statuses in which the pages show the control
+    label: str                      # the admin action's name
+    done: str                       # the admin's "N of M runs <done>"
+
+
+ACTIONS: dict[str, RunAction] = {a.name: a for a in (
+    RunAction("cancel", request_cancel, frozenset({S.QUEUED, S.RUNNING, S.PAUSING, S.PAUSED}), "Cancel",
+              "cancelled or cancelling"),
+    RunAction("pause", request_pause, frozenset({S.RUNNING}), "Pause", "pausing"),
+    RunAction("resume", resume_run, frozenset({S.PAUSED}), "Resume", "put back on the queue"),
+    RunAction("retry", retry_run, frozenset({S.FAILED, S.CANCELLED}), "Requeue",
+              "put back on the queue (retry)"),
+)}
