@@ -173,25 +173,71 @@ def test_in_flight_updates_swap_weights_mid_generation(tmp_path, monkeypatch):
     assert all(np.isfinite(m["is/weight_mean"]) for m in hooks.metrics.values())
 
 
-def test_versions_ages_epochs_and_data_order(tmp_path):
-    """Max age 1: every unit is stamped with a version its step may train (0 <= age <= 1), the
-    metrics carry the async and IS names, and the trained prompts are the stream's, in order, across
+@pytest.fixture
+def one_step_behind(monkeypatch):
+    """Max age 1, made deterministic: before the trainer takes step s's groups it waits until the
+    collector has also buffered step s + 1's. Weights v + 1 are published only after step v trains,
+    so step s + 1's groups are sampled by weights s (the newest then; s - 1 would be too old for
+    step s + 1), and every step after the first trains groups exactly one version old: ages
+    0, 1, 1, ... whatever the threads' timing."""
+    real_wait = AsyncGRPOTrainer._wait_for_groups
+
+    def wait(self, step):
+        p = self.plan.prompts_per_step
+        if step + 1 < self.config.train.max_steps:
+            wanted = set(range((step + 1) * p, (step + 2) * p))
+            with self.cond:
+                assert self.cond.wait_for(lambda: self.collector.error is not None
+                                          or wanted <= set(self.buffer.buffered_prompt_indices()), timeout=120)
+        return real_wait(self, step)
+
+    monkeypatch.setattr(AsyncGRPOTrainer, "_wait_for_groups", wait)
+
+
+def force_weights_of_one(batch):
+    """The same update batch with every row marked on-policy: importance weights exactly 1."""
+    if "on_policy" in batch:
+        return dict(batch, on_policy=np.ones_like(batch["on_policy"]))
+    return dict(batch, weights=batch["metric_weights"])  # token-mean: the loss weights before IS
+
+
+@pytest.mark.parametrize("mini_batch_prompts", [2, 4], ids=["separate-pi-old-pass", "pi-old-in-update"])
+def test_stale_groups_get_importance_weights_and_the_loss_uses_them(tmp_path, one_step_behind, mini_batch_prompts):
+    """Max age 1, every step after the first one version behind (deterministic, see the fixture):
+    the stale steps report IS weights other than 1 and each of their updates has a different loss
+    from the same update with the weights forced to 1; the on-policy first step has weights of
+    exactly 1 and the same loss both ways. The trained prompts are the stream's, in order, across
     epoch ends (16 prompts over a 6-prompt dataset)."""
+    import jax
+    import jax.numpy as jnp
+
     raw = async_raw(1)
+    raw["batch"]["mini_batch_prompts"] = mini_batch_prompts
     hooks = Record()
     trainer = AsyncGRPOTrainer(parse_config(raw), str(tmp_path), hooks)
+    real_update, losses = trainer.update_fn, []
+
+    def update(params, opt_state, batch):
+        copy = lambda tree: jax.tree.map(jnp.copy, tree)  # noqa: E731 (the update donates params and state)
+        _, _, forced = real_update(copy(params), copy(opt_state), force_weights_of_one(batch))
+        params, opt_state, metrics = real_update(params, opt_state, batch)
+        losses.append((trainer.state.step, float(metrics["loss/policy"]), float(forced["loss/policy"])))
+        return params, opt_state, metrics
+
+    trainer.update_fn = update
     result = run_bounded(trainer.run, 600)
     assert result.status == "succeeded" and result.final_step == 4
-    p = raw["batch"]["prompts_per_step"]
-    used = trainer.collector.versions_used
-    assert sorted(start for start, _ in used) == list(range(0, 16, trainer.unit_prompts))
-    for start, version in used:
-        assert 0 <= start // p - version <= 1, (start, version)
-    for step, m in hooks.metrics.items():
-        assert 0.0 <= m["async/trajectory_age_mean"] <= 1.0
-        for name in ("async/buffer_size", "async/wait_s", "async/dropped_stale", "is/weight_mean", "is/weight_max",
-                     "is/truncated_fraction"):
-            assert np.isfinite(m[name]), name
+    assert [hooks.metrics[s]["async/trajectory_age_mean"] for s in (1, 2, 3, 4)] == [0.0, 1.0, 1.0, 1.0]
+    assert hooks.metrics[1]["is/weight_max"] == 1.0
+    for step in (2, 3, 4):
+        assert abs(hooks.metrics[step]["is/weight_mean"] - 1.0) > 1e-4, (step, hooks.metrics[step])
+    updates_per_step = 4 // mini_batch_prompts
+    assert len(losses) == 4 * updates_per_step
+    for step, loss, forced in losses:
+        if step == 0:
+            assert loss == forced, (step, loss, forced)
+        else:
+            assert abs(loss - forced) > 1e-7, (step, loss, forced)
     trained = [prompt for step in sorted(hooks.prompts) for prompt in hooks.prompts[step]]
     assert trained == stream_prompts(raw, 0, 16)
 
@@ -330,9 +376,10 @@ def test_pause_and_resume_skip_and_repeat_no_prompt(tmp_path):
     assert trained == stream_prompts(raw, 0, 16)
 
 
-def test_reward_rises_in_async_mode(tmp_path):
-    """The demo task in async mode (max age 1, IS correction): the reward clearly rises (measured:
-    see the assertion message); bounded to 80 steps."""
+def test_reward_rises_in_async_mode(tmp_path, one_step_behind):
+    """The demo task in async mode (max age 1, IS correction), every step after the first training
+    groups one version old (the fixture): the reward clearly rises (measured: see the assertion
+    message); bounded to 80 steps."""
     config = load_config("configs/demo.yaml", ["train.max_steps=80", "eval.every_steps=0",
                                                "checkpoint.every_steps=0", "checkpoint.keep_best_metric=null",
                                                "async.enabled=true", "async.max_trajectory_age_steps=1"])
@@ -343,7 +390,7 @@ def test_reward_rises_in_async_mode(tmp_path):
     first, last = float(np.mean(rewards[:10])), float(np.mean(rewards[-10:]))
     print(f"async learning: first 10 steps {first:.3f}, last 10 steps {last:.3f}")
     assert last >= 2 * first and last >= 0.08, (first, last)
-    assert np.mean(ages) > 0.5, ages  # it really ran off-policy most of the time
+    assert ages == [0.0] + [1.0] * (len(ages) - 1), ages  # off-policy from the second step on
 
 
 TWO_DEVICES = textwrap.dedent("""

@@ -4,14 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainers.replay_buffer import (
-    ReplayBuffer,
-    TrajectoryGroup,
-    default_capacity,
-    is_fresh,
-    resume_data_position,
-    target_step,
-)
+from trainers.replay_buffer import ReplayBuffer, TrajectoryGroup, default_capacity, target_step
 
 
 def g(index, version, payload=None):
@@ -46,9 +39,14 @@ def test_groups_arriving_out_of_order_wait_for_their_turn():
     assert indices(buf.take(1, 2)) == [2, 3]
 
 
-def test_age_window_weights_v_train_steps_v_to_v_plus_max_age():
-    assert [is_fresh(step, 10, 1) for step in (9, 10, 11, 12)] == [False, True, True, False]
-    assert [is_fresh(step, 10, 0) for step in (10, 11)] == [True, False]
+@pytest.mark.parametrize("max_age, step, trained", [(1, 10, True), (1, 11, True), (1, 12, False), (0, 10, True),
+                                                    (0, 11, False)])
+def test_age_window_weights_v_train_steps_v_to_v_plus_max_age(max_age, step, trained):
+    buf = ReplayBuffer(capacity_groups=2, max_age_steps=max_age, next_step=10)
+    buf.put(g(0, 10))
+    taken = buf.take(step, 1)
+    assert (taken is not None) == trained
+    assert buf.dropped_stale == (0 if trained else 1)
 
 
 def test_stale_groups_are_dropped_counted_and_queued_for_regeneration():
@@ -117,23 +115,6 @@ def test_default_capacity():
     assert default_capacity(16, 1) == 32
     assert default_capacity(16, 0) == 32  # max age 0 counts as 1: two steps of prompts
     assert default_capacity(8, 3) == 48
-
-
-def test_checkpoint_keeps_the_first_untrained_prompt_and_regenerates_the_rest():
-    buf = ReplayBuffer(capacity_groups=8, max_age_steps=1)
-    for i in range(6):
-        buf.put(g(i, 0))
-    buf.take(0, 2)
-    buf.take(1, 2)  # prompts 0..3 trained; 4 and 5 buffered, not trained
-    state = buf.state()
-    assert state == {"data_position": 4, "next_step": 2, "dropped_stale": 0}
-    assert state["data_position"] == resume_data_position(trained_through_prompt_index=3)
-    resumed = ReplayBuffer.from_state(state, capacity_groups=8, max_age_steps=1)
-    assert len(resumed) == 0 and (resumed.next_prompt_index, resumed.next_step) == (4, 2)
-    resumed.put(g(5, 2))
-    resumed.put(g(4, 2))  # regenerated with the restored weights
-    assert indices(resumed.take(2, 2)) == [4, 5]
-    assert resume_data_position(None) == 0
 
 
 @pytest.mark.parametrize("max_age", [0, 1, 2])
@@ -213,7 +194,7 @@ def test_buffer_invariants(capacity, max_age, count_frac, start, start_step, pro
         assert accepted == len(returned) + buf.dropped_stale + len(buf)
         assert buf.dropped_stale == len(dropped)
         assert returned == list(range(start, start + len(returned)))  # no prompt skipped or repeated
-        assert buf.state()["data_position"] == start + len(returned)
+        assert buf.next_prompt_index == start + len(returned)  # a checkpoint's data position
 
 
 @settings(max_examples=200, deadline=None)

@@ -14,7 +14,7 @@ A collector generates prompt groups (one prompt's G completions) with the newest
 Data order is strict. Steps train a contiguous run of the prompt stream: the step that follows a
 take of prompts [p, p + n) trains exactly prompts [p + n, p + n + count). So the prompts trained so
 far are always exactly [start, next_prompt_index), no prompt is skipped or repeated, and a checkpoint
-needs one integer (see `resume_data_position`). A take waits (returns None) until every group of its
+needs one integer: `next_prompt_index`, the first prompt not yet trained. A take waits (returns None) until every group of its
 window is here and fresh; groups that arrive out of order (several generation workers, or a
 re-generated stale group) simply wait in the buffer for their turn.
 
@@ -35,7 +35,7 @@ for a group that would repeat a prompt (already trained, or already buffered).
 
 Checkpoint and resume: buffered groups are NOT persisted. The checkpoint's data position is
 `next_prompt_index`, the first prompt not yet trained; on resume the buffer starts empty at that
-position (`ReplayBuffer.from_state`) and the collector regenerates every buffered-but-untrained
+position (`ReplayBuffer(..., next_prompt_index=data position, next_step=step)`) and the collector regenerates every buffered-but-untrained
 prompt with the restored weights. No prompt is skipped or repeated; the regenerated groups are
 sampled by the restored (newer) weights, so an async run resumed mid-way is not bitwise equal to an
 uninterrupted one (a synchronous run, or max age 0, is).
@@ -72,11 +72,6 @@ def age_steps(step: int, weight_version: int) -> int:
     return step - weight_version
 
 
-def is_fresh(step: int, weight_version: int, max_age_steps: int) -> bool:
-    """True iff step `step` may train a group of that version: 0 <= age <= max_age_steps."""
-    return 0 <= age_steps(step, weight_version) <= max_age_steps
-
-
 def default_capacity(prompts_per_step: int, max_age_steps: int) -> int:
     """Default `async.buffer_capacity_groups`: prompts_per_step x max(1, max_age_steps) x 2 groups.
 
@@ -96,21 +91,6 @@ def target_step(prompt_index: int, next_prompt_index: int, next_step: int, promp
     if prompt_index < next_prompt_index:
         raise ValueError(f"prompt {prompt_index} is before the next untrained prompt {next_prompt_index}")
     return next_step + (prompt_index - next_prompt_index) // prompts_per_step
-
-
-def resume_data_position(trained_through_prompt_index: int | None) -> int:
-    """The data position a checkpoint saves and a resumed run starts generating from: the first
-    prompt NOT yet trained, given the last prompt index trained (None: nothing trained yet -> 0).
-
-    Buffered but untrained groups are not saved; they lie at or after this position, so the resumed
-    collector regenerates them: no prompt skipped, none repeated. (`ReplayBuffer.next_prompt_index`
-    is this value for the buffer's own history.)
-    """
-    if trained_through_prompt_index is None:
-        return 0
-    if trained_through_prompt_index < 0:
-        raise ValueError(f"trained_through_prompt_index must be >= 0 or None, got {trained_through_prompt_index}")
-    return trained_through_prompt_index + 1
 
 
 class ReplayBuffer:
@@ -233,7 +213,7 @@ class ReplayBuffer:
         out, self._dropped_pending = sorted(self._dropped_pending), []
         return out
 
-    # --- metrics and checkpoints -----------------------------------------------------------------
+    # --- metrics ---------------------------------------------------------------------------------
 
     def metrics(self) -> dict[str, float]:
         """Per-step metrics, read right after a successful take:
@@ -245,18 +225,3 @@ class ReplayBuffer:
             "async/trajectory_age_mean": float(self.last_take_age_mean_steps),
             "async/dropped_stale": float(self.last_take_dropped_stale),
         }
-
-    def state(self) -> dict[str, int]:
-        """What a checkpoint keeps: the position and counters, NOT the buffered groups (those are
-        regenerated on resume; see the module docstring). `data_position` is the first untrained prompt."""
-        return {
-            "data_position": self.next_prompt_index, "next_step": self.next_step, "dropped_stale": self.dropped_stale
-        }
-
-    @classmethod
-    def from_state(cls, state: dict[str, int], capacity_groups: int, max_age_steps: int) -> "ReplayBuffer":
-        """An empty buffer resuming at a checkpoint's `state()`; capacity and max age come from the config."""
-        position, step = int(state["data_position"]), int(state["next_step"])
-        buffer = cls(capacity_groups, max_age_steps, next_prompt_index=position, next_step=step)
-        buffer.dropped_stale = int(state.get("dropped_stale", 0))
-        return buffer
