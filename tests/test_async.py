@@ -107,7 +107,7 @@ def test_one_update_per_step_forms_the_importance_weights_inside_the_update(tmp_
     real_logprobs = trainer._logprobs
     trainer._logprobs = lambda *a: calls.append(1) or real_logprobs(*a)
     result = run_bounded(trainer.run, 600)
-    assert trainer.importance_in_update and calls == []
+    assert calls == []
     assert result.params_digest == sync.params_digest
     for m in hooks.metrics.values():
         assert m["is/weight_max"] == 1.0 and m["is/truncated_fraction"] == 0.0
@@ -196,9 +196,7 @@ def one_step_behind(monkeypatch):
 
 def force_weights_of_one(batch):
     """The same update batch with every row marked on-policy: importance weights exactly 1."""
-    if "on_policy" in batch:
-        return dict(batch, on_policy=np.ones_like(batch["on_policy"]))
-    return dict(batch, weights=batch["metric_weights"])  # token-mean: the loss weights before IS
+    return dict(batch, on_policy=np.ones_like(batch["on_policy"]))
 
 
 @pytest.mark.parametrize("mini_batch_prompts", [2, 4], ids=["separate-pi-old-pass", "pi-old-in-update"])

@@ -125,3 +125,55 @@ def test_importance_weights_inside_the_update_match_a_separate_pass(level, mode)
         assert float(got_metrics["loss/policy"]) == pytest.approx(float(expected_metrics["loss/policy"]), abs=1e-5)
         for name in ("is/weight_mean", "is/weight_max", "is/truncated_fraction"):
             assert float(got_metrics[name]) == pytest.approx(float(host_metrics[name]), abs=1e-5), (micro, name)
+
+
+def test_importance_weights_inside_the_update_with_a_separate_pi_old_pass():
+    """Several updates per step: pi_old comes from a separate pass (batch["old_logprobs"], here the
+    current log-probs + 0.05, as after an earlier update of the step) and the update forms
+    pi_old / pi_gen itself. The weights are known by hand: log(pi_old / pi_gen) = log 2, 0, -log 2
+    by token position (weights 2 -> truncated to 1.5, 1, 0.5); rows 0 and 4 are on-policy (weight 1
+    whatever pi_gen says). The update must equal the plain update whose loss weights were multiplied
+    by those hand weights in numpy (the host-side path this replaced), micro-batched or not."""
+    from trainers.importance import ImportanceConfig
+
+    log2 = np.log(2.0)
+    graphdef, params = init_params(CFG, seed=0)
+    loss_cfg = LossConfig(beta=0.04)
+    opt = OptimizerSection(name="sgd", b1=0.0, learning_rate=1.0, max_grad_norm=0.0)
+    optimizer = make_optimizer(opt, make_schedule(opt, 1, 10))
+    batch = _batch()
+    mask = batch["completion_mask"]
+    current = np.asarray(make_logprob_fn(graphdef, 1.0)(params, batch["prompt_tokens"], batch["prompt_valid"],
+                                                        batch["completion_tokens"], mask))
+    batch["old_logprobs"] = np.where(mask, current + 0.05, 0.0).astype(np.float32)
+    batch["ref_logprobs"] = batch["old_logprobs"] - 0.1
+    rows, cols = np.indices(mask.shape)
+    pattern = (rows + cols) % 3                                   # 0: log 2, 1: 0, 2: -log 2
+    gen = batch["old_logprobs"] - np.choose(pattern, [log2, 0.0, -log2]).astype(np.float32)
+    on_policy = rows[:, 0] % 4 == 0
+    batch["weights"] = token_weights(mask, "token-mean")
+    batch["metric_weights"] = batch["weights"]
+
+    hand = np.where(mask, np.where(on_policy[:, None], 1.0, np.choose(pattern, [1.5, 1.0, 0.5])), 0.0)
+    untruncated = np.where(on_policy[:, None], 1.0, np.choose(pattern, [2.0, 1.0, 0.5]))
+    truncated = mask & ~on_policy[:, None] & (pattern == 0)
+    assert truncated.any() and (mask & on_policy[:, None]).any()
+    hand_metrics = {"is/weight_mean": float(untruncated[mask].mean()), "is/weight_max": 2.0,
+                    "is/truncated_fraction": float(truncated.sum() / mask.sum())}
+
+    copy = lambda tree: jax.tree.map(lambda x: x.copy(), tree)  # noqa: E731 (updates donate their inputs)
+    plain = make_update_fn(graphdef, optimizer, loss_cfg, 1.0, use_old_logprobs=True)
+    reference = dict(batch, weights=(batch["weights"] * hand).astype(np.float32))
+    expected_params, _, expected_metrics = plain(copy(params), optimizer.init(params), _stack(reference, 8))
+
+    in_update = make_update_fn(graphdef, optimizer, loss_cfg, 1.0, use_old_logprobs=True,
+                               importance=ImportanceConfig(level="token", mode="clamp", max_weight=1.5))
+    for micro in (8, 2):
+        fused = dict(batch, gen_logprobs=gen, on_policy=on_policy)
+        got_params, _, got_metrics = in_update(copy(params), optimizer.init(params), _stack(fused, micro))
+        for a, b in zip(jax.tree.leaves(expected_params), jax.tree.leaves(got_params)):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5)
+        for name in ("loss/policy", "loss/kl"):
+            assert float(got_metrics[name]) == pytest.approx(float(expected_metrics[name]), abs=1e-6), (micro, name)
+        for name, value in hand_metrics.items():
+            assert float(got_metrics[name]) == pytest.approx(value, rel=1e-5), (micro, name)

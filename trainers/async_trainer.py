@@ -7,11 +7,11 @@ Per step s (the trainer holds weights of version s):
      `async.max_trajectory_age_steps` versions old;
   2. pi_old: log-probs of the groups' tokens under the trainer's current weights (version s): a
      separate log-prob pass when the plan has several updates per step (mu > 1 or several
-     mini-batches); with one update, pi_old is what that update's own forward pass computes, and
-     steps 2-3 happen inside the jitted update (`make_update_fn(importance=...)`), so async costs
-     no extra pass;
+     mini-batches), as in the sync loop; with one update, pi_old is what that update's own forward
+     pass computes, so async costs no extra pass;
   3. importance weights pi_old / pi_gen (pi_gen recorded by the generator when sampling), truncated
-     per `async.importance_sampling`; they multiply the per-token loss weights. A group of age 0
+     per `async.importance_sampling`, formed inside the jitted update in both cases
+     (`make_update_fn(importance=...)`); they multiply the per-token loss weights. A group of age 0
      (groups are stamped with the oldest version that sampled any of their tokens) was sampled by
      exactly these weights (the published copy of them), so pi_gen = pi_old and its weights are
      exactly 1 (the generator's KV-cached log-probs are replaced by pi_old rather
@@ -51,13 +51,11 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from trainers.collector import Collector, GroupPayload, unit_prompts
 from trainers.hooks import Action
-from trainers.importance import ImportanceConfig, importance_weights
+from trainers.importance import ImportanceConfig
 from trainers.replay_buffer import ReplayBuffer, TrajectoryGroup, default_capacity
 from trainers.rollout import Rollout, completion_text
 from trainers.train_step import make_update_fn
 from trainers.trainer import GRPOTrainer
-
-_importance_weights_jit = jax.jit(importance_weights, static_argnames=("cfg",))
 
 WAIT_POLL_S = 0.1          # the trainer re-checks the collector's error at least this often
 CONTROL_POLL_S = 0.5       # ... and Control (STOP, PAUSE) this often while waiting
@@ -97,12 +95,10 @@ class AsyncGRPOTrainer(GRPOTrainer):
         self.capacity_groups = a.buffer_capacity_groups or default_capacity(self.plan.prompts_per_step,
                                                                             a.max_trajectory_age_steps)
         self.unit_prompts = unit_prompts(self.plan.num_generations, self.plan.rollout_micro_batch_sequences)
-        # mu = 1 and one mini-batch: pi_old is the weights the update's own forward pass uses, so the
-        # importance weights are formed inside the update and the separate pi_old pass is skipped.
-        self.importance_in_update = not self.plan.needs_old_logprobs
-        if self.importance_in_update:
-            self.update_fn = make_update_fn(self.graphdef, self.optimizer, self.loss_cfg, self.logprob_temperature,
-                                            False, importance=self.is_cfg)
+        # The importance weights are formed inside the update, from pi_old of the separate pass when
+        # the plan has one, else from the update's own forward pass.
+        self.update_fn = make_update_fn(self.graphdef, self.optimizer, self.loss_cfg, self.logprob_temperature,
+                                        self.plan.needs_old_logprobs, importance=self.is_cfg)
         self.cond = threading.Condition()
         self.buffer: ReplayBuffer | None = None
         self.collector: Collector | None = None
@@ -240,15 +236,8 @@ class AsyncGRPOTrainer(GRPOTrainer):
         g = self.plan.num_generations
         # every token of a group of age 0 was sampled by these very weights: pi_gen = pi_old
         on_policy = np.repeat([group.weight_version == s.step for group in groups], g)
-        if self.importance_in_update:
-            train_metrics = self.train_on(r, in_update_importance={"gen_logprobs": r.sample_logprobs,
-                                                                   "on_policy": on_policy})
-            is_metrics = {}
-        else:
-            old = self._logprobs(s.params, r)
-            gen = np.where(on_policy[:, None], old, r.sample_logprobs)
-            is_w, is_metrics = _importance_weights_jit(old, gen, r.completion_mask, cfg=self.is_cfg)
-            train_metrics = self.train_on(r, old_logprobs=old, is_weights=np.asarray(is_w))
+        train_metrics = self.train_on(r, in_update_importance={"gen_logprobs": r.sample_logprobs,
+                                                               "on_policy": on_policy})
         if train_metrics is None:
             return None
         s.step += 1
@@ -260,7 +249,6 @@ class AsyncGRPOTrainer(GRPOTrainer):
         metrics = {
             **r.metrics(),
             **train_metrics,
-            **{k: float(v) for k, v in is_metrics.items()},
             **buffer_metrics,
             "async/token_age_mean": float(token_ages.mean()),
             "async/wait_s": t_wait - t0,

@@ -11,6 +11,8 @@ A batch is a dict of arrays with a leading micro-batch axis [A, micro, ...]:
   advantages [A, M] float32, weights / metric_weights [A, M, Lc] float32,
   old_logprobs [A, M, Lc] (only when the plan needs them), ref_logprobs [A, M, Lc] (only when beta > 0),
   gen_logprobs [A, M, Lc] and on_policy [A, M] bool (only with `importance`, see `make_update_fn`).
+Arrays may be placed on several devices along the batch axis M (data parallel); XLA then adds the
+gradient all-reduce.
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ from trainers.loss import LossConfig, policy_loss
 from trainers.model import completion_logprobs
 
 METRIC_KEYS_BASE = ("loss/policy", "clip_fraction", "entropy")
+MAX_METRICS = ("is/weight_max",)
+"""Metrics that combine across micro-batches and updates by max; every other one is a weighted sum
+over micro-batches and a mean over a step's updates."""
 
 
 def make_logprob_fn(graphdef: Any, temperature: float) -> Callable:
@@ -50,15 +55,20 @@ def make_update_fn(
 ) -> Callable:
     """jit(params, opt_state, batch) -> (params, opt_state, metrics) for one optimizer update.
 
-    importance (async GRPO, only without old_logprobs: mu = 1 and one mini-batch, so pi_old is the
-    current weights): the importance weights pi_old / pi_gen are formed here from this update's own
-    forward pass (pi_old = stop_gradient(log-probs)) and batch["gen_logprobs"], instead of from a
-    separate log-prob pass; rows with batch["on_policy"] were sampled by these very weights and get
-    weight 1. They multiply batch["weights"], and the is/* metrics come back with the others.
+    use_old_logprobs: pi_old is batch["old_logprobs"] (a separate log-prob pass under the weights the
+    step started with: mu > 1 or several mini-batches); otherwise pi_old is this update's own forward
+    pass, stop_gradient(log-probs) (the update's weights are the step's weights).
+
+    importance (async GRPO; the one place importance weights are formed): per micro-batch, the
+    weights pi_old / pi_gen = `importance.importance_weights(pi_old, batch["gen_logprobs"])`, with
+    pi_old as above and pi_gen the log-probs recorded by the generator (those of the distribution
+    it sampled from, after top-k / top-p: see `generate.sample_token`). Rows with
+    batch["on_policy"] were sampled by these very weights: they take pi_gen = pi_old, so weight
+    exactly 1 (decode-vs-forward rounding and the sampler's truncation are not a policy lag; the
+    synchronous loop treats such rows the same way). The weights multiply the loss weights
+    (`loss.policy_loss(is_weights=...)`), and the is/* metrics come back with the others.
     """
     use_ref = loss_cfg.beta > 0
-    if importance is not None and use_old_logprobs:
-        raise ValueError("in-update importance weights need pi_old = the current weights (no old_logprobs)")
 
     def micro_loss(params, mb):
         logprobs, entropy = completion_logprobs(
@@ -67,14 +77,13 @@ def make_update_fn(
         )
         old = mb["old_logprobs"] if use_old_logprobs else jax.lax.stop_gradient(logprobs)
         ref = mb["ref_logprobs"] if use_ref else None
-        weights, is_metrics = mb["weights"], {}
+        is_weights, is_metrics = None, {}
         if importance is not None:
             gen = jnp.where(mb["on_policy"][:, None], old, mb["gen_logprobs"])
             is_weights, is_metrics = importance_weights(old, gen, mb["completion_mask"], importance,
                                                         mb["metric_weights"])
-            weights = weights * is_weights
         loss, metrics = policy_loss(
-            logprobs, old, mb["advantages"], weights, mb["metric_weights"], loss_cfg, ref
+            logprobs, old, mb["advantages"], mb["weights"], mb["metric_weights"], loss_cfg, ref, is_weights
         )
         metrics["entropy"] = jnp.sum(jax.lax.stop_gradient(entropy) * mb["metric_weights"])
         return loss, {**metrics, **is_metrics}
@@ -87,7 +96,7 @@ def make_update_fn(
             (_, metrics), grads = grad_fn(params, mb)
             grads_sum = jax.tree.map(jnp.add, grads_sum, grads)
             # Micro-batch metrics are already weighted over the mini-batch: they add up (a max combines by max).
-            metrics_sum = {k: (jnp.maximum if k == "is/weight_max" else jnp.add)(metrics_sum[k], metrics[k])
+            metrics_sum = {k: (jnp.maximum if k in MAX_METRICS else jnp.add)(metrics_sum[k], metrics[k])
                            for k in metrics_sum}
             return (grads_sum, metrics_sum), None
 

@@ -194,15 +194,10 @@ class GRPOTrainer:
                                          a["completion_mask"]))
         return np.concatenate([np.asarray(p) for p in parts])
 
-    def train_on(self, r: Rollout, old_logprobs: np.ndarray | None = None,
-                 is_weights: np.ndarray | None = None,
+    def train_on(self, r: Rollout,
                  in_update_importance: dict[str, np.ndarray] | None = None) -> dict[str, float] | None:
         """All optimizer updates of one step; None if stopped between updates.
 
-        old_logprobs [N, Lc]: pi_old of the step's tokens when the caller has them already (async).
-        is_weights [N, Lc]: importance-sampling weights pi_old / pi_gen (async); they multiply the
-        per-token loss weights, which is exactly `loss.policy_loss(..., is_weights=...)` (that
-        multiplies the same weights into both the policy and the KL term).
         in_update_importance: {"gen_logprobs": [N, Lc], "on_policy": [N] bool} for an update
         function that forms the importance weights itself (`make_update_fn(importance=...)`)."""
         arrays = {
@@ -213,7 +208,7 @@ class GRPOTrainer:
             "advantages": r.advantages,
         }
         if self.plan.needs_old_logprobs:
-            arrays["old_logprobs"] = old_logprobs if old_logprobs is not None else self._logprobs(self.state.params, r)
+            arrays["old_logprobs"] = self._logprobs(self.state.params, r)
         if self.plan.needs_reference:
             arrays["ref_logprobs"] = self._logprobs(self.ref_params, r)
         # Loss weights are normalised over each mini-batch (the same partition in every pass).
@@ -224,8 +219,6 @@ class GRPOTrainer:
             s = update.sequences
             weights[s.start:s.stop] = token_weights(r.completion_mask[s.start:s.stop], aggregation)
             metric_weights[s.start:s.stop] = token_weights(r.completion_mask[s.start:s.stop], "token-mean")
-        if is_weights is not None:
-            weights = weights * np.asarray(is_weights, np.float32)
         arrays["weights"], arrays["metric_weights"] = weights, metric_weights
         arrays.update(in_update_importance or {})
         sums: dict[str, float] = {}
