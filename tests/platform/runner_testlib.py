@@ -54,10 +54,17 @@ class Procs:
         self.log_dir = log_dir
         self.procs: list[tuple[str, subprocess.Popen]] = []
 
-    def start(self, *args: str) -> subprocess.Popen:
+    def start(self, *args: str, env: dict[str, str | None] | None = None) -> subprocess.Popen:
+        """Start `manage.py *args`; `env` changes subprocess_env() (a None value removes the variable)."""
         name = f"{args[0]}-{len(self.procs)}"
         log = open(self.log_dir / f"{name}.log", "wb")
-        proc = subprocess.Popen([sys.executable, str(MANAGE_PY), *args], env=subprocess_env(), stdout=log,
+        full_env = subprocess_env()
+        for key, value in (env or {}).items():
+            if value is None:
+                full_env.pop(key, None)
+            else:
+                full_env[key] = value
+        proc = subprocess.Popen([sys.executable, str(MANAGE_PY), *args], env=full_env, stdout=log,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=settings.REPO_ROOT,
                                 start_new_session=True)
         log.close()
