@@ -395,6 +395,23 @@ def test_invalid_config_fails_the_run_with_the_problems(alice, restore_signals):
     assert RunEvent.objects.filter(run=run, level="error", message=run.error).exists()
 
 
+@pytest.mark.parametrize("path", ["/etc/passwd", "../../etc/passwd", "../secret_key"])
+def test_worker_refuses_a_data_path_outside_the_dataset_roots(alice, restore_signals, path):
+    """A run's stored config is checked again by the worker before it trains (a row written before
+    the roots existed, or a file swapped for a symlink since): nothing is read from outside."""
+    from runner.attempt import run_attempt
+
+    run = make_run(alice, attempt=1)
+    config = {**run.config, "data": {**run.config["data"], "task": None, "train_path": path},
+              "rewards": [{"name": "exact_match", "weight": 1.0}]}
+    Run.objects.filter(pk=run.pk).update(config=config)
+    assert run_attempt(run.pk, 1) == 1
+    run.refresh_from_db()
+    assert run.status == "failed" and run.step == 0
+    assert (f"data.train_path: missing or not allowed: {path}; put the file under the platform's dataset "
+            f"directory") in run.error
+
+
 def test_child_does_nothing_for_an_attempt_it_does_not_own(alice, restore_signals):
     from runner.attempt import run_attempt
 
