@@ -2,9 +2,10 @@
 
 An Experiment holds a config validated by the trainer's one schema (`Experiment.clean`, through
 experiments.configs, which every entry point uses); each save of a changed config adds a
-ConfigVersion. A Run snapshots the config at launch and moves
-through the status state machine below; every status change is a compare-and-set in the database
-(`Run.transition`), so two processes never both win the same change.
+ConfigVersion. A Run snapshots the config at launch and moves through the status state machine
+below; every status change is a compare-and-set in the database (`Run.transition`), so two
+processes never both win the same change. What users do to runs (launch, cancel, pause, resume,
+retry) is runner.services: models know nothing of Celery.
 """
 
 from __future__ import annotations
