@@ -73,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from trainers.config import load_config
     from trainers.hooks import Hooks
+    from trainers.rollout import collect_rollout
     from trainers.trainer import GRPOTrainer
 
     overrides = [f"train.max_steps={args.steps}", "checkpoint.every_steps=0", *args.set]
@@ -95,12 +96,13 @@ def main(argv: list[str] | None = None) -> int:
         trainer.run()
         # One extra timed reference pass splits train_s into log-prob passes and updates.
         examples = trainer.stream.take(0, trainer.plan.prompts_per_step)
-        rollout = trainer.rollout(examples, jax.random.key(123))
+        rollout = collect_rollout(trainer.graphdef, lambda: (trainer.state.params, trainer.state.step), examples,
+                                  trainer.spec, jax.random.key(123))
         logprob_s = 0.0
         if trainer.plan.needs_reference:
-            trainer._logprobs(trainer.ref_params, rollout)
+            trainer.logprobs(trainer.ref_params, rollout)
             t0 = time.perf_counter()
-            trainer._logprobs(trainer.ref_params, rollout)
+            trainer.logprobs(trainer.ref_params, rollout)
             logprob_s = time.perf_counter() - t0
         prompt_tokens = int(rollout.prompt_valid[0].sum())
         completion_tokens = float(rollout.completion_mask.sum(axis=1).mean())

@@ -17,11 +17,13 @@ import numpy as np
 import pytest
 
 from trainers import collector as collector_lib
-from trainers.async_trainer import AsyncGRPOTrainer
+from trainers import rollout as rollout_lib
+from trainers.async_source import AsyncRolloutSource
 from trainers.config import load_config, parse_config
 from trainers.data import PromptStream, load_examples
 from trainers.hooks import Action, Control, Hooks
-from trainers.trainer import train
+from trainers.placement import Placement
+from trainers.trainer import GRPOTrainer, train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # 6 prompts per epoch, 4 per step: steps cross epoch ends. Two mini-batches: old log-probs are used.
@@ -96,16 +98,19 @@ def test_max_age_0_is_the_synchronous_update(sync_run, tmp_path):
 
 def test_one_update_per_step_forms_the_importance_weights_inside_the_update(tmp_path):
     """mu = 1 and one mini-batch: no separate pi_old pass; with max age 0 that is still exactly the
-    synchronous update, and the IS metrics come from the update (weights 1, nothing truncated)."""
+    synchronous update, and the IS metrics come from the update (weights 1, nothing truncated).
+    With top-k / top-p sampling too: the recorded pi_gen is then the truncated distribution's, not
+    pi_old, but sequences sampled by the current weights take weight 1 as in the synchronous loop."""
     raw = copy.deepcopy(RAW)
     raw["batch"]["mini_batch_prompts"] = 4
+    raw["rollout"] = {"max_new_tokens": 8, "top_k": 6, "top_p": 0.9}
     sync = run_bounded(lambda: train(parse_config(raw), str(tmp_path / "sync")), 600)
     raw["async"] = {"enabled": True, "max_trajectory_age_steps": 0}
     hooks = Record()
-    trainer = AsyncGRPOTrainer(parse_config(raw), str(tmp_path / "async"), hooks)
+    trainer = GRPOTrainer(parse_config(raw), str(tmp_path / "async"), hooks)
     calls = []
-    real_logprobs = trainer._logprobs
-    trainer._logprobs = lambda *a: calls.append(1) or real_logprobs(*a)
+    real_logprobs = trainer.logprobs
+    trainer.logprobs = lambda *a: calls.append(1) or real_logprobs(*a)
     result = run_bounded(trainer.run, 600)
     assert calls == []
     assert result.params_digest == sync.params_digest
@@ -158,12 +163,12 @@ def test_in_flight_updates_swap_weights_mid_generation(tmp_path, monkeypatch):
     raw = async_raw(1, in_flight_weight_updates=True, in_flight_chunk_tokens=2)
     raw["rollout"] = {"max_new_tokens": 8, "stop_at_eos": False}
     hooks = Record()
-    trainer = AsyncGRPOTrainer(parse_config(raw), str(tmp_path), hooks)
+    trainer = GRPOTrainer(parse_config(raw), str(tmp_path), hooks)
     result = run_bounded(trainer.run, 600)
     assert result.status == "succeeded" and result.final_step == 4
     assert [q for step in sorted(hooks.prompts) for q in hooks.prompts[step]] == stream_prompts(raw, 0, 16)
     mixed = [g for g in groups_seen if len(np.unique(g.payload.token_versions)) > 1]
-    assert mixed and trainer.collector.in_flight_swaps > 0
+    assert mixed
     for group in mixed:
         versions = group.payload.token_versions
         assert group.weight_version == versions.min()
@@ -180,18 +185,18 @@ def one_step_behind(monkeypatch):
     so step s + 1's groups are sampled by weights s (the newest then; s - 1 would be too old for
     step s + 1), and every step after the first trains groups exactly one version old: ages
     0, 1, 1, ... whatever the threads' timing."""
-    real_wait = AsyncGRPOTrainer._wait_for_groups
+    real_wait = AsyncRolloutSource._wait_for_groups
 
     def wait(self, step):
-        p = self.plan.prompts_per_step
-        if step + 1 < self.config.train.max_steps:
+        p = self.context.plan.prompts_per_step
+        if step + 1 < self.context.config.train.max_steps:
             wanted = set(range((step + 1) * p, (step + 2) * p))
             with self.cond:
                 assert self.cond.wait_for(lambda: self.collector.error is not None
                                           or wanted <= set(self.buffer.buffered_prompt_indices()), timeout=120)
         return real_wait(self, step)
 
-    monkeypatch.setattr(AsyncGRPOTrainer, "_wait_for_groups", wait)
+    monkeypatch.setattr(AsyncRolloutSource, "_wait_for_groups", wait)
 
 
 def force_weights_of_one(batch):
@@ -212,7 +217,7 @@ def test_stale_groups_get_importance_weights_and_the_loss_uses_them(tmp_path, on
     raw = async_raw(1)
     raw["batch"]["mini_batch_prompts"] = mini_batch_prompts
     hooks = Record()
-    trainer = AsyncGRPOTrainer(parse_config(raw), str(tmp_path), hooks)
+    trainer = GRPOTrainer(parse_config(raw), str(tmp_path), hooks)
     real_update, losses = trainer.update_fn, []
 
     def update(params, opt_state, batch):
@@ -250,7 +255,7 @@ def test_collector_exception_fails_the_run_with_that_error_quickly(tmp_path, mon
         calls.append(1)
         raise Boom("reward server unreachable")
 
-    monkeypatch.setattr(collector_lib, "score", broken_score)
+    monkeypatch.setattr(rollout_lib, "score", broken_score)
     start = time.perf_counter()
     with pytest.raises(Boom, match="reward server unreachable") as info:
         run_bounded(lambda: train(parse_config(async_raw(1)), str(tmp_path)), 300)
@@ -312,19 +317,19 @@ def test_stale_groups_are_dropped_counted_and_regenerated(tmp_path, monkeypatch)
     0.5 s: it generates prompts 8..11 with weights v0 for step 3 (age 2 > 1). The take drops them,
     counts them in async/dropped_stale and the collector regenerates them with newer weights: every
     prompt is still trained exactly once, in order, and no trained group is older than 1."""
-    real_start = AsyncGRPOTrainer._start_collector
-    real_copy = AsyncGRPOTrainer._rollout_copy
+    real_start = AsyncRolloutSource.start
+    real_copy = Placement.rollout_copy
 
-    def start(self):
-        real_start(self)
+    def start(self, params, step):
+        real_start(self, params, step)
         self.collector.max_age_steps = 3
 
     def slow_copy(self, params):
         time.sleep(0.5)
         return real_copy(self, params)
 
-    monkeypatch.setattr(AsyncGRPOTrainer, "_start_collector", start)
-    monkeypatch.setattr(AsyncGRPOTrainer, "_rollout_copy", slow_copy)
+    monkeypatch.setattr(AsyncRolloutSource, "start", start)
+    monkeypatch.setattr(Placement, "rollout_copy", slow_copy)
     raw = async_raw(1)
     hooks = Record()
     result = run_bounded(lambda: train(parse_config(raw), str(tmp_path), hooks), 600)
@@ -345,9 +350,9 @@ class PauseAfter(Control):
         if self.trainer.state.step < self.steps:
             return Action.CONTINUE
         deadline = time.perf_counter() + 120
-        while self.trainer.buffer.size_groups == 0 and time.perf_counter() < deadline:
+        while self.trainer.source.buffer.size_groups == 0 and time.perf_counter() < deadline:
             time.sleep(0.05)
-        self.buffered_at_pause = self.trainer.buffer.buffered_prompt_indices()
+        self.buffered_at_pause = self.trainer.source.buffer.buffered_prompt_indices()
         return Action.PAUSE
 
 
@@ -359,7 +364,7 @@ def test_pause_and_resume_skip_and_repeat_no_prompt(tmp_path):
     raw = async_raw(1)
     first, second = Record(), Record()
     control = PauseAfter(2)
-    trainer = control.trainer = AsyncGRPOTrainer(parse_config(raw), str(tmp_path), first, control)
+    trainer = control.trainer = GRPOTrainer(parse_config(raw), str(tmp_path), first, control)
     result = run_bounded(trainer.run, 600)
     assert result.status == "paused" and result.final_step == 2
     # step 3's groups (and, if the collector was quick enough, step 4's), generated but never trained
@@ -395,13 +400,13 @@ TWO_DEVICES = textwrap.dedent("""
     import os, sys
     os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
     import jax
-    from trainers.async_trainer import AsyncGRPOTrainer
+    from trainers.trainer import GRPOTrainer
     from trainers.config import parse_config
     import json
     raw = json.loads(sys.argv[1])
-    trainer = AsyncGRPOTrainer(parse_config(raw), sys.argv[2])
+    trainer = GRPOTrainer(parse_config(raw), sys.argv[2])
     result = trainer.run()
-    leaf = jax.tree.leaves(trainer.collector.params)[0]
+    leaf = jax.tree.leaves(trainer.source.collector.params)[0]
     train_leaf = jax.tree.leaves(trainer.state.params)[0]
     print("RESULT", json.dumps({"status": result.status, "digest": result.params_digest,
           "rollout": str(list(leaf.devices())[0]), "train": str(list(train_leaf.devices())[0]),
@@ -432,7 +437,6 @@ FOUR_DEVICES = textwrap.dedent("""
     os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
     import jax
     import numpy as np
-    from trainers.async_trainer import AsyncGRPOTrainer
     from trainers.config import parse_config
     from trainers.hooks import Hooks
     from trainers.trainer import GRPOTrainer
@@ -448,14 +452,15 @@ FOUR_DEVICES = textwrap.dedent("""
     sync = GRPOTrainer(parse_config(raw), tempfile.mkdtemp(), sync_hooks)
     sync.run()
     raw["async"] = {"enabled": True, "max_trajectory_age_steps": 0, "rollout_devices": [2, 3], "train_devices": [0, 1]}
-    trainer = AsyncGRPOTrainer(parse_config(raw), tempfile.mkdtemp(), async_hooks)
+    trainer = GRPOTrainer(parse_config(raw), tempfile.mkdtemp(), async_hooks)
     result = trainer.run()
     diff = max(float(np.abs(np.asarray(a) - np.asarray(b)).max())
                for a, b in zip(jax.tree.leaves(sync.state.params), jax.tree.leaves(trainer.state.params)))
     ids = lambda tree: sorted({d.id for leaf in jax.tree.leaves(tree) for d in leaf.devices()})
     print("RESULT", json.dumps({"status": result.status, "max_param_diff": diff,
           "train": ids(trainer.state.params), "opt_state": ids(trainer.state.opt_state),
-          "rollout": ids(trainer.collector.params), "prompts": sorted(d.id for d in trainer.collector.prompt_sharding.device_set),
+          "rollout": ids(trainer.source.collector.params),
+          "prompts": sorted(d.id for d in trainer.source.collector.prompt_sharding.device_set),
           "sync": sync_hooks.by_step, "async": async_hooks.by_step}))
 """)
 

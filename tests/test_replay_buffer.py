@@ -22,11 +22,11 @@ def test_take_waits_for_the_whole_window_then_returns_it_in_data_order():
     buf = ReplayBuffer(capacity_groups=4, max_age_steps=1)
     assert buf.put(g(1, 0, "b")) and buf.put(g(0, 0, "a"))
     assert buf.take(0, 3) is None  # prompt 2 missing: nothing removed
-    assert len(buf) == 2
+    assert buf.size_groups == 2
     assert buf.put(g(2, 0, "c"))
     taken = buf.take(0, 3)
     assert indices(taken) == [0, 1, 2] and [x.payload for x in taken] == ["a", "b", "c"]
-    assert (buf.next_prompt_index, buf.next_step, len(buf)) == (3, 1, 0)
+    assert (buf.next_prompt_index, buf.next_step, buf.size_groups) == (3, 1, 0)
 
 
 def test_groups_arriving_out_of_order_wait_for_their_turn():
@@ -56,7 +56,7 @@ def test_stale_groups_are_dropped_counted_and_queued_for_regeneration():
     assert indices(buf.take(0, 2)) == [0, 1]
     # Step 2: version 0 is 2 steps old (max 1): prompts 2 and 3 are dropped, not trained.
     assert buf.take(2, 2) is None
-    assert (buf.dropped_stale, len(buf)) == (2, 0)
+    assert (buf.dropped_stale, buf.size_groups) == (2, 0)
     assert buf.pop_dropped() == [2, 3] and buf.pop_dropped() == []
     buf.put(g(3, 2))
     buf.put(g(2, 1))
@@ -68,7 +68,7 @@ def test_stale_groups_are_dropped_counted_and_queued_for_regeneration():
 def test_put_refuses_beyond_the_window_and_rejects_repeats():
     buf = ReplayBuffer(capacity_groups=2, max_age_steps=1)
     assert buf.has_room_for(1) and not buf.has_room_for(2)
-    assert buf.put(g(2, 0)) is False and len(buf) == 0  # beyond the window: retry later
+    assert buf.put(g(2, 0)) is False and buf.size_groups == 0  # beyond the window: retry later
     assert buf.put(g(0, 0)) and buf.put(g(1, 0))
     with pytest.raises(ValueError, match="already buffered"):
         buf.put(g(1, 0))
@@ -188,10 +188,10 @@ def test_buffer_invariants(capacity, max_age, count_frac, start, start_step, pro
                 assert all(0 <= step - x.weight_version <= max_age for x in taken)
                 returned += indices(taken)
                 step += 1
-        assert len(buf) <= capacity
+        assert buf.size_groups <= capacity
         assert buf.next_step <= step
         # Nothing lost, nothing duplicated: every accepted group is returned, dropped or still here.
-        assert accepted == len(returned) + buf.dropped_stale + len(buf)
+        assert accepted == len(returned) + buf.dropped_stale + buf.size_groups
         assert buf.dropped_stale == len(dropped)
         assert returned == list(range(start, start + len(returned)))  # no prompt skipped or repeated
         assert buf.next_prompt_index == start + len(returned)  # a checkpoint's data position

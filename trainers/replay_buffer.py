@@ -128,9 +128,6 @@ class ReplayBuffer:
         """Groups held now."""
         return len(self._groups)
 
-    def __len__(self) -> int:
-        return len(self._groups)
-
     def buffered_prompt_indices(self) -> list[int]:
         """Prompt indices held now, ascending."""
         return sorted(self._groups)

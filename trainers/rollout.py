@@ -1,47 +1,129 @@
-"""The rollout phase of a step: G completions per prompt, rewards, group advantages.
+"""The rollout: prompts -> G completions each -> decoded, scored, group advantages. One function,
+`collect_rollout`, used by the synchronous loop, the asynchronous collector and evaluation, and one
+result type, `Rollout`.
 
-Sequences are prompt-major (sequence i = completion i % G of prompt i // G), generated in the
-plan's rollout micro-batches. Prompts are left-padded once per step to the step's longest prompt.
+Sequences are prompt-major (sequence i = completion i % G of prompt i // G). Prompts are left-padded
+to the longest prompt of the examples given (a step's prompts, so the collector generating part of
+a step pads as the synchronous loop does), and generated in rollout micro-batches; the micro-batch
+k sequences into the examples is sampled with key fold_in(key, k), whichever part of the examples
+one call generates. So the samples depend only on (key, prompts, weights), never on how a step's
+generation is split between calls or threads.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+import time
+from typing import Any, Callable
 
 import jax
 import numpy as np
 
 from trainers.advantages import compute_advantages
+from trainers.config import ExperimentConfig
 from trainers.data import encode_prompts
-from trainers.generate import SamplingParams, generate
-from trainers.plan import SequenceSlice
+from trainers.generate import SamplingParams, generate, generate_in_flight
+from trainers.plan import split_sequences
 from trainers.rewards import is_correct, score
+from trainers.tasks import TASKS
+
+DEFAULT_MAX_NEW_TOKENS = 64
+
+Weights = Callable[[], tuple[Any, int]]
+"""weights() -> (params, version): the weights to generate with and their version (optimizer steps
+applied to them). Called before each generation call, and with in-flight updates before each
+decode chunk, so a caller can hand newer weights to a generation in progress."""
 
 
 @dataclasses.dataclass
 class Rollout:
-    examples: list[dict[str, Any]]   # [P] the step's prompts
-    prompt_tokens: np.ndarray        # [N, Lp] int32, left-padded, N = P * G
+    """Prompts, their G completions each, rewards and advantages: per-sequence host arrays.
+
+    Shapes: P prompts, N = P * G sequences, Lp the prompt length (left-padded), Lc = max_new_tokens.
+    A rollout can be cut into prompt groups (`group(j)`) and put back together (`Rollout.concat`),
+    which is how the asynchronous loop buffers and trains it.
+    """
+
+    examples: list[dict[str, Any]]   # [P] the prompts' dataset items
+    num_generations: int             # G
+    prompt_tokens: np.ndarray        # [N, Lp] int32, left-padded
     prompt_valid: np.ndarray         # [N, Lp] bool
     completion_tokens: np.ndarray    # [N, Lc] int32
     completion_mask: np.ndarray      # [N, Lc] bool
-    sample_logprobs: np.ndarray      # [N, Lc] float32, recorded at sampling time
+    sample_logprobs: np.ndarray      # [N, Lc] float32, log pi_gen: recorded when sampling (generate.sample_token)
+    token_versions: np.ndarray       # [N, Lc] int32, the version of the weights that sampled each token
     completions: list[str]           # [N] decoded
     rewards: np.ndarray              # [N] float32 weighted sum
     correct: np.ndarray              # [N] bool
     advantages: np.ndarray           # [N] float32
-    decode_steps: int                # decode iterations over all generation calls
+    generate_s: float                # seconds spent encoding, generating, decoding and scoring these sequences
+
+    @property
+    def prompts(self) -> int:
+        return len(self.examples)
 
     @property
     def sequences(self) -> int:
         return len(self.completions)
 
-    def response_tokens(self) -> int:
-        return int(self.completion_mask.sum())
-
     def total_tokens(self) -> int:
         return int(self.prompt_valid.sum() + self.completion_mask.sum())
+
+    # -- groups ------------------------------------------------------------------------------------
+
+    def group(self, j: int) -> "Rollout":
+        """Prompt j's G sequences, with an equal share (1 / P) of `generate_s`."""
+        g = self.num_generations
+        rows = slice(j * g, (j + 1) * g)
+        return Rollout(
+            examples=self.examples[j:j + 1], num_generations=g,
+            prompt_tokens=self.prompt_tokens[rows], prompt_valid=self.prompt_valid[rows],
+            completion_tokens=self.completion_tokens[rows], completion_mask=self.completion_mask[rows],
+            sample_logprobs=self.sample_logprobs[rows], token_versions=self.token_versions[rows],
+            completions=self.completions[rows], rewards=self.rewards[rows], correct=self.correct[rows],
+            advantages=self.advantages[rows], generate_s=self.generate_s / self.prompts,
+        )
+
+    @classmethod
+    def concat(cls, rollouts: list["Rollout"]) -> "Rollout":
+        """The rollouts' sequences in order, as one rollout (`generate_s` adds up). Their prompts must
+        have one padded length, as the groups of one step have (`collect_rollout` pads a step's
+        prompts together, whichever part of them one call generates)."""
+        if not rollouts:
+            raise ValueError("Rollout.concat needs at least one rollout")
+        g, width = rollouts[0].num_generations, rollouts[0].prompt_tokens.shape[1]
+        if any(r.num_generations != g or r.prompt_tokens.shape[1] != width for r in rollouts):
+            raise ValueError("Rollout.concat: rollouts differ in num_generations or padded prompt length")
+
+        def cat(name: str) -> np.ndarray:
+            return np.concatenate([getattr(r, name) for r in rollouts])
+
+        return cls(
+            examples=[e for r in rollouts for e in r.examples], num_generations=g,
+            prompt_tokens=cat("prompt_tokens"), prompt_valid=cat("prompt_valid"),
+            completion_tokens=cat("completion_tokens"), completion_mask=cat("completion_mask"),
+            sample_logprobs=cat("sample_logprobs"), token_versions=cat("token_versions"),
+            completions=[c for r in rollouts for c in r.completions],
+            rewards=cat("rewards"), correct=cat("correct"), advantages=cat("advantages"),
+            generate_s=sum(r.generate_s for r in rollouts),
+        )
+
+    # -- weight versions -----------------------------------------------------------------------------
+
+    def oldest_version(self) -> int:
+        """The oldest weight version that sampled any token (every completion has at least one)."""
+        return int(self.token_versions[self.completion_mask].min())
+
+    def on_policy(self, version: int) -> np.ndarray:
+        """[N] bool: every token of the sequence was sampled by weights `version` (so its KV cache,
+        prompt included, was computed by them too: the prefill samples token 0)."""
+        return np.all((self.token_versions == version) | ~self.completion_mask, axis=1)
+
+    def token_age_mean(self, step: int) -> float:
+        """Mean age in steps, when trained at `step`, of the weights that sampled each token."""
+        return float((step - self.token_versions[self.completion_mask]).mean())
+
+    # -- reporting ---------------------------------------------------------------------------------
 
     def metrics(self) -> dict[str, float]:
         """The rollout's own per-step metrics: reward mean/std, accuracy, mean response length (tokens)."""
@@ -52,11 +134,11 @@ class Rollout:
             "response_length/mean": float(self.completion_mask.sum(axis=1).mean()),
         }
 
-    def samples(self, count: int, num_generations: int) -> list[dict[str, Any]]:
+    def samples(self, count: int) -> list[dict[str, Any]]:
         """The first `count` sequences, for display (prompt, completion, answer, reward, advantage)."""
         out = []
         for i in range(min(count, self.sequences)):
-            example = self.examples[i // num_generations]
+            example = self.examples[i // self.num_generations]
             out.append({
                 "prompt": example["prompt"],
                 "completion": self.completions[i],
@@ -68,6 +150,56 @@ class Rollout:
         return out
 
 
+@dataclasses.dataclass(frozen=True)
+class RolloutSpec:
+    """How a run turns prompts into scored completions (fixed for the run).
+
+    advantage: `grpo.advantage` method, or None for no advantages (all 0: evaluation, G = 1).
+    """
+
+    tokenizer: Any
+    sampling: SamplingParams
+    num_generations: int
+    rollout_micro_batch_sequences: int
+    max_prompt_tokens: int
+    reward_specs: tuple[tuple[str, float], ...]
+    advantage: str | None
+    advantage_eps: float = 1e-6
+
+    @classmethod
+    def from_config(cls, config: ExperimentConfig, tokenizer: Any, rollout_micro_batch_sequences: int) -> "RolloutSpec":
+        r = config.rollout
+        sampling = SamplingParams(
+            max_new_tokens=max_new_tokens(config), temperature=r.temperature, top_k=r.top_k, top_p=r.top_p,
+            stop_at_eos=r.stop_at_eos, eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id,
+        )
+        return cls(tokenizer=tokenizer, sampling=sampling, num_generations=config.grpo.num_generations,
+                   rollout_micro_batch_sequences=rollout_micro_batch_sequences,
+                   max_prompt_tokens=config.data.max_prompt_tokens, reward_specs=tuple(reward_specs(config)),
+                   advantage=config.grpo.advantage, advantage_eps=config.grpo.advantage_eps)
+
+    def for_evaluation(self, temperature: float) -> "RolloutSpec":
+        """One completion per prompt at `temperature` (0 = greedy), no advantages."""
+        return dataclasses.replace(self, sampling=dataclasses.replace(self.sampling, temperature=temperature),
+                                   num_generations=1, advantage=None)
+
+
+def reward_specs(config: ExperimentConfig) -> list[tuple[str, float]]:
+    """The configured rewards, or the built-in task's own when none are named."""
+    if config.rewards:
+        return [(r.name, r.weight) for r in config.rewards]
+    return list(TASKS[config.data.task].default_rewards)
+
+
+def max_new_tokens(config: ExperimentConfig) -> int:
+    """`rollout.max_new_tokens`, else the built-in task's own, else DEFAULT_MAX_NEW_TOKENS."""
+    if config.rollout.max_new_tokens is not None:
+        return config.rollout.max_new_tokens
+    if config.data.task is not None:
+        return TASKS[config.data.task].max_new_tokens
+    return DEFAULT_MAX_NEW_TOKENS
+
+
 def completion_text(tokenizer: Any, ids: np.ndarray) -> str:
     """Decode generated ids. PAD or BOS sampled inside a completion become U+FFFD (as UNK does), so
     a policy cannot pad its way to a match: the tokenizer's decode skips them in prompts only."""
@@ -75,67 +207,71 @@ def completion_text(tokenizer: Any, ids: np.ndarray) -> str:
     return tokenizer.decode(ids.tolist())
 
 
-def generate_completions(
-    graphdef: Any,
-    params: Any,
-    prompt_tokens: np.ndarray,
-    prompt_valid: np.ndarray,
-    slices: tuple[SequenceSlice, ...],
-    sampling: SamplingParams,
-    key: jax.Array,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """Generate for every slice of the (already repeated) prompts; returns tokens, mask, logprobs, decode steps."""
-    tokens, masks, logprobs, decode_steps = [], [], [], 0
-    for i, s in enumerate(slices):
-        result = generate(
-            graphdef, params, prompt_tokens[s.start:s.stop], prompt_valid[s.start:s.stop],
-            jax.random.fold_in(key, i), sampling,
-        )
-        tokens.append(result.tokens)
-        masks.append(result.mask)
-        logprobs.append(result.logprobs)
-        decode_steps += int(result.decode_steps)
-    return np.concatenate(tokens), np.concatenate(masks), np.concatenate(logprobs), decode_steps
-
-
 def collect_rollout(
     graphdef: Any,
-    params: Any,
+    weights: Weights,
     examples: list[dict[str, Any]],
-    tokenizer: Any,
-    *,
-    num_generations: int,
-    slices: tuple[SequenceSlice, ...],
-    sampling: SamplingParams,
-    max_prompt_tokens: int,
-    reward_specs: list[tuple[str, float]],
-    advantage: str,
-    advantage_eps: float,
+    spec: RolloutSpec,
     key: jax.Array,
+    *,
+    first_prompt: int = 0,
+    prompt_count: int | None = None,
+    in_flight_chunk_tokens: int = 0,
+    prompt_sharding: Any = None,
 ) -> Rollout:
-    tokens, valid = encode_prompts(tokenizer, [e["prompt"] for e in examples], max_prompt_tokens)
-    prompt_tokens = np.repeat(tokens, num_generations, axis=0)
-    prompt_valid = np.repeat(valid, num_generations, axis=0)
-    completion_tokens, completion_mask, sample_logprobs, decode_steps = generate_completions(
-        graphdef, params, prompt_tokens, prompt_valid, slices, sampling, key
-    )
-    completions = [completion_text(tokenizer, row[m]) for row, m in zip(completion_tokens, completion_mask)]
-    per_sequence = [examples[i // num_generations] for i in range(len(completions))]
-    rewards, _ = score(completions, per_sequence, reward_specs)
+    """Encode -> generate -> decode -> score -> advantages for prompts
+    examples[first_prompt : first_prompt + prompt_count] (default: all), padded as all of `examples`.
+
+    Generation calls take `spec.rollout_micro_batch_sequences` sequences each; the k-th micro-batch
+    of `examples` (counting from its first sequence, so first_prompt * G must be a multiple of the
+    micro-batch size) is sampled with fold_in(key, k). weights(): see `Weights`; with
+    in_flight_chunk_tokens > 0 generation runs in chunks of that many decode steps and takes the
+    newest weights before each (`generate.generate_in_flight`). prompt_sharding: where each call's
+    prompts go (split over the rollout devices); None = as they are, with the params.
+    `generate_s` is the wall time of this call.
+    """
+    t0 = time.perf_counter()
+    g, micro = spec.num_generations, spec.rollout_micro_batch_sequences
+    count = len(examples) - first_prompt if prompt_count is None else prompt_count
+    if (first_prompt * g) % micro:
+        raise ValueError(f"first_prompt={first_prompt} x G={g} is not a multiple of the rollout micro-batch ({micro})")
+    tokens, valid = encode_prompts(spec.tokenizer, [e["prompt"] for e in examples], spec.max_prompt_tokens)
+    chosen = examples[first_prompt:first_prompt + count]
+    prompt_tokens = np.repeat(tokens[first_prompt:first_prompt + count], g, axis=0)
+    prompt_valid = np.repeat(valid[first_prompt:first_prompt + count], g, axis=0)
+    first_call = first_prompt * g // micro
+    out_tokens, out_mask, out_logprobs, out_versions = [], [], [], []
+    for k, s in enumerate(split_sequences(count * g, micro)):
+        call_tokens, call_valid = prompt_tokens[s.start:s.stop], prompt_valid[s.start:s.stop]
+        if prompt_sharding is not None:
+            call_tokens, call_valid = jax.device_put((call_tokens, call_valid), prompt_sharding)
+        call_key = jax.random.fold_in(key, first_call + k)
+        if in_flight_chunk_tokens:
+            result = generate_in_flight(graphdef, weights, call_tokens, call_valid, call_key, spec.sampling,
+                                        in_flight_chunk_tokens)
+            versions = result.token_versions
+        else:
+            params, version = weights()
+            result = generate(graphdef, params, call_tokens, call_valid, call_key, spec.sampling)
+            versions = np.full(result.tokens.shape, version, np.int32)
+        out_tokens.append(result.tokens)
+        out_mask.append(result.mask)
+        out_logprobs.append(result.logprobs)
+        out_versions.append(versions)
+    completion_tokens, completion_mask = np.concatenate(out_tokens), np.concatenate(out_mask)
+    completions = [completion_text(spec.tokenizer, row[m]) for row, m in zip(completion_tokens, completion_mask)]
+    per_sequence = [chosen[i // g] for i in range(len(completions))]
+    rewards, _ = score(completions, per_sequence, list(spec.reward_specs))
+    rewards = np.asarray(rewards, np.float32)
     correct = np.array([is_correct(c, e) for c, e in zip(completions, per_sequence)], dtype=bool)
-    advantages = compute_advantages(
-        np.asarray(rewards, np.float32).reshape(len(examples), num_generations), advantage, advantage_eps
-    ).reshape(-1)
+    if spec.advantage is None:
+        advantages = np.zeros(len(completions), np.float32)
+    else:
+        advantages = compute_advantages(rewards.reshape(count, g), spec.advantage, spec.advantage_eps).reshape(-1)
     return Rollout(
-        examples=examples,
-        prompt_tokens=prompt_tokens,
-        prompt_valid=prompt_valid,
-        completion_tokens=completion_tokens,
-        completion_mask=completion_mask,
-        sample_logprobs=sample_logprobs,
-        completions=completions,
-        rewards=np.asarray(rewards, np.float32),
-        correct=correct,
-        advantages=advantages,
-        decode_steps=decode_steps,
+        examples=list(chosen), num_generations=g, prompt_tokens=prompt_tokens, prompt_valid=prompt_valid,
+        completion_tokens=completion_tokens, completion_mask=completion_mask,
+        sample_logprobs=np.concatenate(out_logprobs), token_versions=np.concatenate(out_versions),
+        completions=completions, rewards=rewards, correct=correct, advantages=advantages,
+        generate_s=time.perf_counter() - t0,
     )

@@ -1,12 +1,19 @@
-"""The synchronous GRPO training loop: the one entry point `train(config, run_dir, hooks, control)`.
+"""The GRPO training loop: the one entry point `train(config, run_dir, hooks, control)`.
 
 Each step walks the batch plan:
-  1. take `prompts_per_step` prompts at the run's data position (one integer, saved in checkpoints);
-  2. rollout: G completions per prompt in rollout micro-batches, rewards, group advantages;
-  3. old-policy and reference log-probs in log-prob micro-batches, where the plan needs them;
-  4. mu passes x mini-batches optimizer updates, each one jitted call that accumulates its
-     micro-batches;
-  5. report metrics and samples, evaluate and checkpoint when due.
+  1. the step's rollout from the trainer's `RolloutSource` (`trainers.rollout_source`): the
+     `prompts_per_step` prompts at the run's data position (one integer, saved in checkpoints), G
+     completions each, rewards, group advantages. The synchronous source generates them now with
+     the current weights; the asynchronous one (`trainers.async_source`, async.enabled) takes them
+     from a replay buffer that a collector thread fills ahead of training;
+  2. old-policy and reference log-probs in log-prob micro-batches, where the plan needs them;
+  3. mu passes x mini-batches optimizer updates, each one jitted call that accumulates its
+     micro-batches (with an asynchronous source, each also forms the importance weights);
+  4. publish the new weights to the source; report metrics and samples, evaluate and checkpoint
+     when due.
+
+Where arrays live is the trainer's `Placement` (`trainers.placement`): the default device, or the
+train and rollout device meshes of `async.train_devices` / `async.rollout_devices`.
 
 Everything random derives from `config.seed`: the step's sampling key is fold_in(seed key, step),
 so a resumed run draws exactly what an uninterrupted one would.
@@ -24,22 +31,21 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from trainers.async_source import AsyncRolloutSource
 from trainers.checkpoint import Checkpointer
 from trainers.config import ExperimentConfig
-from trainers.data import PromptStream, encode_prompts, load_examples
-from trainers.generate import SamplingParams
+from trainers.data import PromptStream, load_examples
 from trainers.hooks import Action, Control, Hooks, RunInfo, TrainResult
 from trainers.loss import LossConfig, token_weights
-from trainers.model import PRESETS, init_params, param_count
+from trainers.model import init_params, param_count
 from trainers.optim import make_optimizer, make_schedule
-from trainers.plan import BatchPlan, make_plan, split_sequences
-from trainers.rewards import is_correct, score
-from trainers.rollout import Rollout, collect_rollout, completion_text, generate_completions
-from trainers.tasks import TASKS
+from trainers.placement import Placement
+from trainers.plan import BatchPlan, make_plan
+from trainers.presets import PRESETS
+from trainers.rollout import Rollout, RolloutSpec, collect_rollout
+from trainers.rollout_source import RolloutContext, RolloutSource, SourceFactory, SyncRolloutSource
 from trainers.tokenizer import get_tokenizer
-from trainers.train_step import make_logprob_fn, make_update_fn
-
-DEFAULT_MAX_NEW_TOKENS = 64
+from trainers.train_step import MAX_METRICS, make_logprob_fn, make_update_fn
 
 
 def params_digest(params: Any) -> str:
@@ -53,32 +59,10 @@ def params_digest(params: Any) -> str:
     return h.hexdigest()
 
 
-def reward_specs(config: ExperimentConfig) -> list[tuple[str, float]]:
-    """The configured rewards, or the built-in task's own when none are named."""
-    if config.rewards:
-        return [(r.name, r.weight) for r in config.rewards]
-    return list(TASKS[config.data.task].default_rewards)
-
-
-def max_new_tokens(config: ExperimentConfig) -> int:
-    if config.rollout.max_new_tokens is not None:
-        return config.rollout.max_new_tokens
-    if config.data.task is not None:
-        return TASKS[config.data.task].max_new_tokens
-    return DEFAULT_MAX_NEW_TOKENS
-
-
-def sampling_params(config: ExperimentConfig, tokenizer: Any, temperature: float | None = None) -> SamplingParams:
-    r = config.rollout
-    return SamplingParams(
-        max_new_tokens=max_new_tokens(config),
-        temperature=r.temperature if temperature is None else temperature,
-        top_k=r.top_k,
-        top_p=r.top_p,
-        stop_at_eos=r.stop_at_eos,
-        eos_id=tokenizer.eos_id,
-        pad_id=tokenizer.pad_id,
-    )
+def rollout_source_for(config: ExperimentConfig) -> SourceFactory:
+    """The rollout source a config asks for: asynchronous with `async.enabled`, else synchronous.
+    The one place the two modes are told apart."""
+    return AsyncRolloutSource if config.async_.enabled else SyncRolloutSource
 
 
 def _stack(arrays: dict[str, np.ndarray], micro_batches: tuple) -> dict[str, np.ndarray]:
@@ -90,19 +74,26 @@ def _stack(arrays: dict[str, np.ndarray], micro_batches: tuple) -> dict[str, np.
 class _State:
     params: Any
     opt_state: Any
-    step: int            # completed steps
+    step: int            # completed steps = the version of `params`
     data_position: int   # prompts consumed
 
 
 class GRPOTrainer:
-    """Holds what a run needs (model, optimizer, data, compiled functions) and runs steps."""
+    """Holds what a run needs (model, optimizer, data, compiled functions) and runs steps.
+
+    source: builds the rollout source from the run's `RolloutContext` (a `RolloutSource` class:
+      `SyncRolloutSource`, `AsyncRolloutSource`); default `rollout_source_for(config)`.
+    placement: where arrays live; default `Placement.from_config(config)`.
+    """
 
     def __init__(self, config: ExperimentConfig, run_dir: str, hooks: Hooks | None = None,
-                 control: Control | None = None):
+                 control: Control | None = None, *, source: SourceFactory | None = None,
+                 placement: Placement | None = None):
         self.config = config
         self.run_dir = os.path.abspath(run_dir)
         self.hooks = hooks or Hooks()
         self.control = control or Control()
+        self.placement = placement if placement is not None else Placement.from_config(config)
         self.tokenizer = get_tokenizer(config.data.tokenizer)
         d = config.data
         self.train_examples, self.eval_examples = load_examples(
@@ -110,8 +101,7 @@ class GRPOTrainer:
         )
         self.stream = PromptStream(self.train_examples, seed=config.seed)
         self.plan: BatchPlan = make_plan(config, len(self.train_examples))
-        self.reward_specs = reward_specs(config)
-        self.sampling = sampling_params(config, self.tokenizer)
+        self.spec = RolloutSpec.from_config(config, self.tokenizer, self.plan.rollout_micro_batch_sequences)
         self.model_config = dataclasses.replace(PRESETS[config.model.preset], dtype=config.model.dtype)
         self.graphdef, params = init_params(self.model_config, config.seed)
         # The reference policy is the initial one; a copy, since updates donate `params`' buffers.
@@ -119,20 +109,31 @@ class GRPOTrainer:
         self.schedule = make_schedule(config.optimizer, self.plan.optimizer_updates_per_step, config.train.max_steps)
         self.optimizer = make_optimizer(config.optimizer, self.schedule)
         self.state = _State(params, self.optimizer.init(params), 0, 0)
+        self._place_training_state()
+        self.base_key = jax.random.key(config.seed)
+        self.source: RolloutSource = (source or rollout_source_for(config))(RolloutContext(
+            config=config, plan=self.plan, spec=self.spec, graphdef=self.graphdef, stream=self.stream,
+            base_key=self.base_key, placement=self.placement, hooks=self.hooks, control=self.control,
+        ))
         g = config.grpo
         self.loss_cfg = LossConfig(g.epsilon_low, g.epsilon_high, g.dual_clip, g.beta, g.kl_estimator)
         self.logprob_temperature = config.rollout.temperature or 1.0
         self.logprob_fn = make_logprob_fn(self.graphdef, self.logprob_temperature)
         self.update_fn = make_update_fn(
             self.graphdef, self.optimizer, self.loss_cfg, self.logprob_temperature,
-            self.plan.needs_old_logprobs,
+            self.plan.needs_old_logprobs, importance=self.source.importance,
         )
         c = config.checkpoint
         self.checkpointer = Checkpointer(os.path.join(self.run_dir, "checkpoints"), c.keep_last,
                                          c.keep_best_metric, c.keep_best_mode)
-        self.base_key = jax.random.key(config.seed)
         self.last_metrics: dict[str, float] = {}
         self.interrupted_by: Action | None = None  # why the last step() returned None: STOP, or PAUSE
+
+    def _place_training_state(self) -> None:
+        self.state.params = self.placement.train_state(self.state.params)
+        self.state.opt_state = self.placement.train_state(self.state.opt_state)
+        if self.ref_params is not None:
+            self.ref_params = self.placement.train_state(self.ref_params)
 
     # -- checkpoints -------------------------------------------------------------------------
 
@@ -142,6 +143,7 @@ class GRPOTrainer:
             return None
         params, opt_state, meta = self.checkpointer.restore(step, self.state.params, self.state.opt_state)
         self.state = _State(params, opt_state, int(meta["step"]), int(meta["data_position"]))
+        self._place_training_state()
         self.last_metrics = dict(meta.get("metrics", {}))
         return step
 
@@ -165,41 +167,23 @@ class GRPOTrainer:
 
     # -- one step ----------------------------------------------------------------------------
 
-    def rollout(self, examples: list[dict], key: jax.Array) -> Rollout:
-        return collect_rollout(
-            self.graphdef, self.state.params, examples, self.tokenizer,
-            num_generations=self.plan.num_generations,
-            slices=self.plan.rollout_slices(),
-            sampling=self.sampling,
-            max_prompt_tokens=self.config.data.max_prompt_tokens,
-            reward_specs=self.reward_specs,
-            advantage=self.config.grpo.advantage,
-            advantage_eps=self.config.grpo.advantage_eps,
-            key=key,
-        )
-
-    def _on_train_devices(self, arrays: dict[str, np.ndarray], batch_axis: int) -> dict[str, Any]:
-        """The update's and log-prob passes' inputs, where they run: here as they are (the default
-        device); the async trainer shards them over `async.train_devices` along `batch_axis`."""
-        return arrays
-
-    def _logprobs(self, params: Any, r: Rollout) -> np.ndarray:
+    def logprobs(self, params: Any, r: Rollout) -> np.ndarray:
+        """Log-probs [N, Lc] of the rollout's tokens under `params`, in log-prob micro-batches."""
         parts = []
         for s in self.plan.logprob_slices():
-            a = self._on_train_devices({"prompt_tokens": r.prompt_tokens[s.start:s.stop],
-                                        "prompt_valid": r.prompt_valid[s.start:s.stop],
-                                        "completion_tokens": r.completion_tokens[s.start:s.stop],
-                                        "completion_mask": r.completion_mask[s.start:s.stop]}, batch_axis=0)
+            a = self.placement.train_batch({"prompt_tokens": r.prompt_tokens[s.start:s.stop],
+                                            "prompt_valid": r.prompt_valid[s.start:s.stop],
+                                            "completion_tokens": r.completion_tokens[s.start:s.stop],
+                                            "completion_mask": r.completion_mask[s.start:s.stop]}, batch_axis=0)
             parts.append(self.logprob_fn(params, a["prompt_tokens"], a["prompt_valid"], a["completion_tokens"],
                                          a["completion_mask"]))
         return np.concatenate([np.asarray(p) for p in parts])
 
-    def train_on(self, r: Rollout,
-                 in_update_importance: dict[str, np.ndarray] | None = None) -> dict[str, float] | None:
-        """All optimizer updates of one step; None if stopped between updates.
+    def train_on(self, r: Rollout) -> dict[str, float] | None:
+        """All optimizer updates of one step on rollout `r`; None if stopped between updates.
 
-        in_update_importance: {"gen_logprobs": [N, Lc], "on_policy": [N] bool} for an update
-        function that forms the importance weights itself (`make_update_fn(importance=...)`)."""
+        With a source that needs the importance correction, the updates also get the generator's
+        log-probs and which rows are on-policy (every token sampled by the current weights)."""
         arrays = {
             "prompt_tokens": r.prompt_tokens,
             "prompt_valid": r.prompt_valid,
@@ -208,9 +192,12 @@ class GRPOTrainer:
             "advantages": r.advantages,
         }
         if self.plan.needs_old_logprobs:
-            arrays["old_logprobs"] = self._logprobs(self.state.params, r)
+            arrays["old_logprobs"] = self.logprobs(self.state.params, r)
         if self.plan.needs_reference:
-            arrays["ref_logprobs"] = self._logprobs(self.ref_params, r)
+            arrays["ref_logprobs"] = self.logprobs(self.ref_params, r)
+        if self.source.importance is not None:
+            arrays["gen_logprobs"] = r.sample_logprobs
+            arrays["on_policy"] = r.on_policy(self.state.step)
         # Loss weights are normalised over each mini-batch (the same partition in every pass).
         aggregation = self.config.grpo.loss_aggregation
         weights = np.zeros(r.completion_mask.shape, np.float32)
@@ -220,68 +207,78 @@ class GRPOTrainer:
             weights[s.start:s.stop] = token_weights(r.completion_mask[s.start:s.stop], aggregation)
             metric_weights[s.start:s.stop] = token_weights(r.completion_mask[s.start:s.stop], "token-mean")
         arrays["weights"], arrays["metric_weights"] = weights, metric_weights
-        arrays.update(in_update_importance or {})
         sums: dict[str, float] = {}
         updates = self.plan.updates()
         for i, update in enumerate(updates):
             if i > 0 and self.control.poll() is Action.STOP:
                 self.interrupted_by = Action.STOP
                 return None
-            batch = self._on_train_devices(_stack(arrays, update.micro_batches), batch_axis=1)
+            batch = self.placement.train_batch(_stack(arrays, update.micro_batches), batch_axis=1)
             params, opt_state, metrics = self.update_fn(self.state.params, self.state.opt_state, batch)
             self.state.params, self.state.opt_state = params, opt_state
             for k, v in metrics.items():
-                sums[k] = sums.get(k, 0.0) + float(v)
-        out = {k: v / len(updates) for k, v in sums.items()}
+                combine = max if k in MAX_METRICS else (lambda a, b: a + b)
+                sums[k] = combine(sums[k], float(v)) if k in sums else float(v)
+        out = {k: v if k in MAX_METRICS else v / len(updates) for k, v in sums.items()}
         # The rate of this step's last update: the schedule counts optimizer updates from 0.
         last_update = (self.state.step + 1) * self.plan.optimizer_updates_per_step - 1
         out["learning_rate"] = float(self.schedule(last_update))
         return out
 
     def evaluate(self) -> dict[str, float]:
-        """Greedy (eval.temperature) completion of the eval prompts; reward mean and accuracy."""
+        """One completion (eval.temperature; 0 = greedy) of each eval prompt: reward mean and accuracy."""
         examples = self.eval_examples[: self.config.eval.prompts or None]
         if not examples:
             return {}
-        sampling = dataclasses.replace(self.sampling, temperature=self.config.eval.temperature)
-        tokens, valid = encode_prompts(self.tokenizer, [e["prompt"] for e in examples], self.config.data.max_prompt_tokens)
-        size = self.plan.rollout_micro_batch_sequences
-        slices = split_sequences(len(examples), size)
         key = jax.random.fold_in(jax.random.fold_in(self.base_key, self.state.step), 1 << 20)
-        out_tokens, out_mask, _, _ = generate_completions(self.graphdef, self.state.params, tokens, valid, slices, sampling, key)
-        completions = [completion_text(self.tokenizer, t[m]) for t, m in zip(out_tokens, out_mask)]
-        rewards, _ = score(completions, examples, self.reward_specs)
-        correct = [is_correct(c, e) for c, e in zip(completions, examples)]
-        return {"eval/reward_mean": float(np.mean(rewards)), "eval/accuracy": float(np.mean(correct))}
+        r = collect_rollout(self.graphdef, lambda: (self.state.params, self.state.step), examples,
+                            self.spec.for_evaluation(self.config.eval.temperature), key)
+        return {"eval/reward_mean": float(np.mean(r.rewards)), "eval/accuracy": float(np.mean(r.correct))}
 
     def step(self) -> dict[str, float] | None:
-        """Run one whole step; returns its metrics, or None if interrupted mid-step (`interrupted_by`)."""
+        """Run one whole step; returns its metrics, or None if interrupted mid-step (`interrupted_by`).
+
+        timing/rollout_s: seconds spent encoding, generating, decoding and scoring the step's
+        sequences (`Rollout.generate_s`; in async mode spent by the collector, overlapping training);
+        timing/train_s: from the rollout in hand to the updated weights published and ready;
+        timing/step_s: the whole step, waiting for the rollout included."""
         s = self.state
         t0 = time.perf_counter()
-        examples = self.stream.take(s.data_position, self.plan.prompts_per_step)
-        r = self.rollout(examples, jax.random.fold_in(self.base_key, s.step))
-        t1 = time.perf_counter()
+        r = self.source.next(s.step)
+        if r is None:
+            self.interrupted_by = self.source.interrupted_by or Action.STOP
+            return None
+        t_ready = time.perf_counter()
         train_metrics = self.train_on(r)
         if train_metrics is None:
             return None
-        jax.block_until_ready(self.state.params)
-        t2 = time.perf_counter()
         s.step += 1
         s.data_position += self.plan.prompts_per_step
+        self.source.publish(s.params, s.step)
+        jax.block_until_ready(s.params)
+        t_end = time.perf_counter()
         metrics = {
             **r.metrics(),
             **train_metrics,
-            "timing/rollout_s": t1 - t0,
-            "timing/train_s": t2 - t1,
-            "timing/step_s": t2 - t0,
-            "throughput/tokens_per_s": r.total_tokens() / max(t2 - t0, 1e-9),
+            **self.source.metrics(),
+            "timing/rollout_s": r.generate_s,
+            "timing/train_s": t_end - t_ready,
+            "timing/step_s": t_end - t0,
+            "throughput/tokens_per_s": r.total_tokens() / max(t_end - t0, 1e-9),
         }
-        self.hooks.on_samples(s.step, r.samples(self.config.train.samples_per_step, self.plan.num_generations))
+        self.hooks.on_samples(s.step, r.samples(self.config.train.samples_per_step))
         return metrics
 
     # -- the run -----------------------------------------------------------------------------
 
     def run(self) -> TrainResult:
+        """Train to train.max_steps (resuming from the newest checkpoint), or until STOP / PAUSE."""
+        try:
+            return self._run()
+        finally:
+            self.source.stop()
+
+    def _run(self) -> TrainResult:
         cfg = self.config
         resumed = self.restore_latest()
         if resumed is not None:
@@ -293,6 +290,8 @@ class GRPOTrainer:
         ))
         status = "succeeded"
         last_saved = resumed
+        if self.state.step < cfg.train.max_steps:
+            self.source.start(self.state.params, self.state.step)
         while self.state.step < cfg.train.max_steps:
             action = self.control.poll()
             if action is Action.CONTINUE:
@@ -325,10 +324,5 @@ class GRPOTrainer:
 
 def train(config: ExperimentConfig, run_dir: str, hooks: Hooks | None = None, control: Control | None = None) -> TrainResult:
     """Train under `config`, resuming from the newest checkpoint in `run_dir/checkpoints` if any.
-    With `async.enabled` the asynchronous loop (`trainers.async_trainer`) runs instead."""
-    if config.async_.enabled:
-        from trainers.async_trainer import AsyncGRPOTrainer
-
-        return AsyncGRPOTrainer(config, run_dir, hooks, control).run()
+    With `async.enabled` the rollouts come from the asynchronous source (`rollout_source_for`)."""
     return GRPOTrainer(config, run_dir, hooks, control).run()
-

@@ -1,0 +1,108 @@
+"""Where a training step's rollout comes from: the `RolloutSource` interface, what a source is built
+from (`RolloutContext`), and the synchronous source.
+
+The trainer (`trainers.trainer.GRPOTrainer`) owns the weights and the loop; per step s it asks its
+source for the step's `Rollout` (`next(s)`), trains on it, and hands the new weights (version s + 1)
+back (`publish`). The synchronous source generates the step's rollout when asked, with the weights
+just published; the asynchronous one (`trainers.async_source.AsyncRolloutSource`) takes it from a
+replay buffer that a collector thread fills ahead of training.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Protocol
+
+import jax
+
+from trainers.config import ExperimentConfig
+from trainers.data import PromptStream
+from trainers.hooks import Action, Control, Hooks
+from trainers.importance import ImportanceConfig
+from trainers.placement import Placement
+from trainers.plan import BatchPlan
+from trainers.rollout import Rollout, RolloutSpec, collect_rollout
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutContext:
+    """What a rollout source is built from: the run's pieces that the trainer also uses."""
+
+    config: ExperimentConfig
+    plan: BatchPlan
+    spec: RolloutSpec
+    graphdef: Any
+    stream: PromptStream
+    base_key: jax.Array    # key(seed); step s samples with fold_in(base_key, s)
+    placement: Placement
+    hooks: Hooks
+    control: Control
+
+
+class RolloutSource(Protocol):
+    """A step's rollouts, for the trainer's loop.
+
+    importance: the correction the trainer's update applies to this source's rollouts (pi_old /
+      pi_gen, `make_update_fn(importance=...)`), or None when every rollout is sampled by the
+      weights that train it.
+    interrupted_by: why the last `next` returned None (Action.STOP or Action.PAUSE).
+    """
+
+    importance: ImportanceConfig | None
+    interrupted_by: Action | None
+
+    def start(self, params: Any, step: int) -> None:
+        """Begin before step `step` (0, or a resumed checkpoint's step), with the trainer's weights
+        `params` (version `step`). The source never keeps the trainer's buffers past the next
+        update (updates donate them) unless it uses them before."""
+
+    def next(self, step: int) -> Rollout | None:
+        """Step `step`'s rollout: the `prompts_per_step` prompts at data position
+        plan.data_position_at(step), G completions each; None if interrupted (`interrupted_by`)."""
+
+    def publish(self, params: Any, version: int) -> None:
+        """The trainer's new weights after step version - 1 (so of version `version`)."""
+
+    def metrics(self) -> dict[str, float]:
+        """The source's own metrics about the rollout `next` returned last (async/*; {} for sync)."""
+
+    def stop(self) -> None:
+        """End the source (threads joined); called once when the run ends, however it ends."""
+
+
+SourceFactory = Callable[[RolloutContext], RolloutSource]
+
+
+class SyncRolloutSource:
+    """Generates step s's rollout when asked, with the weights published last (the trainer's own,
+    version s: on-policy, so no importance correction)."""
+
+    importance = None
+    interrupted_by = None
+
+    def __init__(self, context: RolloutContext):
+        self.context = context
+        self.params: Any = None
+        self.version = -1
+
+    def start(self, params: Any, step: int) -> None:
+        self.params, self.version = params, step
+
+    def next(self, step: int) -> Rollout:
+        c = self.context
+        if step != self.version:
+            raise ValueError(f"step {step} needs weights of version {step}; the newest published are {self.version}")
+        examples = c.stream.take(c.plan.data_position_at(step), c.plan.prompts_per_step)
+        rollout = collect_rollout(c.graphdef, lambda: (self.params, self.version), examples, c.spec,
+                                  jax.random.fold_in(c.base_key, step))
+        self.params = None  # the next update donates these buffers
+        return rollout
+
+    def publish(self, params: Any, version: int) -> None:
+        self.params, self.version = params, version
+
+    def metrics(self) -> dict[str, float]:
+        return {}
+
+    def stop(self) -> None:
+        self.params = None
