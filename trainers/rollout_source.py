@@ -53,8 +53,9 @@ class RolloutSource(Protocol):
 
     def start(self, params: Any, step: int) -> None:
         """Begin before step `step` (0, or a resumed checkpoint's step), with the trainer's weights
-        `params` (version `step`). The source never keeps the trainer's buffers past the next
-        update (updates donate them) unless it uses them before."""
+        `params` (version `step`). `params` (here and in `publish`) are the trainer's own buffers,
+        valid until its next update, which donates them: a source that keeps weights longer (async)
+        copies them (`Placement.rollout_copy`)."""
 
     def next(self, step: int) -> Rollout | None:
         """Step `step`'s rollout: the `prompts_per_step` prompts at data position
