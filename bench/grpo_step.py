@@ -43,7 +43,7 @@ def matmul_peak_flops(n: int = 2048, repeats: int = 10) -> float:
 
 def step_model_flops(cfg, plan, prompt_tokens: int, completion_tokens: float) -> dict[str, float]:
     """Model FLOPs of one step, by phase (causal attention: token t sees t+1 positions)."""
-    from trainers.model import forward_flops_per_token
+    from trainers.models.transformer import forward_flops_per_token
 
     def forward(tokens_from: int, tokens_to: int) -> float:
         return sum(forward_flops_per_token(cfg, t + 1) for t in range(tokens_from, int(round(tokens_to))))
@@ -69,12 +69,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     import jax
-    import numpy as np
 
     from trainers.config import load_config
-    from trainers.hooks import Hooks
-    from trainers.rollout import collect_rollout
-    from trainers.trainer import GRPOTrainer
+    from trainers.loop.hooks import Hooks
+    from trainers.loop.rollout import collect_rollout
+    from trainers.loop.trainer import GRPOTrainer
 
     overrides = [f"train.max_steps={args.steps}", "checkpoint.every_steps=0", *args.set]
     config = load_config(args.config, overrides)

@@ -250,8 +250,8 @@ def child_hooks(args) -> dict:
     from experiments.models import MetricPoint, RolloutSample
     from runner.db_hooks import DatabaseHooks
     from trainers.config import load_config
-    from trainers.hooks import Hooks
-    from trainers.trainer import GRPOTrainer
+    from trainers.loop.hooks import Hooks
+    from trainers.loop.trainer import GRPOTrainer
 
     _, _, run = bench_objects("bench-hooks")
     run.__class__.objects.filter(pk=run.pk).update(status="running", attempt=1, step=0)

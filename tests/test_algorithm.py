@@ -7,8 +7,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from trainers.advantages import compute_advantages, drgrpo_advantages, grpo_advantages, rloo_advantages
-from trainers.loss import LossConfig, kl_penalty, policy_loss, token_weights
+from trainers.algo.advantages import (
+    compute_advantages,
+    drgrpo_advantages,
+    grpo_advantages,
+    rloo_advantages,
+)
+from trainers.algo.loss import LossConfig, kl_penalty, policy_loss, token_weights
 
 
 def test_grpo_advantages_hand_computed():

@@ -16,14 +16,15 @@ import time
 import numpy as np
 import pytest
 
-from trainers import collector as collector_lib
-from trainers import rollout as rollout_lib
-from trainers.async_source import AsyncRolloutSource
+from trainers.asynchronous import collector as collector_lib
+from trainers.asynchronous.source import AsyncRolloutSource
 from trainers.config import load_config, parse_config
-from trainers.data import PromptStream, load_examples
-from trainers.hooks import Action, Control, Hooks
-from trainers.placement import Placement
-from trainers.trainer import GRPOTrainer, train
+from trainers.data.examples import load_examples
+from trainers.data.prompt_stream import PromptStream
+from trainers.loop import rollout as rollout_lib
+from trainers.loop.hooks import Action, Control, Hooks
+from trainers.loop.placement import Placement
+from trainers.loop.trainer import GRPOTrainer, train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # 6 prompts per epoch, 4 per step: steps cross epoch ends. Two mini-batches: old log-probs are used.
@@ -400,7 +401,7 @@ TWO_DEVICES = textwrap.dedent("""
     import os, sys
     os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
     import jax
-    from trainers.trainer import GRPOTrainer
+    from trainers.loop.trainer import GRPOTrainer
     from trainers.config import parse_config
     import json
     raw = json.loads(sys.argv[1])
@@ -438,8 +439,8 @@ FOUR_DEVICES = textwrap.dedent("""
     import jax
     import numpy as np
     from trainers.config import parse_config
-    from trainers.hooks import Hooks
-    from trainers.trainer import GRPOTrainer
+    from trainers.loop.hooks import Hooks
+    from trainers.loop.trainer import GRPOTrainer
 
     class Rewards(Hooks):
         def __init__(self):

@@ -1,11 +1,10 @@
 """Checkpoint retention (keep_last + keep-best) and a save cut short by a kill."""
 
-import os
 
 import jax.numpy as jnp
 import numpy as np
 
-from trainers.checkpoint import Checkpointer
+from trainers.loop.checkpoint import Checkpointer
 
 
 def _tree(value):

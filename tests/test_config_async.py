@@ -2,8 +2,8 @@
 
 import pytest
 
+from trainers.asynchronous.replay_buffer import default_capacity
 from trainers.config import ConfigError, parse_config, parse_yaml
-from trainers.replay_buffer import default_capacity
 
 
 def problems(raw, overrides=()):

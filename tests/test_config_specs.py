@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import json
 
-from trainers.config import ExperimentConfig, field_specs, iter_field_specs, parse_config
+from trainers.config import (
+    ExperimentConfig,
+    field_specs,
+    iter_field_specs,
+    parse_config,
+)
 
 
 def _raw_from_defaults() -> dict:

@@ -5,8 +5,8 @@ import os
 import pytest
 
 from trainers.config import parse_config
-from trainers.hooks import Action, Control, Hooks
-from trainers.trainer import train
+from trainers.loop.hooks import Action, Control, Hooks
+from trainers.loop.trainer import train
 
 RAW = {"model": {"preset": "tiny"}, "data": {"task": "copy", "train_prompts": 32, "eval_prompts": 0},
        "batch": {"prompts_per_step": 4}, "grpo": {"num_generations": 2, "beta": 0.0},

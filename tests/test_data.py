@@ -1,4 +1,4 @@
-"""Tests for trainers/data.py."""
+"""Tests for trainers/data: examples, the prompt stream, prompt encoding."""
 
 import functools
 import json
@@ -9,9 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainers import data, tasks
-from trainers.data import DataError, PromptStream, encode_prompts, load_examples
-from trainers.tokenizer import CharTokenizer
+from trainers.data import tasks
+from trainers.data.encoding import encode_prompts
+from trainers.data.examples import DataError, load_examples
+from trainers.data.prompt_stream import PromptStream
+from trainers.data.tokenizer import CharTokenizer
 
 
 def numbered(count):
@@ -244,7 +246,3 @@ def test_encode_prompts_limit():
         encode_prompts(tokenizer, ["abc", "abcd"], max_prompt_tokens=4)
     with pytest.raises(DataError):
         encode_prompts(tokenizer, [], max_prompt_tokens=4)
-
-
-def test_module_exports():
-    assert data.DataError is DataError

@@ -1,6 +1,5 @@
-"""Tests for trainers/generate.py (CPU, float32, tiny model)."""
+"""Tests for trainers/models/generate.py (CPU, float32, tiny model)."""
 
-import dataclasses
 import math
 
 import jax
@@ -9,11 +8,12 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from trainers import generate as generate_lib
-from trainers import model as model_lib
-from trainers.generate import SamplingParams
+from trainers.models import generate as generate_lib
+from trainers.models import transformer as model_lib
+from trainers.models.generate import SamplingParams
+from trainers.models.presets import PRESETS
 
-CFG = model_lib.PRESETS["tiny"]
+CFG = PRESETS["tiny"]
 MAX_NEW = 12
 PAD, EOS = 0, 2
 

@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from trainers.importance import ImportanceConfig, importance_weights
-from trainers.loss import LossConfig, policy_loss, token_weights
+from trainers.algo.importance import ImportanceConfig, importance_weights
+from trainers.algo.loss import LossConfig, policy_loss, token_weights
 
 LOG2 = math.log(2.0)
 

@@ -10,8 +10,8 @@ policy does by chance. Measured on this machine: 0.03 -> 0.21 (seed 0), about 20
 import numpy as np
 
 from trainers.config import load_config
-from trainers.hooks import Hooks
-from trainers.trainer import train
+from trainers.loop.hooks import Hooks
+from trainers.loop.trainer import train
 
 
 def test_reward_rises_on_arithmetic_from_random_init(tmp_path):

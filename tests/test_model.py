@@ -1,4 +1,4 @@
-"""Tests for trainers/model.py (CPU, float32 unless stated)."""
+"""Tests for trainers/models/transformer.py (CPU, float32 unless stated)."""
 
 import dataclasses
 
@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from trainers import model as model_lib
+from trainers.models import transformer as model_lib
+from trainers.models.presets import PRESETS, ModelConfig
 
-TINY = model_lib.PRESETS["tiny"]
+TINY = PRESETS["tiny"]
 
 
 def random_tokens(rng: np.random.Generator, shape, vocab_size: int) -> np.ndarray:
@@ -28,11 +29,11 @@ def forward_jit():
 
 
 def test_presets_shapes():
-    assert set(["tiny", "small", "w1", "base", "qwen3-0.6b"]) <= set(model_lib.PRESETS)
-    w1 = model_lib.PRESETS["w1"]
+    assert set(["tiny", "small", "w1", "base", "qwen3-0.6b"]) <= set(PRESETS)
+    w1 = PRESETS["w1"]
     assert (w1.num_layers, w1.hidden_size, w1.mlp_size, w1.num_heads, w1.head_dim, w1.num_kv_heads,
             w1.vocab_size) == (4, 256, 1024, 4, 64, 2, 512)
-    qwen = model_lib.PRESETS["qwen3-0.6b"]
+    qwen = PRESETS["qwen3-0.6b"]
     assert qwen.tie_embeddings and qwen.rope_theta == 1e6 and qwen.vocab_size == 151936
     # Qwen3-0.6B: ~0.44B non-embedding parameters + 0.156B tied embedding.
     assert 0.59e9 < model_lib.matmul_param_count(qwen) < 0.60e9
@@ -212,7 +213,7 @@ def test_completion_logprobs_is_differentiable(tiny):
 
 
 def test_forward_flops_per_token():
-    cfg = model_lib.ModelConfig(vocab_size=10, num_layers=2, hidden_size=8, mlp_size=16, num_heads=2,
+    cfg = ModelConfig(vocab_size=10, num_layers=2, hidden_size=8, mlp_size=16, num_heads=2,
                                 head_dim=4, num_kv_heads=1)
     attention_params = 8 * 2 * 4 + 2 * 8 * 1 * 4 + 2 * 4 * 8  # q, k+v, o
     mlp_params = 3 * 8 * 16

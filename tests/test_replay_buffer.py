@@ -4,7 +4,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainers.replay_buffer import ReplayBuffer, TrajectoryGroup, default_capacity, target_step
+from trainers.asynchronous.replay_buffer import (
+    ReplayBuffer,
+    TrajectoryGroup,
+    default_capacity,
+    target_step,
+)
 
 
 def g(index, version, payload=None):

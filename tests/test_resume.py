@@ -13,9 +13,10 @@ import pytest
 import yaml
 
 from trainers.config import parse_config
-from trainers.data import PromptStream, load_examples
-from trainers.hooks import Hooks
-from trainers.trainer import train
+from trainers.data.examples import load_examples
+from trainers.data.prompt_stream import PromptStream
+from trainers.loop.hooks import Hooks
+from trainers.loop.trainer import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RAW = {
@@ -34,9 +35,9 @@ RAW = {
 SLOW_RUN = textwrap.dedent("""
     import sys, time
     from trainers.config import load_config
-    from trainers.hooks import Hooks, MultiHooks
-    from trainers.run_files import RunFilesHooks
-    from trainers.trainer import train
+    from trainers.loop.hooks import Hooks, MultiHooks
+    from trainers.loop.run_files import RunFilesHooks
+    from trainers.loop.trainer import train
 
     class Slow(Hooks):
         def on_step(self, step, metrics):
@@ -119,7 +120,7 @@ def test_resume_continues_the_data_stream_exactly(uninterrupted, tmp_path):
 
 def test_checkpoint_holds_data_position_and_counters(uninterrupted):
     _, run_dir = uninterrupted
-    from trainers.checkpoint import Checkpointer
+    from trainers.loop.checkpoint import Checkpointer
 
     ckpt = Checkpointer(os.path.join(run_dir, "checkpoints"), keep_last=2)
     assert ckpt.all_steps() == [6, 8]  # keep_last=2 of 3, 6, 8

@@ -1,12 +1,12 @@
-"""Tests for trainers/rewards.py, values computed by hand."""
+"""Tests for trainers/data/rewards.py, values computed by hand."""
 
 from fractions import Fraction
 
 import numpy as np
 import pytest
 
-from trainers import rewards
-from trainers.rewards import (
+from trainers.data import rewards
+from trainers.data.rewards import (
     alphabet_match,
     char_overlap,
     countdown,

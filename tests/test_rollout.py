@@ -7,12 +7,12 @@ import jax
 import numpy as np
 import pytest
 
-from trainers.generate import SamplingParams
-from trainers.model import init_params
-from trainers.presets import PRESETS
-from trainers.rollout import Rollout, RolloutSpec, collect_rollout
-from trainers.tasks import TASKS
-from trainers.tokenizer import get_tokenizer
+from trainers.data.tasks import TASKS
+from trainers.data.tokenizer import get_tokenizer
+from trainers.loop.rollout import Rollout, RolloutSpec, collect_rollout
+from trainers.models.generate import SamplingParams
+from trainers.models.presets import PRESETS
+from trainers.models.transformer import init_params
 
 
 def hand_rollout():

@@ -1,11 +1,10 @@
-"""Tests for trainers/tokenizer.py and trainers/tasks.py."""
+"""Tests for trainers/data/tokenizer.py and trainers/data/tasks.py."""
 
 import numpy as np
 import pytest
 
-from trainers import rewards, tasks
-from trainers.tokenizer import CharTokenizer, get_tokenizer
-
+from trainers.data import rewards, tasks
+from trainers.data.tokenizer import CharTokenizer, get_tokenizer
 
 # ---------------------------------------------------------------- tokenizer
 

@@ -6,11 +6,11 @@ import jax
 import numpy as np
 import pytest
 
+from trainers.algo.loss import LossConfig, token_weights
+from trainers.algo.optim import make_optimizer, make_schedule
 from trainers.config import OptimizerSection
-from trainers.loss import LossConfig, token_weights
-from trainers.model import PRESETS, init_params
-from trainers.optim import make_optimizer, make_schedule
-from trainers.train_step import make_logprob_fn, make_update_fn
+from trainers.loop.update import make_logprob_fn, make_update_fn
+from trainers.models.transformer import PRESETS, init_params
 
 CFG = dataclasses.replace(PRESETS["tiny"], num_layers=1)
 
@@ -91,7 +91,7 @@ def test_importance_weights_inside_the_update_match_a_separate_pass(level, mode)
     forward pass; that must equal computing pi_old in a separate pass, the weights on the host and
     multiplying them into the loss weights (the path used with several updates), micro-batched or
     not. Rows marked on-policy get weight 1 whatever their recorded log-probs say."""
-    from trainers.importance import ImportanceConfig, importance_weights
+    from trainers.algo.importance import ImportanceConfig, importance_weights
 
     graphdef, params = init_params(CFG, seed=0)
     loss_cfg = LossConfig(beta=0.0)
@@ -134,7 +134,7 @@ def test_importance_weights_inside_the_update_with_a_separate_pi_old_pass():
     by token position (weights 2 -> truncated to 1.5, 1, 0.5); rows 0 and 4 are on-policy (weight 1
     whatever pi_gen says). The update must equal the plain update whose loss weights were multiplied
     by those hand weights in numpy (the host-side path this replaced), micro-batched or not."""
-    from trainers.importance import ImportanceConfig
+    from trainers.algo.importance import ImportanceConfig
 
     log2 = np.log(2.0)
     graphdef, params = init_params(CFG, seed=0)

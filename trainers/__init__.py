@@ -4,13 +4,20 @@ The config schema (`ExperimentConfig`, `parse_config`, `load_config`, `ConfigErr
 `train` and the rest load lazily.
 """
 
-from trainers.config import ConfigError, ExperimentConfig, Problem, load_config, parse_config, parse_yaml
-from trainers.hooks import Action, Control, Hooks, RunInfo, TrainResult
+from trainers.config import (
+    ConfigError,
+    ExperimentConfig,
+    Problem,
+    load_config,
+    parse_config,
+    parse_yaml,
+)
+from trainers.loop.hooks import Action, Control, Hooks, RunInfo, TrainResult
 
 
 def train(config, run_dir, hooks=None, control=None):
-    """Train under `config` in `run_dir` (resuming from its newest checkpoint). See trainers.trainer."""
-    from trainers.trainer import train as _train
+    """Train under `config` in `run_dir` (resuming from its newest checkpoint). See trainers.loop.trainer."""
+    from trainers.loop.trainer import train as _train
 
     return _train(config, run_dir, hooks, control)
 

@@ -13,7 +13,7 @@ import signal
 import sys
 
 from trainers.config import ConfigError, ExperimentConfig, load_config
-from trainers.hooks import Action, Control, Hooks, MultiHooks, RunInfo, TrainResult
+from trainers.loop.hooks import Action, Control, Hooks, MultiHooks, RunInfo, TrainResult
 
 EXIT_INVALID = 2
 
@@ -83,8 +83,8 @@ def cmd_validate(args) -> int:
     config = _load(args)
     if config is None:
         return EXIT_INVALID
-    from trainers.data import load_examples
-    from trainers.plan import make_plan
+    from trainers.data.examples import load_examples
+    from trainers.loop.plan import make_plan
 
     d = config.data
     train_examples, eval_examples = load_examples(d.task, d.train_path, d.eval_path, d.train_prompts,
@@ -101,8 +101,8 @@ def cmd_run(args) -> int:
     config = _load(args)
     if config is None:
         return EXIT_INVALID
-    from trainers.run_files import RunFilesHooks
-    from trainers.trainer import train
+    from trainers.loop.run_files import RunFilesHooks
+    from trainers.loop.trainer import train
 
     hooks = MultiHooks(RunFilesHooks(args.out), ProgressBarHooks())
     result = train(config, args.out, hooks=hooks, control=SignalControl())

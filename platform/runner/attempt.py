@@ -69,8 +69,8 @@ def run_attempt(run_id: int, attempt: int, parent_pid: int | None = None) -> int
     """Train attempt `attempt` of run `run_id` to a final status. Returns a process exit code."""
     from experiments import configs
     from trainers import train
-    from trainers.hooks import MultiHooks
-    from trainers.run_files import RunFilesHooks
+    from trainers.loop.hooks import MultiHooks
+    from trainers.loop.run_files import RunFilesHooks
 
     run = Run.objects.filter(pk=run_id).first()
     if run is None or run.attempt != attempt or run.status not in ACTIVE_STATUSES:

@@ -20,7 +20,7 @@ import time
 from django.db import DatabaseError, close_old_connections
 
 from experiments.models import ACTIVE_STATUSES, Run, RunStatus
-from trainers.hooks import Action, Control
+from trainers.loop.hooks import Action, Control
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from experiments.models import Checkpoint, MetricPoint, RolloutSample, Run, RunEvent
-from trainers.hooks import Hooks, RunInfo, TrainResult
+from trainers.loop.hooks import Hooks, RunInfo, TrainResult
 
 log = logging.getLogger(__name__)
 SAMPLE_FIELDS = ("prompt", "completion", "answer", "reward", "advantage")

@@ -1,6 +1,6 @@
 """The batch plan of a validated config, as the form's live preview shows it.
 
-The figures are `trainers.plan.make_plan`'s own; this module only finds the dataset size (for
+The figures are `trainers.loop.plan.make_plan`'s own; this module only finds the dataset size (for
 epochs) cheaply enough to run on every keystroke, and turns the plan into JSON.
 """
 
@@ -12,12 +12,12 @@ import os
 from typing import Any
 
 from trainers.config import ExperimentConfig
-from trainers.plan import BatchPlan, make_plan
+from trainers.loop.plan import BatchPlan, make_plan
 
 
 @functools.lru_cache(maxsize=32)
 def _jsonl_prompts(path: str, mtime_ns: int, size_bytes: int, cap: int) -> int | None:
-    from trainers.data import DataError, read_jsonl  # imports grain: only when a JSONL file is named
+    from trainers.data.examples import DataError, read_jsonl  # imports grain: only when a JSONL file is named
 
     try:
         count = len(read_jsonl(path))

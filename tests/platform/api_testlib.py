@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from django.test import Client
-
 from api.models import ApiToken
+from django.test import Client
 from experiments import metric_series
 from experiments.models import Experiment, MetricPoint, Run
-
 from platform_testlib import tiny_config
 
 

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import pytest
 import yaml
-from django.contrib.auth import get_user_model
 
 from trainers.config import parse_config
 

@@ -7,13 +7,11 @@ import datetime
 import json
 
 import pytest
+from api.models import ApiToken
+from api_testlib import add_points, make_run  # noqa: F401 (fixtures)
 from django.urls import reverse
 from django.utils import timezone
-
-from api.models import ApiToken
 from experiments.models import Checkpoint, RolloutSample, Run, Worker
-
-from api_testlib import add_points, make_run  # noqa: F401 (fixtures)
 
 
 @pytest.fixture

@@ -5,9 +5,8 @@ from __future__ import annotations
 from io import StringIO
 
 import pytest
-from django.core.management import CommandError, call_command
-
 from api.models import ApiToken
+from django.core.management import CommandError, call_command
 
 
 def apitoken(*args) -> str:

@@ -8,13 +8,11 @@ import json
 import re
 
 import pytest
+from api.models import ApiToken
+from api_testlib import make_run, token_client  # noqa: F401 (fixtures)
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
-
-from api.models import ApiToken
 from experiments.models import Experiment, Run
-
-from api_testlib import make_run, token_client  # noqa: F401 (fixtures)
 
 
 def api_patterns() -> list[tuple[str, list[str]]]:

@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 
 import yaml
-
-from experiments.models import Experiment
-from trainers.config import ConfigError, parse_config
-
 from api_testlib import make_experiment, token_client
+from experiments.models import Experiment
 from platform_testlib import TINY_CONFIG_YAML, tiny_config
+
+from trainers.config import ConfigError, parse_config
 
 
 def post(client, url, body, **extra):

@@ -6,11 +6,14 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from experiments.models import Checkpoint, RolloutSample, Run, RunEvent
-
 from api_testlib import (  # noqa: F401 (fixtures)
-    add_points, fresh_series_cache, make_experiment, make_run, token_client)
+    add_points,
+    fresh_series_cache,
+    make_experiment,
+    make_run,
+    token_client,
+)
+from experiments.models import Checkpoint, RolloutSample, Run, RunEvent
 
 
 def test_launch_queues_a_run(alice, sent_messages, django_capture_on_commit_callbacks):  # noqa: F811

@@ -12,14 +12,12 @@ import uuid
 from pathlib import Path
 
 import pytest
+from api_testlib import make_experiment, token_client
 from django.conf import settings
 from django.db import connection
 from django.urls import reverse
 from django.utils.html import escape
-
 from experiments.models import ConfigVersion, Experiment
-
-from api_testlib import make_experiment, token_client
 from platform_testlib import tiny_config
 from web_testlib import form_data
 
@@ -88,7 +86,7 @@ def test_api_refuses_every_path_outside_with_one_message(alice, files, field):
         assert response.status_code == 400, (path, response.content)
         assert response.json()["errors"] == {f"data.{field}": REFUSED.format(path=path)}, path
     response = client.post("/api/experiments", json.dumps({"name": "x", "config_yaml": (
-        f"data: {{task: null, train_path: /etc/passwd}}\nrewards: [{{name: exact_match}}]\n")}),
+        "data: {task: null, train_path: /etc/passwd}\nrewards: [{name: exact_match}]\n")}),
         content_type="application/json")
     assert response.json()["errors"] == {"data.train_path": REFUSED.format(path="/etc/passwd")}
     experiment = make_experiment(alice)

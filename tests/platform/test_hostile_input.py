@@ -9,11 +9,9 @@ import json
 import logging
 
 import pytest
-from django.urls import reverse
-
-from experiments.models import Experiment
-
 from api_testlib import make_experiment, token_client
+from django.urls import reverse
+from experiments.models import Experiment
 from platform_testlib import TINY_CONFIG_YAML, tiny_config
 from web_testlib import form_data
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
+from api_testlib import (  # noqa: F401 (fixtures)
+    add_points,
+    fresh_series_cache,
+    make_run,
+)
 from experiments import metric_series as ms
 from experiments.models import MetricPoint
-
-from api_testlib import add_points, fresh_series_cache, make_run  # noqa: F401 (fixtures)
 
 
 def ds(steps, values, max_points):

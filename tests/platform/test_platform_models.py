@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from experiments.models import Experiment, Run, RunEvent
-
 from platform_testlib import tiny_config
 
 

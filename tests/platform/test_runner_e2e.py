@@ -12,14 +12,21 @@ import shutil
 import time
 
 import pytest
+from api_testlib import token_client
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db.models import Count
-
-from experiments.models import Checkpoint, Experiment, MetricPoint, RolloutSample, Run, RunEvent, Worker
-from runner.services import launch_run, request_cancel, request_pause, resume_run
+from experiments.models import (
+    Checkpoint,
+    Experiment,
+    MetricPoint,
+    RolloutSample,
+    Run,
+    RunEvent,
+    Worker,
+)
 from platform_testlib import tiny_config
-from api_testlib import token_client
+from runner.services import launch_run, request_cancel, request_pause, resume_run
 from runner_testlib import Procs, purge_broker, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)

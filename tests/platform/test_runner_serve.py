@@ -11,7 +11,6 @@ import urllib.request
 
 import pytest
 from django.conf import settings
-
 from experiments.models import Experiment, Worker
 from runner_testlib import Procs, purge_broker, wait_for
 

@@ -18,16 +18,24 @@ from django.conf import settings as django_settings
 from django.contrib.auth import get_user_model
 from django.db import connection
 from django.utils import timezone
-
-from experiments.models import Checkpoint, Experiment, MetricPoint, RolloutSample, Run, RunEvent, Worker
-from runner.services import request_cancel
+from experiments.models import (
+    Checkpoint,
+    Experiment,
+    MetricPoint,
+    RolloutSample,
+    Run,
+    RunEvent,
+    Worker,
+)
 from platform_testlib import tiny_config
-from runner import supervisor as supervisor_mod
 from runner import services, tasks
+from runner import supervisor as supervisor_mod
 from runner.control import DatabaseControl
 from runner.db_hooks import DatabaseHooks
 from runner.recovery import reap_stale_runs
-from trainers.hooks import Action, RunInfo, TrainResult
+from runner.services import request_cancel
+
+from trainers.loop.hooks import Action, RunInfo, TrainResult
 
 
 @pytest.fixture(autouse=True)

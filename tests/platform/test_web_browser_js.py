@@ -12,10 +12,13 @@ import re
 import pytest
 from django.db import connections
 from django.urls import reverse
-from playwright.sync_api import expect, sync_playwright
-
 from experiments.models import Checkpoint, Experiment, MetricPoint, RolloutSample, Run
-from web_testlib import fast_passwords, make_experiment, make_run  # noqa: F401 (fast_passwords: autouse)
+from playwright.sync_api import expect, sync_playwright
+from web_testlib import (  # noqa: F401 (fast_passwords: autouse)
+    fast_passwords,
+    make_experiment,
+    make_run,
+)
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]

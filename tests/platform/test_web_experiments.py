@@ -6,12 +6,14 @@ import pytest
 import yaml
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
-
 from experiments.models import Experiment, Run
-from web.forms import MAX_IMPORT_BYTES
-from web_testlib import fast_passwords, form_data, make_experiment  # noqa: F401 (fast_passwords: autouse)
-
 from platform_testlib import TINY_CONFIG_YAML, tiny_config
+from web.forms import MAX_IMPORT_BYTES
+from web_testlib import (  # noqa: F401 (fast_passwords: autouse)
+    fast_passwords,
+    form_data,
+    make_experiment,
+)
 
 pytestmark = pytest.mark.django_db
 

@@ -6,13 +6,15 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 from django.utils.html import escape
+from experiments.configs import load_yaml
+from platform_testlib import TINY_CONFIG_YAML, tiny_config
+from web.config_form import html_name
+from web_testlib import (  # noqa: F401 (fast_passwords: autouse)
+    fast_passwords,
+    form_data,
+)
 
 from trainers.config import field_specs, iter_field_specs, parse_config
-from experiments.configs import load_yaml
-from web.config_form import html_name
-from web_testlib import fast_passwords, form_data  # noqa: F401 (fast_passwords: autouse)
-
-from platform_testlib import TINY_CONFIG_YAML, tiny_config
 
 pytestmark = pytest.mark.django_db
 

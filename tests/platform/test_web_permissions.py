@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import pytest
 from django.urls import reverse
-
 from experiments.models import Experiment, Run
-from web import urls as web_urls
-from web_testlib import fast_passwords, form_data, make_experiment, make_run  # noqa: F401 (fast_passwords: autouse)
-
 from platform_testlib import tiny_config
+from web import urls as web_urls
+from web_testlib import (  # noqa: F401 (fast_passwords: autouse)
+    fast_passwords,
+    form_data,
+    make_experiment,
+    make_run,
+)
 
 pytestmark = pytest.mark.django_db
 

@@ -6,10 +6,13 @@ import re
 
 import pytest
 from django.urls import reverse
-
 from experiments.models import Run
 from web.dashboard import chart_panels
-from web_testlib import fast_passwords, make_experiment, make_run  # noqa: F401 (fast_passwords: autouse)
+from web_testlib import (  # noqa: F401 (fast_passwords: autouse)
+    fast_passwords,
+    make_experiment,
+    make_run,
+)
 
 from trainers.config.metric_names import METRIC_NAMES
 

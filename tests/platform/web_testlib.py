@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import pytest
-
 from experiments.models import Experiment, Run
-from web.config_form import form_values, html_name
-
 from platform_testlib import tiny_config
+from web.config_form import form_values, html_name
 
 
 def form_data(config: dict | None = None, name: str = "exp", **changes) -> dict:

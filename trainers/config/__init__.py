@@ -11,8 +11,18 @@
 
 from trainers.config.checks import check_config
 from trainers.config.errors import ConfigError, Problem
-from trainers.config.form_specs import FieldSpec, SectionSpec, field_specs, iter_field_specs
-from trainers.config.loading import DATA_PATH_REFUSED, load_config, parse_config, parse_yaml
+from trainers.config.form_specs import (
+    FieldSpec,
+    SectionSpec,
+    field_specs,
+    iter_field_specs,
+)
+from trainers.config.loading import (
+    DATA_PATH_REFUSED,
+    load_config,
+    parse_config,
+    parse_yaml,
+)
 from trainers.config.schema import ExperimentConfig, OptimizerSection
 from trainers.config.yaml_guard import load_yaml_data
 

@@ -10,7 +10,6 @@ from trainers.config.errors import Problem
 from trainers.config.schema import ExperimentConfig
 
 
-
 def _divisors(n: int) -> list[int]:
     """Every divisor of n >= 1, ascending, in O(sqrt(n)) steps."""
     small, large = [], []
@@ -167,8 +166,8 @@ def _check_grpo(config: ExperimentConfig) -> list[Problem]:
 
 
 def _check_data_and_rewards(config: ExperimentConfig) -> list[Problem]:
-    from trainers.rewards import REWARD_NAMES
-    from trainers.tasks import TASKS
+    from trainers.data.rewards import REWARD_NAMES
+    from trainers.data.tasks import TASKS
 
     d = config.data
     problems = []
@@ -191,8 +190,8 @@ def _check_data_and_rewards(config: ExperimentConfig) -> list[Problem]:
 
 
 def _check_model(config: ExperimentConfig) -> list[Problem]:
-    from trainers.presets import PRESETS
-    from trainers.tokenizer import get_tokenizer
+    from trainers.data.tokenizer import get_tokenizer
+    from trainers.models.presets import PRESETS
 
     m = config.model
     if m.preset not in PRESETS:

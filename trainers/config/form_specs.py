@@ -15,7 +15,6 @@ from pydantic import BaseModel
 from trainers.config.schema import ExperimentConfig
 
 
-
 @dataclasses.dataclass(frozen=True)
 class FieldSpec:
     """One config field as a form needs it.
@@ -74,9 +73,9 @@ class SectionSpec:
 def _known_values() -> dict[str, tuple[str, ...]]:
     """Dotted path -> the names its cross-field check accepts (imported lazily, as the checks do)."""
     from trainers.config.metric_names import METRIC_NAMES
-    from trainers.presets import PRESETS
-    from trainers.rewards import REWARD_NAMES
-    from trainers.tasks import TASKS
+    from trainers.data.rewards import REWARD_NAMES
+    from trainers.data.tasks import TASKS
+    from trainers.models.presets import PRESETS
 
     return {
         "model.preset": tuple(PRESETS),

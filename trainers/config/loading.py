@@ -14,7 +14,12 @@ from pydantic import BaseModel, ValidationError
 from trainers.config.checks import check_config
 from trainers.config.errors import ConfigError, Problem
 from trainers.config.schema import ExperimentConfig
-from trainers.config.yaml_guard import MAX_NESTING, YamlRefused, guarded_yaml, load_yaml_data
+from trainers.config.yaml_guard import (
+    MAX_NESTING,
+    YamlRefused,
+    guarded_yaml,
+    load_yaml_data,
+)
 
 RAW_MAX_VALUES = 100_000     # values a raw (JSON) config may hold
 

@@ -2,7 +2,7 @@
 
 The trainer reports through a `Hooks` object and asks a `Control` object between steps (and
 between optimizer updates) whether to go on. The CLI implements hooks with files and a progress
-bar (`trainers.run_files`); the platform implements them by writing to its database. Neither side
+bar (`trainers.loop.run_files`); the platform implements them by writing to its database. Neither side
 reaches into the other's internals.
 """
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Collection
 
 import numpy as np
 
-from trainers import rewards
+from trainers.data import rewards
 
 _TRAIN_STREAM = 0
 _EVAL_STREAM = 1

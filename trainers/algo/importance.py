@@ -42,7 +42,7 @@ from typing import Literal
 import jax
 import jax.numpy as jnp
 
-from trainers.loss import ratio_from_log
+from trainers.algo.loss import ratio_from_log
 
 IS_METRICS = ("is/weight_mean", "is/weight_max", "is/truncated_fraction")
 

@@ -15,7 +15,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-
 LOG_RATIO_LIMIT = 20.0
 """Log-ratios log(pi / pi') are clamped to +-this before `exp` (`ratio_from_log`). Why 20: e^20 ~ 4.9e8
 is far outside every clip range (1 +- eps, a dual clip c of a few units), so the clipped surrogate's

@@ -1,10 +1,10 @@
 """The GRPO training loop: the one entry point `train(config, run_dir, hooks, control)`.
 
 Each step walks the batch plan:
-  1. the step's rollout from the trainer's `RolloutSource` (`trainers.rollout_source`): the
+  1. the step's rollout from the trainer's `RolloutSource` (`trainers.loop.rollout_source`): the
      `prompts_per_step` prompts at the run's data position (one integer, saved in checkpoints), G
      completions each, rewards, group advantages. The synchronous source generates them now with
-     the current weights; the asynchronous one (`trainers.async_source`, async.enabled) takes them
+     the current weights; the asynchronous one (`trainers.asynchronous.source`, async.enabled) takes them
      from a replay buffer that a collector thread fills ahead of training;
   2. old-policy and reference log-probs in log-prob micro-batches, where the plan needs them;
   3. mu passes x mini-batches optimizer updates, each one jitted call that accumulates its
@@ -12,7 +12,7 @@ Each step walks the batch plan:
   4. publish the new weights to the source; report metrics and samples, evaluate and checkpoint
      when due.
 
-Where arrays live is the trainer's `Placement` (`trainers.placement`): the default device, or the
+Where arrays live is the trainer's `Placement` (`trainers.loop.placement`): the default device, or the
 train and rollout device meshes of `async.train_devices` / `async.rollout_devices`.
 
 Everything random derives from `config.seed`: the step's sampling key is fold_in(seed key, step),
@@ -31,21 +31,27 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from trainers.async_source import AsyncRolloutSource
-from trainers.checkpoint import Checkpointer
+from trainers.algo.loss import LossConfig, token_weights
+from trainers.algo.optim import make_optimizer, make_schedule
+from trainers.asynchronous.source import AsyncRolloutSource
 from trainers.config import ExperimentConfig
-from trainers.data import PromptStream, load_examples
-from trainers.hooks import Action, Control, Hooks, RunInfo, TrainResult
-from trainers.loss import LossConfig, token_weights
-from trainers.model import init_params, param_count
-from trainers.optim import make_optimizer, make_schedule
-from trainers.placement import Placement
-from trainers.plan import BatchPlan, make_plan
-from trainers.presets import PRESETS
-from trainers.rollout import Rollout, RolloutSpec, collect_rollout
-from trainers.rollout_source import RolloutContext, RolloutSource, SourceFactory, SyncRolloutSource
-from trainers.tokenizer import get_tokenizer
-from trainers.train_step import MAX_METRICS, make_logprob_fn, make_update_fn
+from trainers.data.examples import load_examples
+from trainers.data.prompt_stream import PromptStream
+from trainers.data.tokenizer import get_tokenizer
+from trainers.loop.checkpoint import Checkpointer
+from trainers.loop.hooks import Action, Control, Hooks, RunInfo, TrainResult
+from trainers.loop.placement import Placement
+from trainers.loop.plan import BatchPlan, make_plan
+from trainers.loop.rollout import Rollout, RolloutSpec, collect_rollout
+from trainers.loop.rollout_source import (
+    RolloutContext,
+    RolloutSource,
+    SourceFactory,
+    SyncRolloutSource,
+)
+from trainers.loop.update import MAX_METRICS, make_logprob_fn, make_update_fn
+from trainers.models.presets import PRESETS
+from trainers.models.transformer import init_params, param_count
 
 
 def params_digest(params: Any) -> str:

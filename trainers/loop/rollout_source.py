@@ -1,10 +1,10 @@
 """Where a training step's rollout comes from: the `RolloutSource` interface, what a source is built
 from (`RolloutContext`), and the synchronous source.
 
-The trainer (`trainers.trainer.GRPOTrainer`) owns the weights and the loop; per step s it asks its
+The trainer (`trainers.loop.trainer.GRPOTrainer`) owns the weights and the loop; per step s it asks its
 source for the step's `Rollout` (`next(s)`), trains on it, and hands the new weights (version s + 1)
 back (`publish`). The synchronous source generates the step's rollout when asked, with the weights
-just published; the asynchronous one (`trainers.async_source.AsyncRolloutSource`) takes it from a
+just published; the asynchronous one (`trainers.asynchronous.source.AsyncRolloutSource`) takes it from a
 replay buffer that a collector thread fills ahead of training.
 """
 
@@ -15,13 +15,13 @@ from typing import Any, Callable, Protocol
 
 import jax
 
+from trainers.algo.importance import ImportanceConfig
 from trainers.config import ExperimentConfig
-from trainers.data import PromptStream
-from trainers.hooks import Action, Control, Hooks
-from trainers.importance import ImportanceConfig
-from trainers.placement import Placement
-from trainers.plan import BatchPlan
-from trainers.rollout import Rollout, RolloutSpec, collect_rollout
+from trainers.data.prompt_stream import PromptStream
+from trainers.loop.hooks import Action, Control, Hooks
+from trainers.loop.placement import Placement
+from trainers.loop.plan import BatchPlan
+from trainers.loop.rollout import Rollout, RolloutSpec, collect_rollout
 
 
 @dataclasses.dataclass(frozen=True)

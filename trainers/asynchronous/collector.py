@@ -52,9 +52,9 @@ from typing import Any
 
 import jax
 
-from trainers.data import PromptStream
-from trainers.replay_buffer import ReplayBuffer, TrajectoryGroup
-from trainers.rollout import RolloutSpec, Weights, collect_rollout
+from trainers.asynchronous.replay_buffer import ReplayBuffer, TrajectoryGroup
+from trainers.data.prompt_stream import PromptStream
+from trainers.loop.rollout import RolloutSpec, Weights, collect_rollout
 
 
 def unit_prompts(num_generations: int, rollout_micro_batch_sequences: int) -> int:

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from trainers.hooks import Hooks, RunInfo, TrainResult
+from trainers.loop.hooks import Hooks, RunInfo, TrainResult
 
 
 def _rewrite_keeping(path: str, max_step: int) -> None:

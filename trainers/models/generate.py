@@ -1,4 +1,4 @@
-"""jit-compiled KV-cache sampling for the transformer in `trainers.model`.
+"""jit-compiled KV-cache sampling for the transformer in `trainers.models.transformer`.
 
 `generate` runs one prefill over the (left-padded) prompts, filling a KV cache of
 Lp + max_new_tokens slots, then a `jax.lax.while_loop` of single-token decode steps that exits
@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from trainers import model as model_lib
+from trainers.models import transformer as model_lib
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """Model shapes: `ModelConfig` and the named presets (`model.preset`). No JAX here, so config
-validation can check a preset name without loading JAX; `trainers.model` builds the network."""
+validation can check a preset name without loading JAX; `trainers.models.transformer` builds the network."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from trainers.presets import PRESETS, ModelConfig  # noqa: F401  (PRESETS: re-exported for callers)
+from trainers.models.presets import ModelConfig
 
 # A kv cache is one (keys, values) pair per layer in the model dtype: keys [B, KVH, D, S], values
 # [B, KVH, S, D]. With these layouts both attention einsums are plain batched matmuls

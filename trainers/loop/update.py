@@ -23,9 +23,9 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from trainers.importance import IS_METRICS, ImportanceConfig, importance_weights
-from trainers.loss import LossConfig, policy_loss
-from trainers.model import completion_logprobs
+from trainers.algo.importance import IS_METRICS, ImportanceConfig, importance_weights
+from trainers.algo.loss import LossConfig, policy_loss
+from trainers.models.transformer import completion_logprobs
 
 METRIC_KEYS_BASE = ("loss/policy", "clip_fraction", "entropy")
 MAX_METRICS = ("is/weight_max",)

@@ -1,7 +1,7 @@
 """Asynchronous GRPO as a rollout source: step s's rollout comes from a replay buffer that a
 background `Collector` fills ahead of training with the newest weights it has.
 
-The trainer (`trainers.trainer.GRPOTrainer`, with this source) holds weights of version s at step s:
+The trainer (`trainers.loop.trainer.GRPOTrainer`, with this source) holds weights of version s at step s:
   1. `next(s)` waits (bounded waits on the buffer's condition, each checking the collector's error
      and, every half second, `Control` for STOP or PAUSE, which end the run at once) until the buffer
      yields exactly the next `prompts_per_step` groups in data order, each at most
@@ -26,7 +26,7 @@ The trainer (`trainers.trainer.GRPOTrainer`, with this source) holds weights of 
      generation and training share it (updates donate the trainer's buffers, so the collector always
      holds its own copy).
 
-Devices: see `trainers.placement` (async.train_devices, async.rollout_devices); empty lists: both
+Devices: see `trainers.loop.placement` (async.train_devices, async.rollout_devices); empty lists: both
 share the default device.
 
 Checkpoint and resume: a checkpoint saves the trainer's weights and `data_position` = the first
@@ -47,12 +47,16 @@ import threading
 import time
 from typing import Any
 
-from trainers.collector import Collector, unit_prompts
-from trainers.hooks import Action
-from trainers.importance import ImportanceConfig
-from trainers.replay_buffer import ReplayBuffer, TrajectoryGroup, default_capacity
-from trainers.rollout import Rollout
-from trainers.rollout_source import RolloutContext
+from trainers.algo.importance import ImportanceConfig
+from trainers.asynchronous.collector import Collector, unit_prompts
+from trainers.asynchronous.replay_buffer import (
+    ReplayBuffer,
+    TrajectoryGroup,
+    default_capacity,
+)
+from trainers.loop.hooks import Action
+from trainers.loop.rollout import Rollout
+from trainers.loop.rollout_source import RolloutContext
 
 WAIT_POLL_S = 0.1          # `next` re-checks the collector's error at least this often
 CONTROL_POLL_S = 0.5       # ... and Control (STOP, PAUSE) this often while waiting

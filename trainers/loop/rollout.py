@@ -19,13 +19,13 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
-from trainers.advantages import compute_advantages
+from trainers.algo.advantages import compute_advantages
 from trainers.config import ExperimentConfig
-from trainers.data import encode_prompts
-from trainers.generate import SamplingParams, generate, generate_in_flight
-from trainers.plan import split_sequences
-from trainers.rewards import is_correct, score
-from trainers.tasks import TASKS
+from trainers.data.encoding import encode_prompts
+from trainers.data.rewards import is_correct, score
+from trainers.data.tasks import TASKS
+from trainers.loop.plan import split_sequences
+from trainers.models.generate import SamplingParams, generate, generate_in_flight
 
 DEFAULT_MAX_NEW_TOKENS = 64
 

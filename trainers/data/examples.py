@@ -1,0 +1,91 @@
+"""Dataset items ("examples": `{"prompt", "answer", ...}` dicts) from a built-in task or JSONL files.
+JAX-free: validation and the platform's plan preview count a dataset with it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from trainers.data import tasks
+
+
+class DataError(ValueError):
+    """A dataset file or prompt is unusable; the message says where and why."""
+
+
+def read_jsonl(path: str) -> list[dict]:
+    """Reads examples from a JSONL file: one JSON object per line with string
+    "prompt" and "answer" (extra fields, e.g. countdown "numbers"/"target", are
+    kept). Blank lines are skipped. Raises DataError naming file:line and the
+    problem (missing file, bad JSON, not an object, missing or non-string
+    prompt/answer, no examples at all)."""
+    file_path = Path(path)
+    try:
+        text = file_path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise DataError(f"{path}: cannot read: {error.strerror or error}") from error
+    except UnicodeDecodeError as error:
+        raise DataError(f"{path}: not UTF-8 text: {error}") from error
+    examples = []
+    for line_number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"{path}:{line_number}"
+        try:
+            example = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise DataError(f"{where}: bad JSON: {error.msg} (column {error.colno})") from error
+        if not isinstance(example, dict):
+            raise DataError(f"{where}: expected a JSON object, got {type(example).__name__}")
+        for field in ("prompt", "answer"):
+            if field not in example:
+                raise DataError(f"{where}: missing {field!r} (fields: {sorted(example)})")
+            if not isinstance(example[field], str):
+                raise DataError(
+                    f"{where}: {field!r} must be a string, got {type(example[field]).__name__} "
+                    f"{example[field]!r}"
+                )
+        examples.append(example)
+    if not examples:
+        raise DataError(f"{path}: empty file, no examples")
+    return examples
+
+
+def load_examples(
+    task: str | None,
+    train_path: str | None,
+    eval_path: str | None,
+    train_prompts: int,
+    eval_prompts: int,
+    seed: int,
+) -> tuple[list[dict], list[dict]]:
+    """Returns (train, eval) examples from a built-in task or from JSONL files.
+
+    Built-in task (train_path and eval_path None): train_prompts (> 0) and
+    eval_prompts (>= 0) examples generated from `seed`, disjoint by prompt.
+    JSONL (task None): train from train_path, eval from eval_path (None gives an
+    empty eval list); train_prompts / eval_prompts keep the first that many
+    examples of each file when > 0, 0 keeps all. `seed` is unused for JSONL.
+    """
+    if train_prompts < 0 or eval_prompts < 0:
+        raise DataError(f"train_prompts and eval_prompts must be >= 0, got {train_prompts}, {eval_prompts}")
+    if task is not None:
+        if train_path is not None or eval_path is not None:
+            raise DataError("give either a built-in task or train_path/eval_path, not both")
+        if task not in tasks.TASKS:
+            raise DataError(f"unknown task {task!r}; known: {', '.join(tasks.TASK_NAMES)}")
+        if train_prompts == 0:
+            raise DataError(f"task {task!r}: train_prompts must be > 0 for a built-in task")
+        try:
+            return tasks.make_train_eval(task, seed, train_prompts, eval_prompts)
+        except ValueError as error:
+            raise DataError(str(error)) from error
+    if train_path is None:
+        raise DataError("no data: give a built-in task or a train_path")
+    train = read_jsonl(train_path)
+    eval_examples = read_jsonl(eval_path) if eval_path is not None else []
+    if train_prompts > 0:
+        train = train[:train_prompts]
+    if eval_prompts > 0:
+        eval_examples = eval_examples[:eval_prompts]
+    return train, eval_examples

@@ -1,0 +1,12 @@
+"""The training loop: what a run does step after step.
+
+  plan.py            the batch plan the loop walks (JAX-free: `validate` and the web preview print it)
+  rollout.py         the one rollout function and type: encode, generate, decode, score, advantages
+  rollout_source.py  where a step's rollout comes from (the interface, and the synchronous source)
+  placement.py       which devices hold the training state and the rollout weights
+  update.py          jitted log-prob passes and one optimizer update (accumulation, IS weights)
+  trainer.py         `GRPOTrainer` and `train`: the loop, evaluation, checkpoints, reporting
+  checkpoint.py      Orbax checkpoints (params, optimizer state, data position)
+  hooks.py           the seam to whoever runs the trainer: `Hooks`, `Control`, `RunInfo`, `TrainResult`
+  run_files.py       hooks that write a run directory (metrics.jsonl, samples.jsonl, summary.json)
+"""
