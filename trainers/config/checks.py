@@ -172,7 +172,8 @@ def _check_data_and_rewards(config: ExperimentConfig) -> list[Problem]:
     d = config.data
     problems = []
     if d.task is not None and d.train_path is not None:
-        problems.append(Problem("data.task", "set either data.task or data.train_path, not both (data.task=null for JSONL)"))
+        problems.append(Problem("data.task", "set either data.task or data.train_path, not both (clear data.task: "
+                                             "a data.train_path alone means JSONL)"))
     elif d.task is None and d.train_path is None:
         problems.append(Problem("data.task", "no data: name a built-in task or set data.train_path to a JSONL file"))
     if d.task is not None and d.task not in TASKS:
