@@ -10,7 +10,8 @@ from trainers.algo.loss import LossConfig, token_weights
 from trainers.algo.optim import make_optimizer, make_schedule
 from trainers.config import OptimizerSection
 from trainers.loop.update import make_logprob_fn, make_update_fn
-from trainers.models.transformer import PRESETS, init_params
+from trainers.models.presets import PRESETS
+from trainers.models.transformer import init_params
 
 CFG = dataclasses.replace(PRESETS["tiny"], num_layers=1)
 
