@@ -1,9 +1,12 @@
-"""`python -m trainers validate|run|plan`: the command-line face of the trainer.
+"""`python -m trainers validate|run|make-dataset`: the command-line face of the trainer.
 
 validate CONFIG [--set k=v ...]   print the derived batch plan; exit 2 with one line per problem
 run CONFIG --out DIR [--set ...]  train with a progress bar; writes DIR/metrics.jsonl, checkpoints,
                                   summary.json; resumes from DIR's newest checkpoint. Ctrl-C pauses
                                   (checkpoint, then exit 0); a second Ctrl-C stops at once.
+make-dataset arithmetic-words --out FILE [--count N] [--seed S]
+                                  write generated word problems as JSONL, and held-out eval
+                                  problems beside them (FILE with .eval before the suffix)
 """
 
 from __future__ import annotations
@@ -111,6 +114,29 @@ def cmd_run(args) -> int:
     return 0
 
 
+DATASETS = ("arithmetic-words",)
+
+
+def cmd_make_dataset(args) -> int:
+    from trainers.data import word_problems
+
+    if args.count < 1 or args.eval_count < 0:
+        print("make-dataset: --count must be >= 1 and --eval-count >= 0", file=sys.stderr)
+        return EXIT_INVALID
+    eval_out = args.eval_out or word_problems.eval_path_for(args.out)
+    try:
+        train_rows, eval_rows = word_problems.make_train_eval(args.seed, args.count, args.eval_count)
+    except ValueError as exc:
+        print(f"make-dataset: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    word_problems.write_jsonl(args.out, train_rows)
+    print(f"{args.out}: {len(train_rows)} {args.name} problems (seed {args.seed})")
+    if eval_rows:
+        word_problems.write_jsonl(eval_out, eval_rows)
+        print(f"{eval_out}: {len(eval_rows)} held-out problems (no prompt in common with {args.out})")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m trainers", description="GRPO training of language models in JAX.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -132,6 +158,19 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_args(p)
     p.add_argument("--out", required=True, help="run directory")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("make-dataset", help="write a generated dataset as JSONL (train and held-out eval)",
+                       description="Write a generated dataset as JSONL, one {\"prompt\", \"answer\", ...} per line, "
+                                   "and a held-out eval file whose prompts never appear in the training file.")
+    p.add_argument("name", choices=DATASETS, help="arithmetic-words: one- and two-step arithmetic word problems "
+                                                  "(use with the math_answer reward)")
+    p.add_argument("--out", required=True, help="training JSONL file to write")
+    p.add_argument("--count", type=int, default=1000, help="training problems (default 1000)")
+    p.add_argument("--seed", type=int, default=0, help="seed (default 0): the same seed writes the same files")
+    p.add_argument("--eval-out", default=None, help="held-out JSONL file (default: OUT with .eval before the "
+                                                    "suffix, e.g. words.eval.jsonl)")
+    p.add_argument("--eval-count", type=int, default=200, help="held-out problems (default 200; 0 = none)")
+    p.set_defaults(func=cmd_make_dataset)
     return parser
 
 

@@ -27,6 +27,6 @@ ASYNC_METRICS = (
     "is/weight_max",
     "is/truncated_fraction",
 )
-EVAL_METRICS = ("eval/reward_mean", "eval/accuracy")
+EVAL_METRICS = ("eval/reward_mean", "eval/accuracy", "eval/pass@k")
 
 METRIC_NAMES = TRAIN_METRICS + ASYNC_METRICS + EVAL_METRICS

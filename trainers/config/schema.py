@@ -220,7 +220,10 @@ class CheckpointSection(_Section):
 class EvalSection(_Section):
     every_steps: int = Field(0, ge=0, le=MAX_STEPS, description="Evaluate every N steps (0 = off).")
     prompts: int = Field(0, ge=0, le=MAX_DATASET_PROMPTS, description="Eval prompts per evaluation (0 = all).")
-    temperature: float = Field(0.0, ge=0.0, description="Eval sampling temperature (0 = greedy).")
+    temperature: float = Field(0.0, ge=0.0, description="Eval sampling temperature (0 = greedy) of eval/accuracy.")
+    samples_per_prompt: int = Field(
+        1, ge=1, le=MAX_GENERATIONS, description="k > 1: also sample k completions per eval prompt at "
+        "rollout.temperature and report eval/pass@k (the fraction of prompts with a correct one).")
 
 
 class ExperimentConfig(_Section):

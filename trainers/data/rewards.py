@@ -16,7 +16,7 @@ import ast
 import re
 import string
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from fractions import Fraction
 
 import numpy as np
@@ -271,6 +271,73 @@ def gsm8k_answer(completion: str, example: dict) -> float:
     return float(expected is not None and got is not None and got == expected)
 
 
+# A final answer in \boxed{...}: the content of the last one, braces balanced (one nesting level
+# is enough for \frac{1}{2}-style answers).
+_BOXED_RE = re.compile(r"\\boxed\s*\{((?:[^{}]|\{[^{}]*\})*)\}")
+# Completions longer than this are judged on their last MATH_TAIL_CHARS characters: the final
+# answer is at the end, and sympy's parse time grows with the text it is given.
+MATH_TAIL_CHARS = 2_000
+# math-verify runs without a timeout here, so answers that sympy could take unbounded time to
+# evaluate are compared as text only: longer than MATH_ANSWER_MAX_CHARS, more than one power, or an
+# exponent of more than three digits (\boxed{9^{9^{99999}}} would otherwise hang the run).
+MATH_ANSWER_MAX_CHARS = 100
+_POWER_RE = re.compile(r"\^|\*\*")
+_BIG_EXPONENT_RE = re.compile(r"(?:\^|\*\*)\s*\{?\s*\d{4,}")
+
+
+def final_answer_text(completion: str) -> str | None:
+    """The completion's final answer as text: the last \boxed{...}, else the number after the last
+    "####", else the last number; None if there is none of these."""
+    tail = completion[-MATH_TAIL_CHARS:]
+    boxed = _BOXED_RE.findall(tail)
+    if boxed and boxed[-1].strip():
+        return boxed[-1].strip()
+    marked = _GSM8K_RE.findall(tail)
+    if marked:
+        return marked[-1].replace(",", "")
+    numbers = _NUMBER_RE.findall(tail)
+    return numbers[-1].replace(",", "") if numbers else None
+
+
+def _math_parse(text: str):
+    """math-verify's parse of one answer (LaTeX or a plain expression), without its signal-based
+    timeout (rewards are scored in the async collector's thread, where signals cannot be used).
+    math-verify is imported here, not at module level: validation reads REWARD_NAMES cheaply."""
+    from math_verify import parse
+
+    return parse(f"${text}$", parsing_timeout=None)
+
+
+def math_answer(completion: str, example: dict) -> float:
+    """1.0 if the completion's final answer (`final_answer_text`: \boxed{}, "#### N", or the last
+    number) equals the example's answer by Hugging Face's math-verify: equivalent forms count
+    ("1/2", "0.5", "\frac{1}{2}"; "1,200" and "1200"). 0.0 if there is no final answer."""
+    got = final_answer_text(completion)
+    if got is None:
+        return 0.0
+    expected = example["answer"]
+    marked = _GSM8K_RE.findall(expected)
+    expected = marked[-1] if marked else expected.strip()
+    expected = expected.replace(",", "")
+    if not all(_safe_for_sympy(text) for text in (expected, got)):
+        return float(got.replace(" ", "") == expected.replace(" ", ""))
+    from math_verify import verify
+
+    gold, answer = _math_parse(expected), _math_parse(got)
+    return float(bool(gold) and bool(answer) and verify(gold, answer, timeout_seconds=None))
+
+
+def _safe_for_sympy(text: str) -> bool:
+    return (len(text) <= MATH_ANSWER_MAX_CHARS and len(_POWER_RE.findall(text)) <= 1
+            and _BIG_EXPONENT_RE.search(text) is None)
+
+
+def math_format(completion: str, example: dict) -> float:
+    """1.0 if the completion states its final answer in \boxed{...} (non-empty), else 0.0."""
+    boxed = _BOXED_RE.findall(completion[-MATH_TAIL_CHARS:])
+    return float(bool(boxed) and bool(boxed[-1].strip()))
+
+
 def countdown(completion: str, example: dict) -> float:
     """1.0 if the stripped completion is an allowed expression (see countdown_value)
     over example["numbers"] that evaluates exactly to example["target"], else 0.0.
@@ -307,6 +374,8 @@ REWARDS: dict[str, RewardFn] = {
     "gsm8k_answer": gsm8k_answer,
     "countdown": countdown,
     "countdown_partial": countdown_partial,
+    "math_answer": math_answer,
+    "math_format": math_format,
 }
 REWARD_NAMES: tuple[str, ...] = tuple(REWARDS)
 
@@ -357,12 +426,15 @@ def score(
     return total, components
 
 
-def is_correct(completion: str, example: dict) -> bool:
+def is_correct(completion: str, example: dict, reward_names: Collection[str] = ()) -> bool:
     """The accuracy criterion.
 
+    With `math_answer` among the run's rewards (`reward_names`): math_answer (math-verify).
     Countdown examples (with "numbers" and "target"): the countdown verifier.
     Otherwise: exact match (stripped), or, for a numeric answer, numeric_match.
     """
+    if "math_answer" in reward_names:
+        return math_answer(completion, example) == 1.0
     if "numbers" in example and "target" in example:
         return countdown(completion, example) == 1.0
     return exact_match(completion, example) == 1.0 or numeric_match(completion, example) == 1.0

@@ -178,10 +178,10 @@ class RolloutSpec:
                    max_prompt_tokens=config.data.max_prompt_tokens, reward_specs=tuple(reward_specs(config)),
                    advantage=config.grpo.advantage, advantage_eps=config.grpo.advantage_eps)
 
-    def for_evaluation(self, temperature: float) -> "RolloutSpec":
-        """One completion per prompt at `temperature` (0 = greedy), no advantages."""
+    def for_evaluation(self, temperature: float, samples_per_prompt: int = 1) -> "RolloutSpec":
+        """`samples_per_prompt` completions per prompt at `temperature` (0 = greedy), no advantages."""
         return dataclasses.replace(self, sampling=dataclasses.replace(self.sampling, temperature=temperature),
-                                   num_generations=1, advantage=None)
+                                   num_generations=samples_per_prompt, advantage=None)
 
 
 def reward_specs(config: ExperimentConfig) -> list[tuple[str, float]]:
@@ -263,7 +263,8 @@ def collect_rollout(
     per_sequence = [chosen[i // g] for i in range(len(completions))]
     rewards, _ = score(completions, per_sequence, list(spec.reward_specs))
     rewards = np.asarray(rewards, np.float32)
-    correct = np.array([is_correct(c, e) for c, e in zip(completions, per_sequence)], dtype=bool)
+    reward_names = [name for name, _ in spec.reward_specs]
+    correct = np.array([is_correct(c, e, reward_names) for c, e in zip(completions, per_sequence)], dtype=bool)
     if spec.advantage is None:
         advantages = np.zeros(len(completions), np.float32)
     else:

@@ -65,6 +65,12 @@ def params_digest(params: Any) -> str:
     return h.hexdigest()
 
 
+def pass_at_k(correct: np.ndarray) -> float:
+    """correct [P, k] bool (k samples of each of P prompts) -> the fraction of prompts with at least
+    one correct sample: pass@k estimated from exactly k samples per prompt."""
+    return float(np.mean(np.any(correct, axis=1)))
+
+
 def rollout_source_for(config: ExperimentConfig) -> SourceFactory:
     """The rollout source a config asks for: asynchronous with `async.enabled`, else synchronous.
     The one place the two modes are told apart."""
@@ -237,9 +243,15 @@ class GRPOTrainer:
         if not examples:
             return {}
         key = jax.random.fold_in(jax.random.fold_in(self.base_key, self.state.step), 1 << 20)
-        r = collect_rollout(self.graphdef, lambda: (self.state.params, self.state.step), examples,
-                            self.spec.for_evaluation(self.config.eval.temperature), key)
-        return {"eval/reward_mean": float(np.mean(r.rewards)), "eval/accuracy": float(np.mean(r.correct))}
+        weights = lambda: (self.state.params, self.state.step)  # noqa: E731
+        e = self.config.eval
+        r = collect_rollout(self.graphdef, weights, examples, self.spec.for_evaluation(e.temperature), key)
+        out = {"eval/reward_mean": float(np.mean(r.rewards)), "eval/accuracy": float(np.mean(r.correct))}
+        if e.samples_per_prompt > 1:
+            spec = self.spec.for_evaluation(self.config.rollout.temperature, e.samples_per_prompt)
+            sampled = collect_rollout(self.graphdef, weights, examples, spec, jax.random.fold_in(key, 1))
+            out["eval/pass@k"] = pass_at_k(sampled.correct.reshape(len(examples), e.samples_per_prompt))
+        return out
 
     def step(self) -> dict[str, float] | None:
         """Run one whole step; returns its metrics, or None if interrupted mid-step (`interrupted_by`).

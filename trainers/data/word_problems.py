@@ -1,0 +1,119 @@
+"""Arithmetic word problems as JSONL, for GRPO on a pretrained instruct model with `math_answer`.
+
+Each row is `{"prompt", "answer", "expression"}`: a short story problem in English, its answer as a
+whole number, and the arithmetic that gives it (`"12 + 5 - 3"`, for readers and tests). One or
+two operations on small numbers: hard enough that a 135M instruct model gets some wrong, easy
+enough that it gets some right, so GRPO groups carry signal. Deterministic in (seed, stream):
+train rows come from stream 0, eval rows from stream 1 with every train prompt excluded, so the
+held-out prompts never appear in training.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+NAMES = ("Ana", "Ben", "Chloe", "David", "Emma", "Farid", "Grace", "Hiro", "Ines", "Jamal", "Kira", "Liam",
+         "Maya", "Noah", "Olga", "Priya", "Quinn", "Rosa", "Sam", "Tariq")
+ITEMS = ("apples", "books", "marbles", "stickers", "pencils", "cookies", "stamps", "shells", "coins", "cards")
+
+TRAIN_STREAM = 0
+EVAL_STREAM = 1
+
+
+def _problem(rng: np.random.Generator) -> dict:
+    """One problem drawn from `rng`: a template, names, an item, and numbers that keep every
+    intermediate result a positive whole number."""
+    name, friend = rng.choice(NAMES, size=2, replace=False)
+    item = str(rng.choice(ITEMS))
+    kind = int(rng.integers(0, 5))
+    if kind == 0:
+        a, b = (int(x) for x in rng.integers(2, 60, size=2))
+        prompt = f"{name} has {a} {item}. {friend} gives {name} {b} more. How many {item} does {name} have now?"
+        expression = f"{a} + {b}"
+    elif kind == 1:
+        a = int(rng.integers(10, 90))
+        b = int(rng.integers(1, a))
+        prompt = f"{name} had {a} {item} and gave {b} of them to {friend}. How many {item} does {name} have left?"
+        expression = f"{a} - {b}"
+    elif kind == 2:
+        a, b = int(rng.integers(2, 13)), int(rng.integers(2, 13))
+        prompt = f"{name} buys {a} boxes of {item} with {b} {item} in each box. How many {item} is that in all?"
+        expression = f"{a} * {b}"
+    elif kind == 3:
+        each, people = int(rng.integers(2, 13)), int(rng.integers(2, 10))
+        total = each * people
+        prompt = (f"{name} shares {total} {item} equally among {people} friends. "
+                  f"How many {item} does each friend get?")
+        expression = f"{total} / {people}"
+    else:
+        a, b = int(rng.integers(5, 50)), int(rng.integers(2, 30))
+        c = int(rng.integers(2, a + b))
+        prompt = (f"{name} has {a} {item} and buys {b} more. Then {name} gives {c} {item} to {friend}. "
+                  f"How many {item} does {name} have now?")
+        expression = f"{a} + {b} - {c}"
+    answer = _evaluate(expression)
+    return {"prompt": prompt, "answer": str(answer), "expression": expression}
+
+
+def _evaluate(expression: str) -> int:
+    """The value of "a op b [op c]" with + - * / on whole numbers, left to right (no precedence is
+    needed: the templates never mix * or / with + or -)."""
+    tokens = expression.split()
+    value = int(tokens[0])
+    for op, number in zip(tokens[1::2], tokens[2::2]):
+        n = int(number)
+        if op == "+":
+            value += n
+        elif op == "-":
+            value -= n
+        elif op == "*":
+            value *= n
+        else:
+            if value % n:
+                raise ValueError(f"{expression} does not divide evenly")
+            value //= n
+    return value
+
+
+def make_problems(seed: int, count: int, stream: int = TRAIN_STREAM, exclude_prompts: set[str] = frozenset()) -> list[dict]:
+    """`count` problems with distinct prompts, none in `exclude_prompts`, deterministic in (seed, stream)."""
+    rng = np.random.default_rng([seed, stream])
+    rows: list[dict] = []
+    seen = set(exclude_prompts)
+    attempts = 0
+    while len(rows) < count:
+        attempts += 1
+        if attempts > 50 * count + 1000:
+            raise ValueError(f"could not draw {count} distinct problems (got {len(rows)}); ask for fewer")
+        row = _problem(rng)
+        if row["prompt"] not in seen:
+            seen.add(row["prompt"])
+            rows.append(row)
+    return rows
+
+
+def make_train_eval(seed: int, train_count: int, eval_count: int) -> tuple[list[dict], list[dict]]:
+    """(train, eval) problems: eval from its own stream with every train prompt excluded."""
+    train = make_problems(seed, train_count, TRAIN_STREAM)
+    held_out = make_problems(seed, eval_count, EVAL_STREAM, {row["prompt"] for row in train})
+    return train, held_out
+
+
+def eval_path_for(out_path: str) -> str:
+    """The default held-out file beside `out_path`: data/words.jsonl -> data/words.eval.jsonl."""
+    root, ext = os.path.splitext(out_path)
+    return f"{root}.eval{ext or '.jsonl'}"
+
+
+def write_jsonl(path: str, rows: list[dict]) -> None:
+    """One JSON object per line, written to a temporary file first so a reader never sees half a file."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    partial = f"{path}.partial"
+    with open(partial, "w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    os.replace(partial, path)
