@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from trainers.data.examples import read_jsonl
-from trainers.data.rewards import final_answer_text, is_correct, math_answer, math_format
+from trainers.data.rewards import accuracy, final_answer_text, is_correct, math_answer, math_format, score
 from trainers.data.word_problems import make_problems, make_train_eval
 from trainers.loop.trainer import pass_at_k
 
@@ -45,7 +45,10 @@ def test_final_answer_text_and_format():
 def test_accuracy_follows_math_answer_when_it_is_a_reward():
     example = {"prompt": "q", "answer": "1/2"}
     assert not is_correct("\\boxed{0.5}", example)                       # exact / numeric match say no
-    assert is_correct("\\boxed{0.5}", example, ["math_answer", "math_format"])
+    _, components = score(["\\boxed{0.5}"], [example], [("math_answer", 1.0), ("math_format", 0.1)])
+    assert accuracy(["\\boxed{0.5}"], [example], components).tolist() == [True]
+    _, components = score(["\\boxed{0.5}"], [example], [("numeric_match", 1.0)])
+    assert accuracy(["\\boxed{0.5}"], [example], components).tolist() == [False]
 
 
 def test_pass_at_k_by_hand():

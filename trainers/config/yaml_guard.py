@@ -36,14 +36,19 @@ def guarded_yaml(text: str) -> Any:
                 raise YamlRefused(f"is nested deeper than {MAX_NESTING} levels")
         elif isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
             depth -= 1
-    root = yaml.compose(text, Loader=yaml.SafeLoader)
-    if root is not None:
+    loader = yaml.SafeLoader(text)
+    try:
+        root = loader.get_single_node()
+        if root is None:
+            return None
         values, depth = _expanded_shape(root)
         if values > YAML_MAX_VALUES:
             raise YamlRefused(f"expands to more than {YAML_MAX_VALUES} values through aliases; write it out")
         if depth > MAX_NESTING:
             raise YamlRefused(f"is nested deeper than {MAX_NESTING} levels once aliases are expanded")
-    return yaml.safe_load(text)
+        return loader.construct_document(root)  # what yaml.safe_load returns, from the node checked
+    finally:
+        loader.dispose()
 
 
 def _expanded_shape(root: yaml.Node) -> tuple[int, int]:

@@ -5,5 +5,5 @@
   prompt_stream.py  the epoch-after-epoch, per-epoch-shuffled stream a run's data position indexes
   tokenizer.py      the built-in character tokenizer
   encoding.py       prompts -> left-padded token arrays
-  rewards.py        reward functions by name, and `is_correct`
+  rewards.py        reward functions by name, and the accuracy criterion
 """

@@ -13,10 +13,11 @@ Rewards are registered by name in REWARDS; a run's reward spec is a list of
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import string
 from collections import Counter
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from fractions import Fraction
 
 import numpy as np
@@ -299,10 +300,12 @@ def final_answer_text(completion: str) -> str | None:
     return numbers[-1].replace(",", "") if numbers else None
 
 
+@functools.lru_cache(maxsize=4096)
 def _math_parse(text: str):
     """math-verify's parse of one answer (LaTeX or a plain expression), without its signal-based
     timeout (rewards are scored in the async collector's thread, where signals cannot be used).
-    math-verify is imported here, not at module level: validation reads REWARD_NAMES cheaply."""
+    Cached: a prompt's gold answer is parsed once for its G completions (callers only read the
+    list). math-verify is imported here, not at module level: validation reads REWARD_NAMES cheaply."""
     from math_verify import parse
 
     return parse(f"${text}$", parsing_timeout=None)
@@ -426,15 +429,21 @@ def score(
     return total, components
 
 
-def is_correct(completion: str, example: dict, reward_names: Collection[str] = ()) -> bool:
-    """The accuracy criterion.
+def accuracy(completions: list[str], examples: list[dict], components: dict[str, np.ndarray]) -> np.ndarray:
+    """[N] bool: which completions are correct, given `score`'s components for them. With
+    `math_answer` among the rewards, its values (math-verify already judged every completion:
+    not twice); otherwise `is_correct` per completion."""
+    if "math_answer" in components:
+        return components["math_answer"] == 1.0
+    return np.array([is_correct(c, e) for c, e in zip(completions, examples)], dtype=bool)
 
-    With `math_answer` among the run's rewards (`reward_names`): math_answer (math-verify).
+
+def is_correct(completion: str, example: dict) -> bool:
+    """The accuracy criterion of a run without `math_answer` (see `accuracy`).
+
     Countdown examples (with "numbers" and "target"): the countdown verifier.
     Otherwise: exact match (stripped), or, for a numeric answer, numeric_match.
     """
-    if "math_answer" in reward_names:
-        return math_answer(completion, example) == 1.0
     if "numbers" in example and "target" in example:
         return countdown(completion, example) == 1.0
     return exact_match(completion, example) == 1.0 or numeric_match(completion, example) == 1.0

@@ -22,7 +22,7 @@ import numpy as np
 from trainers.algo.advantages import compute_advantages
 from trainers.config import ExperimentConfig
 from trainers.data.encoding import encode_prompts
-from trainers.data.rewards import is_correct, score
+from trainers.data.rewards import accuracy, score
 from trainers.data.tasks import TASKS
 from trainers.loop.plan import split_sequences
 from trainers.models.generate import SamplingParams, generate, generate_in_flight
@@ -261,10 +261,9 @@ def collect_rollout(
     completion_tokens, completion_mask = np.concatenate(out_tokens), np.concatenate(out_mask)
     completions = [completion_text(spec.tokenizer, row[m]) for row, m in zip(completion_tokens, completion_mask)]
     per_sequence = [chosen[i // g] for i in range(len(completions))]
-    rewards, _ = score(completions, per_sequence, list(spec.reward_specs))
+    rewards, components = score(completions, per_sequence, list(spec.reward_specs))
     rewards = np.asarray(rewards, np.float32)
-    reward_names = [name for name, _ in spec.reward_specs]
-    correct = np.array([is_correct(c, e, reward_names) for c, e in zip(completions, per_sequence)], dtype=bool)
+    correct = accuracy(completions, per_sequence, components)
     if spec.advantage is None:
         advantages = np.zeros(len(completions), np.float32)
     else:
