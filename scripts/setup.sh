@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Create .venv (Python 3.11+, the machine's python3) and install the pinned requirements.
 # Re-running is cheap: the install is skipped while requirements.txt is unchanged.
-#   --tests   also install what only the tests need: Debian's Chromium (the browser test drives it
-#             with Playwright; Playwright's own browser download is never used: no internet here).
+#   --tests   also install what only the tests need: requirements-tests.txt (transformers on PyTorch's
+#             CPU build, the reference of the model parity tests) and Debian's Chromium (the browser
+#             test drives it with Playwright; Playwright's own browser download is never used).
 set -euo pipefail
 with_tests=0
 for arg in "$@"; do
@@ -25,6 +26,13 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/python -m pip install --disable-pip-version-check -q --upgrade pip
   .venv/bin/python -m pip install --disable-pip-version-check -q -r requirements.txt
   echo "$want" > "$stamp"
+fi
+test_stamp=.venv/.requirements-tests.sha256
+test_want=$(sha256sum requirements-tests.txt | cut -d' ' -f1)
+if [ "$with_tests" = 1 ] && [ "$(cat "$test_stamp" 2>/dev/null)" != "$test_want" ]; then
+  echo "setup: installing requirements-tests.txt into .venv (PyTorch CPU and transformers)"
+  .venv/bin/python -m pip install --disable-pip-version-check -q -r requirements-tests.txt
+  echo "$test_want" > "$test_stamp"
 fi
 if [ "$with_tests" = 1 ] && ! command -v chromium >/dev/null 2>&1; then
   echo "setup: installing Debian's chromium for the browser test"

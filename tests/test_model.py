@@ -134,7 +134,7 @@ def test_rope_matches_reference_formula():
     rng = np.random.default_rng(6)
     x = rng.normal(size=(2, 5, 3, 8)).astype(np.float32)
     positions = np.array([[0, 1, 2, 3, 4], [0, 0, 0, 1, 2]], np.int32)
-    sin, cos = model_lib.rope_sin_cos(jnp.asarray(positions), head_dim=8, theta=10000.0)
+    sin, cos = model_lib.rope_sin_cos(jnp.asarray(positions), model_lib.rope_inv_freq(8, 10000.0))
     ours = np.asarray(model_lib.apply_rope(jnp.asarray(x), sin, cos))
     inv_freq = 1.0 / (10000.0 ** (np.arange(0, 8, 2) / 8))
     emb = np.concatenate([positions[..., None] * inv_freq] * 2, axis=-1)[:, :, None, :]
@@ -144,9 +144,12 @@ def test_rope_matches_reference_formula():
 
 
 def test_bfloat16_runs_and_logits_are_float32(forward_jit):
+    """bfloat16 computes in bfloat16 from float32 master weights; logits stay float32."""
     cfg = dataclasses.replace(TINY, dtype="bfloat16")
     graphdef, params = model_lib.init_params(cfg, seed=0)
-    assert all(leaf.dtype == jnp.bfloat16 for leaf in jax.tree.leaves(params))
+    assert all(leaf.dtype == jnp.float32 for leaf in jax.tree.leaves(params))
+    _, hidden = model_lib.forward_hidden(graphdef, params, jnp.ones((1, 3), jnp.int32), jnp.ones((1, 3), bool))
+    assert hidden.dtype == jnp.bfloat16
     rng = np.random.default_rng(7)
     tokens = random_tokens(rng, (2, 6), cfg.vocab_size)
     valid = np.ones((2, 6), bool)

@@ -33,6 +33,17 @@ class SamplingParams:
     stop_at_eos: bool = True  # False: always generate exactly max_new_tokens (benchmarks)
     eos_id: int = 2
     pad_id: int = 0
+    extra_eos_ids: tuple[int, ...] = ()  # more ids that end a sequence (a chat model's end-of-turn, ...)
+    prompt_group: int = 1  # rows come in groups of this many copies of one prompt (GRPO's G): the
+    #                        prefill runs once per group and its KV cache is shared by the copies
+
+
+def eos_settings(tokenizer) -> dict:
+    """SamplingParams fields for a tokenizer's end of sequence: `eos_id` (its primary EOS), `pad_id`
+    and `extra_eos_ids` (every other id in its `eos_ids`, e.g. a chat model's end-of-turn)."""
+    eos_ids = tuple(getattr(tokenizer, "eos_ids", (tokenizer.eos_id,)))
+    return {"eos_id": tokenizer.eos_id, "pad_id": tokenizer.pad_id,
+            "extra_eos_ids": tuple(i for i in eos_ids if i != tokenizer.eos_id)}
 
 
 @dataclasses.dataclass
@@ -101,7 +112,10 @@ def sample_token(logits: jax.Array, uniform: jax.Array, sampling: SamplingParams
 def _prefill(model, prompt_tokens: jax.Array, prompt_valid: jax.Array, rng_key: jax.Array,
              sampling: SamplingParams) -> dict[str, jax.Array]:
     """Run the prompt through `model`, fill the first Lp cache slots and sample token 0. Returns the
-    decode state (a dict of arrays, the while-loop carry) that `_decode` continues."""
+    decode state (a dict of arrays, the while-loop carry) that `_decode` continues.
+
+    With sampling.prompt_group = G > 1, rows b*G .. b*G+G-1 hold one prompt: the prefill runs on
+    every G-th row and its cache and last logits are repeated G times (G x less prefill work)."""
     batch, _ = prompt_tokens.shape
     max_new = sampling.max_new_tokens
     # One key per sampling step (split up front), each giving the step's [B] uniforms.
@@ -110,8 +124,15 @@ def _prefill(model, prompt_tokens: jax.Array, prompt_valid: jax.Array, rng_key: 
 
     # Prefill: attention over the prompt only; its keys/values become the first Lp cache slots.
     prompt_valid = prompt_valid.astype(jnp.bool_)
-    hidden, prompt_kv = model(prompt_tokens, model_lib.positions_from_valid(prompt_valid),
-                              model_lib.causal_padding_mask(prompt_valid))
+    group = sampling.prompt_group
+    unique_tokens, unique_valid = prompt_tokens[::group], prompt_valid[::group]
+    hidden, prompt_kv = model(unique_tokens, model_lib.positions_from_valid(unique_valid),
+                              model_lib.causal_padding_mask(unique_valid))
+    last_logits = model.logits(hidden[:, -1, :])  # [B/G, V]
+    if group > 1:
+        prompt_kv = [(jnp.repeat(keys, group, axis=0), jnp.repeat(values, group, axis=0))
+                     for keys, values in prompt_kv]
+        last_logits = jnp.repeat(last_logits, group, axis=0)
     state = dict(
         step=jnp.ones((), jnp.int32),  # index of the token sampled next; token 0 comes from the prefill
         kv_cache=model_lib.extend_kv_cache(prompt_kv, max_new),  # S = Lp + N slots
@@ -124,7 +145,7 @@ def _prefill(model, prompt_tokens: jax.Array, prompt_valid: jax.Array, rng_key: 
         mask=jnp.zeros((batch, max_new), jnp.bool_),
     )
     # The last prompt slot is always valid (left padding), so its logits predict token 0.
-    return _record(state, 0, model.logits(hidden[:, -1, :]), sampling)
+    return _record(state, 0, last_logits, sampling)
 
 
 def _record(state: dict[str, jax.Array], step, logits: jax.Array, sampling: SamplingParams) -> dict[str, jax.Array]:
@@ -138,7 +159,10 @@ def _record(state: dict[str, jax.Array], step, logits: jax.Array, sampling: Samp
         state["logprobs"], jnp.where(active, token_logprob, 0.0)[:, None], (0, step))
     state["mask"] = jax.lax.dynamic_update_slice(state["mask"], active[:, None], (0, step))
     if sampling.stop_at_eos:
-        state["done"] = state["done"] | (active & (token == sampling.eos_id))
+        is_eos = token == sampling.eos_id
+        for extra_id in sampling.extra_eos_ids:
+            is_eos = is_eos | (token == extra_id)
+        state["done"] = state["done"] | (active & is_eos)
     return state
 
 
@@ -201,9 +225,15 @@ def _decode_chunk_jit(graphdef: nnx.GraphDef, params: nnx.State, state: dict[str
     return state, finished
 
 
-def _check_prompts(sampling: SamplingParams, prompt_valid) -> None:
+def _check_prompts(sampling: SamplingParams, prompt_valid, prompt_tokens=None) -> None:
     if sampling.max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {sampling.max_new_tokens}")
+    group = sampling.prompt_group
+    if group > 1 and prompt_tokens is not None:
+        tokens = np.asarray(prompt_tokens)
+        if tokens.shape[0] % group or not np.all(tokens.reshape(-1, group, tokens.shape[1]) == tokens[::group, None]):
+            raise ValueError(f"prompt_group={group}: the rows must be consecutive groups of {group} copies of "
+                             "one prompt")
     last_column_valid = np.asarray(prompt_valid)[:, -1]
     if not np.all(last_column_valid):
         raise ValueError("prompts must be LEFT-padded: prompt_valid[:, -1] is False for rows "
@@ -220,7 +250,7 @@ def generate(graphdef: nnx.GraphDef, params: nnx.State, prompt_tokens, prompt_va
     (prompt, result.tokens, result.mask) reproduces result.logprobs when no top-k / top-p filter is
     set (with one, result.logprobs are the renormalised ones: see `sample_token`). Returns numpy arrays.
     """
-    _check_prompts(sampling, prompt_valid)
+    _check_prompts(sampling, prompt_valid, prompt_tokens)
     tokens, logprobs, mask, lengths, decode_steps = _generate_jit(
         graphdef, params, jnp.asarray(prompt_tokens, jnp.int32), jnp.asarray(prompt_valid, jnp.bool_),
         rng_key, sampling)
@@ -245,7 +275,7 @@ def generate_in_flight(graphdef: nnx.GraphDef, weights: Callable[[], tuple[nnx.S
     """
     if chunk_tokens < 1:
         raise ValueError(f"chunk_tokens must be >= 1, got {chunk_tokens}")
-    _check_prompts(sampling, prompt_valid)
+    _check_prompts(sampling, prompt_valid, prompt_tokens)
     batch, max_new = np.shape(prompt_tokens)[0], sampling.max_new_tokens
     params, version = weights()
     state = _prefill_jit(graphdef, params, jnp.asarray(prompt_tokens, jnp.int32),

@@ -7,6 +7,16 @@ import dataclasses
 
 
 @dataclasses.dataclass(frozen=True)
+class Llama3RopeScaling:
+    """RoPE frequency scaling of Llama 3.1+ (`rope_scaling` with rope_type "llama3")."""
+
+    factor: float
+    low_freq_factor: float
+    high_freq_factor: float
+    original_max_position_embeddings: int
+
+
+@dataclasses.dataclass(frozen=True)
 class ModelConfig:
     vocab_size: int
     num_layers: int
@@ -17,9 +27,14 @@ class ModelConfig:
     num_kv_heads: int
     rope_theta: float = 10000.0
     rms_eps: float = 1e-6
-    qk_norm: bool = True
+    qk_norm: bool = True  # RMSNorm on each head's q and k (Qwen3)
     tie_embeddings: bool = False
-    dtype: str = "float32"  # "float32" or "bfloat16": params and activations; logits/log-probs are always float32
+    qkv_bias: bool = False  # bias on the q/k/v projections (Qwen2; Llama/Qwen3 with attention_bias)
+    o_bias: bool = False  # bias on the output projection (Llama/Qwen3 with attention_bias)
+    rope_scaling: Llama3RopeScaling | None = None
+    dtype: str = "float32"  # compute dtype, "float32" or "bfloat16"; parameters (master weights), logits,
+    #                         log-probs, loss and optimizer state are always float32
+    remat: bool = False  # recompute each block's activations in the backward pass instead of storing them
 
     def __post_init__(self):
         if self.dtype not in ("float32", "bfloat16"):

@@ -1,9 +1,15 @@
-"""Decoder-only transformer of the Qwen3 family, written with Flax NNX.
+"""Decoder-only transformer of the Llama / Qwen2 / Qwen3 family, written with Flax NNX.
 
-Architecture (per block): RMSNorm -> grouped-query attention (q/k/v/o projections without bias,
-per-head RMSNorm on q and k when `qk_norm`, rotary position embedding) -> residual,
-RMSNorm -> SwiGLU MLP (gate, up, down) -> residual. Then a final RMSNorm and the LM head
-(tied to the token embedding when `tie_embeddings`).
+Architecture (per block): RMSNorm -> grouped-query attention (q/k/v/o projections, with bias where
+`qkv_bias` / `o_bias` (Qwen2), per-head RMSNorm on q and k when `qk_norm` (Qwen3), rotary position
+embedding, optionally with Llama 3 frequency scaling) -> residual, RMSNorm -> SwiGLU MLP (gate, up,
+down) -> residual. Then a final RMSNorm and the LM head (tied to the token embedding when
+`tie_embeddings`). `trainers.models.hf_weights` loads Hugging Face checkpoints into it.
+
+Mixed precision: parameters are always float32 (the master weights the optimizer updates); the
+forward pass computes in `cfg.dtype` (each weight is cast where it is used), RMSNorm and softmax in
+float32, and logits come out in float32. `cfg.remat` recomputes each block's activations in the
+backward pass of training instead of keeping them.
 
 The public functions work on the functional pair (graphdef, params) produced by `init_params`, so
 they can be used directly inside `jax.jit` / `jax.grad`; none of them is jitted here (jit at the
@@ -20,9 +26,10 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
-from trainers.models.presets import ModelConfig
+from trainers.models.presets import Llama3RopeScaling, ModelConfig
 
 # A kv cache is one (keys, values) pair per layer in the model dtype: keys [B, KVH, D, S], values
 # [B, KVH, S, D]. With these layouts both attention einsums are plain batched matmuls
@@ -44,8 +51,8 @@ _INIT_STD = 0.02  # normal(0, 0.02) for every matrix, as in the Hugging Face Qwe
 class RMSNorm(nnx.Module):
     """RMSNorm over the last axis, computed in float32, output in the input dtype. scale: [dim]."""
 
-    def __init__(self, dim: int, eps: float, dtype: jnp.dtype):
-        self.scale = nnx.Param(jnp.ones((dim,), dtype=dtype))
+    def __init__(self, dim: int, eps: float):
+        self.scale = nnx.Param(jnp.ones((dim,), dtype=jnp.float32))
         self.eps = eps
 
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -66,21 +73,42 @@ def matmul_2d(x: jax.Array, kernel: jax.Array, out_dtype=None) -> jax.Array:
 
 
 class Linear(nnx.Module):
-    """Bias-free projection y = x @ kernel; kernel [in_features, out_features], x [..., in] -> [..., out]."""
+    """Projection y = x @ kernel (+ bias), computed in x's dtype; kernel [in_features, out_features]
+    float32, bias [out_features] float32 when use_bias; x [..., in] -> [..., out]."""
 
-    def __init__(self, in_features: int, out_features: int, dtype: jnp.dtype, rngs: nnx.Rngs):
+    def __init__(self, in_features: int, out_features: int, rngs: nnx.Rngs, use_bias: bool = False):
         self.kernel = nnx.Param(
-            nnx.initializers.normal(_INIT_STD)(rngs.params(), (in_features, out_features), dtype))
+            nnx.initializers.normal(_INIT_STD)(rngs.params(), (in_features, out_features), jnp.float32))
+        self.bias = nnx.Param(jnp.zeros((out_features,), jnp.float32)) if use_bias else None
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        return matmul_2d(x, self.kernel[...])
+        y = matmul_2d(x, self.kernel[...].astype(x.dtype))
+        if self.bias is not None:
+            y = y + self.bias[...].astype(x.dtype)
+        return y
 
 
-def rope_sin_cos(positions: jax.Array, head_dim: int, theta: float) -> tuple[jax.Array, jax.Array]:
-    """positions [B,T] int32 -> (sin, cos), each [B,T,1,D/2] float32 (broadcast over heads)."""
-    exponents = jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim  # [D/2]
-    inv_freq = 1.0 / (theta ** exponents)  # radians per position, [D/2]
-    angles_rad = positions.astype(jnp.float32)[..., None] * inv_freq  # [B,T,D/2]
+def rope_inv_freq(head_dim: int, theta: float, scaling: Llama3RopeScaling | None = None) -> np.ndarray:
+    """Radians per position of each rotary pair, [D/2] float32: theta^(-2i/D), then Llama 3's scaling
+    when given (long wavelengths divided by `factor`, short ones kept, a smooth blend between), as
+    transformers' `_compute_llama3_parameters` does."""
+    inv_freq = (1.0 / (theta ** (np.arange(0, head_dim, 2, dtype=np.float32) / head_dim))).astype(np.float32)
+    if scaling is None:
+        return inv_freq
+    old_context = scaling.original_max_position_embeddings
+    low_freq_wavelen = old_context / scaling.low_freq_factor
+    high_freq_wavelen = old_context / scaling.high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    scaled = np.where(wavelen > low_freq_wavelen, inv_freq / scaling.factor, inv_freq)
+    smooth = (old_context / wavelen - scaling.low_freq_factor) / (scaling.high_freq_factor - scaling.low_freq_factor)
+    smoothed = (1 - smooth) * scaled / scaling.factor + smooth * scaled
+    medium = ~(wavelen < high_freq_wavelen) & ~(wavelen > low_freq_wavelen)
+    return np.where(medium, smoothed, scaled).astype(np.float32)
+
+
+def rope_sin_cos(positions: jax.Array, inv_freq: np.ndarray) -> tuple[jax.Array, jax.Array]:
+    """positions [B,T] int32, inv_freq [D/2] -> (sin, cos), each [B,T,1,D/2] float32 (broadcast over heads)."""
+    angles_rad = positions.astype(jnp.float32)[..., None] * jnp.asarray(inv_freq)  # [B,T,D/2]
     return jnp.sin(angles_rad)[:, :, None, :], jnp.cos(angles_rad)[:, :, None, :]
 
 
@@ -96,17 +124,16 @@ class Attention(nnx.Module):
     """Grouped-query self-attention with optional KV cache."""
 
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
-        dtype = jnp.dtype(cfg.dtype)
         self.num_heads = cfg.num_heads
         self.num_kv_heads = cfg.num_kv_heads
         self.head_dim = cfg.head_dim
-        self.q_proj = Linear(cfg.hidden_size, cfg.num_heads * cfg.head_dim, dtype, rngs)
-        self.k_proj = Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, dtype, rngs)
-        self.v_proj = Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, dtype, rngs)
-        self.o_proj = Linear(cfg.num_heads * cfg.head_dim, cfg.hidden_size, dtype, rngs)
+        self.q_proj = Linear(cfg.hidden_size, cfg.num_heads * cfg.head_dim, rngs, cfg.qkv_bias)
+        self.k_proj = Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, rngs, cfg.qkv_bias)
+        self.v_proj = Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, rngs, cfg.qkv_bias)
+        self.o_proj = Linear(cfg.num_heads * cfg.head_dim, cfg.hidden_size, rngs, cfg.o_bias)
         if cfg.qk_norm:
-            self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_eps, dtype)
-            self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_eps, dtype)
+            self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_eps)
+            self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_eps)
         else:
             self.q_norm = None
             self.k_norm = None
@@ -156,10 +183,9 @@ class MLP(nnx.Module):
     """SwiGLU: down(silu(gate(x)) * up(x)). x [B,T,H] -> [B,T,H]."""
 
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
-        dtype = jnp.dtype(cfg.dtype)
-        self.gate_proj = Linear(cfg.hidden_size, cfg.mlp_size, dtype, rngs)
-        self.up_proj = Linear(cfg.hidden_size, cfg.mlp_size, dtype, rngs)
-        self.down_proj = Linear(cfg.mlp_size, cfg.hidden_size, dtype, rngs)
+        self.gate_proj = Linear(cfg.hidden_size, cfg.mlp_size, rngs)
+        self.up_proj = Linear(cfg.hidden_size, cfg.mlp_size, rngs)
+        self.down_proj = Linear(cfg.mlp_size, cfg.hidden_size, rngs)
 
     def __call__(self, x: jax.Array) -> jax.Array:
         return self.down_proj(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x))
@@ -169,9 +195,9 @@ class Block(nnx.Module):
     """Pre-norm transformer block."""
 
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
-        self.attn_norm = RMSNorm(cfg.hidden_size, cfg.rms_eps, jnp.dtype(cfg.dtype))
+        self.attn_norm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
         self.attn = Attention(cfg, rngs)
-        self.mlp_norm = RMSNorm(cfg.hidden_size, cfg.rms_eps, jnp.dtype(cfg.dtype))
+        self.mlp_norm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
         self.mlp = MLP(cfg, rngs)
 
     def __call__(self, x, sin, cos, attn_mask, kv_cache=None, cache_index=None):
@@ -183,20 +209,19 @@ class Block(nnx.Module):
 
 
 class Transformer(nnx.Module):
-    """Qwen3-style decoder-only language model."""
+    """Llama / Qwen2 / Qwen3-style decoder-only language model."""
 
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
         self.cfg = cfg
-        dtype = jnp.dtype(cfg.dtype)
         self.embed = nnx.Param(
-            nnx.initializers.normal(_INIT_STD)(rngs.params(), (cfg.vocab_size, cfg.hidden_size), dtype))
+            nnx.initializers.normal(_INIT_STD)(rngs.params(), (cfg.vocab_size, cfg.hidden_size), jnp.float32))
         self.blocks = nnx.List([Block(cfg, rngs) for _ in range(cfg.num_layers)])
-        self.final_norm = RMSNorm(cfg.hidden_size, cfg.rms_eps, dtype)
+        self.final_norm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
         if cfg.tie_embeddings:
             self.lm_head = None
         else:
             self.lm_head = nnx.Param(
-                nnx.initializers.normal(_INIT_STD)(rngs.params(), (cfg.hidden_size, cfg.vocab_size), dtype))
+                nnx.initializers.normal(_INIT_STD)(rngs.params(), (cfg.hidden_size, cfg.vocab_size), jnp.float32))
 
     def __call__(self, tokens: jax.Array, positions: jax.Array, attn_mask: jax.Array,
                  kv_cache: KVCache | None = None,
@@ -206,19 +231,23 @@ class Transformer(nnx.Module):
         Returns (hidden [B,T,H] after the final norm, in the model dtype; kv cache), see
         Attention.__call__ for the cache semantics. Use `logits` to project hidden states.
         """
-        x = jnp.take(self.embed[...], tokens, axis=0)  # [B,T,H]
-        sin, cos = rope_sin_cos(positions, self.cfg.head_dim, self.cfg.rope_theta)
+        x = jnp.take(self.embed[...], tokens, axis=0).astype(self.cfg.dtype)  # [B,T,H]
+        inv_freq = rope_inv_freq(self.cfg.head_dim, self.cfg.rope_theta, self.cfg.rope_scaling)
+        sin, cos = rope_sin_cos(positions, inv_freq)
         new_cache: KVCache = []
         for layer_index, block in enumerate(self.blocks):
-            layer_cache = None if kv_cache is None else kv_cache[layer_index]
-            x, kv = block(x, sin, cos, attn_mask, layer_cache, cache_index)
+            if kv_cache is None and self.cfg.remat:  # training: keep only each block's input
+                x, kv = nnx.remat(lambda blk, *args: blk(*args))(block, x, sin, cos, attn_mask)
+            else:
+                layer_cache = None if kv_cache is None else kv_cache[layer_index]
+                x, kv = block(x, sin, cos, attn_mask, layer_cache, cache_index)
             new_cache.append(kv)
         return self.final_norm(x), new_cache
 
     def logits(self, hidden: jax.Array) -> jax.Array:
-        """hidden [..., H] -> logits [..., V] float32 (matmul accumulated in float32)."""
+        """hidden [..., H] -> logits [..., V] float32 (matmul in hidden's dtype, accumulated in float32)."""
         kernel = self.embed[...].T if self.lm_head is None else self.lm_head[...]  # [H,V]
-        return matmul_2d(hidden, kernel, out_dtype=jnp.float32)
+        return matmul_2d(hidden, kernel.astype(hidden.dtype), out_dtype=jnp.float32)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1,0 +1,165 @@
+"""Hugging Face safetensors <-> this project's parameters (`trainers.models.transformer`).
+
+`load_pretrained(folder, cfg)` builds the model's structure without initialising it (no random
+weights are ever made) and fills it tensor by tensor, shard by shard: each tensor is read,
+converted to float32 (the master weights) and transposed where PyTorch's Linear layout [out, in]
+differs from ours [in, out], so at most one tensor beyond the model is in memory at a time.
+`save_pretrained_weights(params, cfg, folder, dtype)` writes the reverse: `model.safetensors` with
+Hugging Face names, loadable by transformers.
+
+Names (ours -> Hugging Face):
+  embed                            model.embed_tokens.weight                [V, H]
+  blocks/i/attn_norm/scale         model.layers.i.input_layernorm.weight
+  blocks/i/attn/{q,k,v,o}_proj/kernel  model.layers.i.self_attn.{q,k,v,o}_proj.weight (transposed)
+  blocks/i/attn/{q,k,v,o}_proj/bias    model.layers.i.self_attn.{q,k,v,o}_proj.bias
+  blocks/i/attn/{q,k}_norm/scale   model.layers.i.self_attn.{q,k}_norm.weight
+  blocks/i/mlp_norm/scale          model.layers.i.post_attention_layernorm.weight
+  blocks/i/mlp/{gate,up,down}_proj/kernel  model.layers.i.mlp.{gate,up,down}_proj.weight (transposed)
+  final_norm/scale                 model.norm.weight
+  lm_head                          lm_head.weight (transposed; absent when tied)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Iterator
+
+import jax
+import numpy as np
+from flax import nnx
+
+from trainers.models.hf_config import ModelFolderError
+from trainers.models.presets import ModelConfig
+from trainers.models.transformer import Transformer
+
+_NORM_NAMES = {"attn_norm": "input_layernorm", "mlp_norm": "post_attention_layernorm"}
+
+
+def _keys(path: tuple) -> list[str]:
+    """A tree path (DictKey / GetAttrKey entries) -> its plain keys, without the trailing 'value'."""
+    keys = [str(getattr(entry, "key", getattr(entry, "name", entry))) for entry in path]
+    return keys[:-1] if keys and keys[-1] == "value" else keys
+
+
+def hf_name(keys: list[str]) -> tuple[str, bool]:
+    """Our parameter path (e.g. ['blocks', '3', 'attn', 'q_proj', 'kernel']) -> (Hugging Face tensor
+    name, whether the tensor is transposed between the two layouts)."""
+    if keys == ["embed"]:
+        return "model.embed_tokens.weight", False
+    if keys == ["lm_head"]:
+        return "lm_head.weight", True
+    if keys == ["final_norm", "scale"]:
+        return "model.norm.weight", False
+    if keys[0] == "blocks":
+        prefix = f"model.layers.{keys[1]}."
+        rest = keys[2:]
+        if rest[0] in _NORM_NAMES:
+            return prefix + _NORM_NAMES[rest[0]] + ".weight", False
+        module = {"attn": "self_attn", "mlp": "mlp"}[rest[0]]
+        if rest[-1] == "scale":  # q_norm / k_norm
+            return f"{prefix}{module}.{rest[1]}.weight", False
+        if rest[-1] == "kernel":
+            return f"{prefix}{module}.{rest[1]}.weight", True
+        if rest[-1] == "bias":
+            return f"{prefix}{module}.{rest[1]}.bias", False
+    raise ValueError(f"no Hugging Face name for parameter {'/'.join(keys)}")
+
+
+def abstract_params(cfg: ModelConfig) -> tuple[nnx.GraphDef, Any]:
+    """(graphdef, params of jax.ShapeDtypeStruct): the model's structure, no memory allocated."""
+    model = nnx.eval_shape(lambda: Transformer(cfg, nnx.Rngs(0)))
+    return nnx.split(model, nnx.Param)
+
+
+def _weight_files(folder: str) -> list[str]:
+    """The folder's safetensors files: the index's shards in order, else model.safetensors, else all."""
+    index_path = os.path.join(folder, "model.safetensors.index.json")
+    if os.path.isfile(index_path):
+        with open(index_path, encoding="utf-8") as f:
+            weight_map = json.load(f).get("weight_map", {})
+        return sorted(set(weight_map.values()))
+    if os.path.isfile(os.path.join(folder, "model.safetensors")):
+        return ["model.safetensors"]
+    names = sorted(n for n in os.listdir(folder) if n.endswith(".safetensors"))
+    if not names:
+        raise ModelFolderError(f"{folder} has no *.safetensors weights")
+    return names
+
+
+def _tensors(folder: str) -> Iterator[tuple[str, np.ndarray]]:
+    """(name, float32 array) for every tensor of the folder, one at a time, shard by shard."""
+    from safetensors import safe_open
+
+    for file_name in _weight_files(folder):
+        with safe_open(os.path.join(folder, file_name), framework="flax") as f:
+            for name in f.keys():
+                yield name, np.asarray(f.get_tensor(name), dtype=np.float32)
+
+
+def load_pretrained(folder: str, cfg: ModelConfig, progress: bool = True) -> tuple[nnx.GraphDef, Any]:
+    """(graphdef, params) of the Hugging Face checkpoint in `folder`, params float32 on the default device.
+
+    Raises ModelFolderError naming a tensor that is missing, unexpected in shape, or left over (a
+    tensor the architecture has no place for; a tied model's `lm_head.weight` is allowed and ignored)."""
+    graphdef, abstract = abstract_params(cfg)
+    leaves_with_paths, treedef = jax.tree_util.tree_flatten_with_path(abstract)
+    slot_of_name: dict[str, tuple[int, bool, tuple[int, ...]]] = {}
+    for slot, (path, leaf) in enumerate(leaves_with_paths):
+        name, transposed = hf_name(_keys(path))
+        slot_of_name[name] = (slot, transposed, tuple(leaf.shape))
+    filled: list[Any] = [None] * len(leaves_with_paths)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(slot_of_name), unit="tensor", desc=f"loading {os.path.basename(folder.rstrip('/'))}",
+                   dynamic_ncols=True, file=__import__("sys").stderr)
+    try:
+        for name, tensor in _tensors(folder):
+            if name not in slot_of_name:
+                if name == "lm_head.weight" and cfg.tie_embeddings:
+                    continue
+                if name.endswith("rotary_emb.inv_freq"):
+                    continue
+                raise ModelFolderError(f"{folder}: unexpected tensor {name!r} for this architecture")
+            slot, transposed, shape = slot_of_name[name]
+            array = tensor.T if transposed else tensor
+            if array.shape != shape:
+                raise ModelFolderError(f"{folder}: tensor {name!r} has shape {tensor.shape}, expected "
+                                       f"{shape[::-1] if transposed else shape} from config.json")
+            filled[slot] = jax.device_put(np.ascontiguousarray(array))
+            del tensor, array
+            if bar is not None:
+                bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+    missing = [name for name, (slot, _, _) in slot_of_name.items() if filled[slot] is None]
+    if missing:
+        raise ModelFolderError(f"{folder}: missing tensors {', '.join(missing[:5])}"
+                               f"{' ...' if len(missing) > 5 else ''}")
+    return graphdef, jax.tree_util.tree_unflatten(treedef, filled)
+
+
+def hf_state_dict(params: Any, dtype: str = "float32") -> dict[str, np.ndarray]:
+    """Our params -> {Hugging Face name: array in PyTorch layout}, cast to `dtype` (float32 / bfloat16)."""
+    import ml_dtypes
+
+    target = np.float32 if dtype == "float32" else ml_dtypes.bfloat16
+    out = {}
+    for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
+        name, transposed = hf_name(_keys(path))
+        array = np.asarray(leaf, dtype=np.float32)
+        out[name] = np.ascontiguousarray(array.T if transposed else array).astype(target)
+    return out
+
+
+def save_pretrained_weights(params: Any, folder: str, dtype: str = "float32") -> str:
+    """Write `folder/model.safetensors` (Hugging Face names and layout, `dtype`); returns its path."""
+    from safetensors.numpy import save_file
+
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, "model.safetensors")
+    save_file(hf_state_dict(params, dtype), path, metadata={"format": "pt"})
+    return path
