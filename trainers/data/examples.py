@@ -1,4 +1,5 @@
-"""Dataset items ("examples": `{"prompt", "answer", ...}` dicts) from a built-in task or JSONL files.
+"""Dataset items ("examples": `{"prompt", "answer", ...}` dicts; "prompt" a string or, from JSONL, a
+list of chat messages) from a built-in task or JSONL files.
 JAX-free: validation and the platform's plan preview count a dataset with it."""
 
 from __future__ import annotations
@@ -7,6 +8,7 @@ import json
 from pathlib import Path
 
 from trainers.data import tasks
+from trainers.data.chat_template import validate_messages
 
 
 class DataError(ValueError):
@@ -14,11 +16,14 @@ class DataError(ValueError):
 
 
 def read_jsonl(path: str) -> list[dict]:
-    """Reads examples from a JSONL file: one JSON object per line with string
-    "prompt" and "answer" (extra fields, e.g. countdown "numbers"/"target", are
-    kept). Blank lines are skipped. Raises DataError naming file:line and the
-    problem (missing file, bad JSON, not an object, missing or non-string
-    prompt/answer, no examples at all)."""
+    """Reads examples from a JSONL file: one JSON object per line with a string
+    "answer" and a "prompt" that is a string or a chat conversation, a non-empty
+    list of {"role": str, "content": str} messages (rendered with the model's chat
+    template when data.chat_template is on; see chat_template.validate_messages).
+    Extra fields (e.g. countdown "numbers"/"target") are kept. Blank lines are
+    skipped. Raises DataError naming file:line and the problem (missing file, bad
+    JSON, not an object, missing or wrongly typed prompt/answer, a malformed
+    message, no examples at all)."""
     file_path = Path(path)
     try:
         text = file_path.read_text(encoding="utf-8")
@@ -37,14 +42,24 @@ def read_jsonl(path: str) -> list[dict]:
             raise DataError(f"{where}: bad JSON: {error.msg} (column {error.colno})") from error
         if not isinstance(example, dict):
             raise DataError(f"{where}: expected a JSON object, got {type(example).__name__}")
-        for field in ("prompt", "answer"):
-            if field not in example:
-                raise DataError(f"{where}: missing {field!r} (fields: {sorted(example)})")
-            if not isinstance(example[field], str):
-                raise DataError(
-                    f"{where}: {field!r} must be a string, got {type(example[field]).__name__} "
-                    f"{example[field]!r}"
-                )
+        if "prompt" not in example:
+            raise DataError(f"{where}: missing 'prompt' (fields: {sorted(example)})")
+        if isinstance(example["prompt"], list):
+            try:
+                example["prompt"] = validate_messages(example["prompt"])
+            except ValueError as error:
+                raise DataError(f"{where}: 'prompt' is not a valid message list: {error}") from error
+        elif not isinstance(example["prompt"], str):
+            raise DataError(
+                f"{where}: 'prompt' must be a string, got {type(example['prompt']).__name__} "
+                f"{example['prompt']!r} (or a list of {{\"role\", \"content\"}} chat messages)"
+            )
+        if "answer" not in example:
+            raise DataError(f"{where}: missing 'answer' (fields: {sorted(example)})")
+        if not isinstance(example["answer"], str):
+            raise DataError(
+                f"{where}: 'answer' must be a string, got {type(example['answer']).__name__} {example['answer']!r}"
+            )
         examples.append(example)
     if not examples:
         raise DataError(f"{path}: empty file, no examples")

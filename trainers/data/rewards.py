@@ -3,8 +3,9 @@
 Every reward is a pure function `fn(completion: str, example: dict) -> float`
 with a value in [0, 1]. `completion` is the decoded model output (text after
 the prompt, up to the first EOS); `example` is the dataset row, with at least
-"prompt" and "answer" (str) and, for countdown, "numbers" (list of int) and
-"target" (int).
+"prompt" (a str, or from JSONL a list of {"role", "content"} chat messages; no
+reward reads it) and "answer" (str) and, for countdown, "numbers" (list of int)
+and "target" (int).
 
 Rewards are registered by name in REWARDS; a run's reward spec is a list of
 (name, weight) pairs, combined by `score`.
@@ -300,15 +301,26 @@ def final_answer_text(completion: str) -> str | None:
     return numbers[-1].replace(",", "") if numbers else None
 
 
+@functools.lru_cache(maxsize=1)
+def _math_verify():
+    """The math_verify module, imported on first use. Its warning that a timeout is disabled (printed
+    on every call) is silenced: running without one is this module's choice, explained above."""
+    import logging
+
+    import math_verify
+
+    for name in ("math_verify.parser", "math_verify.grader"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    return math_verify
+
+
 @functools.lru_cache(maxsize=4096)
 def _math_parse(text: str):
     """math-verify's parse of one answer (LaTeX or a plain expression), without its signal-based
     timeout (rewards are scored in the async collector's thread, where signals cannot be used).
     Cached: a prompt's gold answer is parsed once for its G completions (callers only read the
     list). math-verify is imported here, not at module level: validation reads REWARD_NAMES cheaply."""
-    from math_verify import parse
-
-    return parse(f"${text}$", parsing_timeout=None)
+    return _math_verify().parse(f"${text}$", parsing_timeout=None)
 
 
 def math_answer(completion: str, example: dict) -> float:
@@ -324,10 +336,8 @@ def math_answer(completion: str, example: dict) -> float:
     expected = expected.replace(",", "")
     if not all(_safe_for_sympy(text) for text in (expected, got)):
         return float(got.replace(" ", "") == expected.replace(" ", ""))
-    from math_verify import verify
-
     gold, answer = _math_parse(expected), _math_parse(got)
-    return float(bool(gold) and bool(answer) and verify(gold, answer, timeout_seconds=None))
+    return float(bool(gold) and bool(answer) and _math_verify().verify(gold, answer, timeout_seconds=None))
 
 
 def _safe_for_sympy(text: str) -> bool:

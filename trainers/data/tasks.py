@@ -18,7 +18,7 @@ from collections.abc import Callable, Collection
 
 import numpy as np
 
-from trainers.data import rewards
+from trainers.data import rewards, word_problems
 
 _TRAIN_STREAM = 0
 _EVAL_STREAM = 1
@@ -206,6 +206,15 @@ TASKS: dict[str, Task] = {
         default_rewards=[("countdown", 1.0), ("countdown_partial", 0.5), ("alphabet_match", 0.25)],
         max_new_tokens=12,
         description='reach the target with + - * / using each number at most once: "2 3 5 7>22=" -> "3*5+7"',
+    ),
+    "arithmetic_words": Task(
+        name="arithmetic_words",
+        make_examples=lambda seed, count, exclude_prompts=(), stream=0: word_problems.make_problems(
+            seed, count, stream, set(exclude_prompts)),
+        default_rewards=[("math_answer", 1.0)],
+        max_new_tokens=128,
+        description="one- and two-step arithmetic word problems in English for pretrained chat models "
+                    "(the make-dataset arithmetic-words generator): answer checked with math_answer",
     ),
 }
 TASK_NAMES: tuple[str, ...] = tuple(TASKS)

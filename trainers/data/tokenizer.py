@@ -7,10 +7,14 @@ Id layout (vocab_size 100, fits the smallest model preset's vocab of 128):
 Ids a model may sample outside this range (100..vocab-1 of a larger model
 vocabulary) decode like UNK, to the replacement character U+FFFD, so they
 count as wrong characters in every reward.
+
+Pretrained models bring their own tokenizer (trainers/data/hf_tokenizer.py, same interface);
+`load_tokenizer("char" | folder)` returns either.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 
 PAD_ID = 0
@@ -49,6 +53,15 @@ class CharTokenizer:
     def unk_id(self) -> int:
         return UNK_ID
 
+    @property
+    def eos_ids(self) -> tuple[int, ...]:
+        """Every id that ends a completion: EOS only (HFTokenizer may have several)."""
+        return (EOS_ID,)
+
+    @property
+    def has_chat_template(self) -> bool:
+        return False
+
     def encode(self, text: str, add_bos: bool = True) -> list[int]:
         """Returns the ids of `text`, one per character, with BOS first if add_bos.
 
@@ -74,9 +87,49 @@ class CharTokenizer:
             chars.append(self._char_of_id.get(token_id, UNKNOWN_CHAR))
         return "".join(chars)
 
+    def decode_completion(self, ids: Iterable[int]) -> str:
+        """`decode` for generated ids: PAD or BOS sampled inside a completion become U+FFFD (as UNK
+        does) instead of being skipped, so a policy cannot pad its way to a reward match."""
+        return self.decode(UNK_ID if int(token_id) in (PAD_ID, BOS_ID) else int(token_id) for token_id in ids)
+
+    def encode_prompt(self, prompt: str, *, chat: bool = False, system_prompt: str | None = None) -> list[int]:
+        """The ids of one dataset prompt: `encode(prompt, add_bos=True)` (BOS + one id per character).
+
+        The character tokenizer has no chat template: chat=True, a system prompt or a prompt given as
+        a list of chat messages raise ValueError (same interface as HFTokenizer.encode_prompt).
+        """
+        if chat:
+            raise ValueError("the char tokenizer has no chat template; disable data.chat_template")
+        if not isinstance(prompt, str):
+            raise ValueError(
+                f"the char tokenizer takes string prompts, got {type(prompt).__name__}; chat message lists "
+                f"need a model tokenizer with a chat template (data.chat_template)"
+            )
+        if system_prompt is not None:
+            raise ValueError("a system prompt needs a chat template; the char tokenizer has none")
+        return self.encode(prompt, add_bos=True)
+
 
 def get_tokenizer(name: str = "char") -> CharTokenizer:
     """Returns the tokenizer called `name`; only "char" exists."""
     if name == "char":
         return CharTokenizer()
     raise ValueError(f"unknown tokenizer {name!r}; known: 'char'")
+
+
+def load_tokenizer(name_or_folder: str):
+    """Returns the tokenizer for `name_or_folder`: "char" gives CharTokenizer; a path to a Hugging
+    Face model folder (with tokenizer.json) gives its HFTokenizer. No hub downloads: a folder must
+    exist locally. Raises ValueError otherwise.
+
+    `tokenizers` / jinja2 are imported only for a folder (config validation imports this module).
+    """
+    if name_or_folder == "char":
+        return CharTokenizer()
+    if os.path.isdir(name_or_folder):
+        from trainers.data.hf_tokenizer import HFTokenizer
+
+        return HFTokenizer.from_folder(name_or_folder)
+    raise ValueError(
+        f"unknown tokenizer {name_or_folder!r}: give 'char' or the path of a local model folder with tokenizer.json"
+    )
