@@ -41,7 +41,8 @@ def test_validate_reports_each_problem_with_field_and_fix_and_exits_2(tmp_path):
             "use 1, 2, 3, 4, 6 or 12") in out.stderr
 
 
-def test_every_shipped_config_validates():
+def test_every_shipped_config_validates(smollm2_dir):
+    # configs/r1.yaml and smollm2-arith.yaml name var/models/smollm2-135m-instruct: the fixture fetches it
     for name in sorted(os.listdir(os.path.join(ROOT, "configs"))):
         out = cli("validate", f"configs/{name}")
         assert out.returncode == 0, f"{name}: {out.stderr}"

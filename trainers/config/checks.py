@@ -194,10 +194,24 @@ def _check_model(config: ExperimentConfig) -> list[Problem]:
     from trainers.data.tokenizer import get_tokenizer
     from trainers.models.presets import PRESETS
 
-    m = config.model
+    m, d = config.model, config.data
+    if d.system_prompt is not None and (m.path is None or d.chat_template is False):
+        return [Problem("data.system_prompt", "a system prompt goes into the chat template; it needs model.path "
+                                              "and data.chat_template true or null (clear the system prompt, or "
+                                              "turn the template on)")]
+    if m.path is not None:  # the folder itself is checked where paths are resolved (`loading`)
+        if d.tokenizer == "char":
+            return [Problem("data.tokenizer", "the 'char' tokenizer's ids are not the model's vocabulary; use auto "
+                                              "(the model folder's own tokenizer)")]
+        return []
+    if d.tokenizer == "model":
+        return [Problem("data.tokenizer", "'model' needs a model folder; set model.path, or use auto")]
+    if d.chat_template:
+        return [Problem("data.chat_template", "the built-in character tokenizer has no chat template; set "
+                                              "model.path to a model folder that has one, or leave this null")]
     if m.preset not in PRESETS:
         return [Problem("model.preset", f"unknown preset '{m.preset}'; {_one_of(m.preset, sorted(PRESETS))}")]
-    vocab_tokens = get_tokenizer(config.data.tokenizer).vocab_size
+    vocab_tokens = get_tokenizer("char").vocab_size
     if PRESETS[m.preset].vocab_size < vocab_tokens:
         return [Problem(
             "model.preset",

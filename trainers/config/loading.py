@@ -63,14 +63,17 @@ def _is_unicode(text: str) -> bool:
 
 
 def parse_config(raw: dict[str, Any] | None, overrides: list[str] | tuple[str, ...] = (), *,
-                 dataset_dirs: list[str] | tuple[str, ...] | None = None) -> ExperimentConfig:
+                 dataset_dirs: list[str] | tuple[str, ...] | None = None,
+                 model_dirs: list[str] | tuple[str, ...] | None = None) -> ExperimentConfig:
     """Validate a raw dict (from YAML/JSON) plus `--set` overrides; raise ConfigError listing every problem.
 
     dataset_dirs (the platform's dataset roots): when given, `data.train_path` / `data.eval_path`
     resolve relative to dataset_dirs[0], with `..` and symlinks resolved, and must name a file inside
     one of the roots; the returned config holds the resolved absolute paths. One message covers
     "missing" and "not allowed", so validation never tells whether a file exists. Without it (the
-    CLI on a user's own machine) paths are relative to the working directory and unrestricted."""
+    CLI on a user's own machine) paths are relative to the working directory and unrestricted.
+    model_dirs (the platform's model roots) restrict `model.path` the same way; the folder must be a
+    Hugging Face model of a supported architecture either way."""
     raw = {} if raw is None else raw
     if not isinstance(raw, dict):
         raise ConfigError([Problem("(config)", f"must be a mapping of sections, got {type(raw).__name__}")])
@@ -85,16 +88,17 @@ def parse_config(raw: dict[str, Any] | None, overrides: list[str] | tuple[str, .
         config = ExperimentConfig.model_validate(raw)
     except ValidationError as exc:
         raise ConfigError(_problems_from_pydantic(exc, raw)) from None
-    problems = _resolve_data_paths(config, dataset_dirs) + check_config(config)
+    problems = _resolve_data_paths(config, dataset_dirs) + _resolve_model_path(config, model_dirs) + check_config(config)
     if problems:
         raise ConfigError(problems)
     return config
 
 
 def parse_yaml(text: str, overrides: list[str] | tuple[str, ...] = (), *,
-               dataset_dirs: list[str] | tuple[str, ...] | None = None) -> ExperimentConfig:
+               dataset_dirs: list[str] | tuple[str, ...] | None = None,
+               model_dirs: list[str] | tuple[str, ...] | None = None) -> ExperimentConfig:
     """Parse YAML text with the guarded loader (`load_yaml_data`) and validate it (`parse_config`)."""
-    return parse_config(load_yaml_data(text), overrides, dataset_dirs=dataset_dirs)
+    return parse_config(load_yaml_data(text), overrides, dataset_dirs=dataset_dirs, model_dirs=model_dirs)
 
 
 def load_config(path: str | os.PathLike, overrides: list[str] | tuple[str, ...] = ()) -> ExperimentConfig:
@@ -130,14 +134,45 @@ def _resolve_data_paths(config: ExperimentConfig, dataset_dirs: list[str] | tupl
     return problems
 
 
-def _inside_roots(path: str, roots: list[str] | tuple[str, ...]) -> str | None:
-    """The real path of `path` (relative to roots[0]) if it is a file inside one of `roots`, else None."""
+MODEL_PATH_REFUSED = "missing or not allowed: {path}; put the model folder under the platform's models directory"
+
+
+def _resolve_model_path(config: ExperimentConfig, model_dirs: list[str] | tuple[str, ...] | None) -> list[Problem]:
+    """Check `model.path` (see `parse_config`): inside a root when model_dirs are given (then replaced by
+    its resolved absolute path), a Hugging Face folder of a supported architecture, and with a chat
+    template when data.chat_template is true."""
+    from trainers.models.hf_config import ModelFolderError, describe_folder
+
+    path = config.model.path
+    if path is None:
+        return []
+    if model_dirs is not None:
+        resolved = _inside_roots(path, model_dirs, want_dir=True)
+        if resolved is None:
+            return [Problem("model.path", MODEL_PATH_REFUSED.format(path=path))]
+        config.model.path = path = resolved
+    else:
+        config.model.path = path = os.path.abspath(path)  # a run directory's config.yaml then works anywhere
+    try:
+        description = describe_folder(path)
+    except ModelFolderError as exc:
+        return [Problem("model.path", str(exc))]
+    if config.data.chat_template and not description["has_chat_template"]:
+        return [Problem("data.chat_template", f"the tokenizer in {path} has no chat_template; set "
+                                              "data.chat_template to false or null")]
+    return []
+
+
+def _inside_roots(path: str, roots: list[str] | tuple[str, ...], want_dir: bool = False) -> str | None:
+    """The real path of `path` (relative to roots[0]) if it is a file (a directory, with want_dir)
+    inside one of `roots`, else None."""
     if not roots or not path or "\0" in path:
         return None
     real_roots = [os.path.realpath(r) for r in roots]
     candidate = os.path.realpath(os.path.join(real_roots[0], path))
     inside = any(os.path.commonpath([candidate, r]) == r for r in real_roots)
-    return candidate if inside and os.path.isfile(candidate) else None
+    exists = os.path.isdir(candidate) if want_dir else os.path.isfile(candidate)
+    return candidate if inside and exists else None
 
 
 def _apply_override(raw: dict[str, Any], override: str) -> list[Problem]:

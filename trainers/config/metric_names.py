@@ -16,6 +16,7 @@ TRAIN_METRICS = (
     "timing/rollout_s",
     "timing/train_s",
     "throughput/tokens_per_s",
+    "train/trained_sequence_fraction",
 )
 ASYNC_METRICS = (
     "async/trajectory_age_mean",

@@ -36,10 +36,19 @@ class _Section(BaseModel):
 
 
 class ModelSection(_Section):
-    preset: str = Field("tiny", description="Named model size: tiny, small, w1, base, qwen3-0.6b.")
-    dtype: Literal["float32", "bfloat16"] = Field(
-        "float32", description="Parameter and activation dtype; log-probs are always float32."
+    path: str | None = Field(
+        None, description="A local Hugging Face model folder (config.json, *.safetensors, tokenizer files) of a "
+        "LlamaForCausalLM, Qwen2ForCausalLM or Qwen3ForCausalLM; training starts from its weights and uses its "
+        "tokenizer. null = a randomly initialised model.preset."
     )
+    preset: str = Field("tiny", description="Named size of a randomly initialised model (when model.path is null): "
+                        "tiny, small, w1, base, qwen3-0.6b.")
+    dtype: Literal["float32", "bfloat16"] = Field(
+        "float32", description="Compute dtype. Parameters (master weights), optimizer state, log-probs and the "
+        "loss stay float32."
+    )
+    remat: bool = Field(False, description="Recompute each block's activations in the backward pass instead of "
+                        "storing them (less memory, about a third more compute).")
 
 
 class DataSection(_Section):
@@ -53,7 +62,18 @@ class DataSection(_Section):
     )
     eval_prompts: int = Field(64, ge=0, le=MAX_DATASET_PROMPTS, description="Evaluation prompts (built-in task), or cap for eval JSONL (0 = all).")
     max_prompt_tokens: int = Field(64, ge=1, le=MAX_TOKENS, description="Longest prompt allowed, in tokens.")
-    tokenizer: Literal["char"] = Field("char", description="Tokenizer: 'char' (built-in character tokenizer).")
+    tokenizer: Literal["auto", "char", "model"] = Field(
+        "auto", description="auto: the model folder's own tokenizer with model.path, else 'char' (the built-in "
+        "character tokenizer of the toy tasks); model: the folder's tokenizer.json."
+    )
+    chat_template: bool | None = Field(
+        None, description="Render each prompt with the tokenizer's chat template (a prompt may then be a list of "
+        "{role, content} messages); null = on when the tokenizer has a template."
+    )
+    system_prompt: str | None = Field(
+        None, max_length=20_000, description="With the chat template: a system message put before each prompt "
+        "that has none."
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -219,6 +239,9 @@ class CheckpointSection(_Section):
 
 class EvalSection(_Section):
     every_steps: int = Field(0, ge=0, le=MAX_STEPS, description="Evaluate every N steps (0 = off).")
+    before_training: bool = Field(
+        False, description="Also evaluate the starting policy before the first step, reported as step 0 "
+        "(with eval.every_steps > 0): the baseline the run's gain is measured against.")
     prompts: int = Field(0, ge=0, le=MAX_DATASET_PROMPTS, description="Eval prompts per evaluation (0 = all).")
     temperature: float = Field(0.0, ge=0.0, description="Eval sampling temperature (0 = greedy) of eval/accuracy.")
     samples_per_prompt: int = Field(

@@ -9,4 +9,7 @@
   checkpoint.py      Orbax checkpoints (params, optimizer state, data position)
   hooks.py           the seam to whoever runs the trainer: `Hooks`, `Control`, `RunInfo`, `TrainResult`
   run_files.py       hooks that write a run directory (metrics.jsonl, samples.jsonl, summary.json)
+  policy.py          the policy a run starts from (model folder or preset), and a trained one from a run dir
+  generation.py      completions of a loaded policy for a list of prompts (the `generate` command)
+  export.py          a run's checkpoint -> a Hugging Face folder (the `export` command)
 """

@@ -87,6 +87,13 @@ class Checkpointer:
         )
         return restored["params"], restored["opt_state"], dict(restored["meta"])
 
+    def restore_params(self, step: int, params_like: Any) -> Any:
+        """Only the params of checkpoint `step`, into the structure of `params_like` (arrays or
+        jax.ShapeDtypeStruct leaves)."""
+        abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, params_like)
+        restored = self._manager.restore(step, args=ocp.args.Composite(params=ocp.args.StandardRestore(abstract)))
+        return restored["params"]
+
     def size_bytes(self, step: int) -> int:
         total = 0
         for root, _, files in os.walk(self.path(step)):

@@ -14,6 +14,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import numpy as np
+
 from trainers.config import ExperimentConfig
 
 
@@ -43,6 +45,22 @@ class OptimizerUpdate:
 def split_sequences(total: int, size: int, offset: int = 0) -> tuple[SequenceSlice, ...]:
     """[0, total) in consecutive slices of at most `size`, shifted by `offset`."""
     return tuple(SequenceSlice(offset + s, offset + min(s + size, total)) for s in range(0, total, size))
+
+
+def informative_first(advantages: np.ndarray, update: OptimizerUpdate) -> tuple[np.ndarray, int]:
+    """(rows, micro_batches): the update's sequence rows with every non-zero-advantage row first
+    (each part in its original order), and how many of the update's micro-batches those rows fill
+    (at least 1), rounded up to a power of two so the update compiles for few shapes (1, 2, 4, ...,
+    all). Without a KL term a zero-advantage sequence adds exactly nothing to the gradient (its loss
+    is advantage x ratio = 0), so training only the first `micro_batches` micro-batches of `rows`
+    gives the same update, with less compute while most groups are all right or all wrong.
+    advantages: [N] for the step's N sequences."""
+    rows = np.arange(update.sequences.start, update.sequences.stop)
+    informative = advantages[rows] != 0
+    ordered = np.concatenate([rows[informative], rows[~informative]])
+    size = update.micro_batches[0].size
+    needed = max(1, -(-int(informative.sum()) // size))
+    return ordered, min(1 << (needed - 1).bit_length(), len(update.micro_batches))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -25,9 +25,13 @@ from trainers.data.encoding import encode_prompts
 from trainers.data.rewards import accuracy, score
 from trainers.data.tasks import TASKS
 from trainers.loop.plan import split_sequences
-from trainers.models.generate import SamplingParams, generate, generate_in_flight
+from trainers.models.generate import SamplingParams, eos_settings, generate, generate_in_flight
 
 DEFAULT_MAX_NEW_TOKENS = 64
+PROMPT_BUCKET_TOKENS = 16
+"""A pretrained model's prompts are left-padded to a multiple of this many tokens, so steps whose
+longest prompts differ by a few tokens share one compiled generation and update (the toy tasks'
+prompts keep their exact length)."""
 
 Weights = Callable[[], tuple[Any, int]]
 """weights() -> (params, version): the weights to generate with and their version (optimizer steps
@@ -165,18 +169,24 @@ class RolloutSpec:
     reward_specs: tuple[tuple[str, float], ...]
     advantage: str | None
     advantage_eps: float = 1e-6
+    chat: bool = False  # render prompts with the tokenizer's chat template
+    system_prompt: str | None = None
+    prompt_bucket_tokens: int = 1  # prompt lengths are padded up to a multiple of this (fewer compiles)
 
     @classmethod
     def from_config(cls, config: ExperimentConfig, tokenizer: Any, rollout_micro_batch_sequences: int) -> "RolloutSpec":
-        r = config.rollout
+        r, d = config.rollout, config.data
         sampling = SamplingParams(
             max_new_tokens=max_new_tokens(config), temperature=r.temperature, top_k=r.top_k, top_p=r.top_p,
-            stop_at_eos=r.stop_at_eos, eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id,
+            stop_at_eos=r.stop_at_eos, **eos_settings(tokenizer),
         )
+        chat = tokenizer.has_chat_template if d.chat_template is None else d.chat_template
         return cls(tokenizer=tokenizer, sampling=sampling, num_generations=config.grpo.num_generations,
                    rollout_micro_batch_sequences=rollout_micro_batch_sequences,
-                   max_prompt_tokens=config.data.max_prompt_tokens, reward_specs=tuple(reward_specs(config)),
-                   advantage=config.grpo.advantage, advantage_eps=config.grpo.advantage_eps)
+                   max_prompt_tokens=d.max_prompt_tokens, reward_specs=tuple(reward_specs(config)),
+                   advantage=config.grpo.advantage, advantage_eps=config.grpo.advantage_eps,
+                   chat=chat, system_prompt=d.system_prompt,
+                   prompt_bucket_tokens=PROMPT_BUCKET_TOKENS if config.model.path else 1)
 
     def for_evaluation(self, temperature: float, samples_per_prompt: int = 1) -> "RolloutSpec":
         """`samples_per_prompt` completions per prompt at `temperature` (0 = greedy), no advantages."""
@@ -200,11 +210,17 @@ def max_new_tokens(config: ExperimentConfig) -> int:
     return DEFAULT_MAX_NEW_TOKENS
 
 
-def completion_text(tokenizer: Any, ids: np.ndarray) -> str:
-    """Decode generated ids. PAD or BOS sampled inside a completion become U+FFFD (as UNK does), so
-    a policy cannot pad its way to a match: the tokenizer's decode skips them in prompts only."""
-    ids = np.where((ids == tokenizer.pad_id) | (ids == tokenizer.bos_id), tokenizer.unk_id, ids)
-    return tokenizer.decode(ids.tolist())
+def check_prompts_fit(spec: RolloutSpec, examples: list[dict[str, Any]], dataset: str) -> None:
+    """Encode every prompt of `examples` once, so a prompt over data.max_prompt_tokens (or one the
+    tokenizer cannot take) stops the run before its first step, not at the step that meets it.
+    Raises DataError naming the dataset ("training", "eval") and the field to change."""
+    from trainers.data.examples import DataError
+
+    try:
+        encode_prompts(spec.tokenizer, [e["prompt"] for e in examples], spec.max_prompt_tokens, chat=spec.chat,
+                       system_prompt=spec.system_prompt)
+    except DataError as error:
+        raise DataError(f"{dataset} data: {error} (data.max_prompt_tokens sets the limit)") from None
 
 
 def collect_rollout(
@@ -235,7 +251,11 @@ def collect_rollout(
     count = len(examples) - first_prompt if prompt_count is None else prompt_count
     if (first_prompt * g) % micro:
         raise ValueError(f"first_prompt={first_prompt} x G={g} is not a multiple of the rollout micro-batch ({micro})")
-    tokens, valid = encode_prompts(spec.tokenizer, [e["prompt"] for e in examples], spec.max_prompt_tokens)
+    tokens, valid = encode_prompts(spec.tokenizer, [e["prompt"] for e in examples], spec.max_prompt_tokens,
+                                   chat=spec.chat, system_prompt=spec.system_prompt,
+                                   bucket_tokens=spec.prompt_bucket_tokens)
+    # Whole groups in every generation call: the G copies of a prompt share one prefill.
+    sampling = dataclasses.replace(spec.sampling, prompt_group=g if micro % g == 0 else 1)
     chosen = examples[first_prompt:first_prompt + count]
     prompt_tokens = np.repeat(tokens[first_prompt:first_prompt + count], g, axis=0)
     prompt_valid = np.repeat(valid[first_prompt:first_prompt + count], g, axis=0)
@@ -247,19 +267,19 @@ def collect_rollout(
             call_tokens, call_valid = jax.device_put((call_tokens, call_valid), prompt_sharding)
         call_key = jax.random.fold_in(key, first_call + k)
         if in_flight_chunk_tokens:
-            result = generate_in_flight(graphdef, weights, call_tokens, call_valid, call_key, spec.sampling,
+            result = generate_in_flight(graphdef, weights, call_tokens, call_valid, call_key, sampling,
                                         in_flight_chunk_tokens)
             versions = result.token_versions
         else:
             params, version = weights()
-            result = generate(graphdef, params, call_tokens, call_valid, call_key, spec.sampling)
+            result = generate(graphdef, params, call_tokens, call_valid, call_key, sampling)
             versions = np.full(result.tokens.shape, version, np.int32)
         out_tokens.append(result.tokens)
         out_mask.append(result.mask)
         out_logprobs.append(result.logprobs)
         out_versions.append(versions)
     completion_tokens, completion_mask = np.concatenate(out_tokens), np.concatenate(out_mask)
-    completions = [completion_text(spec.tokenizer, row[m]) for row, m in zip(completion_tokens, completion_mask)]
+    completions = [spec.tokenizer.decode_completion(row[m]) for row, m in zip(completion_tokens, completion_mask)]
     per_sequence = [chosen[i // g] for i in range(len(completions))]
     rewards, components = score(completions, per_sequence, list(spec.reward_specs))
     rewards = np.asarray(rewards, np.float32)

@@ -37,12 +37,11 @@ from trainers.asynchronous.source import AsyncRolloutSource
 from trainers.config import ExperimentConfig
 from trainers.data.examples import load_examples
 from trainers.data.prompt_stream import PromptStream
-from trainers.data.tokenizer import get_tokenizer
 from trainers.loop.checkpoint import Checkpointer
 from trainers.loop.hooks import Action, Control, Hooks, RunInfo, TrainResult
 from trainers.loop.placement import Placement
-from trainers.loop.plan import BatchPlan, make_plan
-from trainers.loop.rollout import Rollout, RolloutSpec, collect_rollout
+from trainers.loop.plan import BatchPlan, informative_first, make_plan
+from trainers.loop.rollout import Rollout, RolloutSpec, check_prompts_fit, collect_rollout
 from trainers.loop.rollout_source import (
     RolloutContext,
     RolloutSource,
@@ -50,8 +49,8 @@ from trainers.loop.rollout_source import (
     SyncRolloutSource,
 )
 from trainers.loop.update import MAX_METRICS, make_logprob_fn, make_update_fn
-from trainers.models.presets import PRESETS
-from trainers.models.transformer import init_params, param_count
+from trainers.loop.policy import initial_params, model_config_for, tokenizer_for
+from trainers.models.transformer import param_count
 
 
 def params_digest(params: Any) -> str:
@@ -106,7 +105,7 @@ class GRPOTrainer:
         self.hooks = hooks or Hooks()
         self.control = control or Control()
         self.placement = placement if placement is not None else Placement.from_config(config)
-        self.tokenizer = get_tokenizer(config.data.tokenizer)
+        self.tokenizer = tokenizer_for(config)
         d = config.data
         self.train_examples, self.eval_examples = load_examples(
             d.task, d.train_path, d.eval_path, d.train_prompts, d.eval_prompts, config.seed
@@ -114,9 +113,13 @@ class GRPOTrainer:
         self.stream = PromptStream(self.train_examples, seed=config.seed)
         self.plan: BatchPlan = make_plan(config, len(self.train_examples))
         self.spec = RolloutSpec.from_config(config, self.tokenizer, self.plan.rollout_micro_batch_sequences)
-        self.model_config = dataclasses.replace(PRESETS[config.model.preset], dtype=config.model.dtype)
-        self.graphdef, params = init_params(self.model_config, config.seed)
-        # The reference policy is the initial one; a copy, since updates donate `params`' buffers.
+        check_prompts_fit(self.spec, self.train_examples, "training")
+        if self.eval_examples:
+            check_prompts_fit(self.spec, self.eval_examples[: config.eval.prompts or None], "eval")
+        self.model_config = model_config_for(config)
+        self.graphdef, params = initial_params(config, self.model_config)
+        # The reference policy is the initial one (the model folder's weights, with model.path); a
+        # copy, since updates donate `params`' buffers.
         self.ref_params = jax.tree.map(jnp.copy, params) if self.plan.needs_reference else None
         self.schedule = make_schedule(config.optimizer, self.plan.optimizer_updates_per_step, config.train.max_steps)
         self.optimizer = make_optimizer(config.optimizer, self.schedule)
@@ -131,6 +134,9 @@ class GRPOTrainer:
         self.loss_cfg = LossConfig(g.epsilon_low, g.epsilon_high, g.dual_clip, g.beta, g.kl_estimator)
         self.logprob_temperature = config.rollout.temperature or 1.0
         self.logprob_fn = make_logprob_fn(self.graphdef, self.logprob_temperature)
+        # Without a KL term, sequences of all-equal groups (advantage 0) add nothing to the gradient:
+        # each update trains only the micro-batches that hold the others (`plan.informative_first`).
+        self.skip_flat_groups = g.beta == 0
         self.update_fn = make_update_fn(
             self.graphdef, self.optimizer, self.loss_cfg, self.logprob_temperature,
             self.plan.needs_old_logprobs, importance=self.source.importance,
@@ -221,17 +227,31 @@ class GRPOTrainer:
         arrays["weights"], arrays["metric_weights"] = weights, metric_weights
         sums: dict[str, float] = {}
         updates = self.plan.updates()
+        trained_sequences = 0
         for i, update in enumerate(updates):
             if i > 0 and self.control.poll() is Action.STOP:
                 self.interrupted_by = Action.STOP
                 return None
-            batch = self.placement.train_batch(_stack(arrays, update.micro_batches), batch_axis=1)
+            if self.skip_flat_groups:
+                rows, count = informative_first(r.advantages, update)
+                size = update.micro_batches[0].size
+                kept = rows[: count * size]
+                chosen = {k: v[kept] for k, v in arrays.items()}
+                # Metrics (entropy, clip fraction) average over the sequences actually trained.
+                chosen["metric_weights"] = token_weights(r.completion_mask[kept], "token-mean")
+                stacked = {k: v.reshape(count, size, *v.shape[1:]) for k, v in chosen.items()}
+                trained_sequences += len(kept)
+            else:
+                stacked = _stack(arrays, update.micro_batches)
+                trained_sequences += update.sequences.size
+            batch = self.placement.train_batch(stacked, batch_axis=1)
             params, opt_state, metrics = self.update_fn(self.state.params, self.state.opt_state, batch)
             self.state.params, self.state.opt_state = params, opt_state
             for k, v in metrics.items():
                 combine = max if k in MAX_METRICS else (lambda a, b: a + b)
                 sums[k] = combine(sums[k], float(v)) if k in sums else float(v)
         out = {k: v if k in MAX_METRICS else v / len(updates) for k, v in sums.items()}
+        out["train/trained_sequence_fraction"] = trained_sequences / sum(u.sequences.size for u in updates)
         # The rate of this step's last update: the schedule counts optimizer updates from 0.
         last_update = (self.state.step + 1) * self.plan.optimizer_updates_per_step - 1
         out["learning_rate"] = float(self.schedule(last_update))
@@ -306,6 +326,10 @@ class GRPOTrainer:
             config=cfg.to_dict(), plan_text=self.plan.describe(), start_step=self.state.step,
             max_steps=cfg.train.max_steps, run_dir=self.run_dir, param_count=param_count(self.state.params),
         ))
+        if self.state.step == 0 and cfg.eval.every_steps and cfg.eval.before_training and self.eval_examples:
+            # The starting policy's held-out scores, as step 0: what training is measured against.
+            self.last_metrics = self.evaluate()
+            self.hooks.on_step(0, dict(self.last_metrics))
         status = "succeeded"
         last_saved = resumed
         if self.state.step < cfg.train.max_steps:

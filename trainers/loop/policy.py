@@ -1,0 +1,125 @@
+"""The policy a run starts from: its model shape, its tokenizer and its first weights, from the
+config's `model.path` (a Hugging Face folder) or a named toy `model.preset` (random init).
+The trainer, the `generate` and `export` commands and the benchmarks all start here."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from trainers.config import ExperimentConfig
+from trainers.models.presets import PRESETS, ModelConfig
+
+
+def model_config_for(config: ExperimentConfig) -> ModelConfig:
+    """The model's shape and numerics (dtype, remat) under `config`."""
+    m = config.model
+    if m.path is not None:
+        from trainers.models.hf_config import read_model_config
+
+        return read_model_config(m.path, dtype=m.dtype, remat=m.remat)
+    return dataclasses.replace(PRESETS[m.preset], dtype=m.dtype, remat=m.remat)
+
+
+def tokenizer_for(config: ExperimentConfig) -> Any:
+    """The model folder's own tokenizer with `model.path`, else the built-in character tokenizer."""
+    if config.model.path is not None and config.data.tokenizer != "char":
+        from trainers.data.hf_tokenizer import HFTokenizer
+
+        return HFTokenizer.from_folder(config.model.path)
+    from trainers.data.tokenizer import get_tokenizer
+
+    return get_tokenizer("char")
+
+
+def initial_params(config: ExperimentConfig, model_config: ModelConfig, progress: bool = True) -> tuple[Any, Any]:
+    """(graphdef, float32 params): the folder's weights with `model.path` (loaded tensor by tensor, with
+    a progress bar when `progress`), else a random init from `config.seed`."""
+    if config.model.path is not None:
+        from trainers.models.hf_weights import load_pretrained
+
+        return load_pretrained(config.model.path, model_config, progress=progress)
+    from trainers.models.transformer import init_params
+
+    return init_params(model_config, config.seed)
+
+
+@dataclasses.dataclass
+class LoadedPolicy:
+    """A policy ready to generate with: from a Hugging Face folder or a run's checkpoint."""
+
+    model_config: ModelConfig
+    graphdef: Any
+    params: Any
+    tokenizer: Any
+    chat: bool  # the run's data.chat_template (a folder: whether its tokenizer has a template)
+    system_prompt: str | None
+    description: str  # e.g. "runs/x step 30 (model var/models/smollm2)"
+
+
+def is_run_dir(path: str) -> bool:
+    import os
+
+    return os.path.isfile(os.path.join(path, "config.yaml")) and os.path.isdir(os.path.join(path, "checkpoints"))
+
+
+def run_config(run_dir: str) -> ExperimentConfig:
+    """The config a run directory was trained under (its config.yaml)."""
+    import os
+
+    from trainers.config import load_config
+
+    return load_config(os.path.join(run_dir, "config.yaml"))
+
+
+def restore_run_params(config: ExperimentConfig, run_dir: str, model_config: ModelConfig,
+                       step: int | None = None) -> tuple[Any, Any, int]:
+    """(graphdef, params, step) of a run's checkpoint `step` (default: the newest). No weights are
+    loaded from the model folder: the checkpoint is restored into the model's abstract structure."""
+    import os
+
+    from trainers.loop.checkpoint import Checkpointer
+    from trainers.models.hf_weights import abstract_params
+
+    checkpointer = Checkpointer(os.path.join(run_dir, "checkpoints"))
+    try:
+        steps = checkpointer.all_steps()
+        if not steps:
+            raise FileNotFoundError(f"{run_dir} has no checkpoints")
+        if step is None:
+            step = steps[-1]
+        elif step not in steps:
+            raise FileNotFoundError(f"{run_dir} has no checkpoint at step {step}; it has steps "
+                                    f"{', '.join(map(str, steps))}")
+        graphdef, abstract = abstract_params(model_config)
+        return graphdef, checkpointer.restore_params(step, abstract), step
+    finally:
+        checkpointer.close()
+
+
+def load_policy(path: str, step: int | None = None, progress: bool = True) -> LoadedPolicy:
+    """A Hugging Face folder (its weights and tokenizer) or a run directory (the newest checkpoint,
+    or `step`, with the run's model and tokenizer). FileNotFoundError / ValueError say which it is not."""
+    import os
+
+    if is_run_dir(path):
+        config = run_config(path)
+        model_config = model_config_for(config)
+        graphdef, params, step = restore_run_params(config, path, model_config, step)
+        tokenizer = tokenizer_for(config)
+        chat = tokenizer.has_chat_template if config.data.chat_template is None else config.data.chat_template
+        return LoadedPolicy(model_config, graphdef, params, tokenizer, chat, config.data.system_prompt,
+                            f"{path} step {step}")
+    if os.path.isfile(os.path.join(path, "config.json")):
+        if step is not None:
+            raise ValueError(f"--step applies to a run directory; {path} is a model folder")
+        from trainers.data.hf_tokenizer import HFTokenizer
+        from trainers.models.hf_config import read_model_config
+        from trainers.models.hf_weights import load_pretrained
+
+        model_config = read_model_config(path)
+        graphdef, params = load_pretrained(path, model_config, progress=progress)
+        tokenizer = HFTokenizer.from_folder(path)
+        return LoadedPolicy(model_config, graphdef, params, tokenizer, tokenizer.has_chat_template, None, path)
+    raise FileNotFoundError(f"{path} is neither a Hugging Face model folder (config.json) nor a run directory "
+                            "(config.yaml and checkpoints/)")
