@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from experiments import configs
+from experiments import configs, sample_text
 from experiments.models import Checkpoint, Experiment, RolloutSample, Run, RunEvent, text_problem
 
 NAME_MAX_CHARS = Experiment._meta.get_field("name").max_length
@@ -131,10 +131,18 @@ def run_detail(run: Run) -> dict[str, Any]:
 
 
 def sample_json(sample: RolloutSample) -> dict[str, Any]:
+    """A rollout sample; `prompt_segments` / `completion_segments` are the text cut into plain text,
+    special tokens and role names for display (experiments.sample_text), `prompt_messages` the chat
+    messages behind the prompt when it had any."""
+    extra = sample.extra if isinstance(sample.extra, dict) else {}
+    messages = extra.get("prompt_messages")
     return {
         "index": sample.index,
         "prompt": sample.prompt,
+        "prompt_messages": messages if isinstance(messages, list) else None,
+        "prompt_segments": sample_text.prompt_segments(sample.prompt, extra),
         "completion": sample.completion,
+        "completion_segments": sample_text.segments(sample.completion),
         "answer": sample.answer,
         "reward": finite(sample.reward),
         "advantage": finite(sample.advantage),

@@ -12,6 +12,8 @@ browser session; a trailing slash is optional. See api/views.py for each one's s
     GET             runs/<id>/checkpoints
     GET             runs/<id>/events                  ?after_id=&limit=
     POST            runs/<id>/cancel|pause|resume|retry
+    POST            runs/<id>/export                  {"step"?, "dtype"?} -> a Hugging Face folder
+    GET             models                            the model folders under the model roots
 """
 
 from django.urls import re_path
@@ -33,5 +35,7 @@ urlpatterns = [
     re_path(rf"^runs/{ID}/checkpoints/?$", views.run_checkpoints, name="api-run-checkpoints"),
     re_path(rf"^runs/{ID}/events/?$", views.run_events, name="api-run-events"),
     re_path(rf"^runs/{ID}/(?P<action>cancel|pause|resume|retry)/?$", views.run_action, name="api-run-action"),
+    re_path(rf"^runs/{ID}/export/?$", views.run_export, name="api-run-export"),
+    re_path(r"^models/?$", views.models, name="api-models"),
     re_path(r"", not_found),  # anything else under /api/: a JSON 404, not the site's HTML page
 ]

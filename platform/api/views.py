@@ -16,7 +16,8 @@ from django.http import JsonResponse
 from experiments import metric_series
 from experiments.access import get_for_user
 from experiments.models import Experiment, MetricPoint, RolloutSample, Run, RunStatus
-from runner import services
+from experiments.models_dir import available_models
+from runner import exports, services
 
 from api import payloads
 from api.endpoint import ApiError, api_endpoint, int_param, json_body
@@ -205,3 +206,36 @@ def run_action(request, pk: int, action: str):
                        + (f" (was {before})" if before != run.status else ""))
     run.refresh_from_db(fields=["status"])
     return JsonResponse({"id": run.pk, "status": run.status}, status=202)
+
+
+@api_endpoint("POST")
+def run_export(request, pk: int):
+    """POST /api/runs/<id>/export {"step"?: N (default: the newest checkpoint), "dtype"?: "float32" |
+    "bfloat16"}: writes that checkpoint as a Hugging Face folder under PLATFORM_DATA_DIR/exports/ and
+    answers 201 {"path", "step", "dtype"} once it is written (synchronous: about 10 s for a 135M model;
+    see runner.exports). 400 for a toy-preset run, a run without checkpoints or a bad step/dtype; 404
+    for a step without a checkpoint; 409 when that checkpoint is already exported (the message says where)."""
+    run = _run(request, pk, change=True)
+    data = json_body(request)
+    step = data.get("step")
+    if isinstance(step, str) and step.strip().isdigit():  # a form field
+        step = int(step)
+    elif isinstance(step, str) and not step.strip():
+        step = None
+    if step is not None and (isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < 2**31):
+        raise ApiError(400, errors={"step": "a checkpoint's step: a whole number (or leave it out for the newest)"})
+    dtype = data.get("dtype") or "float32"
+    if dtype not in exports.DTYPES:
+        raise ApiError(400, errors={"dtype": f"one of {', '.join(exports.DTYPES)}"})
+    try:
+        done = exports.export_checkpoint(run, step=step, dtype=dtype)
+    except exports.ExportRefused as exc:
+        raise ApiError(exc.status, exc.message) from None
+    return JsonResponse({"path": done.path, "step": done.step, "dtype": done.dtype}, status=201)
+
+
+@api_endpoint("GET")
+def models(request):
+    """The pretrained models experiments may train (`model.path`): {"models": [{"name", "path",
+    "architecture", "size", "parameters", "has_chat_template"}]}; `path` is the value to give."""
+    return {"models": [m.as_json() for m in available_models()]}

@@ -2,9 +2,10 @@
 create/update, the web form and its YAML tab, the plan preview, import, clone, restore, the
 admin through `Experiment.clean`, and the worker before it trains) comes through here, so all of
 them get the trainer's one schema, its one guarded YAML loader (`trainers.config.load_yaml_data`:
-no alias bombs, no deep nesting, no oversize text) and the same dataset roots
+no alias bombs, no deep nesting, no oversize text), the same dataset roots
 (settings.PLATFORM_DATASET_DIRS: `data.train_path` / `data.eval_path` must lie inside one, and come
-back as resolved absolute paths)."""
+back as resolved absolute paths) and the same model roots (settings.PLATFORM_MODELS_DIRS, from
+PLATFORM_MODELS_DIR: `model.path` must be a model folder inside one, and comes back resolved)."""
 
 from __future__ import annotations
 
@@ -14,12 +15,17 @@ from django.conf import settings
 
 from trainers.config import ConfigError, ExperimentConfig, load_yaml_data, parse_config, parse_yaml
 
-__all__ = ["ConfigError", "dataset_dirs", "load_yaml", "parse", "parse_text", "stored", "validated"]
+__all__ = ["ConfigError", "dataset_dirs", "load_yaml", "model_dirs", "parse", "parse_text", "stored", "validated"]
 
 
 def dataset_dirs() -> list[str]:
     """The directories data paths may name files in (the first one is where relative paths start)."""
     return [str(d) for d in settings.PLATFORM_DATASET_DIRS]
+
+
+def model_dirs() -> list[str]:
+    """The directories `model.path` may name a folder in (the first one is where relative paths start)."""
+    return [str(d) for d in settings.PLATFORM_MODELS_DIRS]
 
 
 def load_yaml(text: str) -> Any:
@@ -29,12 +35,12 @@ def load_yaml(text: str) -> Any:
 
 def parse(raw: Any) -> ExperimentConfig:
     """Config data -> the validated config, or ConfigError listing every problem."""
-    return parse_config(raw, dataset_dirs=dataset_dirs())
+    return parse_config(raw, dataset_dirs=dataset_dirs(), model_dirs=model_dirs())
 
 
 def parse_text(text: str) -> ExperimentConfig:
     """YAML text -> the validated config, or ConfigError."""
-    return parse_yaml(text, dataset_dirs=dataset_dirs())
+    return parse_yaml(text, dataset_dirs=dataset_dirs(), model_dirs=model_dirs())
 
 
 def stored(config: ExperimentConfig) -> dict[str, Any]:

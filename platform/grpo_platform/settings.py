@@ -28,7 +28,16 @@ PLATFORM_DATASET_DIRS = [
     for d in os.environ.get("PLATFORM_DATASET_DIRS", str(DATA_DIR / "datasets")).replace(",", os.pathsep).split(os.pathsep)
     if d.strip()
 ] or [DATA_DIR / "datasets"]
-for _d in (DATA_DIR, ARTIFACTS_DIR, STATIC_ROOT_DIR, *PLATFORM_DATASET_DIRS):
+# Where experiments' pretrained models (model.path: Hugging Face folders) may lie, the same way:
+# PLATFORM_MODELS_DIR is one directory or an os.pathsep- or comma-separated list; relative paths
+# start in the first (where `serve` fetches the SmolLM2 demo model).
+PLATFORM_MODELS_DIRS = [
+    Path(d.strip()).expanduser().resolve()
+    for d in os.environ.get("PLATFORM_MODELS_DIR", str(DATA_DIR / "models")).replace(",", os.pathsep).split(os.pathsep)
+    if d.strip()
+] or [DATA_DIR / "models"]
+EXPORTS_DIR = DATA_DIR / "exports"       # runs' checkpoints exported as Hugging Face folders
+for _d in (DATA_DIR, ARTIFACTS_DIR, STATIC_ROOT_DIR, *PLATFORM_DATASET_DIRS, *PLATFORM_MODELS_DIRS):
     _d.mkdir(parents=True, exist_ok=True)
 
 

@@ -27,6 +27,7 @@ from django.utils import timezone
 from experiments.models import ACTIVE_STATUSES, Run, RunEvent, RunStatus
 from runner.control import DatabaseControl
 from runner.db_hooks import DatabaseHooks
+from runner.sample_prompts import chat_prompts_for
 from runner.services import send_when_committed
 
 log = logging.getLogger(__name__)
@@ -88,7 +89,7 @@ def run_attempt(run_id: int, attempt: int, parent_pid: int | None = None) -> int
         fail_run(run, attempt, f"invalid config ({len(exc.problems)} problem(s)):\n{problems}")
         return 1
     run_dir = os.path.join(settings.ARTIFACTS_DIR, run.run_dir or f"run-{run.pk}")
-    db_hooks = DatabaseHooks(run_id, attempt)
+    db_hooks = DatabaseHooks(run_id, attempt, chat_prompts=chat_prompts_for(config))
     hooks = MultiHooks(db_hooks, RunFilesHooks(run_dir))
     try:
         result = train(config, run_dir, hooks=hooks, control=control)

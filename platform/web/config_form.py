@@ -6,7 +6,8 @@ alone (the trainer's guarded loader and schema). This module only converts betwe
 
 - *config data*: the nested plain dict that YAML, JSON and `Experiment.config` hold;
 - *form values*: one text (or bool) per field, keyed by HTML field name (`batch__prompts_per_step`;
-  Django style, `__` for the dot), with `rewards` as "name: weight" lines;
+  Django style, `__` for the dot), with `rewards` as "name: weight" lines; a nullable bool
+  (`data.chat_template`: null means "decide for me") is the text "", "true" or "false", not a checkbox;
 - *YAML text*: what the YAML tab, import and export show.
 
 Text to value is deliberately lax (numbers are parsed when they look like numbers, everything else
@@ -23,6 +24,7 @@ import yaml
 from trainers.config import FieldSpec, field_specs, iter_field_specs
 
 NULL_TEXTS = ("", "null", "~")  # what a nullable field's text means as null
+NULLABLE_BOOL_VALUES = {"": None, "null": None, "true": True, "false": False}  # a three-state select's texts
 
 
 # --- names ---------------------------------------------------------------------------------------
@@ -64,6 +66,10 @@ def _number(text: str) -> Any:
 
 def value_from_text(spec: FieldSpec, text: Any) -> Any:
     """One form value -> config data for `spec` (lax: the schema judges the result)."""
+    if spec.kind == "bool" and spec.nullable:
+        if isinstance(text, str):
+            return NULLABLE_BOOL_VALUES.get(text.strip().lower(), text)  # anything else: the schema says
+        return text
     if spec.kind == "bool":
         return bool(text)
     if spec.kind == "list":
@@ -78,6 +84,8 @@ def value_from_text(spec: FieldSpec, text: Any) -> Any:
 
 def text_from_value(spec: FieldSpec, value: Any) -> Any:
     """Config data -> the form's text (bool for a checkbox)."""
+    if spec.kind == "bool" and spec.nullable:
+        return {None: "", True: "true", False: "false"}[value] if value is None or isinstance(value, bool) else str(value)
     if spec.kind == "bool":
         return bool(value)
     if spec.kind == "list":

@@ -7,25 +7,47 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from django import forms
 from django.db import transaction
 
 from experiments import configs
 from experiments.models import ConfigVersion, Experiment, text_problem
+from experiments.models_dir import available_models
 from trainers.config import ConfigError, ExperimentConfig, FieldSpec, SectionSpec, field_specs
 
 from web.config_form import config_from_values, error_target, form_values, html_name, specs_by_name, to_yaml
 
 MAX_IMPORT_BYTES = 256 * 1024  # largest YAML file accepted by the import
 _BOUND_SIGNS = {"ge": "≥", "gt": ">", "le": "≤", "lt": "<"}
+NO_MODEL_LABEL = "none: a randomly initialised model.preset (toy sizes)"
+
+
+def model_path_choices(current: Any = "") -> list[tuple[str, str]]:
+    """The `model.path` choices: none (a toy preset), then every model folder under the model roots
+    by its resolved path (what the config stores), labelled "name — architecture, size"; a current
+    value that is none of them stays selectable, marked, so that showing a form never changes it."""
+    choices = [("", NO_MODEL_LABEL)] + [(m.path, m.label) for m in available_models()]
+    current = "" if current is None else str(current)
+    if current and current not in {value for value, _ in choices}:
+        choices.append((current, f"{current} (not a model folder under the model roots)"))
+    return choices
+
+
+# Fields whose choices the platform knows, not the schema: a select filled when the form is shown.
+PLATFORM_CHOICES: dict[str, Callable[[Any], list[tuple[str, str]]]] = {"model.path": model_path_choices}
 
 
 def _form_field(spec: FieldSpec) -> forms.Field:
     """A lax Django field for one config field: text in, the schema judges it."""
     common = {"required": False, "label": spec.key, "help_text": spec.description}
     name = html_name(spec.path)
+    if spec.path in PLATFORM_CHOICES:
+        return forms.CharField(widget=forms.Select(choices=[]), **common)  # choices: ConfigForm.sections
+    if spec.kind == "bool" and spec.nullable:  # three states: a checkbox would turn null into false
+        choices = [("", "null (auto)"), ("true", "true"), ("false", "false")]
+        return forms.CharField(widget=forms.Select(choices=choices), **common)
     if spec.kind == "bool":
         return forms.BooleanField(**common)
     if spec.kind == "choice":
@@ -150,7 +172,11 @@ class ConfigForm(forms.Form):
         return data
 
     def sections(self) -> list[SectionView]:
-        """The config fields by schema section, for the template."""
+        """The config fields by schema section, for the template (the platform's choices, such as
+        the model folders for `model.path`, are read here: only when the form is shown)."""
+        for path, choices in PLATFORM_CHOICES.items():
+            name = html_name(path)
+            self.fields[name].widget.choices = choices(self[name].value())
         return [
             SectionView(section, [FieldRow(spec, self[html_name(spec.path)]) for spec in section.fields])
             for section in field_specs()
@@ -229,3 +255,11 @@ class DiffForm(forms.Form):
     a = forms.IntegerField(min_value=1, max_value=2**31 - 1, label="from version")
     b = forms.IntegerField(min_value=1, max_value=2**31 - 1, label="to version")
     view = forms.ChoiceField(choices=(("unified", "unified"), ("side", "side by side")), required=False)
+
+
+class ExportForm(forms.Form):
+    """Which checkpoint of a run to export as a Hugging Face folder, and in which dtype."""
+
+    step = forms.IntegerField(required=False, min_value=0, max_value=2**31 - 1,
+                              help_text="Empty: the newest checkpoint.")
+    dtype = forms.ChoiceField(choices=[("float32", "float32"), ("bfloat16", "bfloat16")], required=False)

@@ -41,5 +41,6 @@ urlpatterns: list = [
     path("experiments/<web_id:pk>/diff/", views.version_diff, name="version-diff"),
     path("runs/", views.run_list, name="run-list"),
     path("runs/<web_id:pk>/", views.run_detail, name="run-detail"),
+    path("runs/<web_id:pk>/export/", views.run_export, name="run-export"),
     path("runs/<web_id:pk>/<str:action>/", views.run_control, name="run-control"),
 ]

@@ -9,6 +9,7 @@ script polls; these views only render the page around it.
 
 from __future__ import annotations
 
+import os
 import re
 
 from django.conf import settings
@@ -26,13 +27,13 @@ from experiments import configs
 from experiments.access import get_for_user, may_change
 from experiments.configs import ConfigError
 from experiments.models import ACTIVE_STATUSES, TERMINAL_STATUSES, Experiment, Run, RunStatus
-from runner import services
+from runner import exports, services
 
 from web.actions import clone_experiment, restore_version
 from web.config_form import config_from_values, form_values, to_yaml
 from web.dashboard import chart_panels
 from web.diffs import changed_fields, side_by_side_table, unified_lines
-from web.forms import ConfigForm, DiffForm, ExperimentForm, YamlImportForm
+from web.forms import ConfigForm, DiffForm, ExperimentForm, ExportForm, YamlImportForm
 from web.plan_preview import SHOWN_FIGURES, plan_payload
 
 RUNS_PER_PAGE = 50
@@ -96,6 +97,27 @@ def _form_page(request, form: ConfigForm, experiment: Experiment | None = None, 
     return render(request, "web/experiment_form.html", context, status=status)
 
 
+def _example_text(name: str) -> str:
+    """configs/NAME.yaml's text. Those files are written for the CLI, run from the repository: a
+    relative model.path such as var/models/smollm2-135m-instruct that names a folder inside a model
+    root from there is given as that folder's absolute path (on the platform a relative model.path
+    starts in the first model root)."""
+    text = (settings.REPO_ROOT / "configs" / f"{name}.yaml").read_text(encoding="utf-8")
+    try:
+        raw = configs.load_yaml(text)
+    except ConfigError:
+        return text  # the form shows the problem
+    model = raw.get("model") if isinstance(raw, dict) else None
+    path = model.get("path") if isinstance(model, dict) else None
+    if not isinstance(path, str) or os.path.isabs(path) or text.count(path) != 1:
+        return text
+    folder = os.path.realpath(settings.REPO_ROOT / path)
+    roots = [os.path.realpath(r) for r in settings.PLATFORM_MODELS_DIRS]
+    if os.path.isdir(folder) and any(os.path.commonpath([folder, r]) == r for r in roots):
+        return text.replace(path, folder)
+    return text
+
+
 def _example_configs() -> list[str]:
     folder = settings.REPO_ROOT / "configs"
     return sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
@@ -116,7 +138,7 @@ def experiment_create(request):
     if example:
         if example not in _example_configs():
             raise Http404("no such example config")
-        text = (settings.REPO_ROOT / "configs" / f"{example}.yaml").read_text(encoding="utf-8")
+        text = _example_text(example)
         form = ExperimentForm({"name": example, "mode": "yaml", "config_yaml": text})
         if form.is_valid():  # show it in both tabs, starting on the form
             form = ExperimentForm(config=form.config, initial={"name": example, "config_yaml": text})
@@ -350,8 +372,44 @@ def run_detail(request, pk: int):
         "config_yaml": to_yaml(run.config),
         "active_statuses": sorted(ACTIVE_STATUSES),
         "terminal_statuses": sorted(TERMINAL_STATUSES),
+        "export": _export_panel(run, steerable),
     }
     return render(request, "web/run_detail.html", context)
+
+
+def _export_panel(run: Run, steerable: bool) -> dict | None:
+    """What the run page's export card shows: only for a run on a Hugging Face model."""
+    model = run.config.get("model") if isinstance(run.config, dict) else None
+    if not (isinstance(model, dict) and model.get("path")):
+        return None
+    return {
+        "can_export": steerable,
+        "steps": list(run.checkpoints.order_by("-step").values_list("step", flat=True)),
+        "dtypes": exports.DTYPES,
+        "done": [str(p) for p in exports.existing_exports(run)],
+        "root": str(settings.EXPORTS_DIR),
+    }
+
+
+@login_required
+@require_POST
+def run_export(request, pk: int):
+    """Export a checkpoint as a Hugging Face folder (runner.exports: synchronous, seconds for a
+    135M model) and say where it is, or why not."""
+    run = _run(request, pk, change=True)
+    form = ExportForm(request.POST)
+    if not form.is_valid():
+        problems = "; ".join(f"{field}: {' '.join(errors)}" for field, errors in form.errors.items())
+        messages.error(request, f"Cannot export run {run.pk}: {problems}")
+        return redirect("run-detail", pk=run.pk)
+    try:
+        done = exports.export_checkpoint(run, step=form.cleaned_data["step"],
+                                         dtype=form.cleaned_data["dtype"] or "float32")
+    except exports.ExportRefused as exc:
+        messages.error(request, f"Cannot export run {run.pk}: {exc.message}")
+        return redirect("run-detail", pk=run.pk)
+    messages.success(request, f"Exported run {run.pk} step {done.step} ({done.dtype}) to {done.path}.")
+    return redirect("run-detail", pk=run.pk)
 
 
 @login_required

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 import pytest
@@ -81,3 +82,12 @@ def viewer(db):
 def changer(db):
     """Staff with the change permissions on experiments and runs: may see and steer everyone's."""
     return _staff_with("changer", "change_experiment", "change_run")
+
+
+@pytest.fixture
+def restore_signals():
+    """The worker code under test installs SIGTERM/SIGINT handlers; put pytest's back afterwards."""
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    yield
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)

@@ -165,7 +165,9 @@ def test_samples(alice):
     body = client.get(url).json()
     assert body["steps"] == [3, 1] and body["step"] == 3
     assert body["samples"][1] == {"index": 1, "prompt": "p3", "completion": "c1", "answer": "a", "reward": 1.0,
-                                  "advantage": -1.0}
+                                  "advantage": -1.0, "prompt_messages": None,
+                                  "prompt_segments": [{"kind": "text", "text": "p3"}],
+                                  "completion_segments": [{"kind": "text", "text": "c1"}]}
     assert client.get(url, {"step": 1}).json()["samples"][0]["prompt"] == "p1"
     assert client.get(url, {"step": 2}).json()["samples"] == []
     assert client.get(url, {"step": "last"}).status_code == 400

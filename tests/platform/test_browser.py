@@ -84,7 +84,7 @@ def test_browser_create_launch_and_watch_chart(platform_env, tmp_path):
     port = _free_port()
     log = open(tmp_path / "serve.log", "w")
     proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "manage.py"), "serve", "--port", str(port), "--workers", "1"],
+        [sys.executable, str(ROOT / "manage.py"), "serve", "--port", str(port), "--workers", "1", "--no-model-demo"],
         cwd=ROOT, env=platform_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )
     try:

@@ -90,7 +90,7 @@ def test_api_lone_surrogate_is_400(alice, field):
 
 
 def test_api_lone_surrogate_inside_the_config_is_400(alice):
-    body = json.dumps({"name": "x", "config": tiny_config()}).replace('"tokenizer": "char"', '"tokenizer": "\\udfff"')
+    body = json.dumps({"name": "x", "config": tiny_config()}).replace('"tokenizer": "auto"', '"tokenizer": "\\udfff"')
     assert "\\udfff" in body
     assert_400_json(post_json(token_client(alice), "/api/experiments", body), "data.tokenizer")
 

@@ -63,7 +63,7 @@ def procs(transactional_db, tmp_path):
 
 def start_serve(procs: Procs) -> tuple:
     port = free_port()
-    proc = procs.start("serve", "--port", str(port), "--workers", "1")
+    proc = procs.start("serve", "--port", str(port), "--workers", "1", "--no-model-demo")
     wait_for(lambda: proc.poll() is not None or "Press Ctrl-C" in procs.output(proc), 90, "the banner", procs)
     assert proc.poll() is None, procs.logs(60)
     return proc, port
@@ -75,6 +75,9 @@ def test_serve_runs_everything_and_ctrl_c_stops_it(procs):
     password = (settings.DATA_DIR / "demo_password").read_text().strip()
     assert f"http://localhost:{port}/" in banner and f"demo / {password}" in banner
     assert Experiment.objects.filter(owner__username="demo", name="demo: arithmetic").exists()
+    # --no-model-demo (what tests and CI pass): no download, no SmolLM2 experiment
+    assert "fetching" not in banner
+    assert not Experiment.objects.filter(owner__username="demo", name="demo: SmolLM2 arithmetic").exists()
     assert http_status(port) == 302  # the web server answers (log in first)
     (worker,) = Worker.objects.all()  # the banner waits for the worker to register
     proc.send_signal(signal.SIGINT)

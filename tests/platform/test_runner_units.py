@@ -176,13 +176,6 @@ def test_checkpoint_rows_follow_the_trainers_retention(alice):
 # -- DatabaseControl ---------------------------------------------------------------------------
 
 
-@pytest.fixture
-def restore_signals():
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
-    yield
-    for sig, handler in saved.items():
-        signal.signal(sig, handler)
-
 
 def test_control_follows_status_and_attempt(alice, restore_signals):
     run = make_run(alice, attempt=2)

@@ -137,3 +137,27 @@ def test_dashboard_updates_live(page, alice):
     expect(page.locator("[data-control=resume]")).to_be_visible()
     expect(page.locator("[data-control=pause]")).to_be_hidden()
     assert page.evaluate("window.__no_reload") == 1
+
+
+def test_dashboard_shows_chat_samples_with_roles_and_muted_special_tokens_as_text(page, alice):
+    """A chat-rendered prompt shows its roles as labels and its special tokens as muted spans; a
+    completion full of markup stays text (nothing runs, nothing is added to the page)."""
+    run = make_run(make_experiment(alice), status="succeeded", max_steps=1, step=1)
+    prompt = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is 2+3?<|im_end|>\n<|im_start|>assistant\n"
+    hostile = '<script>window.__xss = 1</script><img src=x onerror="window.__xss = 2"><b>5</b><|im_end|>'
+    RolloutSample.objects.create(run=run, step=1, index=0, prompt=prompt, completion=hostile, answer="<i>5</i>",
+                                 reward=1.0, extra={"prompt_format": "chat_template"})
+    page.goto(reverse("run-detail", args=[run.pk]))
+    row = page.locator("#samples-table tbody tr")
+    expect(row).to_have_count(1)
+    prompt_cell, completion_cell = row.locator("td").nth(1), row.locator("td").nth(2)
+    expect(prompt_cell.locator(".role-label")).to_have_text(["system", "user", "assistant"])
+    expect(prompt_cell.locator(".tok-special")).to_have_count(5)  # 3 x <|im_start|>, 2 x <|im_end|>
+    expect(prompt_cell.locator(".tok-special").first).to_have_text("<|im_start|>")
+    expect(prompt_cell).to_contain_text("What is 2+3?")
+    assert prompt_cell.evaluate("td => td.textContent") == prompt  # every character kept, in order
+    expect(completion_cell).to_have_text(hostile)
+    assert completion_cell.locator("script, img, b").count() == 0
+    assert completion_cell.locator(".tok-special").inner_text() == "<|im_end|>"
+    expect(row.locator("td").nth(3)).to_have_text("<i>5</i>")
+    assert page.evaluate("window.__xss") is None

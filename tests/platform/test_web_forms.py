@@ -3,6 +3,8 @@ with a live plan preview that takes the form tab or the YAML tab."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.urls import reverse
 from django.utils.html import escape
@@ -177,3 +179,22 @@ def test_example_config_prefills_the_form(alice_client):
     assert response.status_code == 200
     assert 'name="train__max_steps" value="300"' in response.content.decode()
     assert alice_client.get(reverse("experiment-new") + "?example=../etc/passwd").status_code == 404
+
+
+def test_a_nullable_bool_is_a_three_state_select(alice_client, alice):
+    """data.chat_template is true, false or null ("on when the tokenizer has a template"): a checkbox
+    would save null as false, so the form offers all three and keeps each."""
+    html = alice_client.get(reverse("experiment-new")).content.decode()
+    assert '<select name="data__chat_template"' in html and 'type="checkbox" name="data__chat_template"' not in html
+    for text, value in (("", None), ("true", True), ("false", False)):
+        data = form_data(name=f"chat {text or 'null'}", data__chat_template=text)
+        if value:  # the char tokenizer has no template: true is refused by the schema, naming the field
+            response = alice_client.post(reverse("experiment-new"), data)
+            assert response.context["form"].errors["data__chat_template"][0].startswith(
+                "the built-in character tokenizer has no chat template")
+            continue
+        assert alice_client.post(reverse("experiment-new"), data).status_code == 302
+        experiment = alice.experiments.get(name=f"chat {text or 'null'}")
+        assert experiment.config["data"]["chat_template"] is value
+        edit = alice_client.get(reverse("experiment-edit", args=[experiment.pk])).content.decode()
+        assert re.search(rf'<option value="{text}" selected>', edit), text

@@ -133,8 +133,16 @@
     for (const [name, value] of Object.entries(values)) {
       const input = form.elements.namedItem(name);
       if (!input) continue;
-      if (input.type === "checkbox") input.checked = Boolean(value);
-      else input.value = value;
+      if (input.type === "checkbox") {
+        input.checked = Boolean(value);
+        continue;
+      }
+      // A select keeps a value it does not list (e.g. a model.path typed in YAML) as an extra
+      // option, so that switching tabs never changes the config.
+      if (input.tagName === "SELECT" && value !== "" && ![...input.options].some((o) => o.value === String(value))) {
+        input.add(new Option(String(value), String(value)));
+      }
+      input.value = value;
     }
   }
 

@@ -256,6 +256,28 @@
     return td;
   }
 
+  // Text cut by the server into segments {kind: "text" | "special" | "role", text}: special tokens
+  // (<|im_start|>) are muted spans, role names small labels; everything is a text node, never HTML.
+  function segmentsCell(segments, fallback) {
+    const td = document.createElement("td");
+    td.className = "sample-text";
+    if (!Array.isArray(segments)) {
+      td.textContent = fallback;
+      return td;
+    }
+    for (const seg of segments) {
+      if (seg.kind === "text") {
+        td.append(document.createTextNode(seg.text));
+      } else {
+        const span = document.createElement("span");
+        span.className = seg.kind === "role" ? "role-label" : "tok-special";
+        span.textContent = seg.text;
+        td.append(span);
+      }
+    }
+    return td;
+  }
+
   async function loadSamples() {
     const select = $("sample-step");
     const chosen = select.value;
@@ -276,7 +298,8 @@
     body.replaceChildren();
     for (const s of data.samples || []) {
       const row = document.createElement("tr");
-      row.append(cell(s.index), cell(s.prompt), cell(s.completion), cell(s.answer),
+      row.append(cell(s.index), segmentsCell(s.prompt_segments, s.prompt),
+                 segmentsCell(s.completion_segments, s.completion), cell(s.answer),
                  cell(fmt(s.reward, 3)), cell(fmt(s.advantage, 3)));
       body.append(row);
     }

