@@ -89,13 +89,16 @@ class IdTokenizer:
 
   Tunix's TokenizerAdapter accepts any object with encode/decode/bos_id/
   eos_id/pad_id. bos_id() is 0 (falsy), so Tunix's sampler prepends no BOS:
-  a 32-token prompt string stays exactly 32 tokens. Prompts use ids 1..V-1,
-  so pad (0) never occurs inside a prompt. eos_id() is V (out of vocabulary):
-  the model can only sample ids < V, so no sequence ever stops early.
+  a 32-token prompt string stays exactly 32 tokens. W1's prompts use ids
+  1..V-1, so pad (0) never occurs inside a prompt (Tunix masks every token
+  equal to the pad id); R1 (tunix_r1.py) passes a pad id its prompts do not
+  contain. eos_id() is V (out of vocabulary): the model can only sample
+  ids < V, so no sequence ever stops early.
   """
 
-  def __init__(self, vocab_size: int):
+  def __init__(self, vocab_size: int, pad_id: int = 0):
     self._vocab = vocab_size
+    self._pad = pad_id
 
   def encode(self, text, **kwargs):
     return [int(t) for t in str(text).split()]
@@ -107,7 +110,7 @@ class IdTokenizer:
     return 0
 
   def pad_id(self):
-    return 0
+    return self._pad
 
   def eos_id(self):
     return self._vocab
@@ -129,88 +132,58 @@ def _proc_stat():
   return sum(vals) - idle, sum(vals)
 
 
+LOG_PREFIX = "tunix_w1"  # tunix_r1.py sets its own
+
+
 def log(msg):
-  print(f"[tunix_w1] {msg}", file=sys.stderr, flush=True)
+  print(f"[{LOG_PREFIX}] {msg}", file=sys.stderr, flush=True)
 
 
-def main(argv=None):
-  args = parse_args(argv)
-  if args.steps <= args.warmup:
-    raise SystemExit(
-        f"--steps ({args.steps}) must exceed --warmup ({args.warmup})"
-    )
-
-  t_import = time.perf_counter()
+def one_device_mesh():
+  """1x1 ("fsdp", "tp") mesh with Auto axes on the first device (jax.make_mesh
+  defaults to Explicit axes in this jax, which Tunix's embedding gathers do
+  not support)."""
   import jax
   import numpy as np
-  import optax
-  from flax import nnx
-  import tunix
-  from tunix.models.qwen3 import model as qwen3_lib
-  from tunix.rl import rl_cluster as rl_cluster_lib
-  from tunix.rl.grpo import grpo_learner as grpo_lib
-  from tunix.rl.rollout import base_rollout
-  import flax
 
-  log(f"imports took {time.perf_counter() - t_import:.1f}s; "
-      f"tunix {tunix.__version__}, jax {jax.__version__}, "
-      f"flax {flax.__version__}, devices {jax.devices()}")
-
-  V = W1["vocab_size"]
-  P = W1["prompt_len"]
-  T = W1["gen_len"]
-  B = W1["num_prompts"]
-  G = W1["num_generations"]
-  kv_cache_size = args.kv_cache_size or (P + T)
-
-  config = qwen3_lib.ModelConfig(
-      num_layers=W1["num_layers"],
-      vocab_size=V,
-      embed_dim=W1["embed_dim"],
-      hidden_dim=W1["hidden_dim"],
-      num_heads=W1["num_heads"],
-      head_dim=W1["head_dim"],
-      num_kv_heads=W1["num_kv_heads"],
-      rope_theta=1_000_000,
-      norm_eps=1e-6,
-      use_tied_embedding=args.tied_embedding,
-      dtype=jax.numpy.float32,
-      param_dtype=jax.numpy.float32,
-  )
-
-  # 1x1 mesh with Auto axes (jax.make_mesh defaults to Explicit axes in this
-  # jax, which Tunix's Qwen3 embedding gather does not support).
-  mesh = jax.sharding.Mesh(
+  return jax.sharding.Mesh(
       np.array(jax.devices()[:1]).reshape(1, 1), ("fsdp", "tp")
   )
 
-  # Actor and reference: two separate instances with the same random init.
-  actor = qwen3_lib.Qwen3(config, rngs=nnx.Rngs(params=args.seed))
-  reference = qwen3_lib.Qwen3(config, rngs=nnx.Rngs(params=args.seed))
-  n_params = sum(
-      int(np.prod(x.shape)) for x in jax.tree.leaves(nnx.state(actor, nnx.Param))
-  )
-  log(f"Qwen3 W1 model: {n_params:,} parameters")
 
+def build_learner(actor, reference, tokenizer, mesh, *, steps, num_prompts,
+                  num_generations, prompt_len, gen_len, kv_cache_size,
+                  temperature, num_iterations, beta, reward_fn=constant_reward):
+  """Tunix's own GRPO stack around two models: RLCluster (vanilla rollout
+  engine, one mesh shared by actor/reference/rollout, AdamW lr 1e-6,
+  mini batch = micro batch = the whole batch: one optimizer update per step,
+  no gradient accumulation) and GRPOLearner. Generation never stops early
+  (EOS = tokenizer.eos_id(), out of vocabulary). Returns (cluster, learner)."""
+  import optax
+  from tunix.rl import rl_cluster as rl_cluster_lib
+  from tunix.rl.grpo import grpo_learner as grpo_lib
+  from tunix.rl.rollout import base_rollout
+
+  B = num_prompts
   training_config = rl_cluster_lib.RLTrainingConfig(
       actor_optimizer=optax.adamw(
           learning_rate=1e-6, b1=0.9, b2=0.99, weight_decay=0.1
       ),
       eval_every_n_steps=10**9,  # no evaluation
-      max_steps=args.steps,
+      max_steps=steps,
       mini_batch_size=B,  # one optimizer update per step
       train_micro_batch_size=B,  # no gradient accumulation
       rollout_micro_batch_size=B,
       compute_logps_micro_batch_size=B,
   )
   rollout_config = base_rollout.RolloutConfig(
-      max_tokens_to_generate=T,
-      max_prompt_length=P,
+      max_tokens_to_generate=gen_len,
+      max_prompt_length=prompt_len,
       kv_cache_size=kv_cache_size,
-      temperature=args.temperature,
+      temperature=temperature,
       top_p=1.0,
       top_k=None,
-      eos_tokens=[V],  # never sampled: exactly T tokens per sequence
+      eos_tokens=[tokenizer.eos_id()],  # never sampled: exactly gen_len tokens
   )
   cluster_config = rl_cluster_lib.ClusterConfig(
       role_to_mesh={
@@ -223,7 +196,6 @@ def main(argv=None):
       training_config=training_config,
       rollout_config=rollout_config,
   )
-  tokenizer = IdTokenizer(V)
   cluster = rl_cluster_lib.RLCluster(
       actor=actor,
       reference=reference,
@@ -231,18 +203,30 @@ def main(argv=None):
       cluster_config=cluster_config,
   )
   grpo_config = grpo_lib.GRPOConfig(
-      num_generations=G,
-      num_iterations=W1["num_iterations"],
-      beta=W1["beta"],
+      num_generations=num_generations,
+      num_iterations=num_iterations,
+      beta=beta,
       epsilon=0.2,
   )
   learner = grpo_lib.GRPOLearner(
       rl_cluster=cluster,
       algo_config=grpo_config,
-      reward_fns=constant_reward,
+      reward_fns=reward_fn,
   )
+  return cluster, learner
 
-  # ---- instrumentation -------------------------------------------------
+
+def run_timed(learner, cluster, tokenizer, batches, *, steps, warmup,
+              gen_len, breakdown=False):
+  """Runs learner.train(batches) and times each GRPO global step (rollout +
+  reference logps + advantages + one actor update) by wall clock,
+  start-to-start, by wrapping the learner's per-step method; the last step
+  waits for its update. Returns the timing and generation figures of the
+  result JSON (seconds_per_step = median after `warmup` steps)."""
+  import jax
+  import numpy as np
+  from flax import nnx
+
   # Generation lengths, straight from the rollout output Tunix trains on.
   gen_lengths: list[list[int]] = []
   pad_hits: list[int] = []  # generated tokens equal to pad id (Tunix masks)
@@ -262,7 +246,7 @@ def main(argv=None):
   # Optional phase breakdown (blocks on each phase's result).
   phases: dict[str, list[float]] = {"rollout": [], "ref_logps": [],
                                     "actor_update": []}
-  if args.breakdown:
+  if breakdown:
     def timed(name, fn, block):
       def wrapper(*a, **kw):
         t = time.perf_counter()
@@ -291,20 +275,155 @@ def main(argv=None):
   def step_spy(*a, **kw):
     step_starts.append(time.perf_counter())
     cpu_starts.append(time.process_time())
-    if len(step_starts) == args.warmup + 1:
+    if len(step_starts) == warmup + 1:
       machine_at_timed_start.append(_proc_stat())
     r = orig_step(*a, **kw)
-    if len(step_starts) == args.steps:
+    if len(step_starts) == steps:
       # Last step: wait for the (asynchronously dispatched) update to finish.
       # Earlier steps need no sync: the next step's rollout waits for it.
       jax.block_until_ready(nnx.state(cluster.actor_trainer.model))
     step_ends.append(time.perf_counter())
     cpu_ends.append(time.process_time())
-    log(f"step {len(step_starts)}/{args.steps}: "
+    log(f"step {len(step_starts)}/{steps}: "
         f"{step_ends[-1] - step_starts[-1]:.3f}s")
     return r
 
   learner._run_global_step = step_spy
+
+  t0 = time.perf_counter()
+  learner.train(batches)
+  t_total = time.perf_counter() - t0
+
+  n = len(step_starts)
+  if n != steps:
+    log(f"WARNING: expected {steps} steps, saw {n}")
+  # start-to-start durations (include everything the loop does per step);
+  # the last step runs to the end of its global step.
+  durations = [step_starts[i + 1] - step_starts[i] for i in range(n - 1)]
+  if n:
+    durations.append(step_ends[-1] - step_starts[-1])
+  timed_steps = durations[warmup:]
+  cpu_durations = [cpu_starts[i + 1] - cpu_starts[i] for i in range(n - 1)]
+  if n:
+    cpu_durations.append(cpu_ends[-1] - cpu_starts[-1])
+  cpu_timed = cpu_durations[warmup:]
+  # Share of the machine's CPU used by OTHER processes during the timed steps:
+  # (machine busy time - this process's CPU time) / machine total time.
+  other_busy = None
+  end_stat = _proc_stat()
+  if machine_at_timed_start and machine_at_timed_start[0] and end_stat:
+    hz = os.sysconf("SC_CLK_TCK")
+    b0, t0_ = machine_at_timed_start[0]
+    b1, t1_ = end_stat
+    own = sum(cpu_timed)
+    if t1_ > t0_:
+      other_busy = max(0.0, ((b1 - b0) / hz - own) / ((t1_ - t0_) / hz))
+  sps = statistics.median(timed_steps) if timed_steps else float("nan")
+
+  flat_lengths = [x for step in gen_lengths for x in step]
+  trained_steps = cluster.actor_trainer.train_steps
+  if flat_lengths and (min(flat_lengths) != gen_len
+                       or max(flat_lengths) != gen_len):
+    log(f"WARNING: generated lengths not all {gen_len}: "
+        f"min {min(flat_lengths)} max {max(flat_lengths)}")
+  return {
+      "seconds_per_step": round(sps, 4),
+      "steps_timed": len(timed_steps),
+      "steps_run": n,
+      "optimizer_updates": int(trained_steps),
+      "step_seconds": [round(d, 4) for d in durations],
+      "cpu_seconds_per_step": (
+          round(statistics.median(cpu_timed), 4) if cpu_timed else None),
+      "first_step_seconds": round(durations[0], 3) if durations else None,
+      "mean_timed_seconds": (
+          round(statistics.mean(timed_steps), 4) if timed_steps else None),
+      "total_train_seconds": round(t_total, 2),
+      "gen_tokens_per_seq_min": min(flat_lengths) if flat_lengths else None,
+      "gen_tokens_per_seq_max": max(flat_lengths) if flat_lengths else None,
+      "gen_tokens_equal_pad_per_step": (
+          round(statistics.mean(pad_hits), 2) if pad_hits else None),
+      "sequences_per_step": len(gen_lengths[0]) if gen_lengths else None,
+      "prompt_tokens_shape": list(prompt_shapes[0]) if prompt_shapes else None,
+      "phase_median_seconds": (
+          {k: round(statistics.median(v[warmup:]), 4)
+           for k, v in phases.items() if len(v) > warmup}
+          if breakdown else None),
+      "other_processes_cpu_share": (
+          round(other_busy, 3) if other_busy is not None else None),
+  }
+
+
+def environment_fields():
+  """Versions and machine of the result JSON."""
+  import flax
+  import jax
+
+  return {
+      "jax": jax.__version__,
+      "flax": flax.__version__,
+      "python": sys.version.split()[0],
+      "devices": [str(d) for d in jax.devices()],
+      "loadavg_1m": round(os.getloadavg()[0], 2),
+  }
+
+
+def main(argv=None):
+  args = parse_args(argv)
+  if args.steps <= args.warmup:
+    raise SystemExit(
+        f"--steps ({args.steps}) must exceed --warmup ({args.warmup})"
+    )
+
+  t_import = time.perf_counter()
+  import jax
+  import numpy as np
+  from flax import nnx
+  import tunix
+  from tunix.models.qwen3 import model as qwen3_lib
+  import flax
+
+  log(f"imports took {time.perf_counter() - t_import:.1f}s; "
+      f"tunix {tunix.__version__}, jax {jax.__version__}, "
+      f"flax {flax.__version__}, devices {jax.devices()}")
+
+  V = W1["vocab_size"]
+  P = W1["prompt_len"]
+  T = W1["gen_len"]
+  B = W1["num_prompts"]
+  G = W1["num_generations"]
+  kv_cache_size = args.kv_cache_size or (P + T)
+
+  config = qwen3_lib.ModelConfig(
+      num_layers=W1["num_layers"],
+      vocab_size=V,
+      embed_dim=W1["embed_dim"],
+      hidden_dim=W1["hidden_dim"],
+      num_heads=W1["num_heads"],
+      head_dim=W1["head_dim"],
+      num_kv_heads=W1["num_kv_heads"],
+      rope_theta=1_000_000,
+      norm_eps=1e-6,
+      use_tied_embedding=args.tied_embedding,
+      dtype=jax.numpy.float32,
+      param_dtype=jax.numpy.float32,
+  )
+  mesh = one_device_mesh()
+
+  # Actor and reference: two separate instances with the same random init.
+  actor = qwen3_lib.Qwen3(config, rngs=nnx.Rngs(params=args.seed))
+  reference = qwen3_lib.Qwen3(config, rngs=nnx.Rngs(params=args.seed))
+  n_params = sum(
+      int(np.prod(x.shape)) for x in jax.tree.leaves(nnx.state(actor, nnx.Param))
+  )
+  log(f"Qwen3 W1 model: {n_params:,} parameters")
+
+  tokenizer = IdTokenizer(V)
+  cluster, learner = build_learner(
+      actor, reference, tokenizer, mesh, steps=args.steps, num_prompts=B,
+      num_generations=G, prompt_len=P, gen_len=T, kv_cache_size=kv_cache_size,
+      temperature=args.temperature, num_iterations=W1["num_iterations"],
+      beta=W1["beta"],
+  )
 
   # ---- data ------------------------------------------------------------
   rng = np.random.default_rng(args.seed)
@@ -319,76 +438,20 @@ def main(argv=None):
   log(f"running {args.steps} GRPO steps: {B} prompts x G={G}, prompt {P}, "
       f"gen {T}, kv cache {kv_cache_size}, beta={W1['beta']}, "
       f"mu={W1['num_iterations']}")
-  t0 = time.perf_counter()
-  learner.train(batches())
-  t_total = time.perf_counter() - t0
-
-  n = len(step_starts)
-  if n != args.steps:
-    log(f"WARNING: expected {args.steps} steps, saw {n}")
-  # start-to-start durations (include everything the loop does per step);
-  # the last step runs to the end of its global step.
-  durations = [step_starts[i + 1] - step_starts[i] for i in range(n - 1)]
-  if n:
-    durations.append(step_ends[-1] - step_starts[-1])
-  timed = durations[args.warmup:]
-  cpu_durations = [cpu_starts[i + 1] - cpu_starts[i] for i in range(n - 1)]
-  if n:
-    cpu_durations.append(cpu_ends[-1] - cpu_starts[-1])
-  cpu_timed = cpu_durations[args.warmup:]
-  # Share of the machine's CPU used by OTHER processes during the timed steps:
-  # (machine busy time - this process's CPU time) / machine total time.
-  other_busy = None
-  end_stat = _proc_stat()
-  if machine_at_timed_start and machine_at_timed_start[0] and end_stat:
-    hz = os.sysconf("SC_CLK_TCK")
-    b0, t0_ = machine_at_timed_start[0]
-    b1, t1_ = end_stat
-    own = sum(cpu_timed)
-    if t1_ > t0_:
-      other_busy = max(0.0, ((b1 - b0) / hz - own) / ((t1_ - t0_) / hz))
-  sps = statistics.median(timed) if timed else float("nan")
-
-  flat_lengths = [x for step in gen_lengths for x in step]
-  trained_steps = cluster.actor_trainer.train_steps
+  timing = run_timed(learner, cluster, tokenizer, batches(), steps=args.steps,
+                     warmup=args.warmup, gen_len=T, breakdown=args.breakdown)
+  other_share = timing.pop("other_processes_cpu_share")
   result = {
       "framework": "tunix",
       "version": tunix.__version__,
-      "seconds_per_step": round(sps, 4),
-      "steps_timed": len(timed),
-      "steps_run": n,
-      "optimizer_updates": int(trained_steps),
-      "step_seconds": [round(d, 4) for d in durations],
-      "cpu_seconds_per_step": (
-          round(statistics.median(cpu_timed), 4) if cpu_timed else None),
-      "first_step_seconds": round(durations[0], 3) if durations else None,
-      "mean_timed_seconds": round(statistics.mean(timed), 4) if timed else None,
-      "total_train_seconds": round(t_total, 2),
-      "gen_tokens_per_seq_min": min(flat_lengths) if flat_lengths else None,
-      "gen_tokens_per_seq_max": max(flat_lengths) if flat_lengths else None,
-      "gen_tokens_equal_pad_per_step": (
-          round(statistics.mean(pad_hits), 2) if pad_hits else None),
-      "sequences_per_step": len(gen_lengths[0]) if gen_lengths else None,
-      "prompt_tokens_shape": list(prompt_shapes[0]) if prompt_shapes else None,
-      "phase_median_seconds": (
-          {k: round(statistics.median(v[args.warmup:]), 4)
-           for k, v in phases.items() if len(v) > args.warmup}
-          if args.breakdown else None),
+      **timing,
       "kv_cache_size": kv_cache_size,
       "tied_embedding": bool(args.tied_embedding),
       "params": n_params,
-      "jax": jax.__version__,
-      "flax": flax.__version__,
-      "python": sys.version.split()[0],
-      "devices": [str(d) for d in jax.devices()],
-      "loadavg_1m": round(os.getloadavg()[0], 2),
-      "other_processes_cpu_share": (
-          round(other_busy, 3) if other_busy is not None else None),
+      **environment_fields(),
+      "other_processes_cpu_share": other_share,
       "workload": "W1",
   }
-  if flat_lengths and (min(flat_lengths) != T or max(flat_lengths) != T):
-    log(f"WARNING: generated lengths not all {T}: "
-        f"min {min(flat_lengths)} max {max(flat_lengths)}")
   print(json.dumps(result), flush=True)
   return 0
 
