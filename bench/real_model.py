@@ -17,7 +17,8 @@ Figures:
                  (no reward scoring), on step 0's prompts with the trained weights.
   MFU            model FLOPs a step executes (bench/grpo_step.py's `step_model_flops` on the steady
                  steps' mean prompt and completion lengths, less the prefills the G completions of
-                 a prompt share, with the update's FLOPs scaled by the mean
+                 a prompt share (in generation; in the log-prob passes and the update when they
+                 ran with prompt_group=G), with the update's FLOPs scaled by the mean
                  train/trained_sequence_fraction) / step_s / this machine's measured float32
                  matmul peak (grpo_step.py's `matmul_peak_flops`).
   compiles       XLA compilations (executables built or loaded from the persistent cache) during
@@ -123,7 +124,7 @@ def shape_of(tree: Any) -> Any:
     return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), tree)
 
 
-def update_memory(trainer: Any, batch_shapes: Any, mode: str) -> dict[str, float]:
+def update_memory(trainer: Any, batch_shapes: Any, mode: str, prompt_group: int = 1) -> dict[str, float]:
     """Lower and compile the trainer's optimizer update (`make_update_fn` with the trainer's own
     optimizer, loss, temperature and importance settings) for the model in `mode` at `batch_shapes`;
     returns `memory_figures` of it plus the compile seconds. Nothing runs."""
@@ -138,7 +139,7 @@ def update_memory(trainer: Any, batch_shapes: Any, mode: str) -> dict[str, float
     update = make_update_fn(graphdef, trainer.optimizer, trainer.loss_cfg, trainer.logprob_temperature,
                             trainer.plan.needs_old_logprobs, importance=trainer.source.importance)
     t0 = time.perf_counter()
-    compiled = update.lower(params, opt_state, batch_shapes).compile()
+    compiled = update.lower(params, opt_state, batch_shapes, prompt_group=prompt_group).compile()
     figures = memory_figures(compiled.memory_analysis())
     figures["compile_s"] = time.perf_counter() - t0
     return figures
@@ -261,6 +262,11 @@ def main(argv: list[str] | None = None) -> int:
         lengths: list[tuple[float, float]] = []
         batch_shapes: list[Any] = []
         source_next, update_fn, step_fn = trainer.source.next, trainer.update_fn, trainer.step
+        logprob_fn, logprob_groups = trainer.logprob_fn, set()
+
+        def logprobs(*args, **kwargs):
+            logprob_groups.add(kwargs.get("prompt_group", 1))
+            return logprob_fn(*args, **kwargs)
 
         def next_rollout(step):
             r = source_next(step)
@@ -268,10 +274,10 @@ def main(argv: list[str] | None = None) -> int:
                 lengths.append((float(r.prompt_valid.sum(axis=1).mean()), float(r.completion_mask.sum(axis=1).mean())))
             return r
 
-        def update(params, opt_state, batch):
+        def update(params, opt_state, batch, **kwargs):
             if not batch_shapes:
-                batch_shapes.append(shape_of(batch))
-            return update_fn(params, opt_state, batch)
+                batch_shapes.append((shape_of(batch), kwargs))
+            return update_fn(params, opt_state, batch, **kwargs)
 
         steps_started = [0]
         at_steady = [0, 0]  # compiles and traces counted when the first steady-state step starts
@@ -287,6 +293,7 @@ def main(argv: list[str] | None = None) -> int:
                 counter.active = False
 
         trainer.source.next, trainer.update_fn, trainer.step = next_rollout, update, step
+        trainer.logprob_fn = logprobs
         trainer.run()
         warmup_compiles = counter.compiles[:at_steady[0]]
         steady_compiles, steady_traces = counter.compiles[at_steady[0]:], counter.traces[at_steady[1]:]
@@ -300,7 +307,8 @@ def main(argv: list[str] | None = None) -> int:
         memory: dict[str, dict[str, float]] = {}
         for mode in modes:
             print(f"  compiling the update for memory: {mode} ...", file=sys.stderr, flush=True)
-            memory[mode] = update_memory(trainer, batch_shapes[0], mode)
+            shapes, kwargs = batch_shapes[0]
+            memory[mode] = update_memory(trainer, shapes, mode, **kwargs)
 
     steady = rows[args.warmup:]
     steady_lengths = lengths[args.warmup:]
@@ -310,12 +318,20 @@ def main(argv: list[str] | None = None) -> int:
     prompt_tokens = statistics.mean(p for p, _ in steady_lengths)
     completion_tokens = statistics.mean(c for _, c in steady_lengths)
     flops = step_model_flops(trainer.model_config, plan, int(round(prompt_tokens)), completion_tokens)
-    # Count the FLOPs the step executes: the G completions of a prompt share one prefill, and only
-    # `train/trained_sequence_fraction` of the sequences go through the update (flat groups skipped).
+    # Count the FLOPs the step executes: the G completions of a prompt share one prefill (in the
+    # log-prob passes and the update too when they ran with prompt_group=G: each prompt once per
+    # group), and only `train/trained_sequence_fraction` of the sequences go through the update
+    # (flat groups skipped).
     from trainers.models.transformer import forward_flops_per_token
 
     prefill_flops = sum(forward_flops_per_token(trainer.model_config, t + 1) for t in range(int(round(prompt_tokens))))
-    flops["generation"] -= (plan.sequences_per_step - plan.prompts_per_step) * prefill_flops
+    repeated_prefill_flops = (plan.sequences_per_step - plan.prompts_per_step) * prefill_flops
+    flops["generation"] -= repeated_prefill_flops
+    if logprob_groups == {plan.num_generations}:
+        flops["old_logprobs"] -= repeated_prefill_flops if flops["old_logprobs"] else 0.0
+        flops["reference_logprobs"] -= repeated_prefill_flops if flops["reference_logprobs"] else 0.0
+    if batch_shapes and batch_shapes[0][1].get("prompt_group", 1) == plan.num_generations:
+        flops["train"] -= 3 * plan.num_iterations * repeated_prefill_flops
     trained_fraction = statistics.mean(r.get("train/trained_sequence_fraction", 1.0) for r in steady)
     flops["train"] *= trained_fraction
     total_flops = sum(flops.values())
@@ -347,7 +363,9 @@ def main(argv: list[str] | None = None) -> int:
         "compiled_in_steady_state": sorted(set(steady_compiles)),
         "traces_in_steady_state": len(steady_traces),
         "update_memory_gib": memory,
-        "update_batch_shapes": {k: list(v.shape) for k, v in batch_shapes[0].items()} if batch_shapes else None,
+        "update_batch_shapes": {k: list(v.shape) for k, v in batch_shapes[0][0].items()} if batch_shapes else None,
+        "update_prompt_group": batch_shapes[0][1].get("prompt_group", 1) if batch_shapes else None,
+        "logprob_prompt_groups": sorted(logprob_groups),
     }
     if unshared is not None:
         figures["generation_prompt_group_1"] = unshared

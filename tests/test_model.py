@@ -170,7 +170,12 @@ def test_bfloat16_runs_and_logits_are_float32(forward_jit):
     assert logprobs.dtype == jnp.float32 and entropy.dtype == jnp.float32
 
 
-def test_completion_logprobs_matches_forward(tiny, forward_jit):
+@pytest.mark.parametrize("chunk_positions", [None, 3])
+def test_completion_logprobs_matches_forward(tiny, forward_jit, monkeypatch, chunk_positions):
+    """Against log_softmax of the whole forward's logits in float64; with chunk_positions=3 the 8
+    completion positions go through the LM head in 3 chunks, the last one padded."""
+    if chunk_positions is not None:
+        monkeypatch.setattr(model_lib, "LOGITS_CHUNK_ELEMENTS", chunk_positions * TINY.vocab_size)
     graphdef, params = tiny
     rng = np.random.default_rng(8)
     prompt = random_tokens(rng, (2, 5), TINY.vocab_size)
@@ -192,6 +197,36 @@ def test_completion_logprobs_matches_forward(tiny, forward_jit):
     np.testing.assert_allclose(np.asarray(logprobs), np.where(completion_mask, expected, 0), atol=1e-5)
     np.testing.assert_allclose(np.asarray(entropy), np.where(completion_mask, expected_entropy, 0), atol=1e-5)
     assert np.all(np.asarray(logprobs)[~completion_mask] == 0)
+
+
+def test_grouped_prompts_give_the_whole_sequence_logprobs_and_gradients(tiny):
+    """prompt_group=G runs each prompt once for its G completions: the log-probs, entropies and the
+    gradient of a loss over them match the whole-sequence forward (prompt_group=1) up to float32
+    rounding, with left-padded prompts and completions of different lengths."""
+    graphdef, params = tiny
+    rng = np.random.default_rng(10)
+    group = 3
+    prompt = random_tokens(rng, (2, 6), TINY.vocab_size)
+    prompt_valid = np.array([[True] * 6, [False, False, True, True, True, True]])
+    prompt, prompt_valid = np.repeat(prompt, group, axis=0), np.repeat(prompt_valid, group, axis=0)
+    completion = random_tokens(rng, (2 * group, 5), TINY.vocab_size)
+    completion_mask = np.arange(5)[None, :] < np.array([5, 1, 3, 5, 2, 4])[:, None]
+    weights = rng.normal(size=(2 * group, 5)).astype(np.float32)
+
+    def loss(p, prompt_group):
+        logprobs, entropy = model_lib.completion_logprobs(graphdef, p, prompt, prompt_valid, completion,
+                                                          completion_mask, 0.8, prompt_group)
+        return jnp.sum(weights * logprobs), (logprobs, entropy)
+
+    grad_fn = jax.jit(jax.value_and_grad(loss, has_aux=True), static_argnums=1)
+    (_, (whole_lp, whole_entropy)), whole_grads = grad_fn(params, 1)
+    (_, (grouped_lp, grouped_entropy)), grouped_grads = grad_fn(params, group)
+    np.testing.assert_allclose(np.asarray(grouped_lp), np.asarray(whole_lp), atol=1e-5)
+    np.testing.assert_allclose(np.asarray(grouped_entropy), np.asarray(whole_entropy), atol=1e-5)
+    assert np.all(np.asarray(grouped_lp)[~completion_mask] == 0)
+    for whole, grouped in zip(jax.tree.leaves(whole_grads), jax.tree.leaves(grouped_grads)):
+        scale = float(jnp.max(jnp.abs(whole))) + 1e-6
+        np.testing.assert_allclose(np.asarray(grouped), np.asarray(whole), atol=1e-5 * scale)
 
 
 def test_completion_logprobs_is_differentiable(tiny):

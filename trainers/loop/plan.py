@@ -47,6 +47,23 @@ def split_sequences(total: int, size: int, offset: int = 0) -> tuple[SequenceSli
     return tuple(SequenceSlice(offset + s, offset + min(s + size, total)) for s in range(0, total, size))
 
 
+def shared_prompt_group(prompt_tokens: np.ndarray, prompt_valid: np.ndarray, group: int) -> int:
+    """`group` when the rows (axis -2) of prompt_tokens / prompt_valid [..., rows, Lp] come as whole
+    runs of `group` rows that share one prompt (tokens and padding), in every leading index; else 1.
+
+    A batch laid out prompt-major in whole groups passes; one that `informative_first` reordered
+    across groups, or a micro-batch that splits a group, does not. The log-prob passes and updates
+    run a passing batch's prompts once per group (`completion_logprobs(prompt_group=...)`)."""
+    rows, width = prompt_tokens.shape[-2], prompt_tokens.shape[-1]
+    if group <= 1 or rows % group:
+        return 1
+    for array in (prompt_tokens, prompt_valid):
+        runs = np.asarray(array).reshape(-1, rows // group, group, width)
+        if not np.array_equal(runs, np.broadcast_to(runs[:, :, :1], runs.shape)):
+            return 1
+    return group
+
+
 def informative_first(advantages: np.ndarray, update: OptimizerUpdate) -> tuple[np.ndarray, int]:
     """(rows, micro_batches): the update's sequence rows with every non-zero-advantage row first
     (each part in its original order), and how many of the update's micro-batches those rows fill

@@ -40,7 +40,7 @@ from trainers.data.prompt_stream import PromptStream
 from trainers.loop.checkpoint import Checkpointer
 from trainers.loop.hooks import Action, Control, Hooks, RunInfo, TrainResult
 from trainers.loop.placement import Placement
-from trainers.loop.plan import BatchPlan, informative_first, make_plan
+from trainers.loop.plan import BatchPlan, informative_first, make_plan, shared_prompt_group
 from trainers.loop.rollout import Rollout, RolloutSpec, check_prompts_fit, collect_rollout
 from trainers.loop.rollout_source import (
     RolloutContext,
@@ -189,12 +189,14 @@ class GRPOTrainer:
         """Log-probs [N, Lc] of the rollout's tokens under `params`, in log-prob micro-batches."""
         parts = []
         for s in self.plan.logprob_slices():
+            group = shared_prompt_group(r.prompt_tokens[s.start:s.stop], r.prompt_valid[s.start:s.stop],
+                                        self.plan.num_generations)
             a = self.placement.train_batch({"prompt_tokens": r.prompt_tokens[s.start:s.stop],
                                             "prompt_valid": r.prompt_valid[s.start:s.stop],
                                             "completion_tokens": r.completion_tokens[s.start:s.stop],
                                             "completion_mask": r.completion_mask[s.start:s.stop]}, batch_axis=0)
             parts.append(self.logprob_fn(params, a["prompt_tokens"], a["prompt_valid"], a["completion_tokens"],
-                                         a["completion_mask"]))
+                                         a["completion_mask"], prompt_group=group))
         return np.concatenate([np.asarray(p) for p in parts])
 
     def train_on(self, r: Rollout) -> dict[str, float] | None:
@@ -244,8 +246,10 @@ class GRPOTrainer:
             else:
                 stacked = _stack(arrays, update.micro_batches)
                 trained_sequences += update.sequences.size
+            group = shared_prompt_group(stacked["prompt_tokens"], stacked["prompt_valid"], self.plan.num_generations)
             batch = self.placement.train_batch(stacked, batch_axis=1)
-            params, opt_state, metrics = self.update_fn(self.state.params, self.state.opt_state, batch)
+            params, opt_state, metrics = self.update_fn(self.state.params, self.state.opt_state, batch,
+                                                        prompt_group=group)
             self.state.params, self.state.opt_state = params, opt_state
             for k, v in metrics.items():
                 combine = max if k in MAX_METRICS else (lambda a, b: a + b)

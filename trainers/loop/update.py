@@ -34,15 +34,17 @@ over micro-batches and a mean over a step's updates."""
 
 
 def make_logprob_fn(graphdef: Any, temperature: float) -> Callable:
-    """jit(params, prompt_tokens, prompt_valid, completion_tokens, completion_mask) -> logprobs [B, Lc]."""
+    """jit(params, prompt_tokens, prompt_valid, completion_tokens, completion_mask, prompt_group=1)
+    -> logprobs [B, Lc]. prompt_group (static): see `completion_logprobs` and `plan.shared_prompt_group`."""
 
-    def logprobs(params, prompt_tokens, prompt_valid, completion_tokens, completion_mask):
+    def logprobs(params, prompt_tokens, prompt_valid, completion_tokens, completion_mask, prompt_group=1):
         lp, _ = completion_logprobs(
-            graphdef, params, prompt_tokens, prompt_valid, completion_tokens, completion_mask, temperature
+            graphdef, params, prompt_tokens, prompt_valid, completion_tokens, completion_mask, temperature,
+            prompt_group,
         )
         return lp
 
-    return jax.jit(logprobs)
+    return jax.jit(logprobs, static_argnames=("prompt_group",))
 
 
 def make_update_fn(
@@ -53,7 +55,9 @@ def make_update_fn(
     use_old_logprobs: bool,
     importance: ImportanceConfig | None = None,
 ) -> Callable:
-    """jit(params, opt_state, batch) -> (params, opt_state, metrics) for one optimizer update.
+    """jit(params, opt_state, batch, prompt_group=1) -> (params, opt_state, metrics) for one optimizer
+    update. prompt_group (static) = G when every micro-batch is whole groups of G rows sharing a
+    prompt (`plan.shared_prompt_group`): each prompt then runs once per group (`completion_logprobs`).
 
     use_old_logprobs: pi_old is batch["old_logprobs"] (a separate log-prob pass under the weights the
     step started with: mu > 1 or several mini-batches); otherwise pi_old is this update's own forward
@@ -70,10 +74,10 @@ def make_update_fn(
     """
     use_ref = loss_cfg.beta > 0
 
-    def micro_loss(params, mb):
+    def micro_loss(params, mb, prompt_group):
         logprobs, entropy = completion_logprobs(
             graphdef, params, mb["prompt_tokens"], mb["prompt_valid"],
-            mb["completion_tokens"], mb["completion_mask"], temperature,
+            mb["completion_tokens"], mb["completion_mask"], temperature, prompt_group,
         )
         old = mb["old_logprobs"] if use_old_logprobs else jax.lax.stop_gradient(logprobs)
         ref = mb["ref_logprobs"] if use_ref else None
@@ -90,10 +94,10 @@ def make_update_fn(
 
     grad_fn = jax.value_and_grad(micro_loss, has_aux=True)
 
-    def update(params, opt_state, batch):
+    def update(params, opt_state, batch, prompt_group=1):
         def body(carry, mb):
             grads_sum, metrics_sum = carry
-            (_, metrics), grads = grad_fn(params, mb)
+            (_, metrics), grads = grad_fn(params, mb, prompt_group)
             grads_sum = jax.tree.map(jnp.add, grads_sum, grads)
             # Micro-batch metrics are already weighted over the mini-batch: they add up (a max combines by max).
             metrics_sum = {k: (jnp.maximum if k in MAX_METRICS else jnp.add)(metrics_sum[k], metrics[k])
@@ -109,5 +113,5 @@ def make_update_fn(
         params = optax.apply_updates(params, updates)
         return params, opt_state, metrics
 
-    return jax.jit(update, donate_argnums=(0, 1))
+    return jax.jit(update, donate_argnums=(0, 1), static_argnames=("prompt_group",))
 

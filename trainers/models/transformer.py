@@ -301,31 +301,100 @@ def forward(graphdef: nnx.GraphDef, params: nnx.State, tokens: jax.Array, valid:
 
 def completion_logprobs(graphdef: nnx.GraphDef, params: nnx.State, prompt_tokens: jax.Array,
                         prompt_valid: jax.Array, completion_tokens: jax.Array, completion_mask: jax.Array,
-                        temperature: float | jax.Array) -> tuple[jax.Array, jax.Array]:
+                        temperature: float | jax.Array, prompt_group: int = 1) -> tuple[jax.Array, jax.Array]:
     """prompt_tokens/prompt_valid [B,Lp] (left-padded), completion_tokens/completion_mask [B,Lc] (right-padded).
 
-    Runs one forward over concat(prompt, completion) and returns (logprobs [B,Lc] float32,
+    Runs the model over concat(prompt, completion) and returns (logprobs [B,Lc] float32,
     entropy [B,Lc] float32 in nats): log-prob of each completion token under
     log_softmax(logits / temperature) and the entropy of that distribution; zeros where
     completion_mask is False. temperature <= 0 (greedy) is treated as 1. Differentiable w.r.t.
     params and usable inside jax.jit / jax.grad.
+
+    prompt_group = G > 1 promises that rows b*G .. b*G+G-1 share one prompt (GRPO's G completions
+    per prompt; `shared_prompt_group` checks it on the host): the prompt then runs once per group
+    and its keys/values serve the group's G completions (`_grouped_hidden`), the same values as the
+    whole-sequence forward with G x less prompt work; gradients through the shared prompt add up
+    over the group.
     """
     prompt_len = prompt_tokens.shape[1]
     completion_len = completion_tokens.shape[1]
-    tokens = jnp.concatenate([prompt_tokens, completion_tokens.astype(prompt_tokens.dtype)], axis=1)
-    valid = jnp.concatenate([prompt_valid, completion_mask], axis=1)
-    model, hidden = forward_hidden(graphdef, params, tokens, valid)
-    # The hidden state at index i predicts token i+1: completion token j is predicted at prompt_len-1+j.
-    hidden = hidden[:, prompt_len - 1: prompt_len - 1 + completion_len]  # [B,Lc,H]
-    logits = model.logits(hidden)  # [B,Lc,V] float32
+    completion_tokens = completion_tokens.astype(prompt_tokens.dtype)
+    if prompt_group > 1:
+        model, hidden = _grouped_hidden(graphdef, params, prompt_tokens, prompt_valid, completion_tokens,
+                                        completion_mask, prompt_group)
+    else:
+        tokens = jnp.concatenate([prompt_tokens, completion_tokens], axis=1)
+        valid = jnp.concatenate([prompt_valid, completion_mask], axis=1)
+        model, hidden = forward_hidden(graphdef, params, tokens, valid)
+        # The hidden state at index i predicts token i+1: completion token j is predicted at prompt_len-1+j.
+        hidden = hidden[:, prompt_len - 1: prompt_len - 1 + completion_len]  # [B,Lc,H]
     temperature = jnp.asarray(temperature, dtype=jnp.float32)
     temperature = jnp.where(temperature > 0, temperature, 1.0)
-    log_probs_all = jax.nn.log_softmax(logits / temperature, axis=-1)  # [B,Lc,V]
-    token_logprobs = jnp.take_along_axis(
-        log_probs_all, completion_tokens[..., None].astype(jnp.int32), axis=-1)[..., 0]
-    entropy = -jnp.sum(jnp.exp(log_probs_all) * log_probs_all, axis=-1)
+    token_logprobs, entropy = token_logprobs_and_entropy(model, hidden, completion_tokens, temperature)
     zeros = jnp.zeros_like(token_logprobs)
     return jnp.where(completion_mask, token_logprobs, zeros), jnp.where(completion_mask, entropy, zeros)
+
+
+def _grouped_hidden(graphdef: nnx.GraphDef, params: nnx.State, prompt_tokens: jax.Array, prompt_valid: jax.Array,
+                    completion_tokens: jax.Array, completion_mask: jax.Array, group: int):
+    """(model, hidden [B,Lc,H] whose row j predicts completion token j), with the prompt of each group of
+    `group` rows run once: a prefill of the B/G distinct prompts gives their last hidden state (which
+    predicts completion token 0) and every layer's keys/values; those are repeated G times and the
+    completions run as one cached chunk after them (slots Lp .. Lp+Lc-1), attending causally to
+    themselves and to their prompt's valid slots, at positions (valid prompt tokens) + j: the
+    same attention pattern and positions as the whole-sequence forward over valid tokens."""
+    model = nnx.merge(graphdef, params)
+    prompt_len, completion_len = prompt_tokens.shape[1], completion_tokens.shape[1]
+    unique_valid = prompt_valid[::group].astype(jnp.bool_)
+    prompt_hidden, prompt_kv = model(prompt_tokens[::group], positions_from_valid(unique_valid),
+                                     causal_padding_mask(unique_valid))
+    cache = extend_kv_cache([(jnp.repeat(keys, group, axis=0), jnp.repeat(values, group, axis=0))
+                             for keys, values in prompt_kv], completion_len)
+    slot_valid = jnp.concatenate([prompt_valid.astype(jnp.bool_), completion_mask.astype(jnp.bool_)], axis=1)
+    query_slots = prompt_len + jnp.arange(completion_len)
+    causal = jnp.arange(prompt_len + completion_len)[None, :] <= query_slots[:, None]  # [Lc, Lp+Lc]
+    positions = jnp.sum(prompt_valid, axis=1, dtype=jnp.int32)[:, None] + jnp.arange(completion_len)[None, :]
+    completion_hidden, _ = model(completion_tokens, positions, causal[None] & slot_valid[:, None, :], cache,
+                                 prompt_len)
+    first = jnp.repeat(prompt_hidden[:, -1:], group, axis=0)  # the last prompt slot is always valid
+    return model, jnp.concatenate([first, completion_hidden[:, :-1]], axis=1)
+
+
+LOGITS_CHUNK_ELEMENTS = 1 << 24
+"""Logits computed at once by `token_logprobs_and_entropy`: 2^24 float32 values (64 MiB) per chunk,
+e.g. 341 tokens of a 49152-id vocabulary."""
+
+
+def token_logprobs_and_entropy(model: Transformer, hidden: jax.Array, tokens: jax.Array,
+                               temperature: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """hidden [B,L,H], tokens [B,L] -> (log-prob of each token under log_softmax(logits / temperature)
+    [B,L] float32, entropy of that distribution [B,L] float32).
+
+    The [B,L,V] logits are never whole: the B*L positions go through in chunks of about
+    LOGITS_CHUNK_ELEMENTS / V tokens (a `lax.map`), each chunk under `jax.checkpoint`, so the
+    forward keeps one chunk's logits at a time and the backward recomputes them chunk by chunk
+    (one extra LM-head matmul) instead of holding several [B,L,V] float32 buffers.
+    """
+    batch, length, width = hidden.shape
+    positions = batch * length
+    chunk = max(1, min(positions, LOGITS_CHUNK_ELEMENTS // model.cfg.vocab_size))
+    num_chunks = -(-positions // chunk)
+    pad = num_chunks * chunk - positions
+    flat_hidden = jnp.pad(hidden.reshape(positions, width), ((0, pad), (0, 0))).reshape(num_chunks, chunk, width)
+    flat_tokens = jnp.pad(tokens.reshape(positions).astype(jnp.int32), (0, pad)).reshape(num_chunks, chunk)
+
+    @jax.checkpoint
+    def one_chunk(chunk_hidden, chunk_tokens):
+        logits = model.logits(chunk_hidden) / temperature  # [chunk,V] float32
+        log_norm = jax.nn.logsumexp(logits, axis=-1)  # [chunk]
+        picked = jnp.take_along_axis(logits, chunk_tokens[:, None], axis=-1)[:, 0]
+        probs = jnp.exp(logits - log_norm[:, None])
+        entropy = log_norm - jnp.sum(probs * logits, axis=-1)
+        return picked - log_norm, entropy
+
+    token_logprobs, entropy = jax.lax.map(lambda args: one_chunk(*args), (flat_hidden, flat_tokens))
+    unpad = lambda x: x.reshape(num_chunks * chunk)[:positions].reshape(batch, length)  # noqa: E731
+    return unpad(token_logprobs), unpad(entropy)
 
 
 def param_count(params: nnx.State) -> int:
