@@ -221,10 +221,10 @@ def test_stale_groups_get_importance_weights_and_the_loss_uses_them(tmp_path, on
     trainer = GRPOTrainer(parse_config(raw), str(tmp_path), hooks)
     real_update, losses = trainer.update_fn, []
 
-    def update(params, opt_state, batch):
+    def update(params, opt_state, batch, **kwargs):
         copy = lambda tree: jax.tree.map(jnp.copy, tree)  # noqa: E731 (the update donates params and state)
-        _, _, forced = real_update(copy(params), copy(opt_state), force_weights_of_one(batch))
-        params, opt_state, metrics = real_update(params, opt_state, batch)
+        _, _, forced = real_update(copy(params), copy(opt_state), force_weights_of_one(batch), **kwargs)
+        params, opt_state, metrics = real_update(params, opt_state, batch, **kwargs)
         losses.append((trainer.state.step, float(metrics["loss/policy"]), float(forced["loss/policy"])))
         return params, opt_state, metrics
 
