@@ -188,6 +188,24 @@ class RunQuerySet(VisibleToQuerySet):
     owner_field = "experiment__owner"
 
 
+class Tag(models.Model):
+    """A label runs carry (a sweep's name, "baseline", "bad-seed"): shared by every user, so a
+    filter by tag means the same word for everyone."""
+
+    name = models.CharField(max_length=64, unique=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ForkOptimizer(models.TextChoices):
+    FRESH = "fresh"          # the checkpoint's weights, a new optimizer state, step 0
+    CONTINUED = "continued"  # weights, optimizer state and data position: the parent's run goes on
+
+
 class Run(models.Model):
     Status = RunStatus
 
@@ -215,6 +233,12 @@ class Run(models.Model):
     started_at = models.DateTimeField(null=True, blank=True, help_text="First start of the first attempt.")
     finished_at = models.DateTimeField(null=True, blank=True)
     running_s = models.FloatField(default=0.0, help_text="Seconds spent running, summed over attempts.")
+    tags = models.ManyToManyField(Tag, blank=True, related_name="runs")
+    notes = models.TextField(blank=True)
+    # lineage: a fork starts from one checkpoint of another run
+    forked_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="forks")
+    forked_from_step = models.IntegerField(null=True, blank=True, help_text="The parent's checkpoint step.")
+    fork_optimizer = models.CharField(max_length=16, choices=ForkOptimizer.choices, blank=True)
 
     objects = RunQuerySet.as_manager()
 
@@ -286,11 +310,23 @@ class MetricPoint(models.Model):
         return f"{self.name}@{self.step}={self.value}"
 
 
+class SampleKind(models.TextChoices):
+    TRAIN = "train"
+    EVAL = "eval"
+
+
 class RolloutSample(models.Model):
+    """One completion the policy wrote. `group` is its prompt's place in the step (the G
+    completions of one prompt share it); `prompt_hash` (sha256 of the prompt text, hex, first 32)
+    finds the same prompt at other steps."""
+
     id = models.BigAutoField(primary_key=True)
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="samples")
+    kind = models.CharField(max_length=8, choices=SampleKind.choices, default=SampleKind.TRAIN)
     step = models.IntegerField()
     index = models.IntegerField(default=0)
+    group = models.IntegerField(default=0)
+    prompt_hash = models.CharField(max_length=32, blank=True)
     prompt = models.TextField()
     completion = models.TextField()
     answer = models.TextField(blank=True)
@@ -300,7 +336,13 @@ class RolloutSample(models.Model):
 
     class Meta:
         ordering = ["run", "step", "index"]
-        indexes = [models.Index(fields=["run", "step"])]
+        indexes = [
+            models.Index(fields=["run", "step"]),
+            models.Index(fields=["run", "kind", "step", "index"], name="sample_run_kind_step"),
+            models.Index(fields=["run", "prompt_hash", "step"], name="sample_run_prompt"),
+            models.Index(fields=["run", "reward"], name="sample_run_reward"),
+            models.Index(fields=["run", "advantage"], name="sample_run_advantage"),
+        ]
 
 
 class Checkpoint(models.Model):
