@@ -15,6 +15,8 @@ from django.conf import settings
 
 from trainers.config import ConfigError, ExperimentConfig, load_yaml_data, parse_config, parse_yaml
 
+from experiments import config_limits
+
 __all__ = ["ConfigError", "dataset_dirs", "load_yaml", "model_dirs", "parse", "parse_text", "stored", "validated"]
 
 
@@ -35,12 +37,17 @@ def load_yaml(text: str) -> Any:
 
 def parse(raw: Any) -> ExperimentConfig:
     """Config data -> the validated config, or ConfigError listing every problem."""
-    return parse_config(raw, dataset_dirs=dataset_dirs(), model_dirs=model_dirs())
+    return within_limits(parse_config(raw, dataset_dirs=dataset_dirs(), model_dirs=model_dirs()))
 
 
 def parse_text(text: str) -> ExperimentConfig:
     """YAML text -> the validated config, or ConfigError."""
-    return parse_yaml(text, dataset_dirs=dataset_dirs(), model_dirs=model_dirs())
+    return within_limits(parse_yaml(text, dataset_dirs=dataset_dirs(), model_dirs=model_dirs()))
+
+
+def within_limits(config: ExperimentConfig) -> ExperimentConfig:
+    """The config, or ConfigError for fields above this server's PLATFORM_CONFIG_LIMITS (config_limits)."""
+    return config_limits.checked(config, getattr(settings, "PLATFORM_CONFIG_LIMITS", {}))
 
 
 def stored(config: ExperimentConfig) -> dict[str, Any]:
