@@ -5,6 +5,7 @@ browser session; a trailing slash is optional. See api/views.py for each one's s
     GET  PUT PATCH  experiments/<id>                  detail / new config version
     GET  POST       experiments/<id>/runs             list / launch a queued run
     GET             runs                              ?status=&experiment=
+    GET             runs/compare                      ?runs=1,2,3&max_points=   (api/compare_views.py)
     GET             runs/<id>                         status and progress
     GET             runs/<id>/metrics                 ?name=&after_step=
     GET             runs/<id>/chart                   ?max_points=   (min/max downsampled)
@@ -18,7 +19,7 @@ browser session; a trailing slash is optional. See api/views.py for each one's s
 
 from django.urls import re_path
 
-from api import views
+from api import compare_views, views
 from api.endpoint import not_found
 
 ID = r"(?P<pk>[0-9]{1,18})"  # ids fit a 64-bit integer; longer ones fall to the JSON 404
@@ -28,6 +29,7 @@ urlpatterns = [
     re_path(rf"^experiments/{ID}/?$", views.experiment_detail, name="api-experiment"),
     re_path(rf"^experiments/{ID}/runs/?$", views.experiment_runs, name="api-experiment-runs"),
     re_path(r"^runs/?$", views.runs, name="api-runs"),
+    re_path(r"^runs/compare/?$", compare_views.runs_compare, name="api-runs-compare"),
     re_path(rf"^runs/{ID}/?$", views.run_detail, name="api-run"),
     re_path(rf"^runs/{ID}/metrics/?$", views.run_metrics, name="api-run-metrics"),
     re_path(rf"^runs/{ID}/chart/?$", views.run_chart, name="api-run-chart"),

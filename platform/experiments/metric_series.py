@@ -7,9 +7,9 @@ Two pieces:
   (with their steps, in step order), so a one-step spike survives any zoom level. At most
   `max_points` points come out; a series of at most `max_points` points comes out unchanged.
 
-- `SeriesCache` (one per process, `SERIES_CACHE`): a run's series as numpy arrays, brought up to
-  date on every request by reading only the rows added since the last request. A chart is then
-  numpy work on arrays already in memory.
+- `SeriesCache` (one per process, `SERIES_CACHE`): a run's series as numpy arrays (steps, values
+  and each point's wall time), brought up to date on every request by reading only the rows added
+  since the last request. A chart is then numpy work on arrays already in memory.
 
 Why not GROUP BY in SQL. Measured on the development machine (2 shared cores, PostgreSQL 15,
 SQLite 3.40, one run of 10^6 points = 20 metrics x 50,000 steps; EXPLAIN ANALYZE and timeit, see
@@ -42,7 +42,7 @@ from django.conf import settings
 from django.db import connections, transaction
 
 DEFAULT_MAX_POINTS = 2000          # points per series a chart returns at most (also the cap)
-DEFAULT_CACHE_POINTS = 4_000_000   # points the per-process cache holds at most (about 64 MB)
+DEFAULT_CACHE_POINTS = 4_000_000   # points the per-process cache holds at most (about 96 MB)
 METRIC_TABLE = "experiments_metricpoint"
 LOAD_WORK_MEM = "64MB"             # PostgreSQL: memory for loading one run (12 bytes a point)
 
@@ -70,14 +70,26 @@ def downsample_min_max(steps: np.ndarray, values: np.ndarray, max_points: int = 
     """
     steps = np.asarray(steps, dtype=np.int64)
     values = np.asarray(values, dtype=np.float64)
+    keep = downsample_indices(steps, values, max_points)
+    return steps[keep], values[keep]
+
+
+def downsample_indices(steps: np.ndarray, values: np.ndarray, max_points: int = DEFAULT_MAX_POINTS) -> np.ndarray:
+    """The positions (ascending) of the points `downsample_min_max` keeps, so that other per-point
+    arrays (wall times) can be cut the same way.
+
+    >>> downsample_indices(np.arange(8), np.array([0., 1, 9, 3, 4, 5, -7, 7]), max_points=4)
+    array([0, 2, 6, 7])
+    """
+    steps = np.asarray(steps, dtype=np.int64)
+    values = np.asarray(values, dtype=np.float64)
     n = len(steps)
     if max_points < 1:
         raise ValueError("max_points must be at least 1")
     if n <= max_points:
-        return steps.copy(), values.copy()
+        return np.arange(n)
     if max_points == 1:  # one bucket would give 2 points: keep the maximum only
-        i = _first_extreme(values, np.fmax)
-        return steps[i:i + 1].copy(), values[i:i + 1].copy()
+        return np.array([_first_extreme(values, np.fmax)])
     width = bucket_width_steps(steps[0], steps[-1], max_points)
     bucket = (steps - steps[0]) // width
     is_start = np.empty(n, dtype=bool)
@@ -95,8 +107,7 @@ def downsample_min_max(steps: np.ndarray, values: np.ndarray, max_points: int = 
     keep = np.column_stack([first, second]).ravel()
     distinct = np.ones(len(keep), dtype=bool)
     distinct[1::2] = second != first
-    keep = keep[distinct]
-    return steps[keep], values[keep]
+    return keep[distinct]
 
 
 def _first_true_per_segment(mask: np.ndarray, segment: np.ndarray, starts: np.ndarray) -> np.ndarray:
@@ -133,6 +144,7 @@ def json_floats(values: np.ndarray) -> list[float | None]:
 class Series:
     steps: np.ndarray          # int64, ascending, unique
     values: np.ndarray         # float64
+    wall_times: np.ndarray     # float64, Unix seconds each point was reported (MetricPoint.wall_time)
 
     @property
     def last_step(self) -> int:
@@ -140,7 +152,7 @@ class Series:
 
     def after(self, after_step: int) -> "Series":
         i = int(np.searchsorted(self.steps, after_step, side="right"))
-        return Series(self.steps[i:], self.values[i:])
+        return Series(self.steps[i:], self.values[i:], self.wall_times[i:])
 
 
 @dataclass
@@ -160,7 +172,7 @@ class RunSeries:
 class SeriesCache:
     """Per-process cache of runs' series: past `max_points` points in all (default
     settings.PLATFORM_CHART_CACHE_POINTS, else DEFAULT_CACHE_POINTS) the least recently used runs
-    are dropped. A run of 10^6 points takes 16 MB."""
+    are dropped. A run of 10^6 points takes 24 MB."""
 
     def __init__(self, max_points: int | None = None):
         self.max_points = max_points
@@ -206,22 +218,24 @@ def _load(entry: RunSeries, run_id: int, using: str) -> None:
     max_id = 0
     connection.ensure_connection()
     if connection.vendor == "postgresql" and _is_psycopg3(connection.connection):
-        # One row per series; steps and values packed as big-endian bytes (int4send/float8send),
-        # so 10^6 points cross the wire as 12 MB of bytea instead of 10^6 Python tuples. The
-        # aggregate holds those bytes: enough work_mem keeps it from spilling to disk.
+        # One row per series; steps, values and wall times packed as big-endian bytes
+        # (int4send/float8send), so 10^6 points cross the wire as 20 MB of bytea instead of 10^6
+        # Python tuples. The aggregate holds those bytes: enough work_mem keeps it from spilling.
         import psycopg  # the PostgreSQL back end's driver (psycopg 3)
 
         # Django's cursors bind client-side, which cannot return binary results: a plain one.
         with transaction.atomic(using), psycopg.Cursor(connection.connection) as cursor:
             cursor.execute(f"SET LOCAL work_mem = '{LOAD_WORK_MEM}'")
             cursor.execute(
-                f"SELECT name, string_agg(int4send(step), ''), string_agg(float8send(value), ''), max(id) "
+                f"SELECT name, string_agg(int4send(step), ''), string_agg(float8send(value), ''), "
+                f"string_agg(float8send(wall_time), ''), max(id) "
                 f"FROM {METRIC_TABLE} WHERE run_id = %s GROUP BY name", (run_id,), binary=True)
             rows = cursor.fetchall()
-            for name, step_bytes, value_bytes, top_id in rows:
+            for name, step_bytes, value_bytes, wall_bytes, top_id in rows:
                 steps = np.frombuffer(step_bytes, dtype=">i4").astype(np.int64)
                 values = np.frombuffer(value_bytes, dtype=">f8").astype(np.float64)
-                series[name] = _sorted(steps, values)
+                wall_times = np.frombuffer(wall_bytes, dtype=">f8").astype(np.float64)
+                series[name] = _sorted(steps, values, wall_times)
                 max_id = max(max_id, int(top_id))
     else:
         # The series' names by a loose index scan (one probe per name), then each series in step
@@ -230,16 +244,16 @@ def _load(entry: RunSeries, run_id: int, using: str) -> None:
             cursor.execute(SERIES_NAMES_SQL, (run_id, run_id))
             names = [row[0] for row in cursor.fetchall()]
             for name in names:
-                cursor.execute(f"SELECT step, value, id FROM {METRIC_TABLE} WHERE run_id = %s AND name = %s "
-                               f"ORDER BY step", (run_id, name))
+                cursor.execute(f"SELECT step, value, wall_time, id FROM {METRIC_TABLE} "
+                               f"WHERE run_id = %s AND name = %s ORDER BY step", (run_id, name))
                 rows = np.fromiter(cursor, dtype=_ROW)
                 if len(rows):
-                    series[name] = Series(rows["step"].copy(), rows["value"].copy())
+                    series[name] = Series(rows["step"].copy(), rows["value"].copy(), rows["wall_time"].copy())
                     max_id = max(max_id, int(rows["id"].max()))
     entry.series, entry.max_id = series, max_id
 
 
-_ROW = np.dtype([("step", np.int64), ("value", np.float64), ("id", np.int64)])
+_ROW = np.dtype([("step", np.int64), ("value", np.float64), ("wall_time", np.float64), ("id", np.int64)])
 # Distinct names of a run's series without reading its points: a recursive "next name" probe.
 SERIES_NAMES_SQL = f"""
 WITH RECURSIVE names(name) AS (
@@ -259,19 +273,19 @@ def _is_psycopg3(raw_connection) -> bool:
     return isinstance(raw_connection, psycopg.Connection)
 
 
-def _sorted(steps: np.ndarray, values: np.ndarray) -> Series:
+def _sorted(steps: np.ndarray, values: np.ndarray, wall_times: np.ndarray) -> Series:
     if len(steps) > 1 and np.any(steps[1:] < steps[:-1]):
         order = np.argsort(steps, kind="stable")
-        steps, values = steps[order], values[order]
-    return Series(steps, values)
+        steps, values, wall_times = steps[order], values[order], wall_times[order]
+    return Series(steps, values, wall_times)
 
 
 def _refresh(entry: RunSeries, run_id: int, using: str) -> bool:
     """Append the rows added since the entry was loaded. False when the run's rows were rewritten
     or deleted (then the caller loads them afresh)."""
     with connections[using].cursor() as cursor:
-        cursor.execute(f"SELECT id, name, step, value FROM {METRIC_TABLE} WHERE run_id = %s AND id > %s ORDER BY id",
-                       (run_id, entry.max_id))
+        cursor.execute(f"SELECT id, name, step, value, wall_time FROM {METRIC_TABLE} WHERE run_id = %s AND id > %s "
+                       f"ORDER BY id", (run_id, entry.max_id))
         new_rows = cursor.fetchall()
         names = list(entry.series)
         # Deleted tails (a resume before its rows are written again): each series' newest step,
@@ -281,9 +295,9 @@ def _refresh(entry: RunSeries, run_id: int, using: str) -> bool:
         newest = cursor.fetchone()
     if any(top is None or top < entry.series[name].last_step for name, top in zip(names, newest)):
         return False
-    by_name: dict[str, list[tuple[int, float]]] = collections.defaultdict(list)
-    for row_id, name, step, value in new_rows:
-        by_name[name].append((step, value))
+    by_name: dict[str, list[tuple[int, float, float]]] = collections.defaultdict(list)
+    for row_id, name, step, value, wall_time in new_rows:
+        by_name[name].append((step, value, wall_time))
         entry.max_id = max(entry.max_id, row_id)
     for name, points in by_name.items():
         points.sort()
@@ -292,8 +306,10 @@ def _refresh(entry: RunSeries, run_id: int, using: str) -> bool:
             return False  # a step written again: rows were replaced
         steps = np.fromiter((p[0] for p in points), dtype=np.int64, count=len(points))
         values = np.fromiter((p[1] for p in points), dtype=np.float64, count=len(points))
-        entry.series[name] = Series(steps, values) if old is None else Series(
-            np.concatenate([old.steps, steps]), np.concatenate([old.values, values]))
+        wall_times = np.fromiter((p[2] for p in points), dtype=np.float64, count=len(points))
+        entry.series[name] = Series(steps, values, wall_times) if old is None else Series(
+            np.concatenate([old.steps, steps]), np.concatenate([old.values, values]),
+            np.concatenate([old.wall_times, wall_times]))
     return True
 
 

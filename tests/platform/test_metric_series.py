@@ -141,3 +141,20 @@ def test_load_sorts_points_written_out_of_order(alice, fresh_series_cache):  # n
     out = ms.chart(run)
     assert out["series"]["a"] == {"steps": [0, 3, 5, 7, 9], "values": [0.0, 3.0, 5.0, 7.0, 9.0]}
     assert out["series"]["b"] == {"steps": [1, 2], "values": [1.0, -1.0]}
+
+
+def test_downsample_indices_cut_other_arrays_the_same_way():
+    steps, values = np.arange(8), np.array([0., 1, 9, 3, 4, 5, -7, 7])
+    assert ms.downsample_indices(steps, values, 4).tolist() == [0, 2, 6, 7]
+    assert ms.downsample_indices(steps, values, 8).tolist() == list(range(8))
+    assert ms.downsample_indices(steps, values, 1).tolist() == [2]  # the maximum
+
+
+def test_cache_keeps_each_points_wall_time(alice, fresh_series_cache):  # noqa: F811
+    run = make_run(alice)
+    MetricPoint.objects.bulk_create([MetricPoint(run=run, name="a", step=s, value=0.0, wall_time=100.0 + s)
+                                     for s in (2, 0, 1)])
+    assert ms.SERIES_CACHE.get(run)["a"].wall_times.tolist() == [100.0, 101.0, 102.0]  # sorted with the steps
+    MetricPoint.objects.create(run=run, name="a", step=3, value=0.0, wall_time=250.5)  # read incrementally
+    assert ms.SERIES_CACHE.get(run)["a"].wall_times.tolist() == [100.0, 101.0, 102.0, 250.5]
+    assert ms.SERIES_CACHE.get(run)["a"].after(1).wall_times.tolist() == [102.0, 250.5]

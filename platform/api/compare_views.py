@@ -1,0 +1,37 @@
+"""GET /api/runs/compare?runs=1,2,3&max_points=N: several runs' metric series and configs in one
+answer, for the compare page (experiments.run_compare does the work)."""
+
+from __future__ import annotations
+
+from django.http import HttpResponse
+
+from experiments import metric_series, run_compare
+from experiments.models import Run
+
+from api.endpoint import ApiError, api_endpoint, int_param
+
+
+def visible_runs(request, run_ids: list[int]) -> list[Run]:
+    """The runs `run_ids` in that order, each visible to the caller, or ApiError 404 naming the
+    first one that is not (unknown and someone else's alike)."""
+    found = Run.objects.visible_to(request.user).select_related("experiment").in_bulk(run_ids)
+    missing = [i for i in run_ids if i not in found]
+    if missing:
+        raise ApiError(404, f"no run {missing[0]} (runs names only runs you may see)")
+    return [found[i] for i in run_ids]
+
+
+@api_endpoint("GET")
+def runs_compare(request):
+    """?runs=1,2,3 (1 to 20 run ids, each once) &max_points=N (default 1000, at most 2000):
+    {"max_points", "metrics": [names], "runs": [{"id", "experiment_id", "experiment", "status",
+    "step", "max_steps", "created_at", "config", "last_step", "series": {name: {"steps", "values",
+    "elapsed_s"}}}]}, each series min/max downsampled like /api/runs/<id>/chart."""
+    try:
+        run_ids = run_compare.parse_run_ids(request.GET.get("runs"))
+    except ValueError as exc:
+        raise ApiError(400, errors={"runs": str(exc)}) from None
+    max_points = int_param(request, "max_points", run_compare.DEFAULT_MAX_POINTS, minimum=1,
+                           maximum=metric_series.DEFAULT_MAX_POINTS)
+    body = run_compare.compare_json(visible_runs(request, run_ids), max_points)
+    return HttpResponse(body, content_type="application/json")
