@@ -1,4 +1,5 @@
-"""Who is calling the API: `Authorization: Token <key>` (an ApiToken), else the browser session.
+"""Who is calling the API: `Authorization: Token <key>` (an ApiToken, looked up by the key's hash;
+an expired or revoked one answers 401 saying so), else the browser session.
 
 A token request carries no cookie a third-party page could ride on, so it needs no CSRF token; a
 session-authenticated request with an unsafe method must pass Django's CSRF check exactly as a
@@ -8,10 +9,12 @@ form post would (the `X-CSRFToken` header, or `csrfmiddlewaretoken` in a form bo
 from __future__ import annotations
 
 from django.middleware.csrf import CsrfViewMiddleware
+from django.utils import timezone
 
 from api.models import ApiToken
 
 SAFE_METHODS = {"GET", "HEAD", "OPTIONS", "TRACE"}
+LAST_USED_PRECISION_S = 60  # a token's last_used_at is updated at most this often
 
 
 class AuthError(Exception):
@@ -40,9 +43,13 @@ def authenticate(request):
     `request.api_token_auth` (True for a token) and runs the CSRF check for session requests."""
     key = token_from_header(request.headers.get("Authorization", ""))
     if key is not None:
-        token = ApiToken.objects.select_related("user").filter(key=key).first()
+        token = ApiToken.find(key)
         if token is None or not token.user.is_active:
             raise AuthError("invalid API token")
+        refusal = token.refusal()
+        if refusal:
+            raise AuthError(f"{refusal}; create a new one on the API tokens page")
+        note_use(token)
         request.user = token.user
         request.api_token_auth = True
         return token.user
@@ -55,6 +62,13 @@ def authenticate(request):
         if reason:
             raise AuthError(f"CSRF check failed ({reason}); send the X-CSRFToken header or use a token", status=403)
     return user
+
+
+def note_use(token: ApiToken) -> None:
+    """Record when the token was last used, at most once per LAST_USED_PRECISION_S (no write per request)."""
+    now = timezone.now()
+    if token.last_used_at is None or (now - token.last_used_at).total_seconds() >= LAST_USED_PRECISION_S:
+        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
 
 
 class _CsrfCheck(CsrfViewMiddleware):

@@ -13,11 +13,11 @@ import re
 from django.db.models import Count, Max
 from django.http import JsonResponse
 
-from experiments import metric_series
+from experiments import configs, metric_series
 from experiments.access import get_for_user
 from experiments.models import Experiment, MetricPoint, RolloutSample, Run, RunStatus
 from experiments.models_dir import available_models
-from runner import exports, services
+from runner import exports, queues, services
 
 from api import payloads
 from api.endpoint import ApiError, api_endpoint, int_param, json_body
@@ -38,6 +38,11 @@ def _experiment(request, pk: int, change: bool = False) -> Experiment:
 def _run(request, pk: int, change: bool = False) -> Run:
     runs = Run.objects.select_related("experiment", "config_version")
     return get_for_user(runs, request.user, pk, change=change)
+
+
+def _refused(exc: "services.LaunchRefused") -> ApiError:
+    """A refused launch/resume/retry (runner.limits, runner.queues) as the API's error."""
+    return ApiError(exc.status, errors={exc.field: exc.message}) if exc.field else ApiError(exc.status, exc.message)
 
 
 def _created(body: dict, location: str) -> JsonResponse:
@@ -95,8 +100,10 @@ def experiment_detail(request, pk: int):
 
 @api_endpoint("GET", "POST")
 def experiment_runs(request, pk: int):
-    """GET: the experiment's runs. POST {"max_restarts"?, "queue"?}: 201 {"id", "status"}, a queued run of
-    the experiment's current config."""
+    """GET: the experiment's runs. POST {"max_restarts"?, "queue"?}: 201 {"id", "status", "queue",
+    "warning"? (no live worker reads the queue)}, a queued run of the experiment's current config
+    (validated again: 400 {"errors"} if it no longer is). 400/403 {"errors": {"queue"}} for a queue
+    the owner may not use, 429 over their queued-run limit (runner.queues, runner.limits)."""
     experiment = _experiment(request, pk, change=request.method == "POST")
     if request.method == "POST":
         data = json_body(request)
@@ -109,8 +116,20 @@ def experiment_runs(request, pk: int):
         queue = data.get("queue") or None
         if queue is not None and not (isinstance(queue, str) and QUEUE_NAME.fullmatch(queue)):
             raise ApiError(400, errors={"queue": "a queue name: 1-64 letters, digits, '.', '_' or '-'"})
-        run = services.launch_run(experiment, max_restarts=max_restarts, queue=queue)
-        return _created({"id": run.pk, "status": run.status}, f"/api/runs/{run.pk}")
+        try:  # the stored config again, as the web's launch does: a model folder may be gone since
+            configs.parse(experiment.config)
+        except configs.ConfigError as exc:
+            raise ApiError(400, "the experiment's config is no longer valid; update it before launching",
+                           errors=exc.as_dict()) from None
+        try:
+            run = services.launch_run(experiment, max_restarts=max_restarts, queue=queue)
+        except services.LaunchRefused as exc:
+            raise _refused(exc) from None
+        body = {"id": run.pk, "status": run.status, "queue": run.queue}
+        warning = queues.no_worker_warning(run.queue)
+        if warning:
+            body["warning"] = warning
+        return _created(body, f"/api/runs/{run.pk}")
     rows, count = _page(request, experiment.runs.select_related("experiment", "config_version"))
     return {"runs": [payloads.run_detail(r) for r in rows], "count": count}
 
@@ -200,7 +219,11 @@ def run_action(request, pk: int, action: str):
     run's status does not allow it."""
     run = _run(request, pk, change=True)
     before = run.status
-    if not services.ACTIONS[action].function(run):
+    try:
+        changed = services.ACTIONS[action].function(run)
+    except services.LaunchRefused as exc:
+        raise _refused(exc) from None
+    if not changed:
         run.refresh_from_db(fields=["status"])
         raise ApiError(409, f"cannot {action} run {run.pk}: it is {run.status}"
                        + (f" (was {before})" if before != run.status else ""))

@@ -164,7 +164,18 @@ def _run_action(action: services.RunAction):
         runs = list(queryset.select_related("experiment"))
         steerable = set(Run.objects.steerable_by(request.user).filter(pk__in=[r.pk for r in runs])
                         .values_list("pk", flat=True))
-        changed = sum(1 for run in runs if run.pk in steerable and action.function(run))
+        refused: list[str] = []
+
+        def apply_one(run) -> bool:
+            try:
+                return action.function(run)
+            except services.LaunchRefused as exc:  # over the owner's limits (runner.limits)
+                refused.append(f"run {run.pk}: {exc.message}")
+                return False
+
+        changed = sum(1 for run in runs if run.pk in steerable and apply_one(run))
+        for reason in refused:
+            modeladmin.message_user(request, reason, messages.ERROR)
         level = messages.SUCCESS if changed == len(runs) else messages.WARNING
         modeladmin.message_user(
             request,

@@ -131,8 +131,12 @@ else:
     }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# Django's four standard validators (createsuperuser, the admin's password forms, changepassword).
 AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "experiment-list"
@@ -207,3 +211,69 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": os.environ.get("PLATFORM_LOG_LEVEL", "INFO")},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
+
+# --- multi-user limits (runner.limits, runner.queues, experiments.config_limits) -------------------
+# Per user: runs a worker holds at once (running, pausing, cancelling) and runs waiting on the queue.
+# An admin may set other numbers for one user (admin: Run execution > User limits).
+PLATFORM_MAX_ACTIVE_RUNS_PER_USER = int(os.environ.get("PLATFORM_MAX_ACTIVE_RUNS_PER_USER", "4"))
+PLATFORM_MAX_QUEUED_RUNS_PER_USER = int(os.environ.get("PLATFORM_MAX_QUEUED_RUNS_PER_USER", "20"))
+# A worker that takes a run whose owner already has that many active runs sends it again this much later.
+PLATFORM_ACTIVE_CAP_RETRY_S = float(os.environ.get("PLATFORM_ACTIVE_CAP_RETRY_S", "30"))
+# This server's bounds on configs, tighter than the schema's: {dotted field: largest value}.
+# PLATFORM_CONFIG_LIMITS (a JSON object) overrides single entries, e.g. '{"train.max_steps": 5000}'.
+PLATFORM_CONFIG_LIMITS = {
+    "train.max_steps": 1_000_000,
+    "rollout.max_new_tokens": 8192,
+    "data.max_prompt_tokens": 8192,
+    "batch.prompts_per_step": 4096,
+    "grpo.num_generations": 256,
+    "grpo.num_iterations": 16,
+    "data.train_prompts": 1_000_000,
+    "eval.prompts": 100_000,
+}
+if os.environ.get("PLATFORM_CONFIG_LIMITS"):
+    import json as _json
+
+    PLATFORM_CONFIG_LIMITS.update({str(k): int(v) for k, v in _json.loads(os.environ["PLATFORM_CONFIG_LIMITS"]).items()})
+
+# --- login throttling (django-axes) --------------------------------------------------------------
+# After AXES_FAILURE_LIMIT failed logins for one username from one address, that pair is refused
+# (HTTP 429, registration/locked_out.html) for PLATFORM_LOGIN_COOLOFF_S; a success resets the count.
+INSTALLED_APPS += ["axes"]
+AUTHENTICATION_BACKENDS = [
+    "web.login_throttle.LoginThrottleBackend",  # axes' check; skipped when authenticate() has no request
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = int(os.environ.get("PLATFORM_LOGIN_FAILURE_LIMIT", "5"))
+AXES_COOLOFF_TIME = float(os.environ.get("PLATFORM_LOGIN_COOLOFF_S", "900")) / 3600  # hours
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_DISABLE_ACCESS_LOG = True       # failures are kept (AccessAttempt); successes are not logged
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+AXES_CLIENT_IP_CALLABLE = "web.login_throttle.client_ip"
+AXES_VERBOSE = False
+
+# --- security headers --------------------------------------------------------------------------
+# PLATFORM_TLS_PROXY=1: the site is served over HTTPS by a reverse proxy that sets
+# X-Forwarded-Proto (and X-Forwarded-For): cookies are sent over HTTPS only, browsers are told to
+# use HTTPS (HSTS, PLATFORM_HSTS_SECONDS, default one year, subdomains included) and plain HTTP is
+# redirected. Off by default: the embedded local setup serves plain HTTP on localhost.
+PLATFORM_TLS_PROXY = _env_bool("PLATFORM_TLS_PROXY", False)
+if PLATFORM_TLS_PROXY:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = int(os.environ.get("PLATFORM_HSTS_SECONDS", str(365 * 24 * 3600)))
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_SSL_REDIRECT = _env_bool("PLATFORM_SSL_REDIRECT", True)
+# Content-Security-Policy on every response (grpo_platform.security_headers), on by default: the
+# pages load scripts and styles from this site only, with no inline scripts or event handlers;
+# inline style attributes stay allowed (progress bars, Plotly). PLATFORM_CSP="" turns it off.
+PLATFORM_CSP = os.environ.get("PLATFORM_CSP", (
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data: blob:; "
+    "font-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'self'; form-action 'self'; "
+    "frame-ancestors 'none'"))
+MIDDLEWARE += [
+    "grpo_platform.security_headers.ContentSecurityPolicyMiddleware",
+    "axes.middleware.AxesMiddleware",  # last: turns a lockout into the 429 page
+]

@@ -6,6 +6,10 @@ starts from: a caller's copy of the run may be stale (two requests that both loa
 and only the database's current status decides. Putting a run on the queue bumps its attempt in
 the same update and sends the task message once the transaction commits.
 
+Every path onto the queue checks the owner's limits in the same transaction (runner.limits:
+queued runs; runner.queues: which queues they may use) and raises `LaunchRefused` (re-exported
+here) with the HTTP status and the field to name; the callers turn it into a 4xx or a message.
+
 The runner imports experiments, never the other way round: models know nothing of Celery.
 """
 
@@ -21,6 +25,8 @@ from django.utils import timezone
 
 from experiments.models import Experiment, Run, RunStatus
 from grpo_platform.celery_app import app
+from runner import queues
+from runner.limits import LaunchRefused, check_queued_room
 
 S = RunStatus
 EXECUTE_TASK = "runner.execute_run"  # runner.tasks.execute_run, sent by name
@@ -40,8 +46,11 @@ def send_when_committed(run: Run) -> None:
 
 def launch_run(experiment: Experiment, max_restarts: int | None = None, queue: str | None = None) -> Run:
     """Create a queued Run (attempt 1) from the experiment's current config and put it on `queue`
-    (default settings.CELERY_TASK_DEFAULT_QUEUE; workers take the queues named by `worker --queues`)."""
+    (default: runner.queues' default queue; workers take the queues named by `worker --queues`).
+    LaunchRefused when the owner may not use that queue or has too many queued runs (runner.limits);
+    then no run is created."""
     version = experiment.latest_version
+    queue = queues.resolve_queue(experiment.owner, queue)
     with transaction.atomic():
         run = Run.objects.create(
             experiment=experiment,
@@ -52,8 +61,9 @@ def launch_run(experiment: Experiment, max_restarts: int | None = None, queue: s
             queued_at=timezone.now(),
             max_steps=int(experiment.config.get("train", {}).get("max_steps", 0)),
             max_restarts=settings.PLATFORM_DEFAULT_MAX_RESTARTS if max_restarts is None else max_restarts,
-            queue=queue or settings.CELERY_TASK_DEFAULT_QUEUE,
+            queue=queue,
         )
+        check_queued_room(experiment.owner)
         # The suffix keeps a recreated database's run 1 from resuming an older run 1's checkpoints.
         run.run_dir = f"run-{run.pk}-{uuid.uuid4().hex[:8]}"
         run.save(update_fields=["run_dir"])
@@ -76,22 +86,29 @@ def request_pause(run: Run) -> bool:
 
 
 def _requeue(run: Run, only_from: set[str], **fields) -> bool:
-    with transaction.atomic():
-        if not run.transition(S.QUEUED, only_from=only_from, new_attempt=True, finished_at=None, **fields):
-            return False
-        send_when_committed(run)
+    """Back on the queue as a new attempt (False when the run's status does not allow it), or
+    LaunchRefused when its owner has too many queued runs (the run is left as it was)."""
+    try:
+        with transaction.atomic():
+            if not run.transition(S.QUEUED, only_from=only_from, new_attempt=True, finished_at=None, **fields):
+                return False
+            check_queued_room(run.experiment.owner)
+            send_when_committed(run)
+    except LaunchRefused:
+        run.refresh_from_db()
+        raise
     return True
 
 
 def resume_run(run: Run) -> bool:
     """paused (in the database, whatever `run` says): back on the queue as a new attempt; the
-    run resumes from its newest checkpoint."""
+    run resumes from its newest checkpoint. LaunchRefused over the owner's queued-run limit."""
     return _requeue(run, {S.PAUSED})
 
 
 def retry_run(run: Run) -> bool:
     """failed or cancelled (in the database): back on the queue as a new attempt, resuming from
-    the newest checkpoint if any."""
+    the newest checkpoint if any. LaunchRefused over the owner's queued-run limit."""
     return _requeue(run, {S.FAILED, S.CANCELLED}, error="")
 
 

@@ -30,8 +30,30 @@ def execute_run(run_id: int, attempt: int) -> str:
             send_run_message(run_id, attempt, queue)
             log.info("run %s attempt %s: worker stopping; message put back on %s", run_id, attempt, queue)
         return ""
+    if waits_for_active_room(int(run_id), int(attempt)):
+        return ""
     hostname = getattr(execute_run.request, "hostname", None) or ""
     return supervise(int(run_id), int(attempt), hostname)
+
+
+def waits_for_active_room(run_id: int, attempt: int) -> bool:
+    """True when attempt `attempt` of run `run_id` is queued but its owner already has as many
+    active runs as runner.limits allows: the run stays queued (one event says why) and its message
+    is sent again PLATFORM_ACTIVE_CAP_RETRY_S later."""
+    from django.conf import settings
+    from experiments.models import Run, RunStatus
+    from runner.limits import active_cap_wait
+
+    run = (Run.objects.select_related("experiment__owner")
+           .filter(pk=run_id, attempt=attempt, status=RunStatus.QUEUED).first())
+    waiting = active_cap_wait(run) if run is not None else None
+    if not waiting:
+        return False
+    if not run.events.filter(attempt=attempt, message=waiting).exists():
+        run.add_event(waiting, kind="system")
+    execute_run.apply_async(args=[run_id, attempt], queue=run.queue, countdown=settings.PLATFORM_ACTIVE_CAP_RETRY_S)
+    log.info("run %s attempt %s: %s", run_id, attempt, waiting)
+    return True
 
 
 @shared_task(name="runner.reap_stale_runs", ignore_result=True)

@@ -27,7 +27,7 @@ from experiments import configs
 from experiments.access import get_for_user, may_change
 from experiments.configs import ConfigError
 from experiments.models import ACTIVE_STATUSES, TERMINAL_STATUSES, Experiment, Run, RunStatus
-from runner import exports, services
+from runner import exports, queues, services
 
 from web.actions import clone_experiment, restore_version
 from web.config_form import config_from_values, form_values, to_yaml
@@ -210,6 +210,7 @@ def _detail_page(request, experiment: Experiment, status: int = 200, launch_erro
         "versions": experiment.versions.select_related("created_by").order_by("-number"),
         "runs": experiment.runs.order_by("-created_at")[:20],
         "can_change": may_change(request.user, experiment),
+        "launch_queues": queues.allowed_queue_names(experiment.owner),
     }
     return render(request, "web/experiment_detail.html", context, status=status)
 
@@ -262,8 +263,15 @@ def experiment_launch(request, pk: int):
     except ConfigError as exc:
         messages.error(request, "The config is no longer valid; edit it before launching.")
         return _detail_page(request, experiment, status=400, launch_errors=exc.as_dict())
-    run = services.launch_run(experiment)
-    messages.success(request, f"Launched run {run.pk}.")
+    try:
+        run = services.launch_run(experiment, queue=request.POST.get("queue") or None)
+    except services.LaunchRefused as exc:
+        messages.error(request, f"Cannot launch: {exc.message}")
+        return redirect("experiment-detail", pk=experiment.pk)
+    messages.success(request, f"Launched run {run.pk} on queue {run.queue}.")
+    warning = queues.no_worker_warning(run.queue)
+    if warning:
+        messages.warning(request, warning)
     return redirect("run-detail", pk=run.pk)
 
 
@@ -419,7 +427,12 @@ def run_control(request, pk: int, action: str):
     if action not in services.ACTIONS:
         raise Http404("no such action")
     run = _run(request, pk, change=True)
-    if services.ACTIONS[action].function(run):
+    try:
+        changed = services.ACTIONS[action].function(run)
+    except services.LaunchRefused as exc:
+        messages.error(request, f"Run {run.pk}: cannot {action}: {exc.message}")
+        return redirect("run-detail", pk=run.pk)
+    if changed:
         run.refresh_from_db()
         messages.success(request, f"Run {run.pk}: {action} requested; it is {run.status} now.")
     else:

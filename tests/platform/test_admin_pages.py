@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 
 import pytest
 from api.models import ApiToken
@@ -95,12 +96,16 @@ def test_workers_page_shows_liveness_and_current_runs(admin_client, populated):
 
 
 def test_api_token_admin_generates_and_regenerates(admin_client, bob):
-    response = admin_client.post(reverse("admin:api_apitoken_add"), {"user": bob.pk})
-    assert response.status_code == 302
+    """The admin issues a key and shows it once in a message; only its hash is stored."""
+    response = admin_client.post(reverse("admin:api_apitoken_add"), {"user": bob.pk, "name": "ci"}, follow=True)
+    assert response.status_code == 200
     token = ApiToken.objects.get(user=bob)
-    assert len(token.key) == 40
-    admin_client.post(reverse("admin:api_apitoken_changelist"), {"action": "regenerate", "_selected_action": [token.pk]})
-    assert ApiToken.objects.get(pk=token.pk).key != token.key
+    key = re.search(r"The new key for bob: ([0-9a-f]{40})", response.content.decode()).group(1)
+    assert ApiToken.find(key) == token and token.prefix == key[:8]
+    response = admin_client.post(reverse("admin:api_apitoken_changelist"),
+                                 {"action": "regenerate", "_selected_action": [token.pk]}, follow=True)
+    new_key = re.search(r"token ci: ([0-9a-f]{40})", response.content.decode()).group(1)
+    assert new_key != key and ApiToken.find(new_key) == token and ApiToken.find(key) is None
 
 
 def test_non_staff_cannot_reach_the_admin(client, alice):

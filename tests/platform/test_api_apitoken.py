@@ -1,7 +1,8 @@
-"""`manage.py apitoken USERNAME [--create]`."""
+"""`manage.py apitoken USERNAME [--create] [--name N] [--expires-days D]`."""
 
 from __future__ import annotations
 
+import hashlib
 from io import StringIO
 
 import pytest
@@ -15,13 +16,24 @@ def apitoken(*args) -> str:
     return out.getvalue().strip()
 
 
-def test_create_then_print_the_same_token(alice):
-    with pytest.raises(CommandError, match="--create"):
-        apitoken("alice")
-    key = apitoken("alice", "--create")
-    assert key == ApiToken.objects.get(user=alice).key and len(key) == 40
-    assert apitoken("alice") == key
-    assert apitoken("alice", "--create") == key  # an existing token is kept
+def test_each_call_issues_a_new_hashed_token(alice):
+    """Keys are stored hashed, so the command cannot print an existing one: every call (with or
+    without --create) issues a new token; the older ones keep working."""
+    first = apitoken("alice")
+    second = apitoken("alice", "--create", "--name", "laptop")
+    assert len(first) == 40 and len(second) == 40 and first != second
+    tokens = {t.prefix: t for t in ApiToken.objects.filter(user=alice)}
+    assert set(tokens) == {first[:8], second[:8]} and tokens[second[:8]].name == "laptop"
+    assert hashlib.sha256(first.encode()).hexdigest() == tokens[first[:8]].key_hash  # only the hash is stored
+    assert all(first not in str(v) for v in ApiToken.objects.values().first().values())
+
+
+def test_expires_days(alice):
+    key = apitoken("alice", "--expires-days", "7")
+    token = ApiToken.objects.get(prefix=key[:8])
+    assert 6.99 < (token.expires_at - token.created_at).total_seconds() / 86400 < 7.01
+    with pytest.raises(CommandError, match="--expires-days"):
+        apitoken("alice", "--expires-days", "0")
 
 
 def test_unknown_user(db):

@@ -218,7 +218,11 @@ def test_lists_do_not_query_per_row(alice, django_assert_max_num_queries):
 
 
 def test_launch_onto_a_named_queue(alice, sent_messages, django_capture_on_commit_callbacks):  # noqa: F811
-    """A run can target a queue (workers take `worker --queues Q`); a bad name is a 400 naming the field."""
+    """A run can target a queue an admin registered for the user (workers take `worker --queues Q`);
+    a bad name is a 400 naming the field."""
+    from runner.models import RunQueue
+
+    RunQueue.objects.create(name="gpu-h100").users.add(alice)
     experiment = make_experiment(alice)
     client = token_client(alice)
     with django_capture_on_commit_callbacks(execute=True):

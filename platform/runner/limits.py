@@ -1,0 +1,90 @@
+"""Per-user run limits: how many of a user's runs may wait on the queue, and how many a worker may
+hold at once. Settings give the defaults (PLATFORM_MAX_QUEUED_RUNS_PER_USER,
+PLATFORM_MAX_ACTIVE_RUNS_PER_USER); a `UserLimits` row overrides them for one user.
+
+- Queued runs are counted where a run goes on the queue (runner.services: launch, resume, retry,
+  and any other path that calls `check_queued_room`): inside the transaction that queues the run,
+  after the user's row is locked (`select_for_update`; on SQLite the IMMEDIATE transaction already
+  serialises writers), so two launches at the same moment cannot both pass. Over the limit ->
+  `LaunchRefused` (429) and the transaction rolls back: no run is created or requeued.
+- Active runs (running, pausing, cancelling: a worker holds them) are counted when a worker takes
+  a run (runner.tasks.execute_run): at the limit, the run stays queued and its message is sent
+  again PLATFORM_ACTIVE_CAP_RETRY_S later. Two workers taking runs of one user in the same instant
+  may both start theirs (at most one extra per worker).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+
+from experiments.models import ACTIVE_STATUSES, Run, RunStatus
+from runner.models import UserLimits
+
+
+class LaunchRefused(Exception):
+    """A run may not go on the queue. `status`: the HTTP status to answer (400 bad input, 403 not
+    allowed, 429 over a limit); `field`: the request field to name ("" for none)."""
+
+    def __init__(self, status: int, message: str, field: str = ""):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.field = field
+
+
+@dataclasses.dataclass(frozen=True)
+class RunLimits:
+    max_active_runs: int
+    max_queued_runs: int
+
+
+def limits_for(user) -> RunLimits:
+    """The user's limits: their UserLimits row's numbers where set, else the settings'."""
+    own = UserLimits.objects.filter(user=user).first()
+    active = own.max_active_runs if own and own.max_active_runs is not None else None
+    queued = own.max_queued_runs if own and own.max_queued_runs is not None else None
+    return RunLimits(
+        max_active_runs=settings.PLATFORM_MAX_ACTIVE_RUNS_PER_USER if active is None else active,
+        max_queued_runs=settings.PLATFORM_MAX_QUEUED_RUNS_PER_USER if queued is None else queued,
+    )
+
+
+def queued_refusal(queued_runs: int, limit: int) -> str | None:
+    """Why one more queued run is refused for a user who has `queued_runs` already, or None."""
+    if queued_runs < limit:
+        return None
+    return (f"you have {queued_runs} queued run{'s' if queued_runs != 1 else ''}, the limit is {limit}; "
+            "cancel one or ask an admin")
+
+
+def active_wait(active_runs: int, limit: int) -> str | None:
+    """Why a run must wait before a worker starts it, for a user with `active_runs` held by
+    workers, or None."""
+    if active_runs < limit:
+        return None
+    return (f"waiting: the owner has {active_runs} active run{'s' if active_runs != 1 else ''}, "
+            f"the limit is {limit}; it starts when one of them ends")
+
+
+def check_queued_room(user) -> None:
+    """Call inside the transaction that has just put one of `user`'s runs on the queue: locks
+    the user's row (so concurrent callers for this user take turns until commit), then counts
+    their queued runs, this one included; LaunchRefused (429) when that is over the limit, which
+    rolls the caller's transaction back."""
+    get_user_model().objects.select_for_update().filter(pk=user.pk).first()
+    queued_after = Run.objects.filter(experiment__owner_id=user.pk, status=RunStatus.QUEUED).count()
+    refusal = queued_refusal(queued_after - 1, limits_for(user).max_queued_runs)
+    if refusal:
+        raise LaunchRefused(429, refusal)
+
+
+def active_cap_wait(run: Run) -> str | None:
+    """Why a worker must not start `run` now (its owner's other runs a worker holds reach their
+    limit), or None."""
+    owner_id = run.experiment.owner_id
+    active = (Run.objects.filter(experiment__owner_id=owner_id, status__in=list(ACTIVE_STATUSES))
+              .exclude(pk=run.pk).count())
+    return active_wait(active, limits_for(run.experiment.owner).max_active_runs)
