@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from experiments import configs, sample_text
+from experiments import configs, run_filters, run_labels, sample_text
 from experiments.models import Checkpoint, Experiment, RolloutSample, Run, RunEvent, text_problem
 
 NAME_MAX_CHARS = Experiment._meta.get_field("name").max_length
@@ -92,7 +92,8 @@ def experiment_summary(experiment: Experiment) -> dict[str, Any]:
 
 
 def experiment_detail(experiment: Experiment) -> dict[str, Any]:
-    runs = experiment.runs.select_related("experiment", "config_version").order_by("-created_at")[:100]
+    runs = (experiment.runs.select_related("experiment", "config_version").prefetch_related("tags")
+            .order_by("-created_at")[:100])
     versions = experiment.versions.order_by("-number")
     return {
         **experiment_summary(experiment),
@@ -103,7 +104,8 @@ def experiment_detail(experiment: Experiment) -> dict[str, Any]:
 
 
 def run_detail(run: Run) -> dict[str, Any]:
-    """A run's status and progress (the experiment should be select_related)."""
+    """A run's status, progress, tags and notes (the experiment should be select_related, the tags
+    prefetched when listing)."""
     return {
         "id": run.pk,
         "status": run.status,
@@ -127,7 +129,18 @@ def run_detail(run: Run) -> dict[str, Any]:
         "params_digest": run.params_digest,
         "config_version": run.config_version.number if run.config_version_id else None,
         "experiment": {"id": run.experiment_id, "name": run.experiment.name},
+        "tags": run_labels.tag_names(run),
+        "notes": run.notes,
     }
+
+
+def run_list_entry(run: Run, query: run_filters.RunQuery) -> dict[str, Any]:
+    """A row of the runs table (GET /api/runs): the run, its owner's username and {metric: value
+    at its latest step} of the query's metric columns (the queryset comes from run_filters.apply,
+    with experiment__owner select_related and tags prefetched)."""
+    values = run_filters.latest_values(run, query)
+    return {**run_detail(run), "owner": run.experiment.owner.get_username(),
+            "metrics": {name: finite(value) for name, value in values.items()}}
 
 
 def sample_json(sample: RolloutSample) -> dict[str, Any]:

@@ -4,9 +4,9 @@ browser session; a trailing slash is optional. See api/views.py for each one's s
     GET  POST       experiments                       list / create
     GET  PUT PATCH  experiments/<id>                  detail / new config version
     GET  POST       experiments/<id>/runs             list / launch a queued run
-    GET             runs                              ?status=&experiment=
+    GET             runs                              ?status=&experiment=&owner=&tag=&config=&metrics=&sort=
     GET             runs/compare                      ?runs=1,2,3&max_points=   (api/compare_views.py)
-    GET             runs/<id>                         status and progress
+    GET  PATCH      runs/<id>                         status and progress / {"tags", "notes"}
     GET             runs/<id>/metrics                 ?name=&after_step=
     GET             runs/<id>/chart                   ?max_points=   (min/max downsampled)
     GET             runs/<id>/samples                 ?step=

@@ -13,9 +13,9 @@ import re
 from django.db.models import Count, Max
 from django.http import JsonResponse
 
-from experiments import configs, metric_series
+from experiments import configs, metric_series, run_filters, run_labels
 from experiments.access import get_for_user
-from experiments.models import Experiment, MetricPoint, RolloutSample, Run, RunStatus
+from experiments.models import Experiment, MetricPoint, RolloutSample, Run
 from experiments.models_dir import available_models
 from runner import exports, queues, services
 
@@ -130,7 +130,8 @@ def experiment_runs(request, pk: int):
         if warning:
             body["warning"] = warning
         return _created(body, f"/api/runs/{run.pk}")
-    rows, count = _page(request, experiment.runs.select_related("experiment", "config_version"))
+    queryset = experiment.runs.select_related("experiment", "config_version").prefetch_related("tags")
+    rows, count = _page(request, queryset)
     return {"runs": [payloads.run_detail(r) for r in rows], "count": count}
 
 
@@ -139,24 +140,33 @@ def experiment_runs(request, pk: int):
 
 @api_endpoint("GET")
 def runs(request):
-    """The runs the caller may see, newest first; ?status=running[,queued] and ?experiment=ID filter."""
-    queryset = Run.objects.visible_to(request.user).select_related("experiment", "config_version")
-    status = request.GET.get("status", "").strip()
-    if status:
-        wanted = [s.strip() for s in status.split(",") if s.strip()]
-        unknown = [s for s in wanted if s not in RunStatus.values]
-        if unknown:
-            raise ApiError(400, f"unknown status {', '.join(unknown)}; statuses are {', '.join(RunStatus.values)}")
-        queryset = queryset.filter(status__in=wanted)
-    experiment_id = int_param(request, "experiment", None)
-    if experiment_id is not None:
-        queryset = queryset.filter(experiment_id=experiment_id)
-    rows, count = _page(request, queryset)
-    return {"runs": [payloads.run_detail(r) for r in rows], "count": count}
+    """The runs table: the runs the caller may see, filtered, sorted and with metric columns as
+    experiments.run_filters reads ?status=&experiment=&owner=&tag=&config=PATH:VALUE&metrics=&sort=
+    (newest first by default); each run also has "owner" and "metrics" {name: latest value}.
+    400 {"errors": {parameter: message}} for a parameter that cannot be used."""
+    try:
+        query = run_filters.parse(dict(request.GET.lists()))
+    except run_filters.FilterError as exc:
+        raise ApiError(400, str(exc), errors={exc.parameter: exc.message}) from None
+    queryset = (Run.objects.visible_to(request.user).select_related("experiment__owner", "config_version")
+                .prefetch_related("tags"))
+    rows, count = _page(request, run_filters.apply(queryset, query))
+    return {"runs": [payloads.run_list_entry(r, query) for r in rows], "count": count,
+            "metrics": list(query.metrics), "sort": query.sort}
 
 
-@api_endpoint("GET")
+@api_endpoint("GET", "PATCH")
 def run_detail(request, pk: int):
+    """GET: the run. PATCH {"tags"?: [names], "notes"?: text} (who may steer the run): replaces its
+    tags and/or notes (experiments.run_labels: 400 {"errors": {field: message}}), answers the run."""
+    if request.method == "PATCH":
+        run = _run(request, pk, change=True)
+        try:
+            labels = run_labels.check_labels(json_body(request))
+        except run_labels.LabelError as exc:
+            raise ApiError(400, errors=exc.errors) from None
+        run_labels.save_labels(run, labels)
+        return payloads.run_detail(run)
     return payloads.run_detail(_run(request, pk))
 
 

@@ -208,11 +208,12 @@ def test_lists_do_not_query_per_row(alice, django_assert_max_num_queries):
         make_run(alice, experiment=experiment)
     make_experiment(alice, name="second")
     client = token_client(alice)
-    # a constant number: token, the user's permissions (two queries, once per request), the rows, the count
+    # a constant number: token, the user's permissions (two queries, once per request), the rows,
+    # the runs' tags, the count
     for url in ("/api/runs", "/api/experiments", f"/api/experiments/{experiment.pk}/runs"):
-        with django_assert_max_num_queries(6):
+        with django_assert_max_num_queries(7):
             assert client.get(url).status_code == 200
-    with django_assert_max_num_queries(8):
+    with django_assert_max_num_queries(9):
         assert len(client.get(f"/api/experiments/{experiment.pk}").json()["runs"]) == 5
 
 
