@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 from typing import Any
 
 from web.config_form import to_yaml
@@ -61,3 +62,27 @@ def changed_fields(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, 
     missing = object()
     keys = list(b) + [k for k in a if k not in b]
     return [(k, a.get(k), b.get(k)) for k in keys if a.get(k, missing) != b.get(k, missing)]
+
+
+@dataclasses.dataclass(frozen=True)
+class FieldRow:
+    field: str            # dotted path
+    values: list[str]     # one per config, as shown ("-" where the config lacks the field)
+    differs: bool
+
+
+def fields_side_by_side(configs: list[dict[str, Any]]) -> list[FieldRow]:
+    """Every dotted field of any of `configs` (first config's order, then the others' new ones)
+    with each config's value, and whether they are not all equal (a missing field differs)."""
+    flat = [flatten(c) for c in configs]
+    fields: dict[str, None] = {}
+    for f in flat:
+        fields.update(dict.fromkeys(f))
+    missing = object()
+    rows = []
+    for name in fields:
+        raw = [f.get(name, missing) for f in flat]
+        shown = ["-" if v is missing else json.dumps(v) if isinstance(v, (list, dict, bool)) or v is None else str(v)
+                 for v in raw]
+        rows.append(FieldRow(name, shown, any(v != raw[0] for v in raw[1:])))
+    return rows

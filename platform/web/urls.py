@@ -3,7 +3,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path, register_converter
 
-from web import token_views, views
+from web import compare_views, token_views, views
 
 
 class IdConverter:
@@ -40,6 +40,7 @@ urlpatterns: list = [
     path("experiments/<web_id:pk>/versions/<web_id:number>/restore/", views.version_restore, name="version-restore"),
     path("experiments/<web_id:pk>/diff/", views.version_diff, name="version-diff"),
     path("runs/", views.run_list, name="run-list"),
+    path("runs/compare/", compare_views.run_compare, name="run-compare"),
     path("runs/<web_id:pk>/", views.run_detail, name="run-detail"),
     path("runs/<web_id:pk>/export/", views.run_export, name="run-export"),
     path("runs/<web_id:pk>/<str:action>/", views.run_control, name="run-control"),

@@ -2,16 +2,17 @@
 //
 // Data comes from the JSON API under data-api (/api/runs/<id>):
 //   GET  .../chart?max_points=2000      once (and after a restart): downsampled history per metric
-//   GET  .../metrics?after_step=K       every POLL_MS: new points, appended with Plotly.extendTraces
+//   GET  .../metrics?after_step=K       every POLL_MS: new points, appended to the charts
 //   GET  ...                            every POLL_MS: status, step, attempt, worker, error
 //   GET  .../samples?step=S, .../checkpoints   when the step moves (throttled), or a step is chosen
 //   GET  .../events?after_id=N          every EVENTS_MS: the log tail
 // Each chart div carries data-metric (its first metric) and data-points (how many points of that
-// metric it shows), which browser tests read.
+// metric it shows), which browser tests read. Drawing, smoothing, log-y, tick labels and the
+// shared x-zoom are charts.js's (GrpoCharts), the same as on the compare page.
 (function () {
   "use strict";
   const root = document.getElementById("run-dashboard");
-  if (!root || !window.Plotly) return;
+  if (!root || !window.Plotly || !window.GrpoCharts) return;
   const api = root.dataset.api;
   const terminal = new Set(root.dataset.terminal.split(" "));
   const panels = JSON.parse(document.getElementById("chart-panels").textContent);
@@ -50,12 +51,7 @@
   // --- charts -------------------------------------------------------------------------------
 
   const metricToPanel = new Map();   // metric name -> panel
-  const layoutBase = {
-    margin: {l: 48, r: 12, t: 8, b: 32}, showlegend: false, hovermode: "x unified",
-    xaxis: {title: {text: "step", standoff: 4}, zeroline: false}, yaxis: {zeroline: false},
-    paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)", font: {size: 11},
-  };
-  const plotConfig = {displaylogo: false, responsive: true, modeBarButtonsToRemove: ["lasso2d", "select2d"]};
+  const charts = GrpoCharts.group({smoothing: 0, logY: false, x: "step"});
 
   function chartDiv(panel) {
     return document.querySelector(`.chart[data-metric="${CSS.escape(panel.metric)}"]`);
@@ -99,8 +95,10 @@
     metricToPanel.set(panel.metric, panel);
     for (const m of panel.metrics) metricToPanel.set(m, panel);
     if (panel.band) metricToPanel.set(panel.band, panel);
-    Plotly.newPlot(panel.div, traces, {...layoutBase, showlegend: panel.metrics.length > 1,
-                                       legend: {orientation: "h", y: 1.12, font: {size: 10}}}, plotConfig);
+    panel.chart = charts.chart(panel.div, {
+      traces, skipFirst: panel.metrics.some(GrpoCharts.skipsFirstPoint),
+      layout: {showlegend: panel.metrics.length > 1, legend: {orientation: "h", y: 1.12, font: {size: 10}}},
+    });
   }
 
   // points: {metric: [[step, value], ...]} for this panel -> one extendTraces call.
@@ -129,7 +127,8 @@
       if (ux.length) { indices.push(0, 1); x.push(ux, ux); y.push(uy, ly); }
     }
     if (!indices.length) return;
-    Plotly.extendTraces(panel.div, {x, y}, indices);
+    indices.forEach((trace, k) => panel.chart.extend(trace, {step: x[k]}, y[k]));
+    panel.chart.render();
     panel.div.dataset.points = String(panel.points);
     const figure = panel.div.closest("figure");
     if (figure.hidden) {
@@ -384,6 +383,7 @@
 
   $("sample-step").addEventListener("change", () => { loadSamples().catch(apiProblem); });
 
+  GrpoCharts.controls($("chart-controls"), charts);
   for (const panel of panels) if (chartDiv(panel)) initPanel(panel);
   (async function start() {
     try {

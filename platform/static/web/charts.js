@@ -1,0 +1,332 @@
+// Metric charts that read right, one module for the run page (run.js) and the compare page
+// (compare.js): EMA smoothing, a log-y toggle, tick labels that keep a value's magnitude
+// (1e-3, 2.5e-5, never a row of zeros), a y-range that a timing chart's first step (compilation)
+// does not flatten, and x-zoom shared by every chart of a group.
+//
+// The pure functions (ema, formatValue, tickLabels, niceTicks, logTicks, robustRange,
+// skipsFirstPoint) need no DOM and are tested in a browser against hand-computed values
+// (tests/platform/test_web_charts_js.py). GrpoCharts.group() and group.chart() draw with Plotly.
+//
+// A chart keeps its raw data (each trace: x arrays by axis name, e.g. {step: [...],
+// elapsed_s: [...]}, and y) and redraws from it with Plotly.react whenever data or an option
+// changes, so smoothing and log-y never lose points.
+(function (root) {
+  "use strict";
+
+  // --- pure functions ---------------------------------------------------------------------------
+
+  // Exponential moving average with TensorBoard's debiasing: s_n = w*s_(n-1) + (1-w)*v_n from
+  // s_0 = 0, shown as s_n / (1 - w^n), so the first point is the first value (not pulled to 0).
+  // Non-finite values (null, NaN) stay as they are and do not move the average. weight 0 = raw.
+  function ema(values, weight) {
+    const w = Math.min(Math.max(Number(weight) || 0, 0), 0.999);
+    if (w === 0) return values.slice();
+    const out = new Array(values.length);
+    let last = 0, n = 0;
+    for (let i = 0; i < values.length; i++) {
+      const v = values[i];
+      if (v === null || v === undefined || !Number.isFinite(v)) { out[i] = v; continue; }
+      last = last * w + (1 - w) * v;
+      n += 1;
+      out[i] = last / (1 - Math.pow(w, n));
+    }
+    return out;
+  }
+
+  function trimExponential(text) {
+    // "2.50e-5" -> "2.5e-5", "1.00e+3" -> "1e3"
+    const [mantissa, exponent] = text.split("e");
+    const m = mantissa.includes(".") ? mantissa.replace(/0+$/, "").replace(/\.$/, "") : mantissa;
+    return `${m}e${Number(exponent)}`;
+  }
+
+  const SMALL = 1e-2;   // below this (in absolute value) a number is written with its exponent
+  const LARGE = 1e5;    // and from this up
+
+  // One value with `digits` significant digits, keeping its magnitude: 0.001 -> "1e-3",
+  // 2.5e-5 -> "2.5e-5", 0.5 -> "0.5", 12.345 -> "12.3", 123456 -> "1.23e5"; null/NaN -> "-".
+  function formatValue(value, digits) {
+    const d = digits || 3;
+    if (value === null || value === undefined || Number.isNaN(value)) return "-";
+    if (!Number.isFinite(value)) return value > 0 ? "inf" : "-inf";
+    if (value === 0) return "0";
+    const a = Math.abs(value);
+    if (a < SMALL || a >= LARGE) return trimExponential(value.toExponential(d - 1));
+    return String(Number(value.toPrecision(d)));
+  }
+
+  // Labels for an axis's ticks, one style for all of them: exponents when the largest tick is
+  // tiny or huge (0, 2e-4, 4e-4, ...), else plain decimals as many as the step needs.
+  function tickLabels(ticks) {
+    const finite = ticks.filter((t) => Number.isFinite(t));
+    const top = Math.max(0, ...finite.map(Math.abs));
+    if (top === 0) return ticks.map(() => "0");
+    if (top < SMALL || top >= LARGE) {
+      return ticks.map((t) => (t === 0 ? "0" : trimExponential(t.toExponential(Math.min(precisionOf(ticks, top), 6)))));
+    }
+    const steps = [];
+    for (let i = 1; i < finite.length; i++) steps.push(Math.abs(finite[i] - finite[i - 1]));
+    const step = steps.length ? Math.min(...steps.filter((s) => s > 0), top) : top;
+    const decimals = Math.max(0, Math.min(10, -Math.floor(Math.log10(step) + 1e-9)));
+    return ticks.map((t) => String(Number(t.toFixed(decimals))));
+  }
+
+  // Mantissa digits after the point that tell evenly spaced exponent ticks apart.
+  function precisionOf(ticks, top) {
+    const finite = ticks.filter((t) => Number.isFinite(t) && t !== 0);
+    let step = top;
+    for (let i = 1; i < finite.length; i++) {
+      const s = Math.abs(finite[i] - finite[i - 1]);
+      if (s > 0) step = Math.min(step, s);
+    }
+    return Math.max(0, Math.floor(Math.log10(top)) - Math.floor(Math.log10(step) + 1e-9));
+  }
+
+  // About `target` round tick values (1, 2 or 5 times a power of ten apart) covering [lo, hi].
+  function niceTicks(lo, hi, target) {
+    const count = target || 5;
+    if (!Number.isFinite(lo) || !Number.isFinite(hi)) return [];
+    if (hi < lo) [lo, hi] = [hi, lo];
+    if (hi === lo) return [lo];
+    const raw = (hi - lo) / count;
+    const power = Math.pow(10, Math.floor(Math.log10(raw)));
+    const step = [1, 2, 5, 10].map((m) => m * power).find((s) => s >= raw) || 10 * power;
+    const ticks = [];
+    const first = Math.ceil(lo / step - 1e-9);
+    for (let k = first; k * step <= hi + step * 1e-9; k++) ticks.push(Number((k * step).toPrecision(12)));
+    return ticks;
+  }
+
+  // Tick values for a log axis showing [lo, hi] (data units, positive): the powers of ten inside,
+  // with 2x and 5x added when fewer than three fit, linear ticks when not even one does.
+  function logTicks(lo, hi) {
+    if (!(lo > 0) || !(hi > 0)) return [];
+    if (hi < lo) [lo, hi] = [hi, lo];
+    const inside = (t) => t >= lo * (1 - 1e-9) && t <= hi * (1 + 1e-9);
+    const ticks = [];
+    for (let e = Math.floor(Math.log10(lo)); e <= Math.ceil(Math.log10(hi)); e++) {
+      for (const m of [1, 2, 5]) ticks.push(Number((m * Math.pow(10, e)).toPrecision(12)));
+    }
+    const decades = ticks.filter((t, i) => i % 3 === 0 && inside(t));
+    if (decades.length >= 3) return decades;
+    const some = ticks.filter(inside);
+    return some.length >= 2 ? some : niceTicks(lo, hi, 4);
+  }
+
+  // Whether a metric's first point is left out of its chart's y-range: timings and throughput,
+  // whose first step includes compilation.
+  function skipsFirstPoint(metric) {
+    return /^(timing|throughput)\//.test(metric || "");
+  }
+
+  // The y-range [lo, hi] that shows every trace's points whose x lies in xRange (null: all), each
+  // trace {x: [...], y: [...], skipFirst}: skipFirst leaves out the trace's first point. With log,
+  // only positive values count and the range is in log10 units (Plotly's log axes). 5 % padding;
+  // null when nothing is left to show.
+  function robustRange(traces, options) {
+    const opts = options || {};
+    let lo = Infinity, hi = -Infinity;
+    for (const t of traces) {
+      const start = t.skipFirst && t.y.length > 1 ? 1 : 0;
+      for (let i = start; i < t.y.length; i++) {
+        const v = t.y[i];
+        if (v === null || v === undefined || !Number.isFinite(v) || (opts.log && v <= 0)) continue;
+        if (opts.xRange) {
+          const x = t.x[i];
+          if (x < opts.xRange[0] || x > opts.xRange[1]) continue;
+        }
+        if (v < lo) lo = v;
+        if (v > hi) hi = v;
+      }
+    }
+    if (lo === Infinity) return null;
+    if (opts.log) { lo = Math.log10(lo); hi = Math.log10(hi); }
+    const pad = hi > lo ? (hi - lo) * 0.05 : (opts.log ? 0.5 : Math.abs(hi) * 0.05 || 1);
+    return [lo - pad, hi + pad];
+  }
+
+  // --- charts ---------------------------------------------------------------------------------
+
+  const PLOT_CONFIG = {displaylogo: false, responsive: true, modeBarButtonsToRemove: ["lasso2d", "select2d"]};
+  const X_TITLES = {step: "step", elapsed_s: "wall time"};
+  const TIME_UNITS = [[3600 * 2, 3600, "h"], [60 * 10, 60, "min"], [0, 1, "s"]];  // [from span_s, divisor, unit]
+
+  // A group of charts sharing options ({smoothing: 0..0.99, logY, x: "step" | "elapsed_s"}) and
+  // their x-zoom. onChange(options) is called after an option changes.
+  function group(options, onChange) {
+    const g = {options: {smoothing: 0, logY: false, x: "step", ...(options || {})}, charts: [], syncing: false};
+
+    g.chart = function (div, spec) {
+      const old = g.charts.findIndex((c) => c.div === div);
+      if (old >= 0) g.charts.splice(old, 1);
+      const chart = makeChart(g, div, spec);
+      g.charts.push(chart);
+      return chart;
+    };
+
+    g.set = function (name, value) {
+      g.options[name] = value;
+      if (name === "x") for (const c of g.charts) { c.xRange = null; c.yRange = null; }
+      for (const c of g.charts) c.render();
+      if (onChange) onChange(g.options);
+    };
+
+    // Another chart's x-zoom: the same x window here, y fitted to it.
+    g.zoomX = function (source, xRange) {
+      if (g.syncing) return;
+      g.syncing = true;
+      try {
+        for (const c of g.charts) {
+          if (c === source) continue;
+          c.xRange = xRange;
+          c.yRange = null;
+          c.render();
+        }
+      } finally {
+        g.syncing = false;
+      }
+    };
+    return g;
+  }
+
+  // spec: {traces: [{name, ...Plotly trace properties}], layout: {...}, skipFirst: bool}
+  function makeChart(g, div, spec) {
+    const chart = {
+      div, spec, xRange: null, yRange: null,
+      data: spec.traces.map(() => ({x: {}, y: []})),
+    };
+
+    // x: {axisName: [...]} (the same length as y); replaces trace i's data.
+    chart.setData = function (i, x, y) {
+      chart.data[i] = {x: {...x}, y: y.slice()};
+    };
+
+    chart.extend = function (i, x, y) {
+      const d = chart.data[i];
+      for (const [axis, values] of Object.entries(x)) d.x[axis] = (d.x[axis] || []).concat(values);
+      d.y = d.y.concat(y);
+    };
+
+    chart.points = function (i) { return chart.data[i].y.length; };
+
+    function xScale() {
+      if (g.options.x !== "elapsed_s") return {divisor: 1, title: X_TITLES[g.options.x] || g.options.x};
+      let span = 0;
+      for (const d of chart.data) for (const v of d.x.elapsed_s || []) if (v > span) span = v;
+      for (const c of g.charts) for (const d of c.data) for (const v of d.x.elapsed_s || []) if (v > span) span = v;
+      const [, divisor, unit] = TIME_UNITS.find(([from]) => span >= from);
+      return {divisor, title: `wall time since the run's first step (${unit})`};
+    }
+
+    chart.render = function () {
+      const {divisor, title} = xScale();
+      const shown = chart.data.map((d) => ({
+        x: (d.x[g.options.x] || []).map((v) => v / divisor),
+        y: ema(d.y, g.options.smoothing),
+      }));
+      const robust = shown.map((s, i) => ({...s, skipFirst: spec.skipFirst && !spec.traces[i].noSkip}));
+      const anyPositive = shown.some((s) => s.y.some((v) => v > 0));
+      const log = g.options.logY && anyPositive;
+      const yRange = chart.yRange || robustRange(robust, {log, xRange: chart.xRange});
+      const yaxis = {zeroline: false, type: log ? "log" : "linear", hoverformat: ".4~g"};
+      if (yRange) {
+        yaxis.range = yRange;
+        const [lo, hi] = log ? [Math.pow(10, yRange[0]), Math.pow(10, yRange[1])] : yRange;
+        const ticks = log ? logTicks(lo, hi) : niceTicks(lo, hi, 5);
+        Object.assign(yaxis, {tickmode: "array", tickvals: ticks, ticktext: tickLabels(ticks)});
+      } else {
+        yaxis.autorange = true;
+      }
+      const xaxis = {title: {text: title, standoff: 4}, zeroline: false};
+      if (chart.xRange) xaxis.range = chart.xRange.slice(); else xaxis.autorange = true;
+      const traces = spec.traces.map((t, i) => ({...t, x: shown[i].x, y: shown[i].y}));
+      const layout = {
+        margin: {l: 56, r: 12, t: 8, b: 36}, showlegend: false, hovermode: "x unified",
+        paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)", font: {size: 11},
+        ...(spec.layout || {}), xaxis, yaxis,
+      };
+      chart.rendering = true;
+      try {
+        Plotly.react(div, traces, layout, PLOT_CONFIG);
+      } finally {
+        chart.rendering = false;
+      }
+      div.dataset.log = log ? "1" : "0";
+      div.dataset.smoothing = String(g.options.smoothing);
+      div.dataset.x = g.options.x;
+      div.dataset.yTicks = yaxis.ticktext ? yaxis.ticktext.join(" ") : "";
+    };
+
+    chart.render();
+    div.on("plotly_relayout", (event) => {
+      if (chart.rendering || !event) return;
+      const x0 = event["xaxis.range[0]"], x1 = event["xaxis.range[1]"];
+      const y0 = event["yaxis.range[0]"], y1 = event["yaxis.range[1]"];
+      if (event["xaxis.autorange"] || event["yaxis.autorange"]) {
+        chart.xRange = null;
+        chart.yRange = null;
+        chart.render();
+        g.zoomX(chart, null);
+        return;
+      }
+      if (x0 !== undefined && x1 !== undefined) {
+        chart.xRange = [x0, x1];
+        chart.yRange = y0 !== undefined && y1 !== undefined ? [y0, y1] : null;
+        chart.render();
+        g.zoomX(chart, chart.xRange);
+      } else if (y0 !== undefined && y1 !== undefined) {
+        chart.yRange = [y0, y1];
+        chart.render();
+      }
+    });
+    return chart;
+  }
+
+  // The controls every chart page has: smoothing (a slider, 0 to 0.99) and log-y; with
+  // xChoices ({step: "step", elapsed_s: "wall time"}) also the x-axis. Built into `container`.
+  function controls(container, g, xChoices) {
+    const smoothing = document.createElement("label");
+    smoothing.className = "small";
+    smoothing.append("smoothing ");
+    const slider = document.createElement("input");
+    Object.assign(slider, {type: "range", min: "0", max: "0.99", step: "0.01", id: "chart-smoothing"});
+    slider.value = String(g.options.smoothing);
+    const shown = document.createElement("output");
+    shown.id = "chart-smoothing-value";
+    shown.textContent = String(g.options.smoothing);
+    slider.addEventListener("input", () => {
+      shown.textContent = slider.value;
+      g.set("smoothing", Number(slider.value));
+    });
+    smoothing.append(slider, " ", shown);
+
+    const logY = document.createElement("label");
+    logY.className = "small";
+    const box = document.createElement("input");
+    Object.assign(box, {type: "checkbox", id: "chart-log-y", checked: g.options.logY});
+    box.addEventListener("change", () => g.set("logY", box.checked));
+    logY.append(box, " log y");
+    container.append(smoothing, logY);
+
+    if (xChoices) {
+      const xLabel = document.createElement("label");
+      xLabel.className = "small";
+      xLabel.append("x axis ");
+      const select = document.createElement("select");
+      select.id = "chart-x";
+      for (const [value, text] of Object.entries(xChoices)) {
+        const option = document.createElement("option");
+        option.value = value;
+        option.textContent = text;
+        select.append(option);
+      }
+      select.value = g.options.x;
+      select.addEventListener("change", () => g.set("x", select.value));
+      xLabel.append(select);
+      container.append(xLabel);
+    }
+  }
+
+  const api = {ema, formatValue, tickLabels, niceTicks, logTicks, robustRange, skipsFirstPoint, group, controls};
+  root.GrpoCharts = api;
+})(typeof window !== "undefined" ? window : this);

@@ -1,0 +1,35 @@
+"""A Chromium page (Playwright, Debian's /usr/bin/chromium) logged in to the live test server:
+the `logged_in_page` fixture (import it), as alice. Script errors on the page fail the test."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connections
+from playwright.sync_api import sync_playwright
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
+
+
+@pytest.fixture
+def logged_in_page(live_server, client, alice, monkeypatch):
+    """A Chromium page logged in as alice (her session cookie), base URL = the live server."""
+    # Playwright's sync API keeps an event loop in this thread; the test's own ORM calls are
+    # still plain synchronous calls.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    client.force_login(alice)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        context = browser.new_context(base_url=live_server.url)
+        context.add_cookies([{"name": "sessionid", "value": client.cookies["sessionid"].value,
+                              "url": live_server.url}])
+        page = context.new_page()
+        page.set_default_timeout(10_000)
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        yield page
+        # The test's own ORM calls ran beside Playwright's event loop, on a connection of that
+        # context: close it, or PostgreSQL cannot drop the test database at the end.
+        connections.close_all()
+        browser.close()
+    assert errors == [], f"script errors: {errors}"
