@@ -23,12 +23,13 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from experiments import configs
+from experiments import configs, run_filters
 from experiments.access import get_for_user, may_change
 from experiments.configs import ConfigError
-from experiments.models import ACTIVE_STATUSES, TERMINAL_STATUSES, Experiment, Run, RunStatus
+from experiments.models import ACTIVE_STATUSES, TERMINAL_STATUSES, Experiment, Run
 from runner import exports, queues, services
 
+from web import run_table
 from web.actions import clone_experiment, restore_version
 from web.config_form import config_from_values, form_values, to_yaml
 from web.dashboard import chart_panels
@@ -344,25 +345,27 @@ def version_restore(request, pk: int, number: int):
 @login_required
 @require_GET
 def run_list(request):
-    """Every run the user may see, newest first; ?status=S and ?experiment=ID filter."""
-    runs = Run.objects.visible_to(request.user).select_related("experiment__owner")
-    status = request.GET.get("status")
-    experiment_id = request.GET.get("experiment")
-    error = None
-    if status and status not in RunStatus.values:
-        error = f"unknown status '{status}'; choose one of: {', '.join(RunStatus.values)}"
-    elif experiment_id and not (experiment_id.isdigit() and len(experiment_id) <= 18):
-        error = "experiment must be an experiment's id (a number)"
-    if error:
-        return render(request, "web/run_list.html", {"page": None, "error": error, "statuses": RunStatus.values},
-                      status=400)
-    if status:
-        runs = runs.filter(status=status)
-    if experiment_id:
-        runs = runs.filter(experiment_id=int(experiment_id))
-    page = Paginator(runs, RUNS_PER_PAGE).get_page(request.GET.get("page"))
-    return render(request, "web/run_list.html",
-                  {"page": page, "status": status, "statuses": RunStatus.values})
+    """The runs table: every run the user may see, filtered, sorted and with metric columns as
+    experiments.run_filters reads the query (the same parameters as GET /api/runs, which the page's
+    script polls to keep the cells live); a parameter it cannot use is a 400 page saying which."""
+    try:
+        query = run_filters.parse(dict(request.GET.lists()))
+    except run_filters.FilterError as exc:
+        context = {"page": None, "error": f"{exc.parameter}: {exc.message}", "query": run_filters.RunQuery(),
+                   **run_table.filter_choices(request.user, run_filters.RunQuery())}
+        return render(request, "web/run_list.html", context, status=400)
+    runs = Run.objects.visible_to(request.user).select_related("experiment__owner").prefetch_related("tags")
+    page = Paginator(run_filters.apply(runs, query), RUNS_PER_PAGE).get_page(request.GET.get("page"))
+    page.object_list = list(page.object_list)  # evaluated once, here
+    run_table.attach_metric_cells(page.object_list, query)
+    context = {
+        "page": page,
+        "query": query,
+        "runs_per_page": RUNS_PER_PAGE,
+        **run_table.table_context(query),
+        **run_table.filter_choices(request.user, query),
+    }
+    return render(request, "web/run_list.html", context)
 
 
 @login_required
@@ -381,6 +384,7 @@ def run_detail(request, pk: int):
         "active_statuses": sorted(ACTIVE_STATUSES),
         "terminal_statuses": sorted(TERMINAL_STATUSES),
         "export": _export_panel(run, steerable),
+        "can_label": steerable,
     }
     return render(request, "web/run_detail.html", context)
 

@@ -37,6 +37,7 @@ VIEWS = {
     "run-detail": ("get", "run", 200),
     "run-control": ("post", "control", 302),
     "run-export": ("post", "run", 302),  # a toy run: refused with a message, redirected
+    "run-labels": ("post", "run", 302),
     "api-tokens": ("get", None, 200),
 }
 AUTH_VIEWS = {"login", "logout"}
@@ -124,7 +125,7 @@ def test_nav_shows_admin_only_to_staff(client, alice, staff):
 
 # Someone else's rows by permission, not by is_staff. Reading views need the view permission;
 # views that change the experiment or steer the run need the change permission.
-CHANGING_VIEWS = {"experiment-edit", "experiment-launch", "version-restore", "run-control", "run-export"}
+CHANGING_VIEWS = {"experiment-edit", "experiment-launch", "version-restore", "run-control", "run-export", "run-labels"}
 OBJECT_VIEWS = sorted(n for n, v in VIEWS.items() if v[1])
 
 
