@@ -15,11 +15,13 @@ from trainers.config import (
 from trainers.loop.hooks import Action, Control, Hooks, RunInfo, TrainResult
 
 
-def train(config, run_dir, hooks=None, control=None):
-    """Train under `config` in `run_dir` (resuming from its newest checkpoint). See trainers.loop.trainer."""
+def train(config, run_dir, hooks=None, control=None, init_checkpoint=None):
+    """Train under `config` in `run_dir` (resuming from its newest checkpoint; else, given
+    `init_checkpoint`, a checkpoint directory, from its weights with a new optimizer state).
+    See trainers.loop.trainer."""
     from trainers.loop.trainer import train as _train
 
-    return _train(config, run_dir, hooks, control)
+    return _train(config, run_dir, hooks, control, init_checkpoint=init_checkpoint)
 
 
 __all__ = [

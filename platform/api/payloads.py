@@ -131,6 +131,10 @@ def run_detail(run: Run) -> dict[str, Any]:
         "experiment": {"id": run.experiment_id, "name": run.experiment.name},
         "tags": run_labels.tag_names(run),
         "notes": run.notes,
+        # lineage (runner.forks): the parent run's id, its checkpoint step, "fresh" | "continued"
+        "forked_from": run.forked_from_id,
+        "forked_from_step": run.forked_from_step,
+        "fork_optimizer": run.fork_optimizer or None,
     }
 
 

@@ -11,15 +11,17 @@ browser session; a trailing slash is optional. See api/views.py for each one's s
     GET             runs/<id>/chart                   ?max_points=   (min/max downsampled)
     GET             runs/<id>/samples                 ?step=
     GET             runs/<id>/checkpoints
+    GET             runs/<id>/checkpoints/<step>/hf.zip   a checkpoint's Hugging Face folder (api/checkpoint_views.py)
     GET             runs/<id>/events                  ?after_id=&limit=
     POST            runs/<id>/cancel|pause|resume|retry
     POST            runs/<id>/export                  {"step"?, "dtype"?} -> a Hugging Face folder
+    POST            runs/<id>/fork                    {"step", "optimizer"?, "max_steps"?, "queue"?} -> a new run
     GET             models                            the model folders under the model roots
 """
 
 from django.urls import re_path
 
-from api import compare_views, views
+from api import checkpoint_views, compare_views, views
 from api.endpoint import not_found
 
 ID = r"(?P<pk>[0-9]{1,18})"  # ids fit a 64-bit integer; longer ones fall to the JSON 404
@@ -35,9 +37,12 @@ urlpatterns = [
     re_path(rf"^runs/{ID}/chart/?$", views.run_chart, name="api-run-chart"),
     re_path(rf"^runs/{ID}/samples/?$", views.run_samples, name="api-run-samples"),
     re_path(rf"^runs/{ID}/checkpoints/?$", views.run_checkpoints, name="api-run-checkpoints"),
+    re_path(rf"^runs/{ID}/checkpoints/(?P<step>[0-9]{{1,9}})/hf\.zip$", checkpoint_views.checkpoint_download,
+            name="api-checkpoint-download"),
     re_path(rf"^runs/{ID}/events/?$", views.run_events, name="api-run-events"),
     re_path(rf"^runs/{ID}/(?P<action>cancel|pause|resume|retry)/?$", views.run_action, name="api-run-action"),
     re_path(rf"^runs/{ID}/export/?$", views.run_export, name="api-run-export"),
+    re_path(rf"^runs/{ID}/fork/?$", checkpoint_views.run_fork, name="api-run-fork"),
     re_path(r"^models/?$", views.models, name="api-models"),
     re_path(r"", not_found),  # anything else under /api/: a JSON 404, not the site's HTML page
 ]

@@ -1,7 +1,8 @@
 """One attempt of a run, inside the trainer child process (`manage.py execute_run RUN ATTEMPT`).
 
 Parses the run's config snapshot (experiments.configs: the schema and the dataset roots), trains
-in the run directory (resuming from its newest checkpoint) with database + run-file hooks and
+in the run directory (resuming from its newest checkpoint; a fresh fork starts from its parent's
+checkpoint weights: runner.forks) with database + run-file hooks and
 database control, then writes the final status by compare-and-set on (status, attempt):
 
   trainer returned   run status now   ->  final
@@ -27,6 +28,7 @@ from django.utils import timezone
 from experiments.models import ACTIVE_STATUSES, Run, RunEvent, RunStatus
 from runner.control import DatabaseControl
 from runner.db_hooks import DatabaseHooks
+from runner.forks import start_checkpoint
 from runner.sample_prompts import chat_prompts_for
 from runner.services import send_when_committed
 
@@ -92,7 +94,8 @@ def run_attempt(run_id: int, attempt: int, parent_pid: int | None = None) -> int
     db_hooks = DatabaseHooks(run_id, attempt, chat_prompts=chat_prompts_for(config))
     hooks = MultiHooks(db_hooks, RunFilesHooks(run_dir))
     try:
-        result = train(config, run_dir, hooks=hooks, control=control)
+        # a fresh fork starts from its parent's checkpoint weights (runner.forks); None otherwise
+        result = train(config, run_dir, hooks=hooks, control=control, init_checkpoint=start_checkpoint(run, run_dir))
     except BaseException as exc:  # noqa: BLE001 - any failure of user code ends the run as failed
         lines = traceback.format_exc().rstrip().splitlines()
         try:

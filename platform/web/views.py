@@ -29,7 +29,7 @@ from experiments.configs import ConfigError
 from experiments.models import ACTIVE_STATUSES, TERMINAL_STATUSES, Experiment, Run
 from runner import exports, queues, services
 
-from web import run_table
+from web import fork_views, run_table
 from web.actions import clone_experiment, restore_version
 from web.config_form import config_from_values, form_values, to_yaml
 from web.dashboard import chart_panels
@@ -384,6 +384,7 @@ def run_detail(request, pk: int):
         "active_statuses": sorted(ACTIVE_STATUSES),
         "terminal_statuses": sorted(TERMINAL_STATUSES),
         "export": _export_panel(run, steerable),
+        "lineage": fork_views.lineage_panel(run, steerable),
         "can_label": steerable,
     }
     return render(request, "web/run_detail.html", context)

@@ -102,3 +102,15 @@ class Checkpointer:
 
     def close(self) -> None:
         self._manager.close()
+
+
+def restore_params_at(step_dir: str | os.PathLike, params_like: Any) -> Any:
+    """Only the params of one finished checkpoint directory `step_dir` (`<run_dir>/checkpoints/<step>`,
+    e.g. another run's), into the structure of `params_like`. Read-only: it opens no checkpoint manager
+    over the folder (which would clean up, or apply retention to, a live run's checkpoints)."""
+    params_dir = os.path.join(os.path.abspath(os.fspath(step_dir)), "params")
+    if not os.path.isdir(params_dir):
+        raise FileNotFoundError(f"{step_dir} is not a checkpoint directory (it has no params/)")
+    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, params_like)
+    with ocp.StandardCheckpointer() as checkpointer:
+        return checkpointer.restore(params_dir, abstract)

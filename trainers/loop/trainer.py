@@ -37,7 +37,7 @@ from trainers.asynchronous.source import AsyncRolloutSource
 from trainers.config import ExperimentConfig
 from trainers.data.examples import load_examples
 from trainers.data.prompt_stream import PromptStream
-from trainers.loop.checkpoint import Checkpointer
+from trainers.loop.checkpoint import Checkpointer, restore_params_at
 from trainers.loop.hooks import Action, Control, Hooks, RunInfo, TrainResult
 from trainers.loop.placement import Placement
 from trainers.loop.plan import BatchPlan, informative_first, make_plan, shared_prompt_group
@@ -95,11 +95,15 @@ class GRPOTrainer:
     source: builds the rollout source from the run's `RolloutContext` (a `RolloutSource` class:
       `SyncRolloutSource`, `AsyncRolloutSource`); default `rollout_source_for(config)`.
     placement: where arrays live; default `Placement.from_config(config)`.
+    init_checkpoint: a checkpoint directory (`<run_dir>/checkpoints/<step>`, e.g. another run's) whose
+      params replace the model's first weights; the optimizer state is new and training starts at
+      step 0 (a "fresh" fork). It is also the reference policy. A checkpoint of this run's own, if
+      any, still wins: a resumed run goes on from where it was.
     """
 
     def __init__(self, config: ExperimentConfig, run_dir: str, hooks: Hooks | None = None,
                  control: Control | None = None, *, source: SourceFactory | None = None,
-                 placement: Placement | None = None):
+                 placement: Placement | None = None, init_checkpoint: str | None = None):
         self.config = config
         self.run_dir = os.path.abspath(run_dir)
         self.hooks = hooks or Hooks()
@@ -118,6 +122,9 @@ class GRPOTrainer:
             check_prompts_fit(self.spec, self.eval_examples[: config.eval.prompts or None], "eval")
         self.model_config = model_config_for(config)
         self.graphdef, params = initial_params(config, self.model_config)
+        if init_checkpoint is not None:
+            params = restore_params_at(init_checkpoint, params)
+        self.init_checkpoint = init_checkpoint
         # The reference policy is the initial one (the model folder's weights, with model.path); a
         # copy, since updates donate `params`' buffers.
         self.ref_params = jax.tree.map(jnp.copy, params) if self.plan.needs_reference else None
@@ -326,6 +333,8 @@ class GRPOTrainer:
         if resumed is not None:
             self.hooks.on_resume(resumed)
             self.hooks.on_log(f"resumed from checkpoint at step {resumed} (data position {self.state.data_position})")
+        elif self.init_checkpoint is not None:
+            self.hooks.on_log(f"starting from the weights of checkpoint {self.init_checkpoint} (new optimizer state)")
         self.hooks.on_start(RunInfo(
             config=cfg.to_dict(), plan_text=self.plan.describe(), start_step=self.state.step,
             max_steps=cfg.train.max_steps, run_dir=self.run_dir, param_count=param_count(self.state.params),
@@ -368,7 +377,9 @@ class GRPOTrainer:
         return result
 
 
-def train(config: ExperimentConfig, run_dir: str, hooks: Hooks | None = None, control: Control | None = None) -> TrainResult:
-    """Train under `config`, resuming from the newest checkpoint in `run_dir/checkpoints` if any.
+def train(config: ExperimentConfig, run_dir: str, hooks: Hooks | None = None, control: Control | None = None,
+          init_checkpoint: str | None = None) -> TrainResult:
+    """Train under `config`, resuming from the newest checkpoint in `run_dir/checkpoints` if any
+    (else from `init_checkpoint`'s weights when given: see GRPOTrainer).
     With `async.enabled` the rollouts come from the asynchronous source (`rollout_source_for`)."""
-    return GRPOTrainer(config, run_dir, hooks, control).run()
+    return GRPOTrainer(config, run_dir, hooks, control, init_checkpoint=init_checkpoint).run()

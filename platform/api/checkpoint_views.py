@@ -1,0 +1,59 @@
+"""The JSON API's checkpoint endpoints: download one as a Hugging Face folder (runner.downloads)
+and fork a run from one (runner.forks). Thin, like api/views.py.
+
+    GET   runs/<id>/checkpoints/<step>/hf.zip   the checkpoint's Hugging Face folder as a zip
+    POST  runs/<id>/fork                        {"step", "optimizer"?, "max_steps"?, "queue"?} -> 201 {"id"}
+"""
+
+from __future__ import annotations
+
+from django.http import FileResponse, JsonResponse
+
+from experiments.access import get_for_user
+from experiments.models import Run
+from runner import downloads, forks
+
+from api.endpoint import ApiError, api_endpoint, json_body
+
+
+def _run(request, pk: int, change: bool = False) -> Run:
+    return get_for_user(Run.objects.select_related("experiment__owner"), request.user, pk, change=change)
+
+
+@api_endpoint("GET")
+def checkpoint_download(request, pk: int, step: int):
+    """GET /api/runs/<id>/checkpoints/<step>/hf.zip: a zip (`run-<id>-step-<N>/` holding config.json,
+    model.safetensors and the tokenizer files) that transformers loads once unpacked. The checkpoint
+    is exported first if it was not (seconds for a 135M model). Anyone who may see the run may
+    download it. 404 for a step without a checkpoint (the message lists the steps), 409 for a run
+    that cannot be exported (a toy preset with the character tokenizer) or one being exported now."""
+    run = _run(request, pk)
+    try:
+        folder = downloads.hf_folder(run, int(step))
+    except downloads.DownloadRefused as exc:
+        raise ApiError(exc.status, exc.message) from None
+    name = f"run-{run.pk}-step-{int(step)}"
+    return FileResponse(downloads.zip_folder(folder, name), as_attachment=True, filename=f"{name}.zip",
+                        content_type="application/zip")
+
+
+@api_endpoint("POST")
+def run_fork(request, pk: int):
+    """POST /api/runs/<id>/fork {"step": N, "optimizer"?: "fresh" (default) | "continued",
+    "max_steps"?: M (default: the parent's train.max_steps), "queue"?: name (default: the parent's)}:
+    201 {"id", "status", "queue", "forked_from", "forked_from_step", "fork_optimizer"}, a queued run
+    of the same experiment starting from checkpoint N (runner.forks says what each optimizer means).
+    400 {"errors": {field}} for bad input or a step without a checkpoint (the message lists the
+    steps); someone else's run 404, one the caller may only see 403; 409 when the parent's config
+    is no longer valid here; 429 over the owner's queued-run limit."""
+    parent = _run(request, pk, change=True)
+    try:
+        child = forks.fork_run(parent, forks.parse_fork_input(json_body(request)))
+    except forks.ForkRefused as exc:
+        raise (ApiError(exc.status, errors={exc.field: exc.message}) if exc.field
+               else ApiError(exc.status, exc.message)) from None
+    body = {"id": child.pk, "status": child.status, "queue": child.queue, "forked_from": parent.pk,
+            "forked_from_step": child.forked_from_step, "fork_optimizer": child.fork_optimizer}
+    response = JsonResponse(body, status=201)
+    response["Location"] = f"/api/runs/{child.pk}"
+    return response
