@@ -2,8 +2,8 @@
 hold at once. Settings give the defaults (PLATFORM_MAX_QUEUED_RUNS_PER_USER,
 PLATFORM_MAX_ACTIVE_RUNS_PER_USER); a `UserLimits` row overrides them for one user.
 
-- Queued runs are counted where a run goes on the queue (runner.services: launch, resume, retry,
-  and any other path that calls `check_queued_room`): inside the transaction that queues the run,
+- Queued runs are counted where a run goes on the queue (runner.services: launch, resume, retry;
+  runner.forks: fork; any new path must call `check_queued_room`): inside the transaction that queues the run,
   after the user's row is locked (`select_for_update`; on SQLite the IMMEDIATE transaction already
   serialises writers), so two launches at the same moment cannot both pass. Over the limit ->
   `LaunchRefused` (429) and the transaction rolls back: no run is created or requeued.
