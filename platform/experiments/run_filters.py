@@ -31,7 +31,7 @@ from typing import Any, Iterable, Mapping
 from django.db.models import F, OuterRef, Subquery
 from django.db.models.fields.json import KeyTransform
 
-from experiments.models import MetricPoint, RunStatus
+from experiments.models import MetricPoint, RunStatus, text_problem
 from experiments.run_labels import TAG_NAME
 
 DEFAULT_SORT = "-created"
@@ -48,9 +48,9 @@ MAX_METRIC_COLUMNS = 10
 MAX_TAGS = 10
 MAX_CONFIG_FILTERS = 10
 MAX_CONFIG_DEPTH = 8
-MAX_ID_DIGITS = 18  # ids fit a 64-bit integer
+ID = re.compile(r"[0-9]{1,18}")  # ids fit a 64-bit integer
 MAX_CONFIG_NUMBER = 2**53  # beyond this a number does not survive the databases' JSON intact
-METRIC_NAME = re.compile(r"[^\s,]{1,64}")          # MetricPoint.name holds 64; ',' separates names
+METRIC_NAME = re.compile(r"[^\s,\x00-\x1f\x7f]{1,64}")  # MetricPoint.name holds 64; ',' separates names
 USERNAME = re.compile(r"[\w.@+-]{1,150}")
 CONFIG_KEY = re.compile(r"[A-Za-z0-9_-]{1,64}")    # one segment of a dotted config path
 
@@ -179,6 +179,8 @@ def parse_config_filter(text: str) -> ConfigFilter:
     if isinstance(value, (int, float)) and not isinstance(value, bool) and not (
             math.isfinite(value) and abs(value) <= MAX_CONFIG_NUMBER):
         raise FilterError("config", f"{text!r}: a number between -2**53 and 2**53")
+    if isinstance(value, str) and (text_problem(value) or "\x00" in value):
+        raise FilterError("config", f"{text[:80]!r}: the value holds characters no config holds (NUL or a lone surrogate)")
     return ConfigFilter(path, value)
 
 
@@ -195,7 +197,7 @@ def parse(params: Mapping[str, Iterable[str] | str]) -> RunQuery:
         raise FilterError("status", f"unknown status {', '.join(unknown)}; statuses are {', '.join(RunStatus.values)}")
 
     experiment_text = _last(params, "experiment")
-    if experiment_text and not (experiment_text.isdigit() and len(experiment_text) <= MAX_ID_DIGITS):
+    if experiment_text and not ID.fullmatch(experiment_text):
         raise FilterError("experiment", f"must be an experiment's id (a number), got {experiment_text!r}")
     experiment_id = int(experiment_text) if experiment_text else None
 

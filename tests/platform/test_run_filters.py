@@ -173,3 +173,31 @@ def test_api_list_queries_stay_constant(alice, django_assert_max_num_queries):
         body = client.get("/api/runs?metrics=reward/mean,kl,accuracy&sort=-metric:kl").json()
     assert len(body["runs"]) == 6 and all(r["metrics"] == {"reward/mean": 0.2, "kl": 0.3, "accuracy": None}
                                           for r in body["runs"])
+
+
+@pytest.mark.parametrize("params", [
+    {"experiment": "\u00b2"}, {"experiment": "99999999999999999999"}, {"owner": "a\x00b"}, {"tag": "t\x00"},
+    {"metrics": "kl\x00"}, {"sort": "-metric:kl\x00"}, {"config": "data.task:a\x00b"}, {"config": 'data.task:"\\ud800"'},
+    {"config": "grpo.beta:99999999999999999999999"}, {"config": "a." * 20 + "b:1"}, {"sort": "x" * 5000},
+])
+def test_hostile_values_are_400s_on_the_api_and_the_page(alice, client, params):
+    response = token_client(alice).get("/api/runs", params)
+    assert response.status_code == 400 and len(response.json()["errors"]) == 1, response.content
+    client.force_login(alice)
+    assert client.get("/runs/", params).status_code == 400
+
+
+def test_odd_but_valid_values_answer_200(alice, client):
+    make_run(alice)
+    for params in ({"config": "data.task:"}, {"config": "rewards.0.name:exact_match"}, {"config": "seed:null"},
+                   {"config": "async.enabled:false"}, {"metrics": "eval/pass@k", "sort": "metric:eval/pass@k"},
+                   {"experiment": "999999999999999999"}, {"tag": "a:b/c.d_e-f"}, {"page": "999"}):
+        assert token_client(alice).get("/api/runs", params).status_code == 200, params
+        client.force_login(alice)
+        assert client.get("/runs/", params).status_code == 200, params
+    # a config filter on a boolean and on a list item find the runs on both databases
+    rewarded = make_run(alice, experiment=make_experiment(alice, rewards=[{"name": "prefix_match", "weight": 1.0}]))
+    assert len(token_client(alice).get("/api/runs", {"config": "async.enabled:false"}).json()["runs"]) == 2
+    found = token_client(alice).get("/api/runs", {"config": "rewards.0.name:prefix_match"}).json()["runs"]
+    assert [r["id"] for r in found] == [rewarded.pk]
+    assert token_client(alice).get("/api/runs", {"config": "rewards.0.name:exact_match"}).json()["runs"] == []
