@@ -9,20 +9,28 @@
       what a dashboard polling a training run sees). Anchor: 150 ms; the figure compared is the live median on
       PostgreSQL (the production path), SQLite alongside. For reference it also times the
       on-the-fly alternative it does not use (SQL GROUP BY step / width, MIN/MAX).
+  (c) comparing runs: 20 runs x 20 series x 10^5 points (4 x 10^7 points) in the scratch database;
+      GET /api/runs/compare?runs=...&max_points=1000 (the compare page's request) through Django's
+      test Client with a session, as the page sends it. Reported: the process's first request (cold: every run's points read, downsampled
+      and encoded), the median of repeated requests (warm: the per-run cache of encoded answers,
+      experiments/run_compare.py, checked by one query of index probes), and the median with one
+      more step written to one run before each request (live: that run alone encoded again).
+      Anchor: 300 ms for the warm request on PostgreSQL (SQLite alongside). The data are written
+      once by the database itself (generate_series / a recursive CTE, a few minutes) and kept.
   (b) metric-reporting overhead: W1 (configs/w1.yaml) trains a few steps with the platform's
       DatabaseHooks (runner/db_hooks.py, flush_interval_s=0.5) writing to the scratch database;
       the time spent inside its on_step/on_samples calls per step, against the step's own time
       (timing/step_s, as bench/grpo_step.py measures it). Anchor: at most 2 % of a W1 step.
 
-    .venv/bin/python bench/platform_bench.py [--parts chart,hooks] [--backends postgresql,sqlite] [--json]
+    .venv/bin/python bench/platform_bench.py [--parts chart,hooks,compare] [--backends postgresql,sqlite] [--json]
 
 PostgreSQL: --database-url, else BENCH_DATABASE_URL, else DATABASE_URL, else
 postgres://postgres@127.0.0.1:5432/grpo_bench; the database is created and migrated by the script
 (a scratch database: it keeps the bench run between invocations so later runs skip the ~20 s
 load; --reload forces it). SQLite: a scratch file under var/bench-platform/. Each part runs in its own child process (fresh Django settings per back end).
 
-Last line: `chart_ms=X ratio_vs_anchor=Y overhead_pct=Z ratio_vs_anchor=W` with Y = X / 150 and
-W = Z / 2 (both targets: <= 1).
+Last line: `chart_ms=X ratio_vs_anchor=Y overhead_pct=Z ratio_vs_anchor=W compare_ms=U
+ratio_vs_anchor=V` with Y = X / 150, W = Z / 2 and V = U / 300 (all targets: <= 1).
 """
 
 from __future__ import annotations
@@ -40,6 +48,8 @@ import time
 # bench/platform.py would shadow the standard library's `platform` for every one of them.
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHART_ANCHOR_MS = 150.0
+COMPARE_ANCHOR_MS = 300.0
+COMPARE_MAX_POINTS = 1000   # what the compare page asks for (run_compare.DEFAULT_MAX_POINTS)
 OVERHEAD_ANCHOR_PCT = 2.0
 MICRO_FIRST_STEP = 1_000_000   # the back-to-back reporting calls use steps from here (deleted after)
 W1_REFERENCE_STEP_S = 0.76  # bench/grpo_step.py on this machine kind, unloaded (README)
@@ -243,6 +253,131 @@ def child_chart(args) -> dict:
     return result
 
 
+def compare_objects(runs: int, steps: int):
+    """The bench user and the first `runs` runs of the experiment "bench-compare" (created where
+    missing, with `steps` steps)."""
+    from django.contrib.auth import get_user_model
+
+    from experiments.models import Experiment, Run
+    from trainers.config import load_config
+
+    user, _ = get_user_model().objects.get_or_create(username="bench")
+    experiment = Experiment.objects.filter(owner=user, name="bench-compare").first()
+    if experiment is None:
+        experiment = Experiment(owner=user, name="bench-compare")
+        experiment.set_config(load_config(os.path.join(ROOT, "configs", "w1.yaml")).to_dict(), user=user)
+    while Run.objects.filter(experiment=experiment).count() < runs:
+        Run.objects.create(experiment=experiment, config=experiment.config, status="succeeded", attempt=1,
+                           max_steps=steps)
+    return user, list(Run.objects.filter(experiment=experiment).order_by("pk")[:runs])
+
+
+COMPARE_SQL = {
+    # one run's points: metric m of `metrics`, step s of `steps`; a falling curve, noise, rare spikes,
+    # one step every 0.5 s of wall time from a start a day apart per run
+    "postgresql": """
+        INSERT INTO {table} (run_id, name, step, value, wall_time)
+        SELECT %(run)s, 'bench/metric_' || lpad(m::text, 2, '0'), s,
+               1.0 / (1.0 + s * (2.0 + m) / %(steps)s) + 0.05 * random() + 0.01 * m
+                 + CASE WHEN (s * 7919 + m * 104729) %% 20011 = 0 THEN 10.0 ELSE 0.0 END,
+               1.7e9 + %(run)s * 86400.0 + s * 0.5
+        FROM generate_series(0, %(metrics)s - 1) AS m, generate_series(0, %(steps)s - 1) AS s""",
+    "sqlite": """
+        INSERT INTO {table} (run_id, name, step, value, wall_time)
+        WITH RECURSIVE ms(m) AS (SELECT 0 UNION ALL SELECT m + 1 FROM ms WHERE m + 1 < %(metrics)s),
+                       ss(s) AS (SELECT 0 UNION ALL SELECT s + 1 FROM ss WHERE s + 1 < %(steps)s)
+        SELECT %(run)s, printf('bench/metric_%%02d', m), s,
+               1.0 / (1.0 + s * (2.0 + m) / %(steps)s) + 0.05 * (abs(random()) %% 1000000) / 1e6 + 0.01 * m
+                 + CASE WHEN (s * 7919 + m * 104729) %% 20011 = 0 THEN 10.0 ELSE 0.0 END,
+               1.7e9 + %(run)s * 86400.0 + s * 0.5
+        FROM ms, ss ORDER BY m, s""",
+}
+
+
+def write_compare_points(runs, metrics: int, steps: int, reload: bool) -> float:
+    """Make each run hold exactly metrics x steps points (a run is written in one transaction, so
+    its last point present means it is complete). Returns seconds spent writing."""
+    from django.db import connection, transaction
+
+    from experiments.models import MetricPoint
+
+    table = MetricPoint._meta.db_table
+    last_name = f"bench/metric_{metrics - 1:02d}"
+    t0 = time.perf_counter()
+    wrote = False
+    for run in runs:
+        complete = (MetricPoint.objects.filter(run=run, name=last_name, step=steps - 1).exists()
+                    and not MetricPoint.objects.filter(run=run, step__gte=steps).exists()
+                    and not MetricPoint.objects.filter(run=run, name=f"bench/metric_{metrics:02d}").exists())
+        if complete and not reload:
+            continue
+        print(f"    writing {metrics * steps:,} points for run {run.pk}", file=sys.stderr, flush=True)
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(f"DELETE FROM {table} WHERE run_id = %s", (run.pk,))
+            cursor.execute(COMPARE_SQL[connection.vendor].format(table=table),
+                           {"run": run.pk, "metrics": metrics, "steps": steps})
+        wrote = True
+    if wrote:
+        with connection.cursor() as cursor:
+            cursor.execute(f"VACUUM ANALYZE {table}" if connection.vendor == "postgresql" else "ANALYZE")
+    return time.perf_counter() - t0 if wrote else 0.0
+
+
+def child_compare(args) -> dict:
+    setup_django(args.backend, args.database_url)
+    from django.test import Client
+
+    from experiments import metric_series, run_compare
+    from experiments.models import MetricPoint
+
+    user, runs = compare_objects(args.compare_runs, args.compare_steps)
+    write_s = write_compare_points(runs, args.metrics, args.compare_steps, args.reload)
+    client = Client()
+    client.force_login(user)  # the page's own way in: the browser session
+    url = f"/api/runs/compare?runs={','.join(str(r.pk) for r in runs)}&max_points={COMPARE_MAX_POINTS}"
+
+    def get() -> tuple[float, bytes]:
+        t0 = time.perf_counter()
+        response = client.get(url)
+        elapsed = (time.perf_counter() - t0) * 1e3
+        assert response.status_code == 200, response.content[:300]
+        return elapsed, response.content
+
+    metric_series.SERIES_CACHE.clear()
+    run_compare.FRAGMENT_CACHE.clear()
+    cold_ms, content = get()
+    body = json.loads(content)
+    series = [s for r in body["runs"] for s in r["series"].values()]
+    assert len(body["runs"]) == len(runs) and len(series) == len(runs) * args.metrics, (len(series),)
+    assert all(len(s["steps"]) <= COMPARE_MAX_POINTS for s in series)
+    misses = run_compare.FRAGMENT_CACHE.misses
+    warm = [get()[0] for _ in range(args.requests)]
+    warm_encodes = run_compare.FRAGMENT_CACHE.misses - misses
+    # live: one more step of every metric of the last run before each request
+    live_run, last = runs[-1], body["runs"][-1]["last_step"]
+    names = sorted(body["runs"][-1]["series"])
+    live = []
+    for i in range(args.requests):
+        MetricPoint.objects.bulk_create([MetricPoint(run=live_run, name=n, step=last + 1 + i, value=float(i))
+                                         for n in names])
+        live.append(get()[0])
+    MetricPoint.objects.filter(run=live_run, step__gt=last).delete()
+    return {
+        "backend": args.backend,
+        "runs": len(runs),
+        "points_stored": len(runs) * args.metrics * args.compare_steps,
+        "write_s": write_s,
+        "series": len(series),
+        "points_served": sum(len(s["steps"]) for s in series),
+        "response_bytes": len(content),
+        "cold_ms": cold_ms,
+        "warm_ms": statistics.median(warm),
+        "warm_encodes": warm_encodes,
+        "live_ms": statistics.median(live),
+        "live_ms_all": [round(x, 1) for x in live],
+    }
+
+
 def child_hooks(args) -> dict:
     setup_django(args.backend, args.database_url)
     import jax
@@ -331,7 +466,8 @@ def run_child(part: str, backend: str, args) -> dict | None:
     cmd = [sys.executable, os.path.abspath(__file__), "--child", part, "--backend", backend,
            "--database-url", args.database_url, "--requests", str(args.requests), "--steps", str(args.steps),
            "--warmup", str(args.warmup), "--micro-steps", str(args.micro_steps), "--metrics", str(args.metrics),
-           "--steps-per-metric", str(args.steps_per_metric)]
+           "--steps-per-metric", str(args.steps_per_metric), "--compare-runs", str(args.compare_runs),
+           "--compare-steps", str(args.compare_steps)]
     cmd += ["--reload"] if args.reload else []
     cmd += ["--explain"] if args.explain else []
     print(f"... {part} on {backend}", file=sys.stderr, flush=True)
@@ -345,13 +481,17 @@ def run_child(part: str, backend: str, args) -> dict | None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--parts", default="chart,hooks", help="comma list of chart, hooks (default both)")
+    parser.add_argument("--parts", default="chart,hooks,compare",
+                        help="comma list of chart, hooks, compare (default all three)")
     parser.add_argument("--backends", default="postgresql,sqlite", help="comma list of postgresql, sqlite")
     env_url = os.environ.get("BENCH_DATABASE_URL") or os.environ.get("DATABASE_URL")
     parser.add_argument("--database-url", default=env_url or DEFAULT_DATABASE_URL,
                         help=f"scratch PostgreSQL database (created if missing; default {DEFAULT_DATABASE_URL})")
     parser.add_argument("--metrics", type=int, default=20, help="metrics in the chart run (default 20)")
     parser.add_argument("--steps-per-metric", type=int, default=50_000, help="steps per metric (default 50,000)")
+    parser.add_argument("--compare-runs", type=int, default=20, help="runs compared (default 20)")
+    parser.add_argument("--compare-steps", type=int, default=100_000,
+                        help="steps per metric of each compared run (default 100,000; --metrics metrics each)")
     parser.add_argument("--requests", type=int, default=11, help="timed chart requests per kind (default 11)")
     parser.add_argument("--steps", type=int, default=12, help="W1 steps for the hooks part (default 12)")
     parser.add_argument("--warmup", type=int, default=2, help="W1 steps left out of the timing (default 2)")
@@ -360,12 +500,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reload", action="store_true", help="rewrite the chart run's points even if present")
     parser.add_argument("--explain", action="store_true", help="print the query plans (EXPLAIN ANALYZE)")
     parser.add_argument("--json", action="store_true", help="print all figures as one JSON line before the last")
-    parser.add_argument("--child", choices=["chart", "hooks"], help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=["chart", "hooks", "compare"], help=argparse.SUPPRESS)
     parser.add_argument("--backend", choices=["postgresql", "sqlite"], help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
     if args.child:
-        result = (child_chart if args.child == "chart" else child_hooks)(args)
+        result = {"chart": child_chart, "hooks": child_hooks, "compare": child_compare}[args.child](args)
         print(json.dumps(result))
         return 0
 
@@ -404,17 +544,32 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  back to back, {h['micro_steps']} steps each flushed: {h['micro_ms_per_step_median']:.2f} ms/step "
                   f"(median) = {100 * h['micro_ms_per_step_median'] / 1e3 / W1_REFERENCE_STEP_S:.2f} % of the README's "
                   f"unloaded W1 step of {W1_REFERENCE_STEP_S} s")
+    for backend in backends:
+        c = figures.get(f"compare_{backend}")
+        if c:
+            print(f"compare, {backend}: {c['runs']} runs, {c['points_stored']:,} points in {c['series']} series -> "
+                  f"{c['points_served']:,} served ({c['response_bytes'] / 1e6:.2f} MB JSON, max_points "
+                  f"{COMPARE_MAX_POINTS})")
+            print(f"  warm {c['warm_ms']:.1f} ms (median; every run's encoded answer cached, one query checks them)"
+                  f"   ratio vs {COMPARE_ANCHOR_MS:.0f} ms: {c['warm_ms'] / COMPARE_ANCHOR_MS:.2f}")
+            print(f"  live {c['live_ms']:.1f} ms (median, one run gets a step before each request)   cold "
+                  f"{c['cold_ms']:.0f} ms (the process's first request: every point read)"
+                  + (f"; points written in {c['write_s']:.0f} s" if c["write_s"] else ""))
     if args.json:
         print(json.dumps(figures))
     main_backend = "postgresql" if "postgresql" in backends else backends[0]
     chart = figures.get(f"chart_{main_backend}")
     hooks = figures.get(f"hooks_{main_backend}")
+    compare = figures.get(f"compare_{main_backend}")
     fields = []
     if chart:
         fields += [f"chart_ms={chart['live_ms']:.1f}", f"ratio_vs_anchor={chart['live_ms'] / CHART_ANCHOR_MS:.2f}"]
     if hooks:
         fields += [f"overhead_pct={hooks['overhead_pct']:.2f}",
                    f"ratio_vs_anchor={hooks['overhead_pct'] / OVERHEAD_ANCHOR_PCT:.2f}"]
+    if compare:
+        fields += [f"compare_ms={compare['warm_ms']:.1f}",
+                   f"ratio_vs_anchor={compare['warm_ms'] / COMPARE_ANCHOR_MS:.2f}"]
     print(" ".join(fields) if fields else "no figures (every part failed)")
     return 0 if len(figures) == len(parts) * len(backends) else 1
 

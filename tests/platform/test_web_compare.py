@@ -40,3 +40,4 @@ def test_compare_page(alice_client, alice, bob):
     assert alice_client.get(f"{url}?runs=1,x").status_code == 400
     theirs = make_run(make_experiment(bob, name="bob's"), status="succeeded")
     assert alice_client.get(f"{url}?runs={fast.pk},{theirs.pk}").status_code == 404
+

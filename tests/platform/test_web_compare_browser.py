@@ -5,6 +5,8 @@ learning rate's magnitude and a timing chart not flattened by its first step."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from browser_testlib import logged_in_page  # noqa: F401 (fixture)
 from django.urls import reverse
@@ -63,6 +65,14 @@ def test_compare_two_finished_runs(logged_in_page, alice):  # noqa: F811
     page = logged_in_page
     a = finished_run(alice, "lr 1e-3", 1e-3, step_s=2.0)
     b = finished_run(alice, "lr 2.5e-5", 2.5e-5, step_s=10.0)
+    # picked on the runs list (its checkboxes and button are the runs page's); the address is shareable
+    page.goto(reverse("run-list"))
+    page.check(f"#run-table input[name='run'][value='{a.pk}']")
+    page.check(f"#run-table input[name='run'][value='{b.pk}']")
+    page.click("#compare-selected")
+    expect(page).to_have_url(re.compile(rf"/runs/compare/\?runs={b.pk},{a.pk}$"))  # the table's order: newest first
+    expect(page.locator(".chart[data-metric='reward/mean']")).to_have_attribute("data-traces", "2")
+    # typed by hand, in another order: one colour per run in the address's order
     page.goto(f"{reverse('run-compare')}?runs={a.pk},{b.pk}")
     expect(page.locator("#compare")).to_have_attribute("data-state", "ready")
     reward = page.locator(".chart[data-metric='reward/mean']")
