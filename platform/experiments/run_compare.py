@@ -161,16 +161,10 @@ def current_fragments(runs: list, max_points: int, using: str = "default") -> li
     MetricPoint id (any new row has a larger one) and, for a cached fragment, each of its series'
     newest step (a resume deletes the rows after its checkpoint: a newest step goes back)."""
     cached = [FRAGMENT_CACHE.lookup(run, max_points, using) for run in runs]
-    probes, params = [], []
+    wanted = []  # (run id, "" for its largest id, else a series' name)
     for run, fragment in zip(runs, cached):
-        probes.append(f"(SELECT MAX(id) FROM {METRIC_TABLE} WHERE run_id = %s)")
-        params.append(run.pk)
-        for name in fragment.metrics if fragment else []:
-            probes.append(f"(SELECT MAX(step) FROM {METRIC_TABLE} WHERE run_id = %s AND name = %s)")
-            params += [run.pk, name]
-    with connections[using].cursor() as cursor:
-        cursor.execute(f"SELECT {', '.join(probes)}", params)
-        found = iter(cursor.fetchone())
+        wanted += [(run.pk, "")] + [(run.pk, name) for name in (fragment.metrics if fragment else [])]
+    found = iter(_probe(wanted, using))
     out = []
     for run, fragment in zip(runs, cached):
         version = int(next(found) or 0)
@@ -179,6 +173,27 @@ def current_fragments(runs: list, max_points: int, using: str = "default") -> li
             fragment = FRAGMENT_CACHE.encode(run, version, max_points, using)
         out.append(fragment)
     return out
+
+
+# One correlated probe per row of a VALUES list: planned once, unlike one subquery per probe
+# (420 of them for 20 runs of 20 series cost PostgreSQL about 50 ms of planning).
+PROBE_SQL = f"""
+WITH wanted(i, run_id, name) AS (VALUES {{rows}})
+SELECT CASE WHEN wanted.name = ''
+            THEN (SELECT MAX(id) FROM {METRIC_TABLE} m WHERE m.run_id = wanted.run_id)
+            ELSE (SELECT MAX(step) FROM {METRIC_TABLE} m WHERE m.run_id = wanted.run_id AND m.name = wanted.name)
+       END
+FROM wanted ORDER BY wanted.i"""
+
+
+def _probe(wanted: list[tuple[int, str]], using: str) -> list[int | None]:
+    """For each (run id, name): the run's largest MetricPoint id when name is "", else the newest
+    step of its series `name` (None when it has none)."""
+    rows = ", ".join("(%s, %s, %s)" for _ in wanted)
+    params = [p for i, (run_id, name) in enumerate(wanted) for p in (i, run_id, name)]
+    with connections[using].cursor() as cursor:
+        cursor.execute(PROBE_SQL.format(rows=rows), params)
+        return [row[0] for row in cursor.fetchall()]
 
 
 def compare_json(runs: list, max_points: int, using: str = "default") -> str:
