@@ -19,7 +19,9 @@ as JSON take seconds on the development machine's 2 shared cores (bench/platform
 --parts compare). What a chart shows of a finished run never changes, so its encoded answer is
 kept: about 1 MB per run at 1000 points a series. A run whose rows changed (appended: new ids; a
 resume's deleted tail: its largest id goes) is read again through metric_series.SERIES_CACHE
-(incrementally when it is still cached there) and encoded afresh.
+(incrementally when it is still cached there) and encoded afresh. Measured there (13 MB of JSON,
+PostgreSQL): 22 ms a request with every run cached, 56 ms with one run grown by a step, 17 s for
+the process's first request (every point read; SQLite 34 s).
 """
 
 from __future__ import annotations
