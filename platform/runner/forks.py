@@ -168,9 +168,9 @@ def fork_run(parent: Run, request: ForkRequest) -> Run:
                                           path=os.path.relpath(copied, settings.ARTIFACTS_DIR),
                                           size_bytes=source.size_bytes if source else 0,
                                           metrics=source.metrics if source else {})
+            how = f"step {request.step} ({request.optimizer} optimizer)"
             changed = "" if request.max_steps is None else f"; train.max_steps {parent.max_steps} -> {child.max_steps}"
-            child.add_event(f"forked from run {parent.pk}, step {request.step} ({request.optimizer} optimizer){changed}",
-                            kind="status")
+            child.add_event(f"forked from run {parent.pk}, {how}{changed}", kind="status")
             parent.add_event(f"forked at step {request.step} into run {child.pk} ({request.optimizer} optimizer)",
                              kind="system")
             send_when_committed(child)
@@ -190,8 +190,9 @@ def _copy_checkpoint(source: str, target: str, parent_pk: int) -> None:
     try:
         shutil.copytree(source, target, copy_function=_link_or_copy)
     except FileNotFoundError:
-        raise ForkRefused(409, f"run {parent_pk}'s checkpoint {os.path.basename(source)} was removed while it "
-                               "was being copied (the run keeps only its newest checkpoints); pick another", "step") from None
+        raise ForkRefused(409, f"run {parent_pk}'s checkpoint {os.path.basename(source)} was removed while it was "
+                               "being copied (the run keeps only its newest checkpoints); pick another",
+                          "step") from None
 
 
 def _link_or_copy(source: str, target: str) -> None:

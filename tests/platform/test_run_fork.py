@@ -77,7 +77,8 @@ def test_a_step_without_a_checkpoint_is_a_400_listing_the_steps(alice, artifacts
     assert response.json() == {"errors": {"step": f"run {parent.pk} has no checkpoint at step 3; it has steps 2, 4"}}
     bare = make_run(alice, status="running", run_dir="run-bare")
     response = post_fork(alice, bare, {"step": 0})
-    assert response.json() == {"errors": {"step": f"run {bare.pk} has no checkpoint at step 0; it has no checkpoint yet"}}
+    assert response.json() == {
+        "errors": {"step": f"run {bare.pk} has no checkpoint at step 0; it has no checkpoint yet"}}
     assert not (artifacts / "run-bare").exists()
 
 
@@ -170,9 +171,11 @@ def test_the_pages_show_the_fork_form_and_the_lineage_both_ways(alice, alice_cli
     assert response.status_code == 302 and response["Location"] == reverse("run-detail", args=[child.pk])
     html = alice_client.get(response["Location"]).content.decode()
     assert f"Run {child.pk} forked from run {parent.pk}, step 4 (fresh optimizer); it is queued." in html
-    assert f'Forked from\n    <a href="/runs/{parent.pk}/" id="forked-from-link">run {parent.pk}</a>,\n    step 4 (fresh' in html
+    link = f'<a href="/runs/{parent.pk}/" id="forked-from-link">run {parent.pk}</a>'
+    assert f"Forked from\n    {link},\n    step 4 (fresh optimizer: the checkpoint's weights" in html
     html = alice_client.get(reverse("run-detail", args=[parent.pk])).content.decode()
-    assert f'<a href="/runs/{child.pk}/" data-fork-id="{child.pk}">run {child.pk}</a>\n      from step 4 (fresh optimizer)' in html
+    link = f'<a href="/runs/{child.pk}/" data-fork-id="{child.pk}">run {child.pk}</a>'
+    assert f"{link}\n      from step 4 (fresh optimizer)" in html
     # refused: back to the parent, saying why
     response = alice_client.post(reverse("run-fork", args=[parent.pk]), {"step": "3"}, follow=True)
     assert f"Cannot fork run {parent.pk}: step: run {parent.pk} has no checkpoint at step 3; it has steps 2, 4" in \
