@@ -77,6 +77,7 @@ INSTALLED_APPS = [
     "runner",
     "api",
     "web",
+    "drf_spectacular_sidecar",  # Swagger UI's files for /api/docs/ (static only; no DRF)
 ]
 
 MIDDLEWARE = [

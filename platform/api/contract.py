@@ -1,0 +1,86 @@
+"""The API contract: how an endpoint declares what it takes and answers, so that `GET /api/schema`
+(api/openapi.py) is generated from the code and Schemathesis can fuzz every endpoint
+(tests/platform/test_api_contract.py).
+
+How to declare an endpoint (every route under /api/ must; a test fails otherwise):
+
+    from api import shapes
+    from api.contract import Op, operations
+
+    @operations(
+        GET=Op(query=shapes.RunListQuery, responses={200: shapes.RunList}),
+        POST=Op(body=shapes.LaunchInput, responses={201: shapes.Launched, 400: Errors, 429: Error}),
+    )
+    @api_endpoint("GET", "POST")
+    def runs(request): ...
+
+- `operations` goes ABOVE `api_endpoint` and has one `Op` per method `api_endpoint` serves.
+- `query`: a pydantic model whose fields are the query parameters (a `list[str]` field is a
+  repeated parameter, `?tag=a&tag=b`). `body`: a pydantic model of the JSON body; `form`: a
+  pydantic model of a multipart/form-data body (a `bytes` field is a file: the generator writes it
+  as `format: binary`). Path parameters come from the URL regex (api/urls.py), not from `Op`.
+- `responses`: {status: pydantic model}; `None` as the model means "no JSON body" and a string means
+  that media type (e.g. `{200: "application/zip"}`). Every response also gets `401: Error` and
+  `404: Error` (unknown id, or any path with ids); list the others the view can answer. Errors are
+  always the shared `Error` ({"error"}) or `Errors` ({"errors": {field: message}, "error"?}).
+- Summary and description come from the view's docstring (first line, then the rest), so keep the
+  docstring the reference for the shapes. Shapes live in api/shapes.py; pydantic's JSON schema for
+  each model lands under components/schemas by the model's class name (keep names unique).
+- `api_endpoint(*methods)` without `operations` keeps working at runtime; only the schema (and the
+  coverage test) miss the endpoint until it is declared.
+
+Declarations change nothing at run time: the view answers exactly as before. A response model is
+the contract the fuzzing checks the answers against, so keep it true to what payloads.py builds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from pydantic import BaseModel, ConfigDict
+
+
+class Error(BaseModel):
+    """Every refusal: a message for people."""
+
+    model_config = ConfigDict(title="Error")
+    error: str
+
+
+class Errors(BaseModel):
+    """Invalid input: {field or parameter: message}, sometimes with an overall message."""
+
+    model_config = ConfigDict(title="Errors")
+    errors: dict[str, str]
+    error: str | None = None
+
+
+ResponseShape = type[BaseModel] | str | None
+
+
+@dataclass(frozen=True)
+class Op:
+    """One method of one endpoint: its inputs and its possible answers."""
+
+    responses: dict[int, ResponseShape]
+    query: type[BaseModel] | None = None
+    body: type[BaseModel] | None = None
+    form: type[BaseModel] | None = None
+    summary: str = ""  # defaults to the docstring's first line
+    tags: tuple[str, ...] = field(default_factory=tuple)
+
+
+def operations(**ops: Op) -> Callable:
+    """Attach `ops` ({"GET": Op(...), ...}) to an `api_endpoint` view as `view.api_ops`."""
+
+    def decorate(view: Callable) -> Callable:
+        served = set(getattr(view, "api_methods", ()))
+        declared = {method.upper() for method in ops}
+        if served and declared != served:
+            raise TypeError(f"{view.__name__}: operations {sorted(declared)} differ from the methods "
+                            f"it serves {sorted(served)}")
+        view.api_ops = {method.upper(): op for method, op in ops.items()}
+        return view
+
+    return decorate

@@ -1,0 +1,221 @@
+"""The OpenAPI 3.1 document of the JSON API, generated from the code: the routes of api/urls.py
+(their regexes become path templates and path parameters) and each view's declared operations
+(api/contract.py), with pydantic's JSON schemas under components/schemas."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from typing import Any, Callable, Iterator
+
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
+
+from api.contract import Error, Errors, Op
+
+API_PREFIX = "/api/"
+REF_TEMPLATE = "#/components/schemas/{model}"
+SECURITY_SCHEME = "token"
+BODY_METHODS = ("POST", "PUT", "PATCH")
+_GROUP_START = re.compile(r"\(\?P<(?P<name>\w+)>")
+_REPEAT = re.compile(r"\[0-9\]\{1,(?P<digits>[0-9]+)\}")
+
+
+class RouteError(ValueError):
+    """A route regex the generator cannot turn into a path template."""
+
+
+def path_template(regex: str) -> tuple[str, dict[str, dict[str, Any]]]:
+    """`^runs/(?P<pk>[0-9]{1,18})/?$` -> ("runs/{pk}", {"pk": its JSON schema}): named groups become
+    parameters (digits: a bounded integer, `a|b|c`: an enum), `\\.` a dot, the optional trailing
+    slash and anchors go."""
+    text = regex.removeprefix("^").removesuffix("$").removesuffix("/?")
+    template, params, i = [], {}, 0
+    while i < len(text):
+        match = _GROUP_START.match(text, i)
+        if match:
+            end = _group_end(text, match.end())
+            params[match["name"]] = param_schema(text[match.end():end])
+            template.append("{" + match["name"] + "}")
+            i = end + 1
+        elif text[i] == "\\" and i + 1 < len(text):
+            template.append(text[i + 1])
+            i += 2
+        elif text[i] in "()[]{}?*+|^$":
+            raise RouteError(f"route {regex!r}: cannot template {text[i]!r} outside a named group")
+        else:
+            template.append(text[i])
+            i += 1
+    return "".join(template), params
+
+
+def _group_end(text: str, start: int) -> int:
+    depth = 1
+    for i in range(start, len(text)):
+        if text[i] == "\\":
+            continue
+        depth += {"(": 1, ")": -1}.get(text[i], 0)
+        if depth == 0:
+            return i
+    raise RouteError(f"unbalanced group in {text!r}")
+
+
+def param_schema(pattern: str) -> dict[str, Any]:
+    """A path parameter's schema from its regex: `[0-9]{1,N}` an integer below 10**N, `a|b` an enum."""
+    repeat = _REPEAT.fullmatch(pattern)
+    if repeat:
+        return {"type": "integer", "minimum": 0, "maximum": 10 ** int(repeat["digits"]) - 1}
+    if re.fullmatch(r"\w+(\|\w+)*", pattern):
+        return {"type": "string", "enum": pattern.split("|")}
+    return {"type": "string", "pattern": f"^{pattern}$"}
+
+
+def api_routes(patterns=None) -> Iterator[tuple[str, Callable]]:
+    """(regex, view) of every route under /api/ but the catch-all JSON 404."""
+    if patterns is None:
+        from api.urls import urlpatterns as patterns
+    for pattern in patterns:
+        regex = pattern.pattern.regex.pattern
+        if regex in ("", "^"):
+            continue
+        yield regex, pattern.callback
+
+
+def undeclared_routes(patterns=None) -> list[str]:
+    """The routes whose view serves the API (api_endpoint) but declares no operations."""
+    return [regex for regex, view in api_routes(patterns)
+            if hasattr(view, "api_methods") and not getattr(view, "api_ops", None)]
+
+
+def build(patterns=None, title: str = "GRPO platform API", version: str = "1") -> dict[str, Any]:
+    """The whole OpenAPI 3.1 document."""
+    paths: dict[str, dict[str, Any]] = {}
+    models: set[type[BaseModel]] = {Error, Errors}
+    for regex, view in api_routes(patterns):
+        ops: dict[str, Op] = getattr(view, "api_ops", None) or {}
+        if not ops:
+            continue
+        template, path_params = path_template(regex)
+        item = paths.setdefault(API_PREFIX + template, {})
+        summary, description = _doc(view)
+        for method, op in sorted(ops.items()):
+            item[method.lower()] = _operation(view, method, op, path_params, summary, description, models)
+    _, defs = models_json_schema([(m, "validation") for m in sorted(models, key=lambda m: m.__name__)],
+                                 ref_template=REF_TEMPLATE)
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": title, "version": version,
+                 "description": "Authenticate with `Authorization: Token <key>` (your API tokens page)."},
+        "servers": [{"url": "/"}],
+        "paths": paths,
+        "components": {
+            "schemas": defs.get("$defs", {}),
+            "securitySchemes": {SECURITY_SCHEME: {
+                "type": "apiKey", "in": "header", "name": "Authorization",
+                "description": "`Token <key>`: a key from the API tokens page"}},
+        },
+        "security": [{SECURITY_SCHEME: []}],
+    }
+
+
+def _doc(view: Callable) -> tuple[str, str]:
+    doc = inspect.getdoc(view) or ""
+    first, _, rest = doc.partition("\n")
+    return first.strip(), doc
+
+
+def _operation(view, method: str, op: Op, path_params: dict, summary: str, description: str,
+               models: set) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "operationId": f"{view.__name__}_{method.lower()}",
+        "summary": op.summary or summary or view.__name__,
+        "description": description,
+        "tags": list(op.tags) or [_tag(path_params, view)],
+        "parameters": [{"name": n, "in": "path", "required": True, "schema": s} for n, s in path_params.items()],
+    }
+    if op.query is not None:
+        out["parameters"] += _query_parameters(op.query)
+    if op.body is not None:
+        models.add(op.body)
+        out["requestBody"] = {"required": False, "content": {"application/json": {"schema": _ref(op.body)}}}
+    if op.form is not None:
+        out["requestBody"] = {"required": True, "content": {"multipart/form-data": {
+            "schema": _form_schema(op.form)}}}
+    responses = dict(op.responses)
+    responses.setdefault(401, Error)
+    if path_params:
+        responses.setdefault(404, Error)
+    if op.query is not None or op.body is not None or op.form is not None:
+        responses.setdefault(400, Errors)
+    if method in BODY_METHODS:
+        responses.setdefault(400, Errors)
+        responses.setdefault(413, Error)
+    out["responses"] = {str(status): _response(status, shape, models) for status, shape in sorted(responses.items())}
+    return out
+
+
+def _tag(path_params: dict, view) -> str:
+    return view.__module__.removeprefix("api.")
+
+
+def _ref(model: type[BaseModel]) -> dict[str, str]:
+    return {"$ref": REF_TEMPLATE.format(model=model.__name__)}
+
+
+def _response(status: int, shape, models: set) -> dict[str, Any]:
+    description = _STATUS_TEXT.get(status, f"HTTP {status}")
+    if shape is None:
+        return {"description": description}
+    if isinstance(shape, str):
+        return {"description": description, "content": {shape: {"schema": {"type": "string", "format": "binary"}}}}
+    if shape is Errors or shape is Error and status == 400:
+        schema = {"anyOf": [_ref(Errors), _ref(Error)]}  # invalid fields, or a body that is not JSON
+    else:
+        models.add(shape)
+        schema = _ref(shape)
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _query_parameters(model: type[BaseModel]) -> list[dict[str, Any]]:
+    schema = model.model_json_schema(ref_template=REF_TEMPLATE)
+    required = set(schema.get("required", ()))
+    params = []
+    for name, prop in schema.get("properties", {}).items():
+        prop = _without_null(dict(prop))
+        param = {"name": name, "in": "query", "required": name in required, "schema": prop}
+        if "description" in prop:
+            param["description"] = prop.pop("description")
+        if prop.get("type") == "array":
+            param.update(style="form", explode=True)
+        params.append(param)
+    return params
+
+
+def _without_null(prop: dict[str, Any]) -> dict[str, Any]:
+    """`X | None` (an optional parameter) is `X` in a query: absent, not null."""
+    options = prop.pop("anyOf", None)
+    prop.pop("default", None)
+    prop.pop("title", None)
+    if options:
+        kept = [o for o in options if o.get("type") != "null"]
+        if len(kept) == 1:
+            prop.update(kept[0])
+        else:
+            prop["anyOf"] = kept
+    return prop
+
+
+def _form_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """A multipart body: pydantic's schema with `bytes` fields as files."""
+    schema = model.model_json_schema(ref_template=REF_TEMPLATE)
+    for prop in schema.get("properties", {}).values():
+        for option in [prop, *prop.get("anyOf", ())]:
+            if option.get("format") == "binary" or (option.get("type") == "string" and option.get("format") == "base64url"):
+                option["format"] = "binary"
+                option.pop("contentEncoding", None)
+    return schema
+
+
+_STATUS_TEXT = {200: "OK", 201: "Created", 202: "Accepted", 400: "Invalid input", 401: "Not authenticated",
+                403: "Not allowed", 404: "Not found", 405: "Method not allowed", 409: "Conflict with the state",
+                413: "Request body too large", 429: "Over a limit"}

@@ -1,0 +1,313 @@
+"""The API's shapes as pydantic models, for the generated OpenAPI schema (api/contract.py says how
+endpoints use them). They describe what api/payloads.py builds and what the views read; they are
+not used to parse requests at run time (the views' own checks answer 400 with the field's name).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+Id = Field(ge=0, le=10**18 - 1)
+
+
+class Page(BaseModel):
+    limit: int | None = Field(None, ge=1, description="page size (default 100, at most 1000)")
+    offset: int | None = Field(None, ge=0)
+
+
+# --- experiments ------------------------------------------------------------------------------
+
+
+class ExperimentSummary(BaseModel):
+    id: int
+    name: str
+    description: str
+    owner: str
+    version: int | None
+    run_count: int
+    created_at: datetime
+    updated_at: datetime
+
+
+class ExperimentList(BaseModel):
+    experiments: list[ExperimentSummary]
+    count: int
+
+
+class ExperimentInput(BaseModel):
+    """`config` (an object, trainers.config.ExperimentConfig) or `config_yaml` (its YAML text), not both."""
+
+    name: str = Field(description="required on POST and PUT")
+    description: str | None = None
+    config: dict[str, Any] | None = Field(None, description="the experiment config (trainers.config.ExperimentConfig)")
+    config_yaml: str | None = Field(None, description="the experiment config as YAML text")
+
+
+class ExperimentPatch(BaseModel):
+    name: str | None = None
+    description: str | None = None
+    config: dict[str, Any] | None = None
+    config_yaml: str | None = None
+
+
+class ExperimentCreated(BaseModel):
+    id: int
+    version: int
+
+
+class ExperimentRef(BaseModel):
+    id: int
+    name: str
+
+
+class RunDetail(BaseModel):
+    id: int
+    status: str
+    step: int
+    max_steps: int | None
+    progress: float | None
+    restarts: int
+    attempt: int
+    max_restarts: int | None
+    worker: str
+    worker_pid: int | None
+    heartbeat_at: datetime | None
+    created_at: datetime
+    queued_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    duration_s: float | None
+    running_s: float | None
+    latest_reward: float | None
+    error: str
+    params_digest: str
+    config_version: int | None
+    experiment: ExperimentRef
+    tags: list[str]
+    notes: str
+    forked_from: int | None
+    forked_from_step: int | None
+    fork_optimizer: Literal["fresh", "continued"] | None
+
+
+class VersionEntry(BaseModel):
+    number: int
+    created_at: datetime
+    note: str
+
+
+class ExperimentDetail(ExperimentSummary):
+    config: dict[str, Any]
+    versions: list[VersionEntry]
+    runs: list[RunDetail]
+
+
+class RunList(BaseModel):
+    runs: list[RunDetail]
+    count: int
+
+
+class LaunchInput(BaseModel):
+    max_restarts: int | None = Field(None, ge=0, le=100)
+    queue: str | None = Field(None, pattern=r"^[A-Za-z0-9._-]{1,64}$")
+
+
+class Launched(BaseModel):
+    id: int
+    status: str
+    queue: str
+    warning: str | None = None
+
+
+# --- runs -------------------------------------------------------------------------------------
+
+
+class RunTableQuery(Page):
+    status: list[str] | None = Field(None, description="run statuses (repeat the parameter)")
+    experiment: str | None = Field(None, description="an experiment's id")
+    owner: str | None = Field(None, description="a username")
+    tag: list[str] | None = Field(None, description="tag names: runs with all of them")
+    config: list[str] | None = Field(None, description="PATH:VALUE, e.g. optimizer.learning_rate:1e-5")
+    metrics: list[str] | None = Field(None, description="metric columns")
+    sort: str | None = Field(None, description="a field or metric:NAME, '-' first for descending")
+
+
+class RunTableEntry(RunDetail):
+    owner: str
+    metrics: dict[str, float | None]
+
+
+class RunTable(BaseModel):
+    runs: list[RunTableEntry]
+    count: int
+    metrics: list[str]
+    sort: str
+
+
+class CompareQuery(BaseModel):
+    runs: str = Field(description="1 to 20 run ids, comma-separated")
+    max_points: int | None = Field(None, ge=1)
+
+
+class CompareSeries(BaseModel):
+    steps: list[int]
+    values: list[float | None]
+    elapsed_s: list[float | None]
+
+
+class CompareRun(BaseModel):
+    id: int
+    experiment_id: int
+    experiment: str
+    status: str
+    step: int
+    max_steps: int | None
+    created_at: datetime
+    config: dict[str, Any]
+    last_step: int
+    series: dict[str, CompareSeries]
+
+
+class Compare(BaseModel):
+    max_points: int
+    metrics: list[str]
+    runs: list[CompareRun]
+
+
+class LabelsInput(BaseModel):
+    tags: list[str] | None = Field(None, description="the run's tags (replaces them)")
+    notes: str | None = None
+
+
+class MetricsQuery(BaseModel):
+    name: str | None = Field(None, description="one metric (else every metric)")
+    after_step: int | None = Field(None, description="only points after this step (default -1)")
+
+
+class Metrics(BaseModel):
+    """With `name`: {"name", "points", "last_step"}; without: {"series", "last_step"}."""
+
+    name: str | None = None
+    points: list[tuple[int, float | None]] | None = None
+    series: dict[str, list[tuple[int, float | None]]] | None = None
+    last_step: int
+
+
+class ChartQuery(BaseModel):
+    max_points: int | None = Field(None, ge=1, description="at most 2000 (the default)")
+
+
+class ChartSeries(BaseModel):
+    steps: list[int]
+    values: list[float | None]
+
+
+class Chart(BaseModel):
+    series: dict[str, ChartSeries]
+    last_step: int
+
+
+class SamplesQuery(BaseModel):
+    step: int | None = Field(None, description="default: the newest step with samples")
+
+
+class Segment(BaseModel):
+    model_config = {"extra": "allow"}
+    text: str
+
+
+class Sample(BaseModel):
+    index: int
+    prompt: str
+    prompt_messages: list[Any] | None
+    prompt_segments: list[Segment]
+    completion: str
+    completion_segments: list[Segment]
+    answer: str
+    reward: float | None
+    advantage: float | None
+
+
+class Samples(BaseModel):
+    steps: list[int]
+    step: int | None
+    samples: list[Sample]
+
+
+class CheckpointEntry(BaseModel):
+    step: int
+    path: str
+    size_bytes: int | None
+    metrics: Any
+    created_at: datetime
+
+
+class Checkpoints(BaseModel):
+    checkpoints: list[CheckpointEntry]
+
+
+class EventsQuery(BaseModel):
+    after_id: int | None = Field(None, description="only events after this id (default 0)")
+    limit: int | None = Field(None, ge=1, description="default 200, at most 1000")
+
+
+class Event(BaseModel):
+    id: int
+    created_at: datetime
+    attempt: int
+    level: str
+    kind: str
+    message: str
+
+
+class Events(BaseModel):
+    events: list[Event]
+    last_id: int
+
+
+class ActionDone(BaseModel):
+    id: int
+    status: str
+
+
+class ExportInput(BaseModel):
+    step: int | None = Field(None, ge=0, description="default: the newest checkpoint")
+    dtype: Literal["float32", "bfloat16"] | None = None
+
+
+class Exported(BaseModel):
+    path: str
+    step: int
+    dtype: str
+
+
+class ForkInput(BaseModel):
+    step: int = Field(ge=0, description="the parent's checkpoint to start from")
+    optimizer: Literal["fresh", "continued"] | None = None
+    max_steps: int | None = Field(None, ge=1)
+    queue: str | None = Field(None, pattern=r"^[A-Za-z0-9._-]{1,64}$")
+
+
+class Forked(BaseModel):
+    id: int
+    status: str
+    queue: str
+    forked_from: int
+    forked_from_step: int
+    fork_optimizer: Literal["fresh", "continued"]
+
+
+class ModelEntry(BaseModel):
+    name: str
+    path: str
+    architecture: str
+    size: str
+    parameters: int
+    has_chat_template: bool
+
+
+class Models(BaseModel):
+    models: list[ModelEntry]
