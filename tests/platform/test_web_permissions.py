@@ -38,6 +38,8 @@ VIEWS = {
     "run-control": ("post", "control", 302),
     "run-export": ("post", "run", 302),  # a toy run: refused with a message, redirected
     "run-labels": ("post", "run", 302),
+    "run-fork": ("post", "run", 302),  # no checkpoint to fork from: refused with a message, redirected
+    "run-compare": ("get", None, 200),  # no runs named: the page asks for them
     "api-tokens": ("get", None, 200),
 }
 AUTH_VIEWS = {"login", "logout"}
@@ -125,7 +127,8 @@ def test_nav_shows_admin_only_to_staff(client, alice, staff):
 
 # Someone else's rows by permission, not by is_staff. Reading views need the view permission;
 # views that change the experiment or steer the run need the change permission.
-CHANGING_VIEWS = {"experiment-edit", "experiment-launch", "version-restore", "run-control", "run-export", "run-labels"}
+CHANGING_VIEWS = {"experiment-edit", "experiment-launch", "version-restore", "run-control", "run-export", "run-labels",
+                  "run-fork"}
 OBJECT_VIEWS = sorted(n for n, v in VIEWS.items() if v[1])
 
 
