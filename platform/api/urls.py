@@ -9,7 +9,8 @@ browser session; a trailing slash is optional. See api/views.py for each one's s
     GET  PATCH      runs/<id>                         status and progress / {"tags", "notes"}
     GET             runs/<id>/metrics                 ?name=&after_step=
     GET             runs/<id>/chart                   ?max_points=   (min/max downsampled)
-    GET             runs/<id>/samples                 ?step=
+    GET             runs/<id>/samples                 ?step=  (or browse: ?kind=&step_min=&q=&after=... api/sample_views.py)
+    GET             runs/<id>/samples.jsonl           the same filters, streamed as JSON lines
     GET             runs/<id>/checkpoints
     GET             runs/<id>/checkpoints/<step>/hf.zip   a checkpoint's Hugging Face folder (api/checkpoint_views.py)
     GET             runs/<id>/events                  ?after_id=&limit=
@@ -17,11 +18,13 @@ browser session; a trailing slash is optional. See api/views.py for each one's s
     POST            runs/<id>/export                  {"step"?, "dtype"?} -> a Hugging Face folder
     POST            runs/<id>/fork                    {"step", "optimizer"?, "max_steps"?, "queue"?} -> a new run
     GET             models                            the model folders under the model roots
+    GET             schema                            this API as OpenAPI 3.1, generated (api/openapi.py; public)
+    GET             docs/                             Swagger UI reading it (public)
 """
 
 from django.urls import re_path
 
-from api import checkpoint_views, compare_views, views
+from api import checkpoint_views, compare_views, sample_views, schema_views, views
 from api.endpoint import not_found
 
 ID = r"(?P<pk>[0-9]{1,18})"  # ids fit a 64-bit integer; longer ones fall to the JSON 404
@@ -36,6 +39,7 @@ urlpatterns = [
     re_path(rf"^runs/{ID}/metrics/?$", views.run_metrics, name="api-run-metrics"),
     re_path(rf"^runs/{ID}/chart/?$", views.run_chart, name="api-run-chart"),
     re_path(rf"^runs/{ID}/samples/?$", views.run_samples, name="api-run-samples"),
+    re_path(rf"^runs/{ID}/samples\.jsonl$", sample_views.samples_export, name="api-run-samples-export"),
     re_path(rf"^runs/{ID}/checkpoints/?$", views.run_checkpoints, name="api-run-checkpoints"),
     re_path(rf"^runs/{ID}/checkpoints/(?P<step>[0-9]{{1,9}})/hf\.zip$", checkpoint_views.checkpoint_download,
             name="api-checkpoint-download"),
@@ -44,5 +48,7 @@ urlpatterns = [
     re_path(rf"^runs/{ID}/export/?$", views.run_export, name="api-run-export"),
     re_path(rf"^runs/{ID}/fork/?$", checkpoint_views.run_fork, name="api-run-fork"),
     re_path(r"^models/?$", views.models, name="api-models"),
+    re_path(r"^schema/?$", schema_views.schema, name="api-schema"),  # OpenAPI 3.1, generated (public)
+    re_path(r"^docs/?$", schema_views.docs, name="api-docs"),  # Swagger UI (public)
     re_path(r"", not_found),  # anything else under /api/: a JSON 404, not the site's HTML page
 ]

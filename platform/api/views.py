@@ -13,13 +13,15 @@ import re
 from django.db.models import Count, Max
 from django.http import JsonResponse
 
-from experiments import configs, metric_series, run_filters, run_labels
+from experiments import configs, metric_series, run_filters, run_labels, sample_query
 from experiments.access import get_for_user
-from experiments.models import Experiment, MetricPoint, RolloutSample, Run
+from experiments.models import Experiment, MetricPoint, RolloutSample, Run, SampleKind
 from experiments.models_dir import available_models
 from runner import exports, queues, services
 
-from api import payloads
+from api import payloads, sample_views
+from api import shapes
+from api.contract import Error, Errors, Op, operations
 from api.endpoint import ApiError, api_endpoint, int_param, json_body
 
 LIST_LIMIT = 100           # default page size of the lists
@@ -60,6 +62,10 @@ def _page(request, queryset) -> tuple[list, int]:
 # --- experiments ------------------------------------------------------------------------------
 
 
+@operations(
+    GET=Op(query=shapes.Page, responses={200: shapes.ExperimentList}),
+    POST=Op(body=shapes.ExperimentInput, responses={201: shapes.ExperimentCreated, 400: Errors}),
+)
 @api_endpoint("GET", "POST")
 def experiments(request):
     """GET: the experiments the caller may see (own; everyone's with the view permission), newest first.
@@ -78,6 +84,11 @@ def experiments(request):
     return {"experiments": [payloads.experiment_summary(e) for e in rows], "count": count}
 
 
+@operations(
+    GET=Op(responses={200: shapes.ExperimentDetail}),
+    PUT=Op(body=shapes.ExperimentInput, responses={200: shapes.ExperimentDetail, 400: Errors, 403: Error}),
+    PATCH=Op(body=shapes.ExperimentPatch, responses={200: shapes.ExperimentDetail, 400: Errors, 403: Error}),
+)
 @api_endpoint("GET", "PUT", "PATCH")
 def experiment_detail(request, pk: int):
     """GET: the experiment, its config, versions and recent runs. PUT (name and config required) /
@@ -98,6 +109,10 @@ def experiment_detail(request, pk: int):
     return payloads.experiment_detail(experiment)
 
 
+@operations(
+    GET=Op(query=shapes.Page, responses={200: shapes.RunList}),
+    POST=Op(body=shapes.LaunchInput, responses={201: shapes.Launched, 400: Errors, 403: Errors, 429: Errors}),
+)
 @api_endpoint("GET", "POST")
 def experiment_runs(request, pk: int):
     """GET: the experiment's runs. POST {"max_restarts"?, "queue"?}: 201 {"id", "status", "queue",
@@ -138,6 +153,9 @@ def experiment_runs(request, pk: int):
 # --- runs -------------------------------------------------------------------------------------
 
 
+@operations(
+    GET=Op(query=shapes.RunTableQuery, responses={200: shapes.RunTable}),
+)
 @api_endpoint("GET")
 def runs(request):
     """The runs table: the runs the caller may see, filtered, sorted and with metric columns as
@@ -155,6 +173,10 @@ def runs(request):
             "metrics": list(query.metrics), "sort": query.sort}
 
 
+@operations(
+    GET=Op(responses={200: shapes.RunDetail}),
+    PATCH=Op(body=shapes.LabelsInput, responses={200: shapes.RunDetail, 400: Errors, 403: Error}),
+)
 @api_endpoint("GET", "PATCH")
 def run_detail(request, pk: int):
     """GET: the run. PATCH {"tags"?: [names], "notes"?: text} (who may steer the run): replaces its
@@ -170,6 +192,9 @@ def run_detail(request, pk: int):
     return payloads.run_detail(_run(request, pk))
 
 
+@operations(
+    GET=Op(query=shapes.MetricsQuery, responses={200: shapes.Metrics}),
+)
 @api_endpoint("GET")
 def run_metrics(request, pk: int):
     """?name=NAME&after_step=K: {"points": [[step, value], ...]} after step K, by step.
@@ -185,6 +210,9 @@ def run_metrics(request, pk: int):
     return {"name": name, "points": points, "last_step": points[-1][0] if points else after_step}
 
 
+@operations(
+    GET=Op(query=shapes.ChartQuery, responses={200: shapes.Chart}),
+)
 @api_endpoint("GET")
 def run_chart(request, pk: int):
     """?max_points=N (default and cap 2000): {"series": {name: {"steps", "values"}}, "last_step"},
@@ -198,21 +226,29 @@ def run_chart(request, pk: int):
 @api_endpoint("GET")
 def run_samples(request, pk: int):
     """?step=S (default: the newest step with samples): {"steps": [recent steps with samples,
-    newest first], "step": S, "samples": [...]}."""
+    newest first], "step": S, "samples": [...]}. With a browse parameter: api/sample_views.py."""
     run = _run(request, pk)
-    steps = list(RolloutSample.objects.filter(run=run).order_by("-step")
-                 .values_list("step", flat=True).distinct()[:SAMPLE_STEPS_LISTED])
+    if sample_query.is_browse(request.GET):
+        return sample_views.browse(request, run)
+    trained = RolloutSample.objects.filter(run=run, kind=SampleKind.TRAIN)
+    steps = list(trained.order_by("-step").values_list("step", flat=True).distinct()[:SAMPLE_STEPS_LISTED])
     step = int_param(request, "step", steps[0] if steps else None)
-    samples = RolloutSample.objects.filter(run=run, step=step).order_by("index") if step is not None else []
+    samples = trained.filter(step=step).order_by("index") if step is not None else []
     return {"steps": steps, "step": step, "samples": [payloads.sample_json(s) for s in samples]}
 
 
+@operations(
+    GET=Op(responses={200: shapes.Checkpoints}),
+)
 @api_endpoint("GET")
 def run_checkpoints(request, pk: int):
     run = _run(request, pk)
     return {"checkpoints": [payloads.checkpoint_json(c) for c in run.checkpoints.order_by("step")]}
 
 
+@operations(
+    GET=Op(query=shapes.EventsQuery, responses={200: shapes.Events}),
+)
 @api_endpoint("GET")
 def run_events(request, pk: int):
     """?after_id=N&limit=200: the run's log lines and status changes after event N, oldest first."""
@@ -223,6 +259,9 @@ def run_events(request, pk: int):
     return {"events": [payloads.event_json(e) for e in events], "last_id": events[-1].pk if events else after_id}
 
 
+@operations(
+    POST=Op(responses={202: shapes.ActionDone, 403: Error, 409: Error, 429: Errors}),
+)
 @api_endpoint("POST")
 def run_action(request, pk: int, action: str):
     """POST /api/runs/<id>/<cancel|pause|resume|retry>: 202 {"id", "status"}, or 409 when the
@@ -241,6 +280,9 @@ def run_action(request, pk: int, action: str):
     return JsonResponse({"id": run.pk, "status": run.status}, status=202)
 
 
+@operations(
+    POST=Op(body=shapes.ExportInput, responses={201: shapes.Exported, 400: Errors, 403: Error, 409: Error}),
+)
 @api_endpoint("POST")
 def run_export(request, pk: int):
     """POST /api/runs/<id>/export {"step"?: N (default: the newest checkpoint), "dtype"?: "float32" |
@@ -267,6 +309,9 @@ def run_export(request, pk: int):
     return JsonResponse({"path": done.path, "step": done.step, "dtype": done.dtype}, status=201)
 
 
+@operations(
+    GET=Op(responses={200: shapes.Models}),
+)
 @api_endpoint("GET")
 def models(request):
     """The pretrained models experiments may train (`model.path`): {"models": [{"name", "path",

@@ -31,12 +31,13 @@ from typing import Any, Callable
 from django.conf import settings
 from django.db import connection, transaction
 
-from experiments.models import Checkpoint, MetricPoint, RolloutSample, Run, RunEvent
+from experiments.models import Checkpoint, MetricPoint, RolloutSample, Run, RunEvent, SampleKind
+from experiments.sample_query import prompt_hash
 from experiments.sample_text import stored_prompt
 from trainers.loop.hooks import Hooks, RunInfo, TrainResult
 
 log = logging.getLogger(__name__)
-SAMPLE_FIELDS = ("prompt", "completion", "answer", "reward", "advantage")
+SAMPLE_FIELDS = ("prompt", "completion", "answer", "reward", "advantage", "kind", "group")
 
 
 def _finite(value: Any) -> float | None:
@@ -45,6 +46,14 @@ def _finite(value: Any) -> float | None:
     except (TypeError, ValueError):
         return None
     return value if math.isfinite(value) else None
+
+
+def _sample_kind(value: Any) -> str:
+    return SampleKind.EVAL if value == SampleKind.EVAL else SampleKind.TRAIN
+
+
+def _sample_group(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31 else 0
 
 
 def _json_safe(metrics: dict[str, Any]) -> dict[str, float | None]:
@@ -123,7 +132,8 @@ class DatabaseHooks(Hooks):
             answer = sample.get("answer")
             prompt, prompt_extra = stored_prompt(sample.get("prompt", ""), self._rendered(sample.get("prompt", "")))
             rows.append(RolloutSample(
-                run_id=self.run_id, step=step, index=index,
+                run_id=self.run_id, step=step, index=index, kind=_sample_kind(sample.get("kind")),
+                group=_sample_group(sample.get("group")), prompt_hash=prompt_hash(prompt),
                 prompt=prompt, completion=str(sample.get("completion", "")),
                 answer="" if answer is None else str(answer),
                 reward=_finite(sample.get("reward")), advantage=_finite(sample.get("advantage")),

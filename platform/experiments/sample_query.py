@@ -1,0 +1,212 @@
+"""Browsing a run's rollout samples: the filters a caller may give (parsed from query parameters,
+shared by the API and the web page), the filtered queryset, and keyset pages over it.
+
+Order: (step, index, id), within one kind (train or eval). A page continues after a sample id
+(`after`) or ends before one (`before`), never at an OFFSET, so a page deep in a run of 10^6
+samples costs what the first one does: the (run, kind, step, index) index is walked from the
+cursor. No exact total is counted (slow on filtered queries at that size): a page says whether more
+follow. Filters: step range, reward and advantage ranges, text in the prompt or the completion
+(case-insensitive), one prompt across steps (`prompt_hash`), one group of a step (`group`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+import re
+from typing import Iterator, Mapping
+
+from django.db.models import Q, QuerySet
+
+from experiments.models import RolloutSample, Run, SampleKind
+
+DEFAULT_LIMIT = 50
+MAX_LIMIT = 500
+EXPORT_CHUNK = 1000        # samples read per query while streaming an export
+MAX_QUERY_CHARS = 200
+INT_LIMIT = 2**31 - 1      # steps, indexes and groups are 32-bit integer columns
+ID_LIMIT = 2**63 - 1
+PROMPT_HASH = re.compile(r"[0-9a-f]{32}")
+INT_FILTERS = ("step", "step_min", "step_max", "group")
+FLOAT_FILTERS = ("reward_min", "reward_max", "advantage_min", "advantage_max")
+# The parameters that ask for a browsed page (GET /api/runs/<id>/samples with none of them, `step`
+# alone included, keeps its older shape: one step's samples).
+BROWSE_PARAMS = ("kind", "step_min", "step_max", "group", *FLOAT_FILTERS, "q", "prompt_hash", "limit", "after",
+                 "before")
+
+
+class BadParameter(ValueError):
+    """A query parameter that cannot be used; `name` is the parameter."""
+
+    def __init__(self, name: str, message: str):
+        super().__init__(f"{name}: {message}")
+        self.name = name
+        self.message = message
+
+
+@dataclasses.dataclass(frozen=True)
+class SampleFilters:
+    kind: str = SampleKind.TRAIN
+    step: int | None = None
+    step_min: int | None = None
+    step_max: int | None = None
+    group: int | None = None
+    reward_min: float | None = None
+    reward_max: float | None = None
+    advantage_min: float | None = None
+    advantage_max: float | None = None
+    q: str = ""
+    prompt_hash: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class PageRequest:
+    limit: int = DEFAULT_LIMIT
+    after: int | None = None    # the page starts after this sample id
+    before: int | None = None   # the page ends before this sample id
+
+
+@dataclasses.dataclass(frozen=True)
+class Page:
+    samples: list[RolloutSample]
+    next_after: int | None      # `after` for the next page, None on the last one
+    prev_before: int | None     # `before` for the previous page, None on the first one
+
+
+def _int(params: Mapping[str, str], name: str, minimum: int, maximum: int) -> int | None:
+    raw = params.get(name, "").strip()
+    if raw == "":
+        return None
+    if not re.fullmatch(r"-?[0-9]{1,20}", raw):
+        raise BadParameter(name, f"must be an integer, got {raw[:40]!r}")
+    value = int(raw)
+    if not minimum <= value <= maximum:
+        raise BadParameter(name, f"must be between {minimum} and {maximum}, got {value}")
+    return value
+
+
+def _float(params: Mapping[str, str], name: str) -> float | None:
+    raw = params.get(name, "").strip()
+    if raw == "":
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise BadParameter(name, f"must be a number, got {raw[:40]!r}") from None
+    if not math.isfinite(value):
+        raise BadParameter(name, f"must be a finite number, got {raw[:40]!r}")
+    return value
+
+
+def prompt_hash(prompt_text: str) -> str:
+    """RolloutSample.prompt_hash: the same prompt at any step has the same one."""
+    return hashlib.sha256(prompt_text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def is_browse(params: Mapping[str, str]) -> bool:
+    return any(name in params for name in BROWSE_PARAMS)
+
+
+def parse_filters(params: Mapping[str, str]) -> SampleFilters:
+    """The filters in query parameters `params` (absent or empty: no filter), or BadParameter."""
+    kind = params.get("kind", "").strip() or SampleKind.TRAIN
+    if kind not in SampleKind.values:
+        raise BadParameter("kind", f"must be one of {', '.join(SampleKind.values)}, got {kind[:40]!r}")
+    ints = {name: _int(params, name, -INT_LIMIT, INT_LIMIT) for name in INT_FILTERS}
+    floats = {name: _float(params, name) for name in FLOAT_FILTERS}
+    q = params.get("q", "")
+    if len(q) > MAX_QUERY_CHARS:
+        raise BadParameter("q", f"at most {MAX_QUERY_CHARS} characters, got {len(q)}")
+    if "\x00" in q:
+        raise BadParameter("q", "must not contain NUL characters")
+    prompt_hash = params.get("prompt_hash", "").strip()
+    if prompt_hash and not PROMPT_HASH.fullmatch(prompt_hash):
+        raise BadParameter("prompt_hash", "must be 32 lowercase hex digits")
+    if ints["group"] is not None and ints["step"] is None:
+        raise BadParameter("group", "needs step (a group is one prompt's completions within one step)")
+    return SampleFilters(kind=kind, q=q.strip(), prompt_hash=prompt_hash, **ints, **floats)
+
+
+def parse_page(params: Mapping[str, str]) -> PageRequest:
+    limit = _int(params, "limit", 1, 10**9)
+    after = _int(params, "after", 1, ID_LIMIT)
+    before = _int(params, "before", 1, ID_LIMIT)
+    if after is not None and before is not None:
+        raise BadParameter("before", "give after or before, not both")
+    return PageRequest(limit=min(limit or DEFAULT_LIMIT, MAX_LIMIT), after=after, before=before)
+
+
+def filtered(run: Run, f: SampleFilters) -> QuerySet:
+    """The run's samples that pass `f` (unordered)."""
+    qs = RolloutSample.objects.filter(run=run, kind=f.kind)
+    if f.step is not None:
+        qs = qs.filter(step=f.step)
+    if f.step_min is not None:
+        qs = qs.filter(step__gte=f.step_min)
+    if f.step_max is not None:
+        qs = qs.filter(step__lte=f.step_max)
+    if f.group is not None:
+        qs = qs.filter(group=f.group)
+    if f.reward_min is not None:
+        qs = qs.filter(reward__gte=f.reward_min)
+    if f.reward_max is not None:
+        qs = qs.filter(reward__lte=f.reward_max)
+    if f.advantage_min is not None:
+        qs = qs.filter(advantage__gte=f.advantage_min)
+    if f.advantage_max is not None:
+        qs = qs.filter(advantage__lte=f.advantage_max)
+    if f.prompt_hash:
+        qs = qs.filter(prompt_hash=f.prompt_hash)
+    if f.q:
+        qs = qs.filter(Q(prompt__icontains=f.q) | Q(completion__icontains=f.q))
+    return qs
+
+
+def _cursor(run: Run, sample_id: int, name: str) -> tuple[int, int, int]:
+    """(step, index, id) of the run's sample `sample_id`, or BadParameter naming `name`."""
+    row = RolloutSample.objects.filter(run=run, pk=sample_id).values_list("step", "index", "id").first()
+    if row is None:
+        raise BadParameter(name, f"no sample {sample_id} in this run")
+    return row
+
+
+def _after(qs: QuerySet, step: int, index: int, sample_id: int) -> QuerySet:
+    """Rows after (step, index, id) in browse order; `step__gte` lets the index start at the cursor."""
+    return qs.filter(Q(step__gt=step) | Q(step=step, index__gt=index) | Q(step=step, index=index, id__gt=sample_id),
+                     step__gte=step)
+
+
+def _before(qs: QuerySet, step: int, index: int, sample_id: int) -> QuerySet:
+    return qs.filter(Q(step__lt=step) | Q(step=step, index__lt=index) | Q(step=step, index=index, id__lt=sample_id),
+                     step__lte=step)
+
+
+def page(run: Run, f: SampleFilters, request: PageRequest) -> Page:
+    """One page of the run's samples passing `f`, in (step, index, id) order."""
+    qs = filtered(run, f)
+    if request.before is not None:
+        cursor = _cursor(run, request.before, "before")
+        rows = list(_before(qs, *cursor).order_by("-step", "-index", "-id")[:request.limit + 1])
+        more_before = len(rows) > request.limit
+        rows = rows[:request.limit][::-1]
+        return Page(rows, next_after=rows[-1].pk if rows else None,
+                    prev_before=rows[0].pk if rows and more_before else None)
+    if request.after is not None:
+        qs = _after(qs, *_cursor(run, request.after, "after"))
+    rows = list(qs.order_by("step", "index", "id")[:request.limit + 1])
+    more_after = len(rows) > request.limit
+    rows = rows[:request.limit]
+    return Page(rows, next_after=rows[-1].pk if rows and more_after else None,
+                prev_before=rows[0].pk if rows and request.after is not None else None)
+
+
+def iterate(run: Run, f: SampleFilters, chunk: int = EXPORT_CHUNK) -> Iterator[RolloutSample]:
+    """Every sample passing `f`, in browse order, read `chunk` at a time by keyset (for exports)."""
+    qs = filtered(run, f).order_by("step", "index", "id")
+    cursor = None
+    while True:
+        rows = list((qs if cursor is None else _after(qs, *cursor))[:chunk])
+        yield from rows
+        if len(rows) < chunk:
+            return
+        cursor = (rows[-1].step, rows[-1].index, rows[-1].pk)

@@ -1,0 +1,163 @@
+"""The rollout browser: GET /api/runs/<id>/samples with filters and keyset pages, groups, one prompt
+across steps, the JSONL export, 400s naming the parameter, 404 on another user's run, and
+runner.db_hooks storing kind, group and prompt_hash."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+from api_testlib import make_run, token_client
+from experiments import sample_query
+from experiments.models import RolloutSample
+from runner.db_hooks import DatabaseHooks
+
+PROMPTS = ["What is 2+2?", "Name a colour."]
+G = 2  # completions per prompt
+
+
+def _hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def fill(run, steps=(1, 2, 3)) -> None:
+    """Per step: 2 prompts x G=2 completions (index = group * G + generation); reward = generation,
+    advantage = generation - 0.5; completion "s<step>g<group>n<generation>"; plus one eval sample."""
+    rows = []
+    for step in steps:
+        for index in range(len(PROMPTS) * G):
+            group, generation = divmod(index, G)
+            rows.append(RolloutSample(run=run, step=step, index=index, group=group, prompt=PROMPTS[group],
+                                      prompt_hash=_hash(PROMPTS[group]), completion=f"s{step}g{group}n{generation}",
+                                      answer="4", reward=float(generation), advantage=generation - 0.5,
+                                      extra={"generation": generation}))
+        rows.append(RolloutSample(run=run, step=step, index=0, kind="eval", prompt="eval prompt",
+                                  prompt_hash=_hash("eval prompt"), completion=f"eval s{step}", reward=1.0))
+    RolloutSample.objects.bulk_create(rows)
+
+
+def completions(body) -> list[str]:
+    return [s["completion"] for s in body["samples"]]
+
+
+@pytest.fixture
+def browsed(alice):
+    run = make_run(alice)
+    fill(run)
+    client = token_client(alice)
+    return run, client, f"/api/runs/{run.pk}/samples"
+
+
+def test_pages_follow_the_keyset_both_ways(browsed):
+    run, client, url = browsed
+    first = client.get(url, {"limit": 5}).json()
+    assert completions(first) == ["s1g0n0", "s1g0n1", "s1g1n0", "s1g1n1", "s2g0n0"]
+    assert first["prev_before"] is None and first["next_after"] == first["samples"][-1]["id"]
+    assert first["samples"][0] == {**first["samples"][0], "kind": "train", "step": 1, "group": 0, "generation": 0,
+                                   "prompt_hash": _hash(PROMPTS[0]), "reward": 0.0, "advantage": -0.5}
+    second = client.get(url, {"limit": 5, "after": first["next_after"]}).json()
+    assert completions(second) == ["s2g0n1", "s2g1n0", "s2g1n1", "s3g0n0", "s3g0n1"]
+    third = client.get(url, {"limit": 5, "after": second["next_after"]}).json()
+    assert completions(third) == ["s3g1n0", "s3g1n1"] and third["next_after"] is None
+    back = client.get(url, {"limit": 5, "before": third["prev_before"]}).json()
+    assert completions(back) == completions(second) and back["prev_before"] == second["samples"][0]["id"]
+
+
+def test_previous_page_of_the_second_is_the_first(browsed):
+    run, client, url = browsed
+    first = client.get(url, {"limit": 5}).json()
+    second = client.get(url, {"limit": 5, "after": first["next_after"]}).json()
+    back = client.get(url, {"limit": 5, "before": second["prev_before"]}).json()
+    assert completions(back) == completions(first) and back["prev_before"] is None
+    assert back["next_after"] == first["next_after"]
+
+
+def test_filters(browsed):
+    run, client, url = browsed
+    assert completions(client.get(url, {"step_min": 2, "step_max": 2}).json()) == ["s2g0n0", "s2g0n1", "s2g1n0", "s2g1n1"]
+    assert completions(client.get(url, {"reward_min": 1, "step_max": 1}).json()) == ["s1g0n1", "s1g1n1"]
+    assert completions(client.get(url, {"advantage_max": 0, "step_min": 3}).json()) == ["s3g0n0", "s3g1n0"]
+    assert completions(client.get(url, {"reward_min": 0.5, "reward_max": 0.7}).json()) == []
+    assert completions(client.get(url, {"q": "S2G1"}).json()) == ["s2g1n0", "s2g1n1"]  # case-insensitive
+    assert len(client.get(url, {"q": "colour", "step_min": 0}).json()["samples"]) == 6  # the prompt's text
+    assert completions(client.get(url, {"q": "%"}).json()) == []  # a literal, not a LIKE wildcard
+    assert completions(client.get(url, {"kind": "eval"}).json()) == ["eval s1", "eval s2", "eval s3"]
+
+
+def test_group_and_prompt_across_steps(browsed):
+    run, client, url = browsed
+    group = client.get(url, {"step": 2, "group": 1}).json()
+    assert completions(group) == ["s2g1n0", "s2g1n1"]
+    assert [(s["generation"], s["reward"], s["advantage"]) for s in group["samples"]] == [(0, 0.0, -0.5), (1, 1.0, 0.5)]
+    across = client.get(url, {"prompt_hash": _hash(PROMPTS[1])}).json()
+    assert completions(across) == ["s1g1n0", "s1g1n1", "s2g1n0", "s2g1n1", "s3g1n0", "s3g1n1"]
+    assert {s["prompt"] for s in across["samples"]} == {PROMPTS[1]}
+
+
+def test_step_alone_keeps_the_older_answer(browsed):
+    run, client, url = browsed
+    body = client.get(url, {"step": 2}).json()
+    assert set(body) == {"steps", "step", "samples"} and body["steps"] == [3, 2, 1] and body["step"] == 2
+    assert [s["completion"] for s in body["samples"]] == ["s2g0n0", "s2g0n1", "s2g1n0", "s2g1n1"]
+
+
+def test_jsonl_export(browsed):
+    run, client, url = browsed
+    response = client.get(f"{url}.jsonl", {"step_min": 3})
+    assert response.status_code == 200 and response.streaming
+    assert response["Content-Type"].startswith("application/x-ndjson")
+    lines = [json.loads(line) for line in b"".join(response.streaming_content).decode().splitlines()]
+    assert [line["completion"] for line in lines] == ["s3g0n0", "s3g0n1", "s3g1n0", "s3g1n1"]
+    assert lines[1] == {**lines[1], "kind": "train", "step": 3, "index": 1, "group": 0, "prompt": PROMPTS[0],
+                        "answer": "4", "reward": 1.0, "advantage": 0.5, "extra": {"generation": 1},
+                        "prompt_hash": _hash(PROMPTS[0])}
+    eval_lines = b"".join(client.get(f"{url}.jsonl", {"kind": "eval"}).streaming_content).decode().splitlines()
+    assert [json.loads(line)["completion"] for line in eval_lines] == ["eval s1", "eval s2", "eval s3"]
+    assert client.get(f"{url}.jsonl", {"reward_min": "x"}).status_code == 400
+
+
+def test_export_reads_in_chunks(alice):
+    run = make_run(alice)
+    fill(run, steps=range(5))
+    every = [s.completion for s in sample_query.iterate(run, sample_query.SampleFilters(), chunk=3)]
+    assert every == [f"s{step}g{g}n{n}" for step in range(5) for g in range(2) for n in range(2)]
+
+
+@pytest.mark.parametrize("params, name", [
+    ({"kind": "both"}, "kind"), ({"step_min": "one"}, "step_min"), ({"step_max": "1.5"}, "step_max"),
+    ({"reward_min": "nan"}, "reward_min"), ({"advantage_max": "inf"}, "advantage_max"),
+    ({"reward_max": "high"}, "reward_max"), ({"limit": "0"}, "limit"), ({"limit": "ten"}, "limit"),
+    ({"after": "-1"}, "after"), ({"after": "999999999"}, "after"), ({"before": "x"}, "before"),
+    ({"prompt_hash": "XYZ"}, "prompt_hash"), ({"q": "a" * 201}, "q"), ({"q": "a\x00b"}, "q"),
+    ({"group": "1"}, "group"), ({"step_min": "9" * 30}, "step_min"), ({"step_min": str(2**31)}, "step_min"),
+])
+def test_bad_parameters_answer_400_naming_them(browsed, params, name):
+    run, client, url = browsed
+    response = client.get(url, params)
+    assert response.status_code == 400, response.content
+    assert name in response.json()["errors"]
+
+
+def test_another_users_run_is_404(browsed, bob):
+    run, client, url = browsed
+    assert token_client(bob).get(url, {"limit": 5}).status_code == 404
+    assert token_client(bob).get(f"{url}.jsonl").status_code == 404
+
+
+def test_limit_is_capped(browsed):
+    run, client, url = browsed
+    assert client.get(url, {"limit": 10**6}).json()["limit"] == sample_query.MAX_LIMIT
+
+
+def test_db_hooks_store_kind_group_and_prompt_hash(alice):
+    run = make_run(alice)
+    hooks = DatabaseHooks(run.pk, attempt=1, flush_interval_s=3600, background_flush=False)
+    hooks.on_samples(4, [{"prompt": "p", "completion": "c", "reward": 1.0, "advantage": 0.0, "group": 1,
+                          "generation": 1, "correct": True},
+                         {"prompt": "q", "completion": "e", "kind": "eval"}])
+    hooks.flush()
+    evaluated, train = RolloutSample.objects.filter(run=run).order_by("kind")  # "eval" < "train"
+    assert (train.kind, train.group, train.prompt_hash, train.extra) == ("train", 1, _hash("p"),
+                                                                         {"generation": 1, "correct": True})
+    assert (evaluated.kind, evaluated.group, evaluated.prompt_hash) == ("eval", 0, _hash("q"))
