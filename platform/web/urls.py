@@ -3,7 +3,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path, register_converter
 
-from web import compare_views, fork_views, run_label_views, token_views, views
+from web import compare_views, fork_views, run_label_views, sample_views, token_views, views
 
 
 class IdConverter:
@@ -45,6 +45,7 @@ urlpatterns: list = [
     path("runs/<web_id:pk>/export/", views.run_export, name="run-export"),
     path("runs/<web_id:pk>/fork/", fork_views.run_fork, name="run-fork"),
     path("runs/<web_id:pk>/labels/", run_label_views.run_labels_save, name="run-labels"),
+    path("runs/<web_id:pk>/samples/", sample_views.run_samples, name="run-samples"),
     path("runs/<web_id:pk>/<str:action>/", views.run_control, name="run-control"),
     path("tokens/", token_views.token_list, name="api-tokens"),
     path("tokens/<web_id:pk>/revoke/", token_views.token_revoke, name="api-token-revoke"),

@@ -161,3 +161,38 @@ def test_db_hooks_store_kind_group_and_prompt_hash(alice):
     assert (train.kind, train.group, train.prompt_hash, train.extra) == ("train", 1, _hash("p"),
                                                                          {"generation": 1, "correct": True})
     assert (evaluated.kind, evaluated.group, evaluated.prompt_hash) == ("eval", 0, _hash("q"))
+
+
+def test_page_lists_filters_and_pages(browsed, alice_client):
+    run, client, url = browsed
+    page = alice_client.get(f"/runs/{run.pk}/samples/", {"limit": 5, "q": "s1g"})
+    text = page.content.decode()
+    assert page.status_code == 200 and text.count('class="group-link"') == 4 and "s1g1n1" in text
+    assert f"/api/runs/{run.pk}/samples.jsonl?" in text and "q=s1g" in text  # the export keeps the filters
+    first = alice_client.get(f"/runs/{run.pk}/samples/", {"limit": 5}).content.decode()
+    assert 'id="samples-next"' in first and 'id="samples-prev"' not in first and "s2g0n0" in first
+    group = alice_client.get(f"/runs/{run.pk}/samples/", {"step": 2, "group": 1}).content.decode()
+    assert group.count('class="card sample-card"') == 2 and "s2g1n1" in group and "s2g0n0" not in group
+    evaluated = alice_client.get(f"/runs/{run.pk}/samples/", {"kind": "eval"}).content.decode()
+    assert "eval s2" in evaluated and "s2g0n0" not in evaluated
+    bad = alice_client.get(f"/runs/{run.pk}/samples/", {"reward_min": "lots"})
+    assert bad.status_code == 200 and "reward_min" in bad.content.decode() and 'id="samples-error"' in bad.content.decode()
+    assert f'href="/runs/{run.pk}/samples/"' in alice_client.get(f"/runs/{run.pk}/").content.decode()
+
+
+def test_page_escapes_model_text(alice, alice_client):
+    run = make_run(alice)
+    RolloutSample.objects.create(run=run, step=1, prompt="<|im_start|>user\nhi<|im_end|>",
+                                 completion="<script>alert(1)</script>", prompt_hash=_hash("x"))
+    text = alice_client.get(f"/runs/{run.pk}/samples/").content.decode()
+    assert "<script>alert(1)" not in text and "&lt;script&gt;alert(1)" in text
+    assert '<span class="tok-special">&lt;|im_start|&gt;</span>' in text
+
+
+def test_page_of_another_users_run_is_404(browsed, bob):
+    from django.test import Client
+
+    run, client, url = browsed
+    other = Client()
+    other.force_login(bob)
+    assert other.get(f"/runs/{run.pk}/samples/").status_code == 404

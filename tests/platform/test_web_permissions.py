@@ -40,6 +40,7 @@ VIEWS = {
     "run-labels": ("post", "run", 302),
     "run-fork": ("post", "run", 302),  # no checkpoint to fork from: refused with a message, redirected
     "run-compare": ("get", None, 200),  # no runs named: the page asks for them
+    "run-samples": ("get", "run", 200),
     "api-tokens": ("get", None, 200),
 }
 AUTH_VIEWS = {"login", "logout"}

@@ -1,0 +1,70 @@
+"""The rollout browser page, /runs/<id>/samples/: server-rendered from the same filters and keyset
+pages as the API (experiments.sample_query). With `step` + `group` it shows one group's
+completions side by side; with `prompt_hash`, one prompt across steps. No script: the filter form
+is a GET form, model text reaches the page only through the template's escaping."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlencode
+
+from django.contrib.auth.decorators import login_required
+from django.shortcuts import render
+from django.urls import reverse
+from django.views.decorators.http import require_GET
+
+from experiments import sample_query, sample_text
+from experiments.access import get_for_user
+from experiments.models import RolloutSample, Run, SampleKind
+
+FILTER_FIELDS = ("step_min", "step_max", "reward_min", "reward_max", "advantage_min", "advantage_max", "q")
+
+
+def _row(sample: RolloutSample) -> dict[str, Any]:
+    extra = sample.extra if isinstance(sample.extra, dict) else {}
+    return {
+        "sample": sample,
+        "generation": extra.get("generation"),
+        "prompt_segments": sample_text.prompt_segments(sample.prompt, extra),
+        "completion_segments": sample_text.segments(sample.completion),
+    }
+
+
+def _query(params: dict[str, Any]) -> str:
+    """`?a=1&b=2` of the parameters that are set."""
+    kept = {k: v for k, v in params.items() if v not in (None, "")}
+    return f"?{urlencode(kept)}" if kept else ""
+
+
+@login_required
+@require_GET
+def run_samples(request, pk: int):
+    run = get_for_user(Run.objects.select_related("experiment"), request.user, pk)
+    error = None
+    try:
+        filters = sample_query.parse_filters(request.GET)
+        page_request = sample_query.parse_page(request.GET)
+        page = sample_query.page(run, filters, page_request)
+    except sample_query.BadParameter as exc:
+        error = str(exc)
+        filters, page_request = sample_query.SampleFilters(), sample_query.PageRequest()
+        page = sample_query.Page([], None, None)
+    current = {name: request.GET.get(name, "") for name in ("kind", "step", "group", "prompt_hash", *FILTER_FIELDS)}
+    current["kind"] = filters.kind
+    limit = request.GET.get("limit", "")
+    rows = [_row(s) for s in page.samples]
+    context = {
+        "run": run,
+        "error": error,
+        "filters": filters,
+        "current": current,
+        "rows": rows,
+        "group_view": filters.group is not None,
+        "kinds": [(kind, _query({**current, "kind": kind, "step": "", "group": "", "prompt_hash": ""}))
+                  for kind in SampleKind.values],
+        "next_query": _query({**current, "limit": limit, "after": page.next_after}) if page.next_after else None,
+        "prev_query": _query({**current, "limit": limit, "before": page.prev_before}) if page.prev_before else None,
+        "export_url": reverse("api-run-samples-export", args=[run.pk]) + _query(current),
+        "all_query": _query({"kind": filters.kind}),
+    }
+    return render(request, "web/run_samples.html", context)
