@@ -139,11 +139,16 @@ class Rollout:
         }
 
     def samples(self, count: int) -> list[dict[str, Any]]:
-        """The first `count` sequences, for display (prompt, completion, answer, reward, advantage)."""
+        """The first `count` sequences, for display (prompt, completion, answer, reward, advantage,
+        correct); `group` is the prompt's place in the step, `generation` the completion's place
+        among its prompt's num_generations."""
         out = []
         for i in range(min(count, self.sequences)):
-            example = self.examples[i // self.num_generations]
+            group, generation = divmod(i, self.num_generations)
+            example = self.examples[group]
             out.append({
+                "group": group,
+                "generation": generation,
                 "prompt": example["prompt"],
                 "completion": self.completions[i],
                 "answer": example.get("answer"),

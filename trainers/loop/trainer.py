@@ -269,7 +269,8 @@ class GRPOTrainer:
         return out
 
     def evaluate(self) -> dict[str, float]:
-        """One completion (eval.temperature; 0 = greedy) of each eval prompt: reward mean and accuracy."""
+        """One completion (eval.temperature; 0 = greedy) of each eval prompt: reward mean and accuracy.
+        Up to train.samples_per_step of them go to `hooks.on_samples` with "kind": "eval"."""
         examples = self.eval_examples[: self.config.eval.prompts or None]
         if not examples:
             return {}
@@ -278,6 +279,9 @@ class GRPOTrainer:
         e = self.config.eval
         r = collect_rollout(self.graphdef, weights, examples, self.spec.for_evaluation(e.temperature), key)
         out = {"eval/reward_mean": float(np.mean(r.rewards)), "eval/accuracy": float(np.mean(r.correct))}
+        evaluated = [{**sample, "kind": "eval"} for sample in r.samples(self.config.train.samples_per_step)]
+        if evaluated:
+            self.hooks.on_samples(self.state.step, evaluated)
         if e.samples_per_prompt > 1:
             spec = self.spec.for_evaluation(self.config.rollout.temperature, e.samples_per_prompt)
             sampled = collect_rollout(self.graphdef, weights, examples, spec, jax.random.fold_in(key, 1))
