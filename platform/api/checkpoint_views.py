@@ -13,6 +13,8 @@ from experiments.access import get_for_user
 from experiments.models import Run
 from runner import downloads, forks
 
+from api import shapes
+from api.contract import Error, Errors, Op, operations
 from api.endpoint import ApiError, api_endpoint, json_body
 
 
@@ -20,6 +22,9 @@ def _run(request, pk: int, change: bool = False) -> Run:
     return get_for_user(Run.objects.select_related("experiment__owner"), request.user, pk, change=change)
 
 
+@operations(
+    GET=Op(responses={200: "application/zip", 409: Error}),
+)
 @api_endpoint("GET")
 def checkpoint_download(request, pk: int, step: int):
     """GET /api/runs/<id>/checkpoints/<step>/hf.zip: a zip (`run-<id>-step-<N>/` holding config.json,
@@ -37,6 +42,9 @@ def checkpoint_download(request, pk: int, step: int):
                         content_type="application/zip")
 
 
+@operations(
+    POST=Op(body=shapes.ForkInput, responses={201: shapes.Forked, 400: Errors, 403: Error, 409: Error, 429: Errors}),
+)
 @api_endpoint("POST")
 def run_fork(request, pk: int):
     """POST /api/runs/<id>/fork {"step": N, "optimizer"?: "fresh" (default) | "continued",

@@ -8,6 +8,8 @@ from django.http import HttpResponse
 from experiments import metric_series, run_compare
 from experiments.models import Run
 
+from api import shapes
+from api.contract import Error, Op, operations
 from api.endpoint import ApiError, api_endpoint, int_param
 
 
@@ -21,6 +23,9 @@ def visible_runs(request, run_ids: list[int]) -> list[Run]:
     return [found[i] for i in run_ids]
 
 
+@operations(
+    GET=Op(query=shapes.CompareQuery, responses={200: shapes.Compare, 404: Error}),
+)
 @api_endpoint("GET")
 def runs_compare(request):
     """?runs=1,2,3 (1 to 20 run ids, each once) &max_points=N (default 1000, at most 2000):

@@ -168,8 +168,8 @@ def _response(status: int, shape, models: set) -> dict[str, Any]:
         return {"description": description}
     if isinstance(shape, str):
         return {"description": description, "content": {shape: {"schema": {"type": "string", "format": "binary"}}}}
-    if shape is Errors or shape is Error and status == 400:
-        schema = {"anyOf": [_ref(Errors), _ref(Error)]}  # invalid fields, or a body that is not JSON
+    if shape is Errors or shape is Error:  # a view may answer either: {"errors"} names the fields
+        schema = {"anyOf": [_ref(Errors), _ref(Error)]}
     else:
         models.add(shape)
         schema = _ref(shape)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, RootModel
 
 Id = Field(ge=0, le=10**18 - 1)
 
@@ -148,7 +148,7 @@ class RunTable(BaseModel):
 
 
 class CompareQuery(BaseModel):
-    runs: str = Field(description="1 to 20 run ids, comma-separated")
+    runs: str = Field(pattern=r"^[0-9]{1,18}(,[0-9]{1,18}){0,19}$", description="1 to 20 run ids, comma-separated")
     max_points: int | None = Field(None, ge=1)
 
 
@@ -191,8 +191,8 @@ class Metrics(BaseModel):
     """With `name`: {"name", "points", "last_step"}; without: {"series", "last_step"}."""
 
     name: str | None = None
-    points: list[tuple[int, float | None]] | None = None
-    series: dict[str, list[tuple[int, float | None]]] | None = None
+    points: list[list[float | None]] | None = None
+    series: dict[str, list[list[float | None]]] | None = None
     last_step: int
 
 
@@ -208,10 +208,6 @@ class ChartSeries(BaseModel):
 class Chart(BaseModel):
     series: dict[str, ChartSeries]
     last_step: int
-
-
-class SamplesQuery(BaseModel):
-    step: int | None = Field(None, description="default: the newest step with samples")
 
 
 class Segment(BaseModel):
@@ -235,6 +231,48 @@ class Samples(BaseModel):
     steps: list[int]
     step: int | None
     samples: list[Sample]
+
+
+class SampleFiltersQuery(BaseModel):
+    kind: Literal["train", "eval"] | None = Field(None, description="default train")
+    step: int | None = None
+    step_min: int | None = None
+    step_max: int | None = None
+    group: int | None = Field(None, description="one prompt's completions within `step` (needs step)")
+    reward_min: float | None = None
+    reward_max: float | None = None
+    advantage_min: float | None = None
+    advantage_max: float | None = None
+    q: str | None = Field(None, description="text in the prompt or completion (case-insensitive)")
+    prompt_hash: str | None = Field(None, description="32 hex digits: one prompt across steps")
+
+
+class SamplesQuery(SampleFiltersQuery):
+    """`step` alone (or nothing): one step's samples (Samples); any other parameter: a page (SamplePage)."""
+
+    limit: int | None = Field(None, ge=1, description="page size")
+    after: int | None = Field(None, ge=1, description="the page starts after this sample id")
+    before: int | None = Field(None, ge=1, description="the page ends before this sample id")
+
+
+class BrowsedSample(Sample):
+    id: int
+    kind: Literal["train", "eval"]
+    step: int
+    group: int
+    generation: int | None
+    prompt_hash: str
+
+
+class SamplePage(BaseModel):
+    samples: list[BrowsedSample]
+    next_after: int | None
+    prev_before: int | None
+    limit: int
+
+
+class SamplesAnswer(RootModel[Samples | SamplePage]):
+    """One step's samples, or a browsed page (see SamplesQuery)."""
 
 
 class CheckpointEntry(BaseModel):
