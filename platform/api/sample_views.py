@@ -21,7 +21,8 @@ from experiments import sample_query
 from experiments.access import get_for_user
 from experiments.models import RolloutSample, Run
 
-from api import payloads
+from api import payloads, shapes
+from api.contract import Op, operations
 from api.endpoint import ApiError, api_endpoint
 
 
@@ -83,8 +84,13 @@ def _lines(samples: Iterator[RolloutSample]) -> Iterator[bytes]:
         yield (json.dumps(export_json(sample), ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
 
 
+@operations(
+    GET=Op(query=shapes.SampleFiltersQuery, responses={200: "application/x-ndjson"}),
+)
 @api_endpoint("GET")
 def samples_export(request, pk: int):
+    """?<the browse filters>: every matching sample as JSON lines (id, kind, step, index, group,
+    prompt_hash, prompt, completion, answer, reward, advantage, extra), streamed."""
     run = _run(request, pk)
     filters = _parsed(sample_query.parse_filters, request.GET)
     response = StreamingHttpResponse(_lines(sample_query.iterate(run, filters)),

@@ -223,6 +223,9 @@ def run_chart(request, pk: int):
     return metric_series.chart(run, max_points)
 
 
+@operations(
+    GET=Op(query=shapes.SamplesQuery, responses={200: shapes.SamplesAnswer}),
+)
 @api_endpoint("GET")
 def run_samples(request, pk: int):
     """?step=S (default: the newest step with samples): {"steps": [recent steps with samples,
