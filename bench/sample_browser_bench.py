@@ -9,7 +9,8 @@ view, JSON encoding), each the median of --repeats:
   deep_keyset_page   the page after a sample of step 1,900 (?after=<id>): no OFFSET
   filtered_deep      ?step_min=1500&reward_min=0.8&advantage_min=0.2 and the page after it
   text_search        ?q=needle (a word in 1 completion of 997)
-  text_search_none   ?q=<absent word> (the worst case: every row of the kind is read)
+  text_search_none   ?q=<absent word>: no index serves text, so a request reads at most
+                     sample_query.SEARCH_SCAN_ROWS rows (50,000) and says how far it got
   group              ?step=1234&group=42 (its 5 completions)
   prompt_across      ?prompt_hash=<one prompt> (its 50 completions over 10 steps)
   export_page        the first 1,000 lines of GET /api/runs/<id>/samples.jsonl (one chunk)
@@ -23,7 +24,13 @@ main queries (they must walk the (run, kind, step, index) or (run, prompt_hash, 
 SQLite: a scratch file under var/bench-samples/. PostgreSQL: --database-url, else BENCH_DATABASE_URL,
 else postgres://postgres@127.0.0.1:5432/grpo_bench_samples (created and migrated; the run is kept
 between invocations, --reload writes it again).
-Last line: `worst_ms=X ratio_vs_anchor=Y` over the requests other than text_search_none.
+Last line: `worst_ms=X ratio_vs_anchor=Y` over all the requests.
+
+Measured (this machine, 2 shared cores, 10^6 samples, median of 5): PostgreSQL 15: first page 6 ms,
+deep keyset page 7, filtered deep 6-8, text search 74 (needle and absent alike: one 50,000-row
+window), group 6, prompt across steps 7, an export chunk of 1,000 lines 21 ms: worst 74 ms, ratio 0.25.
+SQLite: 3-5 ms for the indexed requests, text search 23-27 ms, export chunk 19 ms: worst 27 ms,
+ratio 0.09. Before the search window an absent word read the whole run: 1,088 ms on PostgreSQL.
 """
 
 from __future__ import annotations
@@ -244,7 +251,7 @@ def main() -> None:
     for name, qs in plans.items():
         print(f"  {name}:")
         print("    " + qs.explain().replace("\n", "\n    "))
-    worst = max(ms for name, ms in results.items() if name != "text_search_none")
+    worst = max(results.values())
     print(f"worst_ms={worst:.1f} ratio_vs_anchor={worst / ANCHOR_MS:.3f}")
 
 

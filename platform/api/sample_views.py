@@ -2,7 +2,10 @@
 
     GET runs/<id>/samples?kind=&step=&step_min=&step_max=&group=&reward_min=&reward_max=
                          &advantage_min=&advantage_max=&q=&prompt_hash=&limit=&after=|before=
-        -> {"samples": [...], "next_after": id | null, "prev_before": id | null, "limit": n}
+        -> {"samples": [...], "next_after": id | null, "prev_before": id | null,
+            "scanned_to_step": step | null, "limit": n}
+        (a text search reads at most sample_query.SEARCH_SCAN_ROWS rows a request: when it stopped
+        before `limit` matches, `scanned_to_step` is where, and `next_after` continues from there)
         (with none of these parameters but `step`, the older answer of api.views.run_samples)
     GET runs/<id>/samples.jsonl?<the same filters>
         -> every matching sample, one JSON object a line, streamed
@@ -76,7 +79,7 @@ def browse(request, run: Run) -> dict[str, Any]:
     page_request = _parsed(sample_query.parse_page, request.GET)
     page = _parsed(lambda _: sample_query.page(run, filters, page_request), None)
     return {"samples": [browse_json(s) for s in page.samples], "next_after": page.next_after,
-            "prev_before": page.prev_before, "limit": page_request.limit}
+            "prev_before": page.prev_before, "scanned_to_step": page.scanned_to_step, "limit": page_request.limit}
 
 
 def _lines(samples: Iterator[RolloutSample]) -> Iterator[bytes]:

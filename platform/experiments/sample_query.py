@@ -23,6 +23,7 @@ from experiments.models import RolloutSample, Run, SampleKind
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
 EXPORT_CHUNK = 1000        # samples read per query while streaming an export
+SEARCH_SCAN_ROWS = 50_000  # rows a text search reads per request (no index serves it)
 MAX_QUERY_CHARS = 200
 INT_LIMIT = 2**31 - 1      # steps, indexes and groups are 32-bit integer columns
 ID_LIMIT = 2**63 - 1
@@ -71,6 +72,7 @@ class Page:
     samples: list[RolloutSample]
     next_after: int | None      # `after` for the next page, None on the last one
     prev_before: int | None     # `before` for the previous page, None on the first one
+    scanned_to_step: int | None = None  # a text search's window ended at this step (see page)
 
 
 def _int(params: Mapping[str, str], name: str, minimum: int, maximum: int) -> int | None:
@@ -181,23 +183,52 @@ def _before(qs: QuerySet, step: int, index: int, sample_id: int) -> QuerySet:
                      step__lte=step)
 
 
+FORWARD = ("step", "index", "id")
+BACKWARD = ("-step", "-index", "-id")
+
+
+def _scan_window_end(qs: QuerySet, order: tuple[str, ...]) -> tuple[int, int, int] | None:
+    """The (step, index, id) of the SEARCH_SCAN_ROWS-th row of `qs` in `order`, or None when it
+    holds fewer: a text search reads at most that many rows per request."""
+    rows = list(qs.order_by(*order).values_list("step", "index", "id")[SEARCH_SCAN_ROWS - 1:SEARCH_SCAN_ROWS])
+    return rows[0] if rows else None
+
+
 def page(run: Run, f: SampleFilters, request: PageRequest) -> Page:
-    """One page of the run's samples passing `f`, in (step, index, id) order."""
-    qs = filtered(run, f)
+    """One page of the run's samples passing `f`, in (step, index, id) order, forward from `after`
+    (or the start) or backward from `before`.
+
+    A text search (`q`, not narrowed to one prompt or one step) has no index to use, so it reads at
+    most SEARCH_SCAN_ROWS rows of the other filters' selection per request: when that window ends
+    before `limit` matches are found, the page holds the matches in it and its cursor continues
+    after the window (`scanned_to_step` says how far it read)."""
+    forward = request.before is None
+    base = filtered(run, dataclasses.replace(f, q=""))
     if request.before is not None:
-        cursor = _cursor(run, request.before, "before")
-        rows = list(_before(qs, *cursor).order_by("-step", "-index", "-id")[:request.limit + 1])
-        more_before = len(rows) > request.limit
-        rows = rows[:request.limit][::-1]
-        return Page(rows, next_after=rows[-1].pk if rows else None,
-                    prev_before=rows[0].pk if rows and more_before else None)
-    if request.after is not None:
-        qs = _after(qs, *_cursor(run, request.after, "after"))
-    rows = list(qs.order_by("step", "index", "id")[:request.limit + 1])
-    more_after = len(rows) > request.limit
+        base = _before(base, *_cursor(run, request.before, "before"))
+    elif request.after is not None:
+        base = _after(base, *_cursor(run, request.after, "after"))
+    order = FORWARD if forward else BACKWARD
+    qs = base
+    window_end = None
+    if f.q:
+        qs = qs.filter(Q(prompt__icontains=f.q) | Q(completion__icontains=f.q))
+        if not f.prompt_hash and f.step is None:
+            window_end = _scan_window_end(base, order)
+            if window_end is not None:  # up to and including the window's last row
+                end_step, end_index, end_id = window_end
+                qs = (_before(qs, end_step, end_index, end_id + 1) if forward
+                      else _after(qs, end_step, end_index, end_id - 1))
+    rows = list(qs.order_by(*order)[:request.limit + 1])
+    more = len(rows) > request.limit
     rows = rows[:request.limit]
-    return Page(rows, next_after=rows[-1].pk if rows and more_after else None,
-                prev_before=rows[0].pk if rows and request.after is not None else None)
+    further = rows[-1].pk if more else (window_end[2] if window_end is not None else None)
+    scanned_to_step = None if more or window_end is None else window_end[0]
+    if forward:
+        return Page(rows, next_after=further, prev_before=rows[0].pk if rows and request.after is not None else None,
+                    scanned_to_step=scanned_to_step)
+    rows.reverse()
+    return Page(rows, next_after=rows[-1].pk if rows else None, prev_before=further, scanned_to_step=scanned_to_step)
 
 
 def iterate(run: Run, f: SampleFilters, chunk: int = EXPORT_CHUNK) -> Iterator[RolloutSample]:

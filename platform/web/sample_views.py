@@ -60,6 +60,7 @@ def run_samples(request, pk: int):
         "current": current,
         "rows": rows,
         "group_view": filters.group is not None,
+        "scanned_to_step": page.scanned_to_step,
         "kinds": [(kind, _query({**current, "kind": kind, "step": "", "group": "", "prompt_hash": ""}))
                   for kind in SampleKind.values],
         "next_query": _query({**current, "limit": limit, "after": page.next_after}) if page.next_after else None,

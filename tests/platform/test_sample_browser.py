@@ -85,6 +85,26 @@ def test_filters(browsed):
     assert completions(client.get(url, {"kind": "eval"}).json()) == ["eval s1", "eval s2", "eval s3"]
 
 
+def test_text_search_reads_a_bounded_window_per_request(browsed, monkeypatch):
+    run, client, url = browsed
+    monkeypatch.setattr(sample_query, "SEARCH_SCAN_ROWS", 4)  # one step's 4 train samples a request
+    pages, after = [], ""
+    while True:
+        body = client.get(url, {"q": "g1", "limit": 5, "after": after}).json()
+        pages.append((completions(body), body["scanned_to_step"]))
+        if body["next_after"] is None:
+            break
+        after = body["next_after"]
+    assert pages == [(["s1g1n0", "s1g1n1"], 1), (["s2g1n0", "s2g1n1"], 2), (["s3g1n0", "s3g1n1"], 3), ([], None)]
+    ids = {s.completion: s.pk for s in RolloutSample.objects.filter(run=run)}
+    back = client.get(url, {"q": "g1", "limit": 5, "before": ids["s3g1n0"]}).json()
+    assert completions(back) == ["s2g1n0", "s2g1n1"] and back["scanned_to_step"] == 2
+    assert back["prev_before"] == ids["s2g1n0"] and back["next_after"] == ids["s2g1n1"]
+    many = client.get(url, {"q": "s", "limit": 3}).json()  # the limit reached inside the window
+    assert completions(many) == ["s1g0n0", "s1g0n1", "s1g1n0"] and many["scanned_to_step"] is None
+    assert many["next_after"] == ids["s1g1n0"]
+
+
 def test_group_and_prompt_across_steps(browsed):
     run, client, url = browsed
     group = client.get(url, {"step": 2, "group": 1}).json()
@@ -178,6 +198,14 @@ def test_page_lists_filters_and_pages(browsed, alice_client):
     bad = alice_client.get(f"/runs/{run.pk}/samples/", {"reward_min": "lots"})
     assert bad.status_code == 200 and "reward_min" in bad.content.decode() and 'id="samples-error"' in bad.content.decode()
     assert f'href="/runs/{run.pk}/samples/"' in alice_client.get(f"/runs/{run.pk}/").content.decode()
+
+
+def test_page_says_where_a_text_search_stopped(browsed, alice_client, monkeypatch):
+    run, client, url = browsed
+    monkeypatch.setattr(sample_query, "SEARCH_SCAN_ROWS", 4)
+    text = alice_client.get(f"/runs/{run.pk}/samples/", {"q": "g1"}).content.decode()
+    assert 'id="samples-scanned"' in text and "up to step 1" in text and 'id="samples-next"' in text
+    assert "s1g1n1" in text and "s2g1n0" not in text
 
 
 def test_page_escapes_model_text(alice, alice_client):
