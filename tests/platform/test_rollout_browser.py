@@ -75,7 +75,8 @@ def test_previous_page_of_the_second_is_the_first(browsed):
 
 def test_filters(browsed):
     run, client, url = browsed
-    assert completions(client.get(url, {"step_min": 2, "step_max": 2}).json()) == ["s2g0n0", "s2g0n1", "s2g1n0", "s2g1n1"]
+    step_2 = ["s2g0n0", "s2g0n1", "s2g1n0", "s2g1n1"]
+    assert completions(client.get(url, {"step_min": 2, "step_max": 2}).json()) == step_2
     assert completions(client.get(url, {"reward_min": 1, "step_max": 1}).json()) == ["s1g0n1", "s1g1n1"]
     assert completions(client.get(url, {"advantage_max": 0, "step_min": 3}).json()) == ["s3g0n0", "s3g1n0"]
     assert completions(client.get(url, {"reward_min": 0.5, "reward_max": 0.7}).json()) == []
@@ -196,7 +197,8 @@ def test_page_lists_filters_and_pages(browsed, alice_client):
     evaluated = alice_client.get(f"/runs/{run.pk}/samples/", {"kind": "eval"}).content.decode()
     assert "eval s2" in evaluated and "s2g0n0" not in evaluated
     bad = alice_client.get(f"/runs/{run.pk}/samples/", {"reward_min": "lots"})
-    assert bad.status_code == 200 and "reward_min" in bad.content.decode() and 'id="samples-error"' in bad.content.decode()
+    bad_text = bad.content.decode()
+    assert bad.status_code == 200 and "reward_min" in bad_text and 'id="samples-error"' in bad_text
     assert f'href="/runs/{run.pk}/samples/"' in alice_client.get(f"/runs/{run.pk}/").content.decode()
 
 
