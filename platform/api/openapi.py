@@ -8,6 +8,7 @@ import inspect
 import re
 from typing import Any, Callable, Iterator
 
+from django.urls import URLResolver, get_resolver
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
@@ -73,12 +74,21 @@ def param_schema(pattern: str) -> dict[str, Any]:
 def api_routes(patterns=None) -> Iterator[tuple[str, Callable]]:
     """(regex, view) of every route under /api/ but the catch-all JSON 404."""
     if patterns is None:
-        from api.urls import urlpatterns as patterns
+        patterns = _mounted_api_patterns()
     for pattern in patterns:
         regex = pattern.pattern.regex.pattern
         if regex in ("", "^"):
             continue
         yield regex, pattern.callback
+
+
+def _mounted_api_patterns() -> list:
+    """api/urls.py's patterns as the site mounts them (found through Django's resolver, so this
+    module does not import api.urls, which imports the schema views that import this)."""
+    for entry in get_resolver().url_patterns:
+        if isinstance(entry, URLResolver) and str(entry.pattern) == API_PREFIX.lstrip("/"):
+            return entry.url_patterns
+    raise RouteError(f"no URL include mounted at {API_PREFIX}")
 
 
 def undeclared_routes(patterns=None) -> list[str]:

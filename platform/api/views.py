@@ -245,6 +245,7 @@ def run_samples(request, pk: int):
 )
 @api_endpoint("GET")
 def run_checkpoints(request, pk: int):
+    """The run's checkpoints by step: {"checkpoints": [{"step", "path", "size_bytes", "metrics", "created_at"}]}."""
     run = _run(request, pk)
     return {"checkpoints": [payloads.checkpoint_json(c) for c in run.checkpoints.order_by("step")]}
 
