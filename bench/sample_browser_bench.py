@@ -196,7 +196,8 @@ def main() -> None:
     last_step = (args.samples - 1) // SAMPLES_PER_STEP
     deep_step, group_step = min(1900, last_step), min(1234, last_step)
     deep_id = RolloutSample.objects.filter(run=run, step=deep_step, index=0).values_list("pk", flat=True).first()
-    prompt = RolloutSample.objects.filter(run=run, step=group_step, index=0).values_list("prompt_hash", flat=True).first()
+    prompt = (RolloutSample.objects.filter(run=run, step=group_step, index=0)
+              .values_list("prompt_hash", flat=True).first())
 
     def get(params: dict):
         def request():
