@@ -1,0 +1,25 @@
+"""grpo_client: the platform's command-line client. It speaks only the HTTP API (/api/, described
+by GET /api/schema) with the standard library, so it runs anywhere Python 3.10+ does, without the
+platform's code or dependencies.
+
+Configure it from the environment:
+
+    export GRPO_SERVER=http://127.0.0.1:8000     # the default
+    export GRPO_TOKEN=<key>                      # from the platform's API tokens page
+
+Commands (`python -m grpo_client COMMAND --help` for each):
+
+    python -m grpo_client experiments list
+    python -m grpo_client runs list [--status running --status queued] [--experiment ID]
+    python -m grpo_client launch CONFIG.yaml [--name NAME] [--set train.max_steps=50 ...] [--queue Q]
+        creates an experiment from the YAML, launches a run, prints the run's id (alone on stdout)
+    python -m grpo_client watch RUN [--interval 2] [--metric reward/mean ...]
+        one line per step as the run reports metrics; exits when the run ends (0 if it succeeded)
+    python -m grpo_client pause|resume|cancel|retry RUN
+    python -m grpo_client samples RUN [--step N] [--jsonl]
+    python -m grpo_client download RUN --step N --out FILE.zip
+        the checkpoint of step N as a zipped Hugging Face folder
+
+An error from the API is printed as one line on stderr (`error: HTTP 404: ...`) and the exit code
+is 1; a usage error exits with 2.
+"""
