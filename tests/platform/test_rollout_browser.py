@@ -4,7 +4,6 @@ runner.db_hooks storing kind, group and prompt_hash."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 
 import pytest
@@ -12,29 +11,7 @@ from api_testlib import make_run, token_client
 from experiments import sample_query
 from experiments.models import RolloutSample
 from runner.db_hooks import DatabaseHooks
-
-PROMPTS = ["What is 2+2?", "Name a colour."]
-G = 2  # completions per prompt
-
-
-def _hash(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
-
-
-def fill(run, steps=(1, 2, 3)) -> None:
-    """Per step: 2 prompts x G=2 completions (index = group * G + generation); reward = generation,
-    advantage = generation - 0.5; completion "s<step>g<group>n<generation>"; plus one eval sample."""
-    rows = []
-    for step in steps:
-        for index in range(len(PROMPTS) * G):
-            group, generation = divmod(index, G)
-            rows.append(RolloutSample(run=run, step=step, index=index, group=group, prompt=PROMPTS[group],
-                                      prompt_hash=_hash(PROMPTS[group]), completion=f"s{step}g{group}n{generation}",
-                                      answer="4", reward=float(generation), advantage=generation - 0.5,
-                                      extra={"generation": generation}))
-        rows.append(RolloutSample(run=run, step=step, index=0, kind="eval", prompt="eval prompt",
-                                  prompt_hash=_hash("eval prompt"), completion=f"eval s{step}", reward=1.0))
-    RolloutSample.objects.bulk_create(rows)
+from samples_testlib import PROMPTS, fill, prompt_hash
 
 
 def completions(body) -> list[str]:
@@ -55,7 +32,7 @@ def test_pages_follow_the_keyset_both_ways(browsed):
     assert completions(first) == ["s1g0n0", "s1g0n1", "s1g1n0", "s1g1n1", "s2g0n0"]
     assert first["prev_before"] is None and first["next_after"] == first["samples"][-1]["id"]
     assert first["samples"][0] == {**first["samples"][0], "kind": "train", "step": 1, "group": 0, "generation": 0,
-                                   "prompt_hash": _hash(PROMPTS[0]), "reward": 0.0, "advantage": -0.5}
+                                   "prompt_hash": prompt_hash(PROMPTS[0]), "reward": 0.0, "advantage": -0.5}
     second = client.get(url, {"limit": 5, "after": first["next_after"]}).json()
     assert completions(second) == ["s2g0n1", "s2g1n0", "s2g1n1", "s3g0n0", "s3g0n1"]
     third = client.get(url, {"limit": 5, "after": second["next_after"]}).json()
@@ -111,7 +88,7 @@ def test_group_and_prompt_across_steps(browsed):
     group = client.get(url, {"step": 2, "group": 1}).json()
     assert completions(group) == ["s2g1n0", "s2g1n1"]
     assert [(s["generation"], s["reward"], s["advantage"]) for s in group["samples"]] == [(0, 0.0, -0.5), (1, 1.0, 0.5)]
-    across = client.get(url, {"prompt_hash": _hash(PROMPTS[1])}).json()
+    across = client.get(url, {"prompt_hash": prompt_hash(PROMPTS[1])}).json()
     assert completions(across) == ["s1g1n0", "s1g1n1", "s2g1n0", "s2g1n1", "s3g1n0", "s3g1n1"]
     assert {s["prompt"] for s in across["samples"]} == {PROMPTS[1]}
 
@@ -132,7 +109,7 @@ def test_jsonl_export(browsed):
     assert [line["completion"] for line in lines] == ["s3g0n0", "s3g0n1", "s3g1n0", "s3g1n1"]
     assert lines[1] == {**lines[1], "kind": "train", "step": 3, "index": 1, "group": 0, "prompt": PROMPTS[0],
                         "answer": "4", "reward": 1.0, "advantage": 0.5, "extra": {"generation": 1},
-                        "prompt_hash": _hash(PROMPTS[0])}
+                        "prompt_hash": prompt_hash(PROMPTS[0])}
     eval_lines = b"".join(client.get(f"{url}.jsonl", {"kind": "eval"}).streaming_content).decode().splitlines()
     assert [json.loads(line)["completion"] for line in eval_lines] == ["eval s1", "eval s2", "eval s3"]
     assert client.get(f"{url}.jsonl", {"reward_min": "x"}).status_code == 400
@@ -171,7 +148,7 @@ def test_limit_is_capped(browsed):
     assert client.get(url, {"limit": 10**6}).json()["limit"] == sample_query.MAX_LIMIT
 
 
-def test_db_hooks_store_kind_group_and_prompt_hash(alice):
+def test_db_hooks_store_kind_group_and_promptprompt_hash(alice):
     run = make_run(alice)
     hooks = DatabaseHooks(run.pk, attempt=1, flush_interval_s=3600, background_flush=False)
     hooks.on_samples(4, [{"prompt": "p", "completion": "c", "reward": 1.0, "advantage": 0.0, "group": 1,
@@ -179,9 +156,9 @@ def test_db_hooks_store_kind_group_and_prompt_hash(alice):
                          {"prompt": "q", "completion": "e", "kind": "eval"}])
     hooks.flush()
     evaluated, train = RolloutSample.objects.filter(run=run).order_by("kind")  # "eval" < "train"
-    assert (train.kind, train.group, train.prompt_hash, train.extra) == ("train", 1, _hash("p"),
+    assert (train.kind, train.group, train.prompt_hash, train.extra) == ("train", 1, prompt_hash("p"),
                                                                          {"generation": 1, "correct": True})
-    assert (evaluated.kind, evaluated.group, evaluated.prompt_hash) == ("eval", 0, _hash("q"))
+    assert (evaluated.kind, evaluated.group, evaluated.prompt_hash) == ("eval", 0, prompt_hash("q"))
 
 
 def test_page_lists_filters_and_pages(browsed, alice_client):
@@ -213,7 +190,7 @@ def test_page_says_where_a_text_search_stopped(browsed, alice_client, monkeypatc
 def test_page_escapes_model_text(alice, alice_client):
     run = make_run(alice)
     RolloutSample.objects.create(run=run, step=1, prompt="<|im_start|>user\nhi<|im_end|>",
-                                 completion="<script>alert(1)</script>", prompt_hash=_hash("x"))
+                                 completion="<script>alert(1)</script>", prompt_hash=prompt_hash("x"))
     text = alice_client.get(f"/runs/{run.pk}/samples/").content.decode()
     assert "<script>alert(1)" not in text and "&lt;script&gt;alert(1)" in text
     assert '<span class="tok-special">&lt;|im_start|&gt;</span>' in text

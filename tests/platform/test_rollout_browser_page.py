@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from api_testlib import make_run
 from browser_testlib import logged_in_page  # noqa: F401 (fixture)
-from test_rollout_browser import fill
+from samples_testlib import fill
 
 
 def test_browse_samples_from_the_run_page(logged_in_page, alice):  # noqa: F811
