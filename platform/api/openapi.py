@@ -149,8 +149,9 @@ def _operation(view, method: str, op: Op, path_params: dict, summary: str, descr
         models.add(op.body)
         out["requestBody"] = {"required": False, "content": {"application/json": {"schema": _ref(op.body)}}}
     if op.form is not None:
+        # inline, not a $ref: pydantic already writes a `bytes` field as a file (format: binary)
         out["requestBody"] = {"required": True, "content": {"multipart/form-data": {
-            "schema": _form_schema(op.form)}}}
+            "schema": op.form.model_json_schema(ref_template=REF_TEMPLATE)}}}
     responses = dict(op.responses)
     responses.setdefault(401, Error)
     if path_params:
@@ -213,17 +214,6 @@ def _without_null(prop: dict[str, Any]) -> dict[str, Any]:
         else:
             prop["anyOf"] = kept
     return prop
-
-
-def _form_schema(model: type[BaseModel]) -> dict[str, Any]:
-    """A multipart body: pydantic's schema with `bytes` fields as files."""
-    schema = model.model_json_schema(ref_template=REF_TEMPLATE)
-    for prop in schema.get("properties", {}).values():
-        for option in [prop, *prop.get("anyOf", ())]:
-            if option.get("format") == "binary" or (option.get("type") == "string" and option.get("format") == "base64url"):
-                option["format"] = "binary"
-                option.pop("contentEncoding", None)
-    return schema
 
 
 _STATUS_TEXT = {200: "OK", 201: "Created", 202: "Accepted", 400: "Invalid input", 401: "Not authenticated",

@@ -9,9 +9,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, RootModel
-
-Id = Field(ge=0, le=10**18 - 1)
-
+from trainers.config import ExperimentConfig
 
 class Page(BaseModel):
     limit: int | None = Field(None, ge=1, description="page size (default 100, at most 1000)")
@@ -42,14 +40,14 @@ class ExperimentInput(BaseModel):
 
     name: str = Field(description="required on POST and PUT")
     description: str | None = None
-    config: dict[str, Any] | None = Field(None, description="the experiment config (trainers.config.ExperimentConfig)")
+    config: ExperimentConfig | None = Field(None, description="the experiment config (trainers.config)")
     config_yaml: str | None = Field(None, description="the experiment config as YAML text")
 
 
 class ExperimentPatch(BaseModel):
     name: str | None = None
     description: str | None = None
-    config: dict[str, Any] | None = None
+    config: ExperimentConfig | None = None
     config_yaml: str | None = None
 
 
