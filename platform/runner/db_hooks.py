@@ -94,9 +94,10 @@ class DatabaseHooks(Hooks):
         self._buffered_since: float | None = None  # monotonic time the oldest unwritten report came
         self._warned: set[str] = set()  # metric names already reported as non-finite
         self.flushes = 0                # how many flushes wrote something (for tests and benchmarks)
-        # Steps whose samples this object wrote; rows of earlier attempts after the start step are
-        # deleted by on_start / on_resume, so a step's samples need a delete only when re-reported.
-        self._sample_steps: set[int] = set()
+        # (kind, step) of the samples this object wrote; rows of earlier attempts after the start
+        # step are deleted by on_start / on_resume, so a step's samples of one kind need a delete
+        # only when re-reported (a step's eval samples follow its train samples: not a re-report).
+        self._sample_steps: set[tuple[str, int]] = set()
         self._buffer_lock = threading.Lock()  # held only to add to or swap the buffers
         self._write_lock = threading.Lock()   # one flush at a time, written in the order taken
         self._closed = threading.Event()
@@ -177,10 +178,10 @@ class DatabaseHooks(Hooks):
                         update_fields=["value", "wall_time"],
                     )
                 if samples:
-                    steps = {s.step for s in samples}
-                    if steps & self._sample_steps:  # a step reported again by this object: replace it
-                        RolloutSample.objects.filter(run_id=self.run_id, step__in=steps).delete()
-                    self._sample_steps |= steps
+                    reported = {(s.kind, s.step) for s in samples}
+                    for kind, step in reported & self._sample_steps:  # reported again: replace it
+                        RolloutSample.objects.filter(run_id=self.run_id, kind=kind, step=step).delete()
+                    self._sample_steps |= reported
                     RolloutSample.objects.bulk_create(samples)
                 if last_step is not None:
                     fields: dict[str, Any] = {"step": last_step}
@@ -224,7 +225,7 @@ class DatabaseHooks(Hooks):
 
     def _delete_after(self, step: int) -> None:
         with self._write_lock, transaction.atomic():
-            self._sample_steps = {s for s in self._sample_steps if s <= step}
+            self._sample_steps = {(kind, s) for kind, s in self._sample_steps if s <= step}
             for model in (MetricPoint, RolloutSample, Checkpoint):
                 model.objects.filter(run_id=self.run_id, step__gt=step).delete()
 

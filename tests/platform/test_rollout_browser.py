@@ -203,3 +203,20 @@ def test_page_of_another_users_run_is_404(browsed, bob):
     other = Client()
     other.force_login(bob)
     assert other.get(f"/runs/{run.pk}/samples/").status_code == 404
+
+
+def test_db_hooks_keep_a_steps_train_samples_when_its_eval_samples_follow(alice):
+    # The trainer reports step s's train samples, then (evaluation at step s) its eval samples; the
+    # background flusher may write the first before the second arrive.
+    run = make_run(alice)
+    hooks = DatabaseHooks(run.pk, attempt=1, flush_interval_s=3600, background_flush=False)
+    hooks.on_samples(2, [{"prompt": "p", "completion": "trained", "group": 0}])
+    hooks.flush()
+    hooks.on_samples(2, [{"prompt": "q", "completion": "evaluated", "kind": "eval"}])
+    hooks.flush()
+    assert sorted(RolloutSample.objects.filter(run=run).values_list("kind", "completion")) == [
+        ("eval", "evaluated"), ("train", "trained")]
+    hooks.on_samples(2, [{"prompt": "p", "completion": "trained again", "group": 0}])  # a step reported again
+    hooks.flush()
+    assert sorted(RolloutSample.objects.filter(run=run).values_list("kind", "completion")) == [
+        ("eval", "evaluated"), ("train", "trained again")]
