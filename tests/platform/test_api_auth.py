@@ -25,13 +25,14 @@ def api_patterns() -> list[tuple[str, list[str]]]:
         methods = getattr(pattern.callback, "api_methods", None)
         if methods is None:
             continue  # the JSON 404 catch-all
-        regex = str(pattern.pattern).lstrip("^").rstrip("$").replace("/?", "")
+        regex = str(pattern.pattern).lstrip("^").rstrip("$").replace("/?", "").replace("\\.", ".")
         if "(?P<action>" in regex:
             for action in re.search(r"\(\?P<action>([^)]*)\)", regex).group(1).split("|"):
                 found.append(("/api/" + re.sub(r"\(\?P<action>[^)]*\)", action, regex), methods))
         else:
             found.append(("/api/" + regex, methods))
-    return [(re.sub(r"\(\?P<pk>[^)]*\)", "{pk}", url), methods) for url, methods in found]
+    found = [(re.sub(r"\(\?P<pk>[^)]*\)", "{pk}", url), methods) for url, methods in found]
+    return [(re.sub(r"\(\?P<\w+>[^)]*\)", "1", url), methods) for url, methods in found]  # e.g. a step
 
 
 def call(client, method, url, body=None):
