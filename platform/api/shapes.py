@@ -6,10 +6,23 @@ not used to parse requests at run time (the views' own checks answer 400 with th
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
+from experiments import run_filters, run_labels
+from experiments.models import RunStatus
 from pydantic import BaseModel, Field, RootModel
+from runner import forks
 from trainers.config import ExperimentConfig
+
+
+def _whole(regex) -> str:
+    """A Python `fullmatch` regex as a JSON-schema pattern (which matches anywhere unless anchored)."""
+    return f"^(?:{regex.pattern})$"
+
+
+RunStatusName = Literal[tuple(RunStatus.values)]
+TagName = Annotated[str, Field(pattern=_whole(run_labels.TAG_NAME))]
+MetricName = Annotated[str, Field(pattern=_whole(run_filters.METRIC_NAME))]
 
 class Page(BaseModel):
     limit: int | None = Field(None, ge=1, description="page size (default 100, at most 1000)")
@@ -124,12 +137,14 @@ class Launched(BaseModel):
 
 
 class RunTableQuery(Page):
-    status: list[str] | None = Field(None, description="run statuses (repeat the parameter)")
-    experiment: str | None = Field(None, description="an experiment's id")
-    owner: str | None = Field(None, description="a username")
-    tag: list[str] | None = Field(None, description="tag names: runs with all of them")
+    status: list[RunStatusName] | None = Field(None, description="run statuses (repeat the parameter)")
+    experiment: str | None = Field(None, pattern=_whole(run_filters.ID), description="an experiment's id")
+    owner: str | None = Field(None, pattern=_whole(run_filters.USERNAME), description="a username")
+    tag: list[TagName] | None = Field(None, max_length=run_filters.MAX_TAGS,
+                                      description="tag names: runs with all of them")
     config: list[str] | None = Field(None, description="PATH:VALUE, e.g. optimizer.learning_rate:1e-5")
-    metrics: list[str] | None = Field(None, description="metric columns")
+    metrics: list[MetricName] | None = Field(None, max_length=run_filters.MAX_METRIC_COLUMNS,
+                                             description="metric columns")
     sort: str | None = Field(None, description="a field or metric:NAME, '-' first for descending")
 
 
@@ -176,8 +191,9 @@ class Compare(BaseModel):
 
 
 class LabelsInput(BaseModel):
-    tags: list[str] | None = Field(None, description="the run's tags (replaces them)")
-    notes: str | None = None
+    tags: list[TagName] | None = Field(None, max_length=run_labels.MAX_TAGS_PER_RUN,
+                                       description="the run's tags (replaces them)")
+    notes: str | None = Field(None, max_length=run_labels.MAX_NOTES_CHARS)
 
 
 class MetricsQuery(BaseModel):
@@ -322,9 +338,9 @@ class Exported(BaseModel):
 
 
 class ForkInput(BaseModel):
-    step: int = Field(ge=0, description="the parent's checkpoint to start from")
+    step: int = Field(ge=0, lt=forks.STEP_LIMIT, description="the parent's checkpoint to start from")
     optimizer: Literal["fresh", "continued"] | None = None
-    max_steps: int | None = Field(None, ge=1)
+    max_steps: int | None = Field(None, ge=1, lt=forks.STEP_LIMIT)
     queue: str | None = Field(None, pattern=r"^[A-Za-z0-9._-]{1,64}$")
 
 

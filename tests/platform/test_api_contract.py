@@ -107,7 +107,10 @@ def test_schema_is_openapi_31_with_the_token_scheme(client):
     assert run["get"]["summary"].startswith("GET: the run. PATCH")  # the docstring's first line
     assert "RunDetail" in document["components"]["schemas"]
     params = {p["name"]: p for p in document["paths"]["/api/runs"]["get"]["parameters"]}
-    assert params["tag"]["schema"] == {"type": "array", "items": {"type": "string"}}
+    assert params["tag"]["schema"] == {"type": "array", "maxItems": 10,
+                                       "items": {"type": "string", "pattern": "^(?:[A-Za-z0-9._:/-]{1,64})$"}}
+    assert params["tag"]["style"] == "form" and params["tag"]["explode"] is True  # ?tag=a&tag=b
+    assert params["status"]["schema"]["items"]["enum"][0] == "queued"
 
 
 def test_docs_page_loads_swagger_ui_from_this_site_only(client):
@@ -136,9 +139,10 @@ def in_process_requests():
 
 @pytest.fixture
 def world(alice, sent_messages, in_process_requests):
-    """Alice's token and her objects: an experiment and a finished run with everything a run reports."""
+    """Alice's token and her objects: an experiment and a failed run (retry, then cancel, can change
+    it) with everything a run reports."""
     experiment = make_experiment(alice)
-    run = make_run(alice, status="succeeded", experiment=experiment, step=4)
+    run = make_run(alice, status="failed", experiment=experiment, step=4)
     add_points(run, {"reward/mean": [(1, 0.1), (2, 0.5), (3, 0.75), (4, 1.0)], "loss": [(1, 2.0), (4, 1.5)]})
     for index in range(2):
         RolloutSample.objects.create(run=run, step=4, index=index, prompt="1+1=", completion="2", answer="2",
@@ -158,6 +162,8 @@ def _aim_at_world(case, world) -> None:
         params["pk"] = world["experiment"] if case.path.startswith("/api/experiments/") else world["run"]
         if "step" in params:
             params["step"] = world["step"]
+        if isinstance(case.body, dict) and isinstance(case.body.get("step"), int):  # a fork's checkpoint
+            case.body["step"] = world["step"]
     runs = (case.query or {}).get("runs")
     if isinstance(runs, str) and runs.split(",")[0].isdecimal() and int(runs.split(",")[0]) % 2 == 0:
         case.query["runs"] = f"{world['run']},{runs}" if "," in runs else str(world["run"])
