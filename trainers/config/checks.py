@@ -172,10 +172,12 @@ def _check_data_and_rewards(config: ExperimentConfig) -> list[Problem]:
     d = config.data
     problems = []
     if d.task is not None and d.train_path is not None:
-        problems.append(Problem("data.task", "set either data.task or data.train_path, not both (clear data.task: "
-                                             "a data.train_path alone means JSONL)"))
-    elif d.task is None and d.train_path is None:
-        problems.append(Problem("data.task", "no data: name a built-in task or set data.train_path to a JSONL file"))
+        problems.append(Problem("data.task", "set either data.task or a JSONL file (data.train_path or, on the "
+                                             "platform, data.train_dataset), not both (clear data.task: a JSONL "
+                                             "file alone means JSONL)"))
+    elif d.task is None and d.train_path is None and d.train_dataset is None:  # an unresolved name: its own problem
+        problems.append(Problem("data.task", "no data: name a built-in task, or set data.train_path to a JSONL file "
+                                             "(on the platform: data.train_dataset to an uploaded dataset)"))
     if d.task is not None and d.task not in TASKS:
         problems.append(Problem("data.task", f"unknown task '{d.task}'; {_one_of(d.task, sorted(TASKS))}"))
     if d.task is None and not config.rewards:

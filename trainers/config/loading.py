@@ -6,7 +6,8 @@ from __future__ import annotations
 import difflib
 import json
 import os
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Union
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -22,6 +23,9 @@ from trainers.config.yaml_guard import (
 )
 
 RAW_MAX_VALUES = 100_000     # values a raw (JSON) config may hold
+
+# What `parse_config` resolves dataset names with: name -> JSONL path (None or absent: no such dataset).
+DatasetResolver = Union[Mapping[str, str], Callable[[str], "str | None"]]
 
 
 def _plain_data_problems(raw: Any) -> list[Problem]:
@@ -64,7 +68,8 @@ def _is_unicode(text: str) -> bool:
 
 def parse_config(raw: dict[str, Any] | None, overrides: list[str] | tuple[str, ...] = (), *,
                  dataset_dirs: list[str] | tuple[str, ...] | None = None,
-                 model_dirs: list[str] | tuple[str, ...] | None = None) -> ExperimentConfig:
+                 model_dirs: list[str] | tuple[str, ...] | None = None,
+                 datasets: DatasetResolver | None = None) -> ExperimentConfig:
     """Validate a raw dict (from YAML/JSON) plus `--set` overrides; raise ConfigError listing every problem.
 
     dataset_dirs (the platform's dataset roots): when given, `data.train_path` / `data.eval_path`
@@ -73,7 +78,10 @@ def parse_config(raw: dict[str, Any] | None, overrides: list[str] | tuple[str, .
     "missing" and "not allowed", so validation never tells whether a file exists. Without it (the
     CLI on a user's own machine) paths are relative to the working directory and unrestricted.
     model_dirs (the platform's model roots) restrict `model.path` the same way; the folder must be a
-    Hugging Face model of a supported architecture either way."""
+    Hugging Face model of a supported architecture either way.
+    datasets (the platform's datasets this config's owner may use): resolves `data.train_dataset` /
+    `data.eval_dataset` names into `data.train_path` / `data.eval_path` (then checked like any path);
+    see `_resolve_dataset_names`."""
     raw = {} if raw is None else raw
     if not isinstance(raw, dict):
         raise ConfigError([Problem("(config)", f"must be a mapping of sections, got {type(raw).__name__}")])
@@ -88,7 +96,8 @@ def parse_config(raw: dict[str, Any] | None, overrides: list[str] | tuple[str, .
         config = ExperimentConfig.model_validate(raw)
     except ValidationError as exc:
         raise ConfigError(_problems_from_pydantic(exc, raw)) from None
-    problems = _resolve_data_paths(config, dataset_dirs) + _resolve_model_path(config, model_dirs) + check_config(config)
+    problems = _resolve_dataset_names(config, datasets, dataset_dirs)
+    problems += _resolve_data_paths(config, dataset_dirs) + _resolve_model_path(config, model_dirs) + check_config(config)
     if problems:
         raise ConfigError(problems)
     return config
@@ -96,9 +105,11 @@ def parse_config(raw: dict[str, Any] | None, overrides: list[str] | tuple[str, .
 
 def parse_yaml(text: str, overrides: list[str] | tuple[str, ...] = (), *,
                dataset_dirs: list[str] | tuple[str, ...] | None = None,
-               model_dirs: list[str] | tuple[str, ...] | None = None) -> ExperimentConfig:
+               model_dirs: list[str] | tuple[str, ...] | None = None,
+               datasets: DatasetResolver | None = None) -> ExperimentConfig:
     """Parse YAML text with the guarded loader (`load_yaml_data`) and validate it (`parse_config`)."""
-    return parse_config(load_yaml_data(text), overrides, dataset_dirs=dataset_dirs, model_dirs=model_dirs)
+    return parse_config(load_yaml_data(text), overrides, dataset_dirs=dataset_dirs, model_dirs=model_dirs,
+                        datasets=datasets)
 
 
 def load_config(path: str | os.PathLike, overrides: list[str] | tuple[str, ...] = ()) -> ExperimentConfig:
@@ -112,6 +123,48 @@ def load_config(path: str | os.PathLike, overrides: list[str] | tuple[str, ...] 
 
 
 DATA_PATH_REFUSED = "missing or not allowed: {path}; put the file under the platform's dataset directory"
+DATASET_NAMES_NEED_PLATFORM = ("dataset names are resolved by the platform; the CLI reads data.{path_field} "
+                               "(a JSONL file)")
+DATASET_UNKNOWN = ("no dataset named '{name}' that you may use: give one of your datasets by name, or one "
+                   "shared with you as owner/name")
+DATASET_PATH_DISAGREES = ("names another file than data.{path_field} ({path}); set only one of them")
+
+
+def _resolve_dataset_names(config: ExperimentConfig, datasets: DatasetResolver | None,
+                           dataset_dirs: list[str] | tuple[str, ...] | None) -> list[Problem]:
+    """Turn `data.train_dataset` / `data.eval_dataset` into `data.train_path` / `data.eval_path`.
+
+    With `datasets` (the platform): an unknown name is a problem naming the field; a known one sets
+    the path, and a path already set must name the same file (a config validated once holds both,
+    so validating it again agrees). Without it (the CLI): a name alone is a problem naming the field;
+    a name beside a path is only a label (a platform run directory's config.yaml holds both), and
+    the CLI reads the path."""
+    lookup = datasets.get if isinstance(datasets, Mapping) else datasets
+    problems = []
+    for name_field, path_field in (("train_dataset", "train_path"), ("eval_dataset", "eval_path")):
+        name, path = getattr(config.data, name_field), getattr(config.data, path_field)
+        if name is None:
+            continue
+        if lookup is None:
+            if path is None:
+                problems.append(Problem(f"data.{name_field}", DATASET_NAMES_NEED_PLATFORM.format(path_field=path_field)))
+            continue
+        resolved = lookup(name)
+        if resolved is None:
+            problems.append(Problem(f"data.{name_field}", DATASET_UNKNOWN.format(name=name)))
+            continue
+        if path is not None and _real_path(path, dataset_dirs) != os.path.realpath(resolved):
+            problems.append(Problem(f"data.{name_field}", DATASET_PATH_DISAGREES.format(path_field=path_field,
+                                                                                          path=path)))
+            continue
+        setattr(config.data, path_field, resolved)
+    return problems
+
+
+def _real_path(path: str, roots: list[str] | tuple[str, ...] | None) -> str:
+    """`path` resolved as `_inside_roots` would (relative to roots[0]), without the checks."""
+    base = os.path.realpath(roots[0]) if roots else os.getcwd()
+    return os.path.realpath(os.path.join(base, path))
 
 
 def _resolve_data_paths(config: ExperimentConfig, dataset_dirs: list[str] | tuple[str, ...] | None) -> list[Problem]:

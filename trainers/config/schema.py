@@ -57,6 +57,14 @@ class DataSection(_Section):
     )
     train_path: str | None = Field(None, description="JSONL file, one {\"prompt\", \"answer\"} per line.")
     eval_path: str | None = Field(None, description="JSONL file for evaluation (optional).")
+    train_dataset: str | None = Field(
+        None, max_length=256, description="On the platform: an uploaded dataset by name (yours as 'name', one "
+        "shared with you as 'owner/name') instead of data.train_path; the platform resolves it to its file."
+    )
+    eval_dataset: str | None = Field(
+        None, max_length=256, description="On the platform: an uploaded dataset by name for evaluation (optional), "
+        "instead of data.eval_path."
+    )
     train_prompts: int = Field(
         4096, ge=0, le=MAX_DATASET_PROMPTS, description="Training prompts to generate for a built-in task, or to read from JSONL (0 = all)."
     )
@@ -78,8 +86,11 @@ class DataSection(_Section):
     @model_validator(mode="before")
     @classmethod
     def _path_means_jsonl(cls, data: Any) -> Any:
-        """A config that names data.train_path reads JSONL: the default task does not apply."""
-        if isinstance(data, dict) and data.get("train_path") is not None and "task" not in data:
+        """A config that names data.train_path (or data.train_dataset) reads JSONL: the default task
+        does not apply."""
+        names_jsonl = isinstance(data, dict) and (data.get("train_path") is not None
+                                                  or data.get("train_dataset") is not None)
+        if names_jsonl and "task" not in data:
             return {**data, "task": None}
         return data
 

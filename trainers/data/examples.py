@@ -16,14 +16,13 @@ class DataError(ValueError):
 
 
 def read_jsonl(path: str) -> list[dict]:
-    """Reads examples from a JSONL file: one JSON object per line with a string
-    "answer" and a "prompt" that is a string or a chat conversation, a non-empty
-    list of {"role": str, "content": str} messages (rendered with the model's chat
-    template when data.chat_template is on; see chat_template.validate_messages).
-    Extra fields (e.g. countdown "numbers"/"target") are kept. Blank lines are
-    skipped. Raises DataError naming file:line and the problem (missing file, bad
-    JSON, not an object, missing or wrongly typed prompt/answer, a malformed
-    message, no examples at all)."""
+    """Reads examples from a JSONL file: one JSON object per line, each checked by
+    `parse_example_line` (a string "answer"; a "prompt" that is a string or a chat
+    conversation; extra fields kept). Lines end at "\\n" only (a JSON string may hold
+    U+2028 and other characters str.splitlines would split at); blank lines are
+    skipped. Raises DataError naming file:line and the problem (missing file, not
+    UTF-8, bad JSON, not an object, missing or wrongly typed prompt/answer, a
+    malformed message, no examples at all)."""
     file_path = Path(path)
     try:
         text = file_path.read_text(encoding="utf-8")
@@ -32,38 +31,51 @@ def read_jsonl(path: str) -> list[dict]:
     except UnicodeDecodeError as error:
         raise DataError(f"{path}: not UTF-8 text: {error}") from error
     examples = []
-    for line_number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        where = f"{path}:{line_number}"
+    for line_number, line in enumerate(text.split("\n"), start=1):
         try:
-            example = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise DataError(f"{where}: bad JSON: {error.msg} (column {error.colno})") from error
-        if not isinstance(example, dict):
-            raise DataError(f"{where}: expected a JSON object, got {type(example).__name__}")
-        if "prompt" not in example:
-            raise DataError(f"{where}: missing 'prompt' (fields: {sorted(example)})")
-        if isinstance(example["prompt"], list):
-            try:
-                example["prompt"] = validate_messages(example["prompt"])
-            except ValueError as error:
-                raise DataError(f"{where}: 'prompt' is not a valid message list: {error}") from error
-        elif not isinstance(example["prompt"], str):
-            raise DataError(
-                f"{where}: 'prompt' must be a string, got {type(example['prompt']).__name__} "
-                f"{example['prompt']!r} (or a list of {{\"role\", \"content\"}} chat messages)"
-            )
-        if "answer" not in example:
-            raise DataError(f"{where}: missing 'answer' (fields: {sorted(example)})")
-        if not isinstance(example["answer"], str):
-            raise DataError(
-                f"{where}: 'answer' must be a string, got {type(example['answer']).__name__} {example['answer']!r}"
-            )
-        examples.append(example)
+            example = parse_example_line(line)
+        except DataError as error:
+            raise DataError(f"{path}:{line_number}: {error}") from error
+        if example is not None:
+            examples.append(example)
     if not examples:
         raise DataError(f"{path}: empty file, no examples")
     return examples
+
+
+def parse_example_line(line: str) -> dict | None:
+    """One line of a JSONL dataset -> its example, or None for a blank line (whitespace
+    only). The one line check of training data: the platform's upload validation uses it
+    too, so an upload is accepted exactly when training would read it. An example is a
+    JSON object with a string "answer" and a "prompt" that is a string or a non-empty list
+    of {"role": str, "content": str} messages (chat_template.validate_messages, which
+    normalises it); other fields are kept. Raises DataError with the problem (no
+    location: the caller adds file:line)."""
+    if not line.strip():
+        return None
+    try:
+        example = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise DataError(f"bad JSON: {error.msg} (column {error.colno})") from error
+    if not isinstance(example, dict):
+        raise DataError(f"expected a JSON object, got {type(example).__name__}")
+    if "prompt" not in example:
+        raise DataError(f"missing 'prompt' (fields: {sorted(example)})")
+    if isinstance(example["prompt"], list):
+        try:
+            example["prompt"] = validate_messages(example["prompt"])
+        except ValueError as error:
+            raise DataError(f"'prompt' is not a valid message list: {error}") from error
+    elif not isinstance(example["prompt"], str):
+        raise DataError(
+            f"'prompt' must be a string, got {type(example['prompt']).__name__} "
+            f"{example['prompt']!r} (or a list of {{\"role\", \"content\"}} chat messages)"
+        )
+    if "answer" not in example:
+        raise DataError(f"missing 'answer' (fields: {sorted(example)})")
+    if not isinstance(example["answer"], str):
+        raise DataError(f"'answer' must be a string, got {type(example['answer']).__name__} {example['answer']!r}")
+    return example
 
 
 def load_examples(
