@@ -4,8 +4,9 @@
                          &advantage_min=&advantage_max=&q=&prompt_hash=&limit=&after=|before=
         -> {"samples": [...], "next_after": id | null, "prev_before": id | null,
             "scanned_to_step": step | null, "limit": n}
-        (a text search reads at most sample_query.SEARCH_SCAN_ROWS rows a request: when it stopped
-        before `limit` matches, `scanned_to_step` is where, and `next_after` continues from there)
+        (a text, reward or advantage search reads at most sample_query.SEARCH_SCAN_ROWS rows a request:
+        when it stopped before `limit` matches, `scanned_to_step` is where, and `next_after` continues
+        from there)
         (with none of these parameters but `step`, the older answer of api.views.run_samples)
     GET runs/<id>/samples.jsonl?<the same filters>
         -> every matching sample, one JSON object a line, streamed

@@ -220,3 +220,20 @@ def test_db_hooks_keep_a_steps_train_samples_when_its_eval_samples_follow(alice)
     hooks.flush()
     assert sorted(RolloutSample.objects.filter(run=run).values_list("kind", "completion")) == [
         ("eval", "evaluated"), ("train", "trained again")]
+
+
+def test_reward_and_advantage_filters_read_a_bounded_window_per_request(browsed, monkeypatch):
+    # A rare reward has no index keeping the browse order: like text, it reads at most
+    # SEARCH_SCAN_ROWS rows a request instead of the whole run.
+    run, client, url = browsed
+    monkeypatch.setattr(sample_query, "SEARCH_SCAN_ROWS", 4)  # one step's 4 train samples a request
+    pages, after = [], ""
+    while True:
+        body = client.get(url, {"reward_min": 1, "advantage_min": 0.5, "step_min": 2, "after": after}).json()
+        pages.append((completions(body), body["scanned_to_step"]))
+        if body["next_after"] is None:
+            break
+        after = body["next_after"]
+    assert pages == [(["s2g0n1", "s2g1n1"], 2), (["s3g0n1", "s3g1n1"], 3), ([], None)]
+    group = client.get(url, {"step": 2, "group": 1, "reward_min": 1}).json()  # one step: no window
+    assert completions(group) == ["s2g1n1"] and group["scanned_to_step"] is None
