@@ -213,6 +213,28 @@ def _scan_window_end(qs: QuerySet, order: tuple[str, ...]) -> tuple[int, int, in
     return rows[0] if rows else None
 
 
+def _window_end(place: QuerySet, base: QuerySet, cursor: tuple[int, int, int] | None,
+                forward: bool) -> tuple[int, int, int] | None:
+    """The end of a value search's window: the SEARCH_SCAN_ROWS-th row of `base` (the selection
+    after the cursor; `place`: the same before the cursor). Counted from the start of the cursor's
+    step, skipping that step's rows up to the cursor: PostgreSQL estimates a plain step bound well
+    and the keyset's OR badly (it sorted the 250,000 rows after a cursor instead of walking the
+    index: 100 ms instead of 20 at 10^6 samples)."""
+    order = FORWARD if forward else BACKWARD
+    if cursor is None:
+        return _scan_window_end(base, order)
+    step, index, sample_id = cursor
+    if forward:
+        around = place.filter(step__gte=step)
+        passed = _before(place.filter(step=step), step, index, sample_id + 1).count()
+    else:
+        around = place.filter(step__lte=step)
+        passed = _after(place.filter(step=step), step, index, sample_id - 1).count()
+    at = passed + SEARCH_SCAN_ROWS - 1
+    rows = list(around.order_by(*order).values_list("step", "index", "id")[at:at + 1])
+    return rows[0] if rows else None
+
+
 def page(run: Run, f: SampleFilters, request: PageRequest) -> Page:
     """One page of the run's samples passing `f`, in (step, index, id) order, forward from `after`
     (or the start) or backward from `before`.
@@ -224,17 +246,20 @@ def page(run: Run, f: SampleFilters, request: PageRequest) -> Page:
     found, the page holds the matches in it and its cursor continues after the window
     (`scanned_to_step` says how far it read)."""
     forward = request.before is None
-    base = _by_place(run, f)
+    place = base = _by_place(run, f)
+    cursor = None
     if request.before is not None:
-        base = _before(base, *_cursor(run, request.before, "before"))
+        cursor = _cursor(run, request.before, "before")
+        base = _before(place, *cursor)
     elif request.after is not None:
-        base = _after(base, *_cursor(run, request.after, "after"))
+        cursor = _cursor(run, request.after, "after")
+        base = _after(place, *cursor)
     order = FORWARD if forward else BACKWARD
     qs = _by_values(base, f)
     window_end = None
     if filters_values(f):
         if not f.prompt_hash and f.step is None:
-            window_end = _scan_window_end(base, order)
+            window_end = _window_end(place, base, cursor, forward)
             if window_end is not None:  # up to and including the window's last row
                 end_step, end_index, end_id = window_end
                 qs = (_before(qs, end_step, end_index, end_id + 1) if forward

@@ -237,3 +237,17 @@ def test_reward_and_advantage_filters_read_a_bounded_window_per_request(browsed,
     assert pages == [(["s2g0n1", "s2g1n1"], 2), (["s3g0n1", "s3g1n1"], 3), ([], None)]
     group = client.get(url, {"step": 2, "group": 1, "reward_min": 1}).json()  # one step: no window
     assert completions(group) == ["s2g1n1"] and group["scanned_to_step"] is None
+
+
+def test_a_search_window_after_a_cursor_holds_the_rows_after_it(browsed, monkeypatch):
+    run, client, url = browsed
+    monkeypatch.setattr(sample_query, "SEARCH_SCAN_ROWS", 6)
+    ids = {s.completion: s.pk for s in RolloutSample.objects.filter(run=run, kind="train")}
+    # the 6 rows after s1g1n0: s1g1n1, s2g0n0, s2g0n1, s2g1n0, s2g1n1, s3g0n0
+    body = client.get(url, {"q": "g0", "after": ids["s1g1n0"]}).json()
+    assert completions(body) == ["s2g0n0", "s2g0n1", "s3g0n0"] and body["scanned_to_step"] == 3
+    assert body["next_after"] == ids["s3g0n0"]
+    # the 6 rows before s3g0n1: s3g0n0, s2g1n1, s2g1n0, s2g0n1, s2g0n0, s1g1n1
+    back = client.get(url, {"q": "g0", "before": ids["s3g0n1"]}).json()
+    assert completions(back) == ["s2g0n0", "s2g0n1", "s3g0n0"] and back["prev_before"] == ids["s1g1n1"]
+    assert back["scanned_to_step"] == 1
