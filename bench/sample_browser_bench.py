@@ -11,6 +11,8 @@ view, JSON encoding), each the median of --repeats:
   text_search        ?q=needle (a word in 1 completion of 997)
   text_search_none   ?q=<absent word>: no index serves text, so a request reads at most
                      sample_query.SEARCH_SCAN_ROWS rows (50,000) and says how far it got
+  text_search_next   the page after text_search's (a window counted after a cursor)
+  rare_reward        ?reward_min=1&advantage_max=0 (no sample has both): the same bounded window
   group              ?step=1234&group=42 (its 5 completions)
   prompt_across      ?prompt_hash=<one prompt> (its 50 completions over 10 steps)
   export_page        the first 1,000 lines of GET /api/runs/<id>/samples.jsonl (one chunk)
@@ -31,6 +33,10 @@ deep keyset page 7, filtered deep 6-8, text search 74 (needle and absent alike: 
 window), group 6, prompt across steps 7, an export chunk of 1,000 lines 21 ms: worst 74 ms, ratio 0.25.
 SQLite: 3-5 ms for the indexed requests, text search 23-27 ms, export chunk 19 ms: worst 27 ms,
 ratio 0.09. Before the search window an absent word read the whole run: 1,088 ms on PostgreSQL.
+With the window for reward/advantage filters too and its end counted from the cursor's step
+(re-measured, other work on the machine): PostgreSQL filtered deep 24 ms and its next page 28 (was
+124), text search next page 76, rare reward 34 (352 before the window): worst 83 ms, ratio 0.28;
+SQLite filtered next page 9 ms, text search next 27, rare reward 17: worst 27 ms, ratio 0.09.
 """
 
 from __future__ import annotations
@@ -219,6 +225,7 @@ def main() -> None:
 
     filtered = {"step_min": 1500, "reward_min": 0.8, "advantage_min": 0.2, "limit": 50}
     first_filtered = get(filtered)()
+    first_search = get({"q": "needle", "limit": 50})()
     requests = {
         "first_page": get({"kind": "train", "limit": 50}),
         "deep_keyset_page": get({"after": deep_id, "limit": 50}),
@@ -226,6 +233,8 @@ def main() -> None:
         "filtered_deep_next": get({**filtered, "after": first_filtered["next_after"] or ""}),
         "text_search": get({"q": "needle", "limit": 50}),
         "text_search_none": get({"q": "haystack-absent", "limit": 50}),
+        "text_search_next": get({"q": "needle", "limit": 50, "after": first_search["next_after"] or ""}),
+        "rare_reward": get({"reward_min": 1, "advantage_max": 0, "limit": 50}),
         "group": get({"step": group_step, "group": 42}),
         "prompt_across": get({"prompt_hash": prompt, "limit": 100}),
         "export_page": export_page,
