@@ -282,7 +282,8 @@ class SamplePage(BaseModel):
     samples: list[BrowsedSample]
     next_after: int | None
     prev_before: int | None
-    scanned_to_step: int | None = Field(None, description="where a text search stopped reading (api/sample_views.py)")
+    scanned_to_step: int | None = Field(None, description="where a text, reward or advantage search stopped reading "
+                                   "(api/sample_views.py)")
     limit: int
 
 
