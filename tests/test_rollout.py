@@ -56,7 +56,7 @@ def test_versions_on_policy_and_token_age():
     # valid tokens' versions: 5 5 | 5 4 5 | 5 | 5 5 5 -> ages at step 6: 1 1 1 2 1 1 1 1 1 (9 tokens)
     assert r.token_age_mean(6) == pytest.approx(10 / 9)
     assert r.samples(1) == [{"prompt": "a", "completion": "w", "answer": None, "reward": 1.0,
-                             "advantage": 1.0, "correct": True}]
+                             "advantage": 1.0, "correct": True, "group": 0, "generation": 0}]
 
 
 def test_a_step_generated_in_parts_equals_the_step_generated_at_once():
