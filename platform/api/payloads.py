@@ -21,11 +21,11 @@ class InvalidInput(Exception):
         self.errors = errors
 
 
-def experiment_input(data: dict[str, Any], partial: bool = False) -> dict[str, Any]:
+def experiment_input(data: dict[str, Any], partial: bool = False, owner=None) -> dict[str, Any]:
     """Check a create/update payload: `name`, `description`, and the config as `config` (an
     object) or `config_yaml` (YAML text). Returns the fields to set, with the config validated
     and normalised (experiments.configs: the schema, the guarded YAML loader, the dataset
-    roots); InvalidInput otherwise. `partial` (PATCH): every field is optional."""
+    roots, `owner`'s datasets); InvalidInput otherwise. `partial` (PATCH): every field is optional."""
     errors: dict[str, str] = {}
     out: dict[str, Any] = {}
     if "name" in data or not partial:
@@ -53,7 +53,8 @@ def experiment_input(data: dict[str, Any], partial: bool = False) -> dict[str, A
         errors["config_yaml"] = "must be a string of YAML"
     elif has_config or has_yaml:
         try:
-            config = configs.parse_text(data["config_yaml"]) if has_yaml else configs.parse(data["config"])
+            config = (configs.parse_text(data["config_yaml"], owner) if has_yaml
+                      else configs.parse(data["config"], owner))
             out["config"] = configs.stored(config)
         except configs.ConfigError as exc:
             errors.update(exc.as_dict())

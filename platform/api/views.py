@@ -72,7 +72,7 @@ def experiments(request):
     POST {"name", "config" | "config_yaml", "description"?}: 201 {"id"}, or 400 {"errors": {field: message}}."""
     if request.method == "POST":
         try:
-            fields = payloads.experiment_input(json_body(request))
+            fields = payloads.experiment_input(json_body(request), owner=request.user)
         except payloads.InvalidInput as exc:
             raise ApiError(400, errors=exc.errors) from None
         experiment = Experiment(owner=request.user, name=fields["name"], description=fields.get("description", ""))
@@ -96,7 +96,8 @@ def experiment_detail(request, pk: int):
     experiment = _experiment(request, pk, change=request.method in ("PUT", "PATCH"))
     if request.method in ("PUT", "PATCH"):
         try:
-            fields = payloads.experiment_input(json_body(request), partial=request.method == "PATCH")
+            fields = payloads.experiment_input(json_body(request), partial=request.method == "PATCH",
+                                               owner=experiment.owner)
         except payloads.InvalidInput as exc:
             raise ApiError(400, errors=exc.errors) from None
         config = fields.pop("config", None)
@@ -132,7 +133,7 @@ def experiment_runs(request, pk: int):
         if queue is not None and not (isinstance(queue, str) and QUEUE_NAME.fullmatch(queue)):
             raise ApiError(400, errors={"queue": "a queue name: 1-64 letters, digits, '.', '_' or '-'"})
         try:  # the stored config again, as the web's launch does: a model folder may be gone since
-            configs.parse(experiment.config)
+            configs.parse(experiment.config, experiment.owner)
         except configs.ConfigError as exc:
             raise ApiError(400, "the experiment's config is no longer valid; update it before launching",
                            errors=exc.as_dict()) from None

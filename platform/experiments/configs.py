@@ -5,7 +5,12 @@ them get the trainer's one schema, its one guarded YAML loader (`trainers.config
 no alias bombs, no deep nesting, no oversize text), the same dataset roots
 (settings.PLATFORM_DATASET_DIRS: `data.train_path` / `data.eval_path` must lie inside one, and come
 back as resolved absolute paths) and the same model roots (settings.PLATFORM_MODELS_DIRS, from
-PLATFORM_MODELS_DIR: `model.path` must be a model folder inside one, and comes back resolved)."""
+PLATFORM_MODELS_DIR: `model.path` must be a model folder inside one, and comes back resolved) and
+the same datasets: `data.train_dataset` / `data.eval_dataset` name uploaded datasets the config's
+owner may use (their own by name, one shared with them as owner/name; experiments.dataset_models),
+which resolve into `data.train_path` / `data.eval_path`. So every caller passes the owner: the
+experiment's, or the request's user for a new one. The stored config keeps the name and drops the
+path it resolved to (`stored`): the name is what the user chose, and it resolves again each time."""
 
 from __future__ import annotations
 
@@ -15,7 +20,7 @@ from django.conf import settings
 
 from trainers.config import ConfigError, ExperimentConfig, load_yaml_data, parse_config, parse_yaml
 
-from experiments import config_limits
+from experiments import config_limits, dataset_models
 
 __all__ = ["ConfigError", "dataset_dirs", "load_yaml", "model_dirs", "parse", "parse_text", "stored", "validated"]
 
@@ -35,14 +40,17 @@ def load_yaml(text: str) -> Any:
     return load_yaml_data(text)
 
 
-def parse(raw: Any) -> ExperimentConfig:
-    """Config data -> the validated config, or ConfigError listing every problem."""
-    return within_limits(parse_config(raw, dataset_dirs=dataset_dirs(), model_dirs=model_dirs()))
+def parse(raw: Any, owner=None) -> ExperimentConfig:
+    """Config data -> the validated config, or ConfigError listing every problem. `owner`: the user
+    whose datasets the config may name (None: none)."""
+    return within_limits(parse_config(raw, dataset_dirs=dataset_dirs(), model_dirs=model_dirs(),
+                                      datasets=dataset_models.resolver(owner)))
 
 
-def parse_text(text: str) -> ExperimentConfig:
-    """YAML text -> the validated config, or ConfigError."""
-    return within_limits(parse_yaml(text, dataset_dirs=dataset_dirs(), model_dirs=model_dirs()))
+def parse_text(text: str, owner=None) -> ExperimentConfig:
+    """YAML text -> the validated config, or ConfigError (`owner` as in `parse`)."""
+    return within_limits(parse_yaml(text, dataset_dirs=dataset_dirs(), model_dirs=model_dirs(),
+                                    datasets=dataset_models.resolver(owner)))
 
 
 def within_limits(config: ExperimentConfig) -> ExperimentConfig:
@@ -51,10 +59,15 @@ def within_limits(config: ExperimentConfig) -> ExperimentConfig:
 
 
 def stored(config: ExperimentConfig) -> dict[str, Any]:
-    """A validated config as the plain data Experiment.config and Run.config hold."""
-    return config.model_dump(mode="json", by_alias=True)
+    """A validated config as the plain data Experiment.config and Run.config hold: a data path that
+    a dataset name resolved to is left out (the name resolves again whenever the config is read)."""
+    data = config.model_dump(mode="json", by_alias=True)
+    for name_field, path_field in (("train_dataset", "train_path"), ("eval_dataset", "eval_path")):
+        if data["data"].get(name_field) is not None:
+            data["data"][path_field] = None
+    return data
 
 
-def validated(raw: Any) -> dict[str, Any]:
-    """Config data -> its validated, normalised plain data, or ConfigError."""
-    return stored(parse(raw))
+def validated(raw: Any, owner=None) -> dict[str, Any]:
+    """Config data -> its validated, normalised plain data, or ConfigError (`owner` as in `parse`)."""
+    return stored(parse(raw, owner))

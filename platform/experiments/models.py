@@ -20,6 +20,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from experiments import configs
+from experiments.dataset_models import Dataset  # noqa: F401 - uploaded datasets, a model of this app
 
 
 class VisibleToQuerySet(models.QuerySet):
@@ -89,8 +90,8 @@ class Experiment(models.Model):
 
     def clean(self) -> None:
         """Name and description must be text a database can store; the config must pass the
-        trainer's schema with the platform's dataset roots, and is stored normalised (every
-        default filled in, data paths resolved)."""
+        trainer's schema with the platform's dataset roots and the owner's datasets, and is stored
+        normalised (every default filled in, data paths resolved)."""
         super().clean()
         errors: dict[str, Any] = {}
         for field in ("name", "description"):
@@ -98,7 +99,7 @@ class Experiment(models.Model):
             if message:
                 errors[field] = message
         try:
-            self.config = configs.validated(self.config)
+            self.config = configs.validated(self.config, owner=self.owner if self.owner_id else None)
         except configs.ConfigError as exc:
             errors["config"] = [f"{key}: {message}" for key, message in exc.as_dict().items()]
         if errors:

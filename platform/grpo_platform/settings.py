@@ -28,6 +28,11 @@ PLATFORM_DATASET_DIRS = [
     for d in os.environ.get("PLATFORM_DATASET_DIRS", str(DATA_DIR / "datasets")).replace(",", os.pathsep).split(os.pathsep)
     if d.strip()
 ] or [DATA_DIR / "datasets"]
+# Uploaded datasets (experiments.datasets) go to <first dataset root>/users/<user id>/<name>.jsonl;
+# one upload is at most this many bytes. Django streams a file upload above
+# FILE_UPLOAD_MAX_MEMORY_SIZE (2.5 MB) to a temporary file and DATA_UPLOAD_MAX_MEMORY_SIZE does not
+# count file parts, so Django's defaults allow it; the upload views refuse a larger request early.
+PLATFORM_DATASET_MAX_BYTES = int(os.environ.get("PLATFORM_DATASET_MAX_BYTES", str(200 * 1024 * 1024)))
 # Where experiments' pretrained models (model.path: Hugging Face folders) may lie, the same way:
 # PLATFORM_MODELS_DIR is one directory or an os.pathsep- or comma-separated list; relative paths
 # start in the first (where `serve` fetches the SmolLM2 demo model).

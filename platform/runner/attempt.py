@@ -85,7 +85,7 @@ def run_attempt(run_id: int, attempt: int, parent_pid: int | None = None) -> int
         # validated again here, with the dataset roots as they are now: a data path resolves to the
         # absolute file inside a root that the trainer reads (a symlink swapped in since the
         # experiment was saved cannot lead it outside)
-        config = configs.parse(run.config)
+        config = configs.parse(run.config, run.experiment.owner)  # the owner's datasets, as they are now
     except configs.ConfigError as exc:
         problems = "\n".join(f"  {p}" for p in exc.problems)
         fail_run(run, attempt, f"invalid config ({len(exc.problems)} problem(s)):\n{problems}")

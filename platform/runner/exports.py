@@ -92,7 +92,7 @@ def export_checkpoint(run: Run, step: int | None = None, dtype: str = "float32")
     if dtype not in DTYPES:
         raise ExportRefused(400, f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     try:
-        config = configs.parse(run.config)  # the model roots as they are now
+        config = configs.parse(run.config, run.experiment.owner)  # the model roots as they are now
     except configs.ConfigError as exc:
         problems = "; ".join(f"{k}: {v}" for k, v in exc.as_dict().items())
         raise ExportRefused(400, f"run {run.pk}'s config is not valid on this platform now ({problems})") from None

@@ -117,7 +117,7 @@ def child_config(parent: Run, request: ForkRequest) -> dict:
     if request.max_steps is not None:
         raw.setdefault("train", {})["max_steps"] = request.max_steps
     try:
-        config = configs.parse(raw)
+        config = configs.parse(raw, parent.experiment.owner)
     except configs.ConfigError as exc:
         problems = "; ".join(f"{k}: {v}" for k, v in exc.as_dict().items())
         raise ForkRefused(409, f"run {parent.pk}'s config is not valid on this platform now ({problems})") from None

@@ -13,6 +13,7 @@ from django import forms
 from django.db import transaction
 
 from experiments import configs
+from experiments.dataset_models import Dataset
 from experiments.models import ConfigVersion, Experiment, text_problem
 from experiments.models_dir import available_models
 from trainers.config import ConfigError, ExperimentConfig, FieldSpec, SectionSpec, field_specs
@@ -24,7 +25,7 @@ _BOUND_SIGNS = {"ge": "≥", "gt": ">", "le": "≤", "lt": "<"}
 NO_MODEL_LABEL = "none: a randomly initialised model.preset (toy sizes)"
 
 
-def model_path_choices(current: Any = "") -> list[tuple[str, str]]:
+def model_path_choices(current: Any = "", owner=None) -> list[tuple[str, str]]:
     """The `model.path` choices: none (a toy preset), then every model folder under the model roots
     by its resolved path (what the config stores), labelled "name — architecture, size"; a current
     value that is none of them stays selectable, marked, so that showing a form never changes it."""
@@ -35,8 +36,31 @@ def model_path_choices(current: Any = "") -> list[tuple[str, str]]:
     return choices
 
 
-# Fields whose choices the platform knows, not the schema: a select filled when the form is shown.
-PLATFORM_CHOICES: dict[str, Callable[[Any], list[tuple[str, str]]]] = {"model.path": model_path_choices}
+NO_DATASET_LABEL = "none: data.task (a built-in task) or data.train_path"
+
+
+def dataset_choices(current: Any = "", owner=None) -> list[tuple[str, str]]:
+    """The `data.train_dataset` / `data.eval_dataset` choices: none, then the datasets `owner` may
+    use, as a config names them (their own by name, others' as owner/name); a current value that is
+    none of them stays selectable, marked (the config then says why it is refused)."""
+    rows = Dataset.objects.visible_to(owner).select_related("owner").order_by("owner__username", "name")
+    own = [(d.name, f"{d.name} ({d.rows} rows)") for d in rows if owner is not None and d.owner_id == owner.pk]
+    others = [(d.reference, f"{d.reference} ({d.rows} rows, shared)") for d in rows
+              if owner is None or d.owner_id != owner.pk]
+    choices = [("", NO_DATASET_LABEL)] + own + others
+    current = "" if current is None else str(current)
+    if current and current not in {value for value, _ in choices}:
+        choices.append((current, f"{current} (not a dataset you may use)"))
+    return choices
+
+
+# Fields whose choices the platform knows, not the schema: a select filled when the form is shown,
+# from the current value and the experiment's owner.
+PLATFORM_CHOICES: dict[str, Callable[[Any, Any], list[tuple[str, str]]]] = {
+    "model.path": model_path_choices,
+    "data.train_dataset": dataset_choices,
+    "data.eval_dataset": dataset_choices,
+}
 
 
 def _form_field(spec: FieldSpec) -> forms.Field:
@@ -122,7 +146,8 @@ class ConfigForm(forms.Form):
     After is_valid(): `config` is the validated config as plain data (what Experiment.config
     stores) and `validated` the ExperimentConfig; otherwise `config_errors` is the schema's
     {dotted.field: message}. `raw` is the unvalidated config data either way (None when the YAML
-    could not be read)."""
+    could not be read). `owner`: the user whose datasets the config may name (the experiment's
+    owner; the requesting user for a new one)."""
 
     MODES = (("form", "Form"), ("yaml", "YAML"))
     mode = forms.ChoiceField(choices=MODES, required=False, initial="form")
@@ -131,7 +156,8 @@ class ConfigForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 32, "spellcheck": "false", "autocomplete": "off"}),
     )
 
-    def __init__(self, data=None, files=None, *, config: dict[str, Any] | None = None, **kwargs):
+    def __init__(self, data=None, files=None, *, config: dict[str, Any] | None = None, owner=None, **kwargs):
+        self.owner = owner
         initial = form_values(config)
         initial["config_yaml"] = to_yaml(config if config is not None else config_from_values(initial))
         initial.update(kwargs.pop("initial", None) or {})
@@ -157,7 +183,7 @@ class ConfigForm(forms.Form):
                 self.raw = configs.load_yaml(data.get("config_yaml") or "")
             else:
                 self.raw = config_from_values(data)
-            config = configs.parse(self.raw)
+            config = configs.parse(self.raw, self.owner)
             stored = configs.stored(config)
         except ConfigError as exc:
             self.config_errors = exc.as_dict()
@@ -176,7 +202,7 @@ class ConfigForm(forms.Form):
         the model folders for `model.path`, are read here: only when the form is shown)."""
         for path, choices in PLATFORM_CHOICES.items():
             name = html_name(path)
-            self.fields[name].widget.choices = choices(self[name].value())
+            self.fields[name].widget.choices = choices(self[name].value(), self.owner)
         return [
             SectionView(section, [FieldRow(spec, self[html_name(spec.path)]) for spec in section.fields])
             for section in field_specs()
@@ -199,6 +225,7 @@ class ExperimentForm(ConfigForm):
     def __init__(self, data=None, files=None, *, experiment: Experiment | None = None, **kwargs):
         self.experiment = experiment
         if experiment is not None:
+            kwargs["owner"] = experiment.owner
             kwargs.setdefault("config", experiment.config)
             kwargs["initial"] = {"name": experiment.name, "description": experiment.description,
                                  **(kwargs.get("initial") or {})}
@@ -243,10 +270,10 @@ class YamlImportForm(forms.Form):
         except UnicodeDecodeError as exc:
             raise forms.ValidationError(f"the file is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
-    def experiment_form(self) -> ExperimentForm:
-        """The experiment form this import amounts to (validate it, then save it)."""
+    def experiment_form(self, owner) -> ExperimentForm:
+        """The experiment form this import amounts to for `owner` (validate it, then save it)."""
         name = self.cleaned_data.get("name") or Path(self.files["file"].name).stem[:200] or "imported"
-        return ExperimentForm({"name": name, "mode": "yaml", "config_yaml": self.cleaned_data["file"]})
+        return ExperimentForm({"name": name, "mode": "yaml", "config_yaml": self.cleaned_data["file"]}, owner=owner)
 
 
 class DiffForm(forms.Form):

@@ -3,7 +3,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path, register_converter
 
-from web import compare_views, fork_views, run_label_views, sample_views, token_views, views
+from web import compare_views, dataset_views, fork_views, run_label_views, sample_views, token_views, views
 
 
 class IdConverter:
@@ -47,6 +47,10 @@ urlpatterns: list = [
     path("runs/<web_id:pk>/labels/", run_label_views.run_labels_save, name="run-labels"),
     path("runs/<web_id:pk>/samples/", sample_views.run_samples, name="run-samples"),
     path("runs/<web_id:pk>/<str:action>/", views.run_control, name="run-control"),
+    path("datasets/", dataset_views.dataset_list, name="dataset-list"),
+    path("datasets/<web_id:pk>/", dataset_views.dataset_detail, name="dataset-detail"),
+    path("datasets/<web_id:pk>/share/", dataset_views.dataset_share, name="dataset-share"),
+    path("datasets/<web_id:pk>/delete/", dataset_views.dataset_delete, name="dataset-delete"),
     path("tokens/", token_views.token_list, name="api-tokens"),
     path("tokens/<web_id:pk>/revoke/", token_views.token_revoke, name="api-token-revoke"),
 ]

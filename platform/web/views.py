@@ -85,7 +85,7 @@ def _form_page(request, form: ConfigForm, experiment: Experiment | None = None, 
         plan = plan_payload(form.validated)
     elif not form.is_bound:
         try:
-            plan = plan_payload(configs.parse(config_from_values(form.initial)))
+            plan = plan_payload(configs.parse(config_from_values(form.initial), form.owner))
         except ConfigError:
             plan = None
     context = {
@@ -129,7 +129,7 @@ def _example_configs() -> list[str]:
 def experiment_create(request):
     """New experiment from the form or YAML tab. ?example=NAME starts from configs/NAME.yaml."""
     if request.method == "POST":
-        form = ExperimentForm(request.POST)
+        form = ExperimentForm(request.POST, owner=request.user)
         if form.is_valid():
             experiment, _ = form.save(request.user, note="created")
             messages.success(request, f"Created {experiment.name}.")
@@ -140,11 +140,12 @@ def experiment_create(request):
         if example not in _example_configs():
             raise Http404("no such example config")
         text = _example_text(example)
-        form = ExperimentForm({"name": example, "mode": "yaml", "config_yaml": text})
+        form = ExperimentForm({"name": example, "mode": "yaml", "config_yaml": text}, owner=request.user)
         if form.is_valid():  # show it in both tabs, starting on the form
-            form = ExperimentForm(config=form.config, initial={"name": example, "config_yaml": text})
+            form = ExperimentForm(config=form.config, initial={"name": example, "config_yaml": text},
+                                  owner=request.user)
         return _form_page(request, form)
-    return _form_page(request, ExperimentForm())
+    return _form_page(request, ExperimentForm(owner=request.user))
 
 
 @login_required
@@ -155,7 +156,7 @@ def experiment_import(request):
     if request.method == "POST":
         upload = YamlImportForm(request.POST, request.FILES)
         if upload.is_valid():
-            form = upload.experiment_form()
+            form = upload.experiment_form(request.user)
             if form.is_valid():
                 experiment, _ = form.save(request.user, note="imported from YAML")
                 messages.success(request, f"Imported {experiment.name}.")
@@ -171,8 +172,13 @@ def experiment_import(request):
 def plan_preview(request):
     """The live preview: POST the form (either tab) -> {"ok": true, "plan", "text"} or
     {"ok": false, "errors": {dotted.field: message}}. With sync=1 it also returns the input in
-    the other tab's shape: "yaml" (from the form) or "values" (from YAML), for the tab switch."""
-    form = ConfigForm(request.POST)
+    the other tab's shape: "yaml" (from the form) or "values" (from YAML), for the tab switch.
+    ?experiment=ID (the edit page): dataset names resolve for that experiment's owner, else for
+    the user."""
+    experiment_id = request.GET.get("experiment", "")
+    owner = _experiment(request, int(experiment_id)).owner if experiment_id.isdigit() and len(experiment_id) <= 18 \
+        else request.user
+    form = ConfigForm(request.POST, owner=owner)
     form.is_valid()
     payload: dict = {"ok": form.validated is not None, "mode": form.cleaned_data.get("mode") or "form"}
     if form.validated is not None:
@@ -199,7 +205,7 @@ def experiment_detail(request, pk: int):
 
 def _detail_page(request, experiment: Experiment, status: int = 200, launch_errors: dict | None = None):
     try:
-        plan = plan_payload(configs.parse(experiment.config))
+        plan = plan_payload(configs.parse(experiment.config, experiment.owner))
         config_errors = {}
     except ConfigError as exc:
         plan, config_errors = None, exc.as_dict()
@@ -260,7 +266,7 @@ def experiment_launch(request, pk: int):
     """Queue a run of the current config (checked once more by the schema) and open its page."""
     experiment = _experiment(request, pk, change=True)
     try:
-        configs.parse(experiment.config)
+        configs.parse(experiment.config, experiment.owner)
     except ConfigError as exc:
         messages.error(request, "The config is no longer valid; edit it before launching.")
         return _detail_page(request, experiment, status=400, launch_errors=exc.as_dict())
