@@ -18,13 +18,16 @@ browser session; a trailing slash is optional. See api/views.py for each one's s
     POST            runs/<id>/export                  {"step"?, "dtype"?} -> a Hugging Face folder
     POST            runs/<id>/fork                    {"step", "optimizer"?, "max_steps"?, "queue"?} -> a new run
     GET             models                            the model folders under the model roots
+    GET  POST       datasets                          yours and shared with you / upload JSONL (api/dataset_views.py)
+    GET  DELETE     datasets/<id>                     one with its first rows / delete yours
+    POST            datasets/<id>/share|unshare       {"users": [...]}
     GET             schema                            this API as OpenAPI 3.1, generated (api/openapi.py; public)
     GET             docs/                             Swagger UI reading it (public)
 """
 
 from django.urls import re_path
 
-from api import checkpoint_views, compare_views, sample_views, schema_views, views
+from api import checkpoint_views, compare_views, dataset_views, sample_views, schema_views, views
 from api.endpoint import not_found
 
 ID = r"(?P<pk>[0-9]{1,18})"  # ids fit a 64-bit integer; longer ones fall to the JSON 404
@@ -48,6 +51,9 @@ urlpatterns = [
     re_path(rf"^runs/{ID}/export/?$", views.run_export, name="api-run-export"),
     re_path(rf"^runs/{ID}/fork/?$", checkpoint_views.run_fork, name="api-run-fork"),
     re_path(r"^models/?$", views.models, name="api-models"),
+    re_path(r"^datasets/?$", dataset_views.dataset_list, name="api-datasets"),
+    re_path(rf"^datasets/{ID}/?$", dataset_views.dataset_detail, name="api-dataset"),
+    re_path(rf"^datasets/{ID}/(?P<action>share|unshare)/?$", dataset_views.dataset_share, name="api-dataset-share"),
     re_path(r"^schema/?$", schema_views.schema, name="api-schema"),  # OpenAPI 3.1, generated (public)
     re_path(r"^docs/?$", schema_views.docs, name="api-docs"),  # Swagger UI (public)
     re_path(r"", not_found),  # anything else under /api/: a JSON 404, not the site's HTML page
