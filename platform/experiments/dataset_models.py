@@ -40,7 +40,8 @@ class DatasetQuerySet(models.QuerySet):
             return self.none()
         if user.has_perm("experiments.view_dataset") or user.has_perm("experiments.change_dataset"):
             return self
-        return self.filter(Q(owner=user) | Q(shared_with=user)).distinct()
+        shared = Dataset.shared_with.through.objects.filter(user=user).values("dataset_id")
+        return self.filter(Q(owner=user) | Q(pk__in=shared))  # a subquery: no join, no duplicate rows
 
     def by_reference(self, user, reference: str):
         """The dataset `reference` names for `user` ('name': their own; 'owner/name': anyone's they

@@ -128,3 +128,20 @@ def test_experiment_form_offers_datasets_and_creates_an_experiment_on_one(client
     refused = client.post(reverse("experiment-new"), form_data(dataset_config(tiny_config, train="bob/private")))
     assert refused.status_code == 400
     assert "no dataset named &#x27;bob/private&#x27; that you may use" in refused.content.decode()
+
+
+def test_admin_lists_datasets_by_the_visibility_rule(client, alice, bob, staff, dataset_root):
+    from django.contrib.auth import get_user_model
+
+    upload(alice, "arith")
+    upload(bob, "private")
+    client.force_login(staff)  # a superuser: every row
+    html = client.get(reverse("admin:experiments_dataset_changelist")).content.decode()
+    assert "arith" in html and "private" in html
+    alice.is_staff = True
+    alice.save()
+    client.force_login(get_user_model().objects.get(pk=alice.pk))
+    html = client.get(reverse("admin:experiments_dataset_changelist")).content.decode()
+    assert "arith" in html and "private" not in html
+    theirs = Dataset.objects.get(name="private")
+    assert client.get(reverse("admin:experiments_dataset_change", args=[theirs.pk])).status_code in (302, 403, 404)
