@@ -1,6 +1,7 @@
 """End to end in a real browser, checkpoints as first-class objects: `manage.py serve` (web server,
-worker, scheduler), then Playwright driving Debian's Chromium logs in, creates an experiment in the
-YAML tab, launches it, waits for the run to finish with its checkpoints, forks it from a checkpoint
+worker, scheduler), then Playwright driving Debian's Chromium logs in, uploads a JSONL dataset through
+the datasets page, creates an experiment on it in the YAML tab (the config names it:
+`data.train_dataset`), launches it, waits for the run to finish with its checkpoints, forks it from a checkpoint
 on the run page and sees the lineage on both run pages.
 
 The platform runs on the back end of this test pass (SQLite + filesystem broker, or PostgreSQL and
@@ -23,13 +24,15 @@ from test_browser import CHROMIUM, CHROMIUM_ARGS, ROOT, _free_port, _wait_for_po
 CONFIG_YAML = """\
 seed: 0
 model: {preset: tiny}
-data: {task: arithmetic, train_prompts: 16, eval_prompts: 0}
+data: {task: null, train_dataset: sums, eval_prompts: 0, max_prompt_tokens: 16}
+rewards: [{name: exact_match, weight: 1.0}]
 rollout: {max_new_tokens: 4}
 batch: {prompts_per_step: 2}
 grpo: {num_generations: 2, beta: 0.0}
 train: {max_steps: 2, samples_per_step: 2}
 checkpoint: {every_steps: 1, keep_last: 3}
 """
+DATASET_JSONL = "".join(f'{{"prompt": "{a}+{b}=", "answer": "{a + b}"}}\n' for a in range(4) for b in range(4))
 RUN_FINISH_S = 240  # a 2-step tiny run: JAX start and compile dominate (about 30 s on a busy 2-core CPU)
 
 
@@ -62,7 +65,18 @@ def test_browser_fork_a_finished_run_and_see_the_lineage(platform_env, tmp_path)
             page.click("button[type=submit], input[type=submit]")
             expect(page.locator("body")).not_to_contain_text("Please enter a correct username")
 
-            # an experiment from the YAML tab, launched
+            # a dataset uploaded through the page
+            dataset_file = tmp_path / "sums.jsonl"
+            dataset_file.write_text(DATASET_JSONL)
+            page.click("#nav-datasets")
+            page.fill("#dataset-upload-form input[name=name]", "sums")
+            page.set_input_files("#dataset-upload-form input[name=file]", str(dataset_file))
+            page.click("#dataset-upload-submit")
+            page.wait_for_url(re.compile(r"/datasets/\d+/$"))
+            expect(page.locator("#dataset-rows")).to_contain_text("16")
+            expect(page.locator("#dataset-reference")).to_contain_text("data.train_dataset: sums")
+
+            # an experiment on it from the YAML tab, launched
             page.goto(base + "/experiments/new/")
             page.fill("input[name=name]", "lineage test")
             page.click("#tab-yaml")
