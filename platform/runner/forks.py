@@ -52,16 +52,10 @@ STEP_LIMIT = 2**31
 QUEUE_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 
-class ForkRefused(Exception):
+class ForkRefused(LaunchRefused):
     """Why no fork was made: `status` the HTTP status (400 bad input, 403 a queue not open to the
     owner, 409 the checkpoint or config cannot be used now, 429 over the queued-run limit),
     `field` the request field to name ("" for none)."""
-
-    def __init__(self, status: int, message: str, field: str = ""):
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.field = field
 
 
 @dataclasses.dataclass(frozen=True)

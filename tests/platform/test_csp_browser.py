@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from browser_testlib import CHROMIUM, CHROMIUM_ARGS
 from django.db import connections
 from django.urls import reverse
 from experiments.models import MetricPoint
@@ -16,9 +17,6 @@ from web_testlib import (  # noqa: F401 (fast_passwords: autouse)
     make_experiment,
     make_run,
 )
-
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

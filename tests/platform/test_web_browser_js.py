@@ -10,44 +10,23 @@ from __future__ import annotations
 import re
 
 import pytest
-from django.db import connections
 from django.urls import reverse
 from experiments.models import Checkpoint, Experiment, MetricPoint, RolloutSample, Run
-from playwright.sync_api import expect, sync_playwright
+from browser_testlib import logged_in_page  # noqa: F401 (fixture)
+from playwright.sync_api import expect
 from web_testlib import (  # noqa: F401 (fast_passwords: autouse)
     fast_passwords,
     make_experiment,
     make_run,
 )
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
-
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def page(live_server, client, alice, monkeypatch):
-    """A Chromium page logged in as alice (her session cookie), base URL = the live server."""
-    # Playwright's sync API keeps an event loop in this thread; the test's own ORM calls are
-    # still plain synchronous calls.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    client.force_login(alice)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        context = browser.new_context(base_url=live_server.url)
-        context.add_cookies([{"name": "sessionid", "value": client.cookies["sessionid"].value,
-                              "url": live_server.url}])
-        page = context.new_page()
-        page.set_default_timeout(10_000)
-        errors: list[str] = []
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
-        yield page
-        # The test's own ORM calls ran beside Playwright's event loop, on a connection of that
-        # context: close it, or PostgreSQL cannot drop the test database at the end.
-        connections.close_all()
-        browser.close()
-    assert errors == [], f"script errors: {errors}"
+def page(logged_in_page):  # noqa: F811
+    """A Chromium page logged in as alice, base URL = the live server (browser_testlib)."""
+    return logged_in_page
 
 
 def test_form_preview_errors_and_tabs(page, alice):
