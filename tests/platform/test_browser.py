@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -46,6 +47,40 @@ def _wait_for_port(port: int, proc: subprocess.Popen, timeout_s: float) -> None:
         except OSError:
             time.sleep(0.3)
     raise AssertionError(f"serve did not listen on {port} within {timeout_s} s")
+
+
+@contextmanager
+def served_platform(env: dict, tmp_path: Path):
+    """`manage.py serve` (web server, one worker, scheduler) with `env`: yields (base URL, the demo
+    user's password); on leaving, Ctrl-C stops the whole tree, which must exit 0."""
+    port = _free_port()
+    log = open(tmp_path / "serve.log", "w")
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "manage.py"), "serve", "--port", str(port), "--workers", "1", "--no-model-demo"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    try:
+        _wait_for_port(port, proc, timeout_s=120)
+        password = (Path(env["PLATFORM_DATA_DIR"]) / "demo_password").read_text().strip()
+        yield f"http://127.0.0.1:{port}", password
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)  # Ctrl-C stops the whole tree
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        log.close()
+    assert proc.returncode == 0, (tmp_path / "serve.log").read_text()[-3000:]
+
+
+def log_in_as_demo(page, base: str, password: str) -> None:
+    page.goto(base + "/")
+    page.fill("input[name=username]", "demo")
+    page.fill("input[name=password]", password)
+    page.click("button[type=submit], input[type=submit]")
+    expect(page.locator("body")).not_to_contain_text("Please enter a correct username")
 
 
 @pytest.fixture
@@ -81,64 +116,39 @@ def platform_env(tmp_path):
 
 
 def test_browser_create_launch_and_watch_chart(platform_env, tmp_path):
-    port = _free_port()
-    log = open(tmp_path / "serve.log", "w")
-    proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "manage.py"), "serve", "--port", str(port), "--workers", "1", "--no-model-demo"],
-        cwd=ROOT, env=platform_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )
-    try:
-        _wait_for_port(port, proc, timeout_s=120)
-        password = (Path(platform_env["PLATFORM_DATA_DIR"]) / "demo_password").read_text().strip()
-        base = f"http://127.0.0.1:{port}"
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-            page = browser.new_page()
-            page.set_default_timeout(30_000)
-            # log in
-            page.goto(base + "/")
-            page.fill("input[name=username]", "demo")
-            page.fill("input[name=password]", password)
-            page.click("button[type=submit], input[type=submit]")
-            expect(page.locator("body")).not_to_contain_text("Please enter a correct username")
-            # create an experiment through the form
-            page.goto(base + "/experiments/new/")
-            page.fill("input[name=name]", "browser test")
-            page.fill("[name='train__max_steps']", "40")
-            page.fill("[name='batch__prompts_per_step']", "4")
-            page.fill("[name='grpo__num_generations']", "4")
-            page.fill("[name='checkpoint__every_steps']", "10")
-            expect(page.locator("#plan-preview")).to_contain_text("16", timeout=10_000)  # 4 prompts x G=4
-            page.click("#save-experiment")
-            # launch it and watch the reward chart gain points without a reload
-            page.click("#launch-run")
-            chart = page.locator("[data-metric='reward/mean']")
-            expect(chart).to_be_visible()
-            deadline = time.monotonic() + 180
-            first = 0
-            while time.monotonic() < deadline:
-                first = int(chart.get_attribute("data-points") or 0)
-                if first > 0:
-                    break
-                time.sleep(0.5)
-            assert first > 0, "no points reached the chart"
-            page.evaluate("window.__no_reload_marker = 42")
-            deadline = time.monotonic() + 120
-            later = first
-            while time.monotonic() < deadline and later <= first:
-                time.sleep(0.5)
-                later = int(chart.get_attribute("data-points") or 0)
-            assert later > first, f"the chart did not gain points ({first} -> {later})"
-            # a reload or navigation would have wiped the marker: the points arrived live
-            assert page.evaluate("window.__no_reload_marker") == 42
-            browser.close()
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)  # Ctrl-C stops the whole tree
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        log.close()
-    assert proc.returncode == 0, (tmp_path / "serve.log").read_text()[-3000:]
+    with served_platform(platform_env, tmp_path) as (base, password), sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        page = browser.new_page()
+        page.set_default_timeout(30_000)
+        log_in_as_demo(page, base, password)
+        # create an experiment through the form
+        page.goto(base + "/experiments/new/")
+        page.fill("input[name=name]", "browser test")
+        page.fill("[name='train__max_steps']", "40")
+        page.fill("[name='batch__prompts_per_step']", "4")
+        page.fill("[name='grpo__num_generations']", "4")
+        page.fill("[name='checkpoint__every_steps']", "10")
+        expect(page.locator("#plan-preview")).to_contain_text("16", timeout=10_000)  # 4 prompts x G=4
+        page.click("#save-experiment")
+        # launch it and watch the reward chart gain points without a reload
+        page.click("#launch-run")
+        chart = page.locator("[data-metric='reward/mean']")
+        expect(chart).to_be_visible()
+        deadline = time.monotonic() + 180
+        first = 0
+        while time.monotonic() < deadline:
+            first = int(chart.get_attribute("data-points") or 0)
+            if first > 0:
+                break
+            time.sleep(0.5)
+        assert first > 0, "no points reached the chart"
+        page.evaluate("window.__no_reload_marker = 42")
+        deadline = time.monotonic() + 120
+        later = first
+        while time.monotonic() < deadline and later <= first:
+            time.sleep(0.5)
+            later = int(chart.get_attribute("data-points") or 0)
+        assert later > first, f"the chart did not gain points ({first} -> {later})"
+        # a reload or navigation would have wiped the marker: the points arrived live
+        assert page.evaluate("window.__no_reload_marker") == 42
+        browser.close()

@@ -10,16 +10,10 @@ Redis when DATABASE_URL / CELERY_BROKER_URL are set), with a data directory of i
 
 from __future__ import annotations
 
-import os
 import re
-import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 from playwright.sync_api import expect, sync_playwright
-from test_browser import CHROMIUM, CHROMIUM_ARGS, ROOT, _free_port, _wait_for_port, platform_env  # noqa: F401
+from test_browser import CHROMIUM, CHROMIUM_ARGS, log_in_as_demo, platform_env, served_platform  # noqa: F401
 
 CONFIG_YAML = """\
 seed: 0
@@ -43,80 +37,56 @@ def _run_id(url: str) -> int:
 
 
 def test_browser_fork_a_finished_run_and_see_the_lineage(platform_env, tmp_path):
-    port = _free_port()
-    log = open(tmp_path / "serve.log", "w")
-    proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "manage.py"), "serve", "--port", str(port), "--workers", "1", "--no-model-demo"],
-        cwd=ROOT, env=platform_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )
-    try:
-        _wait_for_port(port, proc, timeout_s=120)
-        password = (Path(platform_env["PLATFORM_DATA_DIR"]) / "demo_password").read_text().strip()
-        base = f"http://127.0.0.1:{port}"
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-            page = browser.new_page()
-            page.set_default_timeout(30_000)
-            errors: list[str] = []
-            page.on("pageerror", lambda exc: errors.append(str(exc)))
-            page.goto(base + "/")
-            page.fill("input[name=username]", "demo")
-            page.fill("input[name=password]", password)
-            page.click("button[type=submit], input[type=submit]")
-            expect(page.locator("body")).not_to_contain_text("Please enter a correct username")
+    with served_platform(platform_env, tmp_path) as (base, password), sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        page = browser.new_page()
+        page.set_default_timeout(30_000)
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        log_in_as_demo(page, base, password)
 
-            # a dataset uploaded through the page
-            dataset_file = tmp_path / "sums.jsonl"
-            dataset_file.write_text(DATASET_JSONL)
-            page.click("#nav-datasets")
-            page.fill("#dataset-upload-form input[name=name]", "sums")
-            page.set_input_files("#dataset-upload-form input[name=file]", str(dataset_file))
-            page.click("#dataset-upload-submit")
-            page.wait_for_url(re.compile(r"/datasets/\d+/$"))
-            expect(page.locator("#dataset-rows")).to_contain_text("16")
-            expect(page.locator("#dataset-reference")).to_contain_text("data.train_dataset: sums")
+        # a dataset uploaded through the page
+        dataset_file = tmp_path / "sums.jsonl"
+        dataset_file.write_text(DATASET_JSONL)
+        page.click("#nav-datasets")
+        page.fill("#dataset-upload-form input[name=name]", "sums")
+        page.set_input_files("#dataset-upload-form input[name=file]", str(dataset_file))
+        page.click("#dataset-upload-submit")
+        page.wait_for_url(re.compile(r"/datasets/\d+/$"))
+        expect(page.locator("#dataset-rows")).to_contain_text("16")
+        expect(page.locator("#dataset-reference")).to_contain_text("data.train_dataset: sums")
 
-            # an experiment on it from the YAML tab, launched
-            page.goto(base + "/experiments/new/")
-            page.fill("input[name=name]", "lineage test")
-            page.click("#tab-yaml")
-            # the switch is done (and the textarea written from the form) once the form is in YAML mode
-            expect(page.locator("#experiment-form")).to_have_class(re.compile(r"\bmode-yaml\b"))
-            page.fill("textarea[name=config_yaml]", CONFIG_YAML)
-            page.click("#save-experiment")
-            page.click("#launch-run")
-            parent_id = _run_id(page.url)
+        # an experiment on it from the YAML tab, launched
+        page.goto(base + "/experiments/new/")
+        page.fill("input[name=name]", "lineage test")
+        page.click("#tab-yaml")
+        # the switch is done (and the textarea written from the form) once the form is in YAML mode
+        expect(page.locator("#experiment-form")).to_have_class(re.compile(r"\bmode-yaml\b"))
+        page.fill("textarea[name=config_yaml]", CONFIG_YAML)
+        page.click("#save-experiment")
+        page.click("#launch-run")
+        parent_id = _run_id(page.url)
 
-            # wait for it to finish; the page then offers its checkpoints to fork
-            expect(page.locator("#run-status")).to_have_attribute("data-status", "succeeded",
-                                                                  timeout=RUN_FINISH_S * 1000)
-            page.reload()
-            expect(page.locator("#fork-step option")).to_have_count(2)  # checkpoints 2 and 1, newest first
-            page.select_option("#fork-step", "1")
-            page.select_option("#fork-optimizer", "fresh")
-            page.click("#run-fork")
+        # wait for it to finish; the page then offers its checkpoints to fork
+        expect(page.locator("#run-status")).to_have_attribute("data-status", "succeeded",
+                                                              timeout=RUN_FINISH_S * 1000)
+        page.reload()
+        expect(page.locator("#fork-step option")).to_have_count(2)  # checkpoints 2 and 1, newest first
+        page.select_option("#fork-step", "1")
+        page.select_option("#fork-optimizer", "fresh")
+        page.click("#run-fork")
 
-            # the new run's page: its lineage, linking to the parent
-            page.wait_for_url(re.compile(r"/runs/\d+/$"))
-            child_id = _run_id(page.url)
-            assert child_id != parent_id
-            lineage = f"Forked from run {parent_id}, step 1 (fresh optimizer"
-            expect(page.locator("#forked-from")).to_contain_text(lineage)
-            page.click("#forked-from-link")
-            page.wait_for_url(f"{base}/runs/{parent_id}/")
-            # the parent's page lists the fork
-            fork = page.locator(f"#fork-list a[data-fork-id='{child_id}']")
-            expect(fork).to_have_text(f"run {child_id}")
-            expect(page.locator("#fork-list li")).to_contain_text("from step 1 (fresh optimizer)")
-            browser.close()
-            assert errors == [], f"script errors: {errors}"
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)  # Ctrl-C stops the whole tree
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        log.close()
-    assert proc.returncode == 0, (tmp_path / "serve.log").read_text()[-3000:]
+        # the new run's page: its lineage, linking to the parent
+        page.wait_for_url(re.compile(r"/runs/\d+/$"))
+        child_id = _run_id(page.url)
+        assert child_id != parent_id
+        lineage = f"Forked from run {parent_id}, step 1 (fresh optimizer"
+        expect(page.locator("#forked-from")).to_contain_text(lineage)
+        page.click("#forked-from-link")
+        page.wait_for_url(f"{base}/runs/{parent_id}/")
+        # the parent's page lists the fork
+        fork = page.locator(f"#fork-list a[data-fork-id='{child_id}']")
+        expect(fork).to_have_text(f"run {child_id}")
+        expect(page.locator("#fork-list li")).to_contain_text("from step 1 (fresh optimizer)")
+        browser.close()
+        assert errors == [], f"script errors: {errors}"
