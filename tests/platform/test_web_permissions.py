@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 from django.urls import reverse
+from datasets_testlib import dataset_root, upload  # noqa: F401 (fixture)
+from experiments.dataset_models import Dataset
 from experiments.models import Experiment, Run
 from platform_testlib import tiny_config
 from web import urls as web_urls
@@ -42,24 +44,28 @@ VIEWS = {
     "run-compare": ("get", None, 200),  # no runs named: the page asks for them
     "run-samples": ("get", "run", 200),
     "api-tokens": ("get", None, 200),
+    "dataset-list": ("get", None, 200),
 }
 AUTH_VIEWS = {"login", "logout"}
 OWN_TOKEN_VIEWS = {"api-token-revoke"}  # only the token's owner, staff too: tests/platform/test_api_tokens.py
+# a dataset's pages have a permission of their own (experiments.view_dataset): test_dataset_views below
+DATASET_VIEWS = {"dataset-detail", "dataset-share", "dataset-delete"}
 
 
 def test_every_web_view_is_in_the_table():
     names = {p.name for p in web_urls.urlpatterns}
-    assert names - AUTH_VIEWS - OWN_TOKEN_VIEWS == set(VIEWS)
+    assert names - AUTH_VIEWS - OWN_TOKEN_VIEWS - DATASET_VIEWS == set(VIEWS)
 
 
 @pytest.fixture
-def objects(alice, monkeypatch):
+def objects(alice, monkeypatch, dataset_root):
     import runner.services
 
     monkeypatch.setattr(runner.services, "send_run_message", lambda *args: None)
     experiment = make_experiment(alice, "alice-exp")
     experiment.set_config(tiny_config(seed=1), user=alice)  # v2, so v1 can be restored
     run = make_run(experiment, status="queued")
+    upload(alice, "alice-data")
     return experiment, run
 
 
@@ -195,3 +201,22 @@ def test_change_permission_edits_and_steers(client, changer, objects):
     assert Experiment.objects.get(pk=experiment.pk).config["seed"] == 7
     assert client.post(reverse("run-control", args=[run.pk, "cancel"])).status_code == 302
     assert Run.objects.get(pk=run.pk).status == "cancelled"
+
+
+@pytest.mark.parametrize("name", sorted(DATASET_VIEWS))
+def test_dataset_views(client, alice, bob, staff, objects, name):
+    """Anonymous -> login; another user -> 404 (they cannot see it); staff, who see every dataset,
+    may read it but only the owner shares or deletes it (403); the owner may."""
+    dataset = Dataset.objects.get(owner=alice)
+    url = reverse(name, args=[dataset.pk])
+    method = "get" if name == "dataset-detail" else "post"
+    data = {"users": "bob", "action": "share"} if name == "dataset-share" else {}
+    response = getattr(client, method)(url, data)
+    assert response.status_code == 302 and response["Location"].startswith(reverse("login"))
+    client.force_login(bob)
+    assert getattr(client, method)(url, data).status_code == 404
+    client.force_login(staff)
+    assert getattr(client, method)(url, data).status_code == (200 if method == "get" else 403)
+    assert Dataset.objects.get(pk=dataset.pk).shared_with.count() == 0
+    client.force_login(alice)
+    assert getattr(client, method)(url, data).status_code == (200 if method == "get" else 302)
