@@ -44,6 +44,8 @@ import sys
 import tempfile
 import time
 
+import bench_django  # bench/ is first on sys.path for a script run from it
+
 # Not named bench/platform.py: scripts run from bench/ have it first on sys.path, so a
 # bench/platform.py would shadow the standard library's `platform` for every one of them.
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -61,41 +63,7 @@ SQLITE_DIR = os.path.join(ROOT, "var", "bench-platform")
 
 
 def setup_django(backend: str, database_url: str) -> None:
-    """Point the settings at the scratch database (creating it on PostgreSQL) and migrate."""
-    for path in (os.path.join(ROOT, "platform"), ROOT):
-        if path not in sys.path:
-            sys.path.insert(0, path)
-    os.environ["DJANGO_SETTINGS_MODULE"] = "grpo_platform.settings"
-    os.environ.setdefault("PLATFORM_LOG_LEVEL", "WARNING")
-    if backend == "postgresql":
-        create_postgres_database(database_url)
-        os.environ["DATABASE_URL"] = database_url
-        os.environ.setdefault("PLATFORM_DATA_DIR", os.path.join(SQLITE_DIR, "pg-data"))
-    else:
-        os.environ.pop("DATABASE_URL", None)
-        os.makedirs(SQLITE_DIR, exist_ok=True)
-        os.environ["PLATFORM_DATA_DIR"] = os.path.join(SQLITE_DIR, "sqlite-data")
-        os.environ["PLATFORM_SQLITE_PATH"] = os.path.join(SQLITE_DIR, "bench.sqlite3")
-    import warnings
-
-    import django
-    from django.core.management import call_command
-
-    warnings.filterwarnings("ignore", message="No directory at")  # whitenoise: no collected static files
-    django.setup()
-    call_command("migrate", verbosity=0)
-
-
-def create_postgres_database(url: str) -> None:
-    import dj_database_url
-    import psycopg
-
-    cfg = dj_database_url.parse(url)
-    params = {"host": cfg["HOST"] or None, "port": cfg["PORT"] or None, "user": cfg["USER"] or None,
-              "password": cfg["PASSWORD"] or None}
-    with psycopg.connect(dbname="postgres", autocommit=True, **{k: v for k, v in params.items() if v}) as conn:
-        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (cfg["NAME"],)).fetchone():
-            conn.execute(f'CREATE DATABASE "{cfg["NAME"]}"')
+    bench_django.setup_django(backend, database_url, SQLITE_DIR)
 
 
 def bench_objects(experiment_name: str):
