@@ -225,6 +225,13 @@ PLATFORM_MAX_ACTIVE_RUNS_PER_USER = int(os.environ.get("PLATFORM_MAX_ACTIVE_RUNS
 PLATFORM_MAX_QUEUED_RUNS_PER_USER = int(os.environ.get("PLATFORM_MAX_QUEUED_RUNS_PER_USER", "20"))
 # A worker that takes a run whose owner already has that many active runs sends it again this much later.
 PLATFORM_ACTIVE_CAP_RETRY_S = float(os.environ.get("PLATFORM_ACTIVE_CAP_RETRY_S", "30"))
+# What one step of a run may hold, checked before a run goes on the queue and again when a worker
+# starts it (a UserLimits row overrides them per user): sequences = prompts per step x G; tokens =
+# sequences x (prompt + completion tokens).
+PLATFORM_MAX_SEQUENCES_PER_STEP = int(os.environ.get("PLATFORM_MAX_SEQUENCES_PER_STEP", "8192"))
+PLATFORM_MAX_TOKENS_PER_STEP = int(os.environ.get("PLATFORM_MAX_TOKENS_PER_STEP", str(8 * 1024 * 1024)))
+# Disk one user's datasets, exports and checkpoints may take together (a UserLimits row overrides it).
+PLATFORM_STORAGE_QUOTA_BYTES = int(os.environ.get("PLATFORM_STORAGE_QUOTA_BYTES", str(50 * 1024 ** 3)))
 # This server's bounds on configs, tighter than the schema's: {dotted field: largest value}.
 # PLATFORM_CONFIG_LIMITS (a JSON object) overrides single entries, e.g. '{"train.max_steps": 5000}'.
 PLATFORM_CONFIG_LIMITS = {

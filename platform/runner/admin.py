@@ -11,7 +11,8 @@ from runner.queues import live_workers_reading
 
 @admin.register(UserLimits)
 class UserLimitsAdmin(admin.ModelAdmin):
-    list_display = ("user", "max_active_runs", "max_queued_runs")
+    list_display = ("user", "max_active_runs", "max_queued_runs", "max_sequences_per_step", "max_tokens_per_step",
+                    "storage_quota_bytes")
     search_fields = ("user__username",)
     list_select_related = ("user",)
     raw_id_fields = ("user",)
@@ -22,6 +23,12 @@ class UserLimitsAdmin(admin.ModelAdmin):
             f" The server's default is {settings.PLATFORM_MAX_ACTIVE_RUNS_PER_USER}.")
         form.base_fields["max_queued_runs"].help_text += (
             f" The server's default is {settings.PLATFORM_MAX_QUEUED_RUNS_PER_USER}.")
+        form.base_fields["max_sequences_per_step"].help_text += (
+            f" The server's default is {settings.PLATFORM_MAX_SEQUENCES_PER_STEP}.")
+        form.base_fields["max_tokens_per_step"].help_text += (
+            f" The server's default is {settings.PLATFORM_MAX_TOKENS_PER_STEP}.")
+        form.base_fields["storage_quota_bytes"].help_text += (
+            f" The server's default is {settings.PLATFORM_STORAGE_QUOTA_BYTES}.")
         return form
 
 

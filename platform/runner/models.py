@@ -13,8 +13,9 @@ from django.db import models, transaction
 
 
 class UserLimits(models.Model):
-    """One user's own run limits; an empty field means the server's default
-    (PLATFORM_MAX_ACTIVE_RUNS_PER_USER / PLATFORM_MAX_QUEUED_RUNS_PER_USER)."""
+    """One user's own limits; an empty field means the server's default (PLATFORM_MAX_ACTIVE_RUNS_PER_USER,
+    PLATFORM_MAX_QUEUED_RUNS_PER_USER, PLATFORM_MAX_SEQUENCES_PER_STEP, PLATFORM_MAX_TOKENS_PER_STEP,
+    PLATFORM_STORAGE_QUOTA_BYTES)."""
 
     user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="run_limits")
     max_active_runs = models.PositiveIntegerField(
@@ -22,6 +23,15 @@ class UserLimits(models.Model):
         "empty = the server's default.")
     max_queued_runs = models.PositiveIntegerField(
         null=True, blank=True, help_text="Runs waiting on the queue at once; empty = the server's default.")
+    max_sequences_per_step = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="Sequences one step of a run may hold (prompts per step x G); "
+        "empty = the server's default.")
+    max_tokens_per_step = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="Tokens one step of a run may hold (sequences x (prompt + completion "
+        "tokens)); empty = the server's default.")
+    storage_quota_bytes = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="Disk the user's datasets, exports and checkpoints may take together, "
+        "in bytes; empty = the server's default.")
 
     class Meta:
         verbose_name = "user limits"
