@@ -258,6 +258,10 @@ AUTHENTICATION_BACKENDS = [
     "django.contrib.auth.backends.ModelBackend",
 ]
 AXES_FAILURE_LIMIT = int(os.environ.get("PLATFORM_LOGIN_FAILURE_LIMIT", "5"))
+# ... and after PLATFORM_LOGIN_IP_FAILURE_LIMIT failures from one address for any usernames, that
+# address is refused the same way (password spraying; web.login_throttle.LoginThrottleHandler)
+PLATFORM_LOGIN_IP_FAILURE_LIMIT = int(os.environ.get("PLATFORM_LOGIN_IP_FAILURE_LIMIT", "20"))
+AXES_HANDLER = "web.login_throttle.LoginThrottleHandler"
 AXES_COOLOFF_TIME = float(os.environ.get("PLATFORM_LOGIN_COOLOFF_S", "900")) / 3600  # hours
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True

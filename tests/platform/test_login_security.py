@@ -1,4 +1,4 @@
-"""Login throttling (django-axes per username + address), the security headers (CSP always; the
+"""Login throttling (django-axes per username + address, and per address for any usernames), the security headers (CSP always; the
 TLS-proxy settings with PLATFORM_TLS_PROXY=1) and Django's standard password validators."""
 
 from __future__ import annotations
@@ -56,6 +56,33 @@ def test_the_cooloff_ends(alice, settings):
     cooloff = datetime.timedelta(hours=settings.AXES_COOLOFF_TIME)
     AccessAttempt.objects.update(attempt_time=F("attempt_time") - cooloff - datetime.timedelta(seconds=1))
     assert login(Client(), "alice", "alice-pass-123").status_code == 302
+
+
+def test_spraying_many_usernames_from_one_address_locks_that_address(alice, settings):
+    """Below the per-username limit for each of 8 usernames, but 8 x 2 failures from one address:
+    the address is refused (even alice's right password), another address is not."""
+    settings.AXES_FAILURE_LIMIT, settings.PLATFORM_LOGIN_IP_FAILURE_LIMIT = 3, 16
+    names = ["alice"] + [f"user{i}" for i in range(7)]
+    statuses = [login(Client(), name, "wrong", address="10.0.0.7").status_code for name in names for _ in range(2)]
+    assert statuses[:15] == [200] * 15 and statuses[15] == 429  # the 16th failure locks the address
+    assert login(Client(), "somebody-new", "wrong", address="10.0.0.7").status_code == 429
+    assert login(Client(), "alice", "alice-pass-123", address="10.0.0.7").status_code == 429  # during the cool-off
+    assert login(Client(), "alice", "alice-pass-123", address="10.0.0.8").status_code == 302
+
+
+def test_a_success_does_not_clear_the_address_count(alice, settings):
+    """A sprayer who logs into an account of their own keeps the address's failures."""
+    settings.AXES_FAILURE_LIMIT, settings.PLATFORM_LOGIN_IP_FAILURE_LIMIT = 3, 5
+    for name in ("bob", "carol"):
+        for _ in range(2):
+            login(Client(), name, "wrong")
+    assert login(Client(), "alice", "alice-pass-123").status_code == 302
+    assert login(Client(), "dave", "wrong").status_code == 429  # the 5th failure from this address
+
+
+def test_the_address_limit_defaults_to_twenty(settings):
+    assert settings.PLATFORM_LOGIN_IP_FAILURE_LIMIT == 20
+    assert settings.AXES_HANDLER == "web.login_throttle.LoginThrottleHandler"
 
 
 def test_admin_login_is_throttled_too(staff, settings):
