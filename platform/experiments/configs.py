@@ -1,6 +1,7 @@
 """The platform's one way to read and validate an experiment config: every entry point (API
-create/update, the web form and its YAML tab, the plan preview, import, clone, restore, the
-admin through `Experiment.clean`, and the worker before it trains) comes through here, so all of
+create/update and `config_yaml`, the web form and its YAML tab, the plan preview, import, clone,
+restore, fork, export, the admin through `Experiment.clean`, and the worker before it trains,
+retries included) comes through here, so all of
 them get the trainer's one schema, its one guarded YAML loader (`trainers.config.load_yaml_data`:
 no alias bombs, no deep nesting, no oversize text), the same dataset roots
 (settings.PLATFORM_DATASET_DIRS: `data.train_path` / `data.eval_path` must lie inside one, and come
@@ -8,9 +9,13 @@ back as resolved absolute paths) and the same model roots (settings.PLATFORM_MOD
 PLATFORM_MODELS_DIR: `model.path` must be a model folder inside one, and comes back resolved) and
 the same datasets: `data.train_dataset` / `data.eval_dataset` name uploaded datasets the config's
 owner may use (their own by name, one shared with them as owner/name; experiments.dataset_models),
-which resolve into `data.train_path` / `data.eval_path`. So every caller passes the owner: the
-experiment's, or the request's user for a new one. The stored config keeps the name and drops the
-path it resolved to (`stored`): the name is what the user chose, and it resolves again each time."""
+which resolve into `data.train_path` / `data.eval_path`. Uploaded files are reachable only that
+way: a `data.train_path` / `data.eval_path` given directly that resolves into the uploads tree
+(`private_dirs`, `<dataset root>/users/`) is refused naming the dataset field to use. So every
+caller passes the owner: the experiment's, or the request's user for a new one. The stored config
+keeps the name and drops the path it resolved to (`stored`): the name is what the user chose, and
+it resolves again each time (a retried or forked run too: the worker re-parses `run.config` with
+the owner as they are at start)."""
 
 from __future__ import annotations
 
@@ -18,11 +23,12 @@ from typing import Any
 
 from django.conf import settings
 
-from trainers.config import ConfigError, ExperimentConfig, load_yaml_data, parse_config, parse_yaml
+from trainers.config import ConfigError, ExperimentConfig, load_yaml_data, parse_config
 
 from experiments import config_limits, dataset_models
 
-__all__ = ["ConfigError", "dataset_dirs", "load_yaml", "model_dirs", "parse", "parse_text", "stored", "validated"]
+__all__ = ["ConfigError", "dataset_dirs", "load_yaml", "model_dirs", "parse", "parse_text", "private_dirs", "stored",
+           "validated"]
 
 
 def dataset_dirs() -> list[str]:
@@ -40,17 +46,22 @@ def load_yaml(text: str) -> Any:
     return load_yaml_data(text)
 
 
+def private_dirs() -> list[str]:
+    """The uploads tree: files there are read only through `data.train_dataset` / `eval_dataset`
+    (the owner's datasets, or ones shared with them); a data path given directly is refused."""
+    return [str(dataset_models.uploads_dir())]
+
+
 def parse(raw: Any, owner=None) -> ExperimentConfig:
     """Config data -> the validated config, or ConfigError listing every problem. `owner`: the user
     whose datasets the config may name (None: none)."""
     return within_limits(parse_config(raw, dataset_dirs=dataset_dirs(), model_dirs=model_dirs(),
-                                      datasets=dataset_models.resolver(owner)))
+                                      datasets=dataset_models.resolver(owner), private_dirs=private_dirs()))
 
 
 def parse_text(text: str, owner=None) -> ExperimentConfig:
     """YAML text -> the validated config, or ConfigError (`owner` as in `parse`)."""
-    return within_limits(parse_yaml(text, dataset_dirs=dataset_dirs(), model_dirs=model_dirs(),
-                                    datasets=dataset_models.resolver(owner)))
+    return parse(load_yaml_data(text), owner)
 
 
 def within_limits(config: ExperimentConfig) -> ExperimentConfig:

@@ -1,10 +1,11 @@
 """An uploaded JSONL dataset, checked line by line as it streams in, and written atomically.
 
 `check_jsonl` is pure (bytes in, a `DatasetCheck` out): every line goes through the trainer's own
-line check (`trainers.data.examples.parse_example_line`), so an upload is accepted exactly when
-training would read the file. Lines end at "\\n" only, as `read_jsonl` reads them; each must be
-UTF-8. Problems read `name.jsonl:LINE: message` (the first MAX_ERRORS_SHOWN, then "and N more").
-`write_checked` streams an upload through `check_jsonl` into a temporary file beside the
+line check (`trainers.data.examples.jsonl_lines` and `parse_jsonl_line`, which `read_jsonl` uses),
+so an upload is accepted exactly when training would read the file. Lines end at "\\n" only; each
+must be at most the trainer's MAX_LINE_BYTES (refused before it is parsed, and never held whole),
+UTF-8, and nested at most MAX_EXAMPLE_NESTING levels. Problems read `name.jsonl:LINE: message`
+(the first MAX_ERRORS_SHOWN, then "and N more"). `write_checked` streams an upload through `check_jsonl` into a temporary file beside the
 destination; the caller renames it into place (`os.replace`) once the dataset's row exists, or
 removes it."""
 
@@ -15,9 +16,9 @@ import hashlib
 import os
 import re
 import tempfile
-from typing import BinaryIO, Iterable
+from typing import BinaryIO, Iterable, Iterator
 
-from trainers.data.examples import DataError, parse_example_line
+from trainers.data.examples import DataError, jsonl_lines, parse_jsonl_line
 
 MAX_ERRORS_SHOWN = 20
 PREVIEW_ROWS = 5
@@ -36,9 +37,12 @@ def name_problem(name: object) -> str:
     return ""
 
 
+UPLOADS_FOLDER = "users"  # the uploads tree inside the first dataset root: read through dataset names only
+
+
 def relative_path(user_id: int, name: str) -> str:
     """Where a user's dataset lies, relative to the first dataset root."""
-    return os.path.join("users", str(int(user_id)), f"{name}.jsonl")
+    return os.path.join(UPLOADS_FOLDER, str(int(user_id)), f"{name}.jsonl")
 
 
 @dataclasses.dataclass
@@ -73,25 +77,33 @@ class DatasetCheck:
 
 def check_jsonl(chunks: Iterable[bytes], file_name: str, max_bytes: int, sink: BinaryIO | None = None) -> DatasetCheck:
     """Check a JSONL dataset arriving as `chunks` of bytes (split anywhere), writing them to `sink`
-    when given. Stops reading once more than `max_bytes` have arrived (then that is the one error)."""
+    when given. Stops reading once more than `max_bytes` have arrived (then that is the one error).
+    Lines come through the trainer's `jsonl_lines`, so a line over its MAX_LINE_BYTES is refused
+    without being held in memory."""
     check = DatasetCheck(file_name=file_name)
     digest = hashlib.sha256()
-    pending = b""
-    line_number = 0
-    for chunk in chunks:
-        check.size_bytes += len(chunk)
-        if check.size_bytes > max_bytes:
-            check.errors, check.more_errors = [f"{file_name}: larger than this server's limit of {max_bytes} bytes "
-                                               "(PLATFORM_DATASET_MAX_BYTES); split it or ask an admin"], 0
-            return check
-        digest.update(chunk)
-        if sink is not None:
-            sink.write(chunk)
-        *lines, pending = (pending + chunk).split(b"\n")
-        for line in lines:
-            line_number += 1
-            _check_line(check, line, line_number)
-    _check_line(check, pending, line_number + 1)
+    too_big = False
+
+    def counted(chunks: Iterable[bytes]) -> Iterator[bytes]:
+        nonlocal too_big
+        for chunk in chunks:
+            check.size_bytes += len(chunk)
+            if check.size_bytes > max_bytes:
+                too_big = True
+                return
+            digest.update(chunk)
+            if sink is not None:
+                sink.write(chunk)
+            yield chunk
+
+    for line_number, (line, size_bytes) in enumerate(jsonl_lines(counted(chunks)), start=1):
+        if too_big:
+            break
+        _check_line(check, line, size_bytes, line_number)
+    if too_big:
+        check.errors, check.more_errors = [f"{file_name}: larger than this server's limit of {max_bytes} bytes "
+                                           "(PLATFORM_DATASET_MAX_BYTES); split it or ask an admin"], 0
+        return check
     check.sha256 = digest.hexdigest()
     if check.size_bytes == 0:
         check.errors = [f"{file_name}: empty file, no examples"]
@@ -100,17 +112,11 @@ def check_jsonl(chunks: Iterable[bytes], file_name: str, max_bytes: int, sink: B
     return check
 
 
-def _check_line(check: DatasetCheck, line: bytes, line_number: int) -> None:
-    where = f"{check.file_name}:{line_number}"
+def _check_line(check: DatasetCheck, line: bytes | None, size_bytes: int, line_number: int) -> None:
     try:
-        text = line.decode("utf-8")
-    except UnicodeDecodeError as error:
-        check.add_error(f"{where}: not UTF-8 text ({error.reason} at byte {error.start + 1} of the line)")
-        return
-    try:
-        example = parse_example_line(text)
+        example = parse_jsonl_line(line, size_bytes)
     except DataError as error:
-        check.add_error(f"{where}: {error}")
+        check.add_error(f"{check.file_name}:{line_number}: {error}")
         return
     if example is None:
         return

@@ -8,8 +8,10 @@ with the `experiments.view_dataset` permission (superusers), the platform's one 
 owner shares, unshares or deletes it (the admin: users with the change/delete permission).
 
 A config names a dataset in `data.train_dataset` / `data.eval_dataset`: the owner's own by `name`,
-one shared with them as `owner/name` (`resolver`). This module imports no other module of the
-app, so experiments.configs can use it."""
+one shared with them as `owner/name` (`resolver`); a data path given directly may not name a file
+in the uploads tree (`uploads_dir`), so the name and its check are the only way in. This module
+imports no other module of the app but the Django-free dataset_files, so experiments.configs can use
+it."""
 
 from __future__ import annotations
 
@@ -24,12 +26,20 @@ from django.db.models import Q
 from django.db.models.signals import post_delete
 from django.dispatch import receiver
 
+from experiments.dataset_files import UPLOADS_FOLDER
+
 log = logging.getLogger(__name__)
 
 
 def dataset_root() -> Path:
     """Where uploaded datasets are written: the first of settings.PLATFORM_DATASET_DIRS."""
     return Path(settings.PLATFORM_DATASET_DIRS[0])
+
+
+def uploads_dir() -> Path:
+    """The uploads tree (`<dataset root>/users/`): its files are read only through a dataset name,
+    never by `data.train_path` / `data.eval_path` (experiments.configs passes it as private)."""
+    return dataset_root() / UPLOADS_FOLDER
 
 
 class DatasetQuerySet(models.QuerySet):

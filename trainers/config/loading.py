@@ -69,7 +69,8 @@ def _is_unicode(text: str) -> bool:
 def parse_config(raw: dict[str, Any] | None, overrides: list[str] | tuple[str, ...] = (), *,
                  dataset_dirs: list[str] | tuple[str, ...] | None = None,
                  model_dirs: list[str] | tuple[str, ...] | None = None,
-                 datasets: DatasetResolver | None = None) -> ExperimentConfig:
+                 datasets: DatasetResolver | None = None,
+                 private_dirs: list[str] | tuple[str, ...] | None = None) -> ExperimentConfig:
     """Validate a raw dict (from YAML/JSON) plus `--set` overrides; raise ConfigError listing every problem.
 
     dataset_dirs (the platform's dataset roots): when given, `data.train_path` / `data.eval_path`
@@ -81,7 +82,12 @@ def parse_config(raw: dict[str, Any] | None, overrides: list[str] | tuple[str, .
     Hugging Face model of a supported architecture either way.
     datasets (the platform's datasets this config's owner may use): resolves `data.train_dataset` /
     `data.eval_dataset` names into `data.train_path` / `data.eval_path` (then checked like any path);
-    see `_resolve_dataset_names`."""
+    see `_resolve_dataset_names`.
+    private_dirs (the platform's uploads tree): files there are reached only through a dataset name,
+    which `datasets` resolves with its ownership check; `data.train_path` / `data.eval_path` given
+    directly (or beside a name that does not resolve to the same file) that resolve into one of
+    them (after `..` and symlinks) are refused naming the field and the dataset field to use
+    instead, whether or not the file exists."""
     raw = {} if raw is None else raw
     if not isinstance(raw, dict):
         raise ConfigError([Problem("(config)", f"must be a mapping of sections, got {type(raw).__name__}")])
@@ -96,8 +102,9 @@ def parse_config(raw: dict[str, Any] | None, overrides: list[str] | tuple[str, .
         config = ExperimentConfig.model_validate(raw)
     except ValidationError as exc:
         raise ConfigError(_problems_from_pydantic(exc, raw)) from None
-    problems = _resolve_dataset_names(config, datasets, dataset_dirs)
-    problems += _resolve_data_paths(config, dataset_dirs) + _resolve_model_path(config, model_dirs) + check_config(config)
+    problems, named = _resolve_dataset_names(config, datasets, dataset_dirs)
+    problems += _resolve_data_paths(config, dataset_dirs, private_dirs, named)
+    problems += _resolve_model_path(config, model_dirs) + check_config(config)
     if problems:
         raise ConfigError(problems)
     return config
@@ -106,10 +113,11 @@ def parse_config(raw: dict[str, Any] | None, overrides: list[str] | tuple[str, .
 def parse_yaml(text: str, overrides: list[str] | tuple[str, ...] = (), *,
                dataset_dirs: list[str] | tuple[str, ...] | None = None,
                model_dirs: list[str] | tuple[str, ...] | None = None,
-               datasets: DatasetResolver | None = None) -> ExperimentConfig:
+               datasets: DatasetResolver | None = None,
+               private_dirs: list[str] | tuple[str, ...] | None = None) -> ExperimentConfig:
     """Parse YAML text with the guarded loader (`load_yaml_data`) and validate it (`parse_config`)."""
     return parse_config(load_yaml_data(text), overrides, dataset_dirs=dataset_dirs, model_dirs=model_dirs,
-                        datasets=datasets)
+                        datasets=datasets, private_dirs=private_dirs)
 
 
 def load_config(path: str | os.PathLike, overrides: list[str] | tuple[str, ...] = ()) -> ExperimentConfig:
@@ -128,11 +136,14 @@ DATASET_NAMES_NEED_PLATFORM = ("dataset names are resolved by the platform; the 
 DATASET_UNKNOWN = ("no dataset named '{name}' that you may use: give one of your datasets by name, or one "
                    "shared with you as owner/name")
 DATASET_PATH_DISAGREES = ("names another file than data.{path_field} ({path}); set only one of them")
+PRIVATE_PATH_REFUSED = ("not allowed: {path} is in the uploaded datasets; name an uploaded dataset in "
+                        "data.{name_field} instead (your own by name, one shared with you as owner/name)")
 
 
 def _resolve_dataset_names(config: ExperimentConfig, datasets: DatasetResolver | None,
-                           dataset_dirs: list[str] | tuple[str, ...] | None) -> list[Problem]:
-    """Turn `data.train_dataset` / `data.eval_dataset` into `data.train_path` / `data.eval_path`.
+                           dataset_dirs: list[str] | tuple[str, ...] | None) -> tuple[list[Problem], set[str]]:
+    """Turn `data.train_dataset` / `data.eval_dataset` into `data.train_path` / `data.eval_path`;
+    returns the problems and the path fields a name set (those came through `datasets`' check).
 
     With `datasets` (the platform): an unknown name is a problem naming the field; a known one sets
     the path, and a path already set must name the same file (a config validated once holds both,
@@ -140,7 +151,7 @@ def _resolve_dataset_names(config: ExperimentConfig, datasets: DatasetResolver |
     a name beside a path is only a label (a platform run directory's config.yaml holds both), and
     the CLI reads the path."""
     lookup = datasets.get if isinstance(datasets, Mapping) else datasets
-    problems = []
+    problems, named = [], set()
     for name_field, path_field in (("train_dataset", "train_path"), ("eval_dataset", "eval_path")):
         name, path = getattr(config.data, name_field), getattr(config.data, path_field)
         if name is None:
@@ -158,7 +169,8 @@ def _resolve_dataset_names(config: ExperimentConfig, datasets: DatasetResolver |
                                                                                           path=path)))
             continue
         setattr(config.data, path_field, resolved)
-    return problems
+        named.add(path_field)
+    return problems, named
 
 
 def _real_path(path: str, roots: list[str] | tuple[str, ...] | None) -> str:
@@ -167,13 +179,18 @@ def _real_path(path: str, roots: list[str] | tuple[str, ...] | None) -> str:
     return os.path.realpath(os.path.join(base, path))
 
 
-def _resolve_data_paths(config: ExperimentConfig, dataset_dirs: list[str] | tuple[str, ...] | None) -> list[Problem]:
+def _resolve_data_paths(config: ExperimentConfig, dataset_dirs: list[str] | tuple[str, ...] | None,
+                        private_dirs: list[str] | tuple[str, ...] | None, named: set[str]) -> list[Problem]:
     """Check `data.train_path` / `data.eval_path` (see `parse_config`); with dataset_dirs, replace
-    each by its resolved absolute path inside a root."""
+    each by its resolved absolute path inside a root. A path field not in `named` (given directly,
+    not set by a dataset name) must not resolve into `private_dirs`."""
     problems = []
-    for name in ("train_path", "eval_path"):
+    for name, name_field in (("train_path", "train_dataset"), ("eval_path", "eval_dataset")):
         path = getattr(config.data, name)
         if path is None:
+            continue
+        if name not in named and private_dirs and _is_private(path, dataset_dirs, private_dirs):
+            problems.append(Problem(f"data.{name}", PRIVATE_PATH_REFUSED.format(path=path, name_field=name_field)))
             continue
         if dataset_dirs is None:
             if not os.path.isfile(path):
@@ -185,6 +202,17 @@ def _resolve_data_paths(config: ExperimentConfig, dataset_dirs: list[str] | tupl
         else:
             setattr(config.data, name, resolved)
     return problems
+
+
+def _is_private(path: str, dataset_dirs: list[str] | tuple[str, ...] | None,
+                private_dirs: list[str] | tuple[str, ...]) -> bool:
+    """Whether `path` (resolved as `_inside_roots` would: `..` and symlinks followed) lies in one of
+    `private_dirs`. Decided from the path alone, never from whether the file exists."""
+    if "\0" in path:
+        return False  # refused as not allowed anyway
+    candidate = _real_path(path, dataset_dirs)
+    return any(os.path.commonpath([candidate, private]) == private
+               for private in (os.path.realpath(d) for d in private_dirs))
 
 
 MODEL_PATH_REFUSED = "missing or not allowed: {path}; put the model folder under the platform's models directory"
@@ -226,6 +254,17 @@ def _inside_roots(path: str, roots: list[str] | tuple[str, ...], want_dir: bool 
     inside = any(os.path.commonpath([candidate, r]) == r for r in real_roots)
     exists = os.path.isdir(candidate) if want_dir else os.path.isfile(candidate)
     return candidate if inside and exists else None
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """A copy of the raw config data with each `dotted.path=value` (`--set`) applied, unvalidated
+    (the platform applies a client's `--set` before it validates); ConfigError naming the path of
+    any that does not fit the schema's sections."""
+    raw = json.loads(json.dumps(raw))  # deep copy: overrides never touch the caller's dict
+    problems = [p for o in overrides for p in _apply_override(raw, o)]
+    if problems:
+        raise ConfigError(problems)
+    return raw
 
 
 def _apply_override(raw: dict[str, Any], override: str) -> list[Problem]:

@@ -5,7 +5,7 @@ JAX-free: validation and the platform's plan preview count a dataset with it."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from collections.abc import Iterable, Iterator
 
 from trainers.data import tasks
 from trainers.data.chat_template import validate_messages
@@ -15,48 +15,91 @@ class DataError(ValueError):
     """A dataset file or prompt is unusable; the message says where and why."""
 
 
+MAX_LINE_BYTES = 1 << 20        # one line of a JSONL dataset, checked before it is parsed (1 MiB)
+MAX_EXAMPLE_NESTING = 100       # lists and objects inside one example (a chat prompt needs 3)
+READ_CHUNK_BYTES = 1 << 16
+TOO_DEEP = (f"nested deeper than {MAX_EXAMPLE_NESTING} levels of lists and objects; an example is an object "
+            "of text fields")
+
+
 def read_jsonl(path: str) -> list[dict]:
     """Reads examples from a JSONL file: one JSON object per line, each checked by
-    `parse_example_line` (a string "answer"; a "prompt" that is a string or a chat
-    conversation; extra fields kept). Lines end at "\\n" only (a JSON string may hold
-    U+2028 and other characters str.splitlines would split at); blank lines are
-    skipped. Raises DataError naming file:line and the problem (missing file, not
-    UTF-8, bad JSON, not an object, missing or wrongly typed prompt/answer, a
-    malformed message, no examples at all)."""
-    file_path = Path(path)
+    `parse_jsonl_line` (at most MAX_LINE_BYTES, UTF-8, then `parse_example_line`: a string
+    "answer"; a "prompt" that is a string or a chat conversation; extra fields kept). Lines
+    end at "\\n" only (a JSON string may hold U+2028 and other characters str.splitlines
+    would split at); blank lines are skipped. The file is read in chunks (`jsonl_lines`), so
+    an over-long line is never held whole. Raises DataError naming file:line and the problem
+    (missing file, a line too long, not UTF-8, bad JSON, nested too deep, not an object,
+    missing or wrongly typed prompt/answer, a malformed message, no examples at all)."""
+    examples = []
     try:
-        text = file_path.read_text(encoding="utf-8")
+        with open(path, "rb") as stream:
+            chunks = iter(lambda: stream.read(READ_CHUNK_BYTES), b"")
+            for line_number, (line, size_bytes) in enumerate(jsonl_lines(chunks), start=1):
+                try:
+                    example = parse_jsonl_line(line, size_bytes)
+                except DataError as error:
+                    raise DataError(f"{path}:{line_number}: {error}") from error
+                if example is not None:
+                    examples.append(example)
     except OSError as error:
         raise DataError(f"{path}: cannot read: {error.strerror or error}") from error
-    except UnicodeDecodeError as error:
-        raise DataError(f"{path}: not UTF-8 text: {error}") from error
-    examples = []
-    for line_number, line in enumerate(text.split("\n"), start=1):
-        try:
-            example = parse_example_line(line)
-        except DataError as error:
-            raise DataError(f"{path}:{line_number}: {error}") from error
-        if example is not None:
-            examples.append(example)
     if not examples:
         raise DataError(f"{path}: empty file, no examples")
     return examples
 
 
+def jsonl_lines(chunks: Iterable[bytes], max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[tuple[bytes | None, int]]:
+    """Split bytes arriving as `chunks` (split anywhere) into lines at b"\\n" only: yields
+    (line without its "\\n", its size in bytes) for every line, the last one after the final
+    "\\n" included (b"" when the text ends with one). A line longer than `max_line_bytes` comes
+    as (None, its size): it is counted, never held, so at most max_line_bytes of one line (plus
+    the current chunk) are in memory."""
+    head, size_bytes = b"", 0   # the current line so far (dropped once over the limit) and its size
+    for chunk in chunks:
+        *ended, rest = chunk.split(b"\n")
+        for piece in ended:
+            size_bytes += len(piece)
+            yield (head + piece if size_bytes <= max_line_bytes else None), size_bytes
+            head, size_bytes = b"", 0
+        size_bytes += len(rest)
+        head = head + rest if size_bytes <= max_line_bytes else b""
+    yield (head if size_bytes <= max_line_bytes else None), size_bytes
+
+
+def parse_jsonl_line(line: bytes | None, size_bytes: int, max_line_bytes: int = MAX_LINE_BYTES) -> dict | None:
+    """One line from `jsonl_lines` -> its example (`parse_example_line`), or None for a blank
+    line. Raises DataError (no location: the caller adds file:line) for a line over
+    `max_line_bytes` (checked before anything is parsed) or one that is not UTF-8."""
+    if line is None or size_bytes > max_line_bytes:
+        raise DataError(f"the line is {size_bytes} bytes, over the limit of {max_line_bytes} bytes a line; "
+                        "shorten it or split the example")
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise DataError(f"not UTF-8 text ({error.reason} at byte {error.start + 1} of the line)") from None
+    return parse_example_line(text)
+
+
 def parse_example_line(line: str) -> dict | None:
     """One line of a JSONL dataset -> its example, or None for a blank line (whitespace
     only). The one line check of training data: the platform's upload validation uses it
-    too, so an upload is accepted exactly when training would read it. An example is a
-    JSON object with a string "answer" and a "prompt" that is a string or a non-empty list
-    of {"role": str, "content": str} messages (chat_template.validate_messages, which
-    normalises it); other fields are kept. Raises DataError with the problem (no
-    location: the caller adds file:line)."""
+    too (through `parse_jsonl_line`), so an upload is accepted exactly when training would
+    read it. An example is a JSON object, nested at most MAX_EXAMPLE_NESTING levels, with a
+    string "answer" and a "prompt" that is a string or a non-empty list of {"role": str,
+    "content": str} messages (chat_template.validate_messages, which normalises it); other
+    fields are kept. Raises DataError with the problem (no location: the caller adds
+    file:line)."""
     if not line.strip():
         return None
     try:
         example = json.loads(line)
     except json.JSONDecodeError as error:
         raise DataError(f"bad JSON: {error.msg} (column {error.colno})") from error
+    except RecursionError:  # the decoder's own guard against deep nesting
+        raise DataError(TOO_DEEP) from None
+    if _nesting_levels(example) > MAX_EXAMPLE_NESTING:
+        raise DataError(TOO_DEEP)
     if not isinstance(example, dict):
         raise DataError(f"expected a JSON object, got {type(example).__name__}")
     if "prompt" not in example:
@@ -76,6 +119,19 @@ def parse_example_line(line: str) -> dict | None:
     if not isinstance(example["answer"], str):
         raise DataError(f"'answer' must be a string, got {type(example['answer']).__name__} {example['answer']!r}")
     return example
+
+
+def _nesting_levels(value: object) -> int:
+    """How deeply lists and objects nest in `value` (0 for a scalar), without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            item = list(item.values())
+        if isinstance(item, list):
+            deepest = max(deepest, depth)
+            stack.extend((child, depth + 1) for child in item if isinstance(child, (dict, list)))
+    return deepest
 
 
 def load_examples(
