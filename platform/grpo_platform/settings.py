@@ -203,10 +203,16 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
 PLATFORM_HEARTBEAT_S = float(os.environ.get("PLATFORM_HEARTBEAT_S", "2"))
 PLATFORM_STALE_AFTER_S = float(os.environ.get("PLATFORM_STALE_AFTER_S", "20"))
 PLATFORM_REAP_EVERY_S = float(os.environ.get("PLATFORM_REAP_EVERY_S", "5"))
-# After a cancel or pause request, how long a trainer has to stop by itself before SIGTERM, and
-# then how long after SIGTERM before SIGKILL.
+# After a pause request, how long a trainer has to stop by itself (and checkpoint) before SIGTERM,
+# and then how long after SIGTERM before SIGKILL.
 PLATFORM_STOP_GRACE_S = float(os.environ.get("PLATFORM_STOP_GRACE_S", "60"))
 PLATFORM_KILL_GRACE_S = float(os.environ.get("PLATFORM_KILL_GRACE_S", "15"))
+# A cancel needs no checkpoint: a trainer still running CANCEL_GRACE_S after the supervisor saw the
+# request (compiling, or inside a long step) is SIGKILLed with its process group. The supervisor and
+# the trainer read the run's status every STATUS_POLL_S (one indexed read), so cancel ends the
+# trainer within about STATUS_POLL_S + CANCEL_GRACE_S + STATUS_POLL_S (3 s at the defaults).
+PLATFORM_CANCEL_GRACE_S = float(os.environ.get("PLATFORM_CANCEL_GRACE_S", "2"))
+PLATFORM_STATUS_POLL_S = float(os.environ.get("PLATFORM_STATUS_POLL_S", "0.5"))
 PLATFORM_DEFAULT_MAX_RESTARTS = int(os.environ.get("PLATFORM_DEFAULT_MAX_RESTARTS", "3"))
 
 LOGGING = {

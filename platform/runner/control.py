@@ -1,5 +1,7 @@
 """`DatabaseControl`: the trainer asks it between steps (and between optimizer updates) whether to
-go on; it answers from the Run row's status and attempt, read at most every `poll_interval_s`.
+go on; it answers from the Run row's status and attempt, read at most every `poll_interval_s`
+(default PLATFORM_STATUS_POLL_S, 0.5 s). It is not asked while the trainer compiles or is inside a
+step: there the supervisor enforces a cancel by SIGKILL (runner.supervisor).
 
   running, this attempt                      -> CONTINUE
   pausing                                    -> PAUSE (checkpoint, then return "paused")
@@ -17,6 +19,7 @@ import signal
 import threading
 import time
 
+from django.conf import settings
 from django.db import DatabaseError, close_old_connections
 
 from experiments.models import ACTIVE_STATUSES, Run, RunStatus
@@ -26,11 +29,11 @@ log = logging.getLogger(__name__)
 
 
 class DatabaseControl(Control):
-    def __init__(self, run_id: int, attempt: int, poll_interval_s: float = 0.5,
+    def __init__(self, run_id: int, attempt: int, poll_interval_s: float | None = None,
                  install_signal_handlers: bool = True, parent_pid: int | None = None):
         self.run_id = run_id
         self.attempt = attempt
-        self.poll_interval_s = poll_interval_s
+        self.poll_interval_s = settings.PLATFORM_STATUS_POLL_S if poll_interval_s is None else poll_interval_s
         self.parent_pid = parent_pid        # stop if this process is orphaned (its supervisor died)
         self.signalled: int | None = None   # the signal that asked for a pause, if any
         self._checked_at = float("-inf")

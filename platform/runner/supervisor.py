@@ -3,16 +3,23 @@
 1. Compare-and-set queued -> running for exactly this attempt. Losing means the message is stale
    or redelivered, or the run was cancelled meanwhile: return without running anything, so a Run
    never runs twice.
-2. Start the trainer as a child process (`manage.py execute_run RUN ATTEMPT`): JAX stays out of
-   the Celery worker and the accelerator's memory is freed when the child exits. Its output goes
-   to <run dir>/logs/attempt-N.log.
-3. Every PLATFORM_HEARTBEAT_S while it runs: write heartbeat_at and running_s (only while this
-   attempt owns the active run) and read the status. After a cancel or pause request (or when the
-   run stopped being this attempt's), the child stops by itself within a step; if it has not exited
-   PLATFORM_STOP_GRACE_S after the request was seen, SIGTERM (it checkpoints and pauses), then
-   SIGKILL after PLATFORM_KILL_GRACE_S.
+2. Start the trainer as a child process (`manage.py execute_run RUN ATTEMPT`) leading a process
+   group of its own: JAX stays out of the Celery worker and the accelerator's memory is freed when
+   the child exits. Its output goes to <run dir>/logs/attempt-N.log, where the supervisor also
+   notes the trainer's pid and any signal it sends.
+3. While it runs: read the run's status every PLATFORM_STATUS_POLL_S (one indexed read) and write
+   heartbeat_at and running_s every PLATFORM_HEARTBEAT_S (only while this attempt owns the active
+   run). The trainer stops by itself at its next step or micro-batch boundary; but it cannot look
+   while it compiles or is inside a step, so:
+   - cancel (or the run stopped being this attempt's): needs no checkpoint. A trainer still
+     running PLATFORM_CANCEL_GRACE_S after the request was seen is SIGKILLed with its process
+     group; the steps it reported and its checkpoints so far stay.
+   - pause: needs a checkpoint. A trainer still running PLATFORM_STOP_GRACE_S after the request
+     gets SIGTERM (it checkpoints and pauses at its next boundary), then SIGKILL after
+     PLATFORM_KILL_GRACE_S (the run is paused at its newest earlier checkpoint).
 4. When the child exits without having written a final status: cancelling -> cancelled,
-   pausing -> paused, running -> failed with the tail of its output.
+   pausing -> paused, running -> failed with the tail of its output. The event says how the
+   trainer ended and how long after the request.
 
 If the worker is stopping (this process gets SIGTERM, or runner.workers.shutting_down()), the
 child gets SIGTERM: it checkpoints and the run goes back on the queue (see runner.attempt).
@@ -36,7 +43,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from experiments.models import ACTIVE_STATUSES, Run, RunStatus
-from runner.procs import tail_text
+from runner.procs import signal_group, tail_text
 from runner.workers import shutting_down
 
 log = logging.getLogger(__name__)
@@ -57,13 +64,18 @@ class Supervisor:
         self.attempt = attempt
         self.worker_host = worker_host or os.uname().nodename
         self.heartbeat_s = settings.PLATFORM_HEARTBEAT_S
+        self.poll_s = settings.PLATFORM_STATUS_POLL_S
+        self.cancel_grace_s = settings.PLATFORM_CANCEL_GRACE_S
         self.stop_grace_s = settings.PLATFORM_STOP_GRACE_S
         self.kill_grace_s = settings.PLATFORM_KILL_GRACE_S
         self.proc: subprocess.Popen | None = None
+        self.log_path: Path | None = None
         self.terminated_by: int | None = None   # a signal this process got (worker shutdown)
-        self.stop_seen_at: float | None = None  # monotonic time a stop/pause request was first seen
+        self.stop_seen_at: float | None = None  # monotonic time a cancel/pause request was first seen
+        self.cancel_seen_at: float | None = None  # ... a cancel (or the run lost to another attempt)
         self.term_sent_at: float | None = None
         self.killed = False
+        self._heartbeat_at = float("-inf")      # monotonic time of the last heartbeat write
         self._accounted_at = time.monotonic()   # running_s is accounted up to here
 
     # -- 1. claim -------------------------------------------------------------------------------
@@ -101,35 +113,58 @@ class Supervisor:
         env = {**os.environ, SUPERVISOR_PID_ENV: str(os.getpid()), "PYTHONUNBUFFERED": "1"}
         cmd = self.command()
         with open(self.log_path, "ab") as out:
+            # process_group=0: the trainer leads a group of its own, so a kill reaches anything it
+            # started too (and a terminal's Ctrl-C reaches only the worker, which stops it in order)
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                         env=env, cwd=str(settings.REPO_ROOT))
+                                         env=env, cwd=str(settings.REPO_ROOT), process_group=0)
         log.info("run %s attempt %s: trainer pid %s, output in %s", self.run_id, self.attempt, self.proc.pid,
                  self.log_path)
+        self.note(f"trainer pid {self.proc.pid} started by supervisor pid {os.getpid()}")
         return self.proc
+
+    def note(self, message: str) -> None:
+        """Add a line to the attempt's log file, between the trainer's own lines."""
+        if self.log_path is None:
+            return
+        try:
+            with open(self.log_path, "a", encoding="utf-8") as f:
+                f.write(f"[supervisor {time.strftime('%Y-%m-%d %H:%M:%S')}] {message}\n")
+        except OSError as exc:
+            log.warning("run %s: cannot write to %s (%s)", self.run_id, self.log_path, exc)
 
     def _on_signal(self, signum, frame) -> None:
         self.terminated_by = signum
 
     # -- 3. watch -------------------------------------------------------------------------------
 
-    def heartbeat(self) -> str | None:
-        """Write heartbeat_at and running_s while this attempt owns the active run; return the
-        status if it does, None if it no longer does."""
+    def heartbeat(self) -> None:
+        """Write heartbeat_at and running_s while this attempt owns the active run."""
         now_m = time.monotonic()
-        n = Run.objects.filter(pk=self.run_id, attempt=self.attempt, status__in=list(ACTIVE_STATUSES)).update(
+        Run.objects.filter(pk=self.run_id, attempt=self.attempt, status__in=list(ACTIVE_STATUSES)).update(
             heartbeat_at=timezone.now(), running_s=F("running_s") + (now_m - self._accounted_at))
         self._accounted_at = now_m
-        if n == 0:
-            return None
-        return Run.objects.filter(pk=self.run_id).values_list("status", flat=True).first()
+        self._heartbeat_at = now_m
 
-    def _signal_child(self, sig: int, why: str) -> None:
+    def read_status(self) -> str | None:
+        """The run's status while this attempt owns the active run; None if it no longer does."""
+        row = Run.objects.filter(pk=self.run_id).values_list("status", "attempt").first()
+        if row is None or row[1] != self.attempt or row[0] not in ACTIVE_STATUSES:
+            return None
+        return row[0]
+
+    def _signal_child(self, sig: int, why: str, group: bool = False) -> None:
+        """Send `sig` to the trainer (`group`: to its whole process group); log and record why."""
         if self.proc is None or self.proc.poll() is not None:
             return
-        log.warning("run %s attempt %s: %s; sending %s to trainer pid %s", self.run_id, self.attempt, why,
-                    signal.Signals(sig).name, self.proc.pid)
+        to = f"the trainer's process group (pid {self.proc.pid})" if group else f"trainer pid {self.proc.pid}"
+        log.warning("run %s attempt %s: %s; sending %s to %s", self.run_id, self.attempt, why,
+                    signal.Signals(sig).name, to)
+        self.note(f"{why}: sending {signal.Signals(sig).name} to {to}")
         try:
-            self.proc.send_signal(sig)
+            if group:
+                signal_group(self.proc, sig)
+            else:
+                self.proc.send_signal(sig)
         except ProcessLookupError:
             return
         try:
@@ -139,12 +174,15 @@ class Supervisor:
             pass
 
     def watch_step(self) -> None:
-        """One supervision tick: heartbeat, then escalate a stop that is taking too long."""
+        """One supervision tick: read the status (heartbeat when due), then end a stop that is
+        taking too long: a cancel by SIGKILL after the short grace, a pause by SIGTERM, then SIGKILL."""
         now_m = time.monotonic()
         try:
-            status = self.heartbeat()
+            if now_m - self._heartbeat_at >= self.heartbeat_s:
+                self.heartbeat()
+            status = self.read_status()
         except DatabaseError as exc:
-            log.warning("run %s: heartbeat failed (%s)", self.run_id, exc)
+            log.warning("run %s: heartbeat or status read failed (%s)", self.run_id, exc)
             close_old_connections()
             status = RunStatus.RUNNING  # unknown: change nothing this tick
         if self.terminated_by is None and shutting_down():
@@ -152,23 +190,30 @@ class Supervisor:
         if self.terminated_by is not None and self.term_sent_at is None:
             self._signal_child(signal.SIGTERM, "worker stopping")
             self.term_sent_at = now_m
-        if status in (RunStatus.CANCELLING, RunStatus.PAUSING) or status is None:
-            if self.stop_seen_at is None:
-                self.stop_seen_at = now_m
+        if status in (RunStatus.CANCELLING, RunStatus.PAUSING, None) and self.stop_seen_at is None:
+            self.stop_seen_at = now_m
+        if status in (RunStatus.CANCELLING, None) and self.cancel_seen_at is None:
+            self.cancel_seen_at = now_m
+        if (self.cancel_seen_at is not None and not self.killed
+                and now_m - self.cancel_seen_at >= self.cancel_grace_s):
+            what = "cancel request" if status else "run stopped being this attempt's"
+            self._signal_child(signal.SIGKILL, f"trainer still running {self.cancel_grace_s:g} s after the {what}",
+                               group=True)
+            self.killed = True
         if (self.stop_seen_at is not None and self.term_sent_at is None
                 and now_m - self.stop_seen_at >= self.stop_grace_s):
-            what = "cancel/pause request" if status else "run taken over by another attempt"
-            self._signal_child(signal.SIGTERM, f"trainer still running {self.stop_grace_s:g} s after the {what}")
+            self._signal_child(signal.SIGTERM, f"trainer still running {self.stop_grace_s:g} s after the pause request")
             self.term_sent_at = now_m
         if self.term_sent_at is not None and not self.killed and now_m - self.term_sent_at >= self.kill_grace_s:
-            self._signal_child(signal.SIGKILL, f"trainer still running {self.kill_grace_s:g} s after SIGTERM")
+            self._signal_child(signal.SIGKILL, f"trainer still running {self.kill_grace_s:g} s after SIGTERM",
+                               group=True)
             self.killed = True
 
     def wait(self) -> int:
         assert self.proc is not None
         while True:
             try:
-                return self.proc.wait(timeout=self.heartbeat_s)
+                return self.proc.wait(timeout=self.poll_s)
             except subprocess.TimeoutExpired:
                 self.watch_step()
 
@@ -180,22 +225,28 @@ class Supervisor:
         run = Run.objects.filter(pk=self.run_id).first()
         if run is None or run.attempt != self.attempt or run.status not in ACTIVE_STATUSES:
             return run.status if run else "missing"  # the child wrote the final status (or lost the run)
-        if self.terminated_by is not None:
+        if self.terminated_by is not None and run.status == RunStatus.RUNNING:
             # The worker is going away and the trainer did not finish in time: leave the run
             # active; its heartbeat stops and the reaper requeues it.
             log.warning("run %s: worker stopping before the trainer ended; the reaper will requeue it", run.pk)
             return run.status
         now = timezone.now()
         how = f"exit code {returncode}" if returncode >= 0 else f"killed by {_signal_name(-returncode)}"
+        if self.stop_seen_at is not None:
+            how += f", {time.monotonic() - self.stop_seen_at:.1f} s after the request was seen"
         if run.status == RunStatus.CANCELLING and run.transition(RunStatus.CANCELLED, attempt=self.attempt,
                                                                   finished_at=now):
-            run.add_event(f"trainer stopped ({how}); cancelled", kind="system")
+            run.add_event(f"cancelled; the trainer was stopped ({how})", kind="system")
+            self.note(f"trainer stopped ({how}); run cancelled")
         elif run.status == RunStatus.PAUSING and run.transition(RunStatus.PAUSED, attempt=self.attempt,
                                                                  finished_at=now):
-            run.add_event(f"trainer stopped ({how}); paused (resumes from the newest checkpoint)", kind="system")
+            run.add_event(f"paused; the trainer was stopped ({how}); resumes from the newest checkpoint",
+                          kind="system")
+            self.note(f"trainer stopped ({how}); run paused")
         else:
             tail = tail_text(self.log_path, 30)
             error = f"trainer exited ({how}) without reporting a result. Last output:\n{tail}".rstrip()
+            self.note(f"trainer exited ({how}) without reporting a result; run failed")
             if run.transition(RunStatus.FAILED, attempt=self.attempt, error=error, finished_at=now):
                 run.add_event(error, level="error", kind="system")
         run.refresh_from_db()
@@ -220,7 +271,7 @@ class Supervisor:
             return self.finalize(returncode)
         finally:
             if self.proc is not None and self.proc.poll() is None:  # never leave a trainer behind
-                self.proc.kill()
+                signal_group(self.proc, signal.SIGKILL)  # nor anything it started
                 self.proc.wait()
             if in_main:
                 signal.signal(signal.SIGTERM, previous)

@@ -134,7 +134,7 @@ def test_hooks_upsert_and_resume_store_each_step_once(alice):
     assert list(RolloutSample.objects.filter(run=run).values_list("step", flat=True)) == [1, 2]
     ckpt = Checkpoint.objects.get(run=run)
     assert (ckpt.step, ckpt.path, ckpt.size_bytes) == (2, f"{run.run_dir}/checkpoints/2", 1234)
-    assert ckpt.metrics == {"reward/mean": 0.2, "loss/policy": None}
+    assert ckpt.metrics == {"reward/mean": 0.2, "loss/policy": "NaN"}
     resumed.on_start(RunInfo(config={}, plan_text="plan", start_step=2, max_steps=4, run_dir="", param_count=10))
     for step in (3, 4):
         resumed.on_samples(step, [{"prompt": "p", "completion": f"again{step}", "reward": 0.0, "advantage": 0.0}])
@@ -150,11 +150,11 @@ def test_hooks_upsert_and_resume_store_each_step_once(alice):
     assert run.step == 4 and run.max_steps == 4 and run.latest_reward == 9.0
 
 
-def test_hooks_skip_non_finite_and_stale_attempt_does_not_move_the_run(alice):
+def test_hooks_store_non_finite_and_stale_attempt_does_not_move_the_run(alice):
     run = make_run(alice, attempt=3, step=7)
     hooks = DatabaseHooks(run.pk, attempt=2, flush_interval_s=0, background_flush=False)  # superseded by attempt 3
     hooks.on_step(8, {"reward/mean": 0.5, "loss/policy": float("inf")})
-    assert points(run) == [("reward/mean", 8, 0.5)]
+    assert points(run) == [("loss/policy", 8, float("inf")), ("reward/mean", 8, 0.5)]
     assert RunEvent.objects.filter(run=run, level="warning", message__contains="loss/policy").count() == 1
     run.refresh_from_db()
     assert run.step == 7
@@ -247,8 +247,11 @@ def test_task_body_twice_for_the_same_attempt_runs_once(alice, fake_trainer, set
 
 
 @pytest.mark.django_db(transaction=True)
-def test_supervisor_escalates_a_stop_the_trainer_ignores(django_user_model, fake_trainer, settings):
+def test_supervisor_escalates_a_pause_the_trainer_ignores(django_user_model, fake_trainer, settings):
+    """A pause needs a checkpoint: SIGTERM after the stop grace (the trainer would checkpoint),
+    SIGKILL after the kill grace; the run ends paused."""
     settings.PLATFORM_HEARTBEAT_S = 0.1
+    settings.PLATFORM_STATUS_POLL_S = 0.1
     settings.PLATFORM_STOP_GRACE_S = 0.3
     settings.PLATFORM_KILL_GRACE_S = 0.3
     fake_trainer("""
@@ -258,24 +261,140 @@ def test_supervisor_escalates_a_stop_the_trainer_ignores(django_user_model, fake
     """)
     user = django_user_model.objects.create_user("carol")
     run = make_run(user, status="queued", attempt=1)
-    def cancel():
-        request_cancel(Run.objects.get(pk=run.pk))
+    def pause():
+        services.request_pause(Run.objects.get(pk=run.pk))
         connection.close()
 
-    timer = threading.Timer(0.5, cancel)
+    timer = threading.Timer(0.5, pause)
     timer.start()
     t0 = time.monotonic()
     try:
         status = supervisor_mod.supervise(run.pk, 1, "test-host")
     finally:
         timer.cancel()
-    assert status == "cancelled"
+    assert status == "paused"
     assert time.monotonic() - t0 < 30  # escalated: the fake trainer would otherwise sleep 60 s
     run.refresh_from_db()
     assert run.worker_host == "test-host" and run.running_s > 0.5
     messages = list(RunEvent.objects.filter(run=run).values_list("message", flat=True))
     assert any("SIGTERM sent" in m for m in messages) and any("SIGKILL sent" in m for m in messages)
-    assert any("cancelled" in m for m in messages)
+    assert any(m.startswith("paused; the trainer was stopped (killed by SIGKILL") for m in messages), messages
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def _wait_gone(pid: int, timeout_s: float = 10) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not _gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return _gone(pid)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_supervisor_kills_a_cancelled_trainer_and_its_children_after_the_cancel_grace(
+        django_user_model, fake_trainer, settings, tmp_path):
+    """A cancel needs no checkpoint: a trainer that does not stop by itself (here it ignores
+    SIGTERM and sleeps, as one compiling cannot look) is SIGKILLed with its process group after
+    PLATFORM_CANCEL_GRACE_S, long before the pause's grace, and never gets SIGTERM. The run ends
+    cancelled; the event and the attempt's log say what happened."""
+    settings.PLATFORM_HEARTBEAT_S = 5
+    settings.PLATFORM_STATUS_POLL_S = 0.1
+    settings.PLATFORM_CANCEL_GRACE_S = 0.3
+    settings.PLATFORM_STOP_GRACE_S = 3600  # the pause path's grace: never reached here
+    settings.PLATFORM_KILL_GRACE_S = 3600
+    pids = tmp_path / "pids"
+    fake_trainer(f"""
+        import os, signal, subprocess, sys, time
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+        open({str(pids)!r} + ".tmp", "w").write(f"{{os.getpid()}} {{helper.pid}}")
+        os.rename({str(pids)!r} + ".tmp", {str(pids)!r})
+        time.sleep(3600)
+    """)
+    user = django_user_model.objects.create_user("carol")
+    run = make_run(user, status="queued", attempt=1)
+    result = {}
+
+    def supervise():
+        try:
+            result["status"] = supervisor_mod.supervise(run.pk, 1, "h")
+        finally:
+            connection.close()  # this thread's own connection
+
+    supervising = threading.Thread(target=supervise)
+    supervising.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not pids.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        trainer_pid, helper_pid = map(int, pids.read_text().split())
+        assert request_cancel(Run.objects.get(pk=run.pk))
+        supervising.join(timeout=60)  # the old code waited STOP_GRACE_S (an hour here) before any signal
+        assert not supervising.is_alive(), "the supervisor did not end the cancelled trainer"
+        assert result["status"] == "cancelled"
+        assert _gone(trainer_pid)
+        assert _wait_gone(helper_pid), "the trainer's own child outlived the kill"
+    finally:
+        for pid in (locals().get("trainer_pid"), locals().get("helper_pid")):
+            if pid and not _gone(pid):
+                os.kill(pid, signal.SIGKILL)
+        supervising.join(timeout=10)
+    run.refresh_from_db()
+    assert run.status == "cancelled" and run.finished_at is not None
+    messages = list(RunEvent.objects.filter(run=run).values_list("message", flat=True))
+    assert not any("SIGTERM" in m for m in messages), messages
+    assert any("after the cancel request: SIGKILL sent" in m for m in messages), messages
+    assert any(m.startswith("cancelled; the trainer was stopped (killed by SIGKILL,") for m in messages), messages
+    attempt_log = (django_settings.ARTIFACTS_DIR / run.run_dir / "logs" / "attempt-1.log").read_text()
+    assert f"trainer pid {trainer_pid} started" in attempt_log
+    assert "sending SIGKILL to the trainer's process group" in attempt_log
+    assert "run cancelled" in attempt_log
+
+
+def test_supervisor_reads_the_status_every_poll_and_heartbeats_less_often(alice, settings):
+    """The status is read at every tick (a cancel is seen within PLATFORM_STATUS_POLL_S); the
+    heartbeat is written only every PLATFORM_HEARTBEAT_S."""
+    settings.PLATFORM_HEARTBEAT_S = 3600
+    settings.PLATFORM_CANCEL_GRACE_S = 3600
+    run = make_run(alice, attempt=2)
+    sup = supervisor_mod.Supervisor(run.pk, 2)
+    sup.watch_step()
+    first_heartbeat = Run.objects.get(pk=run.pk).heartbeat_at
+    assert first_heartbeat is not None and sup.cancel_seen_at is None and sup.stop_seen_at is None
+    Run.objects.filter(pk=run.pk).update(status="pausing")
+    sup.watch_step()
+    assert sup.stop_seen_at is not None and sup.cancel_seen_at is None
+    Run.objects.filter(pk=run.pk).update(status="cancelling")
+    sup.watch_step()
+    assert sup.cancel_seen_at is not None and not sup.killed  # the grace has not passed
+    assert Run.objects.get(pk=run.pk).heartbeat_at == first_heartbeat
+    settings.PLATFORM_CANCEL_GRACE_S = 0
+    sup = supervisor_mod.Supervisor(run.pk, 2)
+    Run.objects.filter(pk=run.pk).update(status="running", attempt=3)  # another attempt owns it
+    sup.watch_step()
+    assert sup.cancel_seen_at is not None and sup.killed  # treated as a cancel: no checkpoint to wait for
+
+
+@pytest.mark.parametrize("status, final", [("cancelling", "cancelled"), ("pausing", "paused"), ("running", "running")])
+def test_supervisor_finalizes_a_stopped_run_even_while_the_worker_stops(alice, status, final):
+    """Worker shutdown: a trainer killed before it wrote its result leaves a running run to the
+    reaper (requeued), but a cancelling or pausing one ends at once, never left cancelling."""
+    run = make_run(alice, status=status, attempt=1)
+    sup = supervisor_mod.Supervisor(run.pk, 1)
+    sup.terminated_by = signal.SIGTERM
+    assert sup.finalize(-signal.SIGKILL) == final
+    assert Run.objects.get(pk=run.pk).status == final
+
+
+def test_control_polls_at_the_configured_interval(alice, settings, restore_signals):
+    settings.PLATFORM_STATUS_POLL_S = 0.25
+    assert DatabaseControl(make_run(alice).pk, attempt=1).poll_interval_s == 0.25
 
 
 def test_child_dies_with_its_parent(tmp_path):
