@@ -13,7 +13,6 @@ from typing import Callable
 
 from grpo_client import formatting
 from grpo_client.api import Api, ApiError
-from grpo_client.overrides import OverrideError, apply_overrides
 
 ENDED_STATUSES = ("succeeded", "failed", "cancelled")
 RUN_STATUSES = ("queued", "running", "pausing", "paused", "cancelling", *ENDED_STATUSES)
@@ -38,20 +37,25 @@ def runs_list(api: Api, args) -> int:
 
 
 def launch(api: Api, args) -> int:
-    """Create an experiment from the YAML (the server parses and validates it), apply --set to its
-    config as a new version, launch a run; the run's id goes to stdout, the rest to stderr."""
+    """Create an experiment from the YAML with the --set overrides applied to it by the server before
+    it validates the config (so an override can repair it), in one request: a refused config or
+    override creates nothing. Then launch a run; the run's id goes to stdout, the rest to stderr.
+    A refused launch (too many runs, a queue) keeps the experiment, a valid config worth keeping,
+    and the error says so and where to launch it from once that is fixed."""
     path = Path(args.config)
     try:
         config_yaml = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ApiError(f"cannot read {path}: {exc.strerror or exc}") from None
-    created = api.send("POST", "experiments", {"name": args.name or path.stem, "config_yaml": config_yaml})
+    created = api.send("POST", "experiments", {"name": args.name or path.stem, "config_yaml": config_yaml,
+                                               "overrides": args.set})
     experiment_id = created["id"]
-    if args.set:
-        config = api.get(f"experiments/{experiment_id}")["config"]
-        api.send("PATCH", f"experiments/{experiment_id}", {"config": apply_overrides(config, args.set)})
-    launched = api.send("POST", f"experiments/{experiment_id}/runs",
-                        {"queue": args.queue, "max_restarts": args.max_restarts})
+    try:
+        launched = api.send("POST", f"experiments/{experiment_id}/runs",
+                            {"queue": args.queue, "max_restarts": args.max_restarts})
+    except ApiError as exc:
+        raise ApiError(f"experiment {experiment_id} was created, but no run was launched ({exc}); launch it "
+                       f"from {api.server}/experiments/{experiment_id}/ once that is fixed", exc.status) from None
     print(f"experiment {experiment_id}: run {launched['id']} {launched['status']} on queue {launched['queue']}",
           file=sys.stderr)
     if launched.get("warning"):
@@ -146,9 +150,10 @@ def parser() -> argparse.ArgumentParser:
 
     command = commands.add_parser("launch", help="create an experiment from a YAML config and launch a run")
     command.add_argument("config", metavar="CONFIG.yaml", help="the experiment config (trainers.config)")
-    command.add_argument("--name", help="the experiment's name (default: the file's name)")
+    command.add_argument("--name", help="the experiment's name (default: the file's name without .yaml)")
     command.add_argument("--set", action="append", metavar="PATH=VALUE", default=[],
-                         help="override a config field, e.g. train.max_steps=50 (value read as JSON if it is)")
+                         help="override a config field before it is validated, e.g. train.max_steps=50 "
+                              "(the value read as YAML; repeatable)")
     command.add_argument("--queue", help="the queue to run on (default: the platform's)")
     command.add_argument("--max-restarts", type=int, help="automatic restarts after a crash")
     command.set_defaults(handler=launch)
@@ -183,7 +188,7 @@ def main(argv: list[str] | None = None, api: Api | None = None) -> int:
     args = parser().parse_args(argv)  # exits 2 on a usage error
     try:
         return args.handler(api or Api.from_environment(), args)
-    except (ApiError, OverrideError) as exc:
+    except ApiError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

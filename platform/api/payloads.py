@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from trainers.config import apply_overrides
+
 from experiments import configs, run_filters, run_labels, sample_text
 from experiments.models import Checkpoint, Experiment, RolloutSample, Run, RunEvent, text_problem
 
@@ -23,9 +25,11 @@ class InvalidInput(Exception):
 
 def experiment_input(data: dict[str, Any], partial: bool = False, owner=None) -> dict[str, Any]:
     """Check a create/update payload: `name`, `description`, and the config as `config` (an
-    object) or `config_yaml` (YAML text). Returns the fields to set, with the config validated
-    and normalised (experiments.configs: the schema, the guarded YAML loader, the dataset
-    roots, `owner`'s datasets); InvalidInput otherwise. `partial` (PATCH): every field is optional."""
+    object) or `config_yaml` (YAML text), with `overrides` ("dotted.path=value" strings, the CLI
+    client's `--set`) applied to it before it is validated, so they can repair it. Returns the
+    fields to set, with the config validated and normalised (experiments.configs: the schema, the
+    guarded YAML loader, the dataset roots, `owner`'s datasets); InvalidInput otherwise. `partial`
+    (PATCH): every field is optional."""
     errors: dict[str, str] = {}
     out: dict[str, Any] = {}
     if "name" in data or not partial:
@@ -47,15 +51,21 @@ def experiment_input(data: dict[str, Any], partial: bool = False, owner=None) ->
         else:
             out["description"] = description or ""
     has_config, has_yaml = "config" in data, "config_yaml" in data
-    if has_config and has_yaml:
+    overrides = data.get("overrides") or []
+    if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
+        errors["overrides"] = 'must be a list of "dotted.path=value" strings, e.g. ["train.max_steps=50"]'
+    elif overrides and not (has_config or has_yaml):
+        errors["overrides"] = "apply to a config: give config or config_yaml with them"
+    elif has_config and has_yaml:
         errors["config"] = "give either config (an object) or config_yaml (YAML text), not both"
     elif has_yaml and not isinstance(data["config_yaml"], str):
         errors["config_yaml"] = "must be a string of YAML"
     elif has_config or has_yaml:
         try:
-            config = (configs.parse_text(data["config_yaml"], owner) if has_yaml
-                      else configs.parse(data["config"], owner))
-            out["config"] = configs.stored(config)
+            raw = configs.load_yaml(data["config_yaml"]) if has_yaml else data["config"]
+            if overrides and isinstance(raw, dict):  # else parse names what the config data lacks
+                raw = apply_overrides(raw, overrides)
+            out["config"] = configs.validated(raw, owner)
         except configs.ConfigError as exc:
             errors.update(exc.as_dict())
     elif not partial:

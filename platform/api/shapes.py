@@ -55,6 +55,8 @@ class ExperimentInput(BaseModel):
     description: str | None = None
     config: ExperimentConfig | None = Field(None, description="the experiment config (trainers.config)")
     config_yaml: str | None = Field(None, description="the experiment config as YAML text")
+    overrides: list[str] | None = Field(None, description='"dotted.path=value" strings (like the CLI\'s --set; '
+                                        "values read as YAML) applied to config / config_yaml before it is validated")
 
 
 class ExperimentPatch(BaseModel):
@@ -62,6 +64,7 @@ class ExperimentPatch(BaseModel):
     description: str | None = None
     config: ExperimentConfig | None = None
     config_yaml: str | None = None
+    overrides: list[str] | None = None
 
 
 class ExperimentCreated(BaseModel):

@@ -18,9 +18,8 @@ from api.models import ApiToken
 from experiments.models import Checkpoint, Experiment, RolloutSample, Run
 from grpo_client import cli, formatting
 from grpo_client.api import error_message
-from grpo_client.overrides import OverrideError, apply_overrides, parse_assignment
 
-from api_testlib import add_points, make_experiment, make_run
+from api_testlib import add_points, make_experiment, make_run, token_client
 from platform_testlib import TINY_CONFIG_YAML
 
 REPO = Path(__file__).resolve().parents[2]
@@ -41,27 +40,6 @@ def cli_as_alice(live_server, alice, sent_messages):
 
 
 # --- pure parts ---------------------------------------------------------------------------------
-
-
-def test_overrides_read_json_values_and_create_sections():
-    config = {"train": {"max_steps": 6}, "seed": 0}
-    changed = apply_overrides(config, ["train.max_steps=50", "optimizer.learning_rate=1e-5", "name=x y",
-                                       "data.tasks=[1, 2]", "seed=null"])
-    assert changed == {"train": {"max_steps": 50}, "seed": None, "optimizer": {"learning_rate": 1e-5},
-                       "name": "x y", "data": {"tasks": [1, 2]}}
-    assert config == {"train": {"max_steps": 6}, "seed": 0}  # the input is left as it was
-    assert parse_assignment('model.path="7"') == (["model", "path"], "7")
-
-
-@pytest.mark.parametrize("text", ["train.max_steps", "=3", "train..x=1"])
-def test_a_malformed_override_is_refused(text):
-    with pytest.raises(OverrideError, match="PATH=VALUE"):
-        parse_assignment(text)
-
-
-def test_an_override_below_a_value_is_refused():
-    with pytest.raises(OverrideError, match="seed is not a section"):
-        apply_overrides({"seed": 0}, ["seed.x=1"])
 
 
 def test_error_messages_from_the_api_answers():
@@ -116,11 +94,84 @@ def test_launch_a_yaml_config_with_overrides(cli_as_alice, sent_messages, tmp_pa
     launched = cli_as_alice("launch", str(config_file), "--set", "train.max_steps=3", "--set", "seed=7")
     assert launched.returncode == 0, launched.stderr
     run = Run.objects.get(pk=int(launched.stdout.strip()))  # stdout is the run's id alone
-    assert run.status == "queued" and run.experiment.name == "arith"
+    assert run.status == "queued" and run.experiment.name == "arith"  # the file's name without .yaml
     assert (run.config["train"]["max_steps"], run.config["seed"]) == (3, 7)
-    assert run.experiment.versions.count() == 2  # the YAML as written, then with the overrides
+    assert run.experiment.versions.count() == 1  # one request: the YAML with the overrides applied
     assert sent_messages == [(run.pk, 1, run.queue)]
     assert f"run {run.pk} queued" in launched.stderr
+
+
+def test_launch_with_a_name(cli_as_alice, tmp_path):
+    config_file = tmp_path / "arith.yaml"
+    config_file.write_text(TINY_CONFIG_YAML)
+    launched = cli_as_alice("launch", str(config_file), "--name", "my arithmetic")
+    assert launched.returncode == 0, launched.stderr
+    assert Run.objects.get(pk=int(launched.stdout.strip())).experiment.name == "my arithmetic"
+
+
+def test_an_override_repairs_an_invalid_base_config(cli_as_alice, tmp_path):
+    """Like configs/smollm2-arith.yaml with --set model.path=...: the file alone is refused, the
+    override applied before validation makes it valid."""
+    config = yaml.safe_load(TINY_CONFIG_YAML)
+    config["train"]["max_steps"] = "many"
+    config_file = tmp_path / "bad.yaml"
+    config_file.write_text(yaml.safe_dump(config))
+    launched = cli_as_alice("launch", str(config_file), "--set", "train.max_steps=4")
+    assert launched.returncode == 0, launched.stderr
+    run = Run.objects.get(pk=int(launched.stdout.strip()))
+    assert run.config["train"]["max_steps"] == 4 and run.experiment.versions.count() == 1
+
+
+@pytest.mark.parametrize("override, field", [
+    ("train.max_steps=-3", "train.max_steps"),  # a value the schema refuses
+    ("train.max_stepz=3", "train.max_stepz"),  # no such field
+    ("seed.x=1", "seed"),  # below a value
+    ("train.max_steps", "(--set)"),  # not PATH=VALUE
+])
+def test_a_refused_override_creates_nothing(cli_as_alice, alice, tmp_path, override, field):
+    make_experiment(alice, name="already-there")
+    config_file = tmp_path / "arith.yaml"
+    config_file.write_text(TINY_CONFIG_YAML)
+    launched = cli_as_alice("launch", str(config_file), "--set", "seed=1", "--set", override)
+    assert launched.returncode == 1 and launched.stdout == ""
+    assert launched.stderr.startswith(f"error: HTTP 400: {field}: "), launched.stderr
+    assert list(Experiment.objects.values_list("name", flat=True)) == ["already-there"]
+    assert not Run.objects.exists()
+
+
+def test_a_refused_launch_says_the_experiment_was_kept(cli_as_alice, tmp_path):
+    config_file = tmp_path / "arith.yaml"
+    config_file.write_text(TINY_CONFIG_YAML)
+    launched = cli_as_alice("launch", str(config_file), "--queue", "no-such-queue")
+    assert launched.returncode == 1 and launched.stdout == ""
+    experiment = Experiment.objects.get()
+    assert launched.stderr.startswith(f"error: experiment {experiment.pk} was created, but no run was launched "
+                                      "(HTTP 4"), launched.stderr
+    assert "queue" in launched.stderr and f"/experiments/{experiment.pk}/ once that is fixed" in launched.stderr
+    assert not Run.objects.exists()
+
+
+def test_the_api_applies_overrides_before_it_validates(alice):
+    """The create request the client sends: `overrides` with config_yaml or config; checked as a
+    list of strings, and only with a config."""
+    client = token_client(alice)
+
+    def post(body):
+        return client.post("/api/experiments", json.dumps(body), content_type="application/json")
+
+    bad = yaml.safe_load(TINY_CONFIG_YAML)
+    bad["seed"] = "x"
+    created = post({"name": "a", "config": bad, "overrides": ["seed=5", "train.max_steps=2"]})
+    assert created.status_code == 201, created.content
+    assert Experiment.objects.get(pk=created.json()["id"]).config["seed"] == 5
+    assert bad["seed"] == "x"
+    for body, field in [({"name": "b", "config_yaml": TINY_CONFIG_YAML, "overrides": "seed=1"}, "overrides"),
+                        ({"name": "b", "config_yaml": TINY_CONFIG_YAML, "overrides": [1]}, "overrides"),
+                        ({"name": "b", "overrides": ["seed=1"]}, "overrides"),
+                        ({"name": "b", "config_yaml": "[1, 2]", "overrides": ["seed=1"]}, "(config)")]:
+        refused = post(body)
+        assert refused.status_code == 400 and field in refused.json()["errors"], (body, refused.content)
+    assert Experiment.objects.count() == 1
 
 
 def test_launch_an_invalid_config_names_the_field(cli_as_alice, tmp_path):

@@ -19,6 +19,7 @@ from trainers.config.form_specs import (
 )
 from trainers.config.loading import (
     DATA_PATH_REFUSED,
+    apply_overrides,
     load_config,
     parse_config,
     parse_yaml,
@@ -28,5 +29,6 @@ from trainers.config.yaml_guard import load_yaml_data
 
 __all__ = [
     "ConfigError", "DATA_PATH_REFUSED", "ExperimentConfig", "FieldSpec", "OptimizerSection", "Problem", "SectionSpec",
-    "check_config", "field_specs", "iter_field_specs", "load_config", "load_yaml_data", "parse_config", "parse_yaml",
+    "apply_overrides", "check_config", "field_specs", "iter_field_specs", "load_config", "load_yaml_data",
+    "parse_config", "parse_yaml",
 ]
