@@ -27,6 +27,7 @@ from experiments.dataset_models import Dataset, dataset_root
 from experiments.models import Experiment, text_problem
 
 USAGE_SHOWN = 5
+SHARE_REFUSED = "cannot share with: {names} (no such user, or not one you can share with)"
 
 
 class DatasetRefused(Exception):
@@ -84,7 +85,9 @@ def upload(owner, name: object, chunks: Iterable[bytes], file_name: str, descrip
 
 def share(dataset: Dataset, usernames: object, share_with: bool = True) -> list[str]:
     """Share `dataset` with the users named (or, with share_with False, stop sharing). Returns the
-    usernames it is shared with afterwards; DatasetRefused 400 naming `users` for unknown names."""
+    usernames it is shared with afterwards; DatasetRefused 400 naming `users` for names that are no
+    active user, one message for an unknown name and an inactive user (SHARE_REFUSED), so sharing
+    never tells which usernames exist."""
     if not isinstance(usernames, list) or not all(isinstance(u, str) and u for u in usernames) or not usernames:
         raise DatasetRefused(400, "a non-empty list of usernames", "users")
     if len(usernames) > 1000:
@@ -92,7 +95,7 @@ def share(dataset: Dataset, usernames: object, share_with: bool = True) -> list[
     users = list(get_user_model().objects.filter(username__in=set(usernames), is_active=True))
     unknown = sorted(set(usernames) - {u.get_username() for u in users})
     if unknown:
-        raise DatasetRefused(400, f"no such user: {', '.join(unknown[:10])}", "users")
+        raise DatasetRefused(400, SHARE_REFUSED.format(names=", ".join(unknown[:10])), "users")
     users = [u for u in users if u.pk != dataset.owner_id]
     if share_with:
         dataset.shared_with.add(*users)

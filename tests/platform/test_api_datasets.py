@@ -14,9 +14,11 @@ from django.core.exceptions import ValidationError
 from django.core.files.uploadedfile import SimpleUploadedFile
 from experiments.dataset_models import Dataset
 from experiments.models import Experiment, Run
-from trainers.data.examples import read_jsonl
+from trainers.data.examples import MAX_EXAMPLE_NESTING, MAX_LINE_BYTES, read_jsonl
 
 pytestmark = pytest.mark.django_db
+
+LONG_LINE = b'{"prompt": "' + b"1" * MAX_LINE_BYTES + b'", "answer": "2"}'
 
 
 def _upload(client, name, content: bytes, file_name: str = "x.jsonl", **extra):
@@ -42,6 +44,12 @@ def test_upload_answers_201_with_a_preview_and_stores_the_file(alice, dataset_ro
     (jsonl(1) + b'{"answer": "1"}\n', "x.jsonl:2: missing 'prompt' (fields: ['answer'])"),
     (b'{"prompt": "\xff", "answer": "1"}\n', "x.jsonl:1: not UTF-8 text (invalid start byte at byte 13 of the line)"),
     (b"", "x.jsonl: empty file, no examples"),
+    (jsonl(1) + b"[" * 100_000 + b"]" * 100_000 + b"\n",
+     f"x.jsonl:2: nested deeper than {MAX_EXAMPLE_NESTING} levels of lists and objects; an example is an object "
+     "of text fields"),
+    (jsonl(2) + LONG_LINE + b"\n" + jsonl(1),
+     f"x.jsonl:3: the line is {len(LONG_LINE)} bytes, over the limit of {MAX_LINE_BYTES} bytes a line; shorten it "
+     "or split the example"),
 ])
 def test_a_bad_file_answers_400_naming_file_and_line(alice, dataset_root, content, message):
     response = _upload(token_client(alice), "bad", content)
@@ -100,12 +108,34 @@ def test_list_detail_and_sharing(alice, bob, dataset_root):
                         ).status_code == 403
 
     unknown = alice_api.post(f"/api/datasets/{mine.pk}/share", {"users": ["nobody"]}, content_type="application/json")
-    assert unknown.status_code == 400 and unknown.json()["errors"] == {"users": "no such user: nobody"}
+    assert unknown.status_code == 400
+    assert unknown.json()["errors"] == {"users": "cannot share with: nobody (no such user, or not one you can "
+                                                 "share with)"}
     assert alice_api.post(f"/api/datasets/{mine.pk}/share", {"users": "bob"}, content_type="application/json"
                           ).status_code == 400
     unshared = alice_api.post(f"/api/datasets/{mine.pk}/unshare", {"users": ["bob"]}, content_type="application/json")
     assert unshared.json() == {"shared_with": []}
     assert bob_api.get(f"/api/datasets/{mine.pk}").status_code == 404
+
+
+def test_share_answers_unknown_and_inactive_users_alike(alice, bob, dataset_root):
+    """No username enumeration: an inactive user and a name nobody has get one and the same answer."""
+    from django.contrib.auth import get_user_model
+
+    get_user_model().objects.create_user("sleeper", password="sleeper-pass-123", is_active=False)
+    dataset = upload(alice, "arith")
+    api = token_client(alice)
+    for action in ("share", "unshare"):
+        answers = {name: api.post(f"/api/datasets/{dataset.pk}/{action}", {"users": [name]},
+                                  content_type="application/json") for name in ("sleeper", "nobody")}
+        for name, answer in answers.items():
+            assert answer.status_code == 400
+            assert answer.json() == {"errors": {"users": f"cannot share with: {name} (no such user, or not one you "
+                                                         "can share with)"}}
+    both = api.post(f"/api/datasets/{dataset.pk}/share", {"users": ["bob", "sleeper", "nobody"]},
+                    content_type="application/json")
+    assert both.json()["errors"]["users"].startswith("cannot share with: nobody, sleeper (")
+    assert not dataset.shared_with.exists()  # nothing shared when one name is refused
 
 
 def test_experiments_on_datasets_resolve_for_their_owner(alice, bob, dataset_root, tiny_config, sent_messages):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import tracemalloc
 
 from experiments.dataset_files import MAX_ERRORS_SHOWN, check_jsonl, name_problem, relative_path, write_checked
 
@@ -95,3 +96,30 @@ def test_check_jsonl_writes_what_it_reads():
     sink = io.BytesIO()
     check_jsonl([GOOD[:10], GOOD[10:]], "d.jsonl", 10_000, sink)
     assert sink.getvalue() == GOOD
+
+
+def test_a_line_over_the_limit_is_refused_without_being_held():
+    """A 64 MiB line arriving in 1 MiB chunks: refused naming its line and size, and the check never
+    holds more than a chunk or two of it beside MAX_LINE_BYTES."""
+    from trainers.data.examples import MAX_LINE_BYTES
+
+    good = b'{"prompt": "a", "answer": "b"}\n'
+    chunks_made = []
+
+    def chunks():
+        yield good
+        for _ in range(64):
+            chunks_made.append(1)
+            yield b"x" * (1 << 20)
+        yield b"\n" + good
+
+    tracemalloc.start()
+    try:
+        check = check_jsonl(chunks(), "d.jsonl", max_bytes=1 << 30)
+        peak_bytes = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak_bytes < 8 << 20  # a few chunks and at most MAX_LINE_BYTES of the line, not its 64 MiB
+    assert check.errors == [f"d.jsonl:2: the line is {64 << 20} bytes, over the limit of {MAX_LINE_BYTES} bytes a "
+                            "line; shorten it or split the example"]
+    assert check.rows == 2 and len(chunks_made) == 64

@@ -51,6 +51,19 @@ def test_upload_page_lists_each_bad_line(alice_client, alice, dataset_root):
     assert not Dataset.objects.exists() and not list(dataset_root.rglob("*.jsonl*"))
 
 
+def test_upload_page_names_a_deep_or_long_line(alice_client, alice, dataset_root):
+    from trainers.data.examples import MAX_EXAMPLE_NESTING, MAX_LINE_BYTES
+
+    long_line = b'{"prompt": "' + b"1" * MAX_LINE_BYTES + b'", "answer": "2"}'
+    content = jsonl(1) + b"[" * 100_000 + b"]" * 100_000 + b"\n" + long_line + b"\n"
+    response = _post_upload(alice_client, "bad", content, file_name="mine.jsonl")
+    assert response.status_code == 400
+    html = response.content.decode()
+    assert f"mine.jsonl:2: nested deeper than {MAX_EXAMPLE_NESTING} levels of lists and objects" in html
+    assert f"mine.jsonl:3: the line is {len(long_line)} bytes, over the limit of {MAX_LINE_BYTES} bytes a line" in html
+    assert not Dataset.objects.exists() and not list(dataset_root.rglob("*.jsonl*"))
+
+
 def test_upload_page_refuses_a_taken_or_bad_name(alice_client, alice, dataset_root):
     upload(alice, "arith")
     taken = _post_upload(alice_client, "arith", jsonl())
@@ -78,7 +91,8 @@ def test_detail_sharing_and_delete_owner_only(client, alice, bob, dataset_root, 
     response = client.post(reverse("dataset-share", args=[dataset.pk]), {"users": "bob", "action": "share"})
     assert response.status_code == 302 and list(dataset.shared_with.all()) == [bob]
     unknown = client.post(reverse("dataset-share", args=[dataset.pk]), {"users": "bob, nobody", "action": "share"})
-    assert unknown.status_code == 400 and "no such user: nobody" in unknown.content.decode()
+    assert unknown.status_code == 400
+    assert "cannot share with: nobody (no such user, or not one you can share with)" in unknown.content.decode()
 
     client.force_login(bob)
     page = client.get(reverse("dataset-detail", args=[dataset.pk])).content.decode()
@@ -145,3 +159,20 @@ def test_admin_lists_datasets_by_the_visibility_rule(client, alice, bob, staff, 
     assert "arith" in html and "private" not in html
     theirs = Dataset.objects.get(name="private")
     assert client.get(reverse("admin:experiments_dataset_change", args=[theirs.pk])).status_code in (302, 403, 404)
+
+
+def test_share_form_answers_unknown_and_inactive_users_alike(client, alice, bob, dataset_root):
+    """No username enumeration: a user who exists but is inactive gets the unknown name's message."""
+    from django.contrib.auth import get_user_model
+
+    get_user_model().objects.create_user("sleeper", password="sleeper-pass-123", is_active=False)
+    dataset = upload(alice, "arith")
+    client.force_login(alice)
+    pages = {name: client.post(reverse("dataset-share", args=[dataset.pk]), {"users": name, "action": "share"})
+             for name in ("sleeper", "nobody")}
+    for name, page in pages.items():
+        html = page.content.decode()
+        assert page.status_code == 400
+        assert f"cannot share with: {name} (no such user, or not one you can share with)" in html
+        assert "no such user:" not in html
+    assert not dataset.shared_with.exists()
