@@ -94,10 +94,7 @@ def parse_config(raw: dict[str, Any] | None, overrides: list[str] | tuple[str, .
     problems = _plain_data_problems(raw)
     if problems:
         raise ConfigError(problems)
-    raw = json.loads(json.dumps(raw))  # deep copy: overrides never touch the caller's dict
-    problems = [p for o in overrides for p in _apply_override(raw, o)]
-    if problems:
-        raise ConfigError(problems)
+    raw = apply_overrides(raw, overrides)
     try:
         config = ExperimentConfig.model_validate(raw)
     except ValidationError as exc:
