@@ -1,6 +1,7 @@
 """`python -m trainers COMMAND`: the command-line face of the trainer.
 
-validate CONFIG [--set k=v ...]   print the derived batch plan; exit 2 with one line per problem
+validate CONFIG [--set k=v ...]   print the derived batch plan and a step's memory estimate; exit 2
+                                  with one line per problem
 run CONFIG --out DIR [--set ...]  train with a progress bar; writes DIR/metrics.jsonl, checkpoints,
                                   summary.json; resumes from DIR's newest checkpoint. Ctrl-C pauses
                                   (checkpoint, then exit 0); a second Ctrl-C stops at once.
@@ -29,6 +30,7 @@ from trainers.config import ConfigError, ExperimentConfig, load_config
 from trainers.loop.hooks import Action, Control, Hooks, MultiHooks, RunInfo, TrainResult
 
 EXIT_INVALID = 2
+EXIT_FAILED = 1  # the run started but could not go on (e.g. it diverged: a NaN loss)
 
 
 class ProgressBarHooks(Hooks):
@@ -97,14 +99,17 @@ def cmd_validate(args) -> int:
     if config is None:
         return EXIT_INVALID
     from trainers.data.examples import load_examples
+    from trainers.loop.memory_estimate import step_memory
     from trainers.loop.plan import make_plan
 
     d = config.data
     train_examples, eval_examples = load_examples(d.task, d.train_path, d.eval_path, d.train_prompts,
                                                   d.eval_prompts, config.seed)
     print(f"{args.config}: valid")
-    print(make_plan(config, len(train_examples)).describe())
+    plan = make_plan(config, len(train_examples))
+    print(plan.describe())
     print(f"  eval prompts                  {len(eval_examples)}")
+    print(step_memory(config, plan).describe())
     if args.print_config:
         print("\nResolved config:\n" + config.to_yaml())
     return 0
@@ -115,10 +120,17 @@ def cmd_run(args) -> int:
     if config is None:
         return EXIT_INVALID
     from trainers.loop.run_files import RunFilesHooks
-    from trainers.loop.trainer import train
+    from trainers.loop.trainer import TrainingDiverged, train
 
-    hooks = MultiHooks(RunFilesHooks(args.out), ProgressBarHooks())
-    result = train(config, args.out, hooks=hooks, control=SignalControl())
+    progress = ProgressBarHooks()
+    hooks = MultiHooks(RunFilesHooks(args.out), progress)
+    try:
+        result = train(config, args.out, hooks=hooks, control=SignalControl())
+    except TrainingDiverged as exc:  # the message says it all (step, metric, what to change)
+        if progress.bar is not None:
+            progress.bar.close()
+        print(f"failed: {exc} (metrics up to step {exc.step} in {args.out}/metrics.jsonl)", file=sys.stderr)
+        return EXIT_FAILED
     print(f"{result.status}: step {result.final_step}, params_digest {result.params_digest[:16]}..., "
           f"summary in {args.out}/summary.json")
     return 0

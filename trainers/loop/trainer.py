@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 import os
 import time
 from typing import Any
@@ -68,6 +69,36 @@ def pass_at_k(correct: np.ndarray) -> float:
     """correct [P, k] bool (k samples of each of P prompts) -> the fraction of prompts with at least
     one correct sample: pass@k estimated from exactly k samples per prompt."""
     return float(np.mean(np.any(correct, axis=1)))
+
+
+DIVERGENCE_METRICS = ("loss/policy", "loss/kl", "grad_norm")
+"""The metrics of a step's optimizer updates that must be finite: a NaN or infinity in any of them
+means the weights are (or are about to be) garbage, so the run fails instead of training on."""
+
+
+class TrainingDiverged(RuntimeError):
+    """A step's loss or gradient norm was not finite. `str(exc)` is the whole message for people
+    (step, metric, value and what to change): callers show it as it is, without a traceback."""
+
+    def __init__(self, message: str, step: int, metric: str):
+        super().__init__(message)
+        self.step = step
+        self.metric = metric
+
+
+def divergence(step: int, metrics: dict[str, float], config: ExperimentConfig) -> TrainingDiverged | None:
+    """The error for step `step` when one of its DIVERGENCE_METRICS is NaN or infinite, else None.
+    Only host floats are looked at (the step's metrics, already fetched): no device work."""
+    for name in DIVERGENCE_METRICS:
+        value = metrics.get(name)
+        if value is not None and not math.isfinite(value):
+            o = config.optimizer
+            clip = (f"optimizer.max_grad_norm (now {o.max_grad_norm:g})" if o.max_grad_norm
+                    else "set optimizer.max_grad_norm (now 0, no clipping)")
+            return TrainingDiverged(
+                f"step {step}: {name} is {value} (non-finite): training diverged; lower "
+                f"optimizer.learning_rate (now {o.learning_rate:g}) or {clip}", step, name)
+    return None
 
 
 def rollout_source_for(config: ExperimentConfig) -> SourceFactory:
@@ -366,6 +397,14 @@ class GRPOTrainer:
                 status = "paused"
                 break
             step = self.state.step
+            diverged = divergence(step, metrics, cfg)
+            if diverged is not None:
+                # The bad step's metrics are reported (the chart shows where it went wrong); its
+                # weights are not checkpointed: the newest checkpoint is the last good one.
+                self.hooks.on_step(step, metrics)
+                self.hooks.on_log(str(diverged), "error")
+                self.checkpointer.close()
+                raise diverged
             if cfg.eval.every_steps and (step % cfg.eval.every_steps == 0 or step == cfg.train.max_steps):
                 metrics.update(self.evaluate())
             self.last_metrics = metrics
