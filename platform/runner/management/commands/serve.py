@@ -89,6 +89,7 @@ class Command(BaseCommand):
             "--chdir", str(settings.REPO_ROOT / "platform"), "--worker-class", "gthread",
             "--workers", str(WEB_WORKERS), "--threads", str(WEB_THREADS), "--bind", f"{host}:{port}",
             "--no-control-socket",
+            "--limit-request-line", "8190",  # its maximum: the API answers JSON 414s below it (api/long_urls.py)
         ]))
 
         self.stop_signal: int | None = None
