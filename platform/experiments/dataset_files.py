@@ -5,9 +5,9 @@ line check (`trainers.data.examples.jsonl_lines` and `parse_jsonl_line`, which `
 so an upload is accepted exactly when training would read the file. Lines end at "\\n" only; each
 must be at most the trainer's MAX_LINE_BYTES (refused before it is parsed, and never held whole),
 UTF-8, and nested at most MAX_EXAMPLE_NESTING levels. Problems read `name.jsonl:LINE: message`
-(the first MAX_ERRORS_SHOWN, then "and N more"). `write_checked` streams an upload through `check_jsonl` into a temporary file beside the
-destination; the caller renames it into place (`os.replace`) once the dataset's row exists, or
-removes it."""
+(the first MAX_ERRORS_SHOWN, then "and N more"). `write_checked` streams an upload through
+`check_jsonl` into a temporary file beside the destination; the caller renames it into place
+(`os.replace`) once the dataset's row exists, or removes it."""
 
 from __future__ import annotations
 

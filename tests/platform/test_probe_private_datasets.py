@@ -23,6 +23,7 @@ import pytest
 import yaml
 from api_testlib import make_experiment, make_run, token_client
 from datasets_testlib import dataset_config, dataset_root, jsonl, upload  # noqa: F401 - fixture
+from django.conf import settings
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 from django.utils.html import escape
@@ -59,24 +60,17 @@ def victim(bob, alice, dataset_root, monkeypatch):
     upload(alice, "mine")  # the attacker's own dataset, for configs that need a train file
     spied = Victim(Path(dataset.absolute_path))
     real_path = os.path.realpath(dataset.absolute_path)
-    real_open, real_os_open = builtins.open, os.open
 
-    def names_the_victim(file) -> bool:
-        return isinstance(file, (str, bytes, os.PathLike)) and os.path.realpath(os.fsdecode(file)) == real_path
+    def spy(real_open):
+        def opening(file, *args, **kwargs):
+            if isinstance(file, (str, bytes, os.PathLike)) and os.path.realpath(os.fsdecode(file)) == real_path:
+                spied.opened.append(os.fsdecode(file))
+            return real_open(file, *args, **kwargs)
+        return opening
 
-    def spy_open(file, *args, **kwargs):
-        if names_the_victim(file):
-            spied.opened.append(os.fsdecode(file))
-        return real_open(file, *args, **kwargs)
-
-    def spy_os_open(file, *args, **kwargs):
-        if names_the_victim(file):
-            spied.opened.append(os.fsdecode(file))
-        return real_os_open(file, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "open", spy_open)
-    monkeypatch.setattr(io, "open", spy_open)
-    monkeypatch.setattr(os, "open", spy_os_open)
+    monkeypatch.setattr(builtins, "open", spy(builtins.open))
+    monkeypatch.setattr(io, "open", builtins.open)
+    monkeypatch.setattr(os, "open", spy(os.open))
     return spied
 
 
@@ -109,6 +103,17 @@ def refused(path: str, field: str = "train_path") -> dict:
     return {f"data.{field}": REFUSED.format(path=path, name_field=NAME_FIELDS[field])}
 
 
+def unshown(text: str) -> str:
+    """`text` with a dataset root shown as `<datasets>` (answers show server paths relative to their
+    root) written out again, so the messages compare with the paths the test wrote."""
+    root = str(settings.PLATFORM_DATASET_DIRS[0])
+    return text.replace("<datasets>", root).replace(escape("<datasets>"), root)
+
+
+def answer(response) -> dict:
+    return json.loads(unshown(response.content.decode()))
+
+
 def store_config(run_or_experiment, config: dict) -> None:
     """A config stored before the fix: written straight into the row, no validation."""
     type(run_or_experiment).objects.filter(pk=run_or_experiment.pk).update(config=config)
@@ -128,7 +133,7 @@ def test_api_create_refuses_every_spelling(alice, victim, paths, tiny_config, fi
     for path in paths:
         response = post_json(api, "/api/experiments", {"name": "x", "config": attack_config(tiny_config, path, field)})
         assert response.status_code == 400, (path, response.content)
-        assert response.json() == {"errors": refused(path, field)}, path
+        assert answer(response) == {"errors": refused(path, field)}, path
         victim.assert_safe(response)
     assert not Experiment.objects.filter(owner=alice).exists()
 
@@ -146,7 +151,7 @@ def test_api_yaml_overrides_and_update_refuse_it(alice, bob, victim, paths, tiny
                         method="patch")
     for response in (as_yaml, overridden, patched):
         assert response.status_code == 400, response.content
-        assert response.json() == {"errors": refused(path)}
+        assert answer(response) == {"errors": refused(path)}
     experiment.refresh_from_db()
     assert experiment.versions.count() == 1 and Experiment.objects.filter(owner=alice).count() == 1
     victim.assert_safe(as_yaml, overridden, patched)
@@ -156,7 +161,7 @@ def test_api_launch_of_a_stored_config_is_refused(alice, victim, tiny_config, se
     experiment = make_experiment(alice)
     store_config(experiment, attack_config(tiny_config, str(victim.path)))
     response = post_json(token_client(alice), f"/api/experiments/{experiment.pk}/runs", {})
-    assert response.status_code == 400 and response.json()["errors"] == refused(str(victim.path))
+    assert response.status_code == 400 and answer(response)["errors"] == refused(str(victim.path))
     assert sent_messages == [] and not Run.objects.exists()
     victim.assert_safe(response)
 
@@ -173,13 +178,13 @@ def test_web_form_create_edit_yaml_tab_and_preview_refuse_it(alice_client, alice
         edited = alice_client.post(reverse("experiment-edit", args=[experiment.pk]), data)
         for response in (created, edited):
             assert response.status_code == 400, path
-            assert response.context["form"].errors["data__train_path"] == [message], path
+            assert [unshown(e) for e in response.context["form"].errors["data__train_path"]] == [message], path
         yaml_tab = alice_client.post(reverse("experiment-new"), {"name": "x", "mode": "yaml", "config_yaml":
                                                                  yaml.safe_dump(attack_config(tiny_config, path))})
         assert yaml_tab.status_code == 400
-        assert yaml_tab.context["form"].errors["config_yaml"] == [f"data.train_path: {message}"], path
+        assert [unshown(e) for e in yaml_tab.context["form"].errors["config_yaml"]] == [f"data.train_path: {message}"]
         preview = alice_client.post(reverse("plan-preview"), data)  # would count the victim's rows
-        assert preview.json() == {"ok": False, "mode": "form", "errors": {"data.train_path": message}}, path
+        assert answer(preview) == {"ok": False, "mode": "form", "errors": {"data.train_path": message}}, path
         victim.assert_safe(created, edited, yaml_tab, preview)
     experiment.refresh_from_db()
     assert experiment.versions.count() == 1 and Experiment.objects.filter(owner=alice).count() == 1
@@ -191,7 +196,8 @@ def test_web_yaml_import_refuses_it(alice_client, alice, victim, tiny_config):
     response = alice_client.post(reverse("experiment-import"), {"name": "imported",
                                                                 "file": SimpleUploadedFile("attack.yaml", text)})
     assert response.status_code == 400
-    assert response.context["form"].errors["config_yaml"] == [f"data.train_path: {refused(path)['data.train_path']}"]
+    assert [unshown(e) for e in response.context["form"].errors["config_yaml"]] == [
+        f"data.train_path: {refused(path)['data.train_path']}"]
     assert not Experiment.objects.filter(owner=alice).exists()
     victim.assert_safe(response)
 
@@ -202,7 +208,7 @@ def test_web_launch_and_clone_of_a_stored_config_are_refused(alice_client, alice
     launched = alice_client.post(reverse("experiment-launch", args=[experiment.pk]))
     cloned = alice_client.post(reverse("experiment-clone", args=[experiment.pk]), follow=True)
     assert launched.status_code == 400 and sent_messages == [] and not Run.objects.exists()
-    assert escape(refused(str(victim.path))["data.train_path"]) in cloned.content.decode()
+    assert escape(refused(str(victim.path))["data.train_path"]) in unshown(cloned.content.decode())
     assert Experiment.objects.filter(owner=alice).count() == 1
     victim.assert_safe(launched, cloned)
 
@@ -216,17 +222,17 @@ def artifacts(settings, tmp_path):
     return tmp_path / "runs"
 
 
-def stored_run(user, config: dict, artifacts: Path | None = None, **fields) -> Run:
+def stored_run(user, config: dict, artifacts: Path | None = None, run_dir: str = "run-stored", **fields) -> Run:
     """A run of `user` whose config (and its experiment's) is `config`, stored unvalidated; with
     `artifacts`, its run directory holds a (fake) checkpoint at step 2 to fork from."""
-    run = make_run(user, run_dir="run-stored", **fields)
+    run = make_run(user, run_dir=run_dir, **fields)
     store_config(run.experiment, config)
     store_config(run, config)
     if artifacts is not None:
-        folder = artifacts / "run-stored" / "checkpoints" / "2" / "params"
+        folder = artifacts / run_dir / "checkpoints" / "2" / "params"
         folder.mkdir(parents=True)
         (folder / "weights").write_text("weights")
-        Checkpoint.objects.create(run=run, step=2, path="run-stored/checkpoints/2", size_bytes=7)
+        Checkpoint.objects.create(run=run, step=2, path=f"{run_dir}/checkpoints/2", size_bytes=7)
     return run
 
 
@@ -237,18 +243,16 @@ def test_fork_of_a_stored_config_is_refused_and_the_body_cannot_name_a_path(alic
     api = token_client(alice)
     forked = post_json(api, f"/api/runs/{parent.pk}/fork", {"step": 2})
     assert forked.status_code == 409
-    assert forked.json()["error"] == (f"run {parent.pk}'s config is not valid on this platform now "
+    assert answer(forked)["error"] == (f"run {parent.pk}'s config is not valid on this platform now "
                                       f"(data.train_path: {refused(path)['data.train_path']})")
     client.force_login(alice)
     page = client.post(reverse("run-fork", args=[parent.pk]), {"step": "2"}, follow=True)
-    assert escape(f"data.train_path: {refused(path)['data.train_path']}") in page.content.decode()
+    assert escape(f"data.train_path: {refused(path)['data.train_path']}") in unshown(page.content.decode())
     assert not Run.objects.filter(forked_from=parent).exists() and sent_messages == []
 
     # a fork takes no config: a config or an override in its body changes nothing of what it reads
-    clean = make_run(alice, status="succeeded", step=6, run_dir="run-clean")
-    store_config(clean, dataset_config(tiny_config, train="mine"))
-    (artifacts / "run-clean" / "checkpoints" / "2").mkdir(parents=True)
-    Checkpoint.objects.create(run=clean, step=2, path="run-clean/checkpoints/2", size_bytes=7)
+    clean = stored_run(alice, dataset_config(tiny_config, train="mine"), artifacts, run_dir="run-clean",
+                       status="succeeded", step=6)
     smuggled = post_json(api, f"/api/runs/{clean.pk}/fork", {"step": 2, "max_steps": 8,
                                                              "config": attack_config(tiny_config, path),
                                                              "overrides": [f"data.train_path={path}"]})
@@ -296,7 +300,7 @@ def test_retry_of_a_stored_config_fails_at_start_naming_the_field(alice, victim,
     assert start_as_the_worker(run) == 1
     run.refresh_from_db()
     assert run.status == "failed" and trained == []
-    assert f"data.train_path: {refused(path)['data.train_path']}" in run.error
+    assert f"data.train_path: {refused(path)['data.train_path']}" in unshown(run.error)
     api = token_client(alice)
     shown = [api.get(f"/api/runs/{run.pk}"), api.get(f"/api/runs/{run.pk}/samples"),
              api.get(f"/api/runs/{run.pk}/events")]
@@ -314,7 +318,8 @@ def test_the_worker_refuses_a_stored_path_before_reading_it(alice, victim, tiny_
         assert start_as_the_worker(run) == 1
         run.refresh_from_db()
         assert run.status == "failed" and trained == []
-        assert run.error == f"invalid config (1 problem(s)):\n  data.train_path: {refused(path)['data.train_path']}"
+        assert unshown(run.error) == ("invalid config (1 problem(s)):\n"
+                                      f"  data.train_path: {refused(path)['data.train_path']}")
     victim.assert_safe()
 
 
