@@ -28,17 +28,17 @@ def _run(request, pk: int, change: bool = False) -> Run:
 @api_endpoint("GET")
 def checkpoint_download(request, pk: int, step: int):
     """GET /api/runs/<id>/checkpoints/<step>/hf.zip: a zip (`run-<id>-step-<N>/` holding config.json,
-    model.safetensors and the tokenizer files) that transformers loads once unpacked. The checkpoint
-    is exported first if it was not (seconds for a 135M model). Anyone who may see the run may
+    model.safetensors and the tokenizer files) that transformers loads once unpacked. A checkpoint
+    not exported before is exported for this download only (seconds for a 135M model) and the
+    temporary folder removed: nothing stays on the server. Anyone who may see the run may
     download it. 404 for a step without a checkpoint (the message lists the steps), 409 for a run
     that cannot be exported (a toy preset with the character tokenizer) or one being exported now."""
     run = _run(request, pk)
     try:
-        folder = downloads.hf_folder(run, int(step))
+        archive = downloads.hf_zip(run, int(step))
     except downloads.DownloadRefused as exc:
         raise ApiError(exc.status, exc.message) from None
-    name = f"run-{run.pk}-step-{int(step)}"
-    return FileResponse(downloads.zip_folder(folder, name), as_attachment=True, filename=f"{name}.zip",
+    return FileResponse(archive, as_attachment=True, filename=f"run-{run.pk}-step-{int(step)}.zip",
                         content_type="application/zip")
 
 

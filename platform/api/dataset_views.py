@@ -18,6 +18,7 @@ from api.contract import Error, Errors, Op, operations
 from api.endpoint import ApiError, api_endpoint, json_body
 from experiments import datasets
 from experiments.dataset_models import Dataset
+from runner import storage
 
 UPLOAD_FORM_OVERHEAD_BYTES = 1024 * 1024  # the multipart framing and the other fields of an upload
 
@@ -63,7 +64,9 @@ def dataset_list(request):
     POST multipart/form-data {name, file, description?}: the file is checked line by line as training
     reads it; 201 {"id", "name", "reference", "rows", "size_bytes", "sha256", "preview"}, or 400
     {"errors": {"file": "x.jsonl:3: bad JSON ...\\n..."}} (the first 20 problems, then "and N more"),
-    409 {"errors": {"name"}} for a name you already have, 413 over PLATFORM_DATASET_MAX_BYTES."""
+    409 {"errors": {"name"}} for a name you already have, 413 over PLATFORM_DATASET_MAX_BYTES or when
+    the file would take you over your storage quota (the message gives your use, the file's size and
+    the quota: runner.storage)."""
     if request.method == "GET":
         rows = Dataset.objects.visible_to(request.user).select_related("owner").order_by("owner__username", "name")
         entries = [dataset_summary(d, request.user) for d in rows]
@@ -71,11 +74,18 @@ def dataset_list(request):
     limit = datasets.max_upload_bytes()
     if int(request.META.get("CONTENT_LENGTH") or 0) > limit + UPLOAD_FORM_OVERHEAD_BYTES:
         raise ApiError(413, f"the upload is larger than this server's limit of {limit} bytes")
+    refusal = storage.upload_refusal(request.user, int(request.META.get("CONTENT_LENGTH") or 0),
+                                     slack_bytes=UPLOAD_FORM_OVERHEAD_BYTES, adding="this request")
+    if refusal:  # before the file is read
+        raise ApiError(413, refusal)
     if request.content_type != "multipart/form-data":
         raise ApiError(400, errors={"file": "send multipart/form-data with the fields name and file (a JSONL file)"})
     upload = request.FILES.get("file")
     if upload is None:
         raise ApiError(400, errors={"file": "required: the JSONL file, as a multipart file field"})
+    refusal = storage.upload_refusal(request.user, upload.size)
+    if refusal:
+        raise ApiError(413, refusal)
     try:
         dataset, check = datasets.upload(request.user, request.POST.get("name"), upload.chunks(), upload.name,
                                          request.POST.get("description", ""))

@@ -21,13 +21,14 @@ browser session; a trailing slash is optional. See api/views.py for each one's s
     GET  POST       datasets                          yours and shared with you / upload JSONL (api/dataset_views.py)
     GET  DELETE     datasets/<id>                     one with its first rows / delete yours
     POST            datasets/<id>/share|unshare       {"users": [...]}
+    GET             account                           your storage use, quota and limits (api/account_views.py)
     GET             schema                            this API as OpenAPI 3.1, generated (api/openapi.py; public)
     GET             docs/                             Swagger UI reading it (public)
 """
 
 from django.urls import re_path
 
-from api import checkpoint_views, compare_views, dataset_views, sample_views, schema_views, views
+from api import account_views, checkpoint_views, compare_views, dataset_views, sample_views, schema_views, views
 from api.endpoint import not_found
 
 ID = r"(?P<pk>[0-9]{1,18})"  # ids fit a 64-bit integer; longer ones fall to the JSON 404
@@ -54,6 +55,7 @@ urlpatterns = [
     re_path(r"^datasets/?$", dataset_views.dataset_list, name="api-datasets"),
     re_path(rf"^datasets/{ID}/?$", dataset_views.dataset_detail, name="api-dataset"),
     re_path(rf"^datasets/{ID}/(?P<action>share|unshare)/?$", dataset_views.dataset_share, name="api-dataset-share"),
+    re_path(r"^account/?$", account_views.account, name="api-account"),
     re_path(r"^schema/?$", schema_views.schema, name="api-schema"),  # OpenAPI 3.1, generated (public)
     re_path(r"^docs/?$", schema_views.docs, name="api-docs"),  # Swagger UI (public)
     re_path(r"", not_found),  # anything else under /api/: a JSON 404, not the site's HTML page

@@ -286,7 +286,7 @@ def run_action(request, pk: int, action: str):
 
 
 @operations(
-    POST=Op(body=shapes.ExportInput, responses={201: shapes.Exported, 400: Errors, 403: Error, 409: Error}),
+    POST=Op(body=shapes.ExportInput, responses={201: shapes.Exported, 400: Errors, 403: Error, 409: Error, 429: Error}),
 )
 @api_endpoint("POST")
 def run_export(request, pk: int):
@@ -294,7 +294,8 @@ def run_export(request, pk: int):
     "bfloat16"}: writes that checkpoint as a Hugging Face folder under PLATFORM_DATA_DIR/exports/ and
     answers 201 {"path", "step", "dtype"} once it is written (synchronous: about 10 s for a 135M model;
     see runner.exports). 400 for a toy-preset run, a run without checkpoints or a bad step/dtype; 404
-    for a step without a checkpoint; 409 when that checkpoint is already exported (the message says where)."""
+    for a step without a checkpoint; 409 when that checkpoint is already exported (the message says where);
+    429 while the run's owner is at or over their storage quota (runner.storage)."""
     run = _run(request, pk, change=True)
     data = json_body(request)
     step = data.get("step")

@@ -5,7 +5,9 @@ call `export_checkpoint`.
 
 Exports go to settings.EXPORTS_DIR (`<PLATFORM_DATA_DIR>/exports/`), one folder per checkpoint:
 `run-<id>-step-<N>/`. An existing folder is never replaced: exporting the same checkpoint again is
-refused with its location (delete it to export again).
+refused with its location (delete it to export again). Exports count against the run owner's storage
+quota (runner.storage): while the owner is at or over it, an export is refused (429). A download
+(runner.downloads) exports into a temporary folder of its own instead (`out`), removed once zipped.
 
 Synchronous, in the request: for a 135M model (SmolLM2-135M-Instruct) the export takes seconds
 (12 s measured on a busy 2-core CPU, about a third of it starting JAX). The work runs in a child process (`python -m trainers export`,
@@ -16,7 +18,8 @@ want this moved to a Celery task with a status to poll.
 
 Every refusal is an `ExportRefused` with the HTTP status that fits: 400 (a toy-preset run, no
 checkpoint yet, a bad dtype, a config no longer valid), 404 (no checkpoint at that step), 409
-(already exported). A failure of the export itself is a 500 with the trainer's last error line.
+(already exported), 429 (the owner is over their storage quota). A failure of the export itself is
+a 500 with the trainer's last error line.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from django.conf import settings
 
 from experiments import configs
 from experiments.models import Run
+from runner import storage
+from runner.storage import export_folder, run_directory  # noqa: F401 - where exports and run files lie
 
 DTYPES = ("float32", "bfloat16")
 TIMEOUT_S = 30 * 60
@@ -54,11 +59,6 @@ class Export:
     dtype: str
 
 
-def run_directory(run: Run) -> str:
-    """The run's directory (checkpoints, config.yaml), as the trainer child uses it."""
-    return os.path.join(settings.ARTIFACTS_DIR, run.run_dir or f"run-{run.pk}")
-
-
 def checkpoint_steps(run_dir: str) -> list[int]:
     """Steps with a finished checkpoint in `run_dir/checkpoints/` (directories named by step;
     orbax's temporary `<step>.orbax-checkpoint-tmp-*` directories do not count)."""
@@ -70,25 +70,16 @@ def checkpoint_steps(run_dir: str) -> list[int]:
     return sorted(int(n) for n in names if n.isdigit() and os.path.isdir(os.path.join(folder, n)))
 
 
-def export_folder(run: Run, step: int) -> Path:
-    return Path(settings.EXPORTS_DIR) / f"run-{run.pk}-step-{step}"
-
-
 def existing_exports(run: Run) -> list[Path]:
     """The run's export folders already written, by step."""
-    folder = Path(settings.EXPORTS_DIR)
-    prefix = f"run-{run.pk}-step-"
-    try:
-        found = [p for p in folder.iterdir() if p.name.startswith(prefix) and p.name[len(prefix):].isdigit()]
-    except OSError:
-        return []
-    return sorted(found, key=lambda p: int(p.name[len(prefix):]))
+    return storage.export_folders([run.pk]).get(run.pk, [])
 
 
-def export_checkpoint(run: Run, step: int | None = None, dtype: str = "float32") -> Export:
+def export_checkpoint(run: Run, step: int | None = None, dtype: str = "float32", out: Path | None = None) -> Export:
     """Write checkpoint `step` (default: the newest) of `run` as a Hugging Face folder under
     settings.EXPORTS_DIR in `dtype` (float32 or bfloat16). Returns where and which step; raises
-    ExportRefused (see the module docstring). Blocks until the folder is written."""
+    ExportRefused (see the module docstring). Blocks until the folder is written. `out`: a new
+    folder to write instead, which the caller removes (a download's); no quota check then."""
     if dtype not in DTYPES:
         raise ExportRefused(400, f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     try:
@@ -108,7 +99,11 @@ def export_checkpoint(run: Run, step: int | None = None, dtype: str = "float32")
     elif step not in steps:
         raise ExportRefused(404, f"run {run.pk} has no checkpoint at step {step}; it has steps "
                                  f"{', '.join(map(str, steps))}")
-    out = export_folder(run, step)
+    if out is None:
+        out = export_folder(run, step)
+        refusal = storage.over_quota_message(run.experiment.owner)
+        if refusal:
+            raise ExportRefused(429, refusal)
     out.parent.mkdir(parents=True, exist_ok=True)
     try:
         out.mkdir()  # the claim: a second request for the same checkpoint finds it taken

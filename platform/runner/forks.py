@@ -43,6 +43,7 @@ from experiments.models import Checkpoint, ForkOptimizer, Run, RunStatus
 from runner import queues
 from runner.exports import checkpoint_steps, run_directory
 from runner.limits import LaunchRefused, check_queued_room
+from runner.storage import check_storage_room
 from runner.services import send_when_committed
 
 FORK_START_DIR = "fork-start"  # the fresh fork's starting checkpoint, inside its run directory
@@ -54,8 +55,8 @@ QUEUE_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 class ForkRefused(LaunchRefused):
     """Why no fork was made: `status` the HTTP status (400 bad input, 403 a queue not open to the
-    owner, 409 the checkpoint or config cannot be used now, 429 over the queued-run limit),
-    `field` the request field to name ("" for none)."""
+    owner, 409 the checkpoint or config cannot be used now, 429 over the queued-run limit or the
+    storage quota), `field` the request field to name ("" for none)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,6 +151,7 @@ def fork_run(parent: Run, request: ForkRequest) -> Run:
                 forked_from=parent, forked_from_step=request.step, fork_optimizer=request.optimizer,
             )
             check_queued_room(experiment.owner)
+            check_storage_room(experiment.owner)
             child.run_dir = f"run-{child.pk}-{uuid.uuid4().hex[:8]}"
             child.save(update_fields=["run_dir"])
             child_dir = run_directory(child)

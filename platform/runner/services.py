@@ -7,8 +7,9 @@ and only the database's current status decides. Putting a run on the queue bumps
 the same update and sends the task message once the transaction commits.
 
 Every path onto the queue checks the owner's limits in the same transaction (runner.limits:
-queued runs; runner.queues: which queues they may use) and raises `LaunchRefused` (re-exported
-here) with the HTTP status and the field to name; the callers turn it into a 4xx or a message.
+queued runs; runner.storage: the storage quota; runner.queues: which queues they may use) and
+raises `LaunchRefused` (re-exported here) with the HTTP status and the field to name; the callers
+turn it into a 4xx or a message.
 
 The runner imports experiments, never the other way round: models know nothing of Celery.
 """
@@ -27,6 +28,7 @@ from experiments.models import Experiment, Run, RunStatus
 from grpo_platform.celery_app import app
 from runner import queues
 from runner.limits import LaunchRefused, check_queued_room
+from runner.storage import check_storage_room
 
 S = RunStatus
 EXECUTE_TASK = "runner.execute_run"  # runner.tasks.execute_run, sent by name
@@ -64,6 +66,7 @@ def launch_run(experiment: Experiment, max_restarts: int | None = None, queue: s
             queue=queue,
         )
         check_queued_room(experiment.owner)
+        check_storage_room(experiment.owner)
         # The suffix keeps a recreated database's run 1 from resuming an older run 1's checkpoints.
         run.run_dir = f"run-{run.pk}-{uuid.uuid4().hex[:8]}"
         run.save(update_fields=["run_dir"])
@@ -93,6 +96,7 @@ def _requeue(run: Run, only_from: set[str], **fields) -> bool:
             if not run.transition(S.QUEUED, only_from=only_from, new_attempt=True, finished_at=None, **fields):
                 return False
             check_queued_room(run.experiment.owner)
+            check_storage_room(run.experiment.owner)
             send_when_committed(run)
     except LaunchRefused:
         run.refresh_from_db()

@@ -14,6 +14,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from experiments import dataset_files, datasets
 from experiments.dataset_models import Dataset
+from runner import storage
 
 UPLOAD_FORM_OVERHEAD_BYTES = 1024 * 1024  # the multipart framing and the other fields of an upload
 
@@ -56,10 +57,20 @@ def dataset_list(request):
         form = DatasetUploadForm()
         form.add_error(None, f"the upload is larger than this server's limit of {limit} bytes")
         return _list_page(request, form, status=413)
+    refusal = storage.upload_refusal(request.user, int(request.META.get("CONTENT_LENGTH") or 0),
+                                     slack_bytes=UPLOAD_FORM_OVERHEAD_BYTES, adding="this request")
+    if refusal:  # before the file is read
+        form = DatasetUploadForm()
+        form.add_error(None, refusal)
+        return _list_page(request, form, status=413)
     form = DatasetUploadForm(request.POST, request.FILES)
     if not form.is_valid():
         return _list_page(request, form, status=400)
     upload = form.cleaned_data["file"]
+    refusal = storage.upload_refusal(request.user, upload.size)
+    if refusal:
+        form.add_error("file", refusal)
+        return _list_page(request, form, status=413)
     try:
         dataset, check = datasets.upload(request.user, form.cleaned_data["name"], upload.chunks(), upload.name,
                                          form.cleaned_data["description"])

@@ -3,7 +3,8 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path, register_converter
 
-from web import compare_views, dataset_views, fork_views, run_label_views, sample_views, token_views, views
+from web import (account_views, compare_views, dataset_views, fork_views, run_label_views, sample_views, token_views,
+                 views)
 
 
 class IdConverter:
@@ -51,6 +52,7 @@ urlpatterns: list = [
     path("datasets/<web_id:pk>/", dataset_views.dataset_detail, name="dataset-detail"),
     path("datasets/<web_id:pk>/share/", dataset_views.dataset_share, name="dataset-share"),
     path("datasets/<web_id:pk>/delete/", dataset_views.dataset_delete, name="dataset-delete"),
+    path("account/", account_views.account, name="account"),
     path("tokens/", token_views.token_list, name="api-tokens"),
     path("tokens/<web_id:pk>/revoke/", token_views.token_revoke, name="api-token-revoke"),
 ]

@@ -1,13 +1,16 @@
 """A run on a Hugging Face model through the platform's own path (the trainer child's `run_attempt`,
 in this process): its samples keep the chat template's rendering with roles and special tokens, and
 its checkpoints export as Hugging Face folders through `POST /api/runs/<id>/export` and the run
-page's Export form. The exported folder loads in transformers and holds the trained weights.
+page's Export form. The exported folder loads in transformers and holds the trained weights. A
+checkpoint's hf.zip download leaves nothing behind on the server.
 
 The model is tests/tiny_models.py's random tiny Llama with a ChatML template, trained 2 steps."""
 
 from __future__ import annotations
 
+import io
 import json
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -62,6 +65,11 @@ def trained_run(user, sent_messages) -> Run:
     return run
 
 
+def files_under(root: Path) -> dict[str, int]:
+    """{relative path: size} of every file under `root`."""
+    return {str(p.relative_to(root)): p.stat().st_size for p in sorted(root.rglob("*")) if p.is_file()}
+
+
 def post_export(client, run: Run, body: dict | None = None):
     return client.post(f"/api/runs/{run.pk}/export", json.dumps(body or {}), content_type="application/json")
 
@@ -82,8 +90,19 @@ def test_train_then_export_through_the_api_and_the_page(alice, bob, places, sent
         {"kind": "special", "text": "<|im_start|>"}, {"kind": "role", "text": "system"},
         {"kind": "text", "text": "\nAnswer briefly."}, {"kind": "special", "text": "<|im_end|>"}]
 
-    # the API: newest checkpoint by default, as a folder transformers loads
+    # a download of a checkpoint not exported yet: exported for it into a temporary folder, zipped,
+    # and gone afterwards; nothing under the data dir changes, however often it is downloaded
     client = token_client(alice)
+    before = files_under(places)
+    for _ in range(2):
+        response = client.get(f"/api/runs/{run.pk}/checkpoints/2/hf.zip")
+        assert response.status_code == 200, response.content
+        body = b"".join(response.streaming_content)
+        assert int(response["Content-Length"]) == len(body)
+        assert json.loads(zipfile.ZipFile(io.BytesIO(body)).read(f"run-{run.pk}-step-2/trained_by.json"))["step"] == 2
+        assert files_under(places) == before
+
+    # the API: newest checkpoint by default, as a folder transformers loads
     response = post_export(client, run)
     assert response.status_code == 201, response.content
     out = places / "exports" / f"run-{run.pk}-step-2"

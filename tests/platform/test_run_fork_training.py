@@ -127,7 +127,7 @@ def test_download_a_checkpoint_as_a_zipped_hugging_face_folder(alice, bob, place
     assert not np.allclose(weights["model.embed_tokens.weight"], base["model.embed_tokens.weight"])  # trained
     np.testing.assert_allclose(model.model.embed_tokens.weight.detach().numpy(), weights["model.embed_tokens.weight"])
 
-    # again: the export folder is reused (a second export of it would be refused)
+    # again: exported again for this download (the first one kept no copy)
     again = client.get(f"/api/runs/{run.pk}/checkpoints/1/hf.zip")
     assert again.status_code == 200 and b"".join(again.streaming_content)[:2] == b"PK"
     # the run page links each checkpoint's zip

@@ -44,6 +44,7 @@ VIEWS = {
     "run-compare": ("get", None, 200),  # no runs named: the page asks for them
     "run-samples": ("get", "run", 200),
     "api-tokens": ("get", None, 200),
+    "account": ("get", None, 200),
     "dataset-list": ("get", None, 200),
 }
 AUTH_VIEWS = {"login", "logout"}

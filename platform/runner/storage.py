@@ -1,0 +1,227 @@
+"""Where a user's files lie on disk, how much they take, and the per-user storage quota over them.
+
+Three kinds of files count against a user (the owner of the experiment, whoever made the file):
+
+  datasets     their uploaded datasets: the sum of `Dataset.size_bytes` (one query)
+  checkpoints  their runs' directories (settings.ARTIFACTS_DIR/<run_dir>/: checkpoints, a fork's
+               starting checkpoint, logs and run files), walked on disk
+  exports      their runs' Hugging Face exports (settings.EXPORTS_DIR/run-<id>-step-<N>/), walked
+
+Sizes are the files' own sizes (`st_size`); symbolic links are not followed; a file hard-linked
+twice inside one directory counts once. A fork's starting checkpoint is a hard link of its parent's
+(runner.forks): it counts for both runs, since deleting either leaves the other's bytes on disk.
+
+Walking every run directory on every request would cost a stat per file, so a run's size is cached
+(the process's Django cache, RUN_SIZE_CACHE_S) under a key made of its directory, attempt and
+status, and only while its status is settled (succeeded, failed, cancelled, paused): nothing writes
+into a run's directory then, and any change that could (a retry, a resume, a restart) changes the
+attempt or the status, hence the key. Queued and active runs are walked on every call (a user has
+few: runner.limits caps them). Exports are few small folders and are walked every time.
+
+The quota (`quota_bytes_for`) is PLATFORM_STORAGE_QUOTA_BYTES unless the user's UserLimits row sets
+`storage_quota_bytes`. It is enforced where new files are asked for:
+
+- a dataset upload that would take the user over it is refused (413) before the file is stored
+  (the API and the page check the request's size first, then the parsed file's);
+- an export, and putting a run on the queue (launch, resume, retry, fork: `check_storage_room`,
+  beside runner.limits.check_queued_room), are refused (429) while the user is at or over it.
+
+A run that is training when its checkpoints cross the quota is not stopped: it finishes (its
+checkpoints keep being written, so the user's work is never lost mid-run); the next launch, resume,
+retry, fork, export or upload is refused until the user frees space. Concurrent uploads may each
+pass the check, so usage can exceed the quota by at most the uploads in flight.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import re
+import stat
+from pathlib import Path
+
+from django.conf import settings
+from django.core.cache import cache
+from django.db.models import Sum
+
+from experiments.dataset_models import Dataset
+from experiments.models import Run, RunStatus
+from runner.limits import LaunchRefused
+from runner.models import UserLimits
+
+SETTLED_STATUSES = frozenset({RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.PAUSED})
+RUN_SIZE_CACHE_S = 600  # a settled run's size is walked again after this long (files removed by hand)
+EXPORT_NAME = re.compile(r"run-(?P<run>[0-9]+)-step-(?P<step>[0-9]+)")
+
+
+def run_directory(run: Run) -> str:
+    """The run's directory (checkpoints, config.yaml), as the trainer child uses it."""
+    return os.path.join(settings.ARTIFACTS_DIR, run.run_dir or f"run-{run.pk}")
+
+
+def export_folder(run: Run, step: int) -> Path:
+    """Where checkpoint `step` of `run` is exported as a Hugging Face folder (runner.exports)."""
+    return Path(settings.EXPORTS_DIR) / f"run-{run.pk}-step-{step}"
+
+
+def export_folders(run_ids) -> dict[int, list[Path]]:
+    """The export folders under settings.EXPORTS_DIR of the runs `run_ids`: {run id: [folder, ...]}
+    by step (one listing of the folder)."""
+    wanted = set(run_ids)
+    found: dict[int, list[tuple[int, Path]]] = {}
+    try:
+        entries = list(os.scandir(settings.EXPORTS_DIR))
+    except OSError:
+        return {}
+    for entry in entries:
+        match = EXPORT_NAME.fullmatch(entry.name)
+        if match and int(match["run"]) in wanted and entry.is_dir(follow_symlinks=False):
+            found.setdefault(int(match["run"]), []).append((int(match["step"]), Path(entry.path)))
+    return {run_id: [path for _, path in sorted(pairs)] for run_id, pairs in found.items()}
+
+
+def tree_bytes(path: str | os.PathLike) -> int:
+    """The bytes of the regular files under `path` (a file: its own size; missing: 0), each
+    inode once, symbolic links not followed."""
+    root = os.fspath(path)
+    if os.path.islink(root) or not os.path.isdir(root):
+        try:
+            info = os.lstat(root)
+        except OSError:
+            return 0
+        return info.st_size if stat.S_ISREG(info.st_mode) else 0
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    pending = [root]
+    while pending:
+        try:
+            entries = list(os.scandir(pending.pop()))
+        except OSError:  # removed meanwhile (checkpoint retention), or unreadable
+            continue
+        for entry in entries:
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append(entry.path)
+                elif entry.is_file(follow_symlinks=False):
+                    info = entry.stat(follow_symlinks=False)
+                    if (info.st_dev, info.st_ino) not in seen:
+                        seen.add((info.st_dev, info.st_ino))
+                        total += info.st_size
+            except OSError:
+                continue
+    return total
+
+
+def _cache_key(run: Run, directory: str) -> str:
+    digest = hashlib.sha256(os.path.abspath(directory).encode()).hexdigest()[:32]
+    return f"storage:run:{digest}:{run.pk}:{run.attempt}:{run.status}"
+
+
+def runs_bytes(runs) -> int:
+    """The bytes under the directories of `runs` (Run objects with pk, run_dir, attempt and
+    status), settled runs' sizes cached (see the module docstring)."""
+    runs = list(runs)
+    directories = {run.pk: run_directory(run) for run in runs}
+    keys = {run.pk: _cache_key(run, directories[run.pk]) for run in runs if run.status in SETTLED_STATUSES}
+    cached = cache.get_many(list(keys.values())) if keys else {}
+    total, fresh = 0, {}
+    for run in runs:
+        key = keys.get(run.pk)
+        if key is not None and key in cached:
+            total += cached[key]
+            continue
+        size = tree_bytes(directories[run.pk])
+        total += size
+        if key is not None:
+            fresh[key] = size
+    if fresh:
+        cache.set_many(fresh, timeout=RUN_SIZE_CACHE_S)
+    return total
+
+
+def quota_bytes_for(user) -> int:
+    """The user's storage quota: their UserLimits row's `storage_quota_bytes` where set, else
+    settings.PLATFORM_STORAGE_QUOTA_BYTES."""
+    own = UserLimits.objects.filter(user_id=user.pk).values_list("storage_quota_bytes", flat=True).first()
+    return int(settings.PLATFORM_STORAGE_QUOTA_BYTES if own is None else own)
+
+
+@dataclasses.dataclass(frozen=True)
+class StorageUsage:
+    datasets_bytes: int
+    checkpoints_bytes: int
+    exports_bytes: int
+    quota_bytes: int
+
+    @property
+    def used_bytes(self) -> int:
+        return self.datasets_bytes + self.checkpoints_bytes + self.exports_bytes
+
+    @property
+    def over_quota(self) -> bool:
+        """At or over the quota: nothing new may be stored."""
+        return self.used_bytes >= self.quota_bytes
+
+    def as_json(self) -> dict:
+        return {"datasets_bytes": self.datasets_bytes, "checkpoints_bytes": self.checkpoints_bytes,
+                "exports_bytes": self.exports_bytes, "used_bytes": self.used_bytes,
+                "quota_bytes": self.quota_bytes, "over_quota": self.over_quota}
+
+
+def usage_for(user) -> StorageUsage:
+    """What `user`'s datasets, run directories and exports take now, and their quota."""
+    datasets_bytes = Dataset.objects.filter(owner_id=user.pk).aggregate(total=Sum("size_bytes"))["total"] or 0
+    runs = list(Run.objects.filter(experiment__owner_id=user.pk).only("pk", "run_dir", "attempt", "status"))
+    exports = export_folders(run.pk for run in runs)
+    return StorageUsage(
+        datasets_bytes=int(datasets_bytes),
+        checkpoints_bytes=runs_bytes(runs),
+        exports_bytes=sum(tree_bytes(folder) for folders in exports.values() for folder in folders),
+        quota_bytes=quota_bytes_for(user),
+    )
+
+
+def format_bytes(size_bytes: int) -> str:
+    """`size_bytes` for people, in binary units: 512 B, 1.5 KiB, 538.2 MiB, 50.0 GiB."""
+    value = float(size_bytes)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024:
+            return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"
+
+
+def quota_message(usage: StorageUsage, adding_bytes: int | None = None, adding: str = "this upload") -> str:
+    """The refusal for a user with `usage`: what they use by kind, their quota, what is asked for
+    (`adding`, `adding_bytes`, if given), and what to do."""
+    kinds = (f"datasets {format_bytes(usage.datasets_bytes)}, checkpoints {format_bytes(usage.checkpoints_bytes)}, "
+             f"exports {format_bytes(usage.exports_bytes)}")
+    asked = f"; {adding} is {format_bytes(adding_bytes)}" if adding_bytes is not None else ""
+    return (f"over your storage quota: you use {format_bytes(usage.used_bytes)} ({kinds}) of your "
+            f"{format_bytes(usage.quota_bytes)} quota{asked}; delete datasets you no longer need, or ask an "
+            f"admin to delete old runs and exports or to raise your quota (see your Account page)")
+
+
+def over_quota_message(user) -> str | None:
+    """Why `user` may store nothing new now (they are at or over their quota), or None."""
+    usage = usage_for(user)
+    return quota_message(usage) if usage.over_quota else None
+
+
+def upload_refusal(user, size_bytes: int, slack_bytes: int = 0, adding: str = "this upload") -> str | None:
+    """Why an upload of `size_bytes` by `user` is refused (more than `slack_bytes` of it would not
+    fit under their quota), or None. The slack lets a request's size, framing included, be checked
+    before the file is read."""
+    usage = usage_for(user)
+    if usage.used_bytes + size_bytes - slack_bytes <= usage.quota_bytes:
+        return None
+    return quota_message(usage, size_bytes, adding)
+
+
+def check_storage_room(user) -> None:
+    """Call where a run goes on the queue (beside runner.limits.check_queued_room): LaunchRefused
+    (429) while `user` is at or over their storage quota, which rolls the caller's transaction back."""
+    message = over_quota_message(user)
+    if message:
+        raise LaunchRefused(429, message)
