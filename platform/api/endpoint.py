@@ -21,6 +21,7 @@ from django.http.multipartparser import MultiPartParserError
 from django.views.decorators.csrf import csrf_exempt
 
 from api.auth import AuthError, authenticate
+from experiments.shown_paths import shown, shown_errors
 
 log = logging.getLogger(__name__)
 
@@ -39,14 +40,15 @@ class ApiError(Exception):
     def response(self) -> JsonResponse:
         body: dict[str, Any] = {}
         if self.errors is not None:
-            body["errors"] = self.errors
+            body["errors"] = shown_errors(self.errors)
         if self.message or self.errors is None:
-            body["error"] = self.message or "error"
+            body["error"] = shown(self.message or "error")
         return JsonResponse(body, status=self.status)
 
 
 def error(status: int, message: str) -> JsonResponse:
-    return JsonResponse({"error": message}, status=status)
+    """The API's error answer; server paths in `message` shown relative to their root (shown_paths)."""
+    return JsonResponse({"error": shown(message)}, status=status)
 
 
 def api_endpoint(*methods: str) -> Callable:

@@ -10,6 +10,7 @@ from trainers.config import apply_overrides
 
 from experiments import configs, run_filters, run_labels, sample_text
 from experiments.models import Checkpoint, Experiment, RolloutSample, Run, RunEvent, text_problem
+from experiments.shown_paths import shown
 
 NAME_MAX_CHARS = Experiment._meta.get_field("name").max_length
 
@@ -136,7 +137,7 @@ def run_detail(run: Run) -> dict[str, Any]:
         "duration_s": run.duration_s,
         "running_s": run.running_s,
         "latest_reward": finite(run.latest_reward),
-        "error": run.error,
+        "error": shown(run.error),  # server paths relative to their root, here and in events
         "params_digest": run.params_digest,
         "config_version": run.config_version.number if run.config_version_id else None,
         "experiment": {"id": run.experiment_id, "name": run.experiment.name},
@@ -194,5 +195,5 @@ def event_json(event: RunEvent) -> dict[str, Any]:
         "attempt": event.attempt,
         "level": event.level,
         "kind": event.kind,
-        "message": event.message,
+        "message": shown(event.message),
     }

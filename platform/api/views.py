@@ -17,6 +17,7 @@ from experiments import configs, metric_series, run_filters, run_labels, sample_
 from experiments.access import get_for_user
 from experiments.models import Experiment, MetricPoint, RolloutSample, Run, SampleKind
 from experiments.models_dir import available_models
+from experiments.shown_paths import shown
 from runner import exports, queues, services
 
 from api import payloads, sample_views
@@ -292,10 +293,11 @@ def run_action(request, pk: int, action: str):
 def run_export(request, pk: int):
     """POST /api/runs/<id>/export {"step"?: N (default: the newest checkpoint), "dtype"?: "float32" |
     "bfloat16"}: writes that checkpoint as a Hugging Face folder under PLATFORM_DATA_DIR/exports/ and
-    answers 201 {"path", "step", "dtype"} once it is written (synchronous: about 10 s for a 135M model;
-    see runner.exports). 400 for a toy-preset run, a run without checkpoints or a bad step/dtype; 404
-    for a step without a checkpoint; 409 when that checkpoint is already exported (the message says where);
-    429 while the run's owner is at or over their storage quota (runner.storage)."""
+    answers 201 {"path" (shown as `<data>/exports/run-<id>-step-<N>`), "step", "dtype"} once it is
+    written (synchronous: about 10 s for a 135M model; see runner.exports). 400 for a toy-preset run,
+    a run without checkpoints or a bad step/dtype; 404 for a step without a checkpoint; 409 when that
+    checkpoint is already exported (the message says where); 429 while the run's owner is at or over
+    their storage quota (runner.storage)."""
     run = _run(request, pk, change=True)
     data = json_body(request)
     step = data.get("step")
@@ -312,7 +314,7 @@ def run_export(request, pk: int):
         done = exports.export_checkpoint(run, step=step, dtype=dtype)
     except exports.ExportRefused as exc:
         raise ApiError(exc.status, exc.message) from None
-    return JsonResponse({"path": done.path, "step": done.step, "dtype": done.dtype}, status=201)
+    return JsonResponse({"path": shown(done.path), "step": done.step, "dtype": done.dtype}, status=201)
 
 
 @operations(

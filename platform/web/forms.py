@@ -16,6 +16,7 @@ from experiments import configs
 from experiments.dataset_models import Dataset
 from experiments.models import ConfigVersion, Experiment, text_problem
 from experiments.models_dir import available_models
+from experiments.shown_paths import shown_errors
 from trainers.config import ConfigError, ExperimentConfig, FieldSpec, SectionSpec, field_specs
 
 from web.config_form import config_from_values, error_target, form_values, html_name, specs_by_name, to_yaml
@@ -186,7 +187,7 @@ class ConfigForm(forms.Form):
             config = configs.parse(self.raw, self.owner)
             stored = configs.stored(config)
         except ConfigError as exc:
-            self.config_errors = exc.as_dict()
+            self.config_errors = shown_errors(exc.as_dict())  # server paths relative to their root
             for key, message in self.config_errors.items():
                 if mode == "yaml":
                     self.add_error("config_yaml", f"{key}: {message}")

@@ -27,6 +27,7 @@ from experiments import configs, run_filters
 from experiments.access import get_for_user, may_change
 from experiments.configs import ConfigError
 from experiments.models import ACTIVE_STATUSES, TERMINAL_STATUSES, Experiment, Run
+from experiments.shown_paths import shown, shown_errors
 from runner import exports, queues, services
 
 from web import fork_views, run_table
@@ -208,7 +209,7 @@ def _detail_page(request, experiment: Experiment, status: int = 200, launch_erro
         plan = plan_payload(configs.parse(experiment.config, experiment.owner))
         config_errors = {}
     except ConfigError as exc:
-        plan, config_errors = None, exc.as_dict()
+        plan, config_errors = None, shown_errors(exc.as_dict())
     context = {
         "experiment": experiment,
         "config_yaml": to_yaml(experiment.config),
@@ -269,7 +270,7 @@ def experiment_launch(request, pk: int):
         configs.parse(experiment.config, experiment.owner)
     except ConfigError as exc:
         messages.error(request, "The config is no longer valid; edit it before launching.")
-        return _detail_page(request, experiment, status=400, launch_errors=exc.as_dict())
+        return _detail_page(request, experiment, status=400, launch_errors=shown_errors(exc.as_dict()))
     try:
         run = services.launch_run(experiment, queue=request.POST.get("queue") or None)
     except services.LaunchRefused as exc:
@@ -383,10 +384,11 @@ def run_detail(request, pk: int):
     controls = {name: sorted(action.offered) for name, action in services.ACTIONS.items()} if steerable else {}
     context = {
         "run": run,
+        "run_error": shown(run.error),  # server paths relative to their root, as the API shows it
         "api_base": f"/api/runs/{run.pk}",
         "panels": chart_panels(),
         "controls": controls,
-        "config_yaml": to_yaml(run.config),
+        "config_yaml": shown(to_yaml(run.config)),  # read only here: resolved data/model paths shown short
         "active_statuses": sorted(ACTIVE_STATUSES),
         "terminal_statuses": sorted(TERMINAL_STATUSES),
         "export": _export_panel(run, steerable),
@@ -405,8 +407,8 @@ def _export_panel(run: Run, steerable: bool) -> dict | None:
         "can_export": steerable,
         "steps": list(run.checkpoints.order_by("-step").values_list("step", flat=True)),
         "dtypes": exports.DTYPES,
-        "done": [str(p) for p in exports.existing_exports(run)],
-        "root": str(settings.EXPORTS_DIR),
+        "done": [shown(str(p)) for p in exports.existing_exports(run)],
+        "root": shown(str(settings.EXPORTS_DIR)),
     }
 
 
@@ -425,9 +427,9 @@ def run_export(request, pk: int):
         done = exports.export_checkpoint(run, step=form.cleaned_data["step"],
                                          dtype=form.cleaned_data["dtype"] or "float32")
     except exports.ExportRefused as exc:
-        messages.error(request, f"Cannot export run {run.pk}: {exc.message}")
+        messages.error(request, f"Cannot export run {run.pk}: {shown(exc.message)}")
         return redirect("run-detail", pk=run.pk)
-    messages.success(request, f"Exported run {run.pk} step {done.step} ({done.dtype}) to {done.path}.")
+    messages.success(request, f"Exported run {run.pk} step {done.step} ({done.dtype}) to {shown(done.path)}.")
     return redirect("run-detail", pk=run.pk)
 
 

@@ -16,6 +16,14 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
                    "chat_template.jinja", "vocab.json", "merges.txt", "added_tokens.json")
 
 
+def trained_by(run_dir: str, step: int, model_path: str, dtype: str) -> dict:
+    """What trained_by.json records: the run and the base model by their folder names (the run
+    directory's name, the model's name under its models directory), never absolute paths, which would
+    show where the server keeps its files to whoever downloads the export."""
+    return {"run": os.path.basename(os.path.normpath(run_dir)), "step": step,
+            "base_model": os.path.basename(os.path.normpath(model_path)), "dtype": dtype}
+
+
 def export_run(run_dir: str, out_dir: str, step: int | None = None, dtype: str = "float32",
                config: ExperimentConfig | None = None) -> tuple[str, int]:
     """Write checkpoint `step` (default: the newest) of `run_dir` as a Hugging Face folder `out_dir`;
@@ -49,8 +57,7 @@ def export_run(run_dir: str, out_dir: str, step: int | None = None, dtype: str =
                 shutil.copyfile(os.path.join(source, name), os.path.join(staging, name))
         save_pretrained_weights(params, staging, dtype)
         with open(os.path.join(staging, "trained_by.json"), "w", encoding="utf-8") as f:
-            json.dump({"run_dir": os.path.abspath(run_dir), "step": step, "base_model": source, "dtype": dtype}, f,
-                      indent=2)
+            json.dump(trained_by(run_dir, step, source, dtype), f, indent=2)
         if os.path.isdir(out_dir):
             os.rmdir(out_dir)  # empty (checked above)
         os.replace(staging, out_dir)
