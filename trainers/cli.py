@@ -1,6 +1,7 @@
 """`python -m trainers COMMAND`: the command-line face of the trainer.
 
-validate CONFIG [--set k=v ...]   print the derived batch plan; exit 2 with one line per problem
+validate CONFIG [--set k=v ...]   print the derived batch plan and a step's memory estimate; exit 2
+                                  with one line per problem
 run CONFIG --out DIR [--set ...]  train with a progress bar; writes DIR/metrics.jsonl, checkpoints,
                                   summary.json; resumes from DIR's newest checkpoint. Ctrl-C pauses
                                   (checkpoint, then exit 0); a second Ctrl-C stops at once.
@@ -98,14 +99,17 @@ def cmd_validate(args) -> int:
     if config is None:
         return EXIT_INVALID
     from trainers.data.examples import load_examples
+    from trainers.loop.memory_estimate import step_memory
     from trainers.loop.plan import make_plan
 
     d = config.data
     train_examples, eval_examples = load_examples(d.task, d.train_path, d.eval_path, d.train_prompts,
                                                   d.eval_prompts, config.seed)
     print(f"{args.config}: valid")
-    print(make_plan(config, len(train_examples)).describe())
+    plan = make_plan(config, len(train_examples))
+    print(plan.describe())
     print(f"  eval prompts                  {len(eval_examples)}")
+    print(step_memory(config, plan).describe())
     if args.print_config:
         print("\nResolved config:\n" + config.to_yaml())
     return 0

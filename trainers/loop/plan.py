@@ -7,6 +7,10 @@ prompts is a contiguous block of `mini_batch_prompts * G` sequences.
 
 Accumulation is always derived (mini-batch sequences / train micro-batch sequences), never set by
 hand, and the rollout and log-prob micro-batches are independent of the train micro-batch.
+
+Token budgets: a sequence holds at most `data.max_prompt_tokens` prompt tokens (prompts are padded to
+the longest of a step, never beyond) and `completion_token_budget(config)` completion tokens, so a
+step holds at most `tokens_per_step` = sequences x (prompt + completion budget) token positions.
 """
 
 from __future__ import annotations
@@ -17,6 +21,20 @@ import math
 import numpy as np
 
 from trainers.config import ExperimentConfig
+from trainers.data.tasks import TASKS
+
+DEFAULT_MAX_NEW_TOKENS = 64
+"""The completion budget of JSONL data when `rollout.max_new_tokens` is null."""
+
+
+def completion_token_budget(config: ExperimentConfig) -> int:
+    """Completion tokens per sequence: `rollout.max_new_tokens`, else the built-in task's own, else
+    DEFAULT_MAX_NEW_TOKENS (JSONL data)."""
+    if config.rollout.max_new_tokens is not None:
+        return config.rollout.max_new_tokens
+    if config.data.task is not None:
+        return TASKS[config.data.task].max_new_tokens
+    return DEFAULT_MAX_NEW_TOKENS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,6 +119,13 @@ class BatchPlan:
     reference_logprob_passes_per_step: int
     max_steps: int
     dataset_prompts: int | None
+    prompt_token_budget: int       # data.max_prompt_tokens
+    completion_token_budget: int   # rollout.max_new_tokens, or the task's own budget
+
+    @property
+    def tokens_per_step(self) -> int:
+        """Token positions a step holds at most: sequences x (prompt + completion budget)."""
+        return self.sequences_per_step * (self.prompt_token_budget + self.completion_token_budget)
 
     # -- the walk ------------------------------------------------------------------------------
 
@@ -164,6 +189,8 @@ class BatchPlan:
             f"  train micro-batch             {self.train_micro_batch_sequences} sequences",
             f"  accumulation steps            {self.accumulation_steps}  "
             f"({self.mini_batch_sequences}/{self.train_micro_batch_sequences}, derived)",
+            f"  tokens per step (at most)     {self.tokens_per_step}  ({self.sequences_per_step} sequences x "
+            f"({self.prompt_token_budget} prompt + {self.completion_token_budget} completion tokens))",
             "Run",
             f"  steps                         {self.max_steps}",
             f"  optimizer updates             {self.total_optimizer_updates}",
@@ -217,4 +244,6 @@ def make_plan(config: ExperimentConfig, dataset_prompts: int | None = None) -> B
         reference_logprob_passes_per_step=logprob_passes if needs_ref else 0,
         max_steps=config.train.max_steps,
         dataset_prompts=dataset_prompts,
+        prompt_token_budget=config.data.max_prompt_tokens,
+        completion_token_budget=completion_token_budget(config),
     )

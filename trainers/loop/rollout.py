@@ -24,10 +24,9 @@ from trainers.config import ExperimentConfig
 from trainers.data.encoding import encode_prompts
 from trainers.data.rewards import accuracy, score
 from trainers.data.tasks import TASKS
-from trainers.loop.plan import split_sequences
+from trainers.loop.plan import completion_token_budget, split_sequences
 from trainers.models.generate import SamplingParams, eos_settings, generate, generate_in_flight
 
-DEFAULT_MAX_NEW_TOKENS = 64
 PROMPT_BUCKET_TOKENS = 16
 """A pretrained model's prompts are left-padded to a multiple of this many tokens, so steps whose
 longest prompts differ by a few tokens share one compiled generation and update (the toy tasks'
@@ -182,7 +181,7 @@ class RolloutSpec:
     def from_config(cls, config: ExperimentConfig, tokenizer: Any, rollout_micro_batch_sequences: int) -> "RolloutSpec":
         r, d = config.rollout, config.data
         sampling = SamplingParams(
-            max_new_tokens=max_new_tokens(config), temperature=r.temperature, top_k=r.top_k, top_p=r.top_p,
+            max_new_tokens=completion_token_budget(config), temperature=r.temperature, top_k=r.top_k, top_p=r.top_p,
             stop_at_eos=r.stop_at_eos, **eos_settings(tokenizer),
         )
         chat = tokenizer.has_chat_template if d.chat_template is None else d.chat_template
@@ -204,15 +203,6 @@ def reward_specs(config: ExperimentConfig) -> list[tuple[str, float]]:
     if config.rewards:
         return [(r.name, r.weight) for r in config.rewards]
     return list(TASKS[config.data.task].default_rewards)
-
-
-def max_new_tokens(config: ExperimentConfig) -> int:
-    """`rollout.max_new_tokens`, else the built-in task's own, else DEFAULT_MAX_NEW_TOKENS."""
-    if config.rollout.max_new_tokens is not None:
-        return config.rollout.max_new_tokens
-    if config.data.task is not None:
-        return TASKS[config.data.task].max_new_tokens
-    return DEFAULT_MAX_NEW_TOKENS
 
 
 def check_prompts_fit(spec: RolloutSpec, examples: list[dict[str, Any]], dataset: str) -> None:

@@ -29,7 +29,12 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from trainers.models.presets import Llama3RopeScaling, ModelConfig
+from trainers.models.presets import (  # the chunk sizes live with the shapes: the JAX-free memory estimate reads them
+    ACCELERATOR_LOGITS_CHUNK_ELEMENTS,
+    LOGITS_CHUNK_ELEMENTS,
+    Llama3RopeScaling,
+    ModelConfig,
+)
 
 # A kv cache is one (keys, values) pair per layer in the model dtype: keys [B, KVH, D, S], values
 # [B, KVH, S, D]. With these layouts both attention einsums are plain batched matmuls
@@ -358,14 +363,6 @@ def _grouped_hidden(graphdef: nnx.GraphDef, params: nnx.State, prompt_tokens: ja
                                  prompt_len)
     first = jnp.repeat(prompt_hidden[:, -1:], group, axis=0)  # the last prompt slot is always valid
     return model, jnp.concatenate([first, completion_hidden[:, :-1]], axis=1)
-
-
-LOGITS_CHUNK_ELEMENTS = 1 << 22
-"""Logits that `token_logprobs_and_entropy` computes at once on a CPU: 2^22 float32 values (16 MiB,
-85 positions of a 49152-id vocabulary), small enough to stay in cache while the log-softmax passes
-over them (on workload R1's update, 2^22 took 8.6 s against 9.6 s for 2^24 and 13.1 s unchunked)."""
-ACCELERATOR_LOGITS_CHUNK_ELEMENTS = 1 << 26
-"""The same on a GPU or TPU (256 MiB of float32 logits): large enough to keep the matmul busy."""
 
 
 def token_logprobs_and_entropy(model: Transformer, hidden: jax.Array, tokens: jax.Array,
