@@ -237,6 +237,13 @@ PLATFORM_ACTIVE_CAP_RETRY_S = float(os.environ.get("PLATFORM_ACTIVE_CAP_RETRY_S"
 # sequences x (prompt + completion tokens).
 PLATFORM_MAX_SEQUENCES_PER_STEP = int(os.environ.get("PLATFORM_MAX_SEQUENCES_PER_STEP", "8192"))
 PLATFORM_MAX_TOKENS_PER_STEP = int(os.environ.get("PLATFORM_MAX_TOKENS_PER_STEP", str(8 * 1024 * 1024)))
+# Memory one run may take on a worker (runner.step_limits): a run whose step the trainer estimates
+# above it (trainers.loop.memory_estimate) is refused. Default: this machine's physical memory x
+# PLATFORM_WORKER_MEMORY_FRACTION (0.8: the rest for the OS, the web server and the database); set it
+# where the workers' machines differ from this one, or divide by `worker --concurrency`.
+PLATFORM_WORKER_MEMORY_FRACTION = 0.8
+PLATFORM_WORKER_MEMORY_BYTES = int(os.environ.get("PLATFORM_WORKER_MEMORY_BYTES") or (
+    os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * PLATFORM_WORKER_MEMORY_FRACTION))
 # Disk one user's datasets, exports and checkpoints may take together (a UserLimits row overrides it).
 PLATFORM_STORAGE_QUOTA_BYTES = int(os.environ.get("PLATFORM_STORAGE_QUOTA_BYTES", str(50 * 1024 ** 3)))
 # This server's bounds on configs, tighter than the schema's: {dotted field: largest value}.

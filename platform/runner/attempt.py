@@ -12,6 +12,7 @@ database control, then writes the final status by compare-and-set on (status, at
                                           queued again as a new attempt, resuming on any worker
   paused/cancelled   cancelling       ->  cancelled
   exception / invalid config          ->  failed, with the traceback's last lines in run.error
+  a step over the owner's caps or a worker's memory (runner.step_limits) -> failed, with why
                                           (a diverged run, TrainingDiverged: its one-line message)
 
 A user-code failure fails the run at once: only a lost worker is retried (by the reaper).
@@ -32,6 +33,7 @@ from runner.db_hooks import DatabaseHooks
 from runner.forks import start_checkpoint
 from runner.sample_prompts import chat_prompts_for
 from runner.services import send_when_committed
+from runner.step_limits import step_check
 
 log = logging.getLogger(__name__)
 ERROR_LINES = 25
@@ -91,6 +93,12 @@ def run_attempt(run_id: int, attempt: int, parent_pid: int | None = None) -> int
     except configs.ConfigError as exc:
         problems = "\n".join(f"  {p}" for p in exc.problems)
         fail_run(run, attempt, f"invalid config ({len(exc.problems)} problem(s)):\n{problems}")
+        return 1
+    # the owner's step caps and a worker's memory as they are now (runner.step_limits): the config may
+    # have been stored before them, or the owner's limits lowered since it was queued
+    too_large = step_check(config, run.experiment.owner).refusal
+    if too_large:
+        fail_run(run, attempt, f"a step of this run is too large: {too_large}")
         return 1
     run_dir = os.path.join(settings.ARTIFACTS_DIR, run.run_dir or f"run-{run.pk}")
     db_hooks = DatabaseHooks(run_id, attempt, chat_prompts=chat_prompts_for(config))

@@ -45,6 +45,7 @@ from runner.exports import checkpoint_steps, run_directory
 from runner.limits import LaunchRefused, check_queued_room
 from runner.storage import check_storage_room
 from runner.services import send_when_committed
+from runner.step_limits import check_step_room
 
 FORK_START_DIR = "fork-start"  # the fresh fork's starting checkpoint, inside its run directory
 OPTIMIZERS = tuple(ForkOptimizer.values)  # ("fresh", "continued")
@@ -55,8 +56,8 @@ QUEUE_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 class ForkRefused(LaunchRefused):
     """Why no fork was made: `status` the HTTP status (400 bad input, 403 a queue not open to the
-    owner, 409 the checkpoint or config cannot be used now, 429 over the queued-run limit or the
-    storage quota), `field` the request field to name ("" for none)."""
+    owner, 409 the checkpoint or config cannot be used now, 429 over the queued-run limit, the
+    storage quota or the step caps), `field` the request field to name ("" for none)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,6 +153,7 @@ def fork_run(parent: Run, request: ForkRequest) -> Run:
             )
             check_queued_room(experiment.owner)
             check_storage_room(experiment.owner)
+            check_step_room(config, experiment.owner)
             child.run_dir = f"run-{child.pk}-{uuid.uuid4().hex[:8]}"
             child.save(update_fields=["run_dir"])
             child_dir = run_directory(child)

@@ -1,6 +1,8 @@
-"""Per-user run limits: how many of a user's runs may wait on the queue, and how many a worker may
-hold at once. Settings give the defaults (PLATFORM_MAX_QUEUED_RUNS_PER_USER,
-PLATFORM_MAX_ACTIVE_RUNS_PER_USER); a `UserLimits` row overrides them for one user.
+"""Per-user run limits: how many of a user's runs may wait on the queue, how many a worker may
+hold at once, and how large one step of a run may be. Settings give the defaults
+(PLATFORM_MAX_QUEUED_RUNS_PER_USER, PLATFORM_MAX_ACTIVE_RUNS_PER_USER, PLATFORM_MAX_SEQUENCES_PER_STEP,
+PLATFORM_MAX_TOKENS_PER_STEP); a `UserLimits` row overrides them for one user. The step caps and the
+worker-memory check are applied by runner.step_limits, at the same places as `check_queued_room`.
 
 - Queued runs are counted where a run goes on the queue (runner.services: launch, resume, retry;
   runner.forks: fork; any new path must call `check_queued_room`): inside the transaction that queues the run,
@@ -39,17 +41,27 @@ class LaunchRefused(Exception):
 class RunLimits:
     max_active_runs: int
     max_queued_runs: int
+    max_sequences_per_step: int
+    max_tokens_per_step: int
+
+
+# RunLimits field -> the setting that gives its default (a UserLimits field of the same name overrides it)
+DEFAULT_SETTINGS = {
+    "max_active_runs": "PLATFORM_MAX_ACTIVE_RUNS_PER_USER",
+    "max_queued_runs": "PLATFORM_MAX_QUEUED_RUNS_PER_USER",
+    "max_sequences_per_step": "PLATFORM_MAX_SEQUENCES_PER_STEP",
+    "max_tokens_per_step": "PLATFORM_MAX_TOKENS_PER_STEP",
+}
 
 
 def limits_for(user) -> RunLimits:
     """The user's limits: their UserLimits row's numbers where set, else the settings'."""
     own = UserLimits.objects.filter(user=user).first()
-    active = own.max_active_runs if own and own.max_active_runs is not None else None
-    queued = own.max_queued_runs if own and own.max_queued_runs is not None else None
-    return RunLimits(
-        max_active_runs=settings.PLATFORM_MAX_ACTIVE_RUNS_PER_USER if active is None else active,
-        max_queued_runs=settings.PLATFORM_MAX_QUEUED_RUNS_PER_USER if queued is None else queued,
-    )
+    values = {}
+    for name, setting in DEFAULT_SETTINGS.items():
+        value = getattr(own, name) if own is not None else None
+        values[name] = getattr(settings, setting) if value is None else value
+    return RunLimits(**values)
 
 
 def queued_refusal(queued_runs: int, limit: int) -> str | None:

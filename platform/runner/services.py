@@ -7,7 +7,8 @@ and only the database's current status decides. Putting a run on the queue bumps
 the same update and sends the task message once the transaction commits.
 
 Every path onto the queue checks the owner's limits in the same transaction (runner.limits:
-queued runs; runner.storage: the storage quota; runner.queues: which queues they may use) and
+queued runs; runner.storage: the storage quota; runner.step_limits: sequences and tokens per
+step, a worker's memory; runner.queues: which queues they may use) and
 raises `LaunchRefused` (re-exported here) with the HTTP status and the field to name; the callers
 turn it into a 4xx or a message.
 
@@ -28,6 +29,7 @@ from experiments.models import Experiment, Run, RunStatus
 from grpo_platform.celery_app import app
 from runner import queues
 from runner.limits import LaunchRefused, check_queued_room
+from runner.step_limits import check_step_room
 from runner.storage import check_storage_room
 
 S = RunStatus
@@ -49,8 +51,9 @@ def send_when_committed(run: Run) -> None:
 def launch_run(experiment: Experiment, max_restarts: int | None = None, queue: str | None = None) -> Run:
     """Create a queued Run (attempt 1) from the experiment's current config and put it on `queue`
     (default: runner.queues' default queue; workers take the queues named by `worker --queues`).
-    LaunchRefused when the owner may not use that queue or has too many queued runs (runner.limits);
-    then no run is created."""
+    LaunchRefused when the owner may not use that queue, has too many queued runs (runner.limits)
+    or the run's step is over their caps or a worker's memory (runner.step_limits); then no run is
+    created."""
     version = experiment.latest_version
     queue = queues.resolve_queue(experiment.owner, queue)
     with transaction.atomic():
@@ -67,6 +70,7 @@ def launch_run(experiment: Experiment, max_restarts: int | None = None, queue: s
         )
         check_queued_room(experiment.owner)
         check_storage_room(experiment.owner)
+        check_step_room(run.config, experiment.owner)
         # The suffix keeps a recreated database's run 1 from resuming an older run 1's checkpoints.
         run.run_dir = f"run-{run.pk}-{uuid.uuid4().hex[:8]}"
         run.save(update_fields=["run_dir"])
@@ -90,13 +94,15 @@ def request_pause(run: Run) -> bool:
 
 def _requeue(run: Run, only_from: set[str], **fields) -> bool:
     """Back on the queue as a new attempt (False when the run's status does not allow it), or
-    LaunchRefused when its owner has too many queued runs (the run is left as it was)."""
+    LaunchRefused when its owner has too many queued runs or its step is over their caps or a
+    worker's memory (the run is left as it was)."""
     try:
         with transaction.atomic():
             if not run.transition(S.QUEUED, only_from=only_from, new_attempt=True, finished_at=None, **fields):
                 return False
             check_queued_room(run.experiment.owner)
             check_storage_room(run.experiment.owner)
+            check_step_room(run.config, run.experiment.owner)
             send_when_committed(run)
     except LaunchRefused:
         run.refresh_from_db()
@@ -106,13 +112,13 @@ def _requeue(run: Run, only_from: set[str], **fields) -> bool:
 
 def resume_run(run: Run) -> bool:
     """paused (in the database, whatever `run` says): back on the queue as a new attempt; the
-    run resumes from its newest checkpoint. LaunchRefused over the owner's queued-run limit."""
+    run resumes from its newest checkpoint. LaunchRefused over the owner's limits (see `_requeue`)."""
     return _requeue(run, {S.PAUSED})
 
 
 def retry_run(run: Run) -> bool:
     """failed or cancelled (in the database): back on the queue as a new attempt, resuming from
-    the newest checkpoint if any. LaunchRefused over the owner's queued-run limit."""
+    the newest checkpoint if any. LaunchRefused over the owner's limits (see `_requeue`)."""
     return _requeue(run, {S.FAILED, S.CANCELLED}, error="")
 
 

@@ -83,10 +83,10 @@ def _form_page(request, form: ConfigForm, experiment: Experiment | None = None, 
     """The experiment form page; the plan is rendered once here, then kept live by the script."""
     plan = None
     if form.validated is not None:
-        plan = plan_payload(form.validated)
+        plan = plan_payload(form.validated, form.owner)
     elif not form.is_bound:
         try:
-            plan = plan_payload(configs.parse(config_from_values(form.initial), form.owner))
+            plan = plan_payload(configs.parse(config_from_values(form.initial), form.owner), form.owner)
         except ConfigError:
             plan = None
     context = {
@@ -183,7 +183,7 @@ def plan_preview(request):
     form.is_valid()
     payload: dict = {"ok": form.validated is not None, "mode": form.cleaned_data.get("mode") or "form"}
     if form.validated is not None:
-        payload.update(plan_payload(form.validated))
+        payload.update(plan_payload(form.validated, owner))
     else:
         payload["errors"] = form.config_errors or {
             field: "; ".join(errors) for field, errors in form.errors.items()
@@ -206,7 +206,7 @@ def experiment_detail(request, pk: int):
 
 def _detail_page(request, experiment: Experiment, status: int = 200, launch_errors: dict | None = None):
     try:
-        plan = plan_payload(configs.parse(experiment.config, experiment.owner))
+        plan = plan_payload(configs.parse(experiment.config, experiment.owner), experiment.owner)
         config_errors = {}
     except ConfigError as exc:
         plan, config_errors = None, shown_errors(exc.as_dict())

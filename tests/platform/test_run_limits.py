@@ -34,11 +34,38 @@ def test_active_wait_message():
                                  "it starts when one of them ends")
 
 
+def test_step_cap_arithmetic():
+    """sequences = prompts x G; tokens = sequences x (data.max_prompt_tokens + the completion budget:
+    rollout.max_new_tokens, else the task's own); the refusal names the fields, values and limit."""
+    from runner.step_limits import sequences_refusal, tokens_refusal
+    from trainers.config import ExperimentConfig, parse_config
+    from trainers.loop.plan import make_plan
+
+    plan = make_plan(parse_config({"batch": {"prompts_per_step": 12}, "grpo": {"num_generations": 5},
+                                   "data": {"task": "arithmetic", "max_prompt_tokens": 30}}))
+    assert (plan.sequences_per_step, plan.completion_token_budget, plan.tokens_per_step) == (60, 6, 60 * 36)
+    assert sequences_refusal(plan, 60) is None and tokens_refusal(plan, 2160) is None
+    assert sequences_refusal(plan, 59) == (
+        "sequences per step: batch.prompts_per_step 12 x grpo.num_generations 5 = 60, the limit is 59; lower "
+        "batch.prompts_per_step or grpo.num_generations, or an admin can raise your limit (admin: Run execution > "
+        "User limits)")
+    assert tokens_refusal(plan, 2159) == (
+        "tokens per step: 60 sequences x (data.max_prompt_tokens 30 + rollout.max_new_tokens 6) = 2160, the limit "
+        "is 2159; lower batch.prompts_per_step, grpo.num_generations, rollout.max_new_tokens or "
+        "data.max_prompt_tokens, or an admin can raise your limit (admin: Run execution > User limits)")
+    jsonl = make_plan(ExperimentConfig.model_validate({"data": {"train_path": "x.jsonl"},
+                                                       "batch": {"prompts_per_step": 2}, "grpo": {"num_generations": 2}}))
+    assert jsonl.tokens_per_step == 4 * (64 + 64)  # JSONL data: 64 completion tokens unless set
+
+
 def test_limits_come_from_settings_unless_overridden(alice, bob, settings):
     settings.PLATFORM_MAX_ACTIVE_RUNS_PER_USER, settings.PLATFORM_MAX_QUEUED_RUNS_PER_USER = 4, 20
-    UserLimits.objects.create(user=alice, max_queued_runs=50)  # active left empty: the default
-    assert limits_for(alice) == limits.RunLimits(max_active_runs=4, max_queued_runs=50)
-    assert limits_for(bob) == limits.RunLimits(max_active_runs=4, max_queued_runs=20)
+    settings.PLATFORM_MAX_SEQUENCES_PER_STEP, settings.PLATFORM_MAX_TOKENS_PER_STEP = 8192, 1000
+    UserLimits.objects.create(user=alice, max_queued_runs=50, max_tokens_per_step=5000)  # others empty: the defaults
+    assert limits_for(alice) == limits.RunLimits(max_active_runs=4, max_queued_runs=50, max_sequences_per_step=8192,
+                                                 max_tokens_per_step=5000)
+    assert limits_for(bob) == limits.RunLimits(max_active_runs=4, max_queued_runs=20, max_sequences_per_step=8192,
+                                               max_tokens_per_step=1000)
 
 
 # --- queued-run cap ------------------------------------------------------------------------------

@@ -1,0 +1,107 @@
+"""How large one step of a run may be: the owner's caps on sequences and tokens per step
+(runner.limits: settings PLATFORM_MAX_SEQUENCES_PER_STEP, PLATFORM_MAX_TOKENS_PER_STEP, a `UserLimits`
+row overrides them) and the memory a worker has (settings.PLATFORM_WORKER_MEMORY_BYTES) against the
+trainer's estimate of one step (trainers.loop.memory_estimate).
+
+The figures are the trainer's own: sequences and tokens per step come from the batch plan
+(`trainers.loop.plan`: sequences = batch.prompts_per_step x grpo.num_generations; tokens = sequences x
+(data.max_prompt_tokens + rollout.max_new_tokens or the task's budget)), the memory from the plan and
+the model shape.
+
+Checked wherever a run goes on the queue (runner.services: launch, resume, retry; runner.forks: fork),
+next to `check_queued_room`: `check_step_room` raises LaunchRefused(429) naming the fields, their
+values, the limit and who can raise it; the transaction rolls back and nothing is queued. Checked
+again by the worker when a run starts (runner.attempt: a config stored before the caps, or a limit
+lowered since): the run fails with the same message. Saving an experiment is not checked (a draft);
+the plan preview shows the figures, the owner's limits and whether a launch would be refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from django.conf import settings
+
+from experiments import configs
+from runner.limits import LaunchRefused, RunLimits, limits_for
+from trainers.config import ExperimentConfig
+from trainers.loop.memory_estimate import StepMemory, gib, step_memory
+from trainers.loop.plan import BatchPlan, make_plan
+
+ADMIN_HINT = "an admin can raise your limit (admin: Run execution > User limits)"
+
+
+def sequences_refusal(plan: BatchPlan, limit: int) -> str | None:
+    """Why a step of `plan` holds too many sequences for `limit`, or None."""
+    if plan.sequences_per_step <= limit:
+        return None
+    return (f"sequences per step: batch.prompts_per_step {plan.prompts_per_step} x grpo.num_generations "
+            f"{plan.num_generations} = {plan.sequences_per_step}, the limit is {limit}; lower batch.prompts_per_step "
+            f"or grpo.num_generations, or {ADMIN_HINT}")
+
+
+def tokens_refusal(plan: BatchPlan, limit: int) -> str | None:
+    """Why a step of `plan` holds too many tokens for `limit`, or None."""
+    if plan.tokens_per_step <= limit:
+        return None
+    return (f"tokens per step: {plan.sequences_per_step} sequences x (data.max_prompt_tokens "
+            f"{plan.prompt_token_budget} + rollout.max_new_tokens {plan.completion_token_budget}) = "
+            f"{plan.tokens_per_step}, the limit is {limit}; lower batch.prompts_per_step, grpo.num_generations, "
+            f"rollout.max_new_tokens or data.max_prompt_tokens, or {ADMIN_HINT}")
+
+
+def memory_refusal(memory: StepMemory, worker_memory_bytes: int) -> str | None:
+    """Why a step estimated at `memory` cannot fit a worker's memory, or None."""
+    if memory.total_bytes <= worker_memory_bytes:
+        return None
+    parts = ", ".join(f"{p.name} {gib(p.bytes)} GiB" for p in memory.largest_parts()[:3])
+    return (f"memory: a step needs about {gib(memory.total_bytes)} GiB (estimate; largest parts: {parts}), "
+            f"more than a worker's {gib(worker_memory_bytes)} GiB (PLATFORM_WORKER_MEMORY_BYTES); lower "
+            f"{', '.join(memory.fields_to_lower())}")
+
+
+@dataclasses.dataclass(frozen=True)
+class StepCheck:
+    """A config's step figures against its owner's limits: `memory` is None when the model's shape
+    cannot be read (the config check reports that)."""
+
+    plan: BatchPlan
+    memory: StepMemory | None
+    limits: RunLimits
+    worker_memory_bytes: int
+
+    @property
+    def refusals(self) -> tuple[str, ...]:
+        found = (sequences_refusal(self.plan, self.limits.max_sequences_per_step),
+                 tokens_refusal(self.plan, self.limits.max_tokens_per_step),
+                 None if self.memory is None else memory_refusal(self.memory, self.worker_memory_bytes))
+        return tuple(r for r in found if r)
+
+    @property
+    def refusal(self) -> str | None:
+        """One message for every limit the step is over, or None."""
+        return "; ".join(self.refusals) or None
+
+
+def step_check(config: ExperimentConfig, owner, plan: BatchPlan | None = None) -> StepCheck:
+    """The figures of a validated config's step (its `plan`, made here if not given) against
+    `owner`'s limits and a worker's memory."""
+    plan = plan or make_plan(config)
+    try:
+        memory = step_memory(config, plan)
+    except ValueError:  # ModelFolderError: the folder went away; the config's own check says so
+        memory = None
+    return StepCheck(plan, memory, limits_for(owner), settings.PLATFORM_WORKER_MEMORY_BYTES)
+
+
+def check_step_room(raw_config: dict, owner) -> None:
+    """LaunchRefused(429) when a step of the run config `raw_config` (as Run.config holds it) is over
+    `owner`'s caps or a worker's memory. A config that no longer validates is not refused here: the
+    launch paths report its problems, and the worker fails the run with them."""
+    try:
+        config = configs.parse(raw_config, owner)
+    except configs.ConfigError:
+        return
+    refusal = step_check(config, owner).refusal
+    if refusal:
+        raise LaunchRefused(429, f"a step of this run is too large: {refusal}")
