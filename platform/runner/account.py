@@ -5,31 +5,15 @@ worker holds or the queue holds now."""
 
 from __future__ import annotations
 
-from django.conf import settings
-
 from experiments.models import ACTIVE_STATUSES, Run, RunStatus
 from runner import storage
-from runner.models import UserLimits
-
-# UserLimits field -> the setting that gives its default
-LIMIT_DEFAULTS = {
-    "max_active_runs": "PLATFORM_MAX_ACTIVE_RUNS_PER_USER",
-    "max_queued_runs": "PLATFORM_MAX_QUEUED_RUNS_PER_USER",
-    "max_sequences_per_step": "PLATFORM_MAX_SEQUENCES_PER_STEP",
-    "max_tokens_per_step": "PLATFORM_MAX_TOKENS_PER_STEP",
-    "storage_quota_bytes": "PLATFORM_STORAGE_QUOTA_BYTES",
-}
+from runner.limits import limit_values
 
 
 def limits_of(user) -> dict[str, dict]:
-    """{field: {"value", "source": "yours" | "default"}} for each of LIMIT_DEFAULTS."""
-    own = UserLimits.objects.filter(user_id=user.pk).first()
-    out = {}
-    for field, setting in LIMIT_DEFAULTS.items():
-        value = getattr(own, field) if own is not None else None
-        out[field] = ({"value": int(getattr(settings, setting)), "source": "default"} if value is None
-                      else {"value": int(value), "source": "yours"})
-    return out
+    """{field: {"value", "source": "yours" | "default"}} for each of runner.limits.LIMIT_SETTINGS."""
+    return {field: {"value": value, "source": "yours" if own else "default"}
+            for field, (value, own) in limit_values(user).items()}
 
 
 def account_summary(user) -> dict:

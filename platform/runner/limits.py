@@ -43,25 +43,33 @@ class RunLimits:
     max_queued_runs: int
     max_sequences_per_step: int
     max_tokens_per_step: int
+    storage_quota_bytes: int  # runner.storage applies it
 
 
-# RunLimits field -> the setting that gives its default (a UserLimits field of the same name overrides it)
-DEFAULT_SETTINGS = {
+# UserLimits field (and RunLimits field) -> the setting that gives its default
+LIMIT_SETTINGS = {
     "max_active_runs": "PLATFORM_MAX_ACTIVE_RUNS_PER_USER",
     "max_queued_runs": "PLATFORM_MAX_QUEUED_RUNS_PER_USER",
     "max_sequences_per_step": "PLATFORM_MAX_SEQUENCES_PER_STEP",
     "max_tokens_per_step": "PLATFORM_MAX_TOKENS_PER_STEP",
+    "storage_quota_bytes": "PLATFORM_STORAGE_QUOTA_BYTES",
 }
+
+
+def limit_values(user) -> dict[str, tuple[int, bool]]:
+    """{field: (value, whether it is the user's own)}: their UserLimits row's number where an admin
+    set one, else the setting's (LIMIT_SETTINGS)."""
+    own = UserLimits.objects.filter(user_id=user.pk).first() if user is not None else None
+    values = {}
+    for name, setting in LIMIT_SETTINGS.items():
+        value = getattr(own, name) if own is not None else None
+        values[name] = (int(getattr(settings, setting)), False) if value is None else (int(value), True)
+    return values
 
 
 def limits_for(user) -> RunLimits:
     """The user's limits: their UserLimits row's numbers where set, else the settings'."""
-    own = UserLimits.objects.filter(user=user).first()
-    values = {}
-    for name, setting in DEFAULT_SETTINGS.items():
-        value = getattr(own, name) if own is not None else None
-        values[name] = getattr(settings, setting) if value is None else value
-    return RunLimits(**values)
+    return RunLimits(**{name: value for name, (value, _) in limit_values(user).items()})
 
 
 def queued_refusal(queued_runs: int, limit: int) -> str | None:

@@ -47,8 +47,7 @@ from django.db.models import Sum
 
 from experiments.dataset_models import Dataset
 from experiments.models import Run, RunStatus
-from runner.limits import LaunchRefused
-from runner.models import UserLimits
+from runner.limits import LaunchRefused, limits_for
 
 SETTLED_STATUSES = frozenset({RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.PAUSED})
 RUN_SIZE_CACHE_S = 600  # a settled run's size is walked again after this long (files removed by hand)
@@ -143,8 +142,7 @@ def runs_bytes(runs) -> int:
 def quota_bytes_for(user) -> int:
     """The user's storage quota: their UserLimits row's `storage_quota_bytes` where set, else
     settings.PLATFORM_STORAGE_QUOTA_BYTES."""
-    own = UserLimits.objects.filter(user_id=user.pk).values_list("storage_quota_bytes", flat=True).first()
-    return int(settings.PLATFORM_STORAGE_QUOTA_BYTES if own is None else own)
+    return limits_for(user).storage_quota_bytes
 
 
 @dataclasses.dataclass(frozen=True)

@@ -62,10 +62,13 @@ def test_limits_come_from_settings_unless_overridden(alice, bob, settings):
     settings.PLATFORM_MAX_ACTIVE_RUNS_PER_USER, settings.PLATFORM_MAX_QUEUED_RUNS_PER_USER = 4, 20
     settings.PLATFORM_MAX_SEQUENCES_PER_STEP, settings.PLATFORM_MAX_TOKENS_PER_STEP = 8192, 1000
     UserLimits.objects.create(user=alice, max_queued_runs=50, max_tokens_per_step=5000)  # others empty: the defaults
+    settings.PLATFORM_STORAGE_QUOTA_BYTES = 10**9
     assert limits_for(alice) == limits.RunLimits(max_active_runs=4, max_queued_runs=50, max_sequences_per_step=8192,
-                                                 max_tokens_per_step=5000)
+                                                 max_tokens_per_step=5000, storage_quota_bytes=10**9)
     assert limits_for(bob) == limits.RunLimits(max_active_runs=4, max_queued_runs=20, max_sequences_per_step=8192,
-                                               max_tokens_per_step=1000)
+                                               max_tokens_per_step=1000, storage_quota_bytes=10**9)
+    assert limits.limit_values(alice)["max_tokens_per_step"] == (5000, True)  # the account page says "yours"
+    assert limits.limit_values(alice)["max_active_runs"] == (4, False)
 
 
 # --- queued-run cap ------------------------------------------------------------------------------
