@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 
-class StorageUse(BaseModel):
+class AccountStorage(BaseModel):
     datasets_bytes: int = Field(description="your uploaded datasets")
     checkpoints_bytes: int = Field(description="your runs' directories: checkpoints, logs, run files")
     exports_bytes: int = Field(description="your runs' Hugging Face exports")
@@ -17,26 +17,26 @@ class StorageUse(BaseModel):
     over_quota: bool = Field(description="at or over the quota: uploads, exports and launches are refused")
 
 
-class Limit(BaseModel):
+class AccountLimit(BaseModel):
     value: int
     source: Literal["yours", "default"] = Field(description="set for you by an admin, or the server's default")
 
 
-class Limits(BaseModel):
-    max_active_runs: Limit
-    max_queued_runs: Limit
-    max_sequences_per_step: Limit
-    max_tokens_per_step: Limit
-    storage_quota_bytes: Limit
+class AccountLimits(BaseModel):
+    max_active_runs: AccountLimit
+    max_queued_runs: AccountLimit
+    max_sequences_per_step: AccountLimit
+    max_tokens_per_step: AccountLimit
+    storage_quota_bytes: AccountLimit
 
 
-class RunCounts(BaseModel):
+class AccountRuns(BaseModel):
     active: int = Field(description="runs a worker holds now (running, pausing, cancelling)")
     queued: int
 
 
 class Account(BaseModel):
     username: str
-    storage: StorageUse
-    limits: Limits
-    runs: RunCounts
+    storage: AccountStorage
+    limits: AccountLimits
+    runs: AccountRuns
