@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from experiments import run_filters, run_labels
+from experiments import metric_series, run_filters, run_labels
 from experiments.models import RunStatus
 from pydantic import BaseModel, Field, RootModel
 from runner import forks
@@ -23,6 +23,9 @@ def _whole(regex) -> str:
 RunStatusName = Literal[tuple(RunStatus.values)]
 TagName = Annotated[str, Field(pattern=_whole(run_labels.TAG_NAME))]
 MetricName = Annotated[str, Field(pattern=_whole(run_filters.METRIC_NAME))]
+MetricValue = float | Literal[metric_series.NONFINITE_JSON]
+"""A metric value in the metrics, chart and compare answers: a number, or "NaN", "Infinity",
+"-Infinity" for a non-finite one (a diverged step; JSON has no NaN)."""
 
 class Page(BaseModel):
     limit: int | None = Field(None, ge=1, description="page size (default 100, at most 1000)")
@@ -170,7 +173,7 @@ class CompareQuery(BaseModel):
 
 class CompareSeries(BaseModel):
     steps: list[int]
-    values: list[float | None]
+    values: list[MetricValue]
     elapsed_s: list[float | None]
 
 
@@ -208,8 +211,8 @@ class Metrics(BaseModel):
     """With `name`: {"name", "points", "last_step"}; without: {"series", "last_step"}."""
 
     name: str | None = None
-    points: list[list[float | None]] | None = None
-    series: dict[str, list[list[float | None]]] | None = None
+    points: list[list[MetricValue]] | None = None
+    series: dict[str, list[list[MetricValue]]] | None = None
     last_step: int
 
 
@@ -219,7 +222,7 @@ class ChartQuery(BaseModel):
 
 class ChartSeries(BaseModel):
     steps: list[int]
-    values: list[float | None]
+    values: list[MetricValue]
 
 
 class Chart(BaseModel):

@@ -7,7 +7,6 @@ api/urls.py."""
 
 from __future__ import annotations
 
-import math
 import re
 
 from django.db.models import Count, Max
@@ -200,7 +199,8 @@ def run_detail(request, pk: int):
 @api_endpoint("GET")
 def run_metrics(request, pk: int):
     """?name=NAME&after_step=K: {"points": [[step, value], ...]} after step K, by step.
-    Without name: {"series": {name: [[step, value], ...]}, "last_step": K'} for every metric."""
+    Without name: {"series": {name: [[step, value], ...]}, "last_step": K'} for every metric.
+    A value is a number, or "NaN" / "Infinity" / "-Infinity" (a diverged step, shown as such)."""
     run = _run(request, pk)
     after_step = int_param(request, "after_step", -1)
     name = request.GET.get("name")
@@ -208,7 +208,7 @@ def run_metrics(request, pk: int):
         return metric_series.points_after(run, after_step)
     rows = (MetricPoint.objects.filter(run=run, name=name, step__gt=after_step)
             .order_by("step").values_list("step", "value"))
-    points = [[step, value if math.isfinite(value) else None] for step, value in rows]
+    points = [[step, metric_series.json_value(metric_series.stored_value(value))] for step, value in rows]
     return {"name": name, "points": points, "last_step": points[-1][0] if points else after_step}
 
 
@@ -218,7 +218,8 @@ def run_metrics(request, pk: int):
 @api_endpoint("GET")
 def run_chart(request, pk: int):
     """?max_points=N (default and cap 2000): {"series": {name: {"steps", "values"}}, "last_step"},
-    each series cut to at most N points keeping every bucket's minimum and maximum."""
+    each series cut to at most N points keeping every bucket's minimum and maximum (and its NaN).
+    Values as in /metrics: numbers, or "NaN" / "Infinity" / "-Infinity"."""
     run = _run(request, pk)
     max_points = int_param(request, "max_points", metric_series.DEFAULT_MAX_POINTS, minimum=1,
                            maximum=metric_series.DEFAULT_MAX_POINTS)

@@ -7,6 +7,12 @@ Two pieces:
   (with their steps, in step order), so a one-step spike survives any zoom level. At most
   `max_points` points come out; a series of at most `max_points` points comes out unchanged.
 
+- Non-finite values are kept, never dropped: `storable_value` / `stored_value` convert between a
+  float and MetricPoint.value (NULL is NaN there), and in JSON a value is a number or one of the
+  strings "NaN", "Infinity", "-Infinity" (`json_value`: the API's one spelling, which JavaScript's
+  Number() and Python's float() read back). Downsampling ranks NaN above every number, so a bucket
+  that holds one keeps it (a diverged step is never cut from a chart).
+
 - `SeriesCache` (one per process, `SERIES_CACHE`): a run's series as numpy arrays (steps, values
   and each point's wall time), brought up to date on every request by reading only the rows added
   since the last request. A chart is then numpy work on arrays already in memory.
@@ -62,8 +68,8 @@ def downsample_min_max(steps: np.ndarray, values: np.ndarray, max_points: int = 
                        ) -> tuple[np.ndarray, np.ndarray]:
     """At most `max_points` points of the series (steps ascending, unique): unchanged when it is
     that short; else per bucket of `bucket_width_steps` steps its minimum and maximum points, in
-    step order (one point when they coincide). Ties go to the earliest step; NaN values are
-    ignored unless a bucket holds nothing else (then its first point is kept).
+    step order (one point when they coincide). Ties go to the earliest step; NaN ranks above every
+    number (+inf included), so a bucket holding a NaN keeps its first NaN as its maximum.
 
     >>> downsample_min_max(np.arange(8), np.array([0., 1, 9, 3, 4, 5, -7, 7]), max_points=4)
     (array([0, 2, 6, 7]), array([ 0.,  9., -7.,  7.]))
@@ -88,6 +94,9 @@ def downsample_indices(steps: np.ndarray, values: np.ndarray, max_points: int = 
         raise ValueError("max_points must be at least 1")
     if n <= max_points:
         return np.arange(n)
+    nan = np.isnan(values)
+    if nan.any():  # NaN ranks above +inf: the highest finite float above +inf's stand-in
+        values = np.where(nan, np.inf, np.where(np.isposinf(values), np.finfo(np.float64).max, values))
     if max_points == 1:  # one bucket would give 2 points: keep the maximum only
         return np.array([_first_extreme(values, np.fmax)])
     width = bucket_width_steps(steps[0], steps[-1], max_points)
@@ -129,12 +138,37 @@ def _first_extreme(values: np.ndarray, reduce) -> int:
     return int(hits[0]) if len(hits) else 0
 
 
-def json_floats(values: np.ndarray) -> list[float | None]:
-    """A float array as a JSON-safe list (NaN and infinities become null)."""
+NONFINITE_JSON = ("NaN", "Infinity", "-Infinity")
+"""How JSON answers spell the non-finite values (JSON has no NaN or infinity)."""
+
+
+def json_value(value: float) -> float | str:
+    """A metric value for JSON: a finite float as it is, else "NaN", "Infinity" or "-Infinity".
+
+    >>> [json_value(0.5), json_value(float("nan")), json_value(float("-inf"))]
+    [0.5, 'NaN', '-Infinity']
+    """
+    if math.isfinite(value):
+        return value
+    return NONFINITE_JSON[0] if math.isnan(value) else NONFINITE_JSON[1] if value > 0 else NONFINITE_JSON[2]
+
+
+def json_floats(values: np.ndarray) -> list[float | str]:
+    """A float array as a JSON-safe list (non-finite values spelled as `json_value` does)."""
     out = values.tolist()
     if not np.isfinite(values).all():
-        out = [v if math.isfinite(v) else None for v in out]
+        out = [json_value(v) for v in out]
     return out
+
+
+def storable_value(value: float) -> float | None:
+    """A float as MetricPoint.value stores it: NaN as NULL (SQLite cannot hold NaN), the rest as it is."""
+    return None if math.isnan(value) else value
+
+
+def stored_value(value: float | None) -> float:
+    """MetricPoint.value as a float: NULL is NaN (see `storable_value`)."""
+    return math.nan if value is None else value
 
 
 # --- a run's series, kept up to date ----------------------------------------------------------
@@ -227,7 +261,8 @@ def _load(entry: RunSeries, run_id: int, using: str) -> None:
         with transaction.atomic(using), psycopg.Cursor(connection.connection) as cursor:
             cursor.execute(f"SET LOCAL work_mem = '{LOAD_WORK_MEM}'")
             cursor.execute(
-                f"SELECT name, string_agg(int4send(step), ''), string_agg(float8send(value), ''), "
+                f"SELECT name, string_agg(int4send(step), ''), "
+                f"string_agg(float8send(COALESCE(value, 'NaN'::float8)), ''), "
                 f"string_agg(float8send(wall_time), ''), max(id) "
                 f"FROM {METRIC_TABLE} WHERE run_id = %s GROUP BY name", (run_id,), binary=True)
             rows = cursor.fetchall()
@@ -244,16 +279,19 @@ def _load(entry: RunSeries, run_id: int, using: str) -> None:
             cursor.execute(SERIES_NAMES_SQL, (run_id, run_id))
             names = [row[0] for row in cursor.fetchall()]
             for name in names:
-                cursor.execute(f"SELECT step, value, wall_time, id FROM {METRIC_TABLE} "
+                cursor.execute(f"SELECT step, COALESCE(value, 0), wall_time, id, value IS NULL FROM {METRIC_TABLE} "
                                f"WHERE run_id = %s AND name = %s ORDER BY step", (run_id, name))
                 rows = np.fromiter(cursor, dtype=_ROW)
                 if len(rows):
-                    series[name] = Series(rows["step"].copy(), rows["value"].copy(), rows["wall_time"].copy())
+                    values = rows["value"].copy()
+                    values[rows["is_nan"]] = np.nan  # NULL is NaN (stored_value)
+                    series[name] = Series(rows["step"].copy(), values, rows["wall_time"].copy())
                     max_id = max(max_id, int(rows["id"].max()))
     entry.series, entry.max_id = series, max_id
 
 
-_ROW = np.dtype([("step", np.int64), ("value", np.float64), ("wall_time", np.float64), ("id", np.int64)])
+_ROW = np.dtype([("step", np.int64), ("value", np.float64), ("wall_time", np.float64), ("id", np.int64),
+                 ("is_nan", np.bool_)])
 # Distinct names of a run's series without reading its points: a recursive "next name" probe.
 SERIES_NAMES_SQL = f"""
 WITH RECURSIVE names(name) AS (
@@ -297,7 +335,7 @@ def _refresh(entry: RunSeries, run_id: int, using: str) -> bool:
         return False
     by_name: dict[str, list[tuple[int, float, float]]] = collections.defaultdict(list)
     for row_id, name, step, value, wall_time in new_rows:
-        by_name[name].append((step, value, wall_time))
+        by_name[name].append((step, stored_value(value), wall_time))
         entry.max_id = max(entry.max_id, row_id)
     for name, points in by_name.items():
         points.sort()

@@ -292,13 +292,17 @@ class Run(models.Model):
 
 
 class MetricPoint(models.Model):
-    """One metric value at one step. (run, name, step) is unique: a step is never stored twice."""
+    """One metric value at one step. (run, name, step) is unique: a step is never stored twice.
+
+    `value` holds +inf and -inf as themselves; NULL is NaN (SQLite cannot store NaN: it turns it
+    into NULL; PostgreSQL is written the same way, so both back ends read alike and SQL aggregates
+    skip it). Readers turn NULL back into NaN (`metric_series.stored_value`)."""
 
     id = models.BigAutoField(primary_key=True)
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="metric_points", db_index=False)
     step = models.IntegerField()
     name = models.CharField(max_length=64)
-    value = models.FloatField()
+    value = models.FloatField(null=True, help_text="The value; +inf and -inf as themselves, empty (NULL) for NaN.")
     wall_time = models.FloatField(default=time.time, help_text="Unix seconds when the step was reported.")
 
     class Meta:

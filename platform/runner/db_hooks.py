@@ -5,6 +5,11 @@ bulk upsert per table), at most every `flush_interval_s` and always on a checkpo
 the end; a background thread writes what has waited flush_interval_s. So the dashboard sees a step
 within about flush_interval_s (+ one write), while a 0.76 s step pays well under 2 % for reporting.
 
+Non-finite metric values (a diverged step: NaN, +inf, -inf) are stored as such, never dropped
+(MetricPoint.value: NULL is NaN; see experiments.metric_series.storable_value), with one warning
+event per metric name; in a checkpoint's metrics JSON they are the strings "NaN", "Infinity",
+"-Infinity" (metric_series.json_value, as in the API).
+
 A (run, name, step) point is an upsert: a step replayed after a resume replaces its earlier value
 instead of doubling it, and `on_resume(step)` deletes everything recorded after the checkpoint it
 resumes from.
@@ -31,6 +36,7 @@ from typing import Any, Callable
 from django.conf import settings
 from django.db import connection, transaction
 
+from experiments.metric_series import json_value, storable_value
 from experiments.models import Checkpoint, MetricPoint, RolloutSample, Run, RunEvent, SampleKind
 from experiments.sample_query import prompt_hash
 from experiments.sample_text import stored_prompt
@@ -38,14 +44,6 @@ from trainers.loop.hooks import Hooks, RunInfo, TrainResult
 
 log = logging.getLogger(__name__)
 SAMPLE_FIELDS = ("prompt", "completion", "answer", "reward", "advantage", "kind", "group")
-
-
-def _finite(value: Any) -> float | None:
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        return None
-    return value if math.isfinite(value) else None
 
 
 def _sample_kind(value: Any) -> str:
@@ -56,9 +54,28 @@ def _sample_group(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31 else 0
 
 
-def _json_safe(metrics: dict[str, Any]) -> dict[str, float | None]:
-    """NaN and infinities are not JSON (PostgreSQL's jsonb refuses them): store them as null."""
-    return {k: _finite(v) for k, v in metrics.items()}
+def _metric_float(value: Any) -> float | None:
+    """A reported metric value as a float (NaN and infinities included); None if it is not a number."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _finite(value: Any) -> float | None:
+    """A finite float, else None (a sample's reward, the run's latest reward)."""
+    number = _metric_float(value)
+    return number if number is not None and math.isfinite(number) else None
+
+
+def _json_safe(metrics: dict[str, Any]) -> dict[str, float | str | None]:
+    """NaN and infinities are not JSON (PostgreSQL's jsonb refuses them): spelled as the API does
+    ("NaN", "Infinity", "-Infinity"); a value that is not a number becomes null."""
+    out: dict[str, float | str | None] = {}
+    for name, value in metrics.items():
+        number = _metric_float(value)
+        out[name] = None if number is None else json_value(number)
+    return out
 
 
 def artifacts_relative(path: str) -> str:
@@ -109,11 +126,13 @@ class DatabaseHooks(Hooks):
         now = time.time()
         points = {}
         for name, value in metrics.items():
-            v = _finite(value)
+            v = _metric_float(value)
             if v is None:
-                self._warn_non_finite(name, step, value)
-                continue
-            points[(name, step)] = MetricPoint(run_id=self.run_id, name=name, step=step, value=v, wall_time=now)
+                continue  # not a number at all: nothing to chart
+            if not math.isfinite(v):
+                self._warn_non_finite(name, step, v)
+            points[(name, step)] = MetricPoint(run_id=self.run_id, name=name, step=step, value=storable_value(v),
+                                               wall_time=now)
         reward = _finite(metrics.get("reward/mean"))
         with self._buffer_lock:
             self._points.update(points)
@@ -159,7 +178,7 @@ class DatabaseHooks(Hooks):
     def _warn_non_finite(self, name: str, step: int, value: Any) -> None:
         if name not in self._warned:
             self._warned.add(name)
-            self._event(f"metric {name} is {value} at step {step}; non-finite values are not stored", "warning")
+            self._event(f"metric {name} is {value} at step {step} (non-finite; stored and charted as such)", "warning")
 
     def flush(self) -> None:
         """Write everything buffered: one transaction, one bulk upsert per table, one Run update."""

@@ -71,15 +71,19 @@ def test_global_extremes_always_kept():
     assert v.max() == values.max() and v.min() == values.min()
 
 
-def test_nan_is_ignored_unless_alone():
-    nan = float("nan")
-    s, v = ds(range(6), [nan, 2, nan, nan, nan, nan], 2)  # one bucket of 6 steps: min = max = 2 @1
-    assert s == [1] and v == [2.0]
-    s, v = ds(range(4), [nan, nan, 1, 3], 2)
-    assert s == [2, 3]
+def test_nan_ranks_above_every_number_so_a_diverged_step_is_kept():
+    nan, inf = float("nan"), float("inf")
+    s, v = ds(range(6), [nan, 2, nan, nan, nan, nan], 2)  # one bucket of 6 steps: min 2 @1, "max" NaN @0
+    assert s == [0, 1] and np.isnan(v[0]) and v[1] == 2.0
+    s, v = ds(range(4), [3, inf, 1, nan], 2)   # NaN above +inf
+    assert s == [2, 3] and v[0] == 1.0 and np.isnan(v[1])
+    s, v = ds(range(4), [1, inf, 0, 2], 2)     # without a NaN, +inf is the maximum
+    assert s == [1, 2] and v == [inf, 0.0]
     s, v = ds(range(4), [nan] * 4, 2)
     assert s == [0] and np.isnan(v[0])
-    assert ms.json_floats(np.array([1.0, nan, float("inf")])) == [1.0, None, None]
+    assert ms.json_floats(np.array([1.0, nan, inf, -inf])) == [1.0, "NaN", "Infinity", "-Infinity"]
+    assert [ms.stored_value(ms.storable_value(x)) for x in (1.5, inf, -inf)] == [1.5, inf, -inf]
+    assert ms.storable_value(nan) is None and np.isnan(ms.stored_value(None))
 
 
 # --- the cache against the database -------------------------------------------------------------

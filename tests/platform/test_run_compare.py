@@ -67,7 +67,7 @@ def test_run_series_json_downsamples_and_counts_wall_time_from_the_first_point()
     out = json.loads(rc.run_series_json(series, max_points=4))
     assert out["a"] == {"steps": [0, 2, 6, 7], "values": [0.0, 9.0, -7.0, 7.0],
                         "elapsed_s": [8.0, 9.0, 11.0, 11.5]}
-    assert out["b"] == {"steps": [0, 5], "values": [None, 2.5e-5], "elapsed_s": [0.0, 1.0]}
+    assert out["b"] == {"steps": [0, 5], "values": ["NaN", 2.5e-5], "elapsed_s": [0.0, 1.0]}
     assert json.loads(rc.run_series_json({}, 10)) == {}
 
 

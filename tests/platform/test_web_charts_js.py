@@ -92,3 +92,12 @@ def test_robust_range_leaves_the_first_timing_point_out(js):
     assert js("GrpoCharts.robustRange([{x: [0], y: [null]}])") is None
     assert [js(f"GrpoCharts.skipsFirstPoint({m!r})") for m in ("timing/step_s", "throughput/tokens_per_s", "loss")] == [
         True, True, False]
+
+
+def test_metric_values_from_the_api_and_their_non_finite_marks(js):
+    assert js('["NaN", "Infinity", "-Infinity", 0.5, null, "x"].map(GrpoCharts.metricValue)'
+              '.map(v => v === null ? null : String(v))') == ["NaN", "Infinity", "-Infinity", "0.5", None, None]
+    # NaN and +inf at the top edge, -inf at the bottom, each with its hover text; finite points unmarked
+    marks = js('GrpoCharts.nonFiniteMarks([1, 2, 3, 4, 5], [0.5, NaN, Infinity, -Infinity, null], [-1, 2], "step")')
+    assert marks == {"x": [2, 3, 4], "y": [2, 2, -1], "text": ["step 2: NaN", "step 3: inf", "step 4: -inf"]}
+    assert js("GrpoCharts.nonFiniteMarks([1], [1], [0, 1])") == {"x": [], "y": [], "text": []}

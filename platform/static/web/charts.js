@@ -1,10 +1,12 @@
 // Metric charts that read right, one module for the run page (run.js) and the compare page
 // (compare.js): EMA smoothing, a log-y toggle, tick labels that keep a value's magnitude
 // (1e-3, 2.5e-5, never a row of zeros), a y-range that a timing chart's first step (compilation)
-// does not flatten, and x-zoom shared by every chart of a group.
+// does not flatten, x-zoom shared by every chart of a group, and non-finite points (a diverged
+// step: the API's "NaN", "Infinity", "-Infinity") drawn as red markers at the chart's top or bottom
+// edge, with a hover text such as "step 2: NaN", instead of a silent gap.
 //
 // The pure functions (ema, formatValue, tickLabels, niceTicks, logTicks, robustRange,
-// skipsFirstPoint) need no DOM and are tested in a browser against hand-computed values
+// skipsFirstPoint, metricValue, nonFiniteMarks) need no DOM and are tested in a browser against hand-computed values
 // (tests/platform/test_web_charts_js.py). GrpoCharts.group() and group.chart() draw with Plotly.
 //
 // A chart keeps its raw data (each trace: x arrays by axis name, e.g. {step: [...],
@@ -14,6 +16,29 @@
   "use strict";
 
   // --- pure functions ---------------------------------------------------------------------------
+
+  // A metric value from the API as a number: the strings "NaN", "Infinity", "-Infinity" (JSON has
+  // no such numbers) become NaN and the infinities; a number stays; anything else is null.
+  function metricValue(value) {
+    if (typeof value === "number") return value;
+    if (value === "NaN" || value === "Infinity" || value === "-Infinity") return Number(value);
+    return null;
+  }
+
+  // The non-finite points of a trace (x and y arrays of one length) as markers on the y-range
+  // [lo, hi] (data units): NaN and +inf at hi, -inf at lo, each with its hover text
+  // "<xTitle> <x>: NaN" (or inf, -inf). -> {x: [...], y: [...], text: [...]}.
+  function nonFiniteMarks(xs, ys, yRange, xTitle) {
+    const out = {x: [], y: [], text: []};
+    for (let i = 0; i < ys.length; i++) {
+      const v = ys[i];
+      if (typeof v !== "number" || Number.isFinite(v)) continue;
+      out.x.push(xs[i]);
+      out.y.push(v === -Infinity ? yRange[0] : yRange[1]);
+      out.text.push(`${xTitle || "step"} ${xs[i]}: ${Number.isNaN(v) ? "NaN" : formatValue(v)}`);
+    }
+    return out;
+  }
 
   // Exponential moving average with TensorBoard's debiasing: s_n = w*s_(n-1) + (1-w)*v_n from
   // s_0 = 0, shown as s_n / (1 - w^n), so the first point is the first value (not pulled to 0).
@@ -198,13 +223,13 @@
 
     // x: {axisName: [...]} (the same length as y); replaces trace i's data.
     chart.setData = function (i, x, y) {
-      chart.data[i] = {x: {...x}, y: y.slice()};
+      chart.data[i] = {x: {...x}, y: y.map(metricValue)};
     };
 
     chart.extend = function (i, x, y) {
       const d = chart.data[i];
       for (const [axis, values] of Object.entries(x)) d.x[axis] = (d.x[axis] || []).concat(values);
-      d.y = d.y.concat(y);
+      d.y = d.y.concat(y.map(metricValue));
     };
 
     chart.points = function (i) { return chart.data[i].y.length; };
@@ -227,7 +252,11 @@
       const robust = shown.map((s, i) => ({...s, skipFirst: spec.skipFirst && !spec.traces[i].noSkip}));
       const anyPositive = shown.some((s) => s.y.some((v) => v > 0));
       const log = g.options.logY && anyPositive;
-      const yRange = chart.yRange || robustRange(robust, {log, xRange: chart.xRange});
+      // Non-finite points (raw values, not smoothed) of the traces people read (not a band's edges).
+      const marked = chart.data.map((d, i) => (spec.traces[i].hoverinfo === "skip" ? [] : d.y)
+        .some((v) => typeof v === "number" && !Number.isFinite(v)));
+      let yRange = chart.yRange || robustRange(robust, {log, xRange: chart.xRange});
+      if (!yRange && marked.some(Boolean)) yRange = log ? [-1, 1] : [0, 1];  // only non-finite points
       const yaxis = {zeroline: false, type: log ? "log" : "linear", hoverformat: ".4~g"};
       if (yRange) {
         yaxis.range = yRange;
@@ -240,6 +269,20 @@
       const xaxis = {title: {text: title, standoff: 4}, zeroline: false};
       if (chart.xRange) xaxis.range = chart.xRange.slice(); else xaxis.autorange = true;
       const traces = spec.traces.map((t, i) => ({...t, x: shown[i].x, y: shown[i].y}));
+      let nonFinite = 0;
+      if (yRange) {
+        const edges = log ? [Math.pow(10, yRange[0]), Math.pow(10, yRange[1])] : yRange;
+        chart.data.forEach((d, i) => {
+          if (!marked[i]) return;
+          const marks = nonFiniteMarks(shown[i].x, d.y, edges, X_TITLES[g.options.x] || g.options.x);
+          nonFinite += marks.x.length;
+          traces.push({
+            x: marks.x, y: marks.y, text: marks.text, mode: "markers", showlegend: false, cliponaxis: false,
+            name: `${spec.traces[i].name || ""} non-finite`, hovertemplate: "%{text}<extra></extra>",
+            marker: {color: "#d62728", size: 9, symbol: marks.y.map((y) => (y === edges[0] ? "triangle-down" : "triangle-up"))},
+          });
+        });
+      }
       const layout = {
         margin: {l: 56, r: 12, t: 8, b: 36}, showlegend: false, hovermode: "x unified",
         paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)", font: {size: 11},
@@ -255,6 +298,7 @@
       div.dataset.smoothing = String(g.options.smoothing);
       div.dataset.x = g.options.x;
       div.dataset.yTicks = yaxis.ticktext ? yaxis.ticktext.join(" ") : "";
+      div.dataset.nonFinite = String(nonFinite);
     };
 
     chart.render();
@@ -327,6 +371,7 @@
     }
   }
 
-  const api = {ema, formatValue, tickLabels, niceTicks, logTicks, robustRange, skipsFirstPoint, group, controls};
+  const api = {ema, formatValue, tickLabels, niceTicks, logTicks, robustRange, skipsFirstPoint, metricValue,
+               nonFiniteMarks, group, controls};
   root.GrpoCharts = api;
 })(typeof window !== "undefined" ? window : this);

@@ -141,13 +141,14 @@
     return metricToPanel.get(metric) || addPanel(metric);
   }
 
-  // series: {metric: [[step, value], ...]}
+  // series: {metric: [[step, value], ...]}; a value may be "NaN", "Infinity" or "-Infinity"
+  // (GrpoCharts.metricValue makes numbers of them: the charts mark them at their edge).
   function distribute(series) {
     const byPanel = new Map();
     for (const [metric, pts] of Object.entries(series || {})) {
       const panel = panelFor(metric);
       if (!byPanel.has(panel)) byPanel.set(panel, {});
-      byPanel.get(panel)[metric] = pts;
+      byPanel.get(panel)[metric] = pts.map(([step, value]) => [step, GrpoCharts.metricValue(value)]);
     }
     for (const [panel, points] of byPanel) extendPanel(panel, points);
   }
