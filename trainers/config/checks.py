@@ -223,6 +223,48 @@ def _check_model(config: ExperimentConfig) -> list[Problem]:
     return []
 
 
+FIRST_EXAMPLE_LINES = 64  # check_prompt_format reads at most this many lines (each at most MAX_LINE_BYTES)
+CHAT_NEEDS_TEMPLATE = ("its prompts are chat messages (a list of {{role, content}}), which need a chat template; "
+                       "the built-in character tokenizer of model.preset '{preset}' has none: use a dataset whose "
+                       "prompts are strings, or set model.path to a model folder with a chat template")
+
+
+def check_prompt_format(config: ExperimentConfig) -> list[Problem]:
+    """The data files' first example against the tokenizer: a chat-message prompt needs a chat
+    template, which a `model.preset` (the character tokenizer) lacks. Reads the first non-blank
+    line of data.train_path / data.eval_path (bounded: FIRST_EXAMPLE_LINES lines of at most
+    MAX_LINE_BYTES); a file that cannot be read or parsed is left to the loader's own message.
+    Call it only once the paths are accepted (`loading.parse_config` does): it opens the files.
+    The problem names data.train_dataset / data.eval_dataset where the file came from a name."""
+    d = config.data
+    if config.model.path is not None:
+        return []
+    problems = []
+    for path, path_field, name_field in ((d.train_path, "data.train_path", "data.train_dataset"),
+                                         (d.eval_path, "data.eval_path", "data.eval_dataset")):
+        if path is None or not isinstance(_first_prompt(path), list):
+            continue
+        field = name_field if getattr(d, name_field.split(".")[1]) else path_field
+        problems.append(Problem(field, CHAT_NEEDS_TEMPLATE.format(preset=config.model.preset)))
+    return problems
+
+
+def _first_prompt(path: str):
+    """The "prompt" of the file's first example, or None (no file, no example, a bad line)."""
+    from trainers.data.examples import READ_CHUNK_BYTES, DataError, jsonl_lines, parse_jsonl_line
+
+    try:
+        with open(path, "rb") as stream:
+            chunks = iter(lambda: stream.read(READ_CHUNK_BYTES), b"")
+            for _, (line, size_bytes) in zip(range(FIRST_EXAMPLE_LINES), jsonl_lines(chunks)):
+                example = parse_jsonl_line(line, size_bytes)
+                if example is not None:
+                    return example["prompt"]
+    except (OSError, DataError):
+        return None
+    return None
+
+
 def _check_checkpoint(config: ExperimentConfig) -> list[Problem]:
     from trainers.config.metric_names import METRIC_NAMES
 

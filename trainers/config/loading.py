@@ -12,7 +12,7 @@ from typing import Any, Union
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from trainers.config.checks import check_config
+from trainers.config.checks import check_config, check_prompt_format
 from trainers.config.errors import ConfigError, Problem
 from trainers.config.schema import ExperimentConfig
 from trainers.config.yaml_guard import (
@@ -102,6 +102,9 @@ def parse_config(raw: dict[str, Any] | None, overrides: list[str] | tuple[str, .
     problems, named = _resolve_dataset_names(config, datasets, dataset_dirs)
     problems += _resolve_data_paths(config, dataset_dirs, private_dirs, named)
     problems += _resolve_model_path(config, model_dirs) + check_config(config)
+    if problems:
+        raise ConfigError(problems)
+    problems = check_prompt_format(config)  # the paths are accepted: their first examples may be read now
     if problems:
         raise ConfigError(problems)
     return config
