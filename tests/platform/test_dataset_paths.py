@@ -18,6 +18,7 @@ from django.db import connection
 from django.urls import reverse
 from django.utils.html import escape
 from experiments.models import ConfigVersion, Experiment
+from experiments.shown_paths import shown
 from platform_testlib import tiny_config
 from web_testlib import form_data
 
@@ -84,7 +85,7 @@ def test_api_refuses_every_path_outside_with_one_message(alice, files, field):
         response = client.post("/api/experiments", json.dumps({"name": "x", "config": config}),
                                content_type="application/json")
         assert response.status_code == 400, (path, response.content)
-        assert response.json()["errors"] == {f"data.{field}": REFUSED.format(path=path)}, path
+        assert response.json()["errors"] == {f"data.{field}": shown(REFUSED.format(path=path))}, path
     response = client.post("/api/experiments", json.dumps({"name": "x", "config_yaml": (
         "data: {task: null, train_path: /etc/passwd}\nrewards: [{name: exact_match}]\n")}),
         content_type="application/json")
@@ -118,7 +119,7 @@ def test_default_task_with_a_train_path_means_jsonl(alice, files):
 
 def test_web_form_yaml_tab_and_preview_refuse_paths_outside(alice_client, files):
     for path in refused_paths(files):
-        message = REFUSED.format(path=path)
+        message = shown(REFUSED.format(path=path))  # server paths are shown relative to their root
         data = form_data(jsonl_config(path), name="x")
         response = alice_client.post(reverse("experiment-new"), data)
         assert response.status_code == 400 and response.context["form"].errors["data__train_path"] == [message], path
