@@ -20,9 +20,10 @@ How to declare an endpoint (every route under /api/ must; a test fails otherwise
   pydantic model of a multipart/form-data body (a `bytes` field is a file: the generator writes it
   as `format: binary`). Path parameters come from the URL regex (api/urls.py), not from `Op`.
 - `responses`: {status: pydantic model}; `None` as the model means "no JSON body" and a string means
-  that media type (e.g. `{200: "application/zip"}`). Every response also gets `401: Error` and
-  `404: Error` (unknown id, or any path with ids); list the others the view can answer. Errors are
-  always the shared `Error` ({"error"}) or `Errors` ({"errors": {field: message}, "error"?}).
+  that media type (e.g. `{200: "application/zip"}`). Every response also gets `401: Error`, `414:
+  Error` (an over-long URL, api/long_urls.py) and `404: Error` (unknown id, or any path with ids);
+  list the others the view can answer. Errors are always the shared `Error` ({"error"}) or
+  `Errors` ({"errors": {field: message}, "error"?}).
 - Summary and description come from the view's docstring (first line, then the rest), so keep the
   docstring the reference for the shapes. Shapes live in api/shapes.py; pydantic's JSON schema for
   each model lands under components/schemas by the model's class name (keep names unique).

@@ -154,6 +154,7 @@ def _operation(view, method: str, op: Op, path_params: dict, summary: str, descr
             "schema": op.form.model_json_schema(ref_template=REF_TEMPLATE)}}}
     responses = dict(op.responses)
     responses.setdefault(401, Error)
+    responses.setdefault(414, Error)  # any URL over api.long_urls.API_MAX_URL_CHARS
     if path_params:
         responses.setdefault(404, Error)
     if op.query is not None or op.body is not None or op.form is not None:
@@ -218,4 +219,4 @@ def _without_null(prop: dict[str, Any]) -> dict[str, Any]:
 
 _STATUS_TEXT = {200: "OK", 201: "Created", 202: "Accepted", 400: "Invalid input", 401: "Not authenticated",
                 403: "Not allowed", 404: "Not found", 405: "Method not allowed", 409: "Conflict with the state",
-                413: "Request body too large", 429: "Over a limit"}
+                413: "Request body too large", 414: "URL too long", 429: "Over a limit"}

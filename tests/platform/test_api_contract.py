@@ -84,7 +84,7 @@ def test_a_multipart_body_with_a_file():
     schema = operation["requestBody"]["content"]["multipart/form-data"]["schema"]
     assert schema["properties"]["file"] == {"type": "string", "format": "binary", "title": "File"}
     assert schema["required"] == ["name", "file"]
-    assert set(operation["responses"]) == {"201", "400", "401", "413"}
+    assert set(operation["responses"]) == {"201", "400", "401", "413", "414"}
 
 
 def test_operations_must_match_the_served_methods():
