@@ -11,12 +11,14 @@
    heartbeat_at and running_s every PLATFORM_HEARTBEAT_S (only while this attempt owns the active
    run). The trainer stops by itself at its next step or micro-batch boundary; but it cannot look
    while it compiles or is inside a step, so:
-   - cancel (or the run stopped being this attempt's): needs no checkpoint. A trainer still
-     running PLATFORM_CANCEL_GRACE_S after the request was seen is SIGKILLed with its process
-     group; the steps it reported and its checkpoints so far stay.
+   - cancel: needs no checkpoint. A trainer still running PLATFORM_CANCEL_GRACE_S after the
+     request was seen is SIGKILLed with its process group; the steps it reported and its
+     checkpoints so far stay.
    - pause: needs a checkpoint. A trainer still running PLATFORM_STOP_GRACE_S after the request
      gets SIGTERM (it checkpoints and pauses at its next boundary), then SIGKILL after
-     PLATFORM_KILL_GRACE_S (the run is paused at its newest earlier checkpoint).
+     PLATFORM_KILL_GRACE_S (the run is paused at its newest earlier checkpoint). The same holds
+     once the run stopped being this attempt's (the trainer wrote its final status and is
+     exiting, or another attempt took the run over).
 4. When the child exits without having written a final status: cancelling -> cancelled,
    pausing -> paused, running -> failed with the tail of its output. The event says how the
    trainer ended and how long after the request.
@@ -27,6 +29,7 @@ child gets SIGTERM: it checkpoints and the run goes back on the queue (see runne
 
 from __future__ import annotations
 
+import datetime
 import logging
 import os
 import signal
@@ -72,7 +75,7 @@ class Supervisor:
         self.log_path: Path | None = None
         self.terminated_by: int | None = None   # a signal this process got (worker shutdown)
         self.stop_seen_at: float | None = None  # monotonic time a cancel/pause request was first seen
-        self.cancel_seen_at: float | None = None  # ... a cancel (or the run lost to another attempt)
+        self.cancel_seen_at: float | None = None  # ... a cancel request was first seen
         self.term_sent_at: float | None = None
         self.killed = False
         self._heartbeat_at = float("-inf")      # monotonic time of the last heartbeat write
@@ -128,7 +131,7 @@ class Supervisor:
             return
         try:
             with open(self.log_path, "a", encoding="utf-8") as f:
-                f.write(f"[supervisor {time.strftime('%Y-%m-%d %H:%M:%S')}] {message}\n")
+                f.write(f"[supervisor {datetime.datetime.now().isoformat(' ', 'milliseconds')}] {message}\n")
         except OSError as exc:
             log.warning("run %s: cannot write to %s (%s)", self.run_id, self.log_path, exc)
 
@@ -192,28 +195,35 @@ class Supervisor:
             self.term_sent_at = now_m
         if status in (RunStatus.CANCELLING, RunStatus.PAUSING, None) and self.stop_seen_at is None:
             self.stop_seen_at = now_m
-        if status in (RunStatus.CANCELLING, None) and self.cancel_seen_at is None:
+        if status == RunStatus.CANCELLING and self.cancel_seen_at is None:
             self.cancel_seen_at = now_m
         if (self.cancel_seen_at is not None and not self.killed
                 and now_m - self.cancel_seen_at >= self.cancel_grace_s):
-            what = "cancel request" if status else "run stopped being this attempt's"
-            self._signal_child(signal.SIGKILL, f"trainer still running {self.cancel_grace_s:g} s after the {what}",
-                               group=True)
+            self._signal_child(signal.SIGKILL, f"trainer still running {self.cancel_grace_s:g} s after the cancel "
+                                               "request", group=True)
             self.killed = True
         if (self.stop_seen_at is not None and self.term_sent_at is None
                 and now_m - self.stop_seen_at >= self.stop_grace_s):
-            self._signal_child(signal.SIGTERM, f"trainer still running {self.stop_grace_s:g} s after the pause request")
+            what = "pause request" if status else "run stopped being this attempt's"
+            self._signal_child(signal.SIGTERM, f"trainer still running {self.stop_grace_s:g} s after the {what}")
             self.term_sent_at = now_m
         if self.term_sent_at is not None and not self.killed and now_m - self.term_sent_at >= self.kill_grace_s:
             self._signal_child(signal.SIGKILL, f"trainer still running {self.kill_grace_s:g} s after SIGTERM",
                                group=True)
             self.killed = True
 
+    def next_tick_s(self) -> float:
+        """Seconds to the next tick: PLATFORM_STATUS_POLL_S, or less when a cancel's kill is due sooner."""
+        if self.cancel_seen_at is None or self.killed:
+            return self.poll_s
+        due_s = self.cancel_seen_at + self.cancel_grace_s - time.monotonic()
+        return min(self.poll_s, max(due_s, 0.01))
+
     def wait(self) -> int:
         assert self.proc is not None
         while True:
             try:
-                return self.proc.wait(timeout=self.poll_s)
+                return self.proc.wait(timeout=self.next_tick_s())
             except subprocess.TimeoutExpired:
                 self.watch_step()
 

@@ -373,12 +373,20 @@ def test_supervisor_reads_the_status_every_poll_and_heartbeats_less_often(alice,
     Run.objects.filter(pk=run.pk).update(status="cancelling")
     sup.watch_step()
     assert sup.cancel_seen_at is not None and not sup.killed  # the grace has not passed
+    assert sup.next_tick_s() == settings.PLATFORM_STATUS_POLL_S
+    sup.cancel_seen_at -= 3600 - 0.2  # the kill is due in 0.2 s: the next tick comes then
+    assert 0 < sup.next_tick_s() <= 0.2 < settings.PLATFORM_STATUS_POLL_S
     assert Run.objects.get(pk=run.pk).heartbeat_at == first_heartbeat
-    settings.PLATFORM_CANCEL_GRACE_S = 0
-    sup = supervisor_mod.Supervisor(run.pk, 2)
-    Run.objects.filter(pk=run.pk).update(status="running", attempt=3)  # another attempt owns it
+    sup.cancel_grace_s = 0
     sup.watch_step()
-    assert sup.cancel_seen_at is not None and sup.killed  # treated as a cancel: no checkpoint to wait for
+    assert sup.killed  # no trainer here to signal
+    # a run that stopped being this attempt's (the trainer wrote its final status and is exiting,
+    # or another attempt took it over) gets the pause's long grace, not the cancel's
+    for status, attempt in (("paused", 2), ("running", 3)):
+        sup = supervisor_mod.Supervisor(run.pk, 2)
+        Run.objects.filter(pk=run.pk).update(status=status, attempt=attempt)
+        sup.watch_step()
+        assert sup.stop_seen_at is not None and sup.cancel_seen_at is None and not sup.killed
 
 
 @pytest.mark.parametrize("status, final", [("cancelling", "cancelled"), ("pausing", "paused"), ("running", "running")])
