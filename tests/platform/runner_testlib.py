@@ -95,6 +95,15 @@ class Procs:
             self.kill(proc)
 
 
+def alive(pid: int) -> bool:
+    """Whether process `pid` exists (a zombie not yet reaped counts as alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 def wait_for(predicate, timeout_s: float, what: str, procs: Procs | None = None, interval_s: float = 0.1):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sys
 import textwrap
 import threading
@@ -31,7 +32,7 @@ from django.db import connection
 from experiments.models import Checkpoint, Experiment, MetricPoint, Run, RunEvent
 from platform_testlib import tiny_config
 from runner import supervisor as supervisor_mod
-from runner_testlib import MANAGE_PY, Procs, purge_broker, subprocess_env, wait_for
+from runner_testlib import MANAGE_PY, Procs, alive, purge_broker, subprocess_env, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -63,14 +64,6 @@ BLOCKING_TRAINER = textwrap.dedent("""
     sys.argv = [{manage!r}, *sys.argv[1:]]
     runpy.run_path({manage!r}, run_name="__main__")
 """)
-
-
-def gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
 
 
 @pytest.fixture
@@ -144,14 +137,14 @@ class SupervisedRun:
         return list(RunEvent.objects.filter(run=self.run).order_by("pk").values_list("message", flat=True))
 
     def kill_leftovers(self, pid: int | None) -> None:
-        if pid and not gone(pid):
-            os.kill(pid, 9)
+        if pid and alive(pid):
+            os.kill(pid, signal.SIGKILL)
         self.thread.join(timeout=30)
 
 
 def wait_gone(pid: int, since: float) -> float:
     """Seconds from `since` until process `pid` is gone (at most GONE_S, else the test fails)."""
-    wait_for(lambda: gone(pid), GONE_S, f"trainer pid {pid} to be gone", interval_s=0.02)
+    wait_for(lambda: not alive(pid), GONE_S, f"trainer pid {pid} to be gone", interval_s=0.02)
     return time.monotonic() - since
 
 

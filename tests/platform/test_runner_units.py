@@ -34,6 +34,7 @@ from runner.control import DatabaseControl
 from runner.db_hooks import DatabaseHooks
 from runner.recovery import reap_stale_runs
 from runner.services import request_cancel
+from runner_testlib import alive, wait_for
 
 from trainers.loop.hooks import Action, RunInfo, TrainResult
 
@@ -281,21 +282,6 @@ def test_supervisor_escalates_a_pause_the_trainer_ignores(django_user_model, fak
     assert any(m.startswith("paused; the trainer was stopped (killed by SIGKILL") for m in messages), messages
 
 
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
-
-
-def _wait_gone(pid: int, timeout_s: float = 10) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not _gone(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return _gone(pid)
-
-
 @pytest.mark.django_db(transaction=True)
 def test_supervisor_kills_a_cancelled_trainer_and_its_children_after_the_cancel_grace(
         django_user_model, fake_trainer, settings, tmp_path):
@@ -338,11 +324,11 @@ def test_supervisor_kills_a_cancelled_trainer_and_its_children_after_the_cancel_
         supervising.join(timeout=60)  # the old code waited STOP_GRACE_S (an hour here) before any signal
         assert not supervising.is_alive(), "the supervisor did not end the cancelled trainer"
         assert result["status"] == "cancelled"
-        assert _gone(trainer_pid)
-        assert _wait_gone(helper_pid), "the trainer's own child outlived the kill"
+        assert not alive(trainer_pid)
+        wait_for(lambda: not alive(helper_pid), 10, "the trainer's own child to die with it")
     finally:
         for pid in (locals().get("trainer_pid"), locals().get("helper_pid")):
-            if pid and not _gone(pid):
+            if pid and alive(pid):
                 os.kill(pid, signal.SIGKILL)
         supervising.join(timeout=10)
     run.refresh_from_db()
