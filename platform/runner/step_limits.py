@@ -31,23 +31,27 @@ from trainers.loop.plan import BatchPlan, make_plan
 ADMIN_HINT = "an admin can raise your limit (admin: Run execution > User limits)"
 
 
+def cap_refusal(what: str, product: str, value: int, limit: int, fields: str) -> str | None:
+    """Why `value` (= `product`, spelled with the fields and their values) is over a per-user
+    `limit`, naming the `fields` to lower, or None."""
+    if value <= limit:
+        return None
+    return f"{what}: {product} = {value}, the limit is {limit}; lower {fields}, or {ADMIN_HINT}"
+
+
 def sequences_refusal(plan: BatchPlan, limit: int) -> str | None:
     """Why a step of `plan` holds too many sequences for `limit`, or None."""
-    if plan.sequences_per_step <= limit:
-        return None
-    return (f"sequences per step: batch.prompts_per_step {plan.prompts_per_step} x grpo.num_generations "
-            f"{plan.num_generations} = {plan.sequences_per_step}, the limit is {limit}; lower batch.prompts_per_step "
-            f"or grpo.num_generations, or {ADMIN_HINT}")
+    return cap_refusal("sequences per step", f"batch.prompts_per_step {plan.prompts_per_step} x "
+                       f"grpo.num_generations {plan.num_generations}", plan.sequences_per_step, limit,
+                       "batch.prompts_per_step or grpo.num_generations")
 
 
 def tokens_refusal(plan: BatchPlan, limit: int) -> str | None:
     """Why a step of `plan` holds too many tokens for `limit`, or None."""
-    if plan.tokens_per_step <= limit:
-        return None
-    return (f"tokens per step: {plan.sequences_per_step} sequences x (data.max_prompt_tokens "
-            f"{plan.prompt_token_budget} + rollout.max_new_tokens {plan.completion_token_budget}) = "
-            f"{plan.tokens_per_step}, the limit is {limit}; lower batch.prompts_per_step, grpo.num_generations, "
-            f"rollout.max_new_tokens or data.max_prompt_tokens, or {ADMIN_HINT}")
+    return cap_refusal("tokens per step", f"{plan.sequences_per_step} sequences x (data.max_prompt_tokens "
+                       f"{plan.prompt_token_budget} + rollout.max_new_tokens {plan.completion_token_budget})",
+                       plan.tokens_per_step, limit,
+                       "batch.prompts_per_step, grpo.num_generations, rollout.max_new_tokens or data.max_prompt_tokens")
 
 
 def memory_refusal(memory: StepMemory, worker_memory_bytes: int) -> str | None:
