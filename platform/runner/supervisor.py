@@ -52,6 +52,7 @@ from runner.workers import shutting_down
 log = logging.getLogger(__name__)
 MANAGE_PY = Path(settings.REPO_ROOT) / "manage.py"
 SUPERVISOR_PID_ENV = "PLATFORM_SUPERVISOR_PID"
+FINALIZE_TRIES = 3  # a database that fails longer than this leaves the run to the reaper
 
 
 def _signal_name(signum: int) -> str:
@@ -230,8 +231,10 @@ class Supervisor:
     # -- 4. make sure the run ends in a final status ----------------------------------------------
 
     def finalize(self, returncode: int) -> str:
+        now_m = time.monotonic()
         Run.objects.filter(pk=self.run_id, attempt=self.attempt).update(
-            running_s=F("running_s") + (time.monotonic() - self._accounted_at))
+            running_s=F("running_s") + (now_m - self._accounted_at))
+        self._accounted_at = now_m
         run = Run.objects.filter(pk=self.run_id).first()
         if run is None or run.attempt != self.attempt or run.status not in ACTIVE_STATUSES:
             return run.status if run else "missing"  # the child wrote the final status (or lost the run)
@@ -262,6 +265,19 @@ class Supervisor:
         run.refresh_from_db()
         return run.status
 
+    def finalize_retrying(self, returncode: int, tries: int = FINALIZE_TRIES) -> str:
+        """`finalize`, tried again (PLATFORM_HEARTBEAT_S apart) when the database fails: a passing
+        hiccup must not leave the run cancelling or pausing until the reaper notices (its
+        compare-and-sets make a second try safe)."""
+        for _ in range(tries - 1):
+            try:
+                return self.finalize(returncode)
+            except DatabaseError as exc:
+                log.warning("run %s: cannot write the final status (%s); trying again", self.run_id, exc)
+                close_old_connections()
+                time.sleep(self.heartbeat_s)
+        return self.finalize(returncode)
+
     def run(self) -> str:
         """Claim, spawn, watch, finalize. Returns the run's status afterwards ('' if not claimed)."""
         run = self.claim()
@@ -278,7 +294,7 @@ class Supervisor:
                     run.add_event(error, level="error", kind="system")
                 return RunStatus.FAILED
             returncode = self.wait()
-            return self.finalize(returncode)
+            return self.finalize_retrying(returncode)
         finally:
             if self.proc is not None and self.proc.poll() is None:  # never leave a trainer behind
                 signal_group(self.proc, signal.SIGKILL)  # nor anything it started

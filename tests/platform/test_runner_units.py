@@ -386,6 +386,29 @@ def test_supervisor_finalizes_a_stopped_run_even_while_the_worker_stops(alice, s
     assert Run.objects.get(pk=run.pk).status == final
 
 
+@pytest.mark.django_db(transaction=True)  # the retry closes the failed connection
+def test_supervisor_tries_the_final_status_again_when_the_database_fails(django_user_model, settings, monkeypatch):
+    """A database hiccup while the supervisor writes the final status does not leave the run
+    cancelling (for the reaper, 25 s later): it tries again."""
+    from django.db import OperationalError
+
+    settings.PLATFORM_HEARTBEAT_S = 0.01
+    run = make_run(django_user_model.objects.create_user("carol"), status="cancelling", attempt=1)
+    sup = supervisor_mod.Supervisor(run.pk, 1)
+    finalize, calls = sup.finalize, []
+
+    def flaky(returncode):
+        calls.append(returncode)
+        if len(calls) == 1:
+            raise OperationalError("server closed the connection unexpectedly")
+        return finalize(returncode)
+
+    monkeypatch.setattr(sup, "finalize", flaky)
+    assert sup.finalize_retrying(-signal.SIGKILL) == "cancelled"
+    assert calls == [-signal.SIGKILL] * 2
+    assert Run.objects.get(pk=run.pk).status == "cancelled"
+
+
 def test_control_polls_at_the_configured_interval(alice, settings, restore_signals):
     settings.PLATFORM_STATUS_POLL_S = 0.25
     assert DatabaseControl(make_run(alice).pk, attempt=1).poll_interval_s == 0.25
