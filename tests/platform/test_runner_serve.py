@@ -12,7 +12,7 @@ import urllib.request
 import pytest
 from django.conf import settings
 from experiments.models import Experiment, Worker
-from runner_testlib import Procs, purge_broker, wait_for
+from runner_testlib import Procs, alive, purge_broker, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -21,14 +21,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
