@@ -324,5 +324,6 @@ def run_export(request, pk: int):
 @api_endpoint("GET")
 def models(request):
     """The pretrained models experiments may train (`model.path`): {"models": [{"name", "path",
-    "architecture", "size", "parameters", "has_chat_template"}]}; `path` is the value to give."""
+    "architecture", "size", "parameters", "has_chat_template"}]}; `path` is the value to give
+    (relative to the first model root, as stored configs name it: no server directory)."""
     return {"models": [m.as_json() for m in available_models()]}

@@ -15,10 +15,13 @@ way: a `data.train_path` / `data.eval_path` given directly that resolves into th
 caller passes the owner: the experiment's, or the request's user for a new one. The stored config
 keeps the name and drops the path it resolved to (`stored`): the name is what the user chose, and
 it resolves again each time (a retried or forked run too: the worker re-parses `run.config` with
-the owner as they are at start)."""
+the owner as they are at start). A path given directly is stored relative to its first root
+(`stored_path`), so no server directory reaches the user through a stored config; `parse` resolves
+it again."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from django.conf import settings
@@ -28,7 +31,7 @@ from trainers.config import ConfigError, ExperimentConfig, load_yaml_data, parse
 from experiments import config_limits, dataset_models
 
 __all__ = ["ConfigError", "dataset_dirs", "load_yaml", "model_dirs", "parse", "parse_text", "private_dirs", "stored",
-           "validated"]
+           "stored_path", "validated", "with_stored_paths"]
 
 
 def dataset_dirs() -> list[str]:
@@ -69,14 +72,46 @@ def within_limits(config: ExperimentConfig) -> ExperimentConfig:
     return config_limits.checked(config, getattr(settings, "PLATFORM_CONFIG_LIMITS", {}))
 
 
+def stored_path(path: str, roots: list[str]) -> str:
+    """A resolved absolute `path` as a config should name it: relative to the first of `roots` when
+    it lies inside that one (where `parse` starts a relative path, so the value names the same file
+    again and no server directory reaches the user: the API, the YAML views, exports, diffs, the
+    model picker); otherwise unchanged. A path in another, non-first root stays absolute, since a
+    relative one would start in the first root (the default settings have one root of each kind).
+    A path that is not normalised (`..`, `//`: only in a row stored long ago) stays as it is too."""
+    first = os.path.realpath(roots[0]) if roots else None
+    if (first is None or not os.path.isabs(path) or os.path.normpath(path) != path
+            or os.path.commonpath([path, first]) != first):
+        return path
+    return os.path.relpath(path, first)
+
+
+def with_stored_paths(data: Any) -> Any:
+    """Config data with `model.path`, `data.train_path` and `data.eval_path` as `stored_path` writes
+    them (the settings' roots as they are now); anything else, and data that is not a config's
+    shape, unchanged. `stored` uses it; migration experiments/0006 rewrote the rows stored before."""
+    if not isinstance(data, dict):
+        return data
+    data = dict(data)
+    for section, field, roots in (("model", "path", model_dirs()), ("data", "train_path", dataset_dirs()),
+                                  ("data", "eval_path", dataset_dirs())):
+        values = data.get(section)
+        if isinstance(values, dict) and isinstance(values.get(field), str):
+            data[section] = {**values, field: stored_path(values[field], roots)}
+    return data
+
+
 def stored(config: ExperimentConfig) -> dict[str, Any]:
     """A validated config as the plain data Experiment.config and Run.config hold: a data path that
-    a dataset name resolved to is left out (the name resolves again whenever the config is read)."""
+    a dataset name resolved to is left out (the name resolves again whenever the config is read);
+    `model.path` and the data paths given directly are written relative to their first root
+    (`with_stored_paths`). Whoever needs the files parses the stored config again (`parse`: the
+    worker, export, the plan preview), which gives them back resolved and absolute."""
     data = config.model_dump(mode="json", by_alias=True)
     for name_field, path_field in (("train_dataset", "train_path"), ("eval_dataset", "eval_path")):
         if data["data"].get(name_field) is not None:
             data["data"][path_field] = None
-    return data
+    return with_stored_paths(data)
 
 
 def validated(raw: Any, owner=None) -> dict[str, Any]:

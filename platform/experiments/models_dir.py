@@ -19,10 +19,13 @@ from django.conf import settings
 
 from trainers.models.hf_config import ModelFolderError, describe_folder
 
+from experiments.configs import model_dirs, stored_path
+
 
 @dataclasses.dataclass(frozen=True)
 class ModelFolder:
-    """One listed model: `path` is its resolved absolute path, what `model.path` is stored as."""
+    """One listed model: `path` is what `model.path` names it as and is stored as: relative to the
+    first model root when it lies there, else its resolved absolute path (configs.stored_path)."""
 
     name: str
     path: str
@@ -67,7 +70,7 @@ def available_models() -> list[ModelFolder]:
                 continue
             seen.add(path)
             found.append(ModelFolder(
-                name=entry.name, path=path, architecture=description["architecture"], size=description["size"],
+                name=entry.name, path=stored_path(path, model_dirs()), architecture=description["architecture"], size=description["size"],
                 parameters=int(description["parameters"]), has_chat_template=bool(description["has_chat_template"]),
             ))
     return found

@@ -102,8 +102,8 @@ def _form_page(request, form: ConfigForm, experiment: Experiment | None = None, 
 def _example_text(name: str) -> str:
     """configs/NAME.yaml's text. Those files are written for the CLI, run from the repository: a
     relative model.path such as var/models/smollm2-135m-instruct that names a folder inside a model
-    root from there is given as that folder's absolute path (on the platform a relative model.path
-    starts in the first model root)."""
+    root from there is given as the platform names that folder (on the platform a relative model.path
+    starts in the first model root: smollm2-135m-instruct; configs.stored_path)."""
     text = (settings.REPO_ROOT / "configs" / f"{name}.yaml").read_text(encoding="utf-8")
     try:
         raw = configs.load_yaml(text)
@@ -116,7 +116,7 @@ def _example_text(name: str) -> str:
     folder = os.path.realpath(settings.REPO_ROOT / path)
     roots = [os.path.realpath(r) for r in settings.PLATFORM_MODELS_DIRS]
     if os.path.isdir(folder) and any(os.path.commonpath([folder, r]) == r for r in roots):
-        return text.replace(path, folder)
+        return text.replace(path, configs.stored_path(folder, configs.model_dirs()))
     return text
 
 

@@ -71,7 +71,7 @@ def test_fetches_once_then_creates_the_experiment_once(models_root, fake_fetch, 
     assert lines == [FETCH_LINE] and fake_fetch == [models_root / "smollm2-135m-instruct"]
     (experiment,) = model_demos()
     config = experiment.config
-    assert config["model"]["path"] == str((models_root / "smollm2-135m-instruct").resolve())
+    assert config["model"]["path"] == "smollm2-135m-instruct"  # relative to the model root: no server path
     assert config["data"]["task"] == "arithmetic_words" and config["data"]["chat_template"] is True
     assert config["rewards"] == [{"name": "math_answer", "weight": 1.0}]
     assert config["train"]["max_steps"] == SMOLLM2_FALLBACK["train"]["max_steps"]
@@ -91,7 +91,7 @@ def test_the_config_file_is_used_with_the_models_root(models_root, fake_fetch, s
     assert ensure_model_demo(say=lambda line: None) is True
     config = model_demos().get().config
     assert config["train"]["max_steps"] == 7
-    assert config["model"]["path"] == str((models_root / "smollm2-135m-instruct").resolve())
+    assert config["model"]["path"] == "smollm2-135m-instruct"  # relative to the model root: no server path
 
 
 def test_a_refused_config_file_falls_back_with_one_line(models_root, fake_fetch, settings, tmp_path):
@@ -111,5 +111,5 @@ def test_the_repository_config_file_is_valid_on_the_platform(models_root, fake_f
     lines: list[str] = []
     config = model_demo_config(say=lines.append)
     assert lines == []
-    assert config["model"]["path"] == str((models_root / "smollm2-135m-instruct").resolve())
+    assert config["model"]["path"] == "smollm2-135m-instruct"  # relative to the model root: no server path
     assert config["rewards"][0]["name"] == "math_answer"

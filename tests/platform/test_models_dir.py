@@ -88,14 +88,16 @@ def test_api_refuses_model_paths_outside_the_roots_naming_model_path(alice, root
 
 
 def test_a_folder_inside_a_root_is_accepted_and_stored_resolved(alice, roots):
+    """Stored resolved: relative to the first root when inside it (where a relative path starts), else absolute."""
     client = token_client(alice)
-    for given, expected in [("tiny-llama", roots["first"] / "tiny-llama"),            # relative to the first root
-                            ("./tiny-llama/../config-only", roots["first"] / "config-only"),
-                            (str(roots["second"] / "other-model"), roots["second"] / "other-model")]:
+    for given, expected in [("tiny-llama", "tiny-llama"),            # relative to the first root
+                            ("./tiny-llama/../config-only", "config-only"),
+                            (str(roots["first"] / "tiny-llama"), "tiny-llama"),
+                            (str(roots["second"] / "other-model"), str((roots["second"] / "other-model").resolve()))]:
         response = post_experiment(client, model_config(given))
         assert response.status_code == 201, (given, response.content)
         stored = Experiment.objects.get(pk=response.json()["id"]).config["model"]["path"]
-        assert stored == str(expected.resolve()), given
+        assert stored == expected, given
 
 
 def test_a_folder_that_is_not_a_supported_model_names_model_path(alice, roots):
@@ -137,9 +139,9 @@ def test_the_worker_checks_model_path_again(alice, roots, restore_signals):
 def test_available_models_lists_model_folders_one_level_down(roots):
     models = available_models()
     assert [(m.name, m.path) for m in models] == [
-        ("config-only", str((roots["first"] / "config-only").resolve())),
-        ("tiny-llama", str((roots["first"] / "tiny-llama").resolve())),
-        ("other-model", str((roots["second"] / "other-model").resolve())),
+        ("config-only", "config-only"),  # as model.path names it: relative to the first root
+        ("tiny-llama", "tiny-llama"),
+        ("other-model", str((roots["second"] / "other-model").resolve())),  # in another root: absolute
     ]  # not: hidden, broken, unsupported, a file, a symlink leading out
     tiny = models[1]
     assert (tiny.architecture, tiny.has_chat_template, tiny.label) == (
@@ -160,7 +162,7 @@ def test_api_models(alice, roots, client):
     assert [m["name"] for m in models] == ["config-only", "tiny-llama", "other-model"]
     tiny = models[1]
     assert set(tiny) == {"name", "path", "architecture", "size", "parameters", "has_chat_template"}
-    assert tiny["path"] == str((roots["first"] / "tiny-llama").resolve()) and tiny["has_chat_template"] is True
+    assert tiny["path"] == "tiny-llama" and tiny["has_chat_template"] is True
     # the path it lists is what model.path accepts
     assert post_experiment(token_client(alice), model_config(tiny["path"])).status_code == 201
     assert client.get("/api/models").status_code == 401  # not logged in
@@ -182,7 +184,7 @@ def _options(html: str, name: str) -> list[tuple[str, str, bool]]:
 def test_form_offers_the_model_folders_for_model_path(alice_client, alice, roots):
     html = alice_client.get(reverse("experiment-new")).content.decode()
     options = _options(html, "model__path")
-    tiny_path = str((roots["first"] / "tiny-llama").resolve())
+    tiny_path = "tiny-llama"  # relative to the first model root, as stored
     assert options[0] == ("", "none: a randomly initialised model.preset (toy sizes)", True)
     assert (tiny_path, "tiny-llama — LlamaForCausalLM, 29K", False) in options
     assert [o[0] for o in options[1:]] == [m.path for m in available_models()]
@@ -196,9 +198,9 @@ def test_form_offers_the_model_folders_for_model_path(alice_client, alice, roots
 
 
 def test_form_keeps_a_current_model_path_that_is_not_listed(alice_client, alice, roots, settings):
-    tiny_path = str((roots["first"] / "tiny-llama").resolve())
+    tiny_path = "tiny-llama"
     experiment = Experiment(owner=alice, name="e")
-    experiment.set_config(model_config(tiny_path), user=alice)
+    experiment.set_config(model_config(str(roots["first"] / "tiny-llama")), user=alice)
     settings.PLATFORM_MODELS_DIRS = [roots["second"]]  # the folder is no longer under a root
     html = alice_client.get(reverse("experiment-edit", args=[experiment.pk])).content.decode()
     assert (tiny_path, f"{tiny_path} (not a model folder under the model roots)", True) in _options(html, "model__path")
@@ -225,7 +227,8 @@ def test_models_dir_setting_reads_several_roots(tmp_path):
 
 def test_an_example_config_names_its_model_relative_to_the_repository(alice_client, settings, tmp_path):
     """configs/*.yaml are written for the CLI run from the repository (model.path:
-    var/models/NAME); "new from example" gives such a folder inside a model root as its absolute path."""
+    var/models/NAME); "new from example" gives such a folder inside the first model root as the platform
+    names it: relative to that root."""
     repo = tmp_path / "repo"
     write_tiny_model(repo / "var" / "models" / "tiny-llama")
     write_model_config(tmp_path / "outside" / "secret-model")
@@ -236,7 +239,7 @@ def test_an_example_config_names_its_model_relative_to_the_repository(alice_clie
     settings.PLATFORM_MODELS_DIRS = [repo / "var" / "models"]
     response = alice_client.get(reverse("experiment-new"), {"example": "real"})
     form = response.context["form"]
-    folder = str((repo / "var" / "models" / "tiny-llama").resolve())
+    folder = "tiny-llama"
     assert form.initial["model__path"] == folder and "# a comment" in form.initial["config_yaml"]
     assert (folder, "tiny-llama — LlamaForCausalLM, 29K", True) in _options(response.content.decode(), "model__path")
     response = alice_client.get(reverse("experiment-new"), {"example": "escape"})
