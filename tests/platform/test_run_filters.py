@@ -178,7 +178,7 @@ def test_api_list_queries_stay_constant(alice, django_assert_max_num_queries):
 @pytest.mark.parametrize("params", [
     {"experiment": "\u00b2"}, {"experiment": "99999999999999999999"}, {"owner": "a\x00b"}, {"tag": "t\x00"},
     {"metrics": "kl\x00"}, {"sort": "-metric:kl\x00"}, {"config": "data.task:a\x00b"}, {"config": 'data.task:"\\ud800"'},
-    {"config": "grpo.beta:99999999999999999999999"}, {"config": "a." * 20 + "b:1"}, {"sort": "x" * 5000},
+    {"config": "grpo.beta:99999999999999999999999"}, {"config": "a." * 20 + "b:1"}, {"sort": "x" * 3000},
 ])
 def test_hostile_values_are_400s_on_the_api_and_the_page(alice, client, params):
     response = token_client(alice).get("/api/runs", params)
