@@ -74,7 +74,8 @@ def dataset_list(request):
     limit = datasets.max_upload_bytes()
     if int(request.META.get("CONTENT_LENGTH") or 0) > limit + UPLOAD_FORM_OVERHEAD_BYTES:
         raise ApiError(413, f"the upload is larger than this server's limit of {limit} bytes")
-    refusal = storage.upload_refusal(request.user, int(request.META.get("CONTENT_LENGTH") or 0),
+    usage = storage.usage_for(request.user)  # once: both checks below read it
+    refusal = storage.upload_refusal(usage, int(request.META.get("CONTENT_LENGTH") or 0),
                                      slack_bytes=UPLOAD_FORM_OVERHEAD_BYTES, adding="this request")
     if refusal:  # before the file is read
         raise ApiError(413, refusal)
@@ -83,7 +84,7 @@ def dataset_list(request):
     upload = request.FILES.get("file")
     if upload is None:
         raise ApiError(400, errors={"file": "required: the JSONL file, as a multipart file field"})
-    refusal = storage.upload_refusal(request.user, upload.size)
+    refusal = storage.upload_refusal(usage, upload.size)
     if refusal:
         raise ApiError(413, refusal)
     try:

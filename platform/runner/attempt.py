@@ -21,10 +21,8 @@ A user-code failure fails the run at once: only a lost worker is retried (by the
 from __future__ import annotations
 
 import logging
-import os
 import traceback
 
-from django.conf import settings
 from django.utils import timezone
 
 from experiments.models import ACTIVE_STATUSES, Run, RunEvent, RunStatus
@@ -34,6 +32,7 @@ from runner.forks import start_checkpoint
 from runner.sample_prompts import chat_prompts_for
 from runner.services import send_when_committed
 from runner.step_limits import step_check
+from runner.storage import run_directory
 
 log = logging.getLogger(__name__)
 ERROR_LINES = 25
@@ -100,7 +99,7 @@ def run_attempt(run_id: int, attempt: int, parent_pid: int | None = None) -> int
     if too_large:
         fail_run(run, attempt, f"a step of this run is too large: {too_large}")
         return 1
-    run_dir = os.path.join(settings.ARTIFACTS_DIR, run.run_dir or f"run-{run.pk}")
+    run_dir = run_directory(run)
     db_hooks = DatabaseHooks(run_id, attempt, chat_prompts=chat_prompts_for(config))
     hooks = MultiHooks(db_hooks, RunFilesHooks(run_dir))
     try:

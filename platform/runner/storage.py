@@ -207,11 +207,11 @@ def over_quota_message(user) -> str | None:
     return quota_message(usage) if usage.over_quota else None
 
 
-def upload_refusal(user, size_bytes: int, slack_bytes: int = 0, adding: str = "this upload") -> str | None:
-    """Why an upload of `size_bytes` by `user` is refused (more than `slack_bytes` of it would not
-    fit under their quota), or None. The slack lets a request's size, framing included, be checked
-    before the file is read."""
-    usage = usage_for(user)
+def upload_refusal(usage: StorageUsage, size_bytes: int, slack_bytes: int = 0, adding: str = "this upload") -> str | None:
+    """Why an upload of `size_bytes` by a user with `usage` (`usage_for`, read once per request: it
+    walks the run directories) is refused (more than `slack_bytes` of it would not fit under their
+    quota), or None. The slack lets a request's size, framing included, be checked before the file
+    is read."""
     if usage.used_bytes + size_bytes - slack_bytes <= usage.quota_bytes:
         return None
     return quota_message(usage, size_bytes, adding)

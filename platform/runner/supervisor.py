@@ -47,6 +47,7 @@ from django.utils import timezone
 
 from experiments.models import ACTIVE_STATUSES, Run, RunStatus
 from runner.procs import signal_group, tail_text
+from runner.storage import run_directory
 from runner.workers import shutting_down
 
 log = logging.getLogger(__name__)
@@ -111,7 +112,7 @@ class Supervisor:
         return [sys.executable, str(MANAGE_PY), "execute_run", str(self.run_id), str(self.attempt)]
 
     def spawn(self, run: Run) -> subprocess.Popen:
-        log_dir = Path(settings.ARTIFACTS_DIR) / (run.run_dir or f"run-{run.pk}") / "logs"
+        log_dir = Path(run_directory(run)) / "logs"
         log_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = log_dir / f"attempt-{self.attempt}.log"
         env = {**os.environ, SUPERVISOR_PID_ENV: str(os.getpid()), "PYTHONUNBUFFERED": "1"}

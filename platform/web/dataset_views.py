@@ -57,7 +57,8 @@ def dataset_list(request):
         form = DatasetUploadForm()
         form.add_error(None, f"the upload is larger than this server's limit of {limit} bytes")
         return _list_page(request, form, status=413)
-    refusal = storage.upload_refusal(request.user, int(request.META.get("CONTENT_LENGTH") or 0),
+    usage = storage.usage_for(request.user)  # once: both checks below read it
+    refusal = storage.upload_refusal(usage, int(request.META.get("CONTENT_LENGTH") or 0),
                                      slack_bytes=UPLOAD_FORM_OVERHEAD_BYTES, adding="this request")
     if refusal:  # before the file is read
         form = DatasetUploadForm()
@@ -67,7 +68,7 @@ def dataset_list(request):
     if not form.is_valid():
         return _list_page(request, form, status=400)
     upload = form.cleaned_data["file"]
-    refusal = storage.upload_refusal(request.user, upload.size)
+    refusal = storage.upload_refusal(usage, upload.size)
     if refusal:
         form.add_error("file", refusal)
         return _list_page(request, form, status=413)
