@@ -71,8 +71,7 @@ class Collector(threading.Thread):
     end_prompt: the first prompt index the run will not train (nothing at or after it is generated).
     in_flight_chunk_tokens: > 0 = in-flight weight updates, taking the newest weights every this
       many decode steps; 0 = swap at unit boundaries only.
-    prompt_sharding: where each generation call's prompts go (split over the rollout devices along
-      the batch axis); None = as they are, with the params.
+    mesh: the mesh the weights live on (see `collect_rollout`); None = the default device.
     """
 
     def __init__(
@@ -90,7 +89,7 @@ class Collector(threading.Thread):
         end_prompt: int,
         base_key: jax.Array,
         in_flight_chunk_tokens: int = 0,
-        prompt_sharding: Any = None,
+        mesh: Any = None,
         poll_s: float = 0.2,
     ):
         super().__init__(name="grpo-collector", daemon=True)
@@ -103,7 +102,7 @@ class Collector(threading.Thread):
         self.max_age_steps, self.end_prompt, self.base_key, self.poll_s = max_age_steps, end_prompt, base_key, poll_s
         self.params, self.version = params, version
         self.in_flight_chunk_tokens = in_flight_chunk_tokens
-        self.prompt_sharding = prompt_sharding
+        self.mesh = mesh
         self.next_unit_start = buffer.next_prompt_index       # next never-generated unit (data order)
         self._regenerate: set[int] = set()                     # unit starts to regenerate first
         self.error: BaseException | None = None
@@ -201,7 +200,7 @@ class Collector(threading.Thread):
         rollout = collect_rollout(
             self.graphdef, weights, self.stream.take(step * p, p), self.spec,
             jax.random.fold_in(self.base_key, step), first_prompt=offset, prompt_count=self.unit,
-            in_flight_chunk_tokens=self.in_flight_chunk_tokens, prompt_sharding=self.prompt_sharding,
+            in_flight_chunk_tokens=self.in_flight_chunk_tokens, mesh=self.mesh,
         )
         groups = [rollout.group(j) for j in range(self.unit)]
         return [TrajectoryGroup(start + j, group.oldest_version(), group) for j, group in enumerate(groups)]

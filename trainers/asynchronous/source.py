@@ -26,8 +26,8 @@ The trainer (`trainers.loop.trainer.GRPOTrainer`, with this source) holds weight
      generation and training share it (updates donate the trainer's buffers, so the collector always
      holds its own copy).
 
-Devices: see `trainers.loop.placement` (async.train_devices, async.rollout_devices); empty lists: both
-share the default device.
+Devices: see `trainers.loop.placement` (mesh.train_devices, mesh.rollout_devices); without rollout
+devices, generation shares the train mesh (or the default device).
 
 Checkpoint and resume: a checkpoint saves the trainer's weights and `data_position` = the first
 prompt not yet trained (= `ReplayBuffer.next_prompt_index`); buffered groups are NOT saved. On
@@ -91,7 +91,7 @@ class AsyncRolloutSource:
             prompts_per_step=plan.prompts_per_step, max_age_steps=a.max_trajectory_age_steps,
             end_prompt=plan.total_prompts, base_key=c.base_key,
             in_flight_chunk_tokens=a.in_flight_chunk_tokens if a.in_flight_weight_updates else 0,
-            prompt_sharding=c.placement.prompt_sharding,
+            mesh=c.placement.generation_mesh,
         )
         swaps = (f"in-flight weight updates every {a.in_flight_chunk_tokens} decode steps" if a.in_flight_weight_updates
                  else "weights swapped between units")

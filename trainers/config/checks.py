@@ -77,7 +77,7 @@ def _check_batch(config: ExperimentConfig) -> list[Problem]:
 
 
 def _check_async(config: ExperimentConfig) -> list[Problem]:
-    """Async-section rules; the device and range rules hold whether or not async is enabled."""
+    """Async-section rules; the range rules hold whether or not async is enabled."""
     a, prompts = config.async_, config.batch.prompts_per_step
     is_ = a.importance_sampling
     problems = []
@@ -105,42 +105,6 @@ def _check_async(config: ExperimentConfig) -> list[Problem]:
             f"batch.prompts_per_step={prompts} groups, so no step could start; use {prompts} or more, or null "
             "for the default",
         ))
-    for name in ("rollout_devices", "train_devices"):
-        devices = getattr(a, name)
-        repeated = sorted({d for d in devices if devices.count(d) > 1})
-        if repeated:
-            problems.append(Problem(f"async.{name}", f"lists device {_choices(repeated).replace(' or ', ' and ')} "
-                                                     "more than once; list each device once"))
-    shared = sorted(set(a.rollout_devices) & set(a.train_devices))
-    if shared:
-        problems.append(Problem(
-            "async.train_devices",
-            f"device {_choices(shared).replace(' or ', ' and ')} is in both async.rollout_devices and "
-            "async.train_devices; give generation and training disjoint devices, or leave both empty to share "
-            "the default device",
-        ))
-    for name, other in (("rollout_devices", "train_devices"), ("train_devices", "rollout_devices")):
-        if getattr(a, other) and not getattr(a, name):
-            problems.append(Problem(
-                f"async.{name}",
-                f"is empty while async.{other}={getattr(a, other)}; list the {name.split('_')[0]} devices too, "
-                "or leave both empty to share the default device",
-            ))
-    # Each micro-batch is split over its devices along the batch axis.
-    b, g = config.batch, config.grpo.num_generations
-    train_micro = b.train_micro_batch_sequences or (b.mini_batch_prompts or prompts) * g
-    sizes = {"rollout_micro_batch_sequences": (b.rollout_micro_batch_sequences or prompts * g, "rollout_devices"),
-             "train_micro_batch_sequences": (train_micro, "train_devices"),
-             "logprob_micro_batch_sequences": (b.logprob_micro_batch_sequences or train_micro, "train_devices")}
-    for name, (sequences, devices) in sizes.items():
-        count = len(getattr(a, devices))
-        if count > 1 and sequences % count:
-            problems.append(Problem(
-                f"batch.{name}",
-                f"micro-batches of {sequences} sequences cannot be split evenly over the {count} devices of "
-                f"async.{devices}; make batch.{name} a multiple of {count}, or list "
-                f"{_choices([d for d in _divisors(sequences) if d <= count])} device(s)",
-            ))
     return problems
 
 

@@ -212,14 +212,38 @@ class AsyncSection(_Section):
         8, ge=1, le=MAX_TOKENS, description="With in_flight_weight_updates: decode steps between weight checks (smaller = "
         "newer weights sooner, more host round trips)."
     )
-    rollout_devices: DeviceList = Field(
-        default_factory=list, description="Device indices for generation, e.g. [1]; empty (with train_devices "
-        "empty) = generation and training share the default device."
-    )
-    train_devices: DeviceList = Field(
-        default_factory=list, description="Device indices for training, e.g. [0]; must not overlap rollout_devices."
-    )
     importance_sampling: ImportanceSamplingSection = Field(default_factory=ImportanceSamplingSection)
+
+
+MOVED_TO_MESH = ("train_devices", "rollout_devices")
+"""async.* fields that now live in the mesh section (mesh.train_devices, mesh.rollout_devices)."""
+
+MAX_AXIS_SIZE = MAX_DEVICE_INDEX + 1
+
+
+class MeshSection(_Section):
+    """How a run's devices are arranged: the train mesh's named axes data x fsdp x tensor, and which
+    devices train and which generate. All 1 (the default) = one device, no mesh."""
+
+    data: int = Field(1, ge=-1, le=MAX_AXIS_SIZE, description="Data-parallel size: each device of this axis "
+                      "trains its own slice of every micro-batch with a full copy of the parameters (-1 = the "
+                      "rest of the devices).")
+    fsdp: int = Field(1, ge=-1, le=MAX_AXIS_SIZE, description="Fully sharded data-parallel size: parameters, "
+                      "gradients and optimizer state are split over this axis, and so is every micro-batch "
+                      "(-1 = the rest of the devices).")
+    tensor: int = Field(1, ge=-1, le=MAX_AXIS_SIZE, description="Tensor-parallel size: attention is split by "
+                        "heads, the MLP by its width and the LM head by the vocabulary (-1 = the rest of the "
+                        "devices). Heads, KV heads, MLP width and vocabulary must divide by it.")
+    train_devices: DeviceList = Field(
+        default_factory=list, description="Device indices the train mesh uses, e.g. [0, 1, 2, 3]; empty = the "
+        "first data x fsdp x tensor devices not in mesh.rollout_devices."
+    )
+    rollout_devices: DeviceList = Field(
+        default_factory=list, description="Device indices for generation (asynchronous GRPO), e.g. [4, 5]; "
+        "empty = generation runs on the train mesh. Must not overlap mesh.train_devices."
+    )
+    rollout_tensor: int = Field(1, ge=1, le=MAX_AXIS_SIZE, description="Tensor-parallel size of the rollout "
+                                "mesh (mesh.rollout_devices); the rest of its devices split the sequences.")
 
 
 class OptimizerSection(_Section):
@@ -274,10 +298,25 @@ class ExperimentConfig(_Section):
     batch: BatchSection = Field(default_factory=BatchSection)
     grpo: GrpoSection = Field(default_factory=GrpoSection)
     async_: AsyncSection = Field(default_factory=AsyncSection, alias="async")
+    mesh: MeshSection = Field(default_factory=MeshSection)
     optimizer: OptimizerSection = Field(default_factory=OptimizerSection)
     train: TrainSection = Field(default_factory=TrainSection)
     checkpoint: CheckpointSection = Field(default_factory=CheckpointSection)
     eval: EvalSection = Field(default_factory=EvalSection)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _async_devices_moved(cls, data: Any) -> Any:
+        """async.train_devices / async.rollout_devices moved to the mesh section. An empty list (every
+        config stored before the move has one) is dropped; a listed device is left for
+        `parse_config` to refuse, naming the field's new place."""
+        if isinstance(data, dict) and isinstance(data.get("async"), dict):
+            section = dict(data["async"])
+            for name in MOVED_TO_MESH:
+                if name in section and section[name] in ([], "", None):
+                    del section[name]
+            data = {**data, "async": section}
+        return data
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict with YAML key names ("async", not "async_")."""

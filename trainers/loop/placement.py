@@ -1,14 +1,15 @@
 """Where a run's arrays live: the training state and batches, and the generator's copy of the weights.
 
-The default `Placement()` is the default device for everything. With meshes (from
-`async.train_devices` / `async.rollout_devices`, used with `async.enabled`):
-  - params, optimizer state and reference params are replicated over the train mesh, and every update
-    and log-prob micro-batch is split over it along its batch axis (data parallel: XLA adds the
-    gradient all-reduce);
-  - the generator's weights are replicated over the rollout mesh and each generation call's
-    sequences are split over it.
-So generation and training run on disjoint devices and overlap. Micro-batch sizes must divide by
-the device counts (config validation says which).
+The default `Placement()` is the default device for everything (one device: no mesh, no sharding).
+With the meshes of the config's `mesh` section (`trainers.parallel.mesh`):
+  - params, optimizer state and reference params are split over the train mesh by the logical-axis
+    rules (`trainers.parallel.rules`: FSDP over `fsdp`, heads / MLP width / vocabulary over
+    `tensor`), and every update and log-prob micro-batch is split over data x fsdp along its batch
+    axis;
+  - the generator's weights are on the rollout mesh (or the train mesh, without rollout devices),
+    split by the same rules, and each generation call's sequences are split over its data axes.
+Traced calls run inside `training()` / `generating()`, which set the mesh that the model's
+activation constraints refer to. With separate rollout devices, generation and training overlap.
 """
 
 from __future__ import annotations
@@ -19,75 +20,73 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.sharding import Mesh, NamedSharding
 
 from trainers.config import ExperimentConfig
-
-
-def device_mesh(index_list: list[int], field: str) -> Mesh | None:
-    """A one-axis ("data") mesh over the listed devices; None for an empty list (the default device)."""
-    if not index_list:
-        return None
-    devices = jax.devices()
-    missing = [i for i in index_list if i >= len(devices)]
-    if missing:
-        raise ValueError(f"{field}: device index {missing[0]} is out of range: this process sees {len(devices)} "
-                         "device(s) (on a CPU host, XLA_FLAGS=--xla_force_host_platform_device_count=N gives N)")
-    return Mesh(np.array([devices[i] for i in index_list]), ("data",))
-
-
-def replicated(mesh: Mesh | None) -> NamedSharding | None:
-    return None if mesh is None else NamedSharding(mesh, PartitionSpec())
-
-
-def split_along(mesh: Mesh | None, batch_axis: int) -> NamedSharding | None:
-    """Arrays split along `batch_axis` over the mesh's devices (data parallel)."""
-    return None if mesh is None else NamedSharding(mesh, PartitionSpec(*([None] * batch_axis), "data"))
+from trainers.parallel import rules
+from trainers.parallel.host import put
+from trainers.parallel.mesh import describe, mesh_context, meshes_for
 
 
 @dataclasses.dataclass(frozen=True)
 class Placement:
-    """train_mesh / rollout_mesh: None = the default device."""
+    """train_mesh: None = the default device; rollout_mesh: None = generation uses the train mesh."""
 
     train_mesh: Mesh | None = None
     rollout_mesh: Mesh | None = None
 
     @classmethod
     def from_config(cls, config: ExperimentConfig) -> "Placement":
-        """The async section's device lists when async is enabled; otherwise the default device."""
-        a = config.async_
-        if not a.enabled:
-            return cls()
-        return cls(device_mesh(a.train_devices, "async.train_devices"),
-                   device_mesh(a.rollout_devices, "async.rollout_devices"))
+        """The meshes of the config's `mesh` section (MeshError names the field when the devices
+        cannot form them)."""
+        return cls(*meshes_for(config))
+
+    @property
+    def generation_mesh(self) -> Mesh | None:
+        return self.rollout_mesh if self.rollout_mesh is not None else self.train_mesh
+
+    def training(self):
+        """Context for traced training work (updates, log-prob passes): the train mesh."""
+        return mesh_context(self.train_mesh)
+
+    def generating(self):
+        """Context for traced generation work: the rollout mesh (or the train mesh). Thread-local:
+        the asynchronous collector enters it in its own thread."""
+        return mesh_context(self.generation_mesh)
+
+    def state_shardings(self, tree: Any) -> Any:
+        """Shardings of params / optimizer state on the train mesh (None without a mesh)."""
+        return None if self.train_mesh is None else rules.state_shardings(tree, self.train_mesh)
 
     def train_state(self, tree: Any) -> Any:
-        """Params, optimizer state or reference params, replicated over the train devices."""
-        sharding = replicated(self.train_mesh)
-        return tree if sharding is None else jax.device_put(tree, sharding)
+        """Params, optimizer state or reference params, split over the train mesh."""
+        return tree if self.train_mesh is None else jax.device_put(tree, self.state_shardings(tree))
+
+    def init_optimizer(self, optimizer: Any, params: Any) -> Any:
+        """optimizer.init(params), its state split like the parameters it belongs to."""
+        if self.train_mesh is None:
+            return optimizer.init(params)
+        with self.training():
+            abstract = jax.eval_shape(optimizer.init, params)
+            return jax.jit(optimizer.init, out_shardings=rules.state_shardings(abstract, self.train_mesh))(params)
 
     def train_batch(self, arrays: dict[str, np.ndarray], batch_axis: int) -> dict[str, Any]:
         """An update's (batch_axis 1: [A, M, ...]) or a log-prob pass's (batch_axis 0) inputs, split
-        over the train devices along the batch axis; as they are on the default device."""
-        sharding = split_along(self.train_mesh, batch_axis)
-        if sharding is None:
+        over the train mesh's data x fsdp along the batch axis; as they are on the default device."""
+        if self.train_mesh is None:
             return arrays
-        return {name: jax.device_put(value, sharding) for name, value in arrays.items()}
+        sharding = rules.batch_sharding(self.train_mesh, batch_axis)
+        return {name: put(value, sharding) for name, value in arrays.items()}
 
     def rollout_copy(self, params: Any) -> Any:
-        """The generator's own copy of `params`, replicated over the rollout devices (never the
-        trainer's buffers, which the next update donates)."""
-        if self.rollout_mesh is not None:
-            return jax.device_put(params, replicated(self.rollout_mesh))
+        """The generator's own copy of `params` on the rollout mesh (never the trainer's buffers,
+        which the next update donates)."""
+        mesh = self.generation_mesh
+        if mesh is not None:
+            return jax.device_put(params, rules.state_shardings(params, mesh), may_alias=False)
         return jax.tree.map(jnp.copy, params)
 
-    @property
-    def prompt_sharding(self) -> NamedSharding | None:
-        """Where each generation call's prompts go: split over the rollout devices."""
-        return split_along(self.rollout_mesh, 0)
-
     def describe(self) -> str:
-        def ids(mesh: Mesh | None) -> str:
-            return "default" if mesh is None else str([d.id for d in mesh.devices.flat])
+        rollout = "the train mesh" if self.rollout_mesh is None else describe(self.rollout_mesh)
+        return f"train: {describe(self.train_mesh)}; rollout: {rollout}"
 
-        return f"rollout devices {ids(self.rollout_mesh)}, train devices {ids(self.train_mesh)}"

@@ -26,6 +26,9 @@ from trainers.data.rewards import accuracy, score
 from trainers.data.tasks import TASKS
 from trainers.loop.plan import completion_token_budget, split_sequences
 from trainers.models.generate import SamplingParams, eos_settings, generate, generate_in_flight
+from trainers.parallel.host import put
+from trainers.parallel.mesh import mesh_context
+from trainers.parallel.rules import batch_sharding
 
 PROMPT_BUCKET_TOKENS = 16
 """A pretrained model's prompts are left-padded to a multiple of this many tokens, so steps whose
@@ -228,7 +231,7 @@ def collect_rollout(
     first_prompt: int = 0,
     prompt_count: int | None = None,
     in_flight_chunk_tokens: int = 0,
-    prompt_sharding: Any = None,
+    mesh: Any = None,
 ) -> Rollout:
     """Encode -> generate -> decode -> score -> advantages for prompts
     examples[first_prompt : first_prompt + prompt_count] (default: all), padded as all of `examples`.
@@ -237,8 +240,9 @@ def collect_rollout(
     of `examples` (counting from its first sequence, so first_prompt * G must be a multiple of the
     micro-batch size) is sampled with fold_in(key, k). weights(): see `Weights`; with
     in_flight_chunk_tokens > 0 generation runs in chunks of that many decode steps and takes the
-    newest weights before each (`generate.generate_in_flight`). prompt_sharding: where each call's
-    prompts go (split over the rollout devices); None = as they are, with the params.
+    newest weights before each (`generate.generate_in_flight`). mesh: the device mesh the
+    weights live on (`Placement.generation_mesh`): each call's sequences are split over its data
+    axes and generation is traced under it; None = the default device.
     `generate_s` is the wall time of this call.
     """
     t0 = time.perf_counter()
@@ -258,17 +262,19 @@ def collect_rollout(
     out_tokens, out_mask, out_logprobs, out_versions = [], [], [], []
     for k, s in enumerate(split_sequences(count * g, micro)):
         call_tokens, call_valid = prompt_tokens[s.start:s.stop], prompt_valid[s.start:s.stop]
-        if prompt_sharding is not None:
-            call_tokens, call_valid = jax.device_put((call_tokens, call_valid), prompt_sharding)
+        if mesh is not None:
+            rows = batch_sharding(mesh, 0)
+            call_tokens, call_valid = put(call_tokens, rows), put(call_valid, rows)
         call_key = jax.random.fold_in(key, first_call + k)
-        if in_flight_chunk_tokens:
-            result = generate_in_flight(graphdef, weights, call_tokens, call_valid, call_key, sampling,
-                                        in_flight_chunk_tokens)
-            versions = result.token_versions
-        else:
-            params, version = weights()
-            result = generate(graphdef, params, call_tokens, call_valid, call_key, sampling)
-            versions = np.full(result.tokens.shape, version, np.int32)
+        with mesh_context(mesh):
+            if in_flight_chunk_tokens:
+                result = generate_in_flight(graphdef, weights, call_tokens, call_valid, call_key, sampling,
+                                            in_flight_chunk_tokens)
+                versions = result.token_versions
+            else:
+                params, version = weights()
+                result = generate(graphdef, params, call_tokens, call_valid, call_key, sampling)
+                versions = np.full(result.tokens.shape, version, np.int32)
         out_tokens.append(result.tokens)
         out_mask.append(result.mask)
         out_logprobs.append(result.logprobs)

@@ -95,7 +95,7 @@ class SyncRolloutSource:
             raise ValueError(f"step {step} needs weights of version {step}; the newest published are {self.version}")
         examples = c.stream.take(c.plan.data_position_at(step), c.plan.prompts_per_step)
         rollout = collect_rollout(c.graphdef, lambda: (self.params, self.version), examples, c.spec,
-                                  jax.random.fold_in(c.base_key, step))
+                                  jax.random.fold_in(c.base_key, step), mesh=c.placement.train_mesh)
         self.params = None  # the next update donates these buffers
         return rollout
 

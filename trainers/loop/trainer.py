@@ -13,7 +13,8 @@ Each step walks the batch plan:
      when due.
 
 Where arrays live is the trainer's `Placement` (`trainers.loop.placement`): the default device, or the
-train and rollout device meshes of `async.train_devices` / `async.rollout_devices`.
+train and rollout device meshes of the config's `mesh` section, with parameters, optimizer state and
+batches split by the logical-axis rules of `trainers.parallel.rules`.
 
 Everything random derives from `config.seed`: the step's sampling key is fold_in(seed key, step),
 so a resumed run draws exactly what an uninterrupted one would.
@@ -52,6 +53,7 @@ from trainers.loop.rollout_source import (
 from trainers.loop.update import MAX_METRICS, make_logprob_fn, make_update_fn
 from trainers.loop.policy import initial_params, model_config_for, tokenizer_for
 from trainers.models.transformer import param_count
+from trainers.parallel.host import to_host
 
 
 def params_digest(params: Any) -> str:
@@ -153,6 +155,7 @@ class GRPOTrainer:
             check_prompts_fit(self.spec, self.eval_examples[: config.eval.prompts or None], "eval")
         self.model_config = model_config_for(config)
         self.graphdef, params = initial_params(config, self.model_config)
+        params = self.placement.train_state(params)
         if init_checkpoint is not None:
             params = restore_params_at(init_checkpoint, params)
         self.init_checkpoint = init_checkpoint
@@ -161,8 +164,7 @@ class GRPOTrainer:
         self.ref_params = jax.tree.map(jnp.copy, params) if self.plan.needs_reference else None
         self.schedule = make_schedule(config.optimizer, self.plan.optimizer_updates_per_step, config.train.max_steps)
         self.optimizer = make_optimizer(config.optimizer, self.schedule)
-        self.state = _State(params, self.optimizer.init(params), 0, 0)
-        self._place_training_state()
+        self.state = _State(params, self.placement.init_optimizer(self.optimizer, params), 0, 0)
         self.base_key = jax.random.key(config.seed)
         self.source: RolloutSource = (source or rollout_source_for(config))(RolloutContext(
             config=config, plan=self.plan, spec=self.spec, graphdef=self.graphdef, stream=self.stream,
@@ -178,6 +180,7 @@ class GRPOTrainer:
         self.update_fn = make_update_fn(
             self.graphdef, self.optimizer, self.loss_cfg, self.logprob_temperature,
             self.plan.needs_old_logprobs, importance=self.source.importance,
+            state_shardings=self.placement.state_shardings((self.state.params, self.state.opt_state)),
         )
         c = config.checkpoint
         self.checkpointer = Checkpointer(os.path.join(self.run_dir, "checkpoints"), c.keep_last,
@@ -233,9 +236,10 @@ class GRPOTrainer:
                                             "prompt_valid": r.prompt_valid[s.start:s.stop],
                                             "completion_tokens": r.completion_tokens[s.start:s.stop],
                                             "completion_mask": r.completion_mask[s.start:s.stop]}, batch_axis=0)
-            parts.append(self.logprob_fn(params, a["prompt_tokens"], a["prompt_valid"], a["completion_tokens"],
-                                         a["completion_mask"], prompt_group=group))
-        return np.concatenate([np.asarray(p) for p in parts])
+            with self.placement.training():
+                parts.append(self.logprob_fn(params, a["prompt_tokens"], a["prompt_valid"], a["completion_tokens"],
+                                             a["completion_mask"], prompt_group=group))
+        return np.concatenate([to_host(p) for p in parts])
 
     def train_on(self, r: Rollout) -> dict[str, float] | None:
         """All optimizer updates of one step on rollout `r`; None if stopped between updates.
@@ -286,8 +290,9 @@ class GRPOTrainer:
                 trained_sequences += update.sequences.size
             group = shared_prompt_group(stacked["prompt_tokens"], stacked["prompt_valid"], self.plan.num_generations)
             batch = self.placement.train_batch(stacked, batch_axis=1)
-            params, opt_state, metrics = self.update_fn(self.state.params, self.state.opt_state, batch,
-                                                        prompt_group=group)
+            with self.placement.training():
+                params, opt_state, metrics = self.update_fn(self.state.params, self.state.opt_state, batch,
+                                                            prompt_group=group)
             self.state.params, self.state.opt_state = params, opt_state
             for k, v in metrics.items():
                 combine = max if k in MAX_METRICS else (lambda a, b: a + b)
@@ -308,14 +313,15 @@ class GRPOTrainer:
         key = jax.random.fold_in(jax.random.fold_in(self.base_key, self.state.step), 1 << 20)
         weights = lambda: (self.state.params, self.state.step)  # noqa: E731
         e = self.config.eval
-        r = collect_rollout(self.graphdef, weights, examples, self.spec.for_evaluation(e.temperature), key)
+        mesh = self.placement.train_mesh
+        r = collect_rollout(self.graphdef, weights, examples, self.spec.for_evaluation(e.temperature), key, mesh=mesh)
         out = {"eval/reward_mean": float(np.mean(r.rewards)), "eval/accuracy": float(np.mean(r.correct))}
         evaluated = [{**sample, "kind": "eval"} for sample in r.samples(self.config.train.samples_per_step)]
         if evaluated:
             self.hooks.on_samples(self.state.step, evaluated)
         if e.samples_per_prompt > 1:
             spec = self.spec.for_evaluation(self.config.rollout.temperature, e.samples_per_prompt)
-            sampled = collect_rollout(self.graphdef, weights, examples, spec, jax.random.fold_in(key, 1))
+            sampled = collect_rollout(self.graphdef, weights, examples, spec, jax.random.fold_in(key, 1), mesh=mesh)
             out["eval/pass@k"] = pass_at_k(sampled.correct.reshape(len(examples), e.samples_per_prompt))
         return out
 

@@ -54,6 +54,7 @@ def make_update_fn(
     temperature: float,
     use_old_logprobs: bool,
     importance: ImportanceConfig | None = None,
+    state_shardings: tuple[Any, Any] | None = None,
 ) -> Callable:
     """jit(params, opt_state, batch, prompt_group=1) -> (params, opt_state, metrics) for one optimizer
     update. prompt_group (static) = G when every micro-batch is whole groups of G rows sharing a
@@ -71,6 +72,10 @@ def make_update_fn(
     exactly 1 (decode-vs-forward rounding and the sampler's truncation are not a policy lag; the
     synchronous loop treats such rows the same way). The weights multiply the loss weights
     (`loss.policy_loss(is_weights=...)`), and the is/* metrics come back with the others.
+
+    state_shardings: (params, optimizer state) shardings on a mesh (`Placement.state_shardings`):
+    the updated state keeps them (the gradients are reduce-scattered into the parameters' FSDP
+    shards) and the metrics come back replicated. None = one device.
     """
     use_ref = loss_cfg.beta > 0
 
@@ -113,5 +118,11 @@ def make_update_fn(
         params = optax.apply_updates(params, updates)
         return params, opt_state, metrics
 
-    return jax.jit(update, donate_argnums=(0, 1), static_argnames=("prompt_group",))
+    if state_shardings is None:
+        return jax.jit(update, donate_argnums=(0, 1), static_argnames=("prompt_group",))
+    params_sharding, opt_sharding = state_shardings
+    metrics_sharding = jax.sharding.NamedSharding(jax.tree.leaves(params_sharding)[0].mesh,
+                                                  jax.sharding.PartitionSpec())
+    return jax.jit(update, donate_argnums=(0, 1), static_argnames=("prompt_group",),
+                   out_shardings=(params_sharding, opt_sharding, metrics_sharding))
 

@@ -6,6 +6,11 @@ embedding, optionally with Llama 3 frequency scaling) -> residual, RMSNorm -> Sw
 down) -> residual. Then a final RMSNorm and the LM head (tied to the token embedding when
 `tie_embeddings`). `trainers.models.hf_weights` loads Hugging Face checkpoints into it.
 
+Parallelism: every parameter names the logical axes of its dimensions (`out_sharding=` on its
+`nnx.Param`: embed, heads, kv_heads, mlp, vocab, norm) and activations are constrained by logical
+axes (`constrain`); `trainers.parallel.rules` maps both to mesh axes. Without a mesh the
+constraints are no-ops and the program is the single-device one.
+
 Mixed precision: parameters are always float32 (the master weights the optimizer updates); the
 forward pass computes in `cfg.dtype` (each weight is cast where it is used), RMSNorm and softmax in
 float32, and logits come out in float32. `cfg.remat` recomputes each block's activations in the
@@ -29,6 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from trainers.parallel.rules import active_axis_size, constrain
 from trainers.models.presets import (  # the chunk sizes live with the shapes: the JAX-free memory estimate reads them
     ACCELERATOR_LOGITS_CHUNK_ELEMENTS,
     LOGITS_CHUNK_ELEMENTS,
@@ -47,6 +53,14 @@ _MASKED_SCORE = float(jnp.finfo(jnp.float32).min)  # finite: fully-masked rows g
 
 _INIT_STD = 0.02  # normal(0, 0.02) for every matrix, as in the Hugging Face Qwen3 initialiser
 
+_BATCH_HIDDEN = ("batch", None, None)  # [B,T,H] activations: split by rows, hidden whole
+
+
+def _axes(*logical: str) -> dict:
+    """nnx.Param metadata naming a parameter's logical axes (`trainers.parallel.rules` maps them to
+    mesh axes); never sharded at creation: the trainer places parameters itself."""
+    return {"out_sharding": logical, "eager_sharding": False}
+
 
 # ----------------------------------------------------------------------------------------------
 # Modules
@@ -57,7 +71,7 @@ class RMSNorm(nnx.Module):
     """RMSNorm over the last axis, computed in float32, output in the input dtype. scale: [dim]."""
 
     def __init__(self, dim: int, eps: float):
-        self.scale = nnx.Param(jnp.ones((dim,), dtype=jnp.float32))
+        self.scale = nnx.Param(jnp.ones((dim,), dtype=jnp.float32), **_axes("norm"))
         self.eps = eps
 
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -79,12 +93,15 @@ def matmul_2d(x: jax.Array, kernel: jax.Array, out_dtype=None) -> jax.Array:
 
 class Linear(nnx.Module):
     """Projection y = x @ kernel (+ bias), computed in x's dtype; kernel [in_features, out_features]
-    float32, bias [out_features] float32 when use_bias; x [..., in] -> [..., out]."""
+    float32, bias [out_features] float32 when use_bias; x [..., in] -> [..., out]. axes: the logical
+    axes of (in_features, out_features)."""
 
-    def __init__(self, in_features: int, out_features: int, rngs: nnx.Rngs, use_bias: bool = False):
+    def __init__(self, in_features: int, out_features: int, rngs: nnx.Rngs, use_bias: bool = False,
+                 axes: tuple[str, str] = ("embed", "embed")):
         self.kernel = nnx.Param(
-            nnx.initializers.normal(_INIT_STD)(rngs.params(), (in_features, out_features), jnp.float32))
-        self.bias = nnx.Param(jnp.zeros((out_features,), jnp.float32)) if use_bias else None
+            nnx.initializers.normal(_INIT_STD)(rngs.params(), (in_features, out_features), jnp.float32),
+            **_axes(*axes))
+        self.bias = nnx.Param(jnp.zeros((out_features,), jnp.float32), **_axes(axes[1])) if use_bias else None
 
     def __call__(self, x: jax.Array) -> jax.Array:
         y = matmul_2d(x, self.kernel[...].astype(x.dtype))
@@ -132,10 +149,12 @@ class Attention(nnx.Module):
         self.num_heads = cfg.num_heads
         self.num_kv_heads = cfg.num_kv_heads
         self.head_dim = cfg.head_dim
-        self.q_proj = Linear(cfg.hidden_size, cfg.num_heads * cfg.head_dim, rngs, cfg.qkv_bias)
-        self.k_proj = Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, rngs, cfg.qkv_bias)
-        self.v_proj = Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, rngs, cfg.qkv_bias)
-        self.o_proj = Linear(cfg.num_heads * cfg.head_dim, cfg.hidden_size, rngs, cfg.o_bias)
+        self.q_proj = Linear(cfg.hidden_size, cfg.num_heads * cfg.head_dim, rngs, cfg.qkv_bias, ("embed", "heads"))
+        self.k_proj = Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, rngs, cfg.qkv_bias,
+                             ("embed", "kv_heads"))
+        self.v_proj = Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, rngs, cfg.qkv_bias,
+                             ("embed", "kv_heads"))
+        self.o_proj = Linear(cfg.num_heads * cfg.head_dim, cfg.hidden_size, rngs, cfg.o_bias, ("heads", "embed"))
         if cfg.qk_norm:
             self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_eps)
             self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_eps)
@@ -159,6 +178,9 @@ class Attention(nnx.Module):
         q = self.q_proj(x).reshape(batch, num_tokens, self.num_heads, self.head_dim)
         k = self.k_proj(x).reshape(batch, num_tokens, self.num_kv_heads, self.head_dim)
         v = self.v_proj(x).reshape(batch, num_tokens, self.num_kv_heads, self.head_dim)
+        q = constrain(q, ("batch", None, "act_heads", None))
+        k = constrain(k, ("batch", None, "act_kv_heads", None))
+        v = constrain(v, ("batch", None, "act_kv_heads", None))
         if self.q_norm is not None:
             q = self.q_norm(q)
             k = self.k_norm(k)
@@ -172,6 +194,8 @@ class Attention(nnx.Module):
             keys = jax.lax.dynamic_update_slice(cache_keys, keys.astype(cache_keys.dtype), (0, 0, 0, cache_index))
             values = jax.lax.dynamic_update_slice(cache_values, values.astype(cache_values.dtype),
                                                   (0, 0, cache_index, 0))
+        keys = constrain(keys, ("batch", "act_kv_heads", None, None))
+        values = constrain(values, ("batch", "act_kv_heads", None, None))
 
         # Query head h uses kv head h // G (grouped-query attention; see KVCache for the layouts).
         q = q.reshape(batch, num_tokens, self.num_kv_heads, groups, self.head_dim).transpose(0, 2, 3, 1, 4)
@@ -181,19 +205,21 @@ class Attention(nnx.Module):
         probs = jax.nn.softmax(scores, axis=-1).astype(values.dtype)
         out = jnp.einsum("bkgts,bksd->bkgtd", probs, values)  # [B,KVH,G,T,D]
         out = out.transpose(0, 3, 1, 2, 4).reshape(batch, num_tokens, self.num_heads * self.head_dim)
-        return self.o_proj(out), (keys, values)
+        out = constrain(out, ("batch", None, "act_heads"))
+        return constrain(self.o_proj(out), _BATCH_HIDDEN), (keys, values)
 
 
 class MLP(nnx.Module):
     """SwiGLU: down(silu(gate(x)) * up(x)). x [B,T,H] -> [B,T,H]."""
 
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
-        self.gate_proj = Linear(cfg.hidden_size, cfg.mlp_size, rngs)
-        self.up_proj = Linear(cfg.hidden_size, cfg.mlp_size, rngs)
-        self.down_proj = Linear(cfg.mlp_size, cfg.hidden_size, rngs)
+        self.gate_proj = Linear(cfg.hidden_size, cfg.mlp_size, rngs, axes=("embed", "mlp"))
+        self.up_proj = Linear(cfg.hidden_size, cfg.mlp_size, rngs, axes=("embed", "mlp"))
+        self.down_proj = Linear(cfg.mlp_size, cfg.hidden_size, rngs, axes=("mlp", "embed"))
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        return self.down_proj(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x))
+        inner = constrain(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x), ("batch", None, "act_mlp"))
+        return constrain(self.down_proj(inner), _BATCH_HIDDEN)
 
 
 class Block(nnx.Module):
@@ -219,14 +245,16 @@ class Transformer(nnx.Module):
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
         self.cfg = cfg
         self.embed = nnx.Param(
-            nnx.initializers.normal(_INIT_STD)(rngs.params(), (cfg.vocab_size, cfg.hidden_size), jnp.float32))
+            nnx.initializers.normal(_INIT_STD)(rngs.params(), (cfg.vocab_size, cfg.hidden_size), jnp.float32),
+            **_axes("vocab", "embed"))
         self.blocks = nnx.List([Block(cfg, rngs) for _ in range(cfg.num_layers)])
         self.final_norm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
         if cfg.tie_embeddings:
             self.lm_head = None
         else:
             self.lm_head = nnx.Param(
-                nnx.initializers.normal(_INIT_STD)(rngs.params(), (cfg.hidden_size, cfg.vocab_size), jnp.float32))
+                nnx.initializers.normal(_INIT_STD)(rngs.params(), (cfg.hidden_size, cfg.vocab_size), jnp.float32),
+                **_axes("embed", "vocab"))
 
     def __call__(self, tokens: jax.Array, positions: jax.Array, attn_mask: jax.Array,
                  kv_cache: KVCache | None = None,
@@ -236,7 +264,10 @@ class Transformer(nnx.Module):
         Returns (hidden [B,T,H] after the final norm, in the model dtype; kv cache), see
         Attention.__call__ for the cache semantics. Use `logits` to project hidden states.
         """
-        x = jnp.take(self.embed[...], tokens, axis=0).astype(self.cfg.dtype)  # [B,T,H]
+        # The lookup gathers the table's fsdp shards first (as FSDP does for every weight it uses); a
+        # vocabulary split over `tensor` stays split (each device looks up its own rows).
+        table = constrain(self.embed[...], ("vocab", None))
+        x = constrain(jnp.take(table, tokens, axis=0).astype(self.cfg.dtype), _BATCH_HIDDEN)  # [B,T,H]
         inv_freq = rope_inv_freq(self.cfg.head_dim, self.cfg.rope_theta, self.cfg.rope_scaling)
         sin, cos = rope_sin_cos(positions, inv_freq)
         new_cache: KVCache = []
@@ -374,7 +405,12 @@ def token_logprobs_and_entropy(model: Transformer, hidden: jax.Array, tokens: ja
     LOGITS_CHUNK_ELEMENTS / V positions (a `lax.map`), each chunk under `jax.checkpoint`, so the
     forward keeps one chunk's logits at a time and the backward recomputes them chunk by chunk
     (one extra LM-head matmul) instead of holding several [B,L,V] float32 buffers.
+
+    On a mesh (`_sharded_token_logprobs`) the chunks keep every row (split over the batch axes) and
+    take a span of positions, and the logits stay split over the vocabulary.
     """
+    if not jax.sharding.get_abstract_mesh().empty:
+        return _sharded_token_logprobs(model, hidden, tokens, temperature)
     batch, length, width = hidden.shape
     positions = batch * length
     elements = LOGITS_CHUNK_ELEMENTS if jax.default_backend() == "cpu" else ACCELERATOR_LOGITS_CHUNK_ELEMENTS
@@ -396,6 +432,38 @@ def token_logprobs_and_entropy(model: Transformer, hidden: jax.Array, tokens: ja
     token_logprobs, entropy = jax.lax.map(lambda args: one_chunk(*args), (flat_hidden, flat_tokens))
     unpad = lambda x: x.reshape(num_chunks * chunk)[:positions].reshape(batch, length)  # noqa: E731
     return unpad(token_logprobs), unpad(entropy)
+
+
+def _sharded_token_logprobs(model: Transformer, hidden: jax.Array, tokens: jax.Array,
+                            temperature: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """`token_logprobs_and_entropy` on a mesh: chunks of [B, span] positions (rows split over the
+    batch axes, logits [B, span, V] split over the vocabulary axis), so no device ever holds a whole
+    row of logits and no chunk lives on only part of the mesh. The picked token's logit is a masked
+    sum over the vocabulary (a gather along a split axis would gather the logits)."""
+    batch, length, width = hidden.shape
+    vocab = model.cfg.vocab_size
+    devices = active_axis_size("data") * active_axis_size("fsdp") * active_axis_size("tensor")
+    elements = LOGITS_CHUNK_ELEMENTS if jax.default_backend() == "cpu" else ACCELERATOR_LOGITS_CHUNK_ELEMENTS
+    span = max(1, min(length, elements * devices // (vocab * batch)))
+    num_chunks = -(-length // span)
+    pad = num_chunks * span - length
+    chunked_hidden = jnp.pad(hidden, ((0, 0), (0, pad), (0, 0))).reshape(batch, num_chunks, span, width)
+    chunked_tokens = jnp.pad(tokens.astype(jnp.int32), ((0, 0), (0, pad))).reshape(batch, num_chunks, span)
+
+    @jax.checkpoint
+    def one_chunk(chunk_hidden, chunk_tokens):  # [B,span,H], [B,span]
+        chunk_hidden = constrain(chunk_hidden, _BATCH_HIDDEN)
+        logits = constrain(model.logits(chunk_hidden) / temperature, ("batch", None, "act_vocab"))  # [B,span,V]
+        log_norm = jax.nn.logsumexp(logits, axis=-1)
+        picked = jnp.sum(jnp.where(chunk_tokens[..., None] == jnp.arange(vocab), logits, 0.0), axis=-1)
+        probs = jnp.exp(logits - log_norm[..., None])
+        entropy = log_norm - jnp.sum(probs * logits, axis=-1)
+        return picked - log_norm, entropy
+
+    token_logprobs, entropy = jax.lax.map(lambda args: one_chunk(*args),
+                                          (chunked_hidden.transpose(1, 0, 2, 3), chunked_tokens.transpose(1, 0, 2)))
+    unchunk = lambda x: x.transpose(1, 0, 2).reshape(batch, num_chunks * span)[:, :length]  # noqa: E731
+    return unchunk(token_logprobs), unchunk(entropy)
 
 
 def param_count(params: nnx.State) -> int:

@@ -1,0 +1,28 @@
+"""Moving arrays between the host and a mesh that may span several processes.
+
+`put` makes a global array from a host array that every process holds whole (each process places
+only the slices its own devices hold); `to_host` brings a (possibly sharded) array back whole to
+every process. On one process both are plain transfers.
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+from jax.sharding import Sharding
+
+
+def put(array: np.ndarray, sharding: Sharding) -> jax.Array:
+    """A host array (the same on every process) as a global array with `sharding`."""
+    array = np.asarray(array)
+    return jax.make_array_from_callback(array.shape, sharding, lambda index: array[index])
+
+
+def to_host(array: jax.Array | np.ndarray) -> np.ndarray:
+    """The whole array as numpy, on every process (gathered across processes when this process's
+    devices hold only part of it)."""
+    if isinstance(array, jax.Array) and not array.is_fully_addressable and not array.is_fully_replicated:
+        from jax.experimental import multihost_utils
+
+        return np.asarray(multihost_utils.process_allgather(array, tiled=True))
+    return np.asarray(array)
