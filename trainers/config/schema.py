@@ -42,7 +42,7 @@ class ModelSection(_Section):
         "tokenizer. null = a randomly initialised model.preset."
     )
     preset: str = Field("tiny", description="Named size of a randomly initialised model (when model.path is null): "
-                        "tiny, small, w1, base, qwen3-0.6b.")
+                        "tiny, small, w1, base, qwen3-0.6b, smollm2-135m, qwen2-0.5b.")
     dtype: Literal["float32", "bfloat16"] = Field(
         "float32", description="Compute dtype. Parameters (master weights), optimizer state, log-probs and the "
         "loss stay float32."

@@ -67,4 +67,12 @@ PRESETS: dict[str, ModelConfig] = {
     "qwen3-0.6b": ModelConfig(vocab_size=151936, num_layers=28, hidden_size=1024, mlp_size=3072,
                               num_heads=16, head_dim=128, num_kv_heads=8, rope_theta=1_000_000.0,
                               tie_embeddings=True),
+    # SmolLM2-135M's shape (HuggingFaceTB/SmolLM2-135M config.json), randomly initialised: bench/scale.py.
+    "smollm2-135m": ModelConfig(vocab_size=49152, num_layers=30, hidden_size=576, mlp_size=1536,
+                                num_heads=9, head_dim=64, num_kv_heads=3, rope_theta=100_000.0, rms_eps=1e-5,
+                                qk_norm=False, tie_embeddings=True),
+    # Qwen2-0.5B's shape (Qwen/Qwen2-0.5B config.json: bias on q/k/v, no q/k norm), randomly initialised.
+    "qwen2-0.5b": ModelConfig(vocab_size=151936, num_layers=24, hidden_size=896, mlp_size=4864,
+                              num_heads=14, head_dim=64, num_kv_heads=2, rope_theta=1_000_000.0,
+                              qk_norm=False, tie_embeddings=True, qkv_bias=True),
 }
