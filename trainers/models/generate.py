@@ -22,6 +22,7 @@ import numpy as np
 from flax import nnx
 
 from trainers.models import transformer as model_lib
+from trainers.parallel.host import to_host
 
 
 @dataclasses.dataclass(frozen=True)
@@ -230,11 +231,11 @@ def _check_prompts(sampling: SamplingParams, prompt_valid, prompt_tokens=None) -
         raise ValueError(f"max_new_tokens must be >= 1, got {sampling.max_new_tokens}")
     group = sampling.prompt_group
     if group > 1 and prompt_tokens is not None:
-        tokens = np.asarray(prompt_tokens)
+        tokens = to_host(prompt_tokens)
         if tokens.shape[0] % group or not np.all(tokens.reshape(-1, group, tokens.shape[1]) == tokens[::group, None]):
             raise ValueError(f"prompt_group={group}: the rows must be consecutive groups of {group} copies of "
                              "one prompt")
-    last_column_valid = np.asarray(prompt_valid)[:, -1]
+    last_column_valid = to_host(prompt_valid)[:, -1]
     if not np.all(last_column_valid):
         raise ValueError("prompts must be LEFT-padded: prompt_valid[:, -1] is False for rows "
                          f"{np.flatnonzero(~last_column_valid.astype(bool)).tolist()}")
@@ -248,14 +249,15 @@ def generate(graphdef: nnx.GraphDef, params: nnx.State, prompt_tokens, prompt_va
     (every row needs at least one valid token). New token i of row b gets RoPE position
     (number of valid prompt tokens of b) + i, so `model.completion_logprobs` on
     (prompt, result.tokens, result.mask) reproduces result.logprobs when no top-k / top-p filter is
-    set (with one, result.logprobs are the renormalised ones: see `sample_token`). Returns numpy arrays.
+    set (with one, result.logprobs are the renormalised ones: see `sample_token`). Returns numpy arrays,
+    whole on every process (`host.to_host`: gathered when the batch is split over several processes).
     """
     _check_prompts(sampling, prompt_valid, prompt_tokens)
     tokens, logprobs, mask, lengths, decode_steps = _generate_jit(
         graphdef, params, jnp.asarray(prompt_tokens, jnp.int32), jnp.asarray(prompt_valid, jnp.bool_),
         rng_key, sampling)
-    return GenerationResult(tokens=np.asarray(tokens), logprobs=np.asarray(logprobs), mask=np.asarray(mask),
-                            lengths=np.asarray(lengths), decode_steps=int(decode_steps))
+    return GenerationResult(tokens=to_host(tokens), logprobs=to_host(logprobs), mask=to_host(mask),
+                            lengths=to_host(lengths), decode_steps=int(to_host(decode_steps)))
 
 
 def generate_in_flight(graphdef: nnx.GraphDef, weights: Callable[[], tuple[nnx.State, int]], prompt_tokens,
@@ -293,6 +295,6 @@ def generate_in_flight(graphdef: nnx.GraphDef, weights: Callable[[], tuple[nnx.S
             break  # the chunk just dispatched has nothing to do
         previous_finished = finished
     tokens, logprobs, mask, lengths, decode_steps = _outputs(state)
-    return GenerationResult(tokens=np.asarray(tokens), logprobs=np.asarray(logprobs), mask=np.asarray(mask),
-                            lengths=np.asarray(lengths), decode_steps=int(decode_steps),
+    return GenerationResult(tokens=to_host(tokens), logprobs=to_host(logprobs), mask=to_host(mask),
+                            lengths=to_host(lengths), decode_steps=int(to_host(decode_steps)),
                             token_versions=token_versions)
