@@ -16,11 +16,13 @@ Figures:
                  shapes, after compile: the `generate` calls of `collect_rollout` timed on their own
                  (no reward scoring), on step 0's prompts with the trained weights.
   MFU            model FLOPs a step executes (bench/grpo_step.py's `step_model_flops` on the steady
-                 steps' mean prompt and completion lengths, less the prefills the G completions of
-                 a prompt share (in generation; in the log-prob passes and the update when they
-                 ran with prompt_group=G), with the update's FLOPs scaled by the mean
-                 train/trained_sequence_fraction) / step_s / this machine's measured float32
-                 matmul peak (grpo_step.py's `matmul_peak_flops`).
+                 steps' mean prompt and completion lengths, each phase with the prompt_group it
+                 ran with: the G completions of a prompt share one prefill in generation, and in
+                 the log-prob passes and the update when they ran with prompt_group=G; the LM head
+                 only where it runs; the update's FLOPs scaled by the mean
+                 train/trained_sequence_fraction) / step_s / the peak (grpo_step.py's
+                 `peak_flops`: this machine's measured matmul peak in the run's dtype, or a known
+                 accelerator's datasheet figure).
   compiles       XLA compilations (executables built or loaded from the persistent cache) during
                  the steady-state steps, counted with a `jax.monitoring` listener on JAX's
                  backend-compile event; also retraces (jaxpr trace events). 0 is the goal: a
@@ -57,7 +59,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from grpo_step import matmul_peak_flops, step_model_flops  # noqa: E402
+from grpo_step import peak_flops, step_model_flops  # noqa: E402
 
 DEFAULT_CONFIG = os.path.join(ROOT, "configs", "smollm2-arith.yaml")
 MEMORY_MODES = ("float32", "bfloat16", "float32+remat", "bfloat16+remat")
@@ -232,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
 
     overrides = [f"train.max_steps={args.steps}", "checkpoint.every_steps=0", "eval.every_steps=0", *args.set]
     config = load_config(args.config, overrides)
-    peak = matmul_peak_flops()
+    peak, peak_source = peak_flops(jax.devices()[0], config.model.dtype)
 
     rows: list[dict[str, float]] = []
 
@@ -317,23 +319,16 @@ def main(argv: list[str] | None = None) -> int:
     train_s = statistics.median(r["timing/train_s"] for r in steady)
     prompt_tokens = statistics.mean(p for p, _ in steady_lengths)
     completion_tokens = statistics.mean(c for _, c in steady_lengths)
-    flops = step_model_flops(trainer.model_config, plan, int(round(prompt_tokens)), completion_tokens)
-    # Count the FLOPs the step executes: the G completions of a prompt share one prefill (in the
-    # log-prob passes and the update too when they ran with prompt_group=G: each prompt once per
-    # group), and only `train/trained_sequence_fraction` of the sequences go through the update
-    # (flat groups skipped).
-    from trainers.models.transformer import forward_flops_per_token
-
-    prefill_flops = sum(forward_flops_per_token(trainer.model_config, t + 1) for t in range(int(round(prompt_tokens))))
-    repeated_prefill_flops = (plan.sequences_per_step - plan.prompts_per_step) * prefill_flops
-    flops["generation"] -= repeated_prefill_flops
-    if logprob_groups == {plan.num_generations}:
-        flops["old_logprobs"] -= repeated_prefill_flops if flops["old_logprobs"] else 0.0
-        flops["reference_logprobs"] -= repeated_prefill_flops if flops["reference_logprobs"] else 0.0
-    if batch_shapes and batch_shapes[0][1].get("prompt_group", 1) == plan.num_generations:
-        flops["train"] -= 3 * plan.num_iterations * repeated_prefill_flops
+    # Count the FLOPs the step executes: each phase with the prompt_group it ran with (the G completions
+    # of a prompt share one prefill), and only `train/trained_sequence_fraction` of the sequences go
+    # through the update (flat groups skipped).
     trained_fraction = statistics.mean(r.get("train/trained_sequence_fraction", 1.0) for r in steady)
-    flops["train"] *= trained_fraction
+    flops = step_model_flops(
+        trainer.model_config, plan, prompt_tokens, completion_tokens,
+        generation_group=min(generation["prompt_group"]),
+        logprob_group=min(logprob_groups) if logprob_groups else 1,
+        update_group=batch_shapes[0][1].get("prompt_group", 1) if batch_shapes else 1,
+        trained_fraction=trained_fraction)
     total_flops = sum(flops.values())
     mfu = total_flops / step_s / peak
     gen_per_s = generation["generated_tokens_per_s"]
@@ -356,7 +351,8 @@ def main(argv: list[str] | None = None) -> int:
         "trained_sequence_fraction_mean": trained_fraction,
         "model_gflops_per_step": total_flops / 1e9,
         "gflops_by_phase": {k: v / 1e9 for k, v in flops.items()},
-        "matmul_peak_gflops": peak / 1e9,
+        "peak_gflops": peak / 1e9,
+        "peak_source": peak_source,
         "mfu": mfu,
         "compiles_in_warmup": len(warmup_compiles),
         "compiles_in_steady_state": len(steady_compiles),
@@ -382,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  prefill sharing: prompt_group=1 {unshared['generate_s']:.3f} s ({unshared['generated_tokens_per_s']:.0f} "
               f"tokens/s, decode steps {unshared['decode_steps']}) vs prompt_group={plan.num_generations} "
               f"{generation['generate_s']:.3f} s: x{figures['shared_prefill_speedup']:.2f}")
-    print(f"  model FLOPs/step {total_flops / 1e9:.1f} GFLOP; float32 matmul peak {peak / 1e9:.0f} GFLOP/s; "
+    print(f"  model FLOPs/step {total_flops / 1e9:.1f} GFLOP executed; {peak_source} {peak / 1e9:.0f} GFLOP/s; "
           f"MFU {mfu * 100:.1f}%")
     print(f"  compiles in steady state: {len(steady_compiles)}"
           + (f" ({', '.join(sorted(set(steady_compiles)))})" if steady_compiles else "")

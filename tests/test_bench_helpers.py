@@ -18,6 +18,7 @@ if BENCH not in sys.path:
     sys.path.insert(0, BENCH)
 
 import compare_tunix_real  # noqa: E402
+import grpo_step  # noqa: E402
 import make_tiny_llama  # noqa: E402
 import real_model  # noqa: E402
 import tunix_harness  # noqa: E402
@@ -138,3 +139,67 @@ def test_r1_prompts_are_44_to_48_chatml_tokens_without_the_pad_id(smollm2_dir):
     assert len(ids) >= 8
     assert all(44 <= len(i) <= 48 for i in ids)
     assert not any(16 in i for i in ids)  # tunix_r1's pad id for SmolLM2 (<empty_output>)
+
+
+# A model small enough to count by hand: per layer, attention 4x(2+2)x2 + 2x2x4 = 48 matmul parameters and
+# MLP 3x4x8 = 96, so 2 x 144 = 288 FLOPs a token; attention 1 layer x 4 x 2 heads x 2 = 16 FLOPs per
+# context position; LM head 2 x 4 x 10 = 80 FLOPs a position.
+HAND = dict(vocab_size=10, num_layers=1, hidden_size=4, mlp_size=8, num_heads=2, head_dim=2, num_kv_heads=1)
+
+
+def test_layer_and_lm_head_flops_by_hand():
+    from trainers.models.presets import ModelConfig
+    from trainers.models.transformer import forward_flops_per_token
+
+    cfg = ModelConfig(**HAND)
+    assert grpo_step.layer_flops(cfg, 0, 3) == 288 * 3 + 16 * (1 + 2 + 3)  # 960
+    assert grpo_step.layer_flops(cfg, 3, 2) == 288 * 2 + 16 * (4 + 5)  # 720
+    assert grpo_step.lm_head_flops(cfg, 3) == 240
+    for t in (0, 5, 17):  # one position with the LM head is the model's whole-token count
+        assert grpo_step.layer_flops(cfg, t, 1) + grpo_step.lm_head_flops(cfg, 1) == forward_flops_per_token(cfg, t + 1)
+
+
+def test_generation_and_logprob_flops_share_prefills_and_run_the_lm_head_where_it_runs():
+    from trainers.models.presets import ModelConfig
+
+    cfg = ModelConfig(**HAND)
+    # 4 sequences of 2 prompts (group 2), 3 prompt + 3 completion tokens.
+    # Generation: 2 prefills of 3 positions (960) + the LM head at their last position (80); then decode
+    # steps 1 and 2 feed tokens 0 and 1 at positions 3 and 4 (720) with the LM head (160), for 4 rows.
+    assert grpo_step.generation_flops(cfg, 4, 2, 3, 3) == 2 * (960 + 80) + 4 * (720 + 160)  # 5600
+    assert grpo_step.generation_flops(cfg, 4, 1, 3, 3) == 4 * (960 + 80) + 4 * (720 + 160)
+    # Log-prob pass: 2 prompts (960 each), 4 rows of completion positions 3..5 (288 x 3 + 16 x (4+5+6) = 1104)
+    # and the LM head at 3 positions a row (240).
+    assert grpo_step.logprob_pass_flops(cfg, 4, 2, 3, 3) == 2 * 960 + 4 * (1104 + 240)  # 7296
+    assert grpo_step.logprob_pass_flops(cfg, 4, 1, 3, 3) == 4 * 960 + 4 * (1104 + 240)
+
+
+def test_w1_step_flops_count_shared_prefills_once():
+    """Issue 18 item 10: W1 (8 prompts x G=4, 32 + 64 tokens, beta 0.04, mu 1) executes about 96 GFLOP a
+    step, not the 127.9 counted with one prefill per completion and the LM head at every position."""
+    from trainers.config import load_config
+    from trainers.loop.plan import make_plan
+    from trainers.loop.policy import model_config_for
+
+    config = load_config(os.path.join(ROOT, "configs", "w1.yaml"), [])
+    plan, cfg = make_plan(config, 1024), model_config_for(config)
+    flops = grpo_step.step_model_flops(cfg, plan, 32, 64, generation_group=4, logprob_group=4, update_group=4)
+    # By hand (per token: layers 2 x 3,932,160 = 7,864,320, LM head 2 x 256 x 512 = 262,144; attention
+    # 4 layers x 4 x 4 heads x 64 = 4,096 per context position):
+    prefill = 32 * 7_864_320 + 4_096 * (32 * 33 // 2)  # one prompt, positions 0..31
+    decode = 63 * (7_864_320 + 262_144) + 4_096 * sum(range(33, 96))  # positions 32..94 (tokens 0..62 fed)
+    completion = 64 * (7_864_320 + 262_144) + 4_096 * sum(range(33, 97))  # positions 32..95, LM head at 64
+    assert flops["generation"] == 8 * (prefill + 262_144) + 32 * decode
+    assert flops["reference_logprobs"] == 8 * prefill + 32 * completion
+    assert flops["train"] == 3 * flops["reference_logprobs"]
+    assert flops["old_logprobs"] == 0.0
+    assert sum(flops.values()) / 1e9 == pytest.approx(95.80, abs=0.01)
+    # Flat groups skipped: only the trained fraction goes through the update.
+    half = grpo_step.step_model_flops(cfg, plan, 32, 64, generation_group=4, logprob_group=4, update_group=4,
+                                      trained_fraction=0.5)
+    assert half["train"] == flops["train"] / 2
+
+
+def test_peak_flops_takes_a_known_accelerators_datasheet_figure():
+    h100 = types.SimpleNamespace(device_kind="NVIDIA H100 80GB HBM3")
+    assert grpo_step.peak_flops(h100, "bfloat16") == (989e12, "H100 bfloat16 dense datasheet peak")
