@@ -50,7 +50,7 @@ from trainers.loop.rollout_source import (
     SourceFactory,
     SyncRolloutSource,
 )
-from trainers.loop.update import MAX_METRICS, make_logprob_fn, make_update_fn
+from trainers.loop.update import MAX_METRICS, completion_width, make_logprob_fn, make_update_fn
 from trainers.loop.policy import initial_params, model_config_for, tokenizer_for
 from trainers.models.transformer import param_count
 from trainers.parallel.host import to_host
@@ -107,6 +107,11 @@ def rollout_source_for(config: ExperimentConfig) -> SourceFactory:
     """The rollout source a config asks for: asynchronous with `async.enabled`, else synchronous.
     The one place the two modes are told apart."""
     return AsyncRolloutSource if config.async_.enabled else SyncRolloutSource
+
+
+def _fetch(tree: Any) -> Any:
+    """Every array of `tree` on the host (numpy), fetched after all of them were dispatched."""
+    return jax.tree.map(to_host, tree)
 
 
 def _stack(arrays: dict[str, np.ndarray], micro_batches: tuple) -> dict[str, np.ndarray]:
@@ -227,49 +232,68 @@ class GRPOTrainer:
     # -- one step ----------------------------------------------------------------------------
 
     def logprobs(self, params: Any, r: Rollout) -> np.ndarray:
-        """Log-probs [N, Lc] of the rollout's tokens under `params`, in log-prob micro-batches."""
+        """Log-probs [N, Lc] of the rollout's tokens under `params`, in log-prob micro-batches (computed
+        over the step's `completion_width` columns; zero beyond, like every masked token)."""
+        width = completion_width(r.completion_mask)
+        lp = np.concatenate(_fetch(self._logprob_parts(params, r, width)))
+        return np.pad(lp, ((0, 0), (0, r.completion_mask.shape[1] - width)))
+
+    def _logprob_parts(self, params: Any, r: Rollout, width: int) -> list[jax.Array]:
+        """The log-prob micro-batches' results [n, width] on the device, all dispatched, none fetched:
+        the caller fetches them together (`_fetch`), so the device never waits on the host between them."""
         parts = []
         for s in self.plan.logprob_slices():
             group = shared_prompt_group(r.prompt_tokens[s.start:s.stop], r.prompt_valid[s.start:s.stop],
                                         self.plan.num_generations)
             a = self.placement.train_batch({"prompt_tokens": r.prompt_tokens[s.start:s.stop],
                                             "prompt_valid": r.prompt_valid[s.start:s.stop],
-                                            "completion_tokens": r.completion_tokens[s.start:s.stop],
-                                            "completion_mask": r.completion_mask[s.start:s.stop]}, batch_axis=0)
+                                            "completion_tokens": r.completion_tokens[s.start:s.stop, :width],
+                                            "completion_mask": r.completion_mask[s.start:s.stop, :width]},
+                                           batch_axis=0)
             with self.placement.training():
                 parts.append(self.logprob_fn(params, a["prompt_tokens"], a["prompt_valid"], a["completion_tokens"],
                                              a["completion_mask"], prompt_group=group))
-        return np.concatenate([to_host(p) for p in parts])
+        return parts
 
     def train_on(self, r: Rollout) -> dict[str, float] | None:
         """All optimizer updates of one step on rollout `r`; None if stopped between updates.
 
         With a source that needs the importance correction, the updates also get the generator's
-        log-probs and which rows are on-policy (every token sampled by the current weights)."""
+        log-probs and which rows are on-policy (every token sampled by the current weights).
+
+        Log-prob passes and updates run over the step's `completion_width` columns (the longest
+        completion, bucketed), not all max_new_tokens: the columns cut are masked in every row.
+        The updates' metrics stay on the device until all updates are dispatched, then come back
+        in one fetch: the host never waits for one update before dispatching the next."""
+        width = completion_width(r.completion_mask)
+        mask = r.completion_mask[:, :width]
         arrays = {
             "prompt_tokens": r.prompt_tokens,
             "prompt_valid": r.prompt_valid,
-            "completion_tokens": r.completion_tokens,
-            "completion_mask": r.completion_mask,
+            "completion_tokens": r.completion_tokens[:, :width],
+            "completion_mask": mask,
             "advantages": r.advantages,
         }
+        passes = {}
         if self.plan.needs_old_logprobs:
-            arrays["old_logprobs"] = self.logprobs(self.state.params, r)
+            passes["old_logprobs"] = self._logprob_parts(self.state.params, r, width)
         if self.plan.needs_reference:
-            arrays["ref_logprobs"] = self.logprobs(self.ref_params, r)
+            passes["ref_logprobs"] = self._logprob_parts(self.ref_params, r, width)
+        for name, parts in _fetch(passes).items():
+            arrays[name] = np.concatenate(parts)
         if self.source.importance is not None:
-            arrays["gen_logprobs"] = r.sample_logprobs
+            arrays["gen_logprobs"] = r.sample_logprobs[:, :width]
             arrays["on_policy"] = r.on_policy(self.state.step)
         # Loss weights are normalised over each mini-batch (the same partition in every pass).
         aggregation = self.config.grpo.loss_aggregation
-        weights = np.zeros(r.completion_mask.shape, np.float32)
-        metric_weights = np.zeros(r.completion_mask.shape, np.float32)
+        weights = np.zeros(mask.shape, np.float32)
+        metric_weights = np.zeros(mask.shape, np.float32)
         for update in self.plan.updates()[: self.plan.mini_batches_per_iteration]:
             s = update.sequences
-            weights[s.start:s.stop] = token_weights(r.completion_mask[s.start:s.stop], aggregation)
-            metric_weights[s.start:s.stop] = token_weights(r.completion_mask[s.start:s.stop], "token-mean")
+            weights[s.start:s.stop] = token_weights(mask[s.start:s.stop], aggregation)
+            metric_weights[s.start:s.stop] = token_weights(mask[s.start:s.stop], "token-mean")
         arrays["weights"], arrays["metric_weights"] = weights, metric_weights
-        sums: dict[str, float] = {}
+        update_metrics: list[dict[str, jax.Array]] = []  # on the device until every update is dispatched
         updates = self.plan.updates()
         trained_sequences = 0
         for i, update in enumerate(updates):
@@ -282,7 +306,7 @@ class GRPOTrainer:
                 kept = rows[: count * size]
                 chosen = {k: v[kept] for k, v in arrays.items()}
                 # Metrics (entropy, clip fraction) average over the sequences actually trained.
-                chosen["metric_weights"] = token_weights(r.completion_mask[kept], "token-mean")
+                chosen["metric_weights"] = token_weights(mask[kept], "token-mean")
                 stacked = {k: v.reshape(count, size, *v.shape[1:]) for k, v in chosen.items()}
                 trained_sequences += len(kept)
             else:
@@ -294,14 +318,18 @@ class GRPOTrainer:
                 params, opt_state, metrics = self.update_fn(self.state.params, self.state.opt_state, batch,
                                                             prompt_group=group)
             self.state.params, self.state.opt_state = params, opt_state
+            update_metrics.append(metrics)
+        # The rate of this step's last update: the schedule counts optimizer updates from 0.
+        last_update = (self.state.step + 1) * self.plan.optimizer_updates_per_step - 1
+        fetched, learning_rate = _fetch((update_metrics, self.schedule(last_update)))
+        sums: dict[str, float] = {}
+        for metrics in fetched:
             for k, v in metrics.items():
                 combine = max if k in MAX_METRICS else (lambda a, b: a + b)
                 sums[k] = combine(sums[k], float(v)) if k in sums else float(v)
         out = {k: v if k in MAX_METRICS else v / len(updates) for k, v in sums.items()}
         out["train/trained_sequence_fraction"] = trained_sequences / sum(u.sequences.size for u in updates)
-        # The rate of this step's last update: the schedule counts optimizer updates from 0.
-        last_update = (self.state.step + 1) * self.plan.optimizer_updates_per_step - 1
-        out["learning_rate"] = float(self.schedule(last_update))
+        out["learning_rate"] = float(learning_rate)
         return out
 
     def evaluate(self) -> dict[str, float]:

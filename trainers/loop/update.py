@@ -11,7 +11,8 @@ A batch is a dict of arrays with a leading micro-batch axis [A, micro, ...]:
   advantages [A, M] float32, weights / metric_weights [A, M, Lc] float32,
   old_logprobs [A, M, Lc] (only when the plan needs them), ref_logprobs [A, M, Lc] (only when beta > 0),
   gen_logprobs [A, M, Lc] and on_policy [A, M] bool (only with `importance`, see `make_update_fn`).
-Arrays may be placed on several devices along the batch axis M (data parallel); XLA then adds the
+Lc here is the step's completion width (`completion_width`: its longest completion, bucketed), at
+most max_new_tokens. Arrays may be placed on several devices along the batch axis M (data parallel); XLA then adds the
 gradient all-reduce.
 """
 
@@ -21,6 +22,7 @@ from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from trainers.algo.importance import IS_METRICS, ImportanceConfig, importance_weights
@@ -31,6 +33,28 @@ METRIC_KEYS_BASE = ("loss/policy", "clip_fraction", "entropy")
 MAX_METRICS = ("is/weight_max",)
 """Metrics that combine across micro-batches and updates by max; every other one is a weighted sum
 over micro-batches and a mean over a step's updates."""
+
+
+COMPLETION_WIDTH_PARTS = 4
+COMPLETION_WIDTH_MULTIPLE_TOKENS = 16
+
+
+def completion_width(completion_mask: np.ndarray, parts: int = COMPLETION_WIDTH_PARTS,
+                     multiple_tokens: int = COMPLETION_WIDTH_MULTIPLE_TOKENS) -> int:
+    """The completion columns a step's log-prob passes and updates need: the step's longest
+    completion (its last column with a valid token) rounded up to a width bucket, capped at Lc.
+
+    completion_mask [N, Lc] bool. The buckets are multiples of Lc / parts rounded up to a multiple
+    of `multiple_tokens` (Lc = 64: 16, 32, 48, 64; Lc = 512: 128, 256, 384, 512), so a run sees at
+    most `parts` + 1 widths, each compiled once. Columns past the longest completion are masked in
+    every row: cutting them changes no log-prob of a valid token (attention is causal, masked
+    tokens weigh 0 in the loss and metrics), only the work done on padding.
+    """
+    total = completion_mask.shape[1]
+    used = np.flatnonzero(np.asarray(completion_mask).any(axis=0))
+    longest = int(used[-1]) + 1 if used.size else 1
+    bucket = max(multiple_tokens, -(-(-(-total // parts)) // multiple_tokens) * multiple_tokens)
+    return min(-(-longest // bucket) * bucket, total)
 
 
 def make_logprob_fn(graphdef: Any, temperature: float) -> Callable:
