@@ -47,7 +47,7 @@ def test_default_config_has_no_mesh_and_too_many_devices_name_the_field():
         meshes_for(parse_config({"mesh": {"fsdp": 16}}))
     assert "16 devices" in str(error.value)
     with pytest.raises(MeshError) as error:
-        meshes_for(parse_config({"mesh": {"train_devices": [0, 9]}}))
+        meshes_for(parse_config({"mesh": {"fsdp": 2, "train_devices": [0, 9]}}))
     assert error.value.field == "mesh.train_devices"
 
 
@@ -120,7 +120,8 @@ def test_sharded_generation_matches_one_device():
 
     with mesh_context(mesh):
         sharded = generate(graphdef, jax.device_put(params, state_shardings(params, mesh)),
-                           put(tokens, batch_sharding(mesh, 0)), put(valid, batch_sharding(mesh, 0)), key, sampling)
+                           put(tokens, batch_sharding(mesh, tokens.shape)), put(valid, batch_sharding(mesh, tokens.shape)),
+                           key, sampling)
     np.testing.assert_array_equal(sharded.tokens, single.tokens)
     np.testing.assert_allclose(sharded.logprobs, single.logprobs, atol=1e-5)
 
@@ -140,3 +141,17 @@ def test_async_run_trains_on_one_mesh_and_generates_on_another(tmp_path):
     kernel = params["blocks"][0]["attn"]["q_proj"]["kernel"][...]
     assert {d.id for d in kernel.sharding.device_set} == {4, 5, 6, 7}
     assert {s.data.shape for s in kernel.addressable_shards} == {(64, 32)}  # heads split over rollout tensor 2
+
+
+def test_evaluation_of_an_odd_prompt_count_on_a_mesh_matches_one_device(tmp_path):
+    """5 eval prompts do not split over fsdp 4: the rows go where they divide, and the greedy
+    evaluation scores the same as on one device."""
+    scores = []
+    for mesh in ({}, {"fsdp": 4}):
+        config = parse_config({**CONFIG, "train": {"max_steps": 1}, "mesh": mesh,
+                               "eval": {"every_steps": 1, "prompts": 5, "samples_per_prompt": 2}})
+        trainer = GRPOTrainer(config, str(tmp_path / str(len(mesh))))
+        scores.append(trainer.evaluate())
+    assert scores[1]["eval/reward_mean"] == pytest.approx(scores[0]["eval/reward_mean"], abs=1e-6)
+    assert scores[1]["eval/accuracy"] == scores[0]["eval/accuracy"]
+    assert "eval/pass@k" in scores[1]

@@ -75,8 +75,8 @@ class Placement:
         over the train mesh's data x fsdp along the batch axis; as they are on the default device."""
         if self.train_mesh is None:
             return arrays
-        sharding = rules.batch_sharding(self.train_mesh, batch_axis)
-        return {name: put(value, sharding) for name, value in arrays.items()}
+        return {name: put(value, rules.batch_sharding(self.train_mesh, np.shape(value), batch_axis))
+                for name, value in arrays.items()}
 
     def rollout_copy(self, params: Any) -> Any:
         """The generator's own copy of `params` on the rollout mesh (never the trainer's buffers,

@@ -263,7 +263,7 @@ def collect_rollout(
     for k, s in enumerate(split_sequences(count * g, micro)):
         call_tokens, call_valid = prompt_tokens[s.start:s.stop], prompt_valid[s.start:s.stop]
         if mesh is not None:
-            rows = batch_sharding(mesh, 0)
+            rows = batch_sharding(mesh, call_tokens.shape)
             call_tokens, call_valid = put(call_tokens, rows), put(call_valid, rows)
         call_key = jax.random.fold_in(key, first_call + k)
         with mesh_context(mesh):

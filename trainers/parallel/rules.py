@@ -104,9 +104,12 @@ def state_shardings(tree: Any, mesh: jax.sharding.Mesh) -> Any:
     return jax.tree.map(sharding, tree, is_leaf=_is_variable)
 
 
-def batch_sharding(mesh: jax.sharding.Mesh, batch_axis: int, ndim: int | None = None) -> NamedSharding:
-    """Arrays split along `batch_axis` over data x fsdp (the other axes whole)."""
-    return NamedSharding(mesh, PartitionSpec(*([None] * batch_axis), ("data", "fsdp")))
+def batch_sharding(mesh: jax.sharding.Mesh, shape: tuple[int, ...], batch_axis: int = 0) -> NamedSharding:
+    """An array of `shape` split along `batch_axis` over data x fsdp (the "batch" rule; the other
+    axes whole). Rows that data x fsdp does not divide are split over what does divide them (an
+    evaluation's odd row count): correct, only less parallel."""
+    logical = (None,) * batch_axis + ("batch",)
+    return NamedSharding(mesh, mesh_spec(logical, tuple(shape), _axis_sizes(mesh)))
 
 
 def replicated(mesh: jax.sharding.Mesh) -> NamedSharding:
