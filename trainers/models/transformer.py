@@ -56,6 +56,13 @@ _INIT_STD = 0.02  # normal(0, 0.02) for every matrix, as in the Hugging Face Qwe
 _BATCH_HIDDEN = ("batch", None, None)  # [B,T,H] activations: split by rows, hidden whole
 
 
+def _normal_init(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+    """float32 N(0, _INIT_STD^2) of `shape`: normal draws, then scaled. The barrier keeps XLA from
+    folding the scale into the draw's own sqrt(2) under `jit` (1 ulp apart), so a jitted or sharded
+    init (`trainers.loop.policy`) gives exactly the eager values."""
+    return jax.lax.optimization_barrier(jax.random.normal(key, shape, jnp.float32)) * _INIT_STD
+
+
 def _axes(*logical: str) -> dict:
     """nnx.Param metadata naming a parameter's logical axes (`trainers.parallel.rules` maps them to
     mesh axes); never sharded at creation: the trainer places parameters itself."""
@@ -99,7 +106,7 @@ class Linear(nnx.Module):
     def __init__(self, in_features: int, out_features: int, rngs: nnx.Rngs, use_bias: bool = False,
                  axes: tuple[str, str] = ("embed", "embed")):
         self.kernel = nnx.Param(
-            nnx.initializers.normal(_INIT_STD)(rngs.params(), (in_features, out_features), jnp.float32),
+            _normal_init(rngs.params(), (in_features, out_features)),
             **_axes(*axes))
         self.bias = nnx.Param(jnp.zeros((out_features,), jnp.float32), **_axes(axes[1])) if use_bias else None
 
@@ -245,7 +252,7 @@ class Transformer(nnx.Module):
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
         self.cfg = cfg
         self.embed = nnx.Param(
-            nnx.initializers.normal(_INIT_STD)(rngs.params(), (cfg.vocab_size, cfg.hidden_size), jnp.float32),
+            _normal_init(rngs.params(), (cfg.vocab_size, cfg.hidden_size)),
             **_axes("vocab", "embed"))
         self.blocks = nnx.List([Block(cfg, rngs) for _ in range(cfg.num_layers)])
         self.final_norm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
@@ -253,7 +260,7 @@ class Transformer(nnx.Module):
             self.lm_head = None
         else:
             self.lm_head = nnx.Param(
-                nnx.initializers.normal(_INIT_STD)(rngs.params(), (cfg.hidden_size, cfg.vocab_size), jnp.float32),
+                _normal_init(rngs.params(), (cfg.hidden_size, cfg.vocab_size)),
                 **_axes("embed", "vocab"))
 
     def __call__(self, tokens: jax.Array, positions: jax.Array, attn_mask: jax.Array,
