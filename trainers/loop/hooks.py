@@ -100,3 +100,44 @@ class Control:
 
     def poll(self) -> Action:
         return Action.CONTINUE
+
+
+_URGENCY = (Action.CONTINUE, Action.PAUSE, Action.STOP)  # a later one wins over an earlier one
+
+
+def most_urgent(actions: list[Action]) -> Action:
+    """STOP over PAUSE over CONTINUE: the decision of several processes' requests."""
+    return max(actions, key=_URGENCY.index, default=Action.CONTINUE)
+
+
+class ProcessSharedControl(Control):
+    """One decision for all processes of a run: each `poll()` asks this process's own control, and
+    every process gets the most urgent answer of all of them (`most_urgent`; usually only process 0's
+    control reports anything: the platform's, or the CLI's signals).
+
+    Every poll is a collective (an all-gather of one integer per process), so all processes must
+    poll at the same points of the loop, which the trainer does: before each step and between
+    optimizer updates (a synchronous source polls nowhere else). Then every process stops or pauses
+    at the same step boundary (or update), and a pause's checkpoint is written by all of them.
+    """
+
+    def __init__(self, inner: Control):
+        self.inner = inner
+
+    def poll(self) -> Action:
+        import numpy as np
+        from jax.experimental import multihost_utils
+
+        own = np.int32(_URGENCY.index(self.inner.poll()))
+        everyone = np.asarray(multihost_utils.process_allgather(own))
+        return _URGENCY[int(everyone.max())]
+
+
+def shared_control(control: Control) -> Control:
+    """`control` as the one decision of all processes (`ProcessSharedControl`); itself in a run of
+    one process."""
+    import jax
+
+    if jax.process_count() == 1 or isinstance(control, ProcessSharedControl):
+        return control
+    return ProcessSharedControl(control)

@@ -40,7 +40,7 @@ from trainers.config import ExperimentConfig
 from trainers.data.examples import load_examples
 from trainers.data.prompt_stream import PromptStream
 from trainers.loop.checkpoint import Checkpointer, restore_params_at
-from trainers.loop.hooks import Action, Control, Hooks, RunInfo, TrainResult
+from trainers.loop.hooks import Action, Control, Hooks, RunInfo, TrainResult, shared_control
 from trainers.loop.placement import Placement
 from trainers.loop.plan import BatchPlan, informative_first, make_plan, shared_prompt_group
 from trainers.loop.rollout import Rollout, RolloutSpec, check_prompts_fit, collect_rollout
@@ -57,10 +57,11 @@ from trainers.parallel.host import to_host
 
 
 def params_digest(params: Any) -> str:
-    """SHA-256 over every parameter's path, dtype, shape and bytes: equal for equal parameters."""
+    """SHA-256 over every parameter's path, dtype, shape and bytes: equal for equal parameters.
+    Arrays split over several processes are gathered one at a time (every process must call it)."""
     h = hashlib.sha256()
     for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
-        arr = np.asarray(leaf)
+        arr = to_host(leaf)
         h.update(jax.tree_util.keystr(path).encode())
         h.update(str(arr.dtype).encode() + str(arr.shape).encode())
         h.update(np.ascontiguousarray(arr).tobytes())
@@ -144,8 +145,14 @@ class GRPOTrainer:
                  placement: Placement | None = None, init_checkpoint: str | None = None):
         self.config = config
         self.run_dir = os.path.abspath(run_dir)
-        self.hooks = hooks or Hooks()
-        self.control = control or Control()
+        # A run of several processes (`trainers.parallel.distributed`): every process trains the same
+        # steps on the same data; only process 0 reports, and all share one control decision.
+        self.hooks = (hooks or Hooks()) if jax.process_index() == 0 else Hooks()
+        self.control = shared_control(control or Control())
+        if config.async_.enabled and jax.process_count() > 1:
+            raise ValueError("async.enabled: asynchronous GRPO runs in one process only (its collector's timing "
+                             f"would differ between the {jax.process_count()} processes); turn it off or run one "
+                             "process")
         self.placement = placement if placement is not None else Placement.from_config(config)
         self.tokenizer = tokenizer_for(config)
         d = config.data
