@@ -21,7 +21,7 @@ import numpy as np
 
 from trainers.algo.advantages import compute_advantages
 from trainers.config import ExperimentConfig
-from trainers.data.encoding import encode_prompts
+from trainers.data.encoding import PromptIdCache, encode_prompts
 from trainers.data.rewards import accuracy, score
 from trainers.data.tasks import TASKS
 from trainers.loop.plan import completion_token_budget, split_sequences
@@ -31,9 +31,10 @@ from trainers.parallel.mesh import mesh_context
 from trainers.parallel.rules import batch_sharding
 
 PROMPT_BUCKET_TOKENS = 16
-"""A pretrained model's prompts are left-padded to a multiple of this many tokens, so steps whose
-longest prompts differ by a few tokens share one compiled generation and update (the toy tasks'
-prompts keep their exact length)."""
+"""A pretrained model's prompts are left-padded to the next of 16 x (1, 2, 3, 4, 6, 8, 12, ...) tokens
+(`encoding.bucket_width`), so steps whose longest prompts differ share one compiled generation and
+update: about two widths per doubling of the prompt length (the toy tasks' prompts keep their exact
+length)."""
 
 Weights = Callable[[], tuple[Any, int]]
 """weights() -> (params, version): the weights to generate with and their version (optimizer steps
@@ -178,7 +179,9 @@ class RolloutSpec:
     advantage_eps: float = 1e-6
     chat: bool = False  # render prompts with the tokenizer's chat template
     system_prompt: str | None = None
-    prompt_bucket_tokens: int = 1  # prompt lengths are padded up to a multiple of this (fewer compiles)
+    prompt_bucket_tokens: int = 1  # prompt lengths are padded up to a bucket of this (fewer compiles)
+    # Token ids of the prompts already encoded, shared by the copies `for_evaluation` makes.
+    prompt_ids: PromptIdCache = dataclasses.field(default_factory=PromptIdCache, compare=False, repr=False)
 
     @classmethod
     def from_config(cls, config: ExperimentConfig, tokenizer: Any, rollout_micro_batch_sequences: int) -> "RolloutSpec":
@@ -216,7 +219,7 @@ def check_prompts_fit(spec: RolloutSpec, examples: list[dict[str, Any]], dataset
 
     try:
         encode_prompts(spec.tokenizer, [e["prompt"] for e in examples], spec.max_prompt_tokens, chat=spec.chat,
-                       system_prompt=spec.system_prompt)
+                       system_prompt=spec.system_prompt, cache=spec.prompt_ids)
     except DataError as error:
         raise DataError(f"{dataset} data: {error} (data.max_prompt_tokens sets the limit)") from None
 
@@ -252,7 +255,7 @@ def collect_rollout(
         raise ValueError(f"first_prompt={first_prompt} x G={g} is not a multiple of the rollout micro-batch ({micro})")
     tokens, valid = encode_prompts(spec.tokenizer, [e["prompt"] for e in examples], spec.max_prompt_tokens,
                                    chat=spec.chat, system_prompt=spec.system_prompt,
-                                   bucket_tokens=spec.prompt_bucket_tokens)
+                                   bucket_tokens=spec.prompt_bucket_tokens, cache=spec.prompt_ids)
     # Whole groups in every generation call: the G copies of a prompt share one prefill.
     sampling = dataclasses.replace(spec.sampling, prompt_group=g if micro % g == 0 else 1)
     chosen = examples[first_prompt:first_prompt + count]
