@@ -169,7 +169,7 @@ class GRPOTrainer:
         self.graphdef, params = initial_params(config, self.model_config)
         params = self.placement.train_state(params)
         if init_checkpoint is not None:
-            params = restore_params_at(init_checkpoint, params)
+            params = restore_params_at(init_checkpoint, params, config.model)
         self.init_checkpoint = init_checkpoint
         # The reference policy is the initial one (the model folder's weights, with model.path); a
         # copy, since updates donate `params`' buffers.
@@ -196,7 +196,7 @@ class GRPOTrainer:
         )
         c = config.checkpoint
         self.checkpointer = Checkpointer(os.path.join(self.run_dir, "checkpoints"), c.keep_last,
-                                         c.keep_best_metric, c.keep_best_mode)
+                                         c.keep_best_metric, c.keep_best_mode, model=config.model)
         self.last_metrics: dict[str, float] = {}
         self.interrupted_by: Action | None = None  # why the last step() returned None: STOP, or PAUSE
 

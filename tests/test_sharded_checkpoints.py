@@ -1,0 +1,206 @@
+"""Sharded checkpoints: a checkpoint written on one mesh restores onto another (fsdp 4 -> fsdp 2 x
+tensor 2, -> one device) with the target's shardings and the same values; a run resumed on another
+mesh goes on exactly; a checkpoint of another model is refused with the config field named, before
+any step. (8 CPU devices, set up by tests/conftest.py.)"""
+
+import json
+import os
+
+import jax
+import numpy as np
+import optax
+import pytest
+
+from trainers.config import parse_config
+from trainers.loop.checkpoint import (Checkpointer, IncompatibleCheckpoint, abstract_like, describe_model_shapes,
+                                      restore_params_at, saved_shapes)
+from trainers.loop.hooks import Action, Control, Hooks
+from trainers.loop.trainer import GRPOTrainer
+from trainers.models.hf_weights import abstract_params
+from trainers.models.presets import PRESETS
+from trainers.models.transformer import init_params
+from trainers.parallel.mesh import make_mesh
+from trainers.parallel.rules import state_shardings
+
+
+def _leaves(tree):
+    return jax.tree.leaves(tree)
+
+
+@pytest.fixture(scope="module")
+def written_on_fsdp4(tmp_path_factory):
+    """A checkpoint (params + Adam state after one update) written from fsdp 4 over devices 0-3."""
+    mesh = make_mesh(jax.devices()[:4], {"fsdp": 4})
+    _, params = init_params(PRESETS["tiny"], seed=0)
+    params = jax.device_put(params, state_shardings(params, mesh))
+    optimizer = optax.adam(0.1)
+    opt_state = optimizer.init(params)
+    grads = jax.tree.map(lambda p: 0.01 * p + 0.001, params)
+    _, opt_state = optimizer.update(grads, opt_state, params)
+    directory = str(tmp_path_factory.mktemp("fsdp4") / "checkpoints")
+    checkpointer = Checkpointer(directory)
+    checkpointer.save(1, params, opt_state, {"step": 1}, {})
+    checkpointer.close()
+    host = lambda tree: [np.asarray(leaf) for leaf in _leaves(tree)]  # noqa: E731
+    return directory, host(params), host(opt_state), optimizer
+
+
+def test_the_checkpoint_holds_each_shard_as_written(written_on_fsdp4):
+    """Orbax wrote the fsdp 4 layout: the q projection [64, 64] in 4 row blocks of 16."""
+    directory, _, _, _ = written_on_fsdp4
+    from orbax.checkpoint import StandardCheckpointer
+
+    with StandardCheckpointer() as checkpointer:
+        tree = checkpointer.metadata(os.path.join(directory, "1", "params")).item_metadata.tree
+    q = tree["blocks"]["0"]["attn"]["q_proj"]["kernel"]["value"]
+    assert q.shape == (64, 64) and q.storage.chunk_shape == (16, 64)
+
+
+@pytest.mark.parametrize("target", ["fsdp2_tensor2", "one_device"])
+def test_a_checkpoint_written_on_fsdp4_restores_onto_another_mesh(written_on_fsdp4, target):
+    directory, params_then, opt_then, optimizer = written_on_fsdp4
+    _, fresh = init_params(PRESETS["tiny"], seed=7)  # other values: the restore must replace them
+    if target == "fsdp2_tensor2":
+        mesh = make_mesh(jax.devices()[4:8], {"fsdp": 2, "tensor": 2})
+        params_like = jax.device_put(fresh, state_shardings(fresh, mesh))
+    else:
+        params_like = jax.device_put(fresh, jax.devices()[5])
+    opt_like = optimizer.init(params_like)
+    checkpointer = Checkpointer(directory)
+    params, opt_state, meta = checkpointer.restore(1, params_like, opt_like)
+    checkpointer.close()
+    assert meta["step"] == 1
+    for restored, like, then in zip(_leaves(params) + _leaves(opt_state), _leaves(params_like) + _leaves(opt_like),
+                                    params_then + opt_then):
+        assert restored.sharding == like.sharding
+        np.testing.assert_array_equal(np.asarray(restored), then)
+    if target == "fsdp2_tensor2":  # the q projection [64, 64]: fsdp 2 rows x tensor 2 columns per device
+        q = params["blocks"][0]["attn"]["q_proj"]["kernel"][...]
+        assert {s.data.shape for s in q.addressable_shards} == {(32, 32)}
+
+
+def test_a_fork_and_an_abstract_restore_take_the_target_placement(written_on_fsdp4):
+    """restore_params_at (a fork from another run's checkpoint) restores into the target's mesh; an
+    abstract structure without shardings (export, generate) lands on the default device, although the
+    writer's devices 0-3 are not the default device alone."""
+    directory, params_then, _, _ = written_on_fsdp4
+    mesh = make_mesh(jax.devices()[4:8], {"fsdp": 2, "tensor": 2})
+    _, fresh = init_params(PRESETS["tiny"], seed=7)
+    like = jax.device_put(fresh, state_shardings(fresh, mesh))
+    forked = restore_params_at(os.path.join(directory, "1"), like)
+    for restored, target, then in zip(_leaves(forked), _leaves(like), params_then):
+        assert restored.sharding == target.sharding
+        np.testing.assert_array_equal(np.asarray(restored), then)
+    _, abstract = abstract_params(PRESETS["tiny"])
+    checkpointer = Checkpointer(directory)
+    params = checkpointer.restore_params(1, abstract)
+    checkpointer.close()
+    for restored, then in zip(_leaves(params), params_then):
+        assert restored.sharding == jax.sharding.SingleDeviceSharding(jax.devices()[0])
+        np.testing.assert_array_equal(np.asarray(restored), then)
+    # abstract_like keeps a placed leaf's sharding
+    assert _leaves(abstract_like(like))[0].sharding == _leaves(like)[0].sharding
+
+
+# -- a run resumed on another mesh ---------------------------------------------------------------
+
+RUN = {
+    "seed": 2,
+    "model": {"preset": "tiny"},
+    "data": {"task": "arithmetic", "train_prompts": 12, "eval_prompts": 0},
+    "rollout": {"max_new_tokens": 6},
+    "batch": {"prompts_per_step": 4, "mini_batch_prompts": 2, "train_micro_batch_sequences": 8},
+    "grpo": {"num_generations": 4, "num_iterations": 2, "beta": 0.04},
+    # SGD: an update is linear in the gradient, so float rounding stays rounding (see test_parallel_mesh)
+    "optimizer": {"name": "sgd", "b1": 0.0, "learning_rate": 0.5},
+    "train": {"max_steps": 3},
+    "checkpoint": {"every_steps": 1, "keep_last": 3},
+}
+
+
+class _Record(Hooks, Control):
+    """Records each step's metrics; pauses the run once step `pause_after` is done."""
+
+    def __init__(self, pause_after: int | None = None):
+        self.metrics: dict[int, dict] = {}
+        self.resumed_at: int | None = None
+        self.pause_after = pause_after
+
+    def on_step(self, step, metrics):
+        self.metrics[step] = dict(metrics)
+
+    def on_resume(self, step):
+        self.resumed_at = step
+
+    def poll(self):
+        done = max(self.metrics, default=0)
+        return Action.PAUSE if self.pause_after is not None and done >= self.pause_after else Action.CONTINUE
+
+
+def _train(mesh: dict, run_dir: str, record: _Record) -> GRPOTrainer:
+    trainer = GRPOTrainer(parse_config({**RUN, "mesh": mesh}), run_dir, hooks=record, control=record)
+    trainer.run()
+    return trainer
+
+
+def test_a_run_resumed_on_another_mesh_goes_on_exactly(tmp_path):
+    """Steps 1-2 on fsdp 4 (checkpoint every step), step 3 resumed from the step-2 checkpoint on
+    fsdp 2 x tensor 2 = 3 uninterrupted steps on one device: loss, gradient norm, parameters, step and
+    data position."""
+    straight_record = _Record()
+    straight = _train({}, str(tmp_path / "straight"), straight_record)
+    run_dir = str(tmp_path / "moved")
+    first = _Record(pause_after=2)
+    first_trainer = _train({"fsdp": 4}, run_dir, first)
+    assert sorted(first.metrics) == [1, 2] and first_trainer.state.step == 2
+    assert len(first_trainer.placement.train_mesh.devices.flat) == 4
+    second = _Record()
+    moved = _train({"fsdp": 2, "tensor": 2}, run_dir, second)
+    assert second.resumed_at == 2 and sorted(second.metrics) == [3]
+    assert (moved.state.step, moved.state.data_position) == (straight.state.step, straight.state.data_position)
+    assert moved.state.data_position == 3 * RUN["batch"]["prompts_per_step"]
+    for step, metrics in [(1, first.metrics[1]), (2, first.metrics[2]), (3, second.metrics[3])]:
+        for name in ("loss/policy", "loss/kl", "grad_norm"):
+            np.testing.assert_allclose(metrics[name], straight_record.metrics[step][name], rtol=0, atol=1e-5,
+                                       err_msg=f"step {step} {name}")
+    for leaf, base in zip(_leaves(moved.state.params), _leaves(straight.state.params)):
+        np.testing.assert_allclose(np.asarray(leaf), np.asarray(base), rtol=0, atol=1e-5)
+    # the resumed weights live on the new mesh, split as its rules say
+    kernel = moved.state.params["blocks"][0]["mlp"]["up_proj"]["kernel"][...]
+    assert {s.data.shape for s in kernel.addressable_shards} == {(32, 128)}
+    assert {d.id for d in kernel.sharding.device_set} == {0, 1, 2, 3}
+
+
+# -- a checkpoint of another model -------------------------------------------------------------
+
+def test_a_checkpoint_of_another_model_is_refused_naming_the_field(tmp_path):
+    """A run directory (and a fork's init_checkpoint) holding a 'tiny' checkpoint, opened with
+    model.preset 'small': IncompatibleCheckpoint names model.preset and both models, before any step;
+    the directory's checkpoints are left as they were."""
+    run_dir = str(tmp_path / "tiny")
+    record = _Record()
+    tiny = {**RUN, "train": {"max_steps": 1}}
+    GRPOTrainer(parse_config(tiny), run_dir, hooks=record).run()
+    step_dir = os.path.join(run_dir, "checkpoints", "1")
+    with open(os.path.join(step_dir, "meta", "metadata")) as f:
+        assert json.load(f)["model"] == {"path": None, "preset": "tiny"}
+    assert describe_model_shapes(saved_shapes(os.path.join(step_dir, "params"))) == (
+        "2 layers, hidden size 64, vocabulary 128, MLP width 256")
+
+    small = parse_config({**tiny, "model": {"preset": "small"}, "train": {"max_steps": 2}})
+    resumed = _Record()
+    trainer = GRPOTrainer(small, run_dir, hooks=resumed)
+    with pytest.raises(IncompatibleCheckpoint) as error:
+        trainer.run()
+    message = str(error.value)
+    assert error.value.field == "model.preset"
+    assert message.startswith("model.preset: ")
+    assert "model.preset 'tiny' (2 layers, hidden size 64" in message
+    assert "model.preset 'small' (4 layers, hidden size 128" in message
+    assert "Orbax" not in message and "Traceback" not in message
+    assert resumed.metrics == {} and resumed.resumed_at is None
+    assert sorted(os.listdir(os.path.join(run_dir, "checkpoints"))) == ["1"]
+
+    with pytest.raises(IncompatibleCheckpoint) as error:
+        GRPOTrainer(small, str(tmp_path / "fork"), init_checkpoint=step_dir)
+    assert error.value.field == "model.preset" and "model.preset 'tiny'" in str(error.value)
