@@ -16,7 +16,7 @@ def test_async_defaults():
     a = parse_config({}).async_
     assert (a.enabled, a.max_trajectory_age_steps, a.buffer_capacity_groups, a.in_flight_weight_updates,
             a.in_flight_chunk_tokens) == (False, 1, None, False, 8)
-    assert a.rollout_devices == [] and a.train_devices == []
+    assert not hasattr(a, "rollout_devices") and not hasattr(a, "train_devices")  # moved to mesh.*
     i = a.importance_sampling
     assert (i.enabled, i.level, i.mode, i.max, i.min) == (True, "token", "clamp", 2.0, 0.0)
 
@@ -57,27 +57,19 @@ def test_truncation_range():
     assert "only used with mode mask" in errors["async.importance_sampling.min"]
 
 
-def test_devices_must_be_disjoint_and_listed_once():
-    errors = problems({"async": {"rollout_devices": [0, 1], "train_devices": [1]}})
-    assert errors == {"async.train_devices": (
-        "device 1 is in both async.rollout_devices and async.train_devices; give generation and training "
-        "disjoint devices, or leave both empty to share the default device")}
-    errors = problems({"async": {"rollout_devices": [1, 1], "train_devices": [0]}})
-    assert errors == {"async.rollout_devices": "lists device 1 more than once; list each device once"}
-    errors = problems({"async": {"rollout_devices": [1]}})
-    assert "list the train devices too" in errors["async.train_devices"]
-    errors = problems({"async": {"train_devices": [-1], "rollout_devices": [1]}})
-    assert "greater than or equal to 0" in errors["async.train_devices[0]"]
-    config = parse_config({"async": {"rollout_devices": [1], "train_devices": [0]}})
-    assert (config.async_.rollout_devices, config.async_.train_devices) == ([1], [0])
-
-
-def test_device_lists_accept_text():
-    config = parse_config({}, ["async.rollout_devices=1,2", "async.train_devices=0"])
-    assert (config.async_.rollout_devices, config.async_.train_devices) == ([1, 2], [0])
-    assert parse_config({"async": {"rollout_devices": "", "train_devices": "[]"}}).async_.rollout_devices == []
-    errors = problems({"async": {"rollout_devices": "one", "train_devices": [0]}})
-    assert "valid integer" in errors["async.rollout_devices[0]"]
+def test_device_lists_moved_to_the_mesh_section():
+    """async.train_devices / rollout_devices live in mesh.* now (tests/test_config_mesh.py has their
+    rules): a listed device in the old place names the new one; an empty list is dropped."""
+    errors = problems({"async": {"enabled": True, "rollout_devices": [1], "train_devices": [0]}})
+    assert errors == {
+        "async.rollout_devices": "async.rollout_devices moved to mesh.rollout_devices; write mesh: {rollout_devices: "
+                                 "[1]} (--set mesh.rollout_devices=[1]) and remove async.rollout_devices",
+        "async.train_devices": "async.train_devices moved to mesh.train_devices; write mesh: {train_devices: [0]} "
+                               "(--set mesh.train_devices=[0]) and remove async.train_devices",
+    }
+    assert parse_config({"async": {"rollout_devices": "", "train_devices": "[]"}}).mesh.rollout_devices == []
+    config = parse_config({"async": {"enabled": True}}, ["mesh.rollout_devices=1,2", "mesh.train_devices=0"])
+    assert (config.mesh.rollout_devices, config.mesh.train_devices) == ([1, 2], [0])
 
 
 def test_buffer_capacity_must_hold_one_step():
@@ -95,24 +87,10 @@ def test_in_flight_chunk_must_be_positive():
     assert config.async_.in_flight_weight_updates and config.async_.in_flight_chunk_tokens == 4
 
 
-def test_micro_batches_must_split_evenly_over_the_devices():
-    raw = {"batch": {"prompts_per_step": 3}, "grpo": {"num_generations": 2},
-           "async": {"enabled": True, "rollout_devices": [2, 3, 4, 5], "train_devices": [0, 1]}}
-    errors = problems(raw)
-    # 6 sequences per generation call over 4 rollout devices; 6 per update over 2 train devices is fine
-    assert list(errors) == ["batch.rollout_micro_batch_sequences"]
-    assert "multiple of 4" in errors["batch.rollout_micro_batch_sequences"]
-    assert "list 1, 2 or 3 device(s)" in errors["batch.rollout_micro_batch_sequences"]
-    raw["batch"]["rollout_micro_batch_sequences"] = 2
-    errors = problems(raw)
-    assert list(errors) == ["batch.rollout_micro_batch_sequences"]  # 2 over 4 devices: still uneven
-    parse_config(raw, ["async.rollout_devices=[2,3]"])
-
-
 def test_async_checks_are_reported_together():
-    errors = problems({"async": {"enabled": True, "rollout_devices": [0], "train_devices": [0],
-                                 "importance_sampling": {"enabled": False}}})
-    assert set(errors) == {"async.importance_sampling.enabled", "async.train_devices"}
+    errors = problems({"async": {"enabled": True, "importance_sampling": {"enabled": False}},
+                       "mesh": {"rollout_devices": [0], "train_devices": [0]}})
+    assert set(errors) == {"async.importance_sampling.enabled", "mesh.rollout_devices"}
 
 
 @pytest.mark.parametrize("prompts, age, expected", [(16, 1, 32), (16, 2, 64), (4, 0, 8), (3, 5, 30)])

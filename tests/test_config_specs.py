@@ -34,7 +34,7 @@ def _leaf_paths(data: dict, prefix: str = "") -> list[str]:
 
 def test_sections_follow_the_schema_order():
     keys = [s.key for s in field_specs()]
-    assert keys == ["", "model", "data", "rewards", "rollout", "batch", "grpo", "async", "optimizer", "train",
+    assert keys == ["", "model", "data", "rewards", "rollout", "batch", "grpo", "async", "mesh", "optimizer", "train",
                     "checkpoint", "eval"]
     assert [f.path for f in field_specs()[0].fields] == ["seed"]
 
@@ -83,7 +83,9 @@ def test_sub_section_fields_are_flattened_into_their_section():
     assert (level.kind, level.choices, level.default, level.key) == ("choice", ("token", "sequence"), "token",
                                                                      "importance_sampling.level")
     assert level.section == "async"
-    devices = specs["async.rollout_devices"]
+    devices = specs["mesh.rollout_devices"]
     assert (devices.kind, devices.default, devices.nullable) == ("int_list", [], False)
+    assert devices.section == "mesh"
     # A form sends text; the schema reads a device list from it.
-    assert parse_config({"async": {"rollout_devices": "1, 2", "train_devices": "[0]"}}).async_.rollout_devices == [1, 2]
+    config = parse_config({"async": {"enabled": True}, "mesh": {"rollout_devices": "1, 2", "train_devices": "[0]"}})
+    assert (config.mesh.rollout_devices, config.mesh.train_devices) == ([1, 2], [0])

@@ -54,6 +54,9 @@ def plan_figures(plan: BatchPlan) -> dict[str, Any]:
         total_prompts=plan.total_prompts,
         total_optimizer_updates=plan.total_optimizer_updates,
         epochs=None if plan.epochs is None else round(plan.epochs, 3),
+        mesh=plan.mesh_text,
+        rollout_mesh=plan.rollout_mesh_text,
+        train_sequences_per_device=plan.train_sequences_per_device,
     )
     return figures
 
@@ -105,6 +108,8 @@ SHOWN_FIGURES = (
     ("accumulation_steps", "accumulation steps"),
     ("mini_batch_sequences", "sequences per mini-batch"),
     ("train_micro_batch_sequences", "sequences per train micro-batch"),
+    ("mesh", "train mesh"),
+    ("train_sequences_per_device", "sequences per device per train micro-batch"),
     ("rollout_passes_per_step", "rollout passes per step"),
     ("old_logprob_passes_per_step", "old-policy log-prob passes per step"),
     ("reference_logprob_passes_per_step", "reference log-prob passes per step"),

@@ -99,8 +99,9 @@ def test_api_lone_surrogate_inside_the_config_is_400(alice):
     ({"config_yaml": DEEP_YAML}, "(yaml)"),
     ({"config_yaml": ALIAS_BOMB}, "(yaml)"),
     ({"config": {"model": deep_dict(500)}}, None),
-    ({"config": {"async": {"rollout_devices": BRACKETS}}}, "async.rollout_devices"),
-    ({"config_yaml": f"async:\n  rollout_devices: '{BRACKETS}'\n"}, "async.rollout_devices"),
+    ({"config": {"mesh": {"rollout_devices": BRACKETS}}}, "mesh.rollout_devices"),
+    ({"config_yaml": f"mesh:\n  rollout_devices: '{BRACKETS}'\n"}, "mesh.rollout_devices"),
+    ({"config": {"async": {"rollout_devices": BRACKETS}}}, "async.rollout_devices"),  # the old place
     ({"config": {"batch": {"prompts_per_step": 10**12}}}, "batch.prompts_per_step"),
     ({"config": {"batch": {"prompts_per_step": 100000001}}}, "batch.prompts_per_step"),
     ({"config": {"grpo": {"num_generations": 10**12}}}, "grpo.num_generations"),
@@ -130,7 +131,7 @@ def form_errors(response) -> str:
 
 def test_web_yaml_tab_refuses_alias_bomb_deep_yaml_and_brackets(alice_client):
     for text, expected in ((ALIAS_BOMB, "expands to more than"), (DEEP_YAML, "nested deeper"),
-                           (f"async:\n  rollout_devices: '{BRACKETS}'\n", "async.rollout_devices"),
+                           (f"mesh:\n  rollout_devices: '{BRACKETS}'\n", "mesh.rollout_devices"),
                            (TINY_CONFIG_YAML.replace("prompts_per_step: 4", "prompts_per_step: 1000000000000"),
                             "batch.prompts_per_step"),
                            (TINY_CONFIG_YAML + 'description_of_nothing: "\\ud800"\n', "description_of_nothing")):
@@ -140,8 +141,8 @@ def test_web_yaml_tab_refuses_alias_bomb_deep_yaml_and_brackets(alice_client):
 
 
 def test_web_form_tab_refuses_brackets_and_huge_sizes(alice_client):
-    response = alice_client.post(reverse("experiment-new"), form_data(async__rollout_devices=BRACKETS))
-    assert "async__rollout_devices" in form_errors(response)
+    response = alice_client.post(reverse("experiment-new"), form_data(mesh__rollout_devices=BRACKETS))
+    assert "mesh__rollout_devices" in form_errors(response)
     response = alice_client.post(reverse("experiment-new"), form_data(batch__prompts_per_step=str(10**12)))
     assert "batch__prompts_per_step" in form_errors(response)
     assert Experiment.objects.count() == 0
@@ -188,8 +189,9 @@ def test_web_yaml_tab_refuses_oversize_yaml(alice_client):
 @pytest.mark.parametrize("data, field", [
     ({"mode": "yaml", "config_yaml": ALIAS_BOMB}, "(yaml)"),
     ({"mode": "yaml", "config_yaml": DEEP_YAML}, "(yaml)"),
+    ({"mode": "yaml", "config_yaml": f"mesh:\n  rollout_devices: '{BRACKETS}'\n"}, "mesh.rollout_devices"),
     ({"mode": "yaml", "config_yaml": f"async:\n  rollout_devices: '{BRACKETS}'\n"}, "async.rollout_devices"),
-    (form_data(async__rollout_devices=BRACKETS), "async.rollout_devices"),
+    (form_data(mesh__rollout_devices=BRACKETS), "mesh.rollout_devices"),
     (form_data(batch__prompts_per_step=str(10**12)), "batch.prompts_per_step"),
     ({"mode": "yaml", "config_yaml": "batch: {prompts_per_step: 100000001}"}, "batch.prompts_per_step"),
 ])

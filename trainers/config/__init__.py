@@ -3,7 +3,7 @@
   schema.py      the sections and fields (defaults, bounds, help text): `ExperimentConfig`
   loading.py     raw data / YAML text / a file + `--set` overrides -> a validated config
   yaml_guard.py  the one guarded YAML loader (alias bombs, deep nesting, oversize text)
-  checks.py      cross-field rules (batch divisibility, async devices, data, rewards, presets)
+  checks.py      cross-field rules (batch divisibility, the mesh and its devices, data, rewards, presets)
   form_specs.py  the schema as plain data, for the web form
   errors.py      `Problem` (dotted field + what would fix it) and `ConfigError`
   metric_names.py  the metric names a run reports (a config may name one for keep-best)

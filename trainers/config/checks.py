@@ -5,6 +5,7 @@ list, reward or metric names import those registries lazily (none imports JAX)."
 from __future__ import annotations
 
 import difflib
+import math
 
 from trainers.config.errors import Problem
 from trainers.config.schema import ExperimentConfig
@@ -34,12 +35,14 @@ def _choices(values: list[int], most: int = 24) -> str:
 def check_config(config: ExperimentConfig) -> list[Problem]:
     """Every cross-field rule; returns the problems (empty = valid)."""
     problems: list[Problem] = []
-    problems += _check_batch(config)
+    batch_problems = _check_batch(config)
+    problems += batch_problems
     problems += _check_grpo(config)
     problems += _check_data_and_rewards(config)
     problems += _check_model(config)
     problems += _check_checkpoint(config)
     problems += _check_async(config)
+    problems += _check_mesh(config, check_micro_batches=not batch_problems)
     return problems
 
 
@@ -104,6 +107,156 @@ def _check_async(config: ExperimentConfig) -> list[Problem]:
             f"async.buffer_capacity_groups={a.buffer_capacity_groups} cannot hold one step's "
             f"batch.prompts_per_step={prompts} groups, so no step could start; use {prompts} or more, or null "
             "for the default",
+        ))
+    return problems
+
+
+def _listed(values: list[int]) -> str:
+    """"1", "1 and 3", "1, 2 and 3"."""
+    return _choices(values).replace(" or ", " and ")
+
+
+def _check_mesh(config: ExperimentConfig, check_micro_batches: bool = True) -> list[Problem]:
+    """Mesh-section rules that need no devices (the run checks the rest when it starts:
+    `trainers.parallel.mesh.meshes_for`): sizes, device lists, the model's split by tensor, and the
+    micro-batches' split over data x fsdp (when the sizes are known: no -1, or mesh.train_devices)."""
+    from trainers.parallel.sizes import MeshError, check_one_unknown, resolve_axis_sizes
+
+    m = config.mesh
+    sizes = {"data": m.data, "fsdp": m.fsdp, "tensor": m.tensor}
+    problems = []
+    for name, size in sizes.items():
+        if size == 0:
+            problems.append(Problem(f"mesh.{name}", f"mesh.{name}=0: an axis needs at least one device; use 1 (not "
+                                                    "split), 2 or more, or -1 (the rest of the devices)"))
+    try:
+        check_one_unknown(sizes)
+    except MeshError as exc:
+        problems.append(Problem(exc.field, exc.message))
+    for name in ("train_devices", "rollout_devices"):
+        devices = getattr(m, name)
+        repeated = sorted({d for d in devices if devices.count(d) > 1})
+        if repeated:
+            problems.append(Problem(f"mesh.{name}", f"lists device {_listed(repeated)} more than once; list each "
+                                                    "device once"))
+    shared = sorted(set(m.train_devices) & set(m.rollout_devices))
+    if shared:
+        problems.append(Problem(
+            "mesh.rollout_devices",
+            f"device {_listed(shared)} is in both mesh.train_devices and mesh.rollout_devices; give training and "
+            "generation disjoint devices",
+        ))
+    if m.rollout_devices and not config.async_.enabled:
+        problems.append(Problem(
+            "mesh.rollout_devices",
+            "generating on devices of its own is asynchronous GRPO; set async.enabled=true, or leave "
+            "mesh.rollout_devices empty to generate on the train mesh",
+        ))
+    if m.rollout_tensor > 1 and not m.rollout_devices:
+        problems.append(Problem(
+            "mesh.rollout_tensor",
+            f"mesh.rollout_tensor={m.rollout_tensor} applies only to generation on devices of its own; list them "
+            "in mesh.rollout_devices (asynchronous GRPO), or set it to 1 (generation on the train mesh splits "
+            "by mesh.tensor)",
+        ))
+    elif m.rollout_devices and len(m.rollout_devices) % m.rollout_tensor:
+        problems.append(Problem(
+            "mesh.rollout_tensor",
+            f"mesh.rollout_tensor={m.rollout_tensor} does not divide the {len(m.rollout_devices)} devices of "
+            f"mesh.rollout_devices; use {_choices(_divisors(len(m.rollout_devices)))}, or list a multiple of "
+            f"{m.rollout_tensor} devices",
+        ))
+    if problems:
+        return problems
+    if m.train_devices:
+        try:
+            sizes = resolve_axis_sizes(sizes, len(m.train_devices), devices_field="mesh.train_devices")
+        except MeshError as exc:
+            return [Problem(exc.field, exc.message)]
+    tensor_shown = f"mesh.tensor={m.tensor}" + (" (the rest of mesh.train_devices)" if m.tensor == -1 else "")
+    problems += _check_tensor_split(config, "mesh.tensor", sizes["tensor"], tensor_shown)
+    if m.rollout_devices:
+        problems += _check_tensor_split(config, "mesh.rollout_tensor", m.rollout_tensor,
+                                        f"mesh.rollout_tensor={m.rollout_tensor}")
+    if check_micro_batches:
+        problems += _check_micro_batch_split(config, sizes)
+    return problems
+
+
+def _model_shape(config: ExperimentConfig):
+    """The model's `ModelConfig` (preset, or model.path's config.json) as `policy.model_config_for`
+    reads it; None when it cannot be read (the folder's own problem is reported by `loading`)."""
+    from trainers.models.presets import PRESETS
+
+    if config.model.path is None:
+        return PRESETS.get(config.model.preset)
+    from trainers.models.hf_config import ModelFolderError, read_model_config
+
+    try:
+        return read_model_config(config.model.path)
+    except (ModelFolderError, OSError):
+        return None
+
+
+def _check_tensor_split(config: ExperimentConfig, field: str, tensor: int, shown: str) -> list[Problem]:
+    """Tensor parallelism splits attention by heads (and KV heads), the MLP by its width and the LM
+    head by the vocabulary: each must divide by `tensor` (-1, not yet known: not checked). `shown`:
+    the field as the message names it ("mesh.tensor=2")."""
+    shape = _model_shape(config) if tensor > 1 else None
+    if shape is None:
+        return []
+    dims = {"attention heads": shape.num_heads, "KV heads": shape.num_kv_heads, "MLP width": shape.mlp_size,
+            "vocabulary": shape.vocab_size}
+    uneven = [f"{name} ({size})" for name, size in dims.items() if size % tensor]
+    if not uneven:
+        return []
+    model = (f"model.preset '{config.model.preset}'" if config.model.path is None
+             else "the model of model.path (its config.json)")
+    common = math.gcd(*dims.values())
+    return [Problem(field, f"{shown}: {tensor} does not divide the {_listed(uneven)} of {model}; tensor "
+                           "parallelism splits attention by heads, the MLP by its width and the LM head by the "
+                           f"vocabulary; use {_choices(_divisors(common))}")]
+
+
+def _check_micro_batch_split(config: ExperimentConfig, sizes: dict[str, int]) -> list[Problem]:
+    """Each micro-batch is split over the devices of its mesh's data and fsdp axes: the train and
+    log-prob micro-batches over the train mesh's data x fsdp, the rollout micro-batch over the
+    rollout mesh's data axis (len(mesh.rollout_devices) / mesh.rollout_tensor), or over the train
+    mesh's data x fsdp when generation runs there. A size still -1 (no mesh.train_devices) is not checked."""
+    m, b, g = config.mesh, config.batch, config.grpo.num_generations
+    prompts = b.prompts_per_step
+    mini_sequences = (b.mini_batch_prompts or prompts) * g
+    train_micro = b.train_micro_batch_sequences or mini_sequences
+    train_split = None
+    if sizes["data"] != -1 and sizes["fsdp"] != -1:
+        train_split = (sizes["data"] * sizes["fsdp"], "the train mesh's data x fsdp "
+                       f"(mesh.data {sizes['data']} x mesh.fsdp {sizes['fsdp']})", "data x fsdp =")
+    rollout_split = train_split
+    if m.rollout_devices:
+        rollout_split = (len(m.rollout_devices) // m.rollout_tensor,
+                         f"the rollout mesh's data axis ({len(m.rollout_devices)} mesh.rollout_devices / "
+                         f"mesh.rollout_tensor {m.rollout_tensor})", "a rollout data axis of")
+    micro_batches = (
+        ("train_micro_batch_sequences", train_micro, f"the mini-batch, {mini_sequences} sequences", train_split),
+        ("logprob_micro_batch_sequences", b.logprob_micro_batch_sequences or train_micro,
+         f"the train micro-batch, {train_micro} sequences", train_split),
+        ("rollout_micro_batch_sequences", b.rollout_micro_batch_sequences or prompts * g,
+         f"the whole step, {prompts * g} sequences", rollout_split),
+    )
+    problems = []
+    for name, sequences, default, split in micro_batches:
+        if split is None or sequences % split[0] == 0:
+            continue
+        devices, where, axes = split
+        value = getattr(b, name)
+        if name == "logprob_micro_batch_sequences" and value is None and problems:
+            continue  # the train micro-batch's problem (its fix is this one's)
+        shown = f"batch.{name}={value}" if value is not None else f"batch.{name}=null ({default})"
+        problems.append(Problem(
+            f"batch.{name}",
+            f"{shown}: micro-batches of {sequences} sequences cannot be split evenly over the {devices} devices of "
+            f"{where}; make batch.{name} a multiple of {devices}, or use {axes} "
+            f"{_choices([d for d in _divisors(sequences) if d <= devices])}",
         ))
     return problems
 

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ValidationError
 
 from trainers.config.checks import check_config, check_prompt_format
 from trainers.config.errors import ConfigError, Problem
-from trainers.config.schema import ExperimentConfig
+from trainers.config.schema import MOVED_TO_MESH, AsyncSection, ExperimentConfig, parse_device_list
 from trainers.config.yaml_guard import (
     MAX_NESTING,
     YamlRefused,
@@ -284,6 +284,11 @@ def _apply_override(raw: dict[str, Any], override: str) -> list[Problem]:
     node = raw
     for i, key in enumerate(keys):
         fields = _field_names(section_model)
+        if section_model is AsyncSection and key in MOVED_TO_MESH:
+            if i < len(keys) - 1:
+                return [Problem(".".join(keys[: i + 1]), moved_to_mesh_message(key, None))]
+            node[key] = value  # validation drops an empty list and names the new place of a listed device
+            return []
         if key not in fields:
             return [Problem(".".join(keys[: i + 1]), _unknown_key_message(key, fields))]
         name = _python_name(section_model, key)
@@ -315,6 +320,23 @@ def _unknown_key_message(key: str, fields: list[str]) -> str:
     close = difflib.get_close_matches(str(key), fields, n=1, cutoff=0.6)
     hint = f"did you mean '{close[0]}'?" if close else "known keys: " + ", ".join(fields)
     return f"unknown key; {hint}"
+
+
+def moved_to_mesh_message(name: str, value: Any) -> str:
+    """The problem of a listed `async.<name>` (train_devices, rollout_devices): where it lives now,
+    and the mesh section that means what it meant (the devices of a list split the batch: data
+    parallel), e.g. "moved to mesh.train_devices; write mesh: {train_devices: [0, 1], data: 2}"."""
+    try:
+        parsed = parse_device_list(value)
+        devices = [int(d) for d in parsed] if isinstance(parsed, list) and 0 < len(parsed) <= 16 else None
+    except (TypeError, ValueError):
+        devices = None
+    if devices is None or any(d < 0 for d in devices):
+        devices = [0]
+    listed = "[" + ", ".join(str(d) for d in devices) + "]"
+    mesh = f"{name}: {listed}" + (f", data: {len(devices)}" if name == "train_devices" and len(devices) > 1 else "")
+    return (f"async.{name} moved to mesh.{name}; write mesh: {{{mesh}}} (--set mesh.{name}={listed}) and remove "
+            f"async.{name}")
 
 
 def _dotted(loc: tuple[Any, ...]) -> str:
@@ -351,6 +373,9 @@ def _problems_from_pydantic(exc: ValidationError, raw: dict[str, Any]) -> list[P
     for err in exc.errors():
         loc = tuple(err["loc"])
         field = _dotted(loc)
+        if err["type"] == "extra_forbidden" and len(loc) == 2 and loc[0] == "async" and loc[1] in MOVED_TO_MESH:
+            problems.append(Problem(field, moved_to_mesh_message(str(loc[1]), err.get("input"))))
+            continue
         if err["type"] == "extra_forbidden":
             model = _model_at(loc)
             fields = _field_names(model) if model else []

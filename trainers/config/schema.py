@@ -168,7 +168,7 @@ class ImportanceSamplingSection(_Section):
     )
 
 
-def _device_list(value: Any) -> Any:
+def parse_device_list(value: Any) -> Any:
     """Lets a device list also be written as text: "0,1", "0 1", "[0, 1]" or "" (as a form or
     --set gives it); a single index becomes a one-element list. Anything else is left to pydantic."""
     if isinstance(value, bool):
@@ -187,7 +187,7 @@ def _device_list(value: Any) -> Any:
 
 
 DeviceList = Annotated[list[Annotated[int, Field(ge=0, le=MAX_DEVICE_INDEX)]], Field(max_length=MAX_DEVICE_INDEX + 1),
-                      BeforeValidator(_device_list)]
+                      BeforeValidator(parse_device_list)]
 
 
 class AsyncSection(_Section):
@@ -313,7 +313,7 @@ class ExperimentConfig(_Section):
         if isinstance(data, dict) and isinstance(data.get("async"), dict):
             section = dict(data["async"])
             for name in MOVED_TO_MESH:
-                if name in section and section[name] in ([], "", None):
+                if name in section and (section[name] is None or parse_device_list(section[name]) == []):
                     del section[name]
             data = {**data, "async": section}
         return data

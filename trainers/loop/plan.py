@@ -8,6 +8,11 @@ prompts is a contiguous block of `mini_batch_prompts * G` sequences.
 Accumulation is always derived (mini-batch sequences / train micro-batch sequences), never set by
 hand, and the rollout and log-prob micro-batches are independent of the train micro-batch.
 
+Devices: every micro-batch is split over the devices of its mesh's data and fsdp axes (the rollout
+micro-batch over the rollout mesh's data axis when generation has devices of its own); the tensor
+axis splits the model, so the devices of one tensor group share their sequences. `describe` shows
+the meshes and the sequences each device gets per micro-batch.
+
 Token budgets: a sequence holds at most `data.max_prompt_tokens` prompt tokens (prompts are padded to
 the longest of a step, never beyond) and `completion_token_budget(config)` completion tokens, so a
 step holds at most `tokens_per_step` = sequences x (prompt + completion budget) token positions.
@@ -22,6 +27,7 @@ import numpy as np
 
 from trainers.config import ExperimentConfig
 from trainers.data.tasks import TASKS
+from trainers.parallel.sizes import resolve_axis_sizes
 
 DEFAULT_MAX_NEW_TOKENS = 64
 """The completion budget of JSONL data when `rollout.max_new_tokens` is null."""
@@ -121,6 +127,64 @@ class BatchPlan:
     dataset_prompts: int | None
     prompt_token_budget: int       # data.max_prompt_tokens
     completion_token_budget: int   # rollout.max_new_tokens, or the task's own budget
+    # the train mesh (mesh.*, a -1 resolved when mesh.train_devices says how many devices; else it
+    # stays -1, the rest of the devices, known when the run starts) and the rollout mesh's devices
+    mesh_data: int = 1
+    mesh_fsdp: int = 1
+    mesh_tensor: int = 1
+    train_devices: tuple[int, ...] = ()
+    rollout_devices: tuple[int, ...] = ()   # empty: generation runs on the train mesh
+    rollout_tensor: int = 1
+
+    # -- devices -------------------------------------------------------------------------------
+
+    @property
+    def batch_split(self) -> int | None:
+        """Devices a train or log-prob micro-batch is split over (data x fsdp); None while a -1 is unresolved."""
+        if -1 in (self.mesh_data, self.mesh_fsdp):
+            return None
+        return self.mesh_data * self.mesh_fsdp
+
+    @property
+    def rollout_split(self) -> int | None:
+        """Devices a rollout micro-batch is split over: the rollout mesh's data axis, else the train mesh's."""
+        if self.rollout_devices:
+            return len(self.rollout_devices) // self.rollout_tensor
+        return self.batch_split
+
+    @property
+    def mesh_text(self) -> str:
+        """The train mesh, e.g. "data 2 x fsdp 4 x tensor 1 (8 devices)"; "one device (no mesh)"."""
+        sizes = (("data", self.mesh_data), ("fsdp", self.mesh_fsdp), ("tensor", self.mesh_tensor))
+        if all(n == 1 for _, n in sizes) and not self.train_devices and not self.rollout_devices:
+            return "one device (no mesh)"
+        axes = " x ".join(f"{name} {n}" for name, n in sizes)
+        if -1 in (n for _, n in sizes):
+            return f"{axes} (-1: the rest of the devices, known when the run starts)"
+        devices = self.mesh_data * self.mesh_fsdp * self.mesh_tensor
+        listed = f": mesh.train_devices {list(self.train_devices)}" if self.train_devices else ""
+        return f"{axes} ({devices} device{'s' * (devices != 1)}{listed})"
+
+    @property
+    def rollout_mesh_text(self) -> str:
+        """The rollout mesh, e.g. "data 2 x tensor 2 (4 devices: mesh.rollout_devices [4, 5, 6, 7])"."""
+        if not self.rollout_devices:
+            return "the train mesh"
+        return (f"data {self.rollout_split} x tensor {self.rollout_tensor} ({len(self.rollout_devices)} devices: "
+                f"mesh.rollout_devices {list(self.rollout_devices)})")
+
+    @property
+    def train_sequences_per_device(self) -> int | None:
+        """Sequences each device trains per train micro-batch; None while the mesh's size is unknown."""
+        return None if self.batch_split is None else self.train_micro_batch_sequences // self.batch_split
+
+    def _per_device(self, sequences: int, split: int | None, axes: str = "data x fsdp") -> str:
+        """"16 sequences = 2 per device (split over data x fsdp = 8)"."""
+        if split is None:
+            return f"{sequences} sequences (split over {axes} when the run starts)"
+        if split == 1 and self.mesh_text == "one device (no mesh)":
+            return f"{sequences} sequences"
+        return f"{sequences} sequences = {sequences // split} per device (split over {axes} = {split})"
 
     @property
     def tokens_per_step(self) -> int:
@@ -191,6 +255,23 @@ class BatchPlan:
             f"({self.mini_batch_sequences}/{self.train_micro_batch_sequences}, derived)",
             f"  tokens per step (at most)     {self.tokens_per_step}  ({self.sequences_per_step} sequences x "
             f"({self.prompt_token_budget} prompt + {self.completion_token_budget} completion tokens))",
+            "Devices",
+            f"  train mesh                    {self.mesh_text}",
+            f"  rollout mesh                  {self.rollout_mesh_text}",
+        ]
+        if self.mesh_tensor != 1 or self.rollout_tensor != 1:
+            lines.append("                                (tensor splits the model, not the sequences: the "
+                         "devices of one tensor group share theirs)")
+        rollout_axes = "the rollout mesh's data axis" if self.rollout_devices else "data x fsdp"
+        lines += [
+            f"  train micro-batch             {self._per_device(self.train_micro_batch_sequences, self.batch_split)}",
+        ]
+        if self.needs_old_logprobs or self.needs_reference:
+            lines.append(f"  log-prob micro-batch          "
+                         f"{self._per_device(self.logprob_micro_batch_sequences, self.batch_split)}")
+        lines += [
+            f"  rollout micro-batch           "
+            f"{self._per_device(self.rollout_micro_batch_sequences, self.rollout_split, rollout_axes)}",
             "Run",
             f"  steps                         {self.max_steps}",
             f"  optimizer updates             {self.total_optimizer_updates}",
@@ -224,6 +305,10 @@ def make_plan(config: ExperimentConfig, dataset_prompts: int | None = None) -> B
     needs_old = g.num_iterations > 1 or mini_batches > 1
     needs_ref = g.beta > 0
     logprob_passes = math.ceil(sequences / logprob_micro)
+    m = config.mesh
+    sizes = {"data": m.data, "fsdp": m.fsdp, "tensor": m.tensor}
+    if m.train_devices:
+        sizes = resolve_axis_sizes(sizes, len(m.train_devices), devices_field="mesh.train_devices")
     return BatchPlan(
         prompts_per_step=prompts,
         num_generations=g.num_generations,
@@ -246,4 +331,10 @@ def make_plan(config: ExperimentConfig, dataset_prompts: int | None = None) -> B
         dataset_prompts=dataset_prompts,
         prompt_token_budget=config.data.max_prompt_tokens,
         completion_token_budget=completion_token_budget(config),
+        mesh_data=sizes["data"],
+        mesh_fsdp=sizes["fsdp"],
+        mesh_tensor=sizes["tensor"],
+        train_devices=tuple(m.train_devices),
+        rollout_devices=tuple(m.rollout_devices),
+        rollout_tensor=m.rollout_tensor,
     )

@@ -21,34 +21,9 @@ from jax.sharding import AxisType, Mesh
 
 from trainers.config import ExperimentConfig
 from trainers.parallel.rules import MESH_AXES
+from trainers.parallel.sizes import MeshError, resolve_axis_sizes
 
-
-class MeshError(ValueError):
-    """A mesh that the visible devices cannot form; `field` names the config field to change."""
-
-    def __init__(self, field: str, message: str):
-        super().__init__(f"{field}: {message}")
-        self.field = field
-
-
-def resolve_axis_sizes(sizes: dict[str, int], device_count: int, field: str = "mesh") -> dict[str, int]:
-    """{axis: size} with a -1 replaced by device_count / (product of the others). Raises MeshError
-    when the sizes' product is not device_count."""
-    unknown = [name for name, n in sizes.items() if n == -1]
-    if len(unknown) > 1:
-        raise MeshError(f"{field}.{unknown[1]}", f"only one axis may be -1 (the rest of the devices); "
-                        f"{' and '.join(unknown)} both are")
-    known = math.prod(n for n in sizes.values() if n != -1)
-    if unknown:
-        if device_count % known:
-            raise MeshError(f"{field}.{unknown[0]}", f"the other axes' product {known} does not divide the "
-                            f"{device_count} devices, so -1 has no size; choose sizes whose product divides "
-                            f"{device_count}")
-        return {**sizes, unknown[0]: device_count // known}
-    if known != device_count:
-        raise MeshError(field, f"data x fsdp x tensor = {known} but the mesh has {device_count} devices; make "
-                        f"the product {device_count} (or set one axis to -1)")
-    return dict(sizes)
+__all__ = ["MeshError", "describe", "make_mesh", "mesh_context", "meshes_for", "resolve_axis_sizes"]
 
 
 def make_mesh(devices: list, sizes: dict[str, int]) -> Mesh:
@@ -76,7 +51,7 @@ def meshes_for(config: ExperimentConfig, devices: list | None = None) -> tuple[M
     rollout = _pick(m.rollout_devices, devices, "mesh.rollout_devices")
     if m.train_devices:
         train = _pick(m.train_devices, devices, "mesh.train_devices")
-        sizes = resolve_axis_sizes(sizes, len(train))
+        sizes = resolve_axis_sizes(sizes, len(train), devices_field="mesh.train_devices")
     else:
         free = [d for d in devices if d not in rollout]
         if -1 in sizes.values():
