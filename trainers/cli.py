@@ -119,6 +119,9 @@ def cmd_run(args) -> int:
     config = _load(args)
     if config is None:
         return EXIT_INVALID
+    from trainers.loop.compile_cache import enable_compilation_cache
+
+    enable_compilation_cache()  # compiled steps are kept on disk for later runs (~/.cache/grpo-trainers)
     from trainers.loop.run_files import RunFilesHooks
     from trainers.loop.trainer import TrainingDiverged, train
 

@@ -73,7 +73,10 @@ def finish_run(run: Run, attempt: int, result, control: DatabaseControl) -> str:
 def run_attempt(run_id: int, attempt: int, parent_pid: int | None = None) -> int:
     """Train attempt `attempt` of run `run_id` to a final status. Returns a process exit code."""
     from experiments import configs
+    from django.conf import settings
+
     from trainers import train
+    from trainers.loop.compile_cache import enable_compilation_cache
     from trainers.loop.hooks import MultiHooks
     from trainers.loop.run_files import RunFilesHooks
     from trainers.loop.trainer import TrainingDiverged
@@ -100,6 +103,8 @@ def run_attempt(run_id: int, attempt: int, parent_pid: int | None = None) -> int
         fail_run(run, attempt, f"a step of this run is too large: {too_large}")
         return 1
     run_dir = run_directory(run)
+    # compiled steps are kept on disk: a later run of the same shapes, or this run's next attempt, skips compiling
+    enable_compilation_cache(str(settings.DATA_DIR / "jax-cache"))
     db_hooks = DatabaseHooks(run_id, attempt, chat_prompts=chat_prompts_for(config))
     hooks = MultiHooks(db_hooks, RunFilesHooks(run_dir))
     try:
