@@ -32,16 +32,37 @@ def tokenizer_for(config: ExperimentConfig) -> Any:
     return get_tokenizer("char")
 
 
-def initial_params(config: ExperimentConfig, model_config: ModelConfig, progress: bool = True) -> tuple[Any, Any]:
+def initial_params(config: ExperimentConfig, model_config: ModelConfig, progress: bool = True,
+                   shardings: Any = None) -> tuple[Any, Any]:
     """(graphdef, float32 params): the folder's weights with `model.path` (loaded tensor by tensor, with
-    a progress bar when `progress`), else a random init from `config.seed`."""
+    a progress bar when `progress`), else a random init from `config.seed`.
+
+    shardings: None = on the default device. Else a tree like the params of `jax.sharding.Sharding`s
+    (`Placement.state_shardings(abstract_params(model_config)[1])`): the params are made with them
+    directly, each device reading or drawing only its own shards, never the whole model on one device."""
     if config.model.path is not None:
         from trainers.models.hf_weights import load_pretrained
 
-        return load_pretrained(config.model.path, model_config, progress=progress)
+        return load_pretrained(config.model.path, model_config, progress=progress, shardings=shardings)
     from trainers.models.transformer import init_params
 
-    return init_params(model_config, config.seed)
+    if shardings is None:
+        return init_params(model_config, config.seed)
+    return _init_params_sharded(model_config, config.seed, shardings)
+
+
+def _init_params_sharded(model_config: ModelConfig, seed: int, shardings: Any) -> tuple[Any, Any]:
+    """`init_params(model_config, seed)` traced once and compiled with `out_shardings`, so each device
+    computes only its shards (threefry random bits are partitionable: the values are those of the
+    unsharded init)."""
+    import jax
+
+    from trainers.models.hf_weights import abstract_params
+    from trainers.models.transformer import init_params
+
+    graphdef, _ = abstract_params(model_config)
+    params = jax.jit(lambda: init_params(model_config, seed)[1], out_shardings=shardings)()
+    return graphdef, params
 
 
 @dataclasses.dataclass

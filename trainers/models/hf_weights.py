@@ -4,6 +4,9 @@
 weights are ever made) and fills it tensor by tensor, shard by shard: each tensor is read,
 converted to float32 (the master weights) and transposed where PyTorch's Linear layout [out, in]
 differs from ours [in, out], so at most one tensor beyond the model is in memory at a time.
+`load_pretrained(folder, cfg, shardings=...)` (a mesh) makes each parameter a global array whose
+shards are read straight from the file, block by block (safetensors' `get_slice`), onto the devices
+that hold them: no process reads, and no device holds, more than its shards.
 `save_pretrained_weights(params, cfg, folder, dtype)` writes the reverse: `model.safetensors` with
 Hugging Face names, loadable by transformers.
 
@@ -21,9 +24,10 @@ Names (ours -> Hugging Face):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import jax
 import numpy as np
@@ -97,8 +101,100 @@ def _tensors(folder: str) -> Iterator[tuple[str, np.ndarray]]:
                 yield name, np.asarray(f.get_tensor(name), dtype=np.float32)
 
 
-def load_pretrained(folder: str, cfg: ModelConfig, progress: bool = True) -> tuple[nnx.GraphDef, Any]:
-    """(graphdef, params) of the Hugging Face checkpoint in `folder`, params float32 on the default device.
+def _ignored(name: str, cfg: ModelConfig) -> bool:
+    """A folder's tensor the architecture has no place for but that is expected: a tied model's
+    `lm_head.weight`, rotary `inv_freq` buffers."""
+    return (name == "lm_head.weight" and cfg.tie_embeddings) or name.endswith("rotary_emb.inv_freq")
+
+
+def _shape_error(folder: str, name: str, file_shape: tuple[int, ...], shape: tuple[int, ...],
+                 transposed: bool) -> ModelFolderError:
+    return ModelFolderError(f"{folder}: tensor {name!r} has shape {file_shape}, expected "
+                            f"{shape[::-1] if transposed else shape} from config.json")
+
+
+def _missing_error(folder: str, missing: list[str]) -> ModelFolderError:
+    return ModelFolderError(f"{folder}: missing tensors {', '.join(missing[:5])}"
+                            f"{' ...' if len(missing) > 5 else ''}")
+
+
+def _load_whole(folder: str, cfg: ModelConfig, slot_of_name: dict, filled: list, bar: Any) -> None:
+    """Fill `filled` (one slot per parameter) tensor by tensor, each whole on the default device."""
+    for name, tensor in _tensors(folder):
+        if name not in slot_of_name:
+            if _ignored(name, cfg):
+                continue
+            raise ModelFolderError(f"{folder}: unexpected tensor {name!r} for this architecture")
+        slot, transposed, shape = slot_of_name[name]
+        array = tensor.T if transposed else tensor
+        if array.shape != shape:
+            raise _shape_error(folder, name, tensor.shape, shape, transposed)
+        filled[slot] = jax.device_put(np.ascontiguousarray(array))
+        del tensor, array
+        if bar is not None:
+            bar.update(1)
+
+
+def _shard_reader(tensor_slice: Any, transposed: bool) -> Callable[[tuple[slice, ...]], np.ndarray]:
+    """The `jax.make_array_from_callback` callback of one tensor: our index (a tuple of slices into
+    the [in, out] parameter) -> that block alone, float32, read from the file's [out, in] tensor with
+    the swapped index and transposed where the layouts differ. A block several local devices share
+    (replicated along a mesh axis) is read once."""
+    blocks: dict[tuple, np.ndarray] = {}
+
+    def read(index: tuple[slice, ...]) -> np.ndarray:
+        key = tuple((s.start, s.stop, s.step) for s in index)
+        if key not in blocks:
+            block = np.asarray(tensor_slice[tuple(index[::-1]) if transposed else tuple(index)], dtype=np.float32)
+            blocks[key] = np.ascontiguousarray(block.T) if transposed else block
+        return blocks[key]
+
+    return read
+
+
+def _load_sharded(folder: str, cfg: ModelConfig, slot_of_name: dict, filled: list, shardings: list,
+                  bar: Any) -> None:
+    """Fill `filled` parameter by parameter with global arrays of `shardings` (one per slot): every
+    device's shard is read straight from the file (`get_slice`), so this process reads only the
+    blocks its own devices hold and no device holds more than its shard. Names and shapes are
+    checked from the files' headers before any tensor is read."""
+    from safetensors import safe_open
+
+    with contextlib.ExitStack() as stack:
+        handle_of_name: dict[str, Any] = {}
+        for file_name in _weight_files(folder):
+            handle = stack.enter_context(safe_open(os.path.join(folder, file_name), framework="numpy"))
+            for name in handle.keys():
+                if name not in slot_of_name:
+                    if _ignored(name, cfg):
+                        continue
+                    raise ModelFolderError(f"{folder}: unexpected tensor {name!r} for this architecture")
+                slot, transposed, shape = slot_of_name[name]
+                file_shape = tuple(handle.get_slice(name).get_shape())
+                if (file_shape[::-1] if transposed else file_shape) != shape:
+                    raise _shape_error(folder, name, file_shape, shape, transposed)
+                handle_of_name[name] = handle
+        missing = [name for name in slot_of_name if name not in handle_of_name]
+        if missing:
+            raise _missing_error(folder, missing)
+        for name, handle in handle_of_name.items():
+            slot, transposed, shape = slot_of_name[name]
+            filled[slot] = jax.make_array_from_callback(
+                shape, shardings[slot], _shard_reader(handle.get_slice(name), transposed))
+            if bar is not None:
+                bar.update(1)
+
+
+def load_pretrained(folder: str, cfg: ModelConfig, progress: bool = True,
+                    shardings: Any = None) -> tuple[nnx.GraphDef, Any]:
+    """(graphdef, params) of the Hugging Face checkpoint in `folder`, params float32 (the master
+    weights, whatever the files' dtype).
+
+    shardings: None = each parameter whole on the default device, read tensor by tensor. Else a tree
+    like the params whose leaves are `jax.sharding.Sharding`s (`trainers.parallel.rules.state_shardings`
+    of `abstract_params(cfg)[1]`): each parameter is made with that sharding, every device's shard
+    read alone from the file (`jax.make_array_from_callback` + safetensors' `get_slice`), so neither
+    a process nor a device ever holds the whole model.
 
     Raises ModelFolderError naming a tensor that is missing, unexpected in shape, or left over (a
     tensor the architecture has no place for; a tied model's `lm_head.weight` is allowed and ignored)."""
@@ -116,29 +212,16 @@ def load_pretrained(folder: str, cfg: ModelConfig, progress: bool = True) -> tup
         bar = tqdm(total=len(slot_of_name), unit="tensor", desc=f"loading {os.path.basename(folder.rstrip('/'))}",
                    dynamic_ncols=True, file=__import__("sys").stderr)
     try:
-        for name, tensor in _tensors(folder):
-            if name not in slot_of_name:
-                if name == "lm_head.weight" and cfg.tie_embeddings:
-                    continue
-                if name.endswith("rotary_emb.inv_freq"):
-                    continue
-                raise ModelFolderError(f"{folder}: unexpected tensor {name!r} for this architecture")
-            slot, transposed, shape = slot_of_name[name]
-            array = tensor.T if transposed else tensor
-            if array.shape != shape:
-                raise ModelFolderError(f"{folder}: tensor {name!r} has shape {tensor.shape}, expected "
-                                       f"{shape[::-1] if transposed else shape} from config.json")
-            filled[slot] = jax.device_put(np.ascontiguousarray(array))
-            del tensor, array
-            if bar is not None:
-                bar.update(1)
+        if shardings is None:
+            _load_whole(folder, cfg, slot_of_name, filled, bar)
+        else:
+            _load_sharded(folder, cfg, slot_of_name, filled, treedef.flatten_up_to(shardings), bar)
     finally:
         if bar is not None:
             bar.close()
     missing = [name for name, (slot, _, _) in slot_of_name.items() if filled[slot] is None]
     if missing:
-        raise ModelFolderError(f"{folder}: missing tensors {', '.join(missing[:5])}"
-                               f"{' ...' if len(missing) > 5 else ''}")
+        raise _missing_error(folder, missing)
     return graphdef, jax.tree_util.tree_unflatten(treedef, filled)
 
 
