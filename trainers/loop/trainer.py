@@ -52,6 +52,7 @@ from trainers.loop.rollout_source import (
 )
 from trainers.loop.update import MAX_METRICS, completion_width, make_logprob_fn, make_update_fn
 from trainers.loop.policy import initial_params, model_config_for, tokenizer_for
+from trainers.models.hf_weights import abstract_params
 from trainers.models.transformer import param_count
 from trainers.parallel.host import to_host
 
@@ -166,8 +167,9 @@ class GRPOTrainer:
         if self.eval_examples:
             check_prompts_fit(self.spec, self.eval_examples[: config.eval.prompts or None], "eval")
         self.model_config = model_config_for(config)
-        self.graphdef, params = initial_params(config, self.model_config)
-        params = self.placement.train_state(params)
+        # Loaded (or drawn) straight into the train mesh's shards: no device ever holds the whole model.
+        shardings = self.placement.state_shardings(abstract_params(self.model_config)[1])
+        self.graphdef, params = initial_params(config, self.model_config, shardings=shardings)
         if init_checkpoint is not None:
             params = restore_params_at(init_checkpoint, params, config.model)
         self.init_checkpoint = init_checkpoint
