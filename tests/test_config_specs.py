@@ -34,8 +34,8 @@ def _leaf_paths(data: dict, prefix: str = "") -> list[str]:
 
 def test_sections_follow_the_schema_order():
     keys = [s.key for s in field_specs()]
-    assert keys == ["", "model", "data", "rewards", "rollout", "batch", "grpo", "async", "mesh", "optimizer", "train",
-                    "checkpoint", "eval"]
+    assert keys == ["", "model", "data", "rewards", "rollout", "batch", "grpo", "async", "mesh", "cluster", "optimizer",
+                    "train", "checkpoint", "eval"]
     assert [f.path for f in field_specs()[0].fields] == ["seed"]
 
 

@@ -43,6 +43,7 @@ def check_config(config: ExperimentConfig) -> list[Problem]:
     problems += _check_checkpoint(config)
     problems += _check_async(config)
     problems += _check_mesh(config, check_micro_batches=not batch_problems)
+    problems += _check_cluster(config)
     return problems
 
 
@@ -180,6 +181,36 @@ def _check_mesh(config: ExperimentConfig, check_micro_batches: bool = True) -> l
                                         f"mesh.rollout_tensor={m.rollout_tensor}")
     if check_micro_batches:
         problems += _check_micro_batch_split(config, sizes)
+    return problems
+
+
+def _check_cluster(config: ExperimentConfig) -> list[Problem]:
+    """A run over cluster.hosts processes: its mesh must span every host's devices (hosts x
+    devices_per_host, when the mesh's size is known: no -1 axis), and it trains synchronously."""
+    c, m = config.cluster, config.mesh
+    if c.hosts == 1:
+        return []
+    problems = []
+    if config.async_.enabled:
+        problems.append(Problem("cluster.hosts", f"cluster.hosts={c.hosts}: asynchronous GRPO runs in one process; "
+                                                 "set async.enabled=false, or cluster.hosts=1"))
+    if -1 in (m.data, m.fsdp, m.tensor) or m.train_devices:
+        return problems  # the run resolves the mesh on the devices it finds
+    mesh_devices = m.data * m.fsdp * m.tensor
+    shown = f"mesh.data {m.data} x mesh.fsdp {m.fsdp} x mesh.tensor {m.tensor} = {mesh_devices} device(s)"
+    if c.devices_per_host is not None and mesh_devices != c.hosts * c.devices_per_host:
+        problems.append(Problem(
+            "cluster.devices_per_host",
+            f"cluster.hosts={c.hosts} x cluster.devices_per_host={c.devices_per_host} = "
+            f"{c.hosts * c.devices_per_host} devices, but the mesh has {shown}; make them equal (e.g. mesh.fsdp=-1: "
+            "the mesh takes every device)",
+        ))
+    elif c.devices_per_host is None and mesh_devices % c.hosts:
+        problems.append(Problem(
+            "cluster.hosts",
+            f"cluster.hosts={c.hosts} hosts cannot split a mesh of {shown} evenly; use a mesh that spans every "
+            "host's devices (e.g. mesh.fsdp=-1)",
+        ))
     return problems
 
 

@@ -26,6 +26,7 @@ MAX_TOKENS = 131_072                 # prompt or completion length
 MAX_DATASET_PROMPTS = 10_000_000     # prompts generated or read
 MAX_STEPS = 10_000_000               # steps, and every period counted in steps
 MAX_DEVICE_INDEX = 4_095
+MAX_HOSTS = 4_096                    # hosts (processes) of one run
 
 
 class _Section(BaseModel):
@@ -246,6 +247,19 @@ class MeshSection(_Section):
                                 "mesh (mesh.rollout_devices); the rest of its devices split the sequences.")
 
 
+class ClusterSection(_Section):
+    """Where a run's processes run: one process per host, launched by the platform through Ray (or by
+    `srun` / `mpirun` from the CLI). 1 host (the default) = today's single process, no Ray."""
+
+    hosts: int = Field(1, ge=1, le=MAX_HOSTS, description="Hosts (processes) the run spans: the platform reserves "
+                       "one Ray placement-group bundle per host and starts one trainer process on each; they form "
+                       "one run whose mesh spans all their devices. 1 = one process on the worker itself.")
+    devices_per_host: int | None = Field(
+        None, ge=1, le=MAX_AXIS_SIZE, description="Accelerators each host gives the run (GPUs reserved per Ray "
+        "bundle; on CPU, the number of CPU devices each process makes); empty = whatever each host has. "
+        "cluster.hosts x this must equal the mesh's devices.")
+
+
 class OptimizerSection(_Section):
     name: Literal["adamw", "adam", "sgd"] = Field("adamw", description="Optax optimizer.")
     learning_rate: float = Field(1e-3, gt=0.0, description="Peak learning rate.")
@@ -299,6 +313,7 @@ class ExperimentConfig(_Section):
     grpo: GrpoSection = Field(default_factory=GrpoSection)
     async_: AsyncSection = Field(default_factory=AsyncSection, alias="async")
     mesh: MeshSection = Field(default_factory=MeshSection)
+    cluster: ClusterSection = Field(default_factory=ClusterSection)
     optimizer: OptimizerSection = Field(default_factory=OptimizerSection)
     train: TrainSection = Field(default_factory=TrainSection)
     checkpoint: CheckpointSection = Field(default_factory=CheckpointSection)
