@@ -4,7 +4,7 @@ asynchronously (max trajectory age 1) on 2 CPU devices, in one process.
     .venv/bin/python bench/async_speedup.py [--steps 12] [--warmup 4] [--mu 1] [--parity-steps 0] [--in-flight]
 
 Sync: generation and training both on device 0, one after the other. Async: the collector generates
-on device 1 while the trainer trains on device 0 (async.rollout_devices=[1], train_devices=[0]);
+on device 1 while the trainer trains on device 0 (mesh.rollout_devices=[1], mesh.train_devices=[0]);
 the collector may run one step ahead (max age 1), so with balanced phases the ideal is 2x.
 Seconds per step are wall-clock seconds between the end of step `warmup` and the end of the last
 step (compilation happens in the warmup steps). The workload generates exactly max_new_tokens
@@ -146,7 +146,7 @@ def parity(steps: int) -> str:
     sync = rewards([], steps)
     async_steps = int(1.2 * steps)
     asyn = rewards(["async.enabled=true", "async.max_trajectory_age_steps=1",
-                    "async.rollout_devices=1", "async.train_devices=0"], async_steps)
+                    "mesh.rollout_devices=1", "mesh.train_devices=0"], async_steps)
     target = sync[-1]
     reached = next((i + 1 for i, r in enumerate(asyn) if r >= target), None)
     if reached is None:
@@ -192,8 +192,8 @@ def main() -> None:
     train_s = sum(m["timing/train_s"] for m in tail) / len(tail)
     print(f"sync:  {sync_s:.3f} s/step (rollout {rollout:.3f} s + train {train_s:.3f} s per step; {sync_cores:.2f} cores used)", flush=True)
     raw_async = {**raw, "async": {"enabled": True, "max_trajectory_age_steps": 1,
-                                  "rollout_devices": [1], "train_devices": [0],
-                                  "in_flight_weight_updates": args.in_flight}}
+                                  "in_flight_weight_updates": args.in_flight},
+                 "mesh": {"rollout_devices": [1], "train_devices": [0]}}
     async_s, async_m = timed_run(raw_async, args.warmup)
     tail = [async_m[s] for s in sorted(async_m) if s > args.warmup]
     async_cores = async_m[0]["cores_used"]

@@ -419,7 +419,7 @@ def test_two_devices_rollout_and_training_apart(sync_run, tmp_path):
     """Generation on device 1, training on device 0 (2 host devices in a subprocess, since XLA_FLAGS
     must be set before jax starts). With max age 0 it is still exactly the synchronous update."""
     sync, _ = sync_run
-    raw = async_raw(0, rollout_devices=[1], train_devices=[0])
+    raw = {**async_raw(0), "mesh": {"train_devices": [0], "rollout_devices": [1]}}
     script = tmp_path / "two.py"
     script.write_text(TWO_DEVICES)
     env = {**os.environ, "PYTHONPATH": ROOT, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
@@ -452,7 +452,8 @@ FOUR_DEVICES = textwrap.dedent("""
     sync_hooks, async_hooks = Rewards(), Rewards()
     sync = GRPOTrainer(parse_config(raw), tempfile.mkdtemp(), sync_hooks)
     sync.run()
-    raw["async"] = {"enabled": True, "max_trajectory_age_steps": 0, "rollout_devices": [2, 3], "train_devices": [0, 1]}
+    raw["async"] = {"enabled": True, "max_trajectory_age_steps": 0}
+    raw["mesh"] = {"data": 2, "train_devices": [0, 1], "rollout_devices": [2, 3]}
     trainer = GRPOTrainer(parse_config(raw), tempfile.mkdtemp(), async_hooks)
     result = trainer.run()
     diff = max(float(np.abs(np.asarray(a) - np.asarray(b)).max())
@@ -461,7 +462,7 @@ FOUR_DEVICES = textwrap.dedent("""
     print("RESULT", json.dumps({"status": result.status, "max_param_diff": diff,
           "train": ids(trainer.state.params), "opt_state": ids(trainer.state.opt_state),
           "rollout": ids(trainer.source.collector.params),
-          "prompts": sorted(d.id for d in trainer.source.collector.prompt_sharding.device_set),
+          "prompts": sorted(d.id for d in trainer.source.collector.mesh.devices.flat),
           "sync": sync_hooks.by_step, "async": async_hooks.by_step}))
 """)
 
