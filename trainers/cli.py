@@ -83,14 +83,17 @@ class SignalControl(Control):
         return Action.PAUSE if self.requested else Action.CONTINUE
 
 
+def _print_invalid(path: str, exc: ConfigError) -> None:
+    print(f"{path}: invalid config ({len(exc.problems)} problem{'s' * (len(exc.problems) != 1)})", file=sys.stderr)
+    for problem in exc.problems:
+        print(f"  {problem}", file=sys.stderr)
+
+
 def _load(args) -> ExperimentConfig | None:
     try:
         return load_config(args.config, args.set)
     except ConfigError as exc:
-        print(f"{args.config}: invalid config ({len(exc.problems)} problem{'s' * (len(exc.problems) != 1)})",
-              file=sys.stderr)
-        for problem in exc.problems:
-            print(f"  {problem}", file=sys.stderr)
+        _print_invalid(args.config, exc)
         return None
 
 
@@ -134,6 +137,11 @@ def cmd_run(args) -> int:
             progress.bar.close()
         print(f"failed: {exc} (metrics up to step {exc.step} in {args.out}/metrics.jsonl)", file=sys.stderr)
         return EXIT_FAILED
+    except ConfigError as exc:  # known only once the run sees its devices: a mesh they cannot form (MeshError)
+        if progress.bar is not None:
+            progress.bar.close()
+        _print_invalid(args.config, exc)
+        return EXIT_INVALID
     print(f"{result.status}: step {result.final_step}, params_digest {result.params_digest[:16]}..., "
           f"summary in {args.out}/summary.json")
     return 0
