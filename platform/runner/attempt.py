@@ -11,7 +11,9 @@ database control, then writes the final status by compare-and-set on (status, at
                                           shutting down) while the user wanted it running ->
                                           queued again as a new attempt, resuming on any worker
   paused/cancelled   cancelling       ->  cancelled
-  exception / invalid config          ->  failed, with the traceback's last lines in run.error
+  exception / invalid config          ->  failed, with the traceback's last lines in run.error (an
+                                          invalid config, also one the devices refute when the run
+                                          starts, a MeshError: one line per problem, no traceback)
   a step over the owner's caps or a worker's memory (runner.step_limits) -> failed, with why
                                           (a diverged run, TrainingDiverged: its one-line message)
 
@@ -36,6 +38,12 @@ from runner.storage import run_directory
 
 log = logging.getLogger(__name__)
 ERROR_LINES = 25
+
+
+def invalid_config_text(exc) -> str:
+    """A run's error for a ConfigError: one line per problem, naming the field."""
+    problems = "\n".join(f"  {p}" for p in exc.problems)
+    return f"invalid config ({len(exc.problems)} problem(s)):\n{problems}"
 
 
 def fail_run(run: Run, attempt: int, error: str) -> bool:
@@ -93,8 +101,7 @@ def run_attempt(run_id: int, attempt: int, parent_pid: int | None = None) -> int
         # experiment was saved cannot lead it outside)
         config = configs.parse(run.config, run.experiment.owner)  # the owner's datasets, as they are now
     except configs.ConfigError as exc:
-        problems = "\n".join(f"  {p}" for p in exc.problems)
-        fail_run(run, attempt, f"invalid config ({len(exc.problems)} problem(s)):\n{problems}")
+        fail_run(run, attempt, invalid_config_text(exc))
         return 1
     # the owner's step caps and a worker's memory as they are now (runner.step_limits): the config may
     # have been stored before them, or the owner's limits lowered since it was queued
@@ -111,8 +118,14 @@ def run_attempt(run_id: int, attempt: int, parent_pid: int | None = None) -> int
         # a fresh fork starts from its parent's checkpoint weights (runner.forks); None otherwise
         result = train(config, run_dir, hooks=hooks, control=control, init_checkpoint=start_checkpoint(run, run_dir))
     except BaseException as exc:  # noqa: BLE001 - any failure of user code ends the run as failed
-        # a diverged run's message says it all (step, metric, what to change): no traceback
-        lines = [str(exc)] if isinstance(exc, TrainingDiverged) else traceback.format_exc().rstrip().splitlines()
+        # a diverged run's message says it all (step, metric, what to change): no traceback; nor for
+        # a config that only the run's devices refute (a mesh they cannot form: MeshError, a ConfigError)
+        if isinstance(exc, configs.ConfigError):
+            lines = [invalid_config_text(exc)]
+        elif isinstance(exc, TrainingDiverged):
+            lines = [str(exc)]
+        else:
+            lines = traceback.format_exc().rstrip().splitlines()
         try:
             db_hooks.close()  # keep the metrics of the steps that did finish
         except Exception:  # noqa: BLE001
