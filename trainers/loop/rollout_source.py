@@ -94,7 +94,8 @@ class SyncRolloutSource:
         if step != self.version:
             raise ValueError(f"step {step} needs weights of version {step}; the newest published are {self.version}")
         examples = c.stream.take(c.plan.data_position_at(step), c.plan.prompts_per_step)
-        rollout = collect_rollout(c.graphdef, lambda: (self.params, self.version), examples, c.spec,
+        params = c.placement.generation_weights(self.params)  # cast once per step, not per decode step
+        rollout = collect_rollout(c.graphdef, lambda: (params, self.version), examples, c.spec,
                                   jax.random.fold_in(c.base_key, step), mesh=c.placement.train_mesh)
         self.params = None  # the next update donates these buffers
         return rollout

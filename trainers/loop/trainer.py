@@ -348,7 +348,8 @@ class GRPOTrainer:
         if not examples:
             return {}
         key = jax.random.fold_in(jax.random.fold_in(self.base_key, self.state.step), 1 << 20)
-        weights = lambda: (self.state.params, self.state.step)  # noqa: E731
+        params = self.placement.generation_weights(self.state.params)  # matrices cast once, not per decode step
+        weights = lambda: (params, self.state.step)  # noqa: E731
         e = self.config.eval
         mesh = self.placement.train_mesh
         r = collect_rollout(self.graphdef, weights, examples, self.spec.for_evaluation(e.temperature), key, mesh=mesh)

@@ -60,6 +60,18 @@ class GenerationResult:  # numpy arrays
     #                    the weights that sampled each token (meaningful where mask is True)
 
 
+def cast_for_generation(params, dtype) -> nnx.State:
+    """The weights a generator reads, with every float32 matrix (>= 2 dims: embeddings, projection
+    and LM-head kernels) cast to the compute `dtype` once, instead of at every decode step: the decode
+    loop then reads half the bytes with bfloat16. The model casts these matrices to its compute dtype
+    where it uses them (`transformer.Linear`, `embed`, `logits`), so the samples and their log-probs
+    are exactly those of the float32 weights; vectors (norm scales, biases) stay as they are (norms
+    compute in float32). dtype None or float32: `params` itself."""
+    if dtype is None or jnp.dtype(dtype) == jnp.float32:
+        return params
+    return jax.tree.map(lambda x: x.astype(dtype) if x.ndim >= 2 and x.dtype == jnp.float32 else x, params)
+
+
 def filter_logits(scaled_logits: jax.Array, top_k: int, top_p: float) -> jax.Array:
     """scaled_logits [B,V] float32 (already divided by temperature) -> [B,V] with tokens outside the
     top-k and then outside the top-p nucleus set to -inf. top_k=0 / top_p=1.0 disable the filters.
