@@ -204,3 +204,135 @@ def test_a_checkpoint_of_another_model_is_refused_naming_the_field(tmp_path):
     with pytest.raises(IncompatibleCheckpoint) as error:
         GRPOTrainer(small, str(tmp_path / "fork"), init_checkpoint=step_dir)
     assert error.value.field == "model.preset" and "model.preset 'tiny'" in str(error.value)
+
+
+# -- export, file by file ------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def sharded_run(tmp_path_factory):
+    """A run directory on the tiny Hugging Face Llama whose step-1 checkpoint (its weights + 0.01 x
+    index) was written from fsdp 4: (run_dir, model_dir, model config, the checkpoint's params on host)."""
+    import yaml
+
+    from tests.tiny_models import write_tiny_model
+    from trainers.loop.policy import model_config_for
+    from trainers.models.hf_weights import load_pretrained
+
+    base = tmp_path_factory.mktemp("export")
+    model_dir = write_tiny_model(base / "model")
+    raw = {"model": {"path": str(model_dir)}, "data": {"task": "arithmetic_words"}}
+    run_dir = base / "run"
+    run_dir.mkdir()
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(raw))
+    config = parse_config(raw)
+    cfg = model_config_for(config)
+    _, params = load_pretrained(str(model_dir), cfg, progress=False)
+    leaves, treedef = jax.tree.flatten(params)
+    params = jax.tree.unflatten(treedef, [leaf + 0.01 * i for i, leaf in enumerate(leaves)])
+    mesh = make_mesh(jax.devices()[:4], {"fsdp": 4})
+    placed = jax.device_put(params, state_shardings(params, mesh))
+    checkpointer = Checkpointer(str(run_dir / "checkpoints"), model=config.model)
+    checkpointer.save(1, placed, optax.sgd(0.1).init(placed), {"step": 1}, {})
+    checkpointer.close()
+    return run_dir, model_dir, cfg, jax.tree.map(np.asarray, params)
+
+
+def test_export_groups_tensors_into_bounded_files():
+    """Pure packing: consecutive tensors, at most the bound per file, an oversized tensor alone."""
+    from trainers.loop.export import ExportTensor, file_names, group_into_files
+
+    sizes = [30, 50, 20, 120, 10, 10]
+    tensors = [ExportTensor(("t", str(i)), f"t{i}", (n,), False, n) for i, n in enumerate(sizes)]
+    groups = group_into_files(tensors, max_file_bytes=100)
+    assert [[t.nbytes for t in g] for g in groups] == [[30, 50, 20], [120], [10, 10]]
+    assert [[t.nbytes for t in g] for g in group_into_files(tensors, 1000)] == [sizes]
+    assert file_names(1) == ["model.safetensors"]
+    assert file_names(3) == ["model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors",
+                             "model-00003-of-00003.safetensors"]
+
+
+def test_export_writes_bounded_shards_with_an_index_that_load_back(sharded_run, tmp_path, monkeypatch):
+    """With a 32 KiB bound the tiny Llama (about 110 KiB of float32) is written as several files plus
+    model.safetensors.index.json, one parameter read at a time; load_pretrained gives the checkpoint's
+    params back exactly and transformers the same logits as this project."""
+    import orbax.checkpoint as ocp
+    import safetensors.numpy
+
+    from trainers.loop.export import export_run
+    from trainers.models import transformer as model_lib
+    from trainers.models.hf_weights import load_pretrained
+
+    run_dir, model_dir, cfg, params = sharded_run
+    bound = 32 * 1024
+    written, restores = [], []
+    save_file, restore = safetensors.numpy.save_file, ocp.PyTreeCheckpointer.restore
+
+    def spy_save(tensors, path, metadata=None):
+        written.append((os.path.basename(path), sum(t.nbytes for t in tensors.values()), len(tensors)))
+        return save_file(tensors, path, metadata=metadata)
+
+    def spy_restore(self, directory, *args, **kwargs):
+        out = restore(self, directory, *args, **kwargs)
+        restores.append(len(jax.tree.leaves(out)))
+        return out
+
+    monkeypatch.setattr(safetensors.numpy, "save_file", spy_save)
+    monkeypatch.setattr(ocp.PyTreeCheckpointer, "restore", spy_restore)
+    out = tmp_path / "export"
+    assert export_run(str(run_dir), str(out), max_file_bytes=bound) == (str(out), 1)
+
+    count = len(written)
+    assert count >= 3
+    names = [f"model-{i:05d}-of-{count:05d}.safetensors" for i in range(1, count + 1)]
+    assert [name for name, _, _ in written] == names
+    assert all(size <= bound or tensors == 1 for _, size, tensors in written)
+    assert restores == [1] * len(jax.tree.leaves(params))  # one parameter per read
+    assert not (out / "model.safetensors").exists()
+    index = json.loads((out / "model.safetensors.index.json").read_text())
+    assert sorted(set(index["weight_map"].values())) == names
+    assert index["metadata"]["total_size"] == sum(size for _, size, _ in written)
+    assert len(index["weight_map"]) == len(jax.tree.leaves(params))
+    assert {"config.json", "tokenizer.json", "trained_by.json"} <= set(os.listdir(out))
+
+    _, loaded = load_pretrained(str(out), cfg, progress=False)
+    for got, want in zip(jax.tree.leaves(loaded), jax.tree.leaves(params)):
+        np.testing.assert_array_equal(np.asarray(got), want)
+
+    import torch
+    import transformers
+
+    reference = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
+    tokens = np.array([[1, 40, 41, 42, 43, 44, 45]], np.int32)
+    with torch.no_grad():
+        theirs = reference(torch.as_tensor(tokens, dtype=torch.long)).logits.numpy()
+    graphdef, _ = abstract_params(cfg)
+    ours = np.asarray(model_lib.forward(graphdef, loaded, tokens, np.ones(tokens.shape, bool)))
+    assert np.max(np.abs(ours - theirs)) <= 1e-4
+
+
+def test_a_model_under_the_bound_is_one_file_in_bfloat16(sharded_run, tmp_path):
+    import ml_dtypes
+    from safetensors.numpy import load_file
+
+    from trainers.loop.export import export_run
+    from trainers.models.hf_weights import hf_state_dict
+
+    run_dir, _, _, params = sharded_run
+    out = tmp_path / "bf16"
+    export_run(str(run_dir), str(out), dtype="bfloat16")
+    assert not (out / "model.safetensors.index.json").exists()
+    tensors = load_file(str(out / "model.safetensors"))
+    expected = hf_state_dict(params, "bfloat16")
+    assert sorted(tensors) == sorted(expected)
+    for name, array in expected.items():
+        assert tensors[name].dtype == ml_dtypes.bfloat16
+        np.testing.assert_array_equal(tensors[name], array)
+
+
+def test_export_of_a_missing_step_names_the_steps(sharded_run, tmp_path):
+    from trainers.loop.export import export_run
+
+    run_dir, _, _, _ = sharded_run
+    with pytest.raises(FileNotFoundError, match="no checkpoint at step 7; it has steps 1"):
+        export_run(str(run_dir), str(tmp_path / "x"), step=7)
+    assert not (tmp_path / "x").exists()

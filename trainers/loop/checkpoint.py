@@ -53,7 +53,8 @@ def _describe_identity(identity: dict | None) -> str:
     return f"model.preset '{identity['preset']}'"
 
 
-def _key_name(entry: Any) -> str:
+def key_name(entry: Any) -> str:
+    """One entry of a tree path (a dict key, attribute or index) as a string."""
     for attribute in ("key", "name", "idx"):
         if hasattr(entry, attribute):
             return str(getattr(entry, attribute))
@@ -63,7 +64,7 @@ def _key_name(entry: Any) -> str:
 def _named_shapes(tree: Any) -> dict[str, tuple[int, ...]]:
     """{dotted path (e.g. 'blocks.0.attn.q_proj.kernel.value'): shape} of a tree of arrays,
     ShapeDtypeStructs or Orbax array metadata."""
-    return {".".join(_key_name(e) for e in path): tuple(getattr(leaf, "shape", ()) or ())
+    return {".".join(key_name(e) for e in path): tuple(getattr(leaf, "shape", ()) or ())
             for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
 
 
@@ -139,6 +140,29 @@ def _read_meta(step_dir: str) -> dict:
     except (OSError, ValueError):
         return {}
     return meta if isinstance(meta, dict) else {}
+
+
+def finished_steps(directory: str) -> list[int]:
+    """The steps of the finished checkpoints in `directory` (`<run_dir>/checkpoints`), read-only: Orbax
+    renames a checkpoint to its step number only once it is complete."""
+    if not os.path.isdir(directory):
+        return []
+    return sorted(int(name) for name in os.listdir(directory)
+                  if name.isdigit() and os.path.isdir(os.path.join(directory, name, "params")))
+
+
+def checkpoint_step_dir(run_dir: str, step: int | None = None) -> tuple[str, int]:
+    """(`<run_dir>/checkpoints/<step>`, step) of checkpoint `step` (default: the newest), without
+    opening a checkpoint manager over a run that may be live. FileNotFoundError says which steps exist."""
+    steps = finished_steps(os.path.join(run_dir, "checkpoints"))
+    if not steps:
+        raise FileNotFoundError(f"{run_dir} has no checkpoints")
+    if step is None:
+        step = steps[-1]
+    elif step not in steps:
+        raise FileNotFoundError(f"{run_dir} has no checkpoint at step {step}; it has steps "
+                                f"{', '.join(map(str, steps))}")
+    return os.path.join(os.path.abspath(run_dir), "checkpoints", str(step)), step
 
 
 def _default_sharding() -> jax.sharding.Sharding:

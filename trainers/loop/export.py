@@ -1,19 +1,149 @@
 """A run's trained policy -> a Hugging Face model folder that transformers (and this project's
-`generate`) load: config.json and the tokenizer files copied from the run's model folder,
-`model.safetensors` written from the checkpoint (float32 or bfloat16)."""
+`generate`) load: config.json and the tokenizer files copied from the run's model folder, the weights
+written from the checkpoint (float32 or bfloat16).
+
+The weights are read from the checkpoint one parameter at a time, straight to host memory (Orbax
+partial restore into numpy: every shard of that parameter, whichever mesh wrote it; no device is
+used), converted (Hugging Face name, PyTorch layout, dtype) and added to the file being filled;
+each file is written once it is full. Up to `MAX_FILE_BYTES` of tensors the folder has one
+`model.safetensors`; a larger model is split into `model-00001-of-0000n.safetensors`, ... with
+`model.safetensors.index.json` (transformers' format: {"metadata": {"total_size"}, "weight_map"}).
+So an export holds at most one file's tensors (plus one float32 parameter) in memory, never the
+whole model."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import os
 import shutil
 import tempfile
+from typing import Any
+
+import numpy as np
 
 from trainers.config import ExperimentConfig
-from trainers.loop.policy import model_config_for, restore_run_params, run_config
+from trainers.loop.policy import model_config_for, run_config
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
                    "chat_template.jinja", "vocab.json", "merges.txt", "added_tokens.json")
+
+MAX_FILE_BYTES = 2 * 1024**3
+"""The most tensor bytes in one exported safetensors file (2 GiB); a larger model is split into files."""
+
+SINGLE_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportTensor:
+    """One parameter as it is exported. keys: its path in the checkpoint (e.g. ('blocks', '0', 'attn',
+    'q_proj', 'kernel', 'value')); name: its Hugging Face name; shape: ours (transposed: PyTorch's is
+    reversed); nbytes: its size in the export dtype."""
+
+    keys: tuple[str, ...]
+    name: str
+    shape: tuple[int, ...]
+    transposed: bool
+    nbytes: int
+
+
+def export_tensors(params_like: Any, dtype: str) -> list[ExportTensor]:
+    """The tensors of params (arrays or jax.ShapeDtypeStructs, e.g. `abstract_params(cfg)[1]`), in
+    parameter order, with their Hugging Face names (`hf_weights.hf_name`) and sizes in `dtype`."""
+    import jax
+
+    from trainers.loop.checkpoint import key_name
+    from trainers.models.hf_weights import hf_name
+
+    out = []
+    for path, leaf in jax.tree_util.tree_flatten_with_path(params_like)[0]:
+        keys = tuple(key_name(entry) for entry in path)
+        name, transposed = hf_name(list(keys[:-1] if keys[-1] == "value" else keys))
+        shape = tuple(leaf.shape)
+        out.append(ExportTensor(keys, name, shape, transposed, math.prod(shape) * DTYPE_BYTES[dtype]))
+    return out
+
+
+def group_into_files(tensors: list[ExportTensor], max_file_bytes: int = MAX_FILE_BYTES) -> list[list[ExportTensor]]:
+    """Consecutive tensors packed into files of at most `max_file_bytes` each (a tensor larger than that
+    gets a file of its own); one group when everything fits."""
+    groups: list[list[ExportTensor]] = []
+    size = 0
+    for tensor in tensors:
+        if not groups or size + tensor.nbytes > max_file_bytes:
+            groups.append([])
+            size = 0
+        groups[-1].append(tensor)
+        size += tensor.nbytes
+    return groups
+
+
+def file_names(count: int) -> list[str]:
+    """["model.safetensors"] for one file, else transformers' "model-00001-of-00003.safetensors", ..."""
+    if count == 1:
+        return [SINGLE_FILE]
+    return [f"model-{i:05d}-of-{count:05d}.safetensors" for i in range(1, count + 1)]
+
+
+def _nested(keys: tuple[str, ...], value: Any) -> dict:
+    tree: Any = value
+    for key in reversed(keys):
+        tree = {key: tree}
+    return tree
+
+
+def _lookup(tree: Any, keys: tuple[str, ...]) -> Any:
+    for key in keys:
+        tree = tree[key]
+    return tree
+
+
+def write_weights(step_dir: str, params_like: Any, folder: str, dtype: str = "float32",
+                  max_file_bytes: int = MAX_FILE_BYTES) -> list[str]:
+    """Write the params of checkpoint directory `step_dir` (`<run_dir>/checkpoints/<step>`) into
+    `folder` as Hugging Face safetensors (names, PyTorch layout, `dtype`), parameter by parameter;
+    returns the file names written (with the index, when several). `params_like`: the model's structure
+    (`abstract_params(cfg)[1]`); a checkpoint of another shape raises IncompatibleCheckpoint first."""
+    import ml_dtypes
+    import orbax.checkpoint as ocp
+    from safetensors.numpy import save_file
+
+    from trainers.loop.checkpoint import check_fits
+
+    if dtype not in DTYPE_BYTES:
+        raise ValueError(f"dtype must be float32 or bfloat16, got {dtype!r}")
+    target = np.float32 if dtype == "float32" else ml_dtypes.bfloat16
+    check_fits(step_dir, {"params": params_like})
+    params_dir = os.path.join(step_dir, "params")
+    groups = group_into_files(export_tensors(params_like, dtype), max_file_bytes)
+    names = file_names(len(groups))
+    weight_map: dict[str, str] = {}
+    with ocp.PyTreeCheckpointer() as checkpointer:
+        metadata = checkpointer.metadata(params_dir)
+        saved = getattr(metadata, "item_metadata", metadata)
+        saved = getattr(saved, "tree", saved)
+        for group, file_name in zip(groups, names):
+            tensors: dict[str, np.ndarray] = {}
+            for tensor in group:
+                item = _nested(tensor.keys, _lookup(saved, tensor.keys))
+                restore_args = _nested(tensor.keys, ocp.RestoreArgs(restore_type=np.ndarray))
+                restored = checkpointer.restore(params_dir, args=ocp.args.PyTreeRestore(
+                    item=item, restore_args=restore_args, partial_restore=True))
+                array = np.asarray(_lookup(restored, tensor.keys), dtype=np.float32)
+                tensors[tensor.name] = np.ascontiguousarray(array.T if tensor.transposed else array).astype(target)
+                del restored, array
+                weight_map[tensor.name] = file_name
+            save_file(tensors, os.path.join(folder, file_name), metadata={"format": "pt"})
+            del tensors
+    if len(names) > 1:
+        total = sum(tensor.nbytes for group in groups for tensor in group)
+        with open(os.path.join(folder, INDEX_FILE), "w", encoding="utf-8") as f:
+            json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
+        names.append(INDEX_FILE)
+    return names
 
 
 def trained_by(run_dir: str, step: int, model_path: str, dtype: str) -> dict:
@@ -25,12 +155,12 @@ def trained_by(run_dir: str, step: int, model_path: str, dtype: str) -> dict:
 
 
 def export_run(run_dir: str, out_dir: str, step: int | None = None, dtype: str = "float32",
-               config: ExperimentConfig | None = None) -> tuple[str, int]:
+               config: ExperimentConfig | None = None, max_file_bytes: int = MAX_FILE_BYTES) -> tuple[str, int]:
     """Write checkpoint `step` (default: the newest) of `run_dir` as a Hugging Face folder `out_dir`;
     returns (out_dir, step). `config`: the run's config (default: its config.yaml). The folder is
     written beside `out_dir` and renamed into place at the end, so a failed export leaves no half folder.
     Raises ValueError for a run on a toy preset (no model folder to take the config and tokenizer from)."""
-    if dtype not in ("float32", "bfloat16"):
+    if dtype not in DTYPE_BYTES:
         raise ValueError(f"dtype must be float32 or bfloat16, got {dtype!r}")
     config = config or run_config(run_dir)
     source = config.model.path
@@ -39,8 +169,11 @@ def export_run(run_dir: str, out_dir: str, step: int | None = None, dtype: str =
                          f"'{config.model.preset}' with the character tokenizer")
     if os.path.exists(out_dir) and os.listdir(out_dir):
         raise FileExistsError(f"{out_dir} exists and is not empty; choose a new --out")
-    graphdef, params, step = restore_run_params(config, run_dir, model_config_for(config), step)
-    from trainers.models.hf_weights import save_pretrained_weights
+    from trainers.loop.checkpoint import checkpoint_step_dir
+    from trainers.models.hf_weights import abstract_params
+
+    step_dir, step = checkpoint_step_dir(run_dir, step)
+    _, params_like = abstract_params(model_config_for(config))
 
     parent = os.path.dirname(os.path.abspath(out_dir))
     os.makedirs(parent, exist_ok=True)
@@ -55,7 +188,7 @@ def export_run(run_dir: str, out_dir: str, step: int | None = None, dtype: str =
         for name in TOKENIZER_FILES:
             if os.path.isfile(os.path.join(source, name)):
                 shutil.copyfile(os.path.join(source, name), os.path.join(staging, name))
-        save_pretrained_weights(params, staging, dtype)
+        write_weights(step_dir, params_like, staging, dtype, max_file_bytes)
         with open(os.path.join(staging, "trained_by.json"), "w", encoding="utf-8") as f:
             json.dump(trained_by(run_dir, step, source, dtype), f, indent=2)
         if os.path.isdir(out_dir):
