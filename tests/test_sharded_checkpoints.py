@@ -336,3 +336,15 @@ def test_export_of_a_missing_step_names_the_steps(sharded_run, tmp_path):
     with pytest.raises(FileNotFoundError, match="no checkpoint at step 7; it has steps 1"):
         export_run(str(run_dir), str(tmp_path / "x"), step=7)
     assert not (tmp_path / "x").exists()
+
+
+def test_a_run_written_on_fsdp4_loads_for_generation_on_the_default_device(sharded_run):
+    """load_policy (generate) restores a run's checkpoint written on fsdp 4 onto the default device."""
+    from trainers.loop.policy import load_policy
+
+    run_dir, _, _, params = sharded_run
+    policy = load_policy(str(run_dir))
+    assert policy.description.endswith("step 1")
+    for got, want in zip(jax.tree.leaves(policy.params), jax.tree.leaves(params)):
+        assert got.sharding == jax.sharding.SingleDeviceSharding(jax.devices()[0])
+        np.testing.assert_array_equal(np.asarray(got), want)

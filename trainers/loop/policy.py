@@ -95,27 +95,16 @@ def run_config(run_dir: str) -> ExperimentConfig:
 
 def restore_run_params(config: ExperimentConfig, run_dir: str, model_config: ModelConfig,
                        step: int | None = None) -> tuple[Any, Any, int]:
-    """(graphdef, params, step) of a run's checkpoint `step` (default: the newest). No weights are
-    loaded from the model folder: the checkpoint is restored into the model's abstract structure."""
-    import os
-
-    from trainers.loop.checkpoint import Checkpointer
+    """(graphdef, params, step) of a run's checkpoint `step` (default: the newest), on the default device,
+    whatever mesh wrote it. No weights are loaded from the model folder: the checkpoint is restored into
+    the model's abstract structure. Read-only (no checkpoint manager is opened over a run that may be
+    live); a checkpoint of another model raises IncompatibleCheckpoint naming model.preset / model.path."""
+    from trainers.loop.checkpoint import checkpoint_step_dir, restore_params_at
     from trainers.models.hf_weights import abstract_params
 
-    checkpointer = Checkpointer(os.path.join(run_dir, "checkpoints"))
-    try:
-        steps = checkpointer.all_steps()
-        if not steps:
-            raise FileNotFoundError(f"{run_dir} has no checkpoints")
-        if step is None:
-            step = steps[-1]
-        elif step not in steps:
-            raise FileNotFoundError(f"{run_dir} has no checkpoint at step {step}; it has steps "
-                                    f"{', '.join(map(str, steps))}")
-        graphdef, abstract = abstract_params(model_config)
-        return graphdef, checkpointer.restore_params(step, abstract), step
-    finally:
-        checkpointer.close()
+    step_dir, step = checkpoint_step_dir(run_dir, step)
+    graphdef, abstract = abstract_params(model_config)
+    return graphdef, restore_params_at(step_dir, abstract, config.model), step
 
 
 def load_policy(path: str, step: int | None = None, progress: bool = True) -> LoadedPolicy:
