@@ -327,6 +327,13 @@ class WorkerAdmin(ReadOnlyAdmin):
     def has_delete_permission(self, request, obj=None):
         return request.user.is_superuser  # clearing out long-dead workers is fine
 
+    def changelist_view(self, request, extra_context=None):
+        """Below the workers: the Ray cluster's hosts and devices while multi-host runs use Ray
+        (runner.models.RayHost; templates/admin/experiments/worker/change_list.html)."""
+        from runner.models import RayHost
+
+        return super().changelist_view(request, {**(extra_context or {}), "ray_hosts": list(RayHost.objects.all())})
+
     @admin.display(boolean=True, description="alive")
     def alive(self, obj):
         return obj.is_alive

@@ -23,6 +23,8 @@ A user-code failure fails the run at once: only a lost worker is retried (by the
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import traceback
 
 from django.utils import timezone
@@ -44,6 +46,36 @@ def invalid_config_text(exc) -> str:
     """A run's error for a ConfigError: one line per problem, naming the field."""
     problems = "\n".join(f"  {p}" for p in exc.problems)
     return f"invalid config ({len(exc.problems)} problem(s)):\n{problems}"
+
+
+def gang_index() -> int | None:
+    """This process's index in a multi-host run's gang (runner.ray_gang sets GRPO_NUM_PROCESSES > 1
+    and GRPO_PROCESS_ID: the contract of trainers.parallel.distributed), or None for one process."""
+    try:
+        if int(os.environ.get("GRPO_NUM_PROCESSES", "1")) > 1:
+            return int(os.environ.get("GRPO_PROCESS_ID", "0"))
+    except ValueError:
+        pass
+    return None
+
+
+def error_path(run_dir: str, attempt: int) -> str:
+    """Where process 0 of a gang leaves its error for the gang's driver."""
+    return os.path.join(run_dir, "logs", f"attempt-{attempt}.error")
+
+
+def gang_failed(run_dir: str, attempt: int, index: int, lines: list[str]) -> int:
+    """Process `index` of a gang failed: it does not fail the run itself, since the gang's driver
+    (runner.ray_gang) must first tell a failure in the trainer (the run fails with this error) from
+    a lost host that broke the others' collectives (the gang restarts); process 0 leaves the error
+    in error_path() for it. Returns the exit code."""
+    text = "\n".join(lines[-ERROR_LINES:])
+    print(text, file=sys.stderr, flush=True)
+    if index == 0:
+        os.makedirs(os.path.dirname(error_path(run_dir, attempt)), exist_ok=True)
+        with open(error_path(run_dir, attempt), "w", encoding="utf-8") as f:
+            f.write(text)
+    return 1
 
 
 def fail_run(run: Run, attempt: int, error: str) -> bool:
@@ -85,7 +117,7 @@ def run_attempt(run_id: int, attempt: int, parent_pid: int | None = None) -> int
 
     from trainers import train
     from trainers.loop.compile_cache import enable_compilation_cache
-    from trainers.loop.hooks import MultiHooks
+    from trainers.loop.hooks import Control, Hooks, MultiHooks
     from trainers.loop.run_files import RunFilesHooks
     from trainers.loop.trainer import TrainingDiverged
 
@@ -94,7 +126,17 @@ def run_attempt(run_id: int, attempt: int, parent_pid: int | None = None) -> int
         log.warning("run %s attempt %s is not active (%s); nothing to do", run_id, attempt,
                     None if run is None else f"{run.status}, attempt {run.attempt}")
         return 0
-    control = DatabaseControl(run_id, attempt, parent_pid=parent_pid)
+    index = gang_index()
+    if index is not None:  # one host's process of a multi-host run: join the others before any JAX work
+        from trainers.parallel.distributed import DistributedInitError, initialize_from_environment
+
+        try:
+            initialize_from_environment()
+        except DistributedInitError as exc:
+            return gang_failed(run_directory(run), attempt, index, [str(exc)])
+    # process 0 reports and steers; the other processes of a gang train silently (the trainer
+    # gives every process process 0's cancel/pause decision at the same step)
+    control = DatabaseControl(run_id, attempt, parent_pid=parent_pid) if not index else Control()
     try:
         # validated again here, with the dataset roots as they are now: a data path resolves to the
         # absolute file inside a root that the trainer reads (a symlink swapped in since the
@@ -113,7 +155,7 @@ def run_attempt(run_id: int, attempt: int, parent_pid: int | None = None) -> int
     # compiled steps are kept on disk: a later run of the same shapes, or this run's next attempt, skips compiling
     enable_compilation_cache(str(settings.DATA_DIR / "jax-cache"))
     db_hooks = DatabaseHooks(run_id, attempt, chat_prompts=chat_prompts_for(config))
-    hooks = MultiHooks(db_hooks, RunFilesHooks(run_dir))
+    hooks = MultiHooks(db_hooks, RunFilesHooks(run_dir)) if not index else Hooks()
     try:
         # a fresh fork starts from its parent's checkpoint weights (runner.forks); None otherwise
         result = train(config, run_dir, hooks=hooks, control=control, init_checkpoint=start_checkpoint(run, run_dir))
@@ -130,10 +172,14 @@ def run_attempt(run_id: int, attempt: int, parent_pid: int | None = None) -> int
             db_hooks.close()  # keep the metrics of the steps that did finish
         except Exception:  # noqa: BLE001
             log.exception("run %s: cannot write the last metrics", run_id)
+        if index is not None:
+            return gang_failed(run_dir, attempt, index, lines)
         fail_run(run, attempt, "\n".join(lines[-ERROR_LINES:]))
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             raise
         return 1
+    if index:
+        return 0  # process 0 writes the final status
     status = finish_run(run, attempt, result, control)
     log.info("run %s attempt %s: trainer %s at step %s -> %s", run_id, attempt, result.status,
              result.final_step, status or "(not ours)")

@@ -68,3 +68,62 @@ class RunQueue(models.Model):
             if self.is_default:
                 RunQueue.objects.exclude(pk=self.pk).filter(is_default=True).update(is_default=False)
             super().save(*args, **kwargs)
+
+
+class RayHost(models.Model):
+    """A node of a Ray cluster that multi-host runs use, as the gang's driver last saw it
+    (runner.ray_gang: written when a gang starts and every few seconds while it runs). The workers
+    page lists them. A local Ray (no PLATFORM_RAY_ADDRESS) exists only while its run does: its
+    rows go when the gang ends."""
+
+    cluster = models.CharField(max_length=255, help_text="PLATFORM_RAY_ADDRESS, or 'local Ray of run N'.")
+    node_id = models.CharField(max_length=128, unique=True)
+    hostname = models.CharField(max_length=255, blank=True)
+    address = models.CharField(max_length=255, blank=True)
+    alive = models.BooleanField(default=True)
+    cpus = models.FloatField(default=0)
+    gpus = models.FloatField(default=0)
+    memory_bytes = models.BigIntegerField(default=0)
+    processes = models.JSONField(default=list, blank=True, help_text="The gang processes on this node: "
+                                 "[{run, process, devices}] (devices: cluster.devices_per_host, null = all).")
+    seen_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["cluster", "hostname", "node_id"]
+
+    def __str__(self) -> str:
+        return f"{self.hostname or self.address} ({self.cluster})"
+
+    @classmethod
+    def record(cls, cluster: str, nodes: list[dict], run_id: int, processes: dict[str, list[dict]]) -> None:
+        """Upsert `nodes` (as `ray.nodes()` lists them) of `cluster`, with run `run_id`'s gang
+        processes by node id (other runs' entries stay); rows of `cluster` whose node is no longer
+        listed are deleted."""
+        seen = []
+        earlier = dict(cls.objects.filter(cluster=cluster).values_list("node_id", "processes"))
+        for node in nodes:
+            node_id = str(node.get("NodeID", ""))
+            if not node_id:
+                continue
+            seen.append(node_id)
+            resources = node.get("Resources") or {}
+            others = [p for p in earlier.get(node_id) or [] if p.get("run") != run_id]
+            cls.objects.update_or_create(node_id=node_id, defaults={
+                "cluster": cluster, "hostname": str(node.get("NodeManagerHostname", ""))[:255],
+                "address": str(node.get("NodeManagerAddress", ""))[:255], "alive": bool(node.get("Alive")),
+                "cpus": float(resources.get("CPU", 0)), "gpus": float(resources.get("GPU", 0)),
+                "memory_bytes": int(resources.get("memory", 0)), "processes": others + processes.get(node_id, []),
+            })
+        cls.objects.filter(cluster=cluster).exclude(node_id__in=seen).delete()
+
+    @classmethod
+    def forget_run(cls, cluster: str, run_id: int, drop_cluster: bool) -> None:
+        """A gang of run `run_id` ended: drop its local cluster's rows, or its processes from the nodes."""
+        if drop_cluster:
+            cls.objects.filter(cluster=cluster).delete()
+            return
+        for host in cls.objects.filter(cluster=cluster):
+            kept = [p for p in host.processes if p.get("run") != run_id]
+            if kept != host.processes:
+                host.processes = kept
+                host.save(update_fields=["processes", "seen_at"])

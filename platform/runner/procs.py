@@ -14,6 +14,8 @@ import signal
 import subprocess
 
 PR_SET_PDEATHSIG = 1
+# The supervisor's pid, in its trainer child's environment (the child stops if it is orphaned).
+SUPERVISOR_PID_ENV = "PLATFORM_SUPERVISOR_PID"
 
 
 def die_with_parent(sig: int = signal.SIGKILL) -> bool:

@@ -41,6 +41,27 @@ def _cas(run: Run, to: str, stale: Q, **fields) -> bool:
     return won
 
 
+def restart_or_fail(run: Run, lost: str, where: Q, now: dt.datetime, what: str = "worker lost") -> str:
+    """A running attempt was lost (`lost` says how): queue a new attempt (restarts + 1; it resumes
+    from the newest checkpoint on any worker) while restarts < max_restarts, else fail the run.
+    Compare-and-set on this attempt and `where`. Returns 'requeued', 'failed' or '' (lost the race).
+    The reaper uses it for a silent worker; runner.ray_gang for a lost process of a multi-host run."""
+    if run.restarts < run.max_restarts:
+        # a new attempt in the same update: the lost attempt's redelivered message cannot claim it
+        lost_attempt = run.attempt
+        if _cas(run, RunStatus.QUEUED, where, restarts=F("restarts") + 1, attempt=F("attempt") + 1, queued_at=now):
+            RunEvent.objects.create(run=run, attempt=lost_attempt, level="warning", kind="system",
+                                    message=f"{lost}; requeued, restart {run.restarts} of {run.max_restarts}")
+            send_when_committed(run)
+            return "requeued"
+        return ""
+    error = f"{what}; max_restarts reached ({run.max_restarts})"
+    if _cas(run, RunStatus.FAILED, where, error=error, finished_at=now):
+        run.add_event(f"{lost}; {error}", level="error", kind="system")
+        return "failed"
+    return ""
+
+
 def reap_stale_runs(now: dt.datetime | None = None) -> list[tuple[int, str]]:
     """Recover runs whose heartbeat is older than PLATFORM_STALE_AFTER_S. Returns (run_id, action)
     for each run acted on; action is 'requeued', 'failed', 'paused' or 'cancelled'."""
@@ -59,20 +80,10 @@ def reap_stale_runs(now: dt.datetime | None = None) -> list[tuple[int, str]]:
             if _cas(run, RunStatus.PAUSED, stale, finished_at=now):
                 run.add_event(f"{lost}; paused (resumes from the newest checkpoint)", level="warning", kind="system")
                 done.append((run.pk, "paused"))
-        elif run.restarts < run.max_restarts:
-            # a new attempt in the same update: the lost attempt's redelivered message cannot claim it
-            lost_attempt = run.attempt
-            if _cas(run, RunStatus.QUEUED, stale, restarts=F("restarts") + 1, attempt=F("attempt") + 1,
-                    queued_at=now):
-                RunEvent.objects.create(run=run, attempt=lost_attempt, level="warning", kind="system",
-                                        message=f"{lost}; requeued, restart {run.restarts} of {run.max_restarts}")
-                send_when_committed(run)
-                done.append((run.pk, "requeued"))
         else:
-            error = f"worker lost; max_restarts reached ({run.max_restarts})"
-            if _cas(run, RunStatus.FAILED, stale, error=error, finished_at=now):
-                run.add_event(f"{lost}; {error}", level="error", kind="system")
-                done.append((run.pk, "failed"))
+            action = restart_or_fail(run, lost, stale, now)
+            if action:
+                done.append((run.pk, action))
     for run_id, action in done:
         log.warning("reaper: run %s %s", run_id, action)
     forget_before = now - dt.timedelta(seconds=WORKER_FORGET_FACTOR * settings.PLATFORM_STALE_AFTER_S)

@@ -46,13 +46,12 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from experiments.models import ACTIVE_STATUSES, Run, RunStatus
-from runner.procs import signal_group, tail_text
+from runner.procs import SUPERVISOR_PID_ENV, signal_group, tail_text
 from runner.storage import run_directory
 from runner.workers import shutting_down
 
 log = logging.getLogger(__name__)
 MANAGE_PY = Path(settings.REPO_ROOT) / "manage.py"
-SUPERVISOR_PID_ENV = "PLATFORM_SUPERVISOR_PID"
 FINALIZE_TRIES = 3  # a database that fails longer than this leaves the run to the reaper
 
 
@@ -80,6 +79,7 @@ class Supervisor:
         self.cancel_seen_at: float | None = None  # ... a cancel request was first seen
         self.term_sent_at: float | None = None
         self.killed = False
+        self.multi_host = False                  # cluster.hosts > 1: the child drives a Ray gang
         self._heartbeat_at = float("-inf")      # monotonic time of the last heartbeat write
         self._accounted_at = time.monotonic()   # running_s is accounted up to here
 
@@ -108,14 +108,20 @@ class Supervisor:
     # -- 2. the child ---------------------------------------------------------------------------
 
     def command(self) -> list[str]:
-        """The trainer child's argv."""
-        return [sys.executable, str(MANAGE_PY), "execute_run", str(self.run_id), str(self.attempt)]
+        """The trainer child's argv: the trainer itself, or for a multi-host run (cluster.hosts > 1)
+        the driver of its gang of Ray actors (runner.ray_gang), which this supervisor watches,
+        signals and finalizes the same way."""
+        entry = "execute_gang" if self.multi_host else "execute_run"
+        return [sys.executable, str(MANAGE_PY), entry, str(self.run_id), str(self.attempt)]
 
     def spawn(self, run: Run) -> subprocess.Popen:
         log_dir = Path(run_directory(run)) / "logs"
         log_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = log_dir / f"attempt-{self.attempt}.log"
         env = {**os.environ, SUPERVISOR_PID_ENV: str(os.getpid()), "PYTHONUNBUFFERED": "1"}
+        from runner.ray_gang import is_multi_host  # (Ray itself is imported only by the gang's driver)
+
+        self.multi_host = is_multi_host(run)
         cmd = self.command()
         with open(self.log_path, "ab") as out:
             # process_group=0: the trainer leads a group of its own, so a kill reaches anything it
