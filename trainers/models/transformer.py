@@ -55,6 +55,18 @@ _INIT_STD = 0.02  # normal(0, 0.02) for every matrix, as in the Hugging Face Qwe
 
 _BATCH_HIDDEN = ("batch", None, None)  # [B,T,H] activations: split by rows, hidden whole
 
+FUSED_ATTENTION: bool | None = None
+"""Attention over several query tokens (prefill, log-prob passes, updates) through
+`jax.nn.dot_product_attention`, which picks cuDNN's fused kernel on a GPU (no [T,S] float32 scores
+in memory), when True; the einsum path below when False. None (default): fused on accelerators,
+einsum on CPU, where the einsum path is as fast or faster. Single-token decode steps always take the
+einsum path: it reads the KV cache in its own layout, where the fused call would transpose the
+whole cache at every step. Both paths give the same values up to float rounding."""
+
+
+def _fused_attention() -> bool:
+    return jax.default_backend() != "cpu" if FUSED_ATTENTION is None else FUSED_ATTENTION
+
 
 def _normal_init(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
     """float32 N(0, _INIT_STD^2) of `shape`: normal draws, then scaled. The barrier keeps XLA from
@@ -204,14 +216,21 @@ class Attention(nnx.Module):
         keys = constrain(keys, ("batch", "act_kv_heads", None, None))
         values = constrain(values, ("batch", "act_kv_heads", None, None))
 
-        # Query head h uses kv head h // G (grouped-query attention; see KVCache for the layouts).
-        q = q.reshape(batch, num_tokens, self.num_kv_heads, groups, self.head_dim).transpose(0, 2, 3, 1, 4)
-        scores = jnp.einsum("bkgtd,bkds->bkgts", q, keys, preferred_element_type=jnp.float32)  # [B,KVH,G,T,S]
-        scores = scores * (1.0 / math.sqrt(self.head_dim))
-        scores = jnp.where(attn_mask[:, None, None, :, :], scores, _MASKED_SCORE)
-        probs = jax.nn.softmax(scores, axis=-1).astype(values.dtype)
-        out = jnp.einsum("bkgts,bksd->bkgtd", probs, values)  # [B,KVH,G,T,D]
-        out = out.transpose(0, 3, 1, 2, 4).reshape(batch, num_tokens, self.num_heads * self.head_dim)
+        if num_tokens > 1 and _fused_attention():
+            # [B,T,N,D] queries, [B,S,KVH,D] keys and values; query head h uses kv head h // G, as below.
+            out = jax.nn.dot_product_attention(q, keys.transpose(0, 3, 1, 2).astype(q.dtype),
+                                               values.transpose(0, 2, 1, 3).astype(q.dtype),
+                                               mask=attn_mask[:, None, :, :], scale=1.0 / math.sqrt(self.head_dim))
+            out = out.reshape(batch, num_tokens, self.num_heads * self.head_dim)
+        else:
+            # Query head h uses kv head h // G (grouped-query attention; see KVCache for the layouts).
+            q = q.reshape(batch, num_tokens, self.num_kv_heads, groups, self.head_dim).transpose(0, 2, 3, 1, 4)
+            scores = jnp.einsum("bkgtd,bkds->bkgts", q, keys, preferred_element_type=jnp.float32)  # [B,KVH,G,T,S]
+            scores = scores * (1.0 / math.sqrt(self.head_dim))
+            scores = jnp.where(attn_mask[:, None, None, :, :], scores, _MASKED_SCORE)
+            probs = jax.nn.softmax(scores, axis=-1).astype(values.dtype)
+            out = jnp.einsum("bkgts,bksd->bkgtd", probs, values)  # [B,KVH,G,T,D]
+            out = out.transpose(0, 3, 1, 2, 4).reshape(batch, num_tokens, self.num_heads * self.head_dim)
         out = constrain(out, ("batch", None, "act_heads"))
         return constrain(self.o_proj(out), _BATCH_HIDDEN), (keys, values)
 
