@@ -102,6 +102,18 @@ def test_a_fork_and_an_abstract_restore_take_the_target_placement(written_on_fsd
     assert _leaves(abstract_like(like))[0].sharding == _leaves(like)[0].sharding
 
 
+
+def test_optimizer_state_of_another_optimizer_is_refused_naming_the_field(written_on_fsdp4):
+    """Adam's state restored into SGD-with-momentum's: IncompatibleCheckpoint names optimizer.name."""
+    directory, _, _, _ = written_on_fsdp4
+    _, params = init_params(PRESETS["tiny"], seed=7)
+    checkpointer = Checkpointer(directory)
+    with pytest.raises(IncompatibleCheckpoint) as error:
+        checkpointer.restore(1, params, optax.sgd(0.1, momentum=0.9).init(params))
+    checkpointer.close()
+    assert error.value.field == "optimizer.name"
+    assert "in the checkpoint only" in str(error.value) and "missing from the checkpoint" in str(error.value)
+
 # -- a run resumed on another mesh ---------------------------------------------------------------
 
 RUN = {

@@ -92,16 +92,23 @@ def describe_model_shapes(shapes: dict[str, tuple[int, ...]]) -> str:
     return ", ".join(parts) or f"{len(shapes)} arrays"
 
 
-def _differences(saved: dict, wanted: dict, limit: int = 3) -> list[str]:
+def _differences(saved: dict, wanted: dict) -> list[str]:
+    """What differs between two {name: shape} maps, one line per kind with its first example."""
+    reshaped = [name for name in sorted(set(saved) & set(wanted)) if saved[name] != wanted[name]]
+    only_saved = sorted(set(saved) - set(wanted))
+    only_wanted = sorted(set(wanted) - set(saved))
     lines = []
-    for name in sorted(set(saved) | set(wanted)):
-        if name not in wanted:
-            lines.append(f"{name} {list(saved[name])} is in the checkpoint only")
-        elif name not in saved:
-            lines.append(f"{name} {list(wanted[name])} is missing from the checkpoint")
-        elif saved[name] != wanted[name]:
-            lines.append(f"{name} is {list(saved[name])} in the checkpoint, {list(wanted[name])} here")
-    return lines[:limit] + ([f"... {len(lines) - limit} more"] if len(lines) > limit else [])
+    if reshaped:
+        name = reshaped[0]
+        lines.append(f"{len(reshaped)} array(s) of another shape (e.g. {name} is {list(saved[name])} in the "
+                     f"checkpoint, {list(wanted[name])} here)")
+    if only_saved:
+        lines.append(f"{len(only_saved)} array(s) in the checkpoint only (e.g. {only_saved[0]} "
+                     f"{list(saved[only_saved[0]])})")
+    if only_wanted:
+        lines.append(f"{len(only_wanted)} array(s) missing from the checkpoint (e.g. {only_wanted[0]} "
+                     f"{list(wanted[only_wanted[0]])})")
+    return lines
 
 
 def check_fits(step_dir: str, items: dict[str, Any], asked: dict | None = None) -> None:
@@ -176,6 +183,8 @@ def abstract_like(tree: Any) -> Any:
     devices and fail on another topology)."""
 
     def leaf(x: Any) -> jax.ShapeDtypeStruct:
+        if not hasattr(x, "shape"):  # a Python scalar
+            x = ocp.utils.to_shape_dtype_struct(x)
         sharding = getattr(x, "sharding", None)
         return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding if sharding is not None else _default_sharding())
 
