@@ -5,6 +5,11 @@ any step. (8 CPU devices, set up by tests/conftest.py.)"""
 
 import json
 import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
 
 import jax
 import numpy as np
@@ -21,6 +26,9 @@ from trainers.models.presets import PRESETS
 from trainers.models.transformer import init_params
 from trainers.parallel.mesh import make_mesh
 from trainers.parallel.rules import state_shardings
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _leaves(tree):
@@ -113,6 +121,66 @@ def test_optimizer_state_of_another_optimizer_is_refused_naming_the_field(writte
     checkpointer.close()
     assert error.value.field == "optimizer.name"
     assert "in the checkpoint only" in str(error.value) and "missing from the checkpoint" in str(error.value)
+
+
+WRITE_FROM_TWO_PROCESSES = textwrap.dedent("""
+    import sys
+    import jax
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(f"127.0.0.1:{sys.argv[2]}", num_processes=2, process_id=int(sys.argv[1]))
+    import numpy as np, optax
+    from trainers.loop.checkpoint import Checkpointer
+    from trainers.models.presets import PRESETS
+    from trainers.models.transformer import init_params
+    from trainers.parallel.host import put
+    from trainers.parallel.mesh import make_mesh
+    from trainers.parallel.rules import state_shardings
+
+    _, params = init_params(PRESETS["tiny"], seed=0)
+    mesh = make_mesh(jax.devices(), {"fsdp": 4})  # 2 processes x 2 devices
+    placed = jax.tree.map(lambda x, s: put(np.asarray(x), s), params, state_shardings(params, mesh))
+    checkpointer = Checkpointer(sys.argv[3])
+    checkpointer.save(1, placed, optax.sgd(0.1).init(placed), {"step": 1}, {})
+    checkpointer.close()
+    print("saved", flush=True)
+""")
+
+
+def test_a_checkpoint_written_by_two_processes_restores_in_one(tmp_path):
+    """Two processes (2 CPU devices each, gloo) write one fsdp 4 checkpoint, each its own shards; this
+    one process restores it onto fsdp 2 x tensor 2 and onto one device with the same values."""
+    script = tmp_path / "write.py"
+    script.write_text(WRITE_FROM_TWO_PROCESSES)
+    directory = tmp_path / "checkpoints"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu",
+           "PYTHONPATH": ROOT}
+    processes = [subprocess.Popen([sys.executable, str(script), str(i), str(port), str(directory)], env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                  start_new_session=True) for i in range(2)]
+    try:
+        outputs = [p.communicate(timeout=240)[0] for p in processes]
+    finally:
+        for p in processes:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+    assert [p.returncode for p in processes] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
+    assert {"ocdbt.process_0", "ocdbt.process_1"} <= set(os.listdir(directory / "1" / "params"))
+
+    _, params = init_params(PRESETS["tiny"], seed=0)
+    mesh = make_mesh(jax.devices()[:4], {"fsdp": 2, "tensor": 2})
+    like = jax.device_put(params, state_shardings(params, mesh))
+    like = jax.tree.map(lambda x: x * 0, like)
+    on_mesh = restore_params_at(str(directory / "1"), like)
+    on_one = restore_params_at(str(directory / "1"), abstract_params(PRESETS["tiny"])[1])
+    for restored_mesh, target, restored_one, want in zip(_leaves(on_mesh), _leaves(like), _leaves(on_one),
+                                                        _leaves(params)):
+        assert restored_mesh.sharding == target.sharding
+        np.testing.assert_array_equal(np.asarray(restored_mesh), np.asarray(want))
+        np.testing.assert_array_equal(np.asarray(restored_one), np.asarray(want))
 
 # -- a run resumed on another mesh ---------------------------------------------------------------
 
