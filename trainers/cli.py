@@ -4,7 +4,11 @@ validate CONFIG [--set k=v ...]   print the derived batch plan and a step's memo
                                   with one line per problem
 run CONFIG --out DIR [--set ...]  train with a progress bar; writes DIR/metrics.jsonl, checkpoints,
                                   summary.json; resumes from DIR's newest checkpoint. Ctrl-C pauses
-                                  (checkpoint, then exit 0); a second Ctrl-C stops at once.
+                                  (checkpoint, then exit 0); a second Ctrl-C stops at once. Under
+                                  `srun -n N` (or mpirun, or with GRPO_COORDINATOR_ADDRESS,
+                                  GRPO_NUM_PROCESSES, GRPO_PROCESS_ID set) the N processes form one run
+                                  (trainers.parallel.distributed); give every one the same --out: process
+                                  0 writes the files and the bar, all write the checkpoints together
 make-dataset arithmetic-words --out FILE [--count N] [--seed S]
                                   write generated word problems as JSONL, and held-out eval
                                   problems beside them (FILE with .eval before the suffix)
@@ -97,6 +101,14 @@ def _load(args) -> ExperimentConfig | None:
         return None
 
 
+def _load_quietly(args) -> ExperimentConfig | None:
+    """`_load` for processes other than 0 of a run (process 0 prints the problems)."""
+    try:
+        return load_config(args.config, args.set)
+    except ConfigError:
+        return None
+
+
 def cmd_validate(args) -> int:
     config = _load(args)
     if config is None:
@@ -119,7 +131,16 @@ def cmd_validate(args) -> int:
 
 
 def cmd_run(args) -> int:
-    config = _load(args)
+    # First of all: join the run's other processes, if any (before anything touches JAX's devices).
+    from trainers.parallel.distributed import DistributedInitError, initialize_from_environment
+
+    try:
+        process_index, _ = initialize_from_environment()
+    except DistributedInitError as exc:
+        print(f"run: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    main = process_index == 0  # the one process that prints and writes the run's files
+    config = _load(args) if main else _load_quietly(args)
     if config is None:
         return EXIT_INVALID
     from trainers.loop.compile_cache import enable_compilation_cache
@@ -129,19 +150,23 @@ def cmd_run(args) -> int:
     from trainers.loop.trainer import TrainingDiverged, train
 
     progress = ProgressBarHooks()
-    hooks = MultiHooks(RunFilesHooks(args.out), progress)
+    # The other processes train silently (the trainer gives them no hooks either).
+    hooks = MultiHooks(RunFilesHooks(args.out), progress) if main else Hooks()
     try:
         result = train(config, args.out, hooks=hooks, control=SignalControl())
     except TrainingDiverged as exc:  # the message says it all (step, metric, what to change)
         if progress.bar is not None:
             progress.bar.close()
-        print(f"failed: {exc} (metrics up to step {exc.step} in {args.out}/metrics.jsonl)", file=sys.stderr)
+        if main:
+            print(f"failed: {exc} (metrics up to step {exc.step} in {args.out}/metrics.jsonl)", file=sys.stderr)
         return EXIT_FAILED
     except ConfigError as exc:  # known only once the run sees its devices: a mesh they cannot form (MeshError)
         if progress.bar is not None:
             progress.bar.close()
         _print_invalid(args.config, exc)
         return EXIT_INVALID
+    if not main:
+        return 0
     print(f"{result.status}: step {result.final_step}, params_digest {result.params_digest[:16]}..., "
           f"summary in {args.out}/summary.json")
     return 0
