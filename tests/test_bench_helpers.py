@@ -203,3 +203,27 @@ def test_w1_step_flops_count_shared_prefills_once():
 def test_peak_flops_takes_a_known_accelerators_datasheet_figure():
     h100 = types.SimpleNamespace(device_kind="NVIDIA H100 80GB HBM3")
     assert grpo_step.peak_flops(h100, "bfloat16") == (989e12, "H100 bfloat16 dense datasheet peak")
+
+
+def test_scale_device_counts_batch_and_ratios():
+    import scale
+
+    assert scale.device_counts([1, 2, 4, 8], 4) == [1, 2, 4]
+    assert scale.device_counts([8, 2], 1) == []
+    batch = scale.synthetic_batch(8, 4, 3, 5, vocab=50)
+    assert batch["prompt_tokens"].shape == (1, 8, 3) and batch["completion_tokens"].shape == (1, 8, 5)
+    prompts = batch["prompt_tokens"][0]
+    assert (prompts[:4] == prompts[0]).all() and (prompts[4:] == prompts[4]).all()  # whole groups of 4
+    assert batch["weights"].sum() == pytest.approx(1.0)  # token-mean over the 40 completion tokens
+    with pytest.raises(ValueError):
+        scale.synthetic_batch(6, 4, 3, 5, vocab=50)
+    rows = [{"devices": 1, "tokens_per_s": 100.0, "gflops_per_step": 2.0, "step_s": 1.0, "compiled_bytes": 80,
+             "state_bytes_per_device": 64},
+            {"devices": 4, "tokens_per_s": 300.0, "gflops_per_step": 6.0, "step_s": 1.0, "compiled_bytes": 40,
+             "state_bytes_per_device": 16}]
+    accelerator = scale.with_ratios(rows, peak=10e9, peak_scales=True)
+    assert accelerator[1]["speedup"] == 3.0 and accelerator[1]["efficiency"] == 0.75
+    assert accelerator[1]["mfu"] == pytest.approx(6.0 / 40)  # 6 GFLOP in 1 s on 4 x 10 GFLOP/s
+    assert accelerator[1]["compiled_bytes_ratio"] == 0.5 and accelerator[1]["state_bytes_ratio"] == 0.25
+    cpu = scale.with_ratios(rows, peak=10e9, peak_scales=False)  # host devices share one machine's peak
+    assert cpu[1]["mfu"] == pytest.approx(0.6) and cpu[0]["mfu"] == pytest.approx(0.2)
