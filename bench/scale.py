@@ -91,7 +91,7 @@ def synthetic_batch(sequences: int, group: int, prompt_tokens: int, completion_t
         "advantages": rng.standard_normal(sequences).astype(np.float32),
         "weights": token_weights(mask, "token-mean"),
         "metric_weights": token_weights(mask, "token-mean"),
-        "ref_logprobs": np.full((sequences, completion_tokens), -1.0 * np.log(vocab), np.float32),
+        "ref_logprobs": np.full((sequences, completion_tokens), -np.log(vocab), np.float32),
     }
     return {name: value[None] for name, value in arrays.items()}
 
@@ -176,7 +176,7 @@ def measure(cfg, devices: list, sequences: int, group: int, prompt_tokens: int, 
         "compiled_bytes": stats.argument_size_in_bytes + stats.temp_size_in_bytes,
         "param_bytes_per_device": max(param_bytes.values()),
         "state_bytes_per_device": max(state_bytes.values()),
-        "loss_finite": bool(jax.numpy.isfinite(metrics["grad_norm"])),
+        "grad_norm_finite": bool(jax.numpy.isfinite(metrics["grad_norm"])),
     }
 
 
