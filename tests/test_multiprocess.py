@@ -301,3 +301,86 @@ def _final_params(run_dir, config):
     trainer = GRPOTrainer(config, str(run_dir))
     assert trainer.restore_latest() == 3
     return trainer.state.params
+
+
+PAUSE_SCRIPT = textwrap.dedent("""
+    import json, sys
+    from trainers.parallel.distributed import initialize_from_environment
+    index, count = initialize_from_environment()
+    import yaml
+    from trainers.config import parse_config
+    from trainers.loop.hooks import Action, Control
+    from trainers.loop.run_files import RunFilesHooks
+    from trainers.loop.trainer import train
+
+    class ProcessZeroPausesAtItsSecondPoll(Control):   # process 1's control never asks anything
+        polls = 0
+        def poll(self):
+            self.polls += 1
+            return Action.PAUSE if index == 0 and self.polls == 2 else Action.CONTINUE
+
+    config = parse_config(yaml.safe_load(open(sys.argv[1])))
+    # every process is handed file hooks: the trainer lets only process 0 call them
+    result = train(config, sys.argv[2], hooks=RunFilesHooks(sys.argv[2]), control=ProcessZeroPausesAtItsSecondPoll())
+    print("RESULT " + json.dumps({"index": index, "status": result.status, "final_step": result.final_step}),
+          flush=True)
+""")
+
+
+def test_a_pause_on_process_zero_pauses_every_process_at_the_same_step(tmp_path, processes):
+    """Process 0's control asks for a pause before step 2; both processes stop after step 1, write
+    its checkpoint together and return "paused"; only process 0 wrote metrics.jsonl."""
+    script = tmp_path / "pause_worker.py"
+    script.write_text(PAUSE_SCRIPT)
+    config_path = tmp_path / "cfg.yaml"
+    config_path.write_text(yaml.safe_dump({**RUN_CONFIG, "mesh": {"data": 2, "fsdp": 2}, "train": {"max_steps": 3},
+                                           "checkpoint": {"every_steps": 0}}))
+    run_dir = tmp_path / "run"
+    port = _free_port()
+    logs = [tmp_path / f"process{i}.log" for i in range(2)]
+    for i in range(2):
+        processes.start([sys.executable, str(script), str(config_path), str(run_dir)], _process_env(i, 2, 2, port),
+                        logs[i])
+    assert processes.wait_all(timeout_s=420) == [0, 0], _logs(logs)
+    results = [json.loads([line for line in open(log) if line.startswith("RESULT ")][0][len("RESULT "):])
+               for log in logs]
+    assert [(r["index"], r["status"], r["final_step"]) for r in results] == [(0, "paused", 1), (1, "paused", 1)]
+    assert [json.loads(line)["step"] for line in open(run_dir / "metrics.jsonl")] == [1]
+    assert os.listdir(run_dir / "checkpoints") == ["1"]
+    shards = os.listdir(run_dir / "checkpoints" / "1" / "params")
+    assert "ocdbt.process_0" in shards and "ocdbt.process_1" in shards
+
+
+HEARTBEAT_SCRIPT = textwrap.dedent("""
+    import time
+    from trainers.parallel.distributed import initialize_from_environment
+    index, count = initialize_from_environment()
+    import numpy as np
+    from jax.experimental import multihost_utils
+    for i in range(100000):   # one small collective every 0.1 s, as a training loop would
+        multihost_utils.process_allgather(np.int32(i))
+        if i == 3:
+            print("JOINED", flush=True)
+        time.sleep(0.1)
+""")
+
+
+def test_when_one_process_dies_the_other_ends_too(tmp_path, processes):
+    """Shared fate: process 1 is killed (SIGKILL) in the middle of the run; process 0 does not hang in
+    its next collective but exits with an error (the coordinator's heartbeat timeout, 10 s)."""
+    script = tmp_path / "heartbeat_worker.py"
+    script.write_text(HEARTBEAT_SCRIPT)
+    port = _free_port()
+    logs = [tmp_path / f"process{i}.log" for i in range(2)]
+    survivor, victim = (processes.start([sys.executable, str(script)], _process_env(i, 2, 1, port), logs[i])
+                        for i in range(2))
+    deadline = time.monotonic() + 180
+    while "JOINED" not in open(logs[1]).read():
+        assert victim.poll() is None and time.monotonic() < deadline, _logs(logs)
+        time.sleep(0.2)
+    os.killpg(victim.pid, signal.SIGKILL)
+    try:
+        code = survivor.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.fail("process 0 still runs 120 s after process 1 was killed:\n" + _logs(logs))
+    assert code != 0
