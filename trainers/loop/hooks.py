@@ -4,6 +4,11 @@ The trainer reports through a `Hooks` object and asks a `Control` object between
 between optimizer updates) whether to go on. The CLI implements hooks with files and a progress
 bar (`trainers.loop.run_files`); the platform implements them by writing to its database. Neither side
 reaches into the other's internals.
+
+A run of several processes (`trainers.parallel.distributed`): every process trains, only process 0
+calls the hooks (the trainer gives the others silent ones), and every poll of the control is one
+decision for all processes (`ProcessSharedControl`), so a cancel or pause stops all of them at the
+same step boundary.
 """
 
 from __future__ import annotations

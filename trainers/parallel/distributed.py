@@ -19,6 +19,16 @@ and when one stops (a killed or crashed process) the others abort after GRPO_HEA
 that never join, fail after GRPO_INIT_TIMEOUT_S (default 120 s) with a `DistributedInitError` naming
 the address and the variables to check.
 
+What each process does: the same program on the same data. Every process loads the config and
+the dataset, draws the same keys from `seed` and walks the same data positions, so every process
+computes the same rollout; a batch becomes a global array through `host.put`, where each process
+transfers only the slices its own devices hold (`jax.make_array_from_callback`, the same global
+array as `jax.make_array_from_process_local_data` with each process's slice); results come back whole
+to every process through `host.to_host` (generated tokens, log-probs, `params_digest`), and metrics
+are replicated scalars. Only process 0 reports (`trainers.loop.hooks`); checkpoints are written by
+all processes together, each its own shards (Orbax), into the one run directory (a filesystem all
+hosts share), and restore onto any process count.
+
 On CPU the cross-process collectives are gloo's (TCP), unless JAX_CPU_COLLECTIVES_IMPLEMENTATION
 says otherwise.
 """
