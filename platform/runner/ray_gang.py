@@ -204,12 +204,14 @@ class Gang:
                 ray.init(address=self.address, include_dashboard=False, log_to_driver=False,
                          logging_level=logging.WARNING)
             else:
-                ray.init(num_cpus=self.hosts, num_gpus=0, object_store_memory=LOCAL_OBJECT_STORE_BYTES,
+                # "local": a new Ray of our own, never one that `ray start` left on this machine
+                ray.init(address="local", num_cpus=self.hosts, num_gpus=0, object_store_memory=LOCAL_OBJECT_STORE_BYTES,
                          include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
         except Exception as exc:  # noqa: BLE001 - ConnectionError, RuntimeError, ... with long texts
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise GangError(f"cannot connect to the Ray cluster at {self.where}: {first}; check PLATFORM_RAY_ADDRESS "
-                            "and that the cluster is up") from None
+            raise GangError(f"cannot connect to the Ray cluster at {self.where}: {first}; check PLATFORM_RAY_ADDRESS, "
+                            "that the cluster is up, and for a cluster with token authentication RAY_AUTH_MODE=token "
+                            "and its token (~/.ray/auth_token or RAY_AUTH_TOKEN) in the worker's environment") from None
         finally:
             done.set()
             timer.cancel()

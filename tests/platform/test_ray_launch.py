@@ -23,10 +23,11 @@ from api_testlib import token_client
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.urls import reverse
-from experiments.models import Checkpoint, MetricPoint, Run, RunEvent
+from experiments.models import Checkpoint, Experiment, MetricPoint, Run, RunEvent
 from platform_testlib import tiny_config
 from runner.ray_gang import Ending, child_env, cluster_of, with_device_count
 from runner_testlib import Procs, purge_broker, wait_for
+from web_testlib import form_data
 
 from trainers.config import ConfigError, parse_config
 
@@ -121,6 +122,18 @@ def launch_through_api(name: str, config: dict) -> Run:
     return Run.objects.get(pk=response.json()["id"])
 
 
+def launch_through_form(client, name: str, config: dict) -> Run:
+    """What a user does in the browser: the new-experiment form (cluster.* among its fields), then
+    the experiment page's Launch button."""
+    response = client.post(reverse("experiment-new"), form_data(config, name=name))
+    assert response.status_code == 302, response.content.decode()[-3000:]
+    experiment = Experiment.objects.get(name=name)
+    assert experiment.config["cluster"] == config["cluster"]
+    response = client.post(reverse("experiment-launch", args=[experiment.pk]))
+    assert response.status_code == 302, response.content.decode()[-3000:]
+    return Run.objects.get(experiment=experiment)
+
+
 def status_of(run: Run) -> str:
     return Run.objects.values_list("status", flat=True).get(pk=run.pk)
 
@@ -140,14 +153,14 @@ def trainer_pid(run: Run, attempt: int, host: int) -> int:
     return int(re.search(rf"host {host}: .* trainer pid (\d+)", log).group(1))
 
 
-def test_a_two_host_run_trains_as_one_run(procs, client):
+def test_a_two_host_run_launched_from_the_web_form_trains_as_one_run(procs, client):
     from runner.models import RayHost
 
     procs.worker()
-    run = launch_through_api("ray 2 hosts", gang_config(train__max_steps=4))
+    client.force_login(get_user_model().objects.create_user("ray-staff", is_staff=True, is_superuser=True))
+    run = launch_through_form(client, "ray 2 hosts", gang_config(train__max_steps=4))
     # while it runs, the workers page shows the Ray cluster's host and the gang's processes on it
     wait_for(lambda: RayHost.objects.exclude(processes=[]).exists(), 180, "the gang's hosts recorded", procs)
-    client.force_login(get_user_model().objects.create_user("ray-staff", is_staff=True, is_superuser=True))
     page = client.get(reverse("admin:experiments_worker_changelist")).content.decode()
     assert "Ray cluster: hosts and devices" in page and f"local Ray of run {run.pk}" in page, page
     assert f"run {run.pk} process 0 (2 devices), run {run.pk} process 1 (2 devices)" in page, page
@@ -156,6 +169,10 @@ def test_a_two_host_run_trains_as_one_run(procs, client):
     assert run.status == "succeeded", f"{run.error}\n{host_logs(run, 1)}\n{procs.logs()}"
     assert (run.step, run.attempt, run.restarts) == (4, 1, 0) and len(run.params_digest) == 64
     assert metric_steps(run) == [1, 2, 3, 4]
+    # the dashboard: the run's page and the metrics its charts read
+    assert client.get(reverse("run-detail", args=[run.pk])).status_code == 200
+    points = client.get(f"/api/runs/{run.pk}/metrics", {"name": "loss/policy", "after_step": 0}).json()["points"]
+    assert [step for step, _ in points] == [1, 2, 3, 4]
     assert list(Checkpoint.objects.filter(run=run).values_list("step", flat=True)) == [2, 4]
     events = list(RunEvent.objects.filter(run=run).values_list("message", flat=True))
     assert any(m.startswith("multi-host: 2 hosts through a local Ray on this worker") for m in events), events
@@ -213,6 +230,7 @@ def one_node_ray(tmp_path):
     """A real one-node Ray cluster (`ray start --head --block`), stopped by killing its process group."""
     port = _closed_port()
     ray_bin = str(Path(sys.executable).parent / "ray")
+    # token authentication (Ray's default): the head and the worker share ~/.ray/auth_token
     proc = subprocess.Popen([ray_bin, "start", "--head", "--block", f"--port={port}", "--num-cpus=2", "--num-gpus=0",
                              "--include-dashboard=false", "--object-store-memory=80000000", "--disable-usage-stats"],
                             stdout=open(tmp_path / "ray.log", "wb"), stderr=subprocess.STDOUT, start_new_session=True)
@@ -232,7 +250,7 @@ def one_node_ray(tmp_path):
 
 
 def test_hosts_that_never_join_fail_the_run_naming_cluster_hosts(procs, one_node_ray):
-    procs.start("worker", "--loglevel", "INFO", env={"PLATFORM_RAY_ADDRESS": one_node_ray,
+    procs.start("worker", "--loglevel", "INFO", env={"PLATFORM_RAY_ADDRESS": one_node_ray, "RAY_AUTH_MODE": "token",
                                                      "PLATFORM_RAY_JOIN_TIMEOUT_S": "5"})
     run = launch_through_api("ray too few hosts", gang_config())
     wait_for(lambda: status_of(run) in ("succeeded", "failed"), 120, "the run to fail", procs)
