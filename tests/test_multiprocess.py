@@ -384,3 +384,33 @@ def test_when_one_process_dies_the_other_ends_too(tmp_path, processes):
     except subprocess.TimeoutExpired:
         pytest.fail("process 0 still runs 120 s after process 1 was killed:\n" + _logs(logs))
     assert code != 0
+
+
+def _explicit_env(process_id: int, port: int, init_timeout_s: int) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in DISTRIBUTED_ENV}
+    env.update({"XLA_FLAGS": "--xla_force_host_platform_device_count=1", "JAX_PLATFORMS": "cpu", "PYTHONPATH": ROOT,
+                "GRPO_COORDINATOR_ADDRESS": f"127.0.0.1:{port}", "GRPO_NUM_PROCESSES": "2",
+                "GRPO_PROCESS_ID": str(process_id), "GRPO_INIT_TIMEOUT_S": str(init_timeout_s)})
+    return env
+
+
+def test_processes_that_never_join_end_with_a_message_naming_the_address(tmp_path, processes):
+    """`python -m trainers run` as process 1 of 2 with no coordinator: exit 1, one line naming
+    GRPO_COORDINATOR_ADDRESS; as process 0 with no process 1: it ends after GRPO_INIT_TIMEOUT_S, having
+    said what it waited for."""
+    config_path = tmp_path / "cfg.yaml"
+    config_path.write_text(yaml.safe_dump(RUN_CONFIG))
+    port = _free_port()
+    command = [sys.executable, "-m", "trainers", "run", str(config_path), "--out", str(tmp_path / "run")]
+    logs = [tmp_path / "alone1.log", tmp_path / "alone0.log"]
+    processes.start(command, _explicit_env(1, port, 2), logs[0])
+    processes.start(command, _explicit_env(0, _free_port(), 2), logs[1])
+    codes = processes.wait_all(timeout_s=120)
+    assert codes[0] == 1, _logs(logs)
+    assert f"run: GRPO_COORDINATOR_ADDRESS=127.0.0.1:{port}: no coordinator answered within GRPO_INIT_TIMEOUT_S=2 s" \
+        in open(logs[0]).read()
+    assert codes[1] != 0, _logs(logs)
+    said = open(logs[1]).read()
+    assert "joining the run's processes through GRPO_COORDINATOR_ADDRESS=127.0.0.1:" in said
+    assert "GRPO_INIT_TIMEOUT_S=2" in said and "DEADLINE_EXCEEDED" in said
+    assert not os.path.exists(tmp_path / "run" / "metrics.jsonl")
