@@ -414,3 +414,10 @@ def test_processes_that_never_join_end_with_a_message_naming_the_address(tmp_pat
     assert "joining the run's processes through GRPO_COORDINATOR_ADDRESS=127.0.0.1:" in said
     assert "GRPO_INIT_TIMEOUT_S=2" in said and "DEADLINE_EXCEEDED" in said
     assert not os.path.exists(tmp_path / "run" / "metrics.jsonl")
+
+
+def test_asynchronous_grpo_is_refused_in_a_run_of_several_processes(monkeypatch, tmp_path):
+    monkeypatch.setattr(jax, "process_count", lambda: 2)
+    config = parse_config({"model": {"preset": "tiny"}, "async": {"enabled": True}})
+    with pytest.raises(ValueError, match="async.enabled: asynchronous GRPO runs in one process only"):
+        GRPOTrainer(config, str(tmp_path / "run"))
