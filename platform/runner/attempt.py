@@ -18,6 +18,12 @@ database control, then writes the final status by compare-and-set on (status, at
                                           (a diverged run, TrainingDiverged: its one-line message)
 
 A user-code failure fails the run at once: only a lost worker is retried (by the reaper).
+
+In a multi-host run (runner.ray_gang) every host's process runs this with GRPO_NUM_PROCESSES > 1
+and GRPO_PROCESS_ID set: it first joins the others (trainers.parallel.distributed); process 0
+reports and writes the final status as above, the others train with no hooks; a failure is not
+written by any of them but left to the gang's driver (process 0's error in error_path()), which
+tells a failure in the trainer from a lost host.
 """
 
 from __future__ import annotations

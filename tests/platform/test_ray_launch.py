@@ -209,6 +209,36 @@ def test_killing_one_host_restarts_the_gang_from_the_newest_checkpoint(procs):
         assert metric_steps(run, name) == list(range(1, max_steps + 1)), name
 
 
+def test_pause_and_cancel_stop_every_host_at_the_same_step(procs):
+    from runner.services import request_cancel, request_pause, resume_run
+
+    procs.worker()
+    run = launch_through_api("ray pause cancel", gang_config(train__max_steps=5000, checkpoint__every_steps=1000))
+    wait_for(lambda: Run.objects.get(pk=run.pk).step >= 2, 300, "step 2", procs)
+    assert request_pause(Run.objects.get(pk=run.pk))
+    wait_for(lambda: status_of(run) == "paused", 120, "paused", procs)
+    run.refresh_from_db()
+    paused_at = run.step
+    assert Checkpoint.objects.filter(run=run, step=paused_at).exists(), "a pause checkpoints first (every host)"
+    assert metric_steps(run) == list(range(1, paused_at + 1))
+    # both processes stopped by themselves at the same step (exit 0), none was killed
+    wait_for(lambda: "gang ended" in (Path(settings.ARTIFACTS_DIR) / run.run_dir / "logs" / "attempt-1.log").read_text(),
+             60, "the gang's end", procs)
+    assert "gang ended: exit codes {0: 0, 1: 0}, actors lost {}, killed here []" in (
+        Path(settings.ARTIFACTS_DIR) / run.run_dir / "logs" / "attempt-1.log").read_text()
+
+    assert resume_run(run)
+    wait_for(lambda: RunEvent.objects.filter(run=run, attempt=2, message=f"resuming from checkpoint at step "
+                                                                          f"{paused_at}").exists(),
+             300, "the gang's resume from the pause checkpoint", procs)
+    wait_for(lambda: Run.objects.get(pk=run.pk).step >= paused_at + 1, 120, "progress after resume", procs)
+    assert request_cancel(Run.objects.get(pk=run.pk))
+    wait_for(lambda: status_of(run) == "cancelled", 120, "cancelled", procs)
+    run.refresh_from_db()
+    assert (run.attempt, run.restarts) == (2, 0)
+    assert metric_steps(run) == list(range(1, run.step + 1))
+
+
 def _closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
