@@ -71,7 +71,7 @@ def _named_shapes(tree: Any) -> dict[str, tuple[int, ...]]:
 def saved_shapes(item_dir: str) -> dict[str, tuple[int, ...]]:
     """{dotted path: shape} of one item (`<step_dir>/params`) of a written checkpoint, from its
     metadata (no array is read)."""
-    with ocp.StandardCheckpointer() as checkpointer:
+    with ocp.PyTreeCheckpointer() as checkpointer:
         metadata = checkpointer.metadata(item_dir)
     tree = getattr(metadata, "item_metadata", metadata)
     return _named_shapes(getattr(tree, "tree", tree))
