@@ -441,11 +441,15 @@ def run_gang(run_id: int, attempt: int) -> int:
     def on_signal(signum, frame):
         gang.signalled = signum
 
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, on_signal)
+    def catch_signals():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, on_signal)
+
+    catch_signals()
     try:
         try:
             gang.connect()
+            catch_signals()  # again: ray.init installs its own (fatal) SIGTERM handler
             gang.reserve()
             gang.start()
         except GangError as exc:

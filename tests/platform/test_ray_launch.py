@@ -187,7 +187,7 @@ def test_a_two_host_run_launched_from_the_web_form_trains_as_one_run(procs, clie
 
 def test_killing_one_host_restarts_the_gang_from_the_newest_checkpoint(procs):
     procs.worker()
-    max_steps = 12
+    max_steps = 8
     run = launch_through_api("ray kill one host", gang_config(train__max_steps=max_steps, checkpoint__every_steps=2,
                                                               checkpoint__keep_last=3))
     wait_for(lambda: Checkpoint.objects.filter(run=run).exists(), 300, "the first checkpoint", procs)
@@ -236,6 +236,30 @@ def test_pause_and_cancel_stop_every_host_at_the_same_step(procs):
     wait_for(lambda: status_of(run) == "cancelled", 120, "cancelled", procs)
     run.refresh_from_db()
     assert (run.attempt, run.restarts) == (2, 0)
+    assert metric_steps(run) == list(range(1, run.step + 1))
+
+
+def test_a_stopping_worker_checkpoints_the_gang_and_requeues_it(procs):
+    from runner.services import request_cancel
+
+    worker = procs.worker()
+    run = launch_through_api("ray worker stops", gang_config(train__max_steps=5000, checkpoint__every_steps=1000))
+    wait_for(lambda: Run.objects.get(pk=run.pk).step >= 2, 300, "step 2", procs)
+    worker.send_signal(signal.SIGTERM)  # Celery's warm shutdown: the supervisor passes SIGTERM to the driver
+    wait_for(lambda: Run.objects.filter(pk=run.pk, status="queued", attempt=2).exists(), 120, "the requeue", procs)
+    run.refresh_from_db()
+    stopped_at = run.step
+    assert run.restarts == 0 and Checkpoint.objects.filter(run=run, step=stopped_at).exists()
+    assert RunEvent.objects.filter(run=run, attempt=1, message=f"worker stopping: checkpointed at step {stopped_at}; "
+                                                               "requeued").exists()
+    assert worker.wait(timeout=60) == 0
+    procs.worker()
+    wait_for(lambda: RunEvent.objects.filter(run=run, attempt=2, message=f"resuming from checkpoint at step "
+                                                                          f"{stopped_at}").exists(),
+             300, "the gang's resume on the new worker", procs)
+    assert request_cancel(Run.objects.get(pk=run.pk))
+    wait_for(lambda: status_of(run) == "cancelled", 120, "cancelled", procs)
+    run.refresh_from_db()
     assert metric_steps(run) == list(range(1, run.step + 1))
 
 
