@@ -73,8 +73,9 @@ def meshes_for(config: ExperimentConfig, devices: list | None = None) -> tuple[M
 
 def mesh_context(mesh: Mesh | None):
     """`jax.set_mesh(mesh)` (the mesh the model's activation constraints refer to while tracing);
-    no context for None. Thread-local."""
-    return contextlib.nullcontext() if mesh is None else jax.set_mesh(mesh)
+    no context for None or a one-device mesh (e.g. `mesh.train_devices: [1]`), whose program is
+    then exactly the single-device one. Thread-local."""
+    return contextlib.nullcontext() if mesh is None or mesh.size == 1 else jax.set_mesh(mesh)
 
 
 def describe(mesh: Mesh | None) -> str:
