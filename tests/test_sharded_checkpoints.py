@@ -333,8 +333,8 @@ def test_export_groups_tensors_into_bounded_files():
 
 def test_export_writes_bounded_shards_with_an_index_that_load_back(sharded_run, tmp_path, monkeypatch):
     """With a 32 KiB bound the tiny Llama (about 110 KiB of float32) is written as several files plus
-    model.safetensors.index.json, one parameter read at a time; load_pretrained gives the checkpoint's
-    params back exactly and transformers the same logits as this project."""
+    model.safetensors.index.json, read at most 16 KiB (or one parameter) at a time; load_pretrained
+    gives the checkpoint's params back exactly and transformers the same logits as this project."""
     import orbax.checkpoint as ocp
     import safetensors.numpy
 
@@ -353,12 +353,13 @@ def test_export_writes_bounded_shards_with_an_index_that_load_back(sharded_run, 
 
     def spy_restore(self, directory, *args, **kwargs):
         out = restore(self, directory, *args, **kwargs)
-        restores.append(len(jax.tree.leaves(out)))
+        restores.append([leaf.nbytes for leaf in jax.tree.leaves(out)])
         return out
 
     monkeypatch.setattr(safetensors.numpy, "save_file", spy_save)
     monkeypatch.setattr(ocp.PyTreeCheckpointer, "restore", spy_restore)
     out = tmp_path / "export"
+    monkeypatch.setattr("trainers.loop.export.READ_BYTES", 16 * 1024)
     assert export_run(str(run_dir), str(out), max_file_bytes=bound) == (str(out), 1)
 
     count = len(written)
@@ -366,7 +367,10 @@ def test_export_writes_bounded_shards_with_an_index_that_load_back(sharded_run, 
     names = [f"model-{i:05d}-of-{count:05d}.safetensors" for i in range(1, count + 1)]
     assert [name for name, _, _ in written] == names
     assert all(size <= bound or tensors == 1 for _, size, tensors in written)
-    assert restores == [1] * len(jax.tree.leaves(params))  # one parameter per read
+    # every parameter read once, in reads of at most 16 KiB or of one larger parameter
+    assert sorted(n for read in restores for n in read) == sorted(leaf.nbytes for leaf in jax.tree.leaves(params))
+    assert all(sum(read) <= 16 * 1024 or len(read) == 1 for read in restores)
+    assert len(restores) > count
     assert not (out / "model.safetensors").exists()
     index = json.loads((out / "model.safetensors.index.json").read_text())
     assert sorted(set(index["weight_map"].values())) == names

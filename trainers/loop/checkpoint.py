@@ -186,7 +186,9 @@ def abstract_like(tree: Any) -> Any:
         if not hasattr(x, "shape"):  # a Python scalar
             x = ocp.utils.to_shape_dtype_struct(x)
         sharding = getattr(x, "sharding", None)
-        return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding if sharding is not None else _default_sharding())
+        if sharding is None:
+            sharding = _default_sharding()
+        return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding)
 
     return jax.tree.map(leaf, tree)
 

@@ -2,14 +2,14 @@
 `generate`) load: config.json and the tokenizer files copied from the run's model folder, the weights
 written from the checkpoint (float32 or bfloat16).
 
-The weights are read from the checkpoint one parameter at a time, straight to host memory (Orbax
-partial restore into numpy: every shard of that parameter, whichever mesh wrote it; no device is
-used), converted (Hugging Face name, PyTorch layout, dtype) and added to the file being filled;
-each file is written once it is full. Up to `MAX_FILE_BYTES` of tensors the folder has one
-`model.safetensors`; a larger model is split into `model-00001-of-0000n.safetensors`, ... with
-`model.safetensors.index.json` (transformers' format: {"metadata": {"total_size"}, "weight_map"}).
-So an export holds at most one file's tensors (plus one float32 parameter) in memory, never the
-whole model."""
+The weights are read from the checkpoint a few parameters at a time (at most `READ_BYTES` of them,
+or one larger parameter), straight to host memory (Orbax partial restore into numpy: every shard of
+those parameters, whichever mesh wrote them; no device is used), converted (Hugging Face name,
+PyTorch layout, dtype) and added to the file being filled; each file is written once it is full. Up
+to `MAX_FILE_BYTES` of tensors the folder has one `model.safetensors`; a larger model is split into
+`model-00001-of-0000n.safetensors`, ... with `model.safetensors.index.json` (transformers' format:
+{"metadata": {"total_size"}, "weight_map"}). So an export holds at most one file's tensors plus one
+read in memory, never the whole model."""
 
 from __future__ import annotations
 
@@ -31,6 +31,10 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
 
 MAX_FILE_BYTES = 2 * 1024**3
 """The most tensor bytes in one exported safetensors file (2 GiB); a larger model is split into files."""
+
+READ_BYTES = 64 * 1024**2
+"""The most tensor bytes (as exported) read from the checkpoint in one partial restore: small
+parameters are read together, since each read parses the checkpoint's whole tree metadata."""
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -88,10 +92,14 @@ def file_names(count: int) -> list[str]:
     return [f"model-{i:05d}-of-{count:05d}.safetensors" for i in range(1, count + 1)]
 
 
-def _nested(keys: tuple[str, ...], value: Any) -> dict:
-    tree: Any = value
-    for key in reversed(keys):
-        tree = {key: tree}
+def _nested(paths: list[tuple[str, ...]], value_of: Any) -> dict:
+    """Nested dicts holding `value_of(keys)` at each path in `paths`."""
+    tree: dict = {}
+    for keys in paths:
+        node = tree
+        for key in keys[:-1]:
+            node = node.setdefault(key, {})
+        node[keys[-1]] = value_of(keys)
     return tree
 
 
@@ -102,11 +110,13 @@ def _lookup(tree: Any, keys: tuple[str, ...]) -> Any:
 
 
 def write_weights(step_dir: str, params_like: Any, folder: str, dtype: str = "float32",
-                  max_file_bytes: int = MAX_FILE_BYTES) -> list[str]:
+                  max_file_bytes: int = MAX_FILE_BYTES, read_bytes: int | None = None) -> list[str]:
     """Write the params of checkpoint directory `step_dir` (`<run_dir>/checkpoints/<step>`) into
-    `folder` as Hugging Face safetensors (names, PyTorch layout, `dtype`), parameter by parameter;
-    returns the file names written (with the index, when several). `params_like`: the model's structure
-    (`abstract_params(cfg)[1]`); a checkpoint of another shape raises IncompatibleCheckpoint first."""
+    `folder` as Hugging Face safetensors (names, PyTorch layout, `dtype`), file by file, each read
+    from the checkpoint in reads of at most `read_bytes` (default READ_BYTES) or one parameter;
+    returns the file names written (with the index, when several). `params_like`: the model's
+    structure (`abstract_params(cfg)[1]`); a checkpoint of another shape raises IncompatibleCheckpoint
+    first."""
     import ml_dtypes
     import orbax.checkpoint as ocp
     from safetensors.numpy import save_file
@@ -127,15 +137,17 @@ def write_weights(step_dir: str, params_like: Any, folder: str, dtype: str = "fl
         saved = getattr(saved, "tree", saved)
         for group, file_name in zip(groups, names):
             tensors: dict[str, np.ndarray] = {}
-            for tensor in group:
-                item = _nested(tensor.keys, _lookup(saved, tensor.keys))
-                restore_args = _nested(tensor.keys, ocp.RestoreArgs(restore_type=np.ndarray))
+            for read in group_into_files(group, read_bytes or READ_BYTES):
+                paths = [tensor.keys for tensor in read]
                 restored = checkpointer.restore(params_dir, args=ocp.args.PyTreeRestore(
-                    item=item, restore_args=restore_args, partial_restore=True))
-                array = np.asarray(_lookup(restored, tensor.keys), dtype=np.float32)
-                tensors[tensor.name] = np.ascontiguousarray(array.T if tensor.transposed else array).astype(target)
-                del restored, array
-                weight_map[tensor.name] = file_name
+                    item=_nested(paths, lambda keys: _lookup(saved, keys)),
+                    restore_args=_nested(paths, lambda keys: ocp.RestoreArgs(restore_type=np.ndarray)),
+                    partial_restore=True))
+                for tensor in read:
+                    array = np.asarray(_lookup(restored, tensor.keys), dtype=np.float32)
+                    tensors[tensor.name] = np.ascontiguousarray(array.T if tensor.transposed else array).astype(target)
+                    weight_map[tensor.name] = file_name
+                del restored
             save_file(tensors, os.path.join(folder, file_name), metadata={"format": "pt"})
             del tensors
     if len(names) > 1:
