@@ -9,6 +9,7 @@ how a gang's ending is judged."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import signal
@@ -193,8 +194,6 @@ def test_killing_one_host_restarts_the_gang_from_the_newest_checkpoint(procs):
     wait_for(lambda: Checkpoint.objects.filter(run=run).exists(), 300, "the first checkpoint", procs)
     run.refresh_from_db()
     assert run.status == "running" and run.step < max_steps, "too late to kill mid-run"
-    import os
-
     os.kill(trainer_pid(run, 1, 1), signal.SIGKILL)  # host 1's trainer, as if its host died
     wait_for(lambda: Run.objects.get(pk=run.pk).attempt == 2, 60, "the gang's restart", procs)
     wait_for(lambda: status_of(run) in ("succeeded", "failed"), 300, "the restarted run to end", procs)
@@ -297,8 +296,6 @@ def one_node_ray(tmp_path):
         except OSError:
             time.sleep(0.5)
     yield address
-    import os
-
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=10)
 
