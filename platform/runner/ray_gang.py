@@ -278,7 +278,7 @@ class Gang:
                                              host_log_path(self.run_dir, self.attempt, i)))
         self.pids = ray.get(starts, timeout=self.join_timeout_s)
         for i, (node, pid) in enumerate(zip(self.nodes, self.pids)):
-            print(f"host {i}: {node['hostname']} ({node['ip']}), trainer pid {pid}, output in "
+            print(f"host {i}: {node['hostname']} ({node['ip']}), actor pid {node['pid']}, trainer pid {pid}, output in "
                   f"{host_log_path(self.run_dir, self.attempt, i)}", flush=True)
         self.run.add_event(f"multi-host: {self.hosts} hosts through {self.where}; process 0 on "
                            f"{self.nodes[0]['hostname']} ({coordinator})", kind="system")

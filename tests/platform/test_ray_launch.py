@@ -149,9 +149,10 @@ def host_logs(run: Run, attempt: int) -> str:
                      for p in sorted(logs.glob(f"attempt-{attempt}*")))
 
 
-def trainer_pid(run: Run, attempt: int, host: int) -> int:
+def trainer_pid(run: Run, attempt: int, host: int, which: str = "trainer") -> int:
+    """The pid of host `host`'s trainer child (or, which="actor", its Ray actor), from the driver's log."""
     log = (Path(settings.ARTIFACTS_DIR) / run.run_dir / "logs" / f"attempt-{attempt}.log").read_text()
-    return int(re.search(rf"host {host}: .* trainer pid (\d+)", log).group(1))
+    return int(re.search(rf"host {host}: .* {which} pid (\d+)", log).group(1))
 
 
 def test_a_two_host_run_launched_from_the_web_form_trains_as_one_run(procs, client):
@@ -186,7 +187,15 @@ def test_a_two_host_run_launched_from_the_web_form_trains_as_one_run(procs, clie
     assert "gang ended: exit codes {0: 0, 1: 0}" in (logs / "attempt-1.log").read_text()
 
 
-def test_killing_one_host_restarts_the_gang_from_the_newest_checkpoint(procs):
+def running(pid: int) -> bool:
+    """Whether process `pid` exists and is not a zombie (an orphan's zombie waits for pid 1 to reap it)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def test_killing_one_actor_restarts_the_gang_from_the_newest_checkpoint(procs):
     procs.worker()
     max_steps = 8
     run = launch_through_api("ray kill one host", gang_config(train__max_steps=max_steps, checkpoint__every_steps=2,
@@ -194,15 +203,17 @@ def test_killing_one_host_restarts_the_gang_from_the_newest_checkpoint(procs):
     wait_for(lambda: Checkpoint.objects.filter(run=run).exists(), 300, "the first checkpoint", procs)
     run.refresh_from_db()
     assert run.status == "running" and run.step < max_steps, "too late to kill mid-run"
-    os.kill(trainer_pid(run, 1, 1), signal.SIGKILL)  # host 1's trainer, as if its host died
+    # host 1's Ray actor, as if its host died: its trainer child dies with it
+    os.kill(trainer_pid(run, 1, 1, which="actor"), signal.SIGKILL)
     wait_for(lambda: Run.objects.get(pk=run.pk).attempt == 2, 60, "the gang's restart", procs)
     wait_for(lambda: status_of(run) in ("succeeded", "failed"), 300, "the restarted run to end", procs)
     run.refresh_from_db()
     assert run.status == "succeeded", f"{run.error}\n{host_logs(run, 2)}\n{procs.logs()}"
     assert (run.attempt, run.restarts, run.step) == (2, 1, max_steps)
     events = list(RunEvent.objects.filter(run=run).values_list("attempt", "message"))
-    assert any(a == 1 and m.startswith("trainer process 1 of the gang killed (SIGKILL); requeued, restart 1 of")
+    assert any(a == 1 and m.startswith("host 1 of the gang lost (its Ray actor died") and "requeued, restart 1 of" in m
                for a, m in events), events
+    assert not running(trainer_pid(run, 1, 1)) and not running(trainer_pid(run, 1, 0))  # none left behind
     assert any(a == 2 and m.startswith("resuming from checkpoint at step ") for a, m in events), events
     for name in ("reward/mean", "loss/policy", "grad_norm"):  # every step once, none lost
         assert metric_steps(run, name) == list(range(1, max_steps + 1)), name
