@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from trainers.parallel.rules import active_axis_size, constrain
+from trainers.parallel.rules import active_axis_size, constrain, logical_axes
 from trainers.models.presets import (  # the chunk sizes live with the shapes: the JAX-free memory estimate reads them
     ACCELERATOR_LOGITS_CHUNK_ELEMENTS,
     LOGITS_CHUNK_ELEMENTS,
@@ -68,11 +68,32 @@ def _fused_attention() -> bool:
     return jax.default_backend() != "cpu" if FUSED_ATTENTION is None else FUSED_ATTENTION
 
 
+SCAN_LAYERS: bool | None = None
+"""Run the blocks as one `jax.lax.scan` over their stacked parameters (`Transformer._scan_blocks`:
+one compiled block, each iteration gathering only its own layer's fsdp shards) when True; as a
+Python loop (every block compiled on its own; on a mesh XLA gathers all layers' weights at once, so
+the update's temporaries stay ~2-3x the whole model's weights whatever the fsdp size) when False.
+None (default): scan on a mesh (`jax.set_mesh`) except in single-token decode steps (they would
+stack and unstack the whole kv cache at every step), the loop without a mesh, where it is faster
+(W1's update on one CPU device: the scan ~20% slower, more temporaries). Both give the same values
+up to float rounding."""
+
+
+def _scan_layers(decode_step: bool) -> bool:
+    if SCAN_LAYERS is not None:
+        return SCAN_LAYERS
+    return not decode_step and not jax.sharding.get_abstract_mesh().empty
+
+
 def _normal_init(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
     """float32 N(0, _INIT_STD^2) of `shape`: normal draws, then scaled. The barrier keeps XLA from
     folding the scale into the draw's own sqrt(2) under `jit` (1 ulp apart), so a jitted or sharded
     init (`trainers.loop.policy`) gives exactly the eager values."""
     return jax.lax.optimization_barrier(jax.random.normal(key, shape, jnp.float32)) * _INIT_STD
+
+
+def _is_variable(x) -> bool:
+    return isinstance(x, nnx.Variable)
 
 
 def _axes(*logical: str) -> dict:
@@ -296,6 +317,9 @@ class Transformer(nnx.Module):
         x = constrain(jnp.take(table, tokens, axis=0).astype(self.cfg.dtype), _BATCH_HIDDEN)  # [B,T,H]
         inv_freq = rope_inv_freq(self.cfg.head_dim, self.cfg.rope_theta, self.cfg.rope_scaling)
         sin, cos = rope_sin_cos(positions, inv_freq)
+        if _scan_layers(decode_step=kv_cache is not None and tokens.shape[1] == 1):
+            x, new_cache = self._scan_blocks(x, sin, cos, attn_mask, kv_cache, cache_index)
+            return self.final_norm(x), new_cache
         new_cache: KVCache = []
         for layer_index, block in enumerate(self.blocks):
             if kv_cache is None and self.cfg.remat:  # training: keep only each block's input
@@ -305,6 +329,42 @@ class Transformer(nnx.Module):
                 x, kv = block(x, sin, cos, attn_mask, layer_cache, cache_index)
             new_cache.append(kv)
         return self.final_norm(x), new_cache
+
+    def _scan_blocks(self, x, sin, cos, attn_mask, kv_cache: KVCache | None,
+                     cache_index) -> tuple[jax.Array, KVCache]:
+        """The blocks as one `jax.lax.scan` over layers: every parameter leaf of the L blocks is
+        stacked into an [L, ...] array (sharded like the leaf, the layer axis whole), and the scan
+        body rebuilds one Block from its layer's slice. On a mesh each iteration gathers only its
+        own layer's fsdp shards, so the gathered weights live one layer at a time; gradients flow
+        back to the per-layer parameters through the stack. The kv cache (per layer in and out, as
+        `KVCache`) is scanned as stacked [L, ...] arrays. With `cfg.remat` and no cache (training)
+        the body is rematerialised: the backward pass keeps only each layer's input."""
+        block_graphdef, _ = nnx.split(self.blocks[0])
+        treedef = jax.tree.structure(nnx.state(self.blocks[0]))
+        per_layer = [jax.tree.leaves(nnx.state(block), is_leaf=_is_variable) for block in self.blocks]
+        stacked = [constrain(jnp.stack([layer[i][...] for layer in per_layer]),
+                             ("layers", *logical_axes(variable)))
+                   for i, variable in enumerate(per_layer[0])]
+
+        def block_of(layer_leaves) -> Block:
+            return nnx.merge(block_graphdef, jax.tree.unflatten(treedef, layer_leaves))
+
+        if kv_cache is None:
+            def body(h, layer_leaves):
+                return block_of(layer_leaves)(constrain(h, _BATCH_HIDDEN), sin, cos, attn_mask)
+
+            if self.cfg.remat:  # training: keep only each layer's input
+                body = jax.checkpoint(body, prevent_cse=False)
+            x, (keys, values) = jax.lax.scan(body, x, stacked)
+        else:
+            def body(h, layer):
+                layer_leaves, layer_cache = layer
+                return block_of(layer_leaves)(constrain(h, _BATCH_HIDDEN), sin, cos, attn_mask, layer_cache,
+                                              cache_index)
+
+            cache = (jnp.stack([k for k, _ in kv_cache]), jnp.stack([v for _, v in kv_cache]))
+            x, (keys, values) = jax.lax.scan(body, x, (stacked, cache))
+        return x, [(keys[i], values[i]) for i in range(len(self.blocks))]
 
     def logits(self, hidden: jax.Array) -> jax.Array:
         """hidden [..., H] -> logits [..., V] float32 (matmul in hidden's dtype, accumulated in float32)."""
