@@ -95,7 +95,7 @@ DEEP = ModelConfig(vocab_size=256, num_layers=8, hidden_size=128, mlp_size=512, 
 def test_scanned_layers_halve_the_update_temporaries_at_fsdp_8(monkeypatch):
     """At fsdp 8 the update with the layers scanned holds under 60% of the temporaries of the same
     update with the layers unrolled (which gathers all layers' weights at once), and under the
-    whole model's parameter bytes (measured: 7.6 MiB scanned, 16 MiB unrolled, 7.8 MiB of params)."""
+    whole model's parameter bytes (measured: 7.6 MiB scanned, 18.1 MiB unrolled, 7.8 MiB of params)."""
     devices = jax.devices()[:8]
     batch = scale.synthetic_batch(8, 4, 8, 8, DEEP.vocab_size)
     temp = {}
