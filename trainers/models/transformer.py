@@ -75,8 +75,9 @@ Python loop (every block compiled on its own; on a mesh XLA gathers all layers' 
 the update's temporaries stay ~2-3x the whole model's weights whatever the fsdp size) when False.
 None (default): scan on a mesh (`jax.set_mesh`) except in single-token decode steps (they would
 stack and unstack the whole kv cache at every step), the loop without a mesh, where it is faster
-(W1's update on one CPU device: the scan ~20% slower, more temporaries). Both give the same values
-up to float rounding."""
+(on one CPU device: W1's update 0.97 s scanned vs 0.77 s looped, with more temporaries; a 30-layer
+SmolLM2-135M update compiles in 26 s scanned vs 15 s looped). Both give the same values up to float
+rounding."""
 
 
 def _scan_layers(decode_step: bool) -> bool:
