@@ -1,4 +1,5 @@
-"""What is wrong with a config: `Problem(field, message)` and `ConfigError` listing them."""
+"""What is wrong with a config: `Problem(field, message)`, `ConfigError` listing them, and
+`FieldError`, one of them found only when the run starts."""
 
 from __future__ import annotations
 
@@ -29,3 +30,14 @@ class ConfigError(ValueError):
         for p in self.problems:
             out[p.field] = f"{out[p.field]}; {p.message}" if p.field in out else p.message
         return out
+
+
+class FieldError(ConfigError):
+    """A `ConfigError` of one problem, raised where only the run itself can tell (its devices, its
+    checkpoint): `field` names the config field to change, `message` says why and the fix. The CLI
+    and the platform's worker show it like any invalid config (one line, no traceback)."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__([Problem(field, message)])
+        self.field = field
+        self.message = message

@@ -26,19 +26,13 @@ import jax
 import orbax.checkpoint as ocp
 from orbax.checkpoint.checkpoint_managers import AnyPreservationPolicy, BestN, LatestN
 
-from trainers.config.errors import ConfigError, Problem
+from trainers.config.errors import FieldError
 
 
-class IncompatibleCheckpoint(ConfigError):
+class IncompatibleCheckpoint(FieldError):
     """A checkpoint whose arrays do not fit the structure it is restored into (another model preset or
     folder, another optimizer). `field`: the config field that decides the structure; the message says
-    what the checkpoint holds, what the config asks for, and the fix. A `ConfigError` of one problem,
-    so the CLI and the platform's worker show it like any invalid config (no traceback)."""
-
-    def __init__(self, field: str, message: str):
-        super().__init__([Problem(field, message)])
-        self.field = field
-        self.message = message
+    what the checkpoint holds, what the config asks for, and the fix (see FieldError)."""
 
 
 def model_identity(model: Any) -> dict[str, str | None]:

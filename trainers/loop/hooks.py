@@ -134,8 +134,8 @@ class ProcessSharedControl(Control):
         from jax.experimental import multihost_utils
 
         own = np.int32(_URGENCY.index(self.inner.poll()))
-        everyone = np.asarray(multihost_utils.process_allgather(own))
-        return _URGENCY[int(everyone.max())]
+        everyone = np.asarray(multihost_utils.process_allgather(own)).reshape(-1)
+        return most_urgent([_URGENCY[int(i)] for i in everyone])
 
 
 def shared_control(control: Control) -> Control:

@@ -113,6 +113,10 @@ def _shape_error(folder: str, name: str, file_shape: tuple[int, ...], shape: tup
                             f"{shape[::-1] if transposed else shape} from config.json")
 
 
+def _unexpected_error(folder: str, name: str) -> ModelFolderError:
+    return ModelFolderError(f"{folder}: unexpected tensor {name!r} for this architecture")
+
+
 def _missing_error(folder: str, missing: list[str]) -> ModelFolderError:
     return ModelFolderError(f"{folder}: missing tensors {', '.join(missing[:5])}"
                             f"{' ...' if len(missing) > 5 else ''}")
@@ -124,7 +128,7 @@ def _load_whole(folder: str, cfg: ModelConfig, slot_of_name: dict, filled: list,
         if name not in slot_of_name:
             if _ignored(name, cfg):
                 continue
-            raise ModelFolderError(f"{folder}: unexpected tensor {name!r} for this architecture")
+            raise _unexpected_error(folder, name)
         slot, transposed, shape = slot_of_name[name]
         array = tensor.T if transposed else tensor
         if array.shape != shape:
@@ -168,7 +172,7 @@ def _load_sharded(folder: str, cfg: ModelConfig, slot_of_name: dict, filled: lis
                 if name not in slot_of_name:
                     if _ignored(name, cfg):
                         continue
-                    raise ModelFolderError(f"{folder}: unexpected tensor {name!r} for this architecture")
+                    raise _unexpected_error(folder, name)
                 slot, transposed, shape = slot_of_name[name]
                 file_shape = tuple(handle.get_slice(name).get_shape())
                 if (file_shape[::-1] if transposed else file_shape) != shape:

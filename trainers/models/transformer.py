@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from trainers.parallel.rules import active_axis_size, constrain, logical_axes
+from trainers.parallel.rules import active_axis_size, constrain, is_variable, logical_axes
 from trainers.models.presets import (  # the chunk sizes live with the shapes: the JAX-free memory estimate reads them
     ACCELERATOR_LOGITS_CHUNK_ELEMENTS,
     LOGITS_CHUNK_ELEMENTS,
@@ -91,10 +91,6 @@ def _normal_init(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
     folding the scale into the draw's own sqrt(2) under `jit` (1 ulp apart), so a jitted or sharded
     init (`trainers.loop.policy`) gives exactly the eager values."""
     return jax.lax.optimization_barrier(jax.random.normal(key, shape, jnp.float32)) * _INIT_STD
-
-
-def _is_variable(x) -> bool:
-    return isinstance(x, nnx.Variable)
 
 
 def _axes(*logical: str) -> dict:
@@ -342,7 +338,7 @@ class Transformer(nnx.Module):
         the body is rematerialised: the backward pass keeps only each layer's input."""
         block_graphdef, _ = nnx.split(self.blocks[0])
         treedef = jax.tree.structure(nnx.state(self.blocks[0]))
-        per_layer = [jax.tree.leaves(nnx.state(block), is_leaf=_is_variable) for block in self.blocks]
+        per_layer = [jax.tree.leaves(nnx.state(block), is_leaf=is_variable) for block in self.blocks]
         stacked = [constrain(jnp.stack([layer[i][...] for layer in per_layer]),
                              ("layers", *logical_axes(variable)))
                    for i, variable in enumerate(per_layer[0])]

@@ -84,7 +84,8 @@ def logical_axes(variable: nnx.Variable) -> Logical:
     return tuple(names) if names else ()
 
 
-def _is_variable(x: Any) -> bool:
+def is_variable(x: Any) -> bool:
+    """A parameter's nnx.Variable (the leaf that carries its logical axes), for `is_leaf=`."""
     return isinstance(x, nnx.Variable)
 
 
@@ -96,12 +97,12 @@ def state_shardings(tree: Any, mesh: jax.sharding.Mesh) -> Any:
     sizes = _axis_sizes(mesh)
 
     def sharding(leaf: Any) -> Any:
-        if _is_variable(leaf):
+        if is_variable(leaf):
             value = leaf.get_value() if hasattr(leaf, "get_value") else leaf.value
             return leaf.replace(NamedSharding(mesh, mesh_spec(logical_axes(leaf), tuple(value.shape), sizes)))
         return NamedSharding(mesh, PartitionSpec())
 
-    return jax.tree.map(sharding, tree, is_leaf=_is_variable)
+    return jax.tree.map(sharding, tree, is_leaf=is_variable)
 
 
 def batch_sharding(mesh: jax.sharding.Mesh, shape: tuple[int, ...], batch_axis: int = 0) -> NamedSharding:

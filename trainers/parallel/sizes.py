@@ -8,18 +8,11 @@ from __future__ import annotations
 
 import math
 
-from trainers.config.errors import ConfigError, Problem
+from trainers.config.errors import FieldError
 
 
-class MeshError(ConfigError):
-    """A mesh that the config or the visible devices cannot form; `field` names the config field to
-    change, `message` says why and what would fix it. A `ConfigError` of one problem, so the CLI and
-    the platform's worker show it like any invalid config (one line, no traceback)."""
-
-    def __init__(self, field: str, message: str):
-        super().__init__([Problem(field, message)])
-        self.field = field
-        self.message = message
+class MeshError(FieldError):
+    """A mesh that the config or the visible devices cannot form (`field`, `message`: see FieldError)."""
 
 
 def check_one_unknown(sizes: dict[str, int], field: str = "mesh") -> None:
