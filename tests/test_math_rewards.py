@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from trainers.data.examples import read_jsonl
-from trainers.data.rewards import accuracy, final_answer_text, is_correct, math_answer, math_format, score
+from trainers.data.rewards import (accuracy, boxed_answer, final_answer_text, is_correct, math_answer, math_format,
+                                   score, strip_thousands_separators)
 from trainers.data.word_problems import make_problems, make_train_eval
 from trainers.loop.trainer import pass_at_k
 
@@ -28,6 +29,22 @@ from trainers.loop.trainer import pass_at_k
     ("\\boxed{}", "42", 0.0),
     ("\\boxed{43}", "42", 0.0),
     ("\\boxed{9^{9^{99999}}}", "4", 0.0),                 # compared as text: sympy would never finish
+    # two brace levels inside \boxed: the whole box is the answer, not its last number "2"
+    ("\\boxed{\\frac{\\sqrt{3}}{2}}", "\\frac{\\sqrt{3}}{2}", 1.0),
+    ("\\boxed{\\frac{\\sqrt{3}}{2}}", "2", 0.0),
+    ("\\fbox{\\frac{\\sqrt{3}}{2}}", "\\frac{\\sqrt{3}}{2}", 1.0),
+    # commas that separate items are kept on both sides, so tuples, intervals and lists match themselves
+    ("\\boxed{(1,2)}", "(1,2)", 1.0),
+    ("\\boxed{(1,3)}", "(1,2)", 0.0),
+    ("\\boxed{[-1, 3)}", "[-1, 3)", 1.0),
+    ("\\boxed{(-1, 3)}", "[-1, 3)", 0.0),
+    ("\\boxed{1, 2, 3}", "1, 2, 3", 1.0),
+    ("\\boxed{1, 2, 4}", "1, 2, 3", 0.0),
+    # thousands separators still go, on either side
+    ("\\boxed{1234}", "1,234", 1.0),
+    ("\\boxed{1,234}", "1234", 1.0),
+    ("\\boxed{1,234,567}", "1234567", 1.0),
+    ("\\boxed{1,235}", "1,234", 0.0),
 ])
 def test_math_answer(completion, answer, expected):
     assert math_answer(completion, {"prompt": "q", "answer": answer}) == expected
@@ -40,6 +57,25 @@ def test_final_answer_text_and_format():
     example = {"prompt": "q", "answer": "3"}
     assert math_format("\\boxed{3}", example) == 1.0
     assert math_format("#### 3", example) == 0.0 and math_format("\\boxed{ }", example) == 0.0
+
+
+def test_boxed_answer_counts_braces():
+    assert boxed_answer("\\boxed{\\frac{\\sqrt{3}}{2}}") == "\\frac{\\sqrt{3}}{2}"
+    assert boxed_answer("\\boxed{1} then \\fbox{2} then \\boxed {x^{2^{3}}}.") == "x^{2^{3}}"   # the last box
+    assert boxed_answer("\\boxed{\\{1, 2\\}}") == "\\{1, 2\\}"   # escaped braces are not brace levels
+    assert boxed_answer("\\boxed{\\boxed{7}}") == "\\boxed{7}"      # nested boxes: the outer one
+    assert boxed_answer("\\boxed{1} and \\boxed{\\frac{2}{3}") == "1"  # an unclosed box does not count
+    assert boxed_answer("no box") is None and boxed_answer("\\boxed{ }") is None
+    assert math_format("\\boxed{\\frac{\\sqrt{3}}{2}}", {"prompt": "q", "answer": "1"}) == 1.0
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("1,234", "1234"), ("1,234,567", "1234567"), ("-1,234.5", "-1234.5"), ("$1,200 and 3,000", "$1200 and 3000"),
+    ("1, 2, 3", "1, 2, 3"), ("(1,2)", "(1,2)"), ("[-1, 3)", "[-1, 3)"), ("1,2345", "1,2345"), ("12,34", "12,34"),
+    ("1,234,5", "1,234,5"), ("0.123,456", "0.123,456"), ("1234,567", "1234,567"),
+])
+def test_strip_thousands_separators(text, expected):
+    assert strip_thousands_separators(text) == expected
 
 
 def test_accuracy_follows_math_answer_when_it_is_a_reward():

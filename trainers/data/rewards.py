@@ -273,9 +273,11 @@ def gsm8k_answer(completion: str, example: dict) -> float:
     return float(expected is not None and got is not None and got == expected)
 
 
-# A final answer in \boxed{...}: the content of the last one, braces balanced (one nesting level
-# is enough for \frac{1}{2}-style answers).
-_BOXED_RE = re.compile(r"\\boxed\s*\{((?:[^{}]|\{[^{}]*\})*)\}")
+# The opening of a boxed final answer: "\boxed{" or "\fbox{" (spaces allowed before the brace).
+_BOX_OPEN_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
+# A thousands separator: a comma after 1-3 digits (not part of a longer number or list) and before
+# exactly three digits, in a run of such groups ("1,234,567"); "1, 2, 3", "(1,2)" and "1,2345" keep theirs.
+_THOUSANDS_RE = re.compile(r"(?<![\d.,])\d{1,3}(?:,\d{3})+(?!\d|,\d)")
 # Completions longer than this are judged on their last MATH_TAIL_CHARS characters: the final
 # answer is at the end, and sympy's parse time grows with the text it is given.
 MATH_TAIL_CHARS = 2_000
@@ -287,13 +289,46 @@ _POWER_RE = re.compile(r"\^|\*\*")
 _BIG_EXPONENT_RE = re.compile(r"(?:\^|\*\*)\s*\{?\s*\d{4,}")
 
 
+def boxed_answer(text: str) -> str | None:
+    r"""The stripped content of the last complete \boxed{...} or \fbox{...} in `text`, found by counting
+    braces (any nesting: \boxed{\frac{\sqrt{3}}{2}}); None if there is none or it is blank.
+
+    Escaped braces (\{ \}) are content, not brace levels. A box inside a box belongs to the outer one;
+    a box never closed does not count."""
+    last = None
+    position = 0
+    while (opening := _BOX_OPEN_RE.search(text, position)) is not None:
+        depth, index = 1, opening.end()
+        while index < len(text) and depth:
+            char = text[index]
+            if char == "\\":
+                index += 2  # an escaped character (\{, \}, \\) is never a brace level
+                continue
+            depth += {"{": 1, "}": -1}.get(char, 0)
+            index += 1
+        if depth:  # not closed before the end of the text
+            position = opening.end()
+            continue
+        last = text[opening.end():index - 1]
+        position = index
+    if last is None or not last.strip():
+        return None
+    return last.strip()
+
+
+def strip_thousands_separators(text: str) -> str:
+    """`text` with the commas of thousands-grouped numbers removed ("1,234,567" -> "1234567"); commas
+    between items ("1, 2, 3", "(1,2)", "[-1, 3)") and in other digit groupings ("1,2345") stay."""
+    return _THOUSANDS_RE.sub(lambda match: match.group(0).replace(",", ""), text)
+
+
 def final_answer_text(completion: str) -> str | None:
-    """The completion's final answer as text: the last \boxed{...}, else the number after the last
+    r"""The completion's final answer as text: the last \boxed{...}, else the number after the last
     "####", else the last number; None if there is none of these."""
     tail = completion[-MATH_TAIL_CHARS:]
-    boxed = _BOXED_RE.findall(tail)
-    if boxed and boxed[-1].strip():
-        return boxed[-1].strip()
+    boxed = boxed_answer(tail)
+    if boxed is not None:
+        return boxed
     marked = _GSM8K_RE.findall(tail)
     if marked:
         return marked[-1].replace(",", "")
@@ -324,16 +359,18 @@ def _math_parse(text: str):
 
 
 def math_answer(completion: str, example: dict) -> float:
-    """1.0 if the completion's final answer (`final_answer_text`: \boxed{}, "#### N", or the last
+    r"""1.0 if the completion's final answer (`final_answer_text`: \boxed{}, "#### N", or the last
     number) equals the example's answer by Hugging Face's math-verify: equivalent forms count
-    ("1/2", "0.5", "\frac{1}{2}"; "1,200" and "1200"). 0.0 if there is no final answer."""
+    ("1/2", "0.5", "\frac{1}{2}"; "1,200" and "1200"). Thousands separators are removed from both sides
+    (`strip_thousands_separators`); commas between items stay, so "(1,2)", "[-1, 3)" and "1, 2, 3" reach
+    math-verify whole (it reads them as intervals and a set). 0.0 if there is no final answer."""
     got = final_answer_text(completion)
     if got is None:
         return 0.0
+    got = strip_thousands_separators(got)
     expected = example["answer"]
     marked = _GSM8K_RE.findall(expected)
-    expected = marked[-1] if marked else expected.strip()
-    expected = expected.replace(",", "")
+    expected = strip_thousands_separators(marked[-1] if marked else expected.strip())
     if not all(_safe_for_sympy(text) for text in (expected, got)):
         return float(got.replace(" ", "") == expected.replace(" ", ""))
     gold, answer = _math_parse(expected), _math_parse(got)
@@ -346,9 +383,9 @@ def _safe_for_sympy(text: str) -> bool:
 
 
 def math_format(completion: str, example: dict) -> float:
-    """1.0 if the completion states its final answer in \boxed{...} (non-empty), else 0.0."""
-    boxed = _BOXED_RE.findall(completion[-MATH_TAIL_CHARS:])
-    return float(bool(boxed) and bool(boxed[-1].strip()))
+    r"""1.0 if the completion states its final answer in \boxed{...} or \fbox{...} (non-empty, braces
+    balanced: `boxed_answer`), else 0.0."""
+    return float(boxed_answer(completion[-MATH_TAIL_CHARS:]) is not None)
 
 
 def countdown(completion: str, example: dict) -> float:
