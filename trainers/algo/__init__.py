@@ -1,7 +1,9 @@
-"""The GRPO algorithm as pure functions, tested against hand-computed values.
+"""The GRPO family of algorithms as registries of pure functions, tested against hand-computed values.
 
-  advantages.py  group-relative advantages (grpo, rloo, drgrpo)
-  loss.py        clipped surrogate, dual clip, KL penalty, loss aggregation weights
+  names.py       the JAX-free name tuples (estimators, losses, aggregations, KL) and clip defaults
+  registry.py    Registry / Entry: name -> pure function, its metric keys and its formula
+  advantages.py  group-relative advantages (grpo, drgrpo, rloo)
+  loss.py        policy losses (grpo, gspo, gspo-token, cispo), aggregation weights, KL, entropy bonus
   importance.py  truncated importance weights pi_old / pi_generator (asynchronous GRPO)
   optim.py       the Optax optimizer and learning-rate schedule of a config
 """
