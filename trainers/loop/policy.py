@@ -8,6 +8,7 @@ import dataclasses
 from typing import Any
 
 from trainers.config import ExperimentConfig
+from trainers.config.errors import FieldError
 from trainers.models.presets import PRESETS, ModelConfig
 
 
@@ -30,6 +31,29 @@ def tokenizer_for(config: ExperimentConfig) -> Any:
     from trainers.data.tokenizer import get_tokenizer
 
     return get_tokenizer("char")
+
+
+def model_field(config: ExperimentConfig) -> str:
+    """The config field that chose the model (and with it the tokenizer): "model.path" or "model.preset"."""
+    return "model.path" if config.model.path is not None else "model.preset"
+
+
+def check_tokenizer_fits(tokenizer: Any, model_config: ModelConfig, source: str) -> None:
+    """Raises FieldError(`source`, ...) unless every id the tokenizer can produce has a row in the model's
+    embedding: largest id = max(vocab_size - 1, pad, bos and EOS ids), added and special tokens included
+    (`vocab_size` of HFTokenizer counts them), must be < model_config.vocab_size. An id past the table
+    would read no row and turn into NaN logits without an error. `source` is the config field to change
+    (`model_field(config)`, e.g. "model.path")."""
+    special_ids = [tokenizer.pad_id, tokenizer.bos_id, *tokenizer.eos_ids]
+    largest_id = max([tokenizer.vocab_size - 1, *(i for i in special_ids if i is not None)])
+    if largest_id < model_config.vocab_size:
+        return
+    folder = getattr(tokenizer, "folder", None)
+    which = f"the tokenizer of {folder}" if folder is not None else "the built-in character tokenizer"
+    raise FieldError(source, f"{which} produces ids up to {largest_id} (added and special tokens included) but "
+                             f"the model's vocab_size is {model_config.vocab_size} (embedding rows 0.."
+                             f"{model_config.vocab_size - 1}); use a model whose config.json vocab_size is at "
+                             f"least {largest_id + 1}, or a tokenizer made for this model")
 
 
 def initial_params(config: ExperimentConfig, model_config: ModelConfig, progress: bool = True,
@@ -109,14 +133,16 @@ def restore_run_params(config: ExperimentConfig, run_dir: str, model_config: Mod
 
 def load_policy(path: str, step: int | None = None, progress: bool = True) -> LoadedPolicy:
     """A Hugging Face folder (its weights and tokenizer) or a run directory (the newest checkpoint,
-    or `step`, with the run's model and tokenizer). FileNotFoundError / ValueError say which it is not."""
+    or `step`, with the run's model and tokenizer). FileNotFoundError / ValueError say which it is not;
+    FieldError (`check_tokenizer_fits`) when the tokenizer's ids do not fit the model, before any weight is read."""
     import os
 
     if is_run_dir(path):
         config = run_config(path)
         model_config = model_config_for(config)
-        graphdef, params, step = restore_run_params(config, path, model_config, step)
         tokenizer = tokenizer_for(config)
+        check_tokenizer_fits(tokenizer, model_config, model_field(config))
+        graphdef, params, step = restore_run_params(config, path, model_config, step)
         chat = tokenizer.has_chat_template if config.data.chat_template is None else config.data.chat_template
         return LoadedPolicy(model_config, graphdef, params, tokenizer, chat, config.data.system_prompt,
                             f"{path} step {step}")
@@ -128,8 +154,9 @@ def load_policy(path: str, step: int | None = None, progress: bool = True) -> Lo
         from trainers.models.hf_weights import load_pretrained
 
         model_config = read_model_config(path)
-        graphdef, params = load_pretrained(path, model_config, progress=progress)
         tokenizer = HFTokenizer.from_folder(path)
+        check_tokenizer_fits(tokenizer, model_config, "model.path")
+        graphdef, params = load_pretrained(path, model_config, progress=progress)
         return LoadedPolicy(model_config, graphdef, params, tokenizer, tokenizer.has_chat_template, None, path)
     raise FileNotFoundError(f"{path} is neither a Hugging Face model folder (config.json) nor a run directory "
                             "(config.yaml and checkpoints/)")

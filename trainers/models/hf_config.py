@@ -52,13 +52,17 @@ def architecture_of(data: dict[str, Any]) -> str:
 
 
 def _rope_settings(data: dict[str, Any]) -> tuple[float, dict[str, Any] | None]:
-    """(rope_theta, scaling dict or None) from either spelling."""
+    """(rope_theta, scaling dict or None) from either spelling. A scaling of type "default" (transformers 5's
+    `rope_parameters`, or a legacy `rope_scaling: {"rope_type" or "type": "default"}`) is no scaling."""
     params = data.get("rope_parameters")
     if isinstance(params, dict):
         theta = params.get("rope_theta", data.get("rope_theta", 10000.0))
         scaling = None if params.get("rope_type", "default") == "default" else params
         return float(theta), scaling
-    return float(data.get("rope_theta", 10000.0)), data.get("rope_scaling")
+    scaling = data.get("rope_scaling")
+    if isinstance(scaling, dict) and scaling.get("rope_type", scaling.get("type")) == "default":
+        scaling = None
+    return float(data.get("rope_theta", 10000.0)), scaling
 
 
 def _llama3_scaling(scaling: dict[str, Any], path: str) -> Llama3RopeScaling:
