@@ -216,6 +216,15 @@ TASKS: dict[str, Task] = {
         description="one- and two-step arithmetic word problems in English for pretrained chat models "
                     "(the make-dataset arithmetic-words generator): answer checked with math_answer",
     ),
+    "arithmetic_words_two_step": Task(
+        name="arithmetic_words_two_step",
+        make_examples=lambda seed, count, exclude_prompts=(), stream=0: word_problems.make_problems(
+            seed, count, stream, set(exclude_prompts), two_step_only=True),
+        default_rewards=[("math_answer", 1.0)],
+        max_new_tokens=128,
+        description="two-step arithmetic word problems only (a + b - c, a - b + c): sparse rewards for a "
+                    "small chat model (SmolLM2-135M-Instruct: 1% greedy), answer checked with math_answer",
+    ),
 }
 TASK_NAMES: tuple[str, ...] = tuple(TASKS)
 

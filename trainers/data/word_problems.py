@@ -3,7 +3,8 @@
 Each row is `{"prompt", "answer", "expression"}`: a short story problem in English, its answer as a
 whole number, and the arithmetic that gives it (`"12 + 5 - 3"`, for readers and tests). One or
 two operations on small numbers: hard enough that a 135M instruct model gets some wrong, easy
-enough that it gets some right, so GRPO groups carry signal. Deterministic in (seed, stream):
+enough that it gets some right, so GRPO groups carry signal. With `two_step_only`, every problem
+adds and subtracts twice (the `arithmetic_words_two_step` task, where most groups are flat). Deterministic in (seed, stream):
 train rows come from stream 0, eval rows from stream 1 with every train prompt excluded, so the
 held-out prompts never appear in training.
 """
@@ -49,13 +50,37 @@ def _problem(rng: np.random.Generator) -> dict:
                   f"How many {item} does each friend get?")
         expression = f"{total} / {people}"
     else:
-        a, b = int(rng.integers(5, 50)), int(rng.integers(2, 30))
-        c = int(rng.integers(2, a + b))
-        prompt = (f"{name} has {a} {item} and buys {b} more. Then {name} gives {c} {item} to {friend}. "
-                  f"How many {item} does {name} have now?")
-        expression = f"{a} + {b} - {c}"
+        prompt, expression = _buy_then_give(rng, name, friend, item)
     answer = _evaluate(expression)
     return {"prompt": prompt, "answer": str(answer), "expression": expression}
+
+
+def _buy_then_give(rng: np.random.Generator, name: str, friend: str, item: str) -> tuple[str, str]:
+    """(prompt, expression) of "has a, buys b more, gives c away": a + b - c with 0 < c < a + b."""
+    a, b = int(rng.integers(5, 50)), int(rng.integers(2, 30))
+    c = int(rng.integers(2, a + b))
+    prompt = (f"{name} has {a} {item} and buys {b} more. Then {name} gives {c} {item} to {friend}. "
+              f"How many {item} does {name} have now?")
+    return prompt, f"{a} + {b} - {c}"
+
+
+def _two_step_problem(rng: np.random.Generator) -> dict:
+    """One two-step problem, each of two templates with probability 1/2: "has a, buys b, gives c
+    away" (a + b - c) or "had a, gave b away, found c more" (a - b + c, with 0 < b < a). A 135M
+    instruct model answers few of these right (greedy, 48 new tokens), so most GRPO groups of
+    this task are flat: the sparse-reward setting of the learning curves (bench/learning_curves.py)."""
+    name, friend = rng.choice(NAMES, size=2, replace=False)
+    item = str(rng.choice(ITEMS))
+    if int(rng.integers(0, 2)) == 0:
+        prompt, expression = _buy_then_give(rng, name, friend, item)
+    else:
+        a = int(rng.integers(10, 90))
+        b = int(rng.integers(1, a))
+        c = int(rng.integers(2, 40))
+        prompt = (f"{name} had {a} {item} and gave {b} of them to {friend}. Then {name} found {c} more {item}. "
+                  f"How many {item} does {name} have now?")
+        expression = f"{a} - {b} + {c}"
+    return {"prompt": prompt, "answer": str(_evaluate(expression)), "expression": expression}
 
 
 def _evaluate(expression: str) -> int:
@@ -78,8 +103,11 @@ def _evaluate(expression: str) -> int:
     return value
 
 
-def make_problems(seed: int, count: int, stream: int = TRAIN_STREAM, exclude_prompts: set[str] = frozenset()) -> list[dict]:
-    """`count` problems with distinct prompts, none in `exclude_prompts`, deterministic in (seed, stream)."""
+def make_problems(seed: int, count: int, stream: int = TRAIN_STREAM, exclude_prompts: set[str] = frozenset(),
+                  two_step_only: bool = False) -> list[dict]:
+    """`count` problems with distinct prompts, none in `exclude_prompts`, deterministic in (seed, stream).
+    two_step_only: draw from the two-step templates only (`_two_step_problem`), not the five mixed ones."""
+    draw = _two_step_problem if two_step_only else _problem
     rng = np.random.default_rng([seed, stream])
     rows: list[dict] = []
     seen = set(exclude_prompts)
@@ -88,17 +116,18 @@ def make_problems(seed: int, count: int, stream: int = TRAIN_STREAM, exclude_pro
         attempts += 1
         if attempts > 50 * count + 1000:
             raise ValueError(f"could not draw {count} distinct problems (got {len(rows)}); ask for fewer")
-        row = _problem(rng)
+        row = draw(rng)
         if row["prompt"] not in seen:
             seen.add(row["prompt"])
             rows.append(row)
     return rows
 
 
-def make_train_eval(seed: int, train_count: int, eval_count: int) -> tuple[list[dict], list[dict]]:
+def make_train_eval(seed: int, train_count: int, eval_count: int,
+                    two_step_only: bool = False) -> tuple[list[dict], list[dict]]:
     """(train, eval) problems: eval from its own stream with every train prompt excluded."""
-    train = make_problems(seed, train_count, TRAIN_STREAM)
-    held_out = make_problems(seed, eval_count, EVAL_STREAM, {row["prompt"] for row in train})
+    train = make_problems(seed, train_count, TRAIN_STREAM, two_step_only=two_step_only)
+    held_out = make_problems(seed, eval_count, EVAL_STREAM, {row["prompt"] for row in train}, two_step_only)
     return train, held_out
 
 
