@@ -14,7 +14,9 @@ constraints are no-ops and the program is the single-device one.
 Mixed precision: parameters are always float32 (the master weights the optimizer updates); the
 forward pass computes in `cfg.dtype` (each weight is cast where it is used), RMSNorm and softmax in
 float32, and logits come out in float32. `cfg.remat` recomputes each block's activations in the
-backward pass of training instead of keeping them.
+backward pass of training instead of keeping them: the training passes (`forward_hidden`,
+`completion_logprobs` with either prompt_group, the cached completion chunk included) call the model
+with `remat=cfg.remat`; generation calls it with the default remat=False.
 
 The public functions work on the functional pair (graphdef, params) produced by `init_params`, so
 they can be used directly inside `jax.jit` / `jax.grad`; none of them is jitted here (jit at the
@@ -141,7 +143,9 @@ class Linear(nnx.Module):
         self.bias = nnx.Param(jnp.zeros((out_features,), jnp.float32), **_axes(axes[1])) if use_bias else None
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        y = matmul_2d(x, self.kernel[...].astype(x.dtype))
+        # The cast is a no-op except under LoRA (`trainers.models.lora`), whose float32 adapter term
+        # would otherwise turn a bfloat16 model's activations into float32.
+        y = matmul_2d(x, self.kernel[...].astype(x.dtype)).astype(x.dtype)
         if self.bias is not None:
             y = y + self.bias[...].astype(x.dtype)
         return y
@@ -302,11 +306,13 @@ class Transformer(nnx.Module):
 
     def __call__(self, tokens: jax.Array, positions: jax.Array, attn_mask: jax.Array,
                  kv_cache: KVCache | None = None,
-                 cache_index: jax.Array | int | None = None) -> tuple[jax.Array, KVCache]:
+                 cache_index: jax.Array | int | None = None, remat: bool = False) -> tuple[jax.Array, KVCache]:
         """tokens [B,T] int32, positions [B,T] int32 (RoPE positions), attn_mask [B,T,S] bool.
 
         Returns (hidden [B,T,H] after the final norm, in the model dtype; kv cache), see
         Attention.__call__ for the cache semantics. Use `logits` to project hidden states.
+        remat: recompute each block in the backward pass, keeping only its inputs (the training
+        passes set it from `cfg.remat`, with or without a kv cache; generation leaves it False).
         """
         # The lookup gathers the table's fsdp shards first (as FSDP does for every weight it uses); a
         # vocabulary split over `tensor` stays split (each device looks up its own rows).
@@ -315,27 +321,28 @@ class Transformer(nnx.Module):
         inv_freq = rope_inv_freq(self.cfg.head_dim, self.cfg.rope_theta, self.cfg.rope_scaling)
         sin, cos = rope_sin_cos(positions, inv_freq)
         if _scan_layers(decode_step=kv_cache is not None and tokens.shape[1] == 1):
-            x, new_cache = self._scan_blocks(x, sin, cos, attn_mask, kv_cache, cache_index)
+            x, new_cache = self._scan_blocks(x, sin, cos, attn_mask, kv_cache, cache_index, remat)
             return self.final_norm(x), new_cache
         new_cache: KVCache = []
         for layer_index, block in enumerate(self.blocks):
-            if kv_cache is None and self.cfg.remat:  # training: keep only each block's input
-                x, kv = nnx.remat(lambda blk, *args: blk(*args))(block, x, sin, cos, attn_mask)
+            layer_cache = None if kv_cache is None else kv_cache[layer_index]
+            if remat:  # training: keep only each block's inputs
+                x, kv = nnx.remat(lambda blk, *args: blk(*args))(block, x, sin, cos, attn_mask, layer_cache,
+                                                                 cache_index)
             else:
-                layer_cache = None if kv_cache is None else kv_cache[layer_index]
                 x, kv = block(x, sin, cos, attn_mask, layer_cache, cache_index)
             new_cache.append(kv)
         return self.final_norm(x), new_cache
 
     def _scan_blocks(self, x, sin, cos, attn_mask, kv_cache: KVCache | None,
-                     cache_index) -> tuple[jax.Array, KVCache]:
+                     cache_index, remat: bool = False) -> tuple[jax.Array, KVCache]:
         """The blocks as one `jax.lax.scan` over layers: every parameter leaf of the L blocks is
         stacked into an [L, ...] array (sharded like the leaf, the layer axis whole), and the scan
         body rebuilds one Block from its layer's slice. On a mesh each iteration gathers only its
         own layer's fsdp shards, so the gathered weights live one layer at a time; gradients flow
         back to the per-layer parameters through the stack. The kv cache (per layer in and out, as
-        `KVCache`) is scanned as stacked [L, ...] arrays. With `cfg.remat` and no cache (training)
-        the body is rematerialised: the backward pass keeps only each layer's input."""
+        `KVCache`) is scanned as stacked [L, ...] arrays. With `remat` (training, with or without a
+        cache) the body is rematerialised: the backward pass keeps only each layer's inputs."""
         block_graphdef, _ = nnx.split(self.blocks[0])
         treedef = jax.tree.structure(nnx.state(self.blocks[0]))
         per_layer = [jax.tree.leaves(nnx.state(block), is_leaf=is_variable) for block in self.blocks]
@@ -350,7 +357,7 @@ class Transformer(nnx.Module):
             def body(h, layer_leaves):
                 return block_of(layer_leaves)(constrain(h, _BATCH_HIDDEN), sin, cos, attn_mask)
 
-            if self.cfg.remat:  # training: keep only each layer's input
+            if remat:  # training: keep only each layer's input
                 body = jax.checkpoint(body, prevent_cse=False)
             x, (keys, values) = jax.lax.scan(body, x, stacked)
         else:
@@ -359,6 +366,8 @@ class Transformer(nnx.Module):
                 return block_of(layer_leaves)(constrain(h, _BATCH_HIDDEN), sin, cos, attn_mask, layer_cache,
                                               cache_index)
 
+            if remat:  # training's cached completion chunk (`_grouped_hidden`): keep only each layer's inputs
+                body = jax.checkpoint(body, prevent_cse=False)
             cache = (jnp.stack([k for k, _ in kv_cache]), jnp.stack([v for _, v in kv_cache]))
             x, (keys, values) = jax.lax.scan(body, x, (stacked, cache))
         return x, [(keys[i], values[i]) for i in range(len(self.blocks))]
@@ -404,7 +413,7 @@ def forward_hidden(graphdef: nnx.GraphDef, params: nnx.State, tokens: jax.Array,
     """Like `forward` but returns (model, hidden [B,T,H] after the final norm, model dtype); use
     model.logits(hidden[...]) to project only the positions that are needed."""
     model = nnx.merge(graphdef, params)
-    hidden, _ = model(tokens, positions_from_valid(valid), causal_padding_mask(valid))
+    hidden, _ = model(tokens, positions_from_valid(valid), causal_padding_mask(valid), remat=model.cfg.remat)
     return model, hidden
 
 
@@ -466,7 +475,7 @@ def _grouped_hidden(graphdef: nnx.GraphDef, params: nnx.State, prompt_tokens: ja
     prompt_len, completion_len = prompt_tokens.shape[1], completion_tokens.shape[1]
     unique_valid = prompt_valid[::group].astype(jnp.bool_)
     prompt_hidden, prompt_kv = model(prompt_tokens[::group], positions_from_valid(unique_valid),
-                                     causal_padding_mask(unique_valid))
+                                     causal_padding_mask(unique_valid), remat=model.cfg.remat)
     cache = extend_kv_cache([(jnp.repeat(keys, group, axis=0), jnp.repeat(values, group, axis=0))
                              for keys, values in prompt_kv], completion_len)
     slot_valid = jnp.concatenate([prompt_valid.astype(jnp.bool_), completion_mask.astype(jnp.bool_)], axis=1)
@@ -474,7 +483,7 @@ def _grouped_hidden(graphdef: nnx.GraphDef, params: nnx.State, prompt_tokens: ja
     causal = jnp.arange(prompt_len + completion_len)[None, :] <= query_slots[:, None]  # [Lc, Lp+Lc]
     positions = jnp.sum(prompt_valid, axis=1, dtype=jnp.int32)[:, None] + jnp.arange(completion_len)[None, :]
     completion_hidden, _ = model(completion_tokens, positions, causal[None] & slot_valid[:, None, :], cache,
-                                 prompt_len)
+                                 prompt_len, remat=model.cfg.remat)
     first = jnp.repeat(prompt_hidden[:, -1:], group, axis=0)  # the last prompt slot is always valid
     return model, jnp.concatenate([first, completion_hidden[:, :-1]], axis=1)
 
