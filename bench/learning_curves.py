@@ -1,0 +1,326 @@
+"""Learning curves: held-out accuracy against completions sampled, one line per run, as a PNG and a
+markdown table (issue 19, item 7: plain GRPO against GRPO with DAPO's dynamic sampling, then GSPO and
+CISPO, then LoRA against full fine-tuning, same seed, same budget of sampled completions).
+
+    # train each config in var/curves/<config name>/ (resuming a run dir that has checkpoints), then draw
+    .venv/bin/python bench/learning_curves.py configs/algo-grpo.yaml configs/algo-dapo.yaml \\
+        --max-completions 7200 [--out-dir var/curves] [--set dotted.path=value ...]
+    # only read finished (or running) run dirs and draw
+    .venv/bin/python bench/learning_curves.py --from-runs var/curves/algo-grpo var/curves/algo-dapo
+
+Completions sampled. A step samples dynamic/prompts_consumed x G completions (the metric counts every
+prompt the step drew, dynamic sampling's refills included); a run without that metric samples
+batch.prompts_per_step x G a step (G = grpo.num_generations, both read from the run dir's config.yaml).
+An evaluation at step s is placed at the cumulative count after step s (step 0, before training, at 0).
+
+Budget. --max-completions N pauses each run after the first step whose cumulative count reaches N (a
+checkpoint is written; the count can pass N by less than one step's completions), and, reading run
+dirs, cuts every curve at that same step. The curve ends at the last evaluation up to there, so keep
+eval.every_steps small enough (the algo-*.yaml configs evaluate every 480 completions or so).
+
+Table columns: completions sampled (the run's total, after the cut), steps, the first, last and best
+eval/accuracy, `to +X pts`: the completions sampled when eval/accuracy first reached the run's first
+evaluation + --gain (default 0.10, ten points; --base-accuracy fixes the base instead), `vs first`:
+that count over the first run's (the issue's target for dynamic sampling: <= 0.5), and the median
+timing/step_s. The PNG (default OUT_DIR/learning_curves.png, matplotlib's Agg backend) shows each
+run's eval/accuracy against completions sampled and the base + gain line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import statistics
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+PROMPTS_CONSUMED = "dynamic/prompts_consumed"
+EVAL_ACCURACY = "eval/accuracy"
+STEP_SECONDS = "timing/step_s"
+
+
+@dataclasses.dataclass
+class Curve:
+    """One run's learning curve.
+
+    eval_completions[i], eval_accuracy[i]: cumulative completions sampled when the i-th evaluation ran,
+    and its eval/accuracy. total_completions: sampled over the run's `steps` steps (after the budget cut).
+    """
+
+    name: str
+    run_dir: str
+    eval_steps: list[int]
+    eval_completions: list[int]
+    eval_accuracy: list[float]
+    total_completions: int
+    steps: int
+    median_step_s: float | None
+
+
+def completions_in_step(row: dict, prompts_per_step: int, num_generations: int) -> int:
+    """Completions sampled in one step: dynamic/prompts_consumed x G, or prompts_per_step x G without it."""
+    prompts = row.get(PROMPTS_CONSUMED, prompts_per_step)
+    return int(round(prompts)) * num_generations
+
+
+def read_metrics(run_dir: str) -> list[dict]:
+    """metrics.jsonl's rows (one per step, "step" in each), in step order; a line cut short by a kill is
+    skipped, and of two rows of one step the later wins (as after a resume)."""
+    by_step: dict[int, dict] = {}
+    with open(os.path.join(run_dir, "metrics.jsonl"), encoding="utf-8") as f:
+        for line in f:
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(row, dict) and "step" in row:
+                by_step[int(row["step"])] = row
+    return [by_step[step] for step in sorted(by_step)]
+
+
+def read_batch_shape(run_dir: str) -> tuple[int, int]:
+    """(batch.prompts_per_step, grpo.num_generations) from the run dir's config.yaml (the trainer writes
+    it at the start with every default filled in)."""
+    import yaml
+
+    with open(os.path.join(run_dir, "config.yaml"), encoding="utf-8") as f:
+        config = yaml.safe_load(f)
+    return int(config["batch"]["prompts_per_step"]), int(config["grpo"]["num_generations"])
+
+
+def curve_from_rows(name: str, run_dir: str, rows: list[dict], prompts_per_step: int, num_generations: int,
+                    max_completions: int | None = None) -> Curve:
+    """The curve of metrics rows: cumulative completions after each training step (a row with step >= 1;
+    the step-0 row is the evaluation before training), cut after the first step that reaches
+    max_completions."""
+    total = 0
+    steps = 0
+    evals: list[tuple[int, int, float]] = []
+    step_seconds = []
+    for row in rows:
+        step = int(row["step"])
+        if step >= 1:
+            total += completions_in_step(row, prompts_per_step, num_generations)
+            steps = step
+            if STEP_SECONDS in row:
+                step_seconds.append(float(row[STEP_SECONDS]))
+        if EVAL_ACCURACY in row:
+            evals.append((step, total, float(row[EVAL_ACCURACY])))
+        if max_completions is not None and total >= max_completions:
+            break
+    return Curve(
+        name=name, run_dir=run_dir,
+        eval_steps=[s for s, _, _ in evals], eval_completions=[c for _, c, _ in evals],
+        eval_accuracy=[a for _, _, a in evals], total_completions=total, steps=steps,
+        median_step_s=statistics.median(step_seconds) if step_seconds else None,
+    )
+
+
+def read_run(run_dir: str, max_completions: int | None = None, name: str | None = None) -> Curve:
+    """The curve of a run dir (metrics.jsonl and config.yaml), named after the dir unless `name`."""
+    prompts_per_step, num_generations = read_batch_shape(run_dir)
+    return curve_from_rows(name or os.path.basename(os.path.normpath(run_dir)), run_dir, read_metrics(run_dir),
+                           prompts_per_step, num_generations, max_completions)
+
+
+def completions_to_reach(curve: Curve, target_accuracy: float) -> int | None:
+    """Completions sampled at the first evaluation with eval/accuracy >= target_accuracy (None: never).
+    A tolerance of 1e-9 keeps 0.19 + 0.10 reachable by an accuracy of 0.29 written as a float."""
+    for completions, accuracy in zip(curve.eval_completions, curve.eval_accuracy):
+        if accuracy >= target_accuracy - 1e-9:
+            return completions
+    return None
+
+
+def summarize(curves: list[Curve], gain: float = 0.10, base_accuracy: float | None = None) -> list[dict]:
+    """One row per curve: run, completions, steps, first/last/best accuracy, target (base + gain, base the
+    run's first evaluation unless base_accuracy), completions_to_target, ratio_to_first (this run's
+    completions_to_target / the first curve's, None when either is None), median_step_s."""
+    rows = []
+    for curve in curves:
+        accuracies = curve.eval_accuracy
+        base = base_accuracy if base_accuracy is not None else (accuracies[0] if accuracies else None)
+        target = None if base is None else base + gain
+        rows.append({
+            "run": curve.name,
+            "completions": curve.total_completions,
+            "steps": curve.steps,
+            "first_accuracy": accuracies[0] if accuracies else None,
+            "last_accuracy": accuracies[-1] if accuracies else None,
+            "best_accuracy": max(accuracies) if accuracies else None,
+            "target_accuracy": target,
+            "completions_to_target": None if target is None else completions_to_reach(curve, target),
+            "median_step_s": curve.median_step_s,
+        })
+    first = rows[0]["completions_to_target"] if rows else None
+    for row in rows:
+        mine = row["completions_to_target"]
+        row["ratio_to_first"] = mine / first if mine is not None and first else None
+    return rows
+
+
+def _cell(value, spec: str = "") -> str:
+    return "—" if value is None else format(value, spec)
+
+
+def markdown_table(rows: list[dict], gain: float = 0.10) -> str:
+    """The summary rows as a markdown table (accuracies with 2 decimals, ratios with 2, seconds with 1)."""
+    points = f"{gain * 100:g}"
+    lines = [
+        f"| run | completions sampled | steps | first eval acc | last eval acc | best eval acc "
+        f"| completions to +{points} pts | vs first | median s/step |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['run']} | {r['completions']} | {r['steps']} | {_cell(r['first_accuracy'], '.2f')} "
+            f"| {_cell(r['last_accuracy'], '.2f')} | {_cell(r['best_accuracy'], '.2f')} "
+            f"| {_cell(r['completions_to_target'])} | {_cell(r['ratio_to_first'], '.2f')} "
+            f"| {_cell(r['median_step_s'], '.1f')} |")
+    return "\n".join(lines)
+
+
+def plot(curves: list[Curve], path: str, rows: list[dict] | None = None, title: str | None = None) -> str:
+    """Draws eval/accuracy against completions sampled, one line per curve, and each distinct
+    base + gain target of `rows` as a dashed line; writes a PNG at `path` and returns it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5), dpi=120)
+    for curve in curves:
+        ax.plot(curve.eval_completions, curve.eval_accuracy, marker="o", markersize=3, label=curve.name)
+    targets = sorted({round(r["target_accuracy"], 6) for r in rows or [] if r["target_accuracy"] is not None})
+    for target in targets:
+        ax.axhline(target, linestyle="--", linewidth=0.8, color="grey")
+        ax.annotate(f"base + gain = {target:.2f}", (0, target), textcoords="offset points", xytext=(4, 3),
+                    fontsize=8, color="grey")
+    ax.set_xlabel("completions sampled")
+    ax.set_ylabel("held-out accuracy (eval/accuracy, greedy)")
+    ax.set_title(title or "Held-out accuracy against completions sampled")
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+# -- training the configs -------------------------------------------------------------------------
+
+
+def run_config(config_path: str, run_dir: str, sets: list[str], max_completions: int | None) -> str:
+    """Trains `config_path` (with --set overrides) into run_dir, through the trainer's Python API with the
+    CLI's run files and progress bar; resumes from run_dir's newest checkpoint. With max_completions, a
+    control pauses the run after the step whose cumulative completions reach it. Returns the status."""
+    from trainers.cli import ProgressBarHooks, SignalControl
+    from trainers.config import load_config
+    from trainers.loop.compile_cache import enable_compilation_cache
+    from trainers.loop.hooks import Action, Control, Hooks, MultiHooks
+    from trainers.loop.run_files import RunFilesHooks
+    from trainers.loop.trainer import train
+
+    config = load_config(config_path, sets)
+    prompts_per_step, num_generations = config.batch.prompts_per_step, config.grpo.num_generations
+    signals = SignalControl()
+
+    class BudgetHooks(Hooks):
+        """Counts the completions sampled so far (re-read from metrics.jsonl on resume)."""
+
+        def __init__(self):
+            self.completions = 0
+
+        def on_resume(self, step: int) -> None:
+            rows = read_metrics(run_dir) if os.path.exists(os.path.join(run_dir, "metrics.jsonl")) else []
+            self.completions = sum(completions_in_step(r, prompts_per_step, num_generations)
+                                   for r in rows if 1 <= r["step"] <= step)
+
+        def on_step(self, step: int, metrics: dict[str, float]) -> None:
+            if step >= 1:
+                self.completions += completions_in_step(metrics, prompts_per_step, num_generations)
+
+    budget = BudgetHooks()
+
+    class BudgetControl(Control):
+        """PAUSE once the budget is spent (checked between steps); else what Ctrl-C asked for."""
+
+        def poll(self) -> Action:
+            if max_completions is not None and budget.completions >= max_completions:
+                return Action.PAUSE
+            return signals.poll()
+
+    enable_compilation_cache()
+    hooks = MultiHooks(RunFilesHooks(run_dir), budget, ProgressBarHooks())
+    result = train(config, run_dir, hooks=hooks, control=BudgetControl())
+    print(f"{config_path}: {result.status} at step {result.final_step}, {budget.completions} completions sampled, "
+          f"run dir {run_dir}", file=sys.stderr)
+    return result.status
+
+
+def run_dir_for(config_path: str, out_dir: str) -> str:
+    """OUT_DIR/<config file name without .yaml>: configs/algo-dapo.yaml -> var/curves/algo-dapo."""
+    return os.path.join(out_dir, os.path.splitext(os.path.basename(config_path))[0])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        description="Held-out accuracy against completions sampled: train configs (or read run dirs), then "
+                    "print a markdown table and draw a PNG, one line per run.",
+        epilog=__doc__.split("\n\n", 1)[1] if __doc__ else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("configs", nargs="*", metavar="CONFIG",
+                   help="experiment configs to train, one after another, each in OUT_DIR/<config name> "
+                        "(a run dir with checkpoints resumes; a finished one is only read)")
+    p.add_argument("--from-runs", nargs="+", default=None, metavar="RUN_DIR",
+                   help="train nothing: read these run dirs (metrics.jsonl, config.yaml) and draw")
+    p.add_argument("--out-dir", default="var/curves", help="where the run dirs and the PNG go (default var/curves)")
+    p.add_argument("--max-completions", type=int, default=None, metavar="N",
+                   help="budget of sampled completions per run: pause each run after the step that reaches N, "
+                        "and cut read curves there too")
+    p.add_argument("--set", action="append", default=[], metavar="dotted.path=value",
+                   help="override a config field in every trained config (repeatable)")
+    p.add_argument("--gain", type=float, default=0.10,
+                   help="accuracy gain the `to +X pts` column looks for, over the base (default 0.10)")
+    p.add_argument("--base-accuracy", type=float, default=None,
+                   help="the base of that gain for every run (default: each run's first evaluation)")
+    p.add_argument("--png", default=None, help="PNG path (default OUT_DIR/learning_curves.png)")
+    p.add_argument("--title", default=None, help="plot title")
+    p.add_argument("--json", action="store_true", help="also print the table's rows as one JSON line")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if bool(args.configs) == bool(args.from_runs):
+        parser.error("give CONFIG files to train, or --from-runs RUN_DIR ... to read (one of the two)")
+    if args.max_completions is not None and args.max_completions < 1:
+        parser.error("--max-completions must be >= 1")
+    if args.configs:
+        run_dirs = []
+        for config_path in args.configs:
+            run_dir = run_dir_for(config_path, args.out_dir)
+            run_config(config_path, run_dir, args.set, args.max_completions)
+            run_dirs.append(run_dir)
+    else:
+        run_dirs = args.from_runs
+    curves = [read_run(d, args.max_completions) for d in run_dirs]
+    rows = summarize(curves, args.gain, args.base_accuracy)
+    png = plot(curves, args.png or os.path.join(args.out_dir, "learning_curves.png"), rows, args.title)
+    print(markdown_table(rows, args.gain))
+    if args.json:
+        print(json.dumps(rows))
+    print(f"plot: {png}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
