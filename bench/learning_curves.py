@@ -8,9 +8,10 @@ CISPO, then LoRA against full fine-tuning, same seed, same budget of sampled com
     # only read finished (or running) run dirs and draw
     .venv/bin/python bench/learning_curves.py --from-runs var/curves/algo-grpo var/curves/algo-dapo
 
-Completions sampled. A step samples dynamic/prompts_consumed x G completions (the metric counts every
-prompt the step drew, dynamic sampling's refills included); a run without that metric samples
-batch.prompts_per_step x G a step (G = grpo.num_generations, both read from the run dir's config.yaml).
+Completions sampled. A step samples dynamic/prompts_sampled x G completions (every prompt dynamic
+sampling generated, its refill rounds and the unconsumed rest of its last round included: what the step
+cost); without that metric dynamic/prompts_consumed x G, and without either (no dynamic sampling)
+batch.prompts_per_step x G (G = grpo.num_generations, both read from the run dir's config.yaml).
 An evaluation at step s is placed at the cumulative count after step s (step 0, before training, at 0).
 
 Budget. --max-completions N pauses each run after the first step whose cumulative count reaches N (a
@@ -38,6 +39,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+PROMPTS_SAMPLED = "dynamic/prompts_sampled"
 PROMPTS_CONSUMED = "dynamic/prompts_consumed"
 EVAL_ACCURACY = "eval/accuracy"
 STEP_SECONDS = "timing/step_s"
@@ -62,8 +64,9 @@ class Curve:
 
 
 def completions_in_step(row: dict, prompts_per_step: int, num_generations: int) -> int:
-    """Completions sampled in one step: dynamic/prompts_consumed x G, or prompts_per_step x G without it."""
-    prompts = row.get(PROMPTS_CONSUMED, prompts_per_step)
+    """Completions sampled in one step: dynamic/prompts_sampled x G; without it dynamic/prompts_consumed x G;
+    without either prompts_per_step x G."""
+    prompts = row.get(PROMPTS_SAMPLED, row.get(PROMPTS_CONSUMED, prompts_per_step))
     return int(round(prompts)) * num_generations
 
 

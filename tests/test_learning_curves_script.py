@@ -47,13 +47,24 @@ def _plain(root):
 
 
 def _dynamic(root):
-    """dynamic/prompts_consumed 24, 16, 8 with G=6: 144, 96, 48 completions, cumulative 144, 240, 288.
-    Base 0.04, evals 0.10, 0.16, 0.18: +10 points (0.14) first at step 2, 240 completions."""
+    """dynamic/prompts_sampled 24, 16, 8 with G=6 (consumed fewer: what was generated counts): 144, 96,
+    48 completions, cumulative 144, 240, 288. Base 0.04, evals 0.10, 0.16, 0.18: +10 points (0.14)
+    first at step 2, 240 completions."""
     rows = [{"step": 0, "eval/accuracy": 0.04},
-            {"step": 1, "dynamic/prompts_consumed": 24, "eval/accuracy": 0.10, "timing/step_s": 30.0},
-            {"step": 2, "dynamic/prompts_consumed": 16, "eval/accuracy": 0.16, "timing/step_s": 20.0},
-            {"step": 3, "dynamic/prompts_consumed": 8, "eval/accuracy": 0.18, "timing/step_s": 10.0}]
+            {"step": 1, "dynamic/prompts_sampled": 24, "dynamic/prompts_consumed": 21, "eval/accuracy": 0.10,
+             "timing/step_s": 30.0},
+            {"step": 2, "dynamic/prompts_sampled": 16, "dynamic/prompts_consumed": 11, "eval/accuracy": 0.16,
+             "timing/step_s": 20.0},
+            {"step": 3, "dynamic/prompts_sampled": 8, "dynamic/prompts_consumed": 8, "eval/accuracy": 0.18,
+             "timing/step_s": 10.0}]
     return _run_dir(root, "dynamic", rows)
+
+
+def test_completions_in_a_step():
+    lc = _script()
+    assert lc.completions_in_step({"dynamic/prompts_sampled": 24.0, "dynamic/prompts_consumed": 20.0}, 8, 6) == 144
+    assert lc.completions_in_step({"dynamic/prompts_consumed": 20.0}, 8, 6) == 120
+    assert lc.completions_in_step({"reward/mean": 0.5}, 8, 6) == 48
 
 
 def test_curves_and_summary_match_hand_counts(tmp_path):
@@ -99,7 +110,7 @@ def test_from_runs_prints_the_table_and_writes_a_png(tmp_path):
 
 def test_help_and_bad_arguments():
     help_text = subprocess.run([sys.executable, SCRIPT, "--help"], capture_output=True, text=True, check=True).stdout
-    for words in ("--max-completions", "--from-runs", "dynamic/prompts_consumed", "configs/algo-grpo.yaml"):
+    for words in ("--max-completions", "--from-runs", "dynamic/prompts_sampled", "configs/algo-grpo.yaml"):
         assert words in help_text
     refused = subprocess.run([sys.executable, SCRIPT], capture_output=True, text=True)
     assert refused.returncode == 2 and "--from-runs" in refused.stderr
