@@ -195,6 +195,29 @@ def test_scanned_layers_on_a_mesh_give_the_loops_values_and_gradients(models, mo
         np.testing.assert_allclose(mesh_leaf, loop_leaf, rtol=0, atol=1e-5)
 
 
+@pytest.mark.parametrize("scan", [False, True])
+def test_lora_under_remat_gives_the_same_gradients(monkeypatch, scan):
+    """remat (the loop's per-block jax.checkpoint, the scan's checkpointed body) with the adapters
+    intercepted inside: the grouped update's adapter gradients equal those without remat."""
+    monkeypatch.setattr(transformer, "SCAN_LAYERS", scan)
+    batch = _grouped_batch()
+    grads = {}
+    for remat in (False, True):
+        graphdef, params = transformer.init_params(dataclasses.replace(CFG, remat=remat), 0)
+        lora_graphdef, lora_params = lora.add_lora(graphdef, params, SETTINGS, seed=1)
+        adapters, base = lora.split_adapters(_perturbed_adapters(lora_params))
+
+        def loss(adapters):
+            logprobs, _ = transformer.completion_logprobs(lora_graphdef, lora.merge_params(adapters, base), *batch,
+                                                          1.0, 2)
+            return jnp.sum(logprobs)
+
+        grads[remat] = jax.jit(jax.grad(loss))(adapters)
+    assert max(float(jnp.max(jnp.abs(leaf))) for leaf in jax.tree.leaves(grads[False])) > 1e-2
+    for with_remat, without in zip(jax.tree.leaves(grads[True]), jax.tree.leaves(grads[False])):
+        np.testing.assert_allclose(with_remat, without, rtol=0, atol=1e-5)
+
+
 def test_adapters_created_on_placed_params_under_a_mesh():
     """Under a mesh the model runs its layers as a scan over per-iteration block copies; add_lora
     still creates every adapter (it runs the creating call as the loop), placed like its kernel."""

@@ -327,8 +327,11 @@ class Transformer(nnx.Module):
         for layer_index, block in enumerate(self.blocks):
             layer_cache = None if kv_cache is None else kv_cache[layer_index]
             if remat:  # training: keep only each block's inputs
-                x, kv = nnx.remat(lambda blk, *args: blk(*args))(block, x, sin, cos, attn_mask, layer_cache,
-                                                                 cache_index)
+                # jax.checkpoint over the block's split state (what nnx.remat does), written out because
+                # nnx.remat's merge fails under Qwix's LoRA interception (`trainers.models.lora`).
+                block_graphdef, block_state = nnx.split(block)
+                x, kv = jax.checkpoint(lambda state, *args: nnx.merge(block_graphdef, state)(*args))(
+                    block_state, x, sin, cos, attn_mask, layer_cache, cache_index)
             else:
                 x, kv = block(x, sin, cos, attn_mask, layer_cache, cache_index)
             new_cache.append(kv)
