@@ -137,6 +137,23 @@ def test_merged_into_base_gives_the_lora_logits(models):
     np.testing.assert_allclose(merged_flat[prefix + ("kernel",)][...], expected, rtol=0, atol=1e-6)
 
 
+def test_generation_with_adapters_matches_the_merged_model(models):
+    """Prefill and decode steps run through the adapters (Qwix intercepts every model call)."""
+    from trainers.models.generate import SamplingParams, generate
+
+    graphdef, params, lora_graphdef, lora_params = models
+    trained = _perturbed_adapters(lora_params)
+    base_graphdef, merged = lora.merge_into_base(lora_graphdef, trained)
+    tokens, valid = _tokens(batch=2, length=6, seed=5)
+    sampling = SamplingParams(max_new_tokens=6, temperature=0.0, stop_at_eos=False)
+    with_adapters = generate(lora_graphdef, trained, tokens, valid, jax.random.key(0), sampling)
+    folded = generate(base_graphdef, merged, tokens, valid, jax.random.key(0), sampling)
+    base = generate(graphdef, params, tokens, valid, jax.random.key(0), sampling)
+    np.testing.assert_array_equal(with_adapters.tokens, folded.tokens)
+    np.testing.assert_allclose(with_adapters.logprobs, folded.logprobs, rtol=0, atol=1e-5)
+    assert not np.array_equal(with_adapters.tokens, base.tokens)
+
+
 def test_bfloat16_model_keeps_bfloat16_activations():
     cfg = dataclasses.replace(CFG, dtype="bfloat16")
     graphdef, params = transformer.init_params(cfg, 0)

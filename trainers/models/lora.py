@@ -19,8 +19,14 @@ runs the model once on a tiny input to create A and B in every module whose path
 `target_modules` (`re.fullmatch` over paths like `blocks/3/attn/q_proj`). The provider finds the
 weight in a matmul by tracing the right operand back to the module's `nnx.Param` (through
 `astype`), so `transformer.Linear` (a `jnp.dot` in `matmul_2d`) is adapted as it is, on the Python
-loop over blocks and on the scanned path alike, with or without remat. Only the model's `__call__`
-is intercepted: the LM head (`Transformer.logits`) and the embedding are never adapted.
+loop over blocks and on the scanned path alike, with or without remat, in training passes and in
+generation (prefill and decode steps). Only the model's `__call__` is intercepted: the LM head
+(`Transformer.logits`) and the embedding are never adapted.
+
+Two traps, handled: adapters created inside the scanned path would be created on per-iteration
+copies of a block and lost, so `add_lora` runs its creating call with the blocks as the loop; and
+`nnx.remat`'s merge raises a trace-level error under the interception, so the transformer's loop
+remats with `jax.checkpoint` over the block's split state instead (the same values).
 
 Precision: the adapters are float32; with a bfloat16 model the LoRA term promotes the layer's
 output to float32, so `transformer.Linear` casts its output back to the input dtype (a no-op
