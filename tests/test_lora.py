@@ -22,6 +22,8 @@ from trainers.models.presets import PRESETS
 from trainers.parallel.mesh import make_mesh, mesh_context
 from trainers.parallel.rules import state_shardings
 
+pytestmark = pytest.mark.filterwarnings("ignore:.*'.value' access is now deprecated:DeprecationWarning")  # Qwix 0.1.8
+
 CFG = PRESETS["tiny"]  # 2 layers, hidden 64, mlp 256, 4 heads x 16, 2 kv heads
 SETTINGS = lora.LoraSettings(rank=4, alpha=8.0)
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
