@@ -219,6 +219,7 @@ def test_stale_groups_get_importance_weights_and_the_loss_uses_them(tmp_path, on
     raw["batch"]["mini_batch_prompts"] = mini_batch_prompts
     hooks = Record()
     trainer = GRPOTrainer(parse_config(raw), str(tmp_path), hooks)
+    trainer.skip_flat_groups = False  # every update runs its pass (an all-flat mini-batch would skip it)
     real_update, losses = trainer.update_fn, []
 
     def update(params, opt_state, batch, **kwargs):
@@ -321,8 +322,8 @@ def test_stale_groups_are_dropped_counted_and_regenerated(tmp_path, monkeypatch)
     real_start = AsyncRolloutSource.start
     real_copy = Placement.rollout_copy
 
-    def start(self, params, step):
-        real_start(self, params, step)
+    def start(self, params, step, data_position=None):
+        real_start(self, params, step, data_position)
         self.collector.max_age_steps = 3
 
     def slow_copy(self, params):

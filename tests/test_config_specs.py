@@ -58,7 +58,7 @@ def test_kinds_choices_bounds_and_descriptions():
     assert specs["grpo.beta"].kind == "float" and specs["grpo.beta"].default == 0.04
     assert specs["async.enabled"].kind == "bool"  # the YAML alias, not the Python name async_
     assert specs["grpo.advantage"].kind == "choice"
-    assert specs["grpo.advantage"].choices == ("grpo", "rloo", "drgrpo")
+    assert specs["grpo.advantage"].choices == ("grpo", "drgrpo", "rloo")
     assert specs["data.task"].nullable and specs["data.task"].kind == "str"
     assert "arithmetic" in specs["data.task"].suggestions
     assert "tiny" in specs["model.preset"].suggestions

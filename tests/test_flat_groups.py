@@ -25,21 +25,96 @@ def _update(start: int, stop: int, micro: int) -> OptimizerUpdate:
 
 
 def test_informative_rows_come_first_by_hand():
-    advantages = np.array([0.0, 0.0, 1.0, -1.0, 0.0, 0.0, 0.5, 0.0])
-    rows, count = informative_first(advantages, _update(0, 8, 2))
-    assert rows.tolist() == [2, 3, 6, 0, 1, 4, 5, 7]
-    assert count == 2  # 3 informative rows fill 2 micro-batches of 2
-    rows, count = informative_first(advantages, _update(4, 8, 2))  # the second mini-batch only
-    assert rows.tolist() == [6, 4, 5, 7] and count == 1
-    rows, count = informative_first(np.zeros(8), _update(0, 8, 4))
-    assert rows.tolist() == list(range(8)) and count == 1  # always one micro-batch: the optimizer still steps
-    rows, count = informative_first(np.ones(8), _update(0, 8, 4))
+    # Groups of 2: group 1 (rows 2, 3) and group 3 (rows 6, 7) are informative. Row 7 may have
+    # advantage 0 (partial credit) and still moves with its group.
+    informative = np.array([False, False, True, True, False, False, True, True])
+    rows, count = informative_first(informative, _update(0, 8, 2))
+    assert rows.tolist() == [2, 3, 6, 7, 0, 1, 4, 5]
+    assert count == 2  # 4 informative rows fill 2 micro-batches of 2
+    rows, count = informative_first(informative, _update(4, 8, 2))  # the second mini-batch only
+    assert rows.tolist() == [6, 7, 4, 5] and count == 1
+    rows, count = informative_first(np.zeros(8, bool), _update(0, 8, 4))
+    assert rows.tolist() == list(range(8)) and count == 0  # nothing to learn: no pass at all
+    rows, count = informative_first(np.ones(8, bool), _update(0, 8, 4))
     assert count == 2
-    # 5 informative rows need 3 micro-batches of 2; counts are powers of two: 4 (of 6).
-    _, count = informative_first(np.array([1.0] * 5 + [0.0] * 7), _update(0, 12, 2))
+    # 6 informative rows need 3 micro-batches of 2; counts are powers of two: 4 (of 6).
+    _, count = informative_first(np.array([True] * 6 + [False] * 6), _update(0, 12, 2))
     assert count == 4
-    _, count = informative_first(np.array([1.0] * 11 + [0.0]), _update(0, 12, 2))
+    _, count = informative_first(np.array([True] * 10 + [False] * 2), _update(0, 12, 2))
     assert count == 6  # capped at the update's micro-batches
+
+
+def _one_rollout(config, tmp_path, name):
+    trainer = GRPOTrainer(config, str(tmp_path / name))
+    trainer.source.start(trainer.state.params, 0)
+    rollout = trainer.source.next(0)
+    trainer.source.stop()
+    return trainer, rollout
+
+
+FLAT_CONFIG = {
+    "model": {"preset": "tiny"}, "data": {"task": "arithmetic", "train_prompts": 64},
+    "batch": {"prompts_per_step": 4, "train_micro_batch_sequences": 4},
+    "grpo": {"num_generations": 4, "beta": 0.0},
+    "optimizer": {"learning_rate": 0.05},
+}
+
+
+def test_a_zero_advantage_row_inside_an_informative_group_keeps_prompt_sharing(tmp_path):
+    """Partial credit: group 1's rewards 1, 0.5, 0.5, 0 give row 5 and 6 advantage 0 under drgrpo; the
+    skip must keep the group whole, so its micro-batch still runs its prompt once (prompt_group=G)."""
+    config = parse_config({**FLAT_CONFIG, "grpo": {**FLAT_CONFIG["grpo"], "advantage": "drgrpo"}})
+    trainer, rollout = _one_rollout(config, tmp_path, "a")
+    rollout.rewards = np.array([1, 1, 1, 1, 1, 0.5, 0.5, 0, 0, 0, 0, 0, 1, 0, 1, 0], np.float32)
+    rollout.advantages = np.array([0, 0, 0, 0, 0.5, 0, 0, -0.5, 0, 0, 0, 0, 0.5, -0.5, 0.5, -0.5], np.float32)
+    groups = []
+    jitted = trainer.update_fn
+    trainer.update_fn = lambda *args, **kwargs: (groups.append(kwargs["prompt_group"]), jitted(*args, **kwargs))[1]
+    metrics = trainer.train_on(rollout)
+    assert groups == [4]  # one call, whole groups sharing their prompt
+    assert metrics["train/trained_sequence_fraction"] == pytest.approx(8 / 16)
+
+
+def test_an_all_flat_update_applies_the_optimizer_without_a_pass(tmp_path):
+    """Every group flat: no forward/backward runs, yet the weights move exactly as a full zero-gradient
+    update moves them (Adam's momentum from the step before)."""
+    config = parse_config(FLAT_CONFIG)
+    results = []
+    for name, skip in (("skip", True), ("full", False)):
+        trainer, rollout = _one_rollout(config, tmp_path, name)
+        trainer.skip_flat_groups = skip
+        trainer.train_on(rollout)  # a first update builds momentum
+        before = jax.tree.map(np.asarray, trainer.state.params)
+        rollout.rewards = np.ones_like(rollout.rewards)
+        rollout.advantages = np.zeros_like(rollout.advantages)
+        calls = []
+        jitted = trainer.update_fn
+        trainer.update_fn = lambda *args, _f=jitted, **kwargs: (calls.append(1), _f(*args, **kwargs))[1]
+        metrics = trainer.train_on(rollout)
+        results.append((before, jax.tree.map(np.asarray, trainer.state.params), calls, metrics))
+    (before, skipped, skip_calls, skip_metrics), (_, full, full_calls, _) = results
+    assert skip_calls == [] and full_calls == [1]
+    assert skip_metrics["grad_norm"] == 0.0 and skip_metrics["train/trained_sequence_fraction"] == 0.0
+    moved = max(float(np.max(np.abs(a - b))) for a, b in zip(jax.tree.leaves(before), jax.tree.leaves(skipped)))
+    assert moved > 1e-4  # momentum moved the weights
+    for a, b in zip(jax.tree.leaves(skipped), jax.tree.leaves(full)):
+        np.testing.assert_allclose(a, b, atol=1e-7)
+
+
+def test_skip_metrics_cover_the_informative_groups_whatever_the_rounding(tmp_path):
+    """Micro-batches of 2 train exactly the 8 informative rows; of 16, the whole mini-batch. The
+    entropy and clip fraction are token means over the informative groups' tokens either way."""
+    metrics = []
+    for micro in (2, 16):
+        config = parse_config({**FLAT_CONFIG, "batch": {"prompts_per_step": 4, "train_micro_batch_sequences": micro}})
+        trainer, rollout = _one_rollout(config, tmp_path, f"m{micro}")
+        rollout.rewards = np.array([1, 1, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 1, 0, 0, 1], np.float32)
+        rollout.advantages = np.array([0, 0, 0, 0, 1, -1, 1, -1, 0, 0, 0, 0, 1, -1, -1, 1], np.float32)
+        metrics.append(trainer.train_on(rollout))
+    assert metrics[0]["train/trained_sequence_fraction"] == pytest.approx(0.5)
+    assert metrics[1]["train/trained_sequence_fraction"] == 1.0
+    assert metrics[0]["entropy"] == pytest.approx(metrics[1]["entropy"], rel=1e-5)
+    assert metrics[0]["loss/policy"] == pytest.approx(metrics[1]["loss/policy"], abs=1e-6)
 
 
 @pytest.mark.parametrize("aggregation", ["token-mean", "seq-mean-token-sum"])
@@ -54,7 +129,8 @@ def test_skipping_flat_groups_gives_the_same_update(tmp_path, aggregation):
     trainer.source.start(trainer.state.params, 0)
     rollout = trainer.source.next(0)
     trainer.source.stop()
-    # Two groups all equal (advantage 0), two with signal.
+    # Two groups all equal (advantage 0), two with signal (the last with two rows of advantage 0).
+    rollout.rewards = np.array([1, 1, 1, 1, 2, 0, 1.5, 0.5, 0, 0, 0, 0, 0, 2, 1, 1], np.float32)
     rollout.advantages = np.array([0, 0, 0, 0, 1, -1, 0.5, -0.5, 0, 0, 0, 0, -2, 2, 0, 0], np.float32)
     start = jax.tree.map(np.asarray, trainer.state.params)
 
@@ -67,7 +143,7 @@ def test_skipping_flat_groups_gives_the_same_update(tmp_path, aggregation):
     full_metrics = full.train_on(rollout)
     every = jax.tree.map(np.asarray, full.state.params)
 
-    # 6 sequences have a non-zero advantage: they fill 3 micro-batches of 2, rounded up to 4 of the 8.
+    # The 2 informative groups' 8 sequences fill 4 micro-batches of 2 of the 8.
     assert skipped_metrics["train/trained_sequence_fraction"] == pytest.approx(8 / 16)
     assert full_metrics["train/trained_sequence_fraction"] == 1.0
     moved = max(float(np.max(np.abs(a - b))) for a, b in zip(jax.tree.leaves(start), jax.tree.leaves(every)))
@@ -88,7 +164,7 @@ def test_shared_prompt_group_accepts_only_whole_aligned_runs_of_one_prompt():
     assert shared_prompt_group(tokens, valid, 4) == 1  # two prompts in one run of 4
     assert shared_prompt_group(tokens, valid, 1) == 1
     assert shared_prompt_group(tokens[:, :3], valid[:, :3], 2) == 1  # 3 rows: a group split
-    shifted = np.array([[a, b, b, a]])  # reordered rows (informative_first): runs not aligned
+    shifted = np.array([[a, b, b, a]])  # rows reordered across groups: runs not aligned
     assert shared_prompt_group(shifted, np.array([[valid_a, valid_b, valid_b, valid_a]]), 2) == 1
     other_padding = valid.copy()
     other_padding[0, 3] = [True, True, True]  # same tokens, different padding: not the same prompt

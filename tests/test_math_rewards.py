@@ -88,8 +88,15 @@ def test_accuracy_follows_math_answer_when_it_is_a_reward():
 
 
 def test_pass_at_k_by_hand():
+    """n = 3 samples; correct counts c = 1, 0, 3, 1. The unbiased estimate 1 - C(n-c, k)/C(n, k):
+    k=1: c/n = 1/3, 0, 1, 1/3 -> 5/12; k=2: 1 - C(2,2)/C(3,2) = 2/3, 0, 1, 2/3 -> 7/12;
+    k=3 = n: any correct -> 3/4."""
     correct = np.array([[False, False, True], [False, False, False], [True, True, True], [False, True, False]])
-    assert pass_at_k(correct) == 0.75
+    assert pass_at_k(correct, 1) == pytest.approx(5 / 12)
+    assert pass_at_k(correct, 2) == pytest.approx(7 / 12)
+    assert pass_at_k(correct, 3) == pytest.approx(0.75)
+    with pytest.raises(ValueError):
+        pass_at_k(correct, 4)
 
 
 def test_word_problems_are_correct_distinct_and_held_out():
@@ -135,7 +142,7 @@ def test_a_run_on_word_problems_reports_math_accuracy_and_pass_at_k(tmp_path):
         "rollout": {"max_new_tokens": 8},
         "batch": {"prompts_per_step": 2}, "grpo": {"num_generations": 2, "beta": 0.0},
         "train": {"max_steps": 1}, "checkpoint": {"every_steps": 0},
-        "eval": {"every_steps": 1, "samples_per_prompt": 3},
+        "eval": {"every_steps": 1, "samples_per_prompt": 3, "pass_k": 2},
     })
     steps = []
 
@@ -145,5 +152,6 @@ def test_a_run_on_word_problems_reports_math_accuracy_and_pass_at_k(tmp_path):
 
     train(config, str(tmp_path / "run"), Record())
     (metrics,) = steps
-    assert 0.0 <= metrics["eval/pass@k"] <= 1.0 and 0.0 <= metrics["eval/accuracy"] <= 1.0
+    assert 0.0 <= metrics["eval/pass@1"] <= metrics["eval/pass@2"] <= 1.0 and 0.0 <= metrics["eval/accuracy"] <= 1.0
+    assert "eval/pass@3" not in metrics  # k is eval.pass_k, in the name
     assert metrics["reward/mean"] >= 0.0

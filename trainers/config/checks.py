@@ -7,6 +7,7 @@ from __future__ import annotations
 import difflib
 import math
 
+from trainers.algo.names import SEQUENCE_LEVEL_LOSSES
 from trainers.config.errors import Problem
 from trainers.config.schema import ExperimentConfig
 
@@ -310,6 +311,58 @@ def _check_grpo(config: ExperimentConfig) -> list[Problem]:
         ))
     if g.dual_clip is not None and g.dual_clip <= 1.0:
         problems.append(Problem("grpo.dual_clip", f"grpo.dual_clip={g.dual_clip} must be > 1 (3.0 is typical), or null"))
+    if g.dual_clip is not None and g.policy_loss != "grpo":
+        problems.append(Problem("grpo.dual_clip", f"the dual clip bounds the grpo loss's surrogate; grpo.policy_loss="
+                                                  f"{g.policy_loss} has none: set grpo.dual_clip to null"))
+    if g.policy_loss in SEQUENCE_LEVEL_LOSSES and g.loss_aggregation.startswith("seq-mean-token-sum"):
+        problems.append(Problem(
+            "grpo.loss_aggregation",
+            f"grpo.policy_loss={g.policy_loss} puts one sequence-level ratio on every token of a completion; summing "
+            f"it over the tokens ({g.loss_aggregation}) would weigh each completion by its length; use "
+            "seq-mean-token-mean (GSPO's own) or token-mean",
+        ))
+    problems += _check_dynamic_sampling(config)
+    problems += _check_overlong(config)
+    e = config.eval
+    if e.pass_k is not None and e.pass_k > e.samples_per_prompt:
+        problems.append(Problem("eval.pass_k", f"eval.pass_k={e.pass_k} needs at least that many samples per prompt; "
+                                               f"raise eval.samples_per_prompt (now {e.samples_per_prompt}) to "
+                                               f"{e.pass_k} or more, or lower eval.pass_k"))
+    return problems
+
+
+def _check_dynamic_sampling(config: ExperimentConfig) -> list[Problem]:
+    r, g = config.rollout, config.grpo
+    if not r.dynamic_sampling:
+        return []
+    if g.num_generations < 2:
+        return [Problem("rollout.dynamic_sampling", f"dynamic sampling drops groups whose rewards are all equal; with "
+                                                    f"grpo.num_generations={g.num_generations} every group is, so no "
+                                                    "step could fill: use G >= 2 or turn dynamic sampling off")]
+    if r.dynamic_sampling_max_rounds == 0:
+        return [Problem("rollout.dynamic_sampling_max_rounds",
+                        "0 extra rounds means no group dropped could ever be replaced: dynamic sampling would only "
+                        "shrink the batch; use 1 or more (4 is typical), or turn rollout.dynamic_sampling off")]
+    return []
+
+
+def _check_overlong(config: ExperimentConfig) -> list[Problem]:
+    from trainers.config.budgets import completion_token_budget
+
+    r = config.rollout
+    problems = []
+    budget = completion_token_budget(config)
+    if r.overlong_buffer_tokens and r.overlong_buffer_tokens >= budget:
+        problems.append(Problem(
+            "rollout.overlong_buffer_tokens",
+            f"rollout.overlong_buffer_tokens={r.overlong_buffer_tokens} must be below the completion budget of "
+            f"{budget} tokens (rollout.max_new_tokens), so that shorter completions go unpunished; DAPO uses a "
+            "fifth of it",
+        ))
+    if (r.overlong_filter or r.overlong_buffer_tokens) and not r.stop_at_eos:
+        field = "rollout.overlong_filter" if r.overlong_filter else "rollout.overlong_buffer_tokens"
+        problems.append(Problem(field, "with rollout.stop_at_eos false every completion runs to max_new_tokens, so "
+                                       "every one would count as overlong; set rollout.stop_at_eos true"))
     return problems
 
 
@@ -414,10 +467,10 @@ def _first_prompt(path: str):
 
 
 def _check_checkpoint(config: ExperimentConfig) -> list[Problem]:
-    from trainers.config.metric_names import METRIC_NAMES
+    from trainers.config.metric_names import METRIC_NAMES, is_metric_name
 
     metric = config.checkpoint.keep_best_metric
-    if metric is not None and metric not in METRIC_NAMES:
+    if metric is not None and not is_metric_name(metric):
         return [Problem("checkpoint.keep_best_metric", f"unknown metric '{metric}'; {_one_of(metric, METRIC_NAMES)}")]
     if metric is not None and metric.startswith("eval/") and config.eval.every_steps == 0:
         return [Problem(

@@ -28,6 +28,26 @@ ASYNC_METRICS = (
     "is/weight_max",
     "is/truncated_fraction",
 )
-EVAL_METRICS = ("eval/reward_mean", "eval/accuracy", "eval/pass@k")
+ALGORITHM_METRICS = (
+    "loss/entropy_bonus",
+    "dynamic/dropped_group_fraction",
+    "dynamic/refill_rounds",
+    "dynamic/prompts_consumed",
+    "dynamic/prompts_sampled",
+    "rollout/truncated_fraction",
+    "rollout/overlong_penalty_mean",
+)
+"""Reported only when their feature is on: grpo.entropy_coef, rollout.dynamic_sampling,
+rollout.overlong_buffer_tokens / overlong_filter (the truncated fraction is always reported)."""
+EVAL_METRICS = ("eval/reward_mean", "eval/accuracy", "eval/pass@1")
+PASS_AT_K_PATTERN = r"eval/pass@[1-9][0-9]*"
+"""eval/pass@k carries its k in the name (eval.pass_k): every such name is a metric."""
 
-METRIC_NAMES = TRAIN_METRICS + ASYNC_METRICS + EVAL_METRICS
+METRIC_NAMES = TRAIN_METRICS + ASYNC_METRICS + ALGORITHM_METRICS + EVAL_METRICS
+
+
+def is_metric_name(name: str) -> bool:
+    """A name the trainer reports: one of METRIC_NAMES, or eval/pass@<k>."""
+    import re
+
+    return name in METRIC_NAMES or re.fullmatch(PASS_AT_K_PATTERN, name) is not None

@@ -13,6 +13,12 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
+from trainers.algo.names import (
+    ADVANTAGE_ESTIMATORS,
+    KL_ESTIMATORS,
+    LOSS_AGGREGATIONS,
+    POLICY_LOSSES,
+)
 from trainers.config.yaml_guard import YamlRefused, guarded_yaml
 
 # Upper bounds of the size fields: far above any real run, low enough that no request can make the
@@ -110,6 +116,23 @@ class RolloutSection(_Section):
     top_k: int = Field(0, ge=0, le=MAX_SEQUENCES, description="Keep the k most likely tokens (0 = off).")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass (1.0 = off).")
     stop_at_eos: bool = Field(True, description="Stop a sequence at its EOS token (false: always max_new_tokens).")
+    dynamic_sampling: bool = Field(
+        False, description="DAPO dynamic sampling: drop every group whose G rewards are all equal (it teaches "
+        "nothing) and sample more prompts until the step holds batch.prompts_per_step informative groups, or "
+        "rollout.dynamic_sampling_max_rounds extra rounds are spent (the rest of the step is then left out of "
+        "the loss). The data position counts every prompt sampled.")
+    dynamic_sampling_max_rounds: int = Field(
+        4, ge=0, le=MAX_STEPS, description="With dynamic sampling: extra sampling rounds per step at most, "
+        "each of batch.prompts_per_step prompts (rounded up to whole rollout micro-batches).")
+    overlong_buffer_tokens: int = Field(
+        0, ge=0, le=MAX_TOKENS, description="DAPO soft overlong punishment: a completion longer than "
+        "max_new_tokens - this gets a penalty growing linearly to -rollout.overlong_penalty at max_new_tokens, "
+        "added to its reward (0 = off).")
+    overlong_penalty: float = Field(
+        1.0, ge=0.0, description="The overlong penalty at max_new_tokens (with rollout.overlong_buffer_tokens > 0).")
+    overlong_filter: bool = Field(
+        False, description="Leave truncated completions (no end of sequence within max_new_tokens) out of the "
+        "loss: their reward says nothing about an answer they never finished.")
 
 
 class BatchSection(_Section):
@@ -133,18 +156,36 @@ class GrpoSection(_Section):
     num_generations: int = Field(8, ge=1, le=MAX_GENERATIONS, description="G: completions sampled per prompt.")
     num_iterations: int = Field(1, ge=1, le=MAX_ITERATIONS, description="mu: passes over each step's rollouts.")
     beta: float = Field(0.04, ge=0.0, description="KL penalty weight; 0 = no reference model is loaded.")
-    kl_estimator: Literal["k1", "k2", "k3"] = Field("k3", description="KL estimator (Schulman's k1/k2/k3).")
-    epsilon_low: float = Field(0.2, ge=0.0, lt=1.0, description="Lower clip: ratio >= 1 - epsilon_low.")
-    epsilon_high: float = Field(0.2, ge=0.0, description="Upper clip: ratio <= 1 + epsilon_high (DAPO uses 0.28).")
-    dual_clip: float | None = Field(
-        None, description="Dual-clip constant c > 1 bounding the loss of negative-advantage tokens (null = off)."
+    kl_estimator: Literal[KL_ESTIMATORS] = Field("k3", description="KL estimator (Schulman's k1/k2/k3).")
+    policy_loss: Literal[POLICY_LOSSES] = Field(
+        "grpo", description="grpo: PPO's clipped surrogate per token; gspo: the clipped sequence-level ratio "
+        "(geometric mean of the token ratios); gspo-token: GSPO's value with a gradient per token; cispo: the "
+        "clipped importance weight (no gradient) times A times log-prob, so clipped tokens still learn."
     )
-    advantage: Literal["grpo", "rloo", "drgrpo"] = Field(
-        "grpo", description="grpo: (r - mean)/std per group; rloo: leave-one-out baseline; drgrpo: r - mean."
+    epsilon_low: float | None = Field(
+        None, ge=0.0, lt=1.0, description="Lower clip: ratio >= 1 - epsilon_low; null = the policy loss's "
+        "default (grpo 0.2, gspo 3e-4, cispo 1.0: no lower clip)."
+    )
+    epsilon_high: float | None = Field(
+        None, ge=0.0, description="Upper clip: ratio <= 1 + epsilon_high; null = the policy loss's default "
+        "(grpo 0.2, DAPO uses 0.28; gspo 4e-4; cispo 4.0, a weight of at most 5)."
+    )
+    dual_clip: float | None = Field(
+        None, description="Dual-clip constant c > 1 bounding the loss of negative-advantage tokens (grpo loss "
+        "only; null = off)."
+    )
+    entropy_coef: float = Field(
+        0.0, ge=0.0, description="Entropy bonus: subtract this x the mean token entropy from the loss (0 = off)."
+    )
+    advantage: Literal[ADVANTAGE_ESTIMATORS] = Field(
+        "grpo", description="grpo: (r - mean)/std per group; drgrpo: r - mean (Dr. GRPO); rloo: leave-one-out "
+        "baseline."
     )
     advantage_eps: float = Field(1e-6, gt=0.0, description="Added to the group std before dividing (grpo).")
-    loss_aggregation: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = Field(
-        "token-mean", description="How token losses become the mini-batch loss (normalised over the whole mini-batch)."
+    loss_aggregation: Literal[LOSS_AGGREGATIONS] = Field(
+        "token-mean", description="How token losses become the mini-batch loss: token-mean (DAPO), "
+        "seq-mean-token-mean (GRPO), seq-mean-token-sum, seq-mean-token-sum-norm (Dr. GRPO: token sums "
+        "divided by the completion budget). Normalised over the whole mini-batch."
     )
 
 
@@ -294,8 +335,12 @@ class EvalSection(_Section):
     prompts: int = Field(0, ge=0, le=MAX_DATASET_PROMPTS, description="Eval prompts per evaluation (0 = all).")
     temperature: float = Field(0.0, ge=0.0, description="Eval sampling temperature (0 = greedy) of eval/accuracy.")
     samples_per_prompt: int = Field(
-        1, ge=1, le=MAX_GENERATIONS, description="k > 1: also sample k completions per eval prompt at "
-        "rollout.temperature and report eval/pass@k (the fraction of prompts with a correct one).")
+        1, ge=1, le=MAX_GENERATIONS, description="n > 1: also sample n completions per eval prompt at "
+        "rollout.temperature and report eval/pass@1 and eval/pass@k (k = eval.pass_k) from them, with the "
+        "unbiased estimator 1 - C(n-c, k) / C(n, k) per prompt (c correct of n).")
+    pass_k: int | None = Field(
+        None, ge=1, le=MAX_GENERATIONS, description="The k of eval/pass@k (at most eval.samples_per_prompt); "
+        "null = eval.samples_per_prompt.")
 
 
 class ExperimentConfig(_Section):

@@ -26,22 +26,8 @@ import math
 import numpy as np
 
 from trainers.config import ExperimentConfig
-from trainers.data.tasks import TASKS
+from trainers.config.budgets import DEFAULT_MAX_NEW_TOKENS, completion_token_budget  # noqa: F401 (re-exported)
 from trainers.parallel.sizes import resolve_axis_sizes
-
-DEFAULT_MAX_NEW_TOKENS = 64
-"""The completion budget of JSONL data when `rollout.max_new_tokens` is null."""
-
-
-def completion_token_budget(config: ExperimentConfig) -> int:
-    """Completion tokens per sequence: `rollout.max_new_tokens`, else the built-in task's own, else
-    DEFAULT_MAX_NEW_TOKENS (JSONL data)."""
-    if config.rollout.max_new_tokens is not None:
-        return config.rollout.max_new_tokens
-    if config.data.task is not None:
-        return TASKS[config.data.task].max_new_tokens
-    return DEFAULT_MAX_NEW_TOKENS
-
 
 @dataclasses.dataclass(frozen=True)
 class SequenceSlice:
@@ -75,8 +61,8 @@ def shared_prompt_group(prompt_tokens: np.ndarray, prompt_valid: np.ndarray, gro
     """`group` when the rows (axis -2) of prompt_tokens / prompt_valid [..., rows, Lp] come as whole
     runs of `group` rows that share one prompt (tokens and padding), in every leading index; else 1.
 
-    A batch laid out prompt-major in whole groups passes; one that `informative_first` reordered
-    across groups, or a micro-batch that splits a group, does not. The log-prob passes and updates
+    A batch laid out prompt-major in whole groups passes (also one that `informative_first` reordered
+    by whole groups); a micro-batch that splits a group does not. The log-prob passes and updates
     run a passing batch's prompts once per group (`completion_logprobs(prompt_group=...)`)."""
     rows, width = prompt_tokens.shape[-2], prompt_tokens.shape[-1]
     if group <= 1 or rows % group:
@@ -88,19 +74,25 @@ def shared_prompt_group(prompt_tokens: np.ndarray, prompt_valid: np.ndarray, gro
     return group
 
 
-def informative_first(advantages: np.ndarray, update: OptimizerUpdate) -> tuple[np.ndarray, int]:
-    """(rows, micro_batches): the update's sequence rows with every non-zero-advantage row first
-    (each part in its original order), and how many of the update's micro-batches those rows fill
-    (at least 1), rounded up to a power of two so the update compiles for few shapes (1, 2, 4, ...,
-    all). Without a KL term a zero-advantage sequence adds exactly nothing to the gradient (its loss
-    is advantage x ratio = 0), so training only the first `micro_batches` micro-batches of `rows`
-    gives the same update, with less compute while most groups are all right or all wrong.
-    advantages: [N] for the step's N sequences."""
+def informative_first(informative: np.ndarray, update: OptimizerUpdate) -> tuple[np.ndarray, int]:
+    """(rows, micro_batches): the update's sequence rows with the rows of informative groups first
+    (each part in its original order), and how many of the update's micro-batches those rows fill,
+    rounded up to a power of two so the update compiles for few shapes (0, 1, 2, 4, ..., all).
+
+    informative: [N] bool for the step's N sequences, the same for every row of a group (a group
+    whose rewards are not all equal, `sampling_filters.informative_groups`), so whole groups move
+    together and micro-batches of whole groups still share their prompts (`shared_prompt_group`),
+    even when a row inside an informative group has advantage 0 (partial credit). Without a KL term
+    or an entropy bonus a flat group adds exactly nothing to the gradient (its advantages are all 0),
+    so training only the first `micro_batches` micro-batches of `rows` gives the same update with
+    less compute; 0 means no informative group at all (the gradient is 0)."""
     rows = np.arange(update.sequences.start, update.sequences.stop)
-    informative = advantages[rows] != 0
-    ordered = np.concatenate([rows[informative], rows[~informative]])
+    chosen = np.asarray(informative, bool)[rows]
+    ordered = np.concatenate([rows[chosen], rows[~chosen]])
     size = update.micro_batches[0].size
-    needed = max(1, -(-int(informative.sum()) // size))
+    needed = -(-int(chosen.sum()) // size)
+    if needed == 0:
+        return ordered, 0
     return ordered, min(1 << (needed - 1).bit_length(), len(update.micro_batches))
 
 

@@ -20,11 +20,13 @@ import jax
 import numpy as np
 
 from trainers.algo.advantages import compute_advantages
+from trainers.algo.sampling_filters import overlong_penalty, truncated
 from trainers.config import ExperimentConfig
 from trainers.data.encoding import PromptIdCache, encode_prompts
 from trainers.data.rewards import accuracy, score
 from trainers.data.tasks import TASKS
-from trainers.loop.plan import completion_token_budget, split_sequences
+from trainers.config.budgets import completion_token_budget
+from trainers.loop.plan import split_sequences
 from trainers.models.generate import SamplingParams, eos_settings, generate, generate_in_flight
 from trainers.parallel.host import put
 from trainers.parallel.mesh import mesh_context
@@ -64,6 +66,26 @@ class Rollout:
     correct: np.ndarray              # [N] bool
     advantages: np.ndarray           # [N] float32
     generate_s: float                # seconds spent encoding, generating, decoding and scoring these sequences
+    # [N] bool: the sequence enters the loss (False: truncated under rollout.overlong_filter, or a group
+    # dynamic sampling could not replace); None = every sequence
+    in_loss: np.ndarray | None = None
+    # [N] bool: cut off by the token budget, no end of sequence (`sampling_filters.truncated`); None = none
+    truncated: np.ndarray | None = None
+    # [N] float32: DAPO's overlong penalty included in `rewards` (0 when off); None = zeros
+    overlong_penalties: np.ndarray | None = None
+    # prompts sampled to make this rollout (dynamic sampling samples more than it keeps); None = prompts
+    prompts_consumed: int | None = None
+
+    def __post_init__(self) -> None:
+        n = len(self.completions)
+        if self.in_loss is None:
+            self.in_loss = np.ones(n, bool)
+        if self.truncated is None:
+            self.truncated = np.zeros(n, bool)
+        if self.overlong_penalties is None:
+            self.overlong_penalties = np.zeros(n, np.float32)
+        if self.prompts_consumed is None:
+            self.prompts_consumed = len(self.examples)
 
     @property
     def prompts(self) -> int:
@@ -89,20 +111,28 @@ class Rollout:
             sample_logprobs=self.sample_logprobs[rows], token_versions=self.token_versions[rows],
             completions=self.completions[rows], rewards=self.rewards[rows], correct=self.correct[rows],
             advantages=self.advantages[rows], generate_s=self.generate_s / self.prompts,
+            in_loss=self.in_loss[rows], truncated=self.truncated[rows],
+            overlong_penalties=self.overlong_penalties[rows], prompts_consumed=1,
         )
 
     @classmethod
-    def concat(cls, rollouts: list["Rollout"]) -> "Rollout":
-        """The rollouts' sequences in order, as one rollout (`generate_s` adds up). Their prompts must
-        have one padded length, as the groups of one step have (`collect_rollout` pads a step's
-        prompts together, whichever part of them one call generates)."""
+    def concat(cls, rollouts: list["Rollout"], pad_id: int | None = None) -> "Rollout":
+        """The rollouts' sequences in order, as one rollout (`generate_s` and `prompts_consumed` add
+        up). Their prompts must have one padded length, as the groups of one step have
+        (`collect_rollout` pads a step's prompts together, whichever part of them one call
+        generates); with `pad_id`, shorter ones are left-padded with it (invalid slots) to the
+        longest: rollouts of separate calls (dynamic sampling's refills) can then be joined."""
         if not rollouts:
             raise ValueError("Rollout.concat needs at least one rollout")
-        g, width = rollouts[0].num_generations, rollouts[0].prompt_tokens.shape[1]
-        if any(r.num_generations != g or r.prompt_tokens.shape[1] != width for r in rollouts):
+        g, width = rollouts[0].num_generations, max(r.prompt_tokens.shape[1] for r in rollouts)
+        if any(r.num_generations != g or (pad_id is None and r.prompt_tokens.shape[1] != width) for r in rollouts):
             raise ValueError("Rollout.concat: rollouts differ in num_generations or padded prompt length")
 
         def cat(name: str) -> np.ndarray:
+            if name in ("prompt_tokens", "prompt_valid") and pad_id is not None:
+                fill = pad_id if name == "prompt_tokens" else False
+                return np.concatenate([np.pad(getattr(r, name), ((0, 0), (width - r.prompt_tokens.shape[1], 0)),
+                                              constant_values=fill) for r in rollouts])
             return np.concatenate([getattr(r, name) for r in rollouts])
 
         return cls(
@@ -112,7 +142,8 @@ class Rollout:
             sample_logprobs=cat("sample_logprobs"), token_versions=cat("token_versions"),
             completions=[c for r in rollouts for c in r.completions],
             rewards=cat("rewards"), correct=cat("correct"), advantages=cat("advantages"),
-            generate_s=sum(r.generate_s for r in rollouts),
+            generate_s=sum(r.generate_s for r in rollouts), in_loss=cat("in_loss"), truncated=cat("truncated"),
+            overlong_penalties=cat("overlong_penalties"), prompts_consumed=sum(r.prompts_consumed for r in rollouts),
         )
 
     # -- weight versions -----------------------------------------------------------------------------
@@ -133,13 +164,18 @@ class Rollout:
     # -- reporting ---------------------------------------------------------------------------------
 
     def metrics(self) -> dict[str, float]:
-        """The rollout's own per-step metrics: reward mean/std, accuracy, mean response length (tokens)."""
-        return {
+        """The rollout's own per-step metrics: reward mean/std, accuracy, mean response length (tokens),
+        the fraction of completions cut off by the budget, and the mean overlong penalty (when any)."""
+        out = {
             "reward/mean": float(self.rewards.mean()),
             "reward/std": float(self.rewards.std()),
             "accuracy": float(self.correct.mean()),
             "response_length/mean": float(self.completion_mask.sum(axis=1).mean()),
+            "rollout/truncated_fraction": float(self.truncated.mean()),
         }
+        if self.overlong_penalties.any():
+            out["rollout/overlong_penalty_mean"] = float(self.overlong_penalties.mean())
+        return out
 
     def samples(self, count: int) -> list[dict[str, Any]]:
         """The first `count` sequences, for display (prompt, completion, answer, reward, advantage,
@@ -158,6 +194,9 @@ class Rollout:
                 "reward": float(self.rewards[i]),
                 "advantage": float(self.advantages[i]),
                 "correct": bool(self.correct[i]),
+                **({"truncated": True} if self.truncated[i] else {}),
+                **({"overlong_penalty": float(self.overlong_penalties[i])} if self.overlong_penalties[i] else {}),
+                **({"in_loss": False} if not self.in_loss[i] else {}),
             })
         return out
 
@@ -180,6 +219,9 @@ class RolloutSpec:
     chat: bool = False  # render prompts with the tokenizer's chat template
     system_prompt: str | None = None
     prompt_bucket_tokens: int = 1  # prompt lengths are padded up to a bucket of this (fewer compiles)
+    overlong_buffer_tokens: int = 0  # DAPO soft overlong punishment (0 = off), see `sampling_filters`
+    overlong_penalty: float = 1.0
+    overlong_filter: bool = False    # truncated completions leave the loss (Rollout.in_loss)
     # Token ids of the prompts already encoded, shared by the copies `for_evaluation` makes.
     prompt_ids: PromptIdCache = dataclasses.field(default_factory=PromptIdCache, compare=False, repr=False)
 
@@ -196,12 +238,16 @@ class RolloutSpec:
                    max_prompt_tokens=d.max_prompt_tokens, reward_specs=tuple(reward_specs(config)),
                    advantage=config.grpo.advantage, advantage_eps=config.grpo.advantage_eps,
                    chat=chat, system_prompt=d.system_prompt,
-                   prompt_bucket_tokens=PROMPT_BUCKET_TOKENS if config.model.path else 1)
+                   prompt_bucket_tokens=PROMPT_BUCKET_TOKENS if config.model.path else 1,
+                   overlong_buffer_tokens=r.overlong_buffer_tokens, overlong_penalty=r.overlong_penalty,
+                   overlong_filter=r.overlong_filter)
 
     def for_evaluation(self, temperature: float, samples_per_prompt: int = 1) -> "RolloutSpec":
-        """`samples_per_prompt` completions per prompt at `temperature` (0 = greedy), no advantages."""
+        """`samples_per_prompt` completions per prompt at `temperature` (0 = greedy), no advantages and no
+        length shaping (eval rewards are the task's own)."""
         return dataclasses.replace(self, sampling=dataclasses.replace(self.sampling, temperature=temperature),
-                                   num_generations=samples_per_prompt, advantage=None)
+                                   num_generations=samples_per_prompt, advantage=None, overlong_buffer_tokens=0,
+                                   overlong_filter=False)
 
 
 def reward_specs(config: ExperimentConfig) -> list[tuple[str, float]]:
@@ -286,7 +332,11 @@ def collect_rollout(
     completions = [spec.tokenizer.decode_completion(row[m]) for row, m in zip(completion_tokens, completion_mask)]
     per_sequence = [chosen[i // g] for i in range(len(completions))]
     rewards, components = score(completions, per_sequence, list(spec.reward_specs))
-    rewards = np.asarray(rewards, np.float32)
+    sampling_params = spec.sampling
+    cut = truncated(completion_tokens, completion_mask, (sampling_params.eos_id, *sampling_params.extra_eos_ids))
+    penalties = overlong_penalty(completion_mask.sum(axis=1), sampling_params.max_new_tokens,
+                                 spec.overlong_buffer_tokens, spec.overlong_penalty)
+    rewards = np.asarray(rewards, np.float32) + penalties
     correct = accuracy(completions, per_sequence, components)
     if spec.advantage is None:
         advantages = np.zeros(len(completions), np.float32)
@@ -297,5 +347,6 @@ def collect_rollout(
         completion_tokens=completion_tokens, completion_mask=completion_mask,
         sample_logprobs=np.concatenate(out_logprobs), token_versions=np.concatenate(out_versions),
         completions=completions, rewards=rewards, correct=correct, advantages=advantages,
-        generate_s=time.perf_counter() - t0,
+        generate_s=time.perf_counter() - t0, in_loss=~cut if spec.overlong_filter else None, truncated=cut,
+        overlong_penalties=penalties,
     )

@@ -20,6 +20,7 @@ from trainers.config import ExperimentConfig
 from trainers.data.prompt_stream import PromptStream
 from trainers.loop.hooks import Action, Control, Hooks
 from trainers.loop.placement import Placement
+from trainers.loop.dynamic_sampling import ROUND_KEY_OFFSET, fill_informative
 from trainers.loop.plan import BatchPlan
 from trainers.loop.rollout import Rollout, RolloutSpec, collect_rollout
 
@@ -51,21 +52,25 @@ class RolloutSource(Protocol):
     importance: ImportanceConfig | None
     interrupted_by: Action | None
 
-    def start(self, params: Any, step: int) -> None:
-        """Begin before step `step` (0, or a resumed checkpoint's step), with the trainer's weights
+    def start(self, params: Any, step: int, data_position: int | None = None) -> None:
+        """Begin before step `step` (0, or a resumed checkpoint's step) at `data_position` (the prompts
+        consumed before it; None = plan.data_position_at(step)), with the trainer's weights
         `params` (version `step`). `params` (here and in `publish`) are the trainer's own buffers,
         valid until its next update, which donates them: a source that keeps weights longer (async)
         copies them (`Placement.rollout_copy`)."""
 
     def next(self, step: int) -> Rollout | None:
-        """Step `step`'s rollout: the `prompts_per_step` prompts at data position
-        plan.data_position_at(step), G completions each; None if interrupted (`interrupted_by`)."""
+        """Step `step`'s rollout: `prompts_per_step` prompt groups from the source's data position on,
+        G completions each; None if interrupted (`interrupted_by`). The position then moves by the
+        rollout's `prompts_consumed` (more than prompts_per_step with dynamic sampling)."""
 
     def publish(self, params: Any, version: int) -> None:
         """The trainer's new weights after step version - 1 (so of version `version`)."""
 
     def metrics(self) -> dict[str, float]:
-        """The source's own metrics about the rollout `next` returned last (async/*; {} for sync)."""
+        """The source's own metrics about the rollout `next` returned last (async/*, dynamic/*); they
+        override the rollout's own of the same name (dynamic sampling's reward/mean and accuracy
+        cover every completion sampled, not only the groups kept)."""
 
     def stop(self) -> None:
         """End the source (threads joined); called once when the run ends, however it ends."""
@@ -76,7 +81,8 @@ SourceFactory = Callable[[RolloutContext], RolloutSource]
 
 class SyncRolloutSource:
     """Generates step s's rollout when asked, with the weights published last (the trainer's own,
-    version s: on-policy, so no importance correction)."""
+    version s: on-policy, so no importance correction). With rollout.dynamic_sampling, flat groups
+    are dropped and replaced (`dynamic_sampling.fill_informative`)."""
 
     importance = None
     interrupted_by = None
@@ -85,18 +91,34 @@ class SyncRolloutSource:
         self.context = context
         self.params: Any = None
         self.version = -1
+        self.position = 0
+        self._metrics: dict[str, float] = {}
 
-    def start(self, params: Any, step: int) -> None:
+    def start(self, params: Any, step: int, data_position: int | None = None) -> None:
         self.params, self.version = params, step
+        self.position = self.context.plan.data_position_at(step) if data_position is None else data_position
 
     def next(self, step: int) -> Rollout:
         c = self.context
         if step != self.version:
             raise ValueError(f"step {step} needs weights of version {step}; the newest published are {self.version}")
-        examples = c.stream.take(c.plan.data_position_at(step), c.plan.prompts_per_step)
         params = c.placement.generation_weights(self.params)  # cast once per step, not per decode step
-        rollout = collect_rollout(c.graphdef, lambda: (params, self.version), examples, c.spec,
-                                  jax.random.fold_in(c.base_key, step), mesh=c.placement.train_mesh)
+        step_key = jax.random.fold_in(c.base_key, step)
+        prompts = c.plan.prompts_per_step
+
+        def sample_round(round_index: int, offset: int) -> Rollout:
+            examples = c.stream.take(self.position + offset, prompts)
+            key = step_key if round_index == 0 else jax.random.fold_in(step_key, ROUND_KEY_OFFSET + round_index)
+            return collect_rollout(c.graphdef, lambda: (params, self.version), examples, c.spec, key,
+                                   mesh=c.placement.train_mesh)
+
+        r = c.config.rollout
+        if r.dynamic_sampling:
+            rollout, self._metrics = fill_informative(sample_round, prompts, r.dynamic_sampling_max_rounds,
+                                                      c.spec.sampling.pad_id)
+        else:
+            rollout = sample_round(0, 0)
+        self.position += rollout.prompts_consumed
         self.params = None  # the next update donates these buffers
         return rollout
 
@@ -104,7 +126,7 @@ class SyncRolloutSource:
         self.params, self.version = params, version
 
     def metrics(self) -> dict[str, float]:
-        return {}
+        return dict(self._metrics)
 
     def stop(self) -> None:
         self.params = None

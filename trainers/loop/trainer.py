@@ -33,7 +33,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from trainers.algo.loss import LossConfig, token_weights
+from trainers.algo.loss import token_weights
+from trainers.algo.sampling_filters import informative_groups
 from trainers.algo.optim import make_optimizer, make_schedule
 from trainers.asynchronous.source import AsyncRolloutSource
 from trainers.config import ExperimentConfig
@@ -50,8 +51,15 @@ from trainers.loop.rollout_source import (
     SourceFactory,
     SyncRolloutSource,
 )
-from trainers.loop.update import MAX_METRICS, completion_width, make_logprob_fn, make_update_fn
-from trainers.loop.policy import initial_params, model_config_for, tokenizer_for
+from trainers.loop.update import (
+    MAX_METRICS,
+    completion_width,
+    loss_config,
+    make_logprob_fn,
+    make_update_fn,
+    make_zero_update_fn,
+)
+from trainers.loop.policy import check_tokenizer_fits, initial_params, model_config_for, model_field, tokenizer_for
 from trainers.models.hf_weights import abstract_params
 from trainers.models.transformer import param_count
 from trainers.parallel.host import to_host
@@ -69,10 +77,17 @@ def params_digest(params: Any) -> str:
     return h.hexdigest()
 
 
-def pass_at_k(correct: np.ndarray) -> float:
-    """correct [P, k] bool (k samples of each of P prompts) -> the fraction of prompts with at least
-    one correct sample: pass@k estimated from exactly k samples per prompt."""
-    return float(np.mean(np.any(correct, axis=1)))
+def pass_at_k(correct: np.ndarray, k: int) -> float:
+    """correct [P, n] bool (n samples of each of P prompts), k <= n -> the unbiased estimate of pass@k
+    (Chen et al. 2021, "Evaluating Large Language Models Trained on Code"), averaged over prompts:
+    1 - C(n - c, k) / C(n, k) per prompt with c correct samples, the chance that k samples drawn
+    without replacement from the n hold a correct one."""
+    correct = np.asarray(correct, bool)
+    n = correct.shape[1]
+    if not 1 <= k <= n:
+        raise ValueError(f"pass@k needs 1 <= k <= n samples per prompt, got k={k}, n={n}")
+    per_prompt = [1.0 - math.comb(n - int(c), k) / math.comb(n, k) for c in correct.sum(axis=1)]
+    return float(np.mean(per_prompt))
 
 
 DIVERGENCE_METRICS = ("loss/policy", "loss/kl", "grad_norm")
@@ -167,6 +182,7 @@ class GRPOTrainer:
         if self.eval_examples:
             check_prompts_fit(self.spec, self.eval_examples[: config.eval.prompts or None], "eval")
         self.model_config = model_config_for(config)
+        check_tokenizer_fits(self.tokenizer, self.model_config, model_field(config))
         # Loaded (or drawn) straight into the train mesh's shards: no device ever holds the whole model.
         shardings = self.placement.state_shardings(abstract_params(self.model_config)[1])
         self.graphdef, params = initial_params(config, self.model_config, shardings=shardings)
@@ -185,17 +201,20 @@ class GRPOTrainer:
             base_key=self.base_key, placement=self.placement, hooks=self.hooks, control=self.control,
         ))
         g = config.grpo
-        self.loss_cfg = LossConfig(g.epsilon_low, g.epsilon_high, g.dual_clip, g.beta, g.kl_estimator)
+        self.loss_cfg = loss_config(config)
         self.logprob_temperature = config.rollout.temperature or 1.0
         self.logprob_fn = make_logprob_fn(self.graphdef, self.logprob_temperature)
-        # Without a KL term, sequences of all-equal groups (advantage 0) add nothing to the gradient:
-        # each update trains only the micro-batches that hold the others (`plan.informative_first`).
-        self.skip_flat_groups = g.beta == 0
+        # Without a KL term or an entropy bonus, the sequences of a group whose rewards are all equal
+        # (advantage 0) add exactly nothing to the gradient: each update trains only the micro-batches
+        # that hold the informative groups (`plan.informative_first`), and an update with none applies
+        # the optimizer to a zero gradient without a forward or backward pass.
+        self.skip_flat_groups = g.beta == 0 and g.entropy_coef == 0
+        state_shardings = self.placement.state_shardings((self.state.params, self.state.opt_state))
         self.update_fn = make_update_fn(
             self.graphdef, self.optimizer, self.loss_cfg, self.logprob_temperature,
-            self.plan.needs_old_logprobs, importance=self.source.importance,
-            state_shardings=self.placement.state_shardings((self.state.params, self.state.opt_state)),
+            self.plan.needs_old_logprobs, importance=self.source.importance, state_shardings=state_shardings,
         )
+        self.zero_update_fn = make_zero_update_fn(self.optimizer, state_shardings)
         c = config.checkpoint
         self.checkpointer = Checkpointer(os.path.join(self.run_dir, "checkpoints"), c.keep_last,
                                          c.keep_best_metric, c.keep_best_mode, model=config.model)
@@ -293,14 +312,21 @@ class GRPOTrainer:
         if self.source.importance is not None:
             arrays["gen_logprobs"] = r.sample_logprobs[:, :width]
             arrays["on_policy"] = r.on_policy(self.state.step)
-        # Loss weights are normalised over each mini-batch (the same partition in every pass).
+        # Loss weights are normalised over each mini-batch (the same partition in every pass); sequences
+        # out of the loss (`Rollout.in_loss`) weigh 0 and do not count in the normalisers. Metric
+        # weights (token-mean) cover the sequences the update learns from: with flat groups skipped,
+        # those of informative groups, whatever micro-batches the skip rounds up to.
+        g = self.plan.num_generations
+        informative = np.repeat(informative_groups(r.rewards.reshape(-1, g)), g)
+        loss_mask = mask & r.in_loss[:, None]
+        learned = loss_mask & informative[:, None] if self.skip_flat_groups else loss_mask
         aggregation = self.config.grpo.loss_aggregation
         weights = np.zeros(mask.shape, np.float32)
         metric_weights = np.zeros(mask.shape, np.float32)
         for update in self.plan.updates()[: self.plan.mini_batches_per_iteration]:
-            s = update.sequences
-            weights[s.start:s.stop] = token_weights(mask[s.start:s.stop], aggregation)
-            metric_weights[s.start:s.stop] = token_weights(mask[s.start:s.stop], "token-mean")
+            s = slice(update.sequences.start, update.sequences.stop)
+            weights[s] = token_weights(loss_mask[s], aggregation, norm_tokens=self.plan.completion_token_budget)
+            metric_weights[s] = token_weights(learned[s], "token-mean")
         arrays["weights"], arrays["metric_weights"] = weights, metric_weights
         update_metrics: list[dict[str, jax.Array]] = []  # on the device until every update is dispatched
         updates = self.plan.updates()
@@ -310,13 +336,16 @@ class GRPOTrainer:
                 self.interrupted_by = Action.STOP
                 return None
             if self.skip_flat_groups:
-                rows, count = informative_first(r.advantages, update)
+                rows, count = informative_first(informative, update)
+                if count == 0:  # no informative group: the gradient is exactly 0
+                    with self.placement.training():
+                        params, opt_state, metrics = self.zero_update_fn(self.state.params, self.state.opt_state)
+                    self.state.params, self.state.opt_state = params, opt_state
+                    update_metrics.append(metrics)
+                    continue
                 size = update.micro_batches[0].size
                 kept = rows[: count * size]
-                chosen = {k: v[kept] for k, v in arrays.items()}
-                # Metrics (entropy, clip fraction) average over the sequences actually trained.
-                chosen["metric_weights"] = token_weights(mask[kept], "token-mean")
-                stacked = {k: v.reshape(count, size, *v.shape[1:]) for k, v in chosen.items()}
+                stacked = {k: v[kept].reshape(count, size, *v.shape[1:]) for k, v in arrays.items()}
                 trained_sequences += len(kept)
             else:
                 stacked = _stack(arrays, update.micro_batches)
@@ -331,12 +360,16 @@ class GRPOTrainer:
         # The rate of this step's last update: the schedule counts optimizer updates from 0.
         last_update = (self.state.step + 1) * self.plan.optimizer_updates_per_step - 1
         fetched, learning_rate = _fetch((update_metrics, self.schedule(last_update)))
+        # Each metric averages over the updates that report it (an update with no informative group
+        # reports only its grad_norm of 0), so a metric means the same whatever was skipped.
         sums: dict[str, float] = {}
+        counts: dict[str, int] = {}
         for metrics in fetched:
             for k, v in metrics.items():
                 combine = max if k in MAX_METRICS else (lambda a, b: a + b)
                 sums[k] = combine(sums[k], float(v)) if k in sums else float(v)
-        out = {k: v if k in MAX_METRICS else v / len(updates) for k, v in sums.items()}
+                counts[k] = counts.get(k, 0) + 1
+        out = {k: v if k in MAX_METRICS else v / counts[k] for k, v in sums.items()}
         out["train/trained_sequence_fraction"] = trained_sequences / sum(u.sequences.size for u in updates)
         out["learning_rate"] = float(learning_rate)
         return out
@@ -360,7 +393,11 @@ class GRPOTrainer:
         if e.samples_per_prompt > 1:
             spec = self.spec.for_evaluation(self.config.rollout.temperature, e.samples_per_prompt)
             sampled = collect_rollout(self.graphdef, weights, examples, spec, jax.random.fold_in(key, 1), mesh=mesh)
-            out["eval/pass@k"] = pass_at_k(sampled.correct.reshape(len(examples), e.samples_per_prompt))
+            correct = sampled.correct.reshape(len(examples), e.samples_per_prompt)
+            k = e.pass_k or e.samples_per_prompt
+            out["eval/pass@1"] = pass_at_k(correct, 1)
+            if k > 1:
+                out[f"eval/pass@{k}"] = pass_at_k(correct, k)
         return out
 
     def step(self) -> dict[str, float] | None:
@@ -381,7 +418,7 @@ class GRPOTrainer:
         if train_metrics is None:
             return None
         s.step += 1
-        s.data_position += self.plan.prompts_per_step
+        s.data_position += r.prompts_consumed
         self.source.publish(s.params, s.step)
         jax.block_until_ready(s.params)
         t_end = time.perf_counter()
@@ -425,7 +462,7 @@ class GRPOTrainer:
         status = "succeeded"
         last_saved = resumed
         if self.state.step < cfg.train.max_steps:
-            self.source.start(self.state.params, self.state.step)
+            self.source.start(self.state.params, self.state.step, self.state.data_position)
         while self.state.step < cfg.train.max_steps:
             action = self.control.poll()
             if action is Action.CONTINUE:

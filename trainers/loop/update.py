@@ -26,10 +26,11 @@ import numpy as np
 import optax
 
 from trainers.algo.importance import IS_METRICS, ImportanceConfig, importance_weights
-from trainers.algo.loss import LossConfig, policy_loss
+from trainers.algo.loss import LossConfig, metric_keys, policy_loss
+from trainers.algo.names import CLIP_DEFAULTS
+from trainers.config import ExperimentConfig
 from trainers.models.transformer import completion_logprobs
 
-METRIC_KEYS_BASE = ("loss/policy", "clip_fraction", "entropy")
 MAX_METRICS = ("is/weight_max",)
 """Metrics that combine across micro-batches and updates by max; every other one is a weighted sum
 over micro-batches and a mean over a step's updates."""
@@ -55,6 +56,19 @@ def completion_width(completion_mask: np.ndarray, parts: int = COMPLETION_WIDTH_
     longest = int(used[-1]) + 1 if used.size else 1
     bucket = max(multiple_tokens, -(-(-(-total // parts)) // multiple_tokens) * multiple_tokens)
     return min(-(-longest // bucket) * bucket, total)
+
+
+def loss_config(config: ExperimentConfig) -> LossConfig:
+    """The policy loss of a config: grpo.policy_loss with its clip range (grpo.epsilon_low /
+    epsilon_high, or the loss's own defaults, `names.CLIP_DEFAULTS`), dual clip, KL and entropy terms."""
+    g = config.grpo
+    low, high = CLIP_DEFAULTS[g.policy_loss]
+    return LossConfig(
+        epsilon_low=low if g.epsilon_low is None else g.epsilon_low,
+        epsilon_high=high if g.epsilon_high is None else g.epsilon_high,
+        dual_clip=g.dual_clip, beta=g.beta, kl_estimator=g.kl_estimator, policy_loss=g.policy_loss,
+        entropy_coef=g.entropy_coef,
+    )
 
 
 def make_logprob_fn(graphdef: Any, temperature: float) -> Callable:
@@ -116,7 +130,8 @@ def make_update_fn(
             is_weights, is_metrics = importance_weights(old, gen, mb["completion_mask"], importance,
                                                         mb["metric_weights"])
         loss, metrics = policy_loss(
-            logprobs, old, mb["advantages"], mb["weights"], mb["metric_weights"], loss_cfg, ref, is_weights
+            logprobs, old, mb["advantages"], mb["weights"], mb["metric_weights"], loss_cfg, ref, is_weights,
+            entropy=entropy if loss_cfg.entropy_coef > 0 else None, mask=mb["completion_mask"],
         )
         metrics["entropy"] = jnp.sum(jax.lax.stop_gradient(entropy) * mb["metric_weights"])
         return loss, {**metrics, **is_metrics}
@@ -133,20 +148,41 @@ def make_update_fn(
                            for k in metrics_sum}
             return (grads_sum, metrics_sum), None
 
-        metric_keys = (METRIC_KEYS_BASE + (("loss/kl", "kl") if use_ref else ())
-                       + (IS_METRICS if importance is not None else ()))
-        zeros = (jax.tree.map(jnp.zeros_like, params), {k: jnp.zeros((), jnp.float32) for k in metric_keys})
+        keys = metric_keys(loss_cfg, use_ref) + ("entropy",) + (IS_METRICS if importance is not None else ())
+        zeros = (jax.tree.map(jnp.zeros_like, params), {k: jnp.zeros((), jnp.float32) for k in keys})
         (grads, metrics), _ = jax.lax.scan(body, zeros, batch)
         metrics["grad_norm"] = optax.tree.norm(grads)
         updates, opt_state = optimizer.update(grads, opt_state, params)
         params = optax.apply_updates(params, updates)
         return params, opt_state, metrics
 
+    return _jit_update(update, state_shardings, static_argnames=("prompt_group",))
+
+
+def make_zero_update_fn(optimizer: optax.GradientTransformation,
+                        state_shardings: tuple[Any, Any] | None = None) -> Callable:
+    """jit(params, opt_state) -> (params, opt_state, {"grad_norm": 0}): one optimizer update with a
+    zero gradient, and no forward or backward pass. It is the update of a mini-batch whose every
+    group is flat when the loss has no KL or entropy term (their gradient is exactly 0), so skipping
+    the passes changes nothing: momentum, weight decay and the schedule's count still move as they
+    would. state_shardings: as `make_update_fn`."""
+
+    def update(params, opt_state):
+        grads = jax.tree.map(jnp.zeros_like, params)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, {"grad_norm": jnp.zeros((), jnp.float32)}
+
+    return _jit_update(update, state_shardings)
+
+
+def _jit_update(update: Callable, state_shardings: tuple[Any, Any] | None, **jit_kwargs: Any) -> Callable:
+    """jit an update(params, opt_state, ...) -> (params, opt_state, metrics) that donates the state;
+    on a mesh the new state keeps `state_shardings` and the metrics come back replicated."""
     if state_shardings is None:
-        return jax.jit(update, donate_argnums=(0, 1), static_argnames=("prompt_group",))
+        return jax.jit(update, donate_argnums=(0, 1), **jit_kwargs)
     params_sharding, opt_sharding = state_shardings
     metrics_sharding = jax.sharding.NamedSharding(jax.tree.leaves(params_sharding)[0].mesh,
                                                   jax.sharding.PartitionSpec())
-    return jax.jit(update, donate_argnums=(0, 1), static_argnames=("prompt_group",),
-                   out_shardings=(params_sharding, opt_sharding, metrics_sharding))
+    return jax.jit(update, donate_argnums=(0, 1), out_shardings=(params_sharding, opt_sharding, metrics_sharding),
+                   **jit_kwargs)
 

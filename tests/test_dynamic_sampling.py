@@ -1,0 +1,203 @@
+"""DAPO's sampling filters and length shaping: which groups and tokens reach the loss.
+
+Pure pieces against hand-computed values (`sampling_filters`, `dynamic_sampling.fill_informative`),
+then the trainer: a dynamic-sampling step holds only informative groups, moves the data position by
+every prompt it consumed, and resumes exactly; truncated completions leave the loss under
+rollout.overlong_filter; the overlong penalty is part of the reward."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+from trainers.algo.sampling_filters import informative_groups, overlong_penalty, truncated
+from trainers.config import ConfigError, parse_config
+from trainers.loop.dynamic_sampling import fill_informative
+from trainers.loop.hooks import Hooks
+from trainers.loop.rollout import Rollout
+from trainers.loop.trainer import GRPOTrainer, params_digest, train
+
+
+def test_informative_groups_by_hand():
+    rewards = np.array([[1, 1, 1], [1, 1, 0.5], [0, 0, 0], [0, 1, 0]], np.float32)
+    assert informative_groups(rewards).tolist() == [False, True, False, True]
+
+
+def test_truncated_by_hand():
+    eos = 2
+    tokens = np.array([[5, 6, 7], [5, 2, 0], [5, 6, 2], [5, 9, 3]])
+    mask = np.array([[1, 1, 1], [1, 1, 0], [1, 1, 1], [1, 1, 1]], bool)
+    # row 0: full, ends in 7 -> cut off; row 1: stopped early; row 2: ends in EOS at the last slot;
+    # row 3: ends in 3, an extra end-of-turn id -> finished
+    assert truncated(tokens, mask, (eos, 3)).tolist() == [True, False, False, False]
+    assert truncated(tokens, mask, (eos,)).tolist() == [True, False, False, True]
+
+
+def test_overlong_penalty_by_hand():
+    # L_max 20, buffer 5: no penalty up to 15, then -1 x (L - 15) / 5
+    lengths = np.array([1, 15, 16, 18, 20])
+    np.testing.assert_allclose(overlong_penalty(lengths, 20, 5, 1.0), [0, 0, -0.2, -0.6, -1.0], atol=1e-7)
+    np.testing.assert_allclose(overlong_penalty(lengths, 20, 5, 0.5), [0, 0, -0.1, -0.3, -0.5], atol=1e-7)
+    assert not overlong_penalty(lengths, 20, 0, 1.0).any()  # 0 = off
+
+
+def _fake_round(rewards: list[list[float]], first_prompt: int) -> Rollout:
+    """A rollout of len(rewards) prompts x G; prompt i is named p<first_prompt + i>."""
+    prompts, g = len(rewards), len(rewards[0])
+    n = prompts * g
+    return Rollout(
+        examples=[{"prompt": f"p{first_prompt + i}"} for i in range(prompts)], num_generations=g,
+        prompt_tokens=np.zeros((n, 2 + first_prompt % 2), np.int32),  # rounds padded differently
+        prompt_valid=np.ones((n, 2 + first_prompt % 2), bool),
+        completion_tokens=np.zeros((n, 3), np.int32), completion_mask=np.ones((n, 3), bool),
+        sample_logprobs=np.zeros((n, 3), np.float32), token_versions=np.zeros((n, 3), np.int32),
+        completions=["c"] * n, rewards=np.asarray(rewards, np.float32).reshape(-1),
+        correct=np.asarray(rewards, np.float32).reshape(-1) > 0.5, advantages=np.zeros(n, np.float32),
+        generate_s=1.0,
+    )
+
+
+def test_fill_informative_keeps_informative_groups_in_data_order_and_counts_consumed_prompts():
+    # 3 prompts per step, G = 2. Data: p0 flat, p1 informative, p2 flat | p3 informative, p4 flat,
+    # p5 informative (the step is full after p5; nothing of the round is left over).
+    data = [[1, 1], [1, 0], [0, 0], [0, 1], [1, 1], [1, 0], [0, 1], [1, 0], [0, 1]]
+    calls = []
+
+    def sample_round(round_index, offset):
+        calls.append((round_index, offset))
+        return _fake_round(data[offset:offset + 3], offset)
+
+    step, metrics = fill_informative(sample_round, prompts=3, max_rounds=4, pad_id=0)
+    assert calls == [(0, 0), (1, 3)]
+    assert [e["prompt"] for e in step.examples] == ["p1", "p3", "p5"]
+    assert step.in_loss.all() and step.prompts_consumed == 6
+    assert step.prompt_tokens.shape == (6, 3)  # padded to the widest round
+    assert metrics["dynamic/dropped_group_fraction"] == pytest.approx(3 / 6)
+    assert metrics["dynamic/refill_rounds"] == 1 and metrics["dynamic/prompts_sampled"] == 6
+    assert metrics["reward/mean"] == pytest.approx(7 / 12)  # every completion sampled: 2+1+0+1+2+1 of 12
+
+
+def test_fill_informative_stops_mid_round_and_leaves_the_rest_unconsumed():
+    # p0 and p2 informative, p1 flat; round 1 starts at p3
+    data = [[1, 0], [1, 1], [0, 1], [1, 0], [0, 1], [1, 0]]
+    step, metrics = fill_informative(lambda r, offset: _fake_round(data[offset:offset + 3], offset),
+                                     prompts=3, max_rounds=2, pad_id=0)
+    # round 0: p0 kept, p1 dropped, p2 kept; round 1 (p3, p4, p5): p3 fills the step; p4, p5 unconsumed
+    assert [e["prompt"] for e in step.examples] == ["p0", "p2", "p3"]
+    assert step.prompts_consumed == 4
+    assert metrics["dynamic/prompts_sampled"] == 6 and metrics["dynamic/dropped_group_fraction"] == 0.25
+
+
+def test_fill_informative_completes_a_short_step_with_groups_out_of_the_loss():
+    data = [[1, 1], [0, 0], [1, 0], [1, 1], [0, 0], [1, 1]]
+    step, metrics = fill_informative(lambda r, offset: _fake_round(data[offset:offset + 3], offset),
+                                     prompts=3, max_rounds=1, pad_id=0)
+    # 2 rounds, 1 informative group (p2); the step is completed by the first two dropped, p0 and p1
+    assert [e["prompt"] for e in step.examples] == ["p2", "p0", "p1"]
+    assert step.in_loss.tolist() == [True, True, False, False, False, False]
+    assert step.prompts_consumed == 6 and metrics["dynamic/refill_rounds"] == 1
+
+
+TINY = {
+    "model": {"preset": "tiny"}, "data": {"task": "arithmetic", "train_prompts": 256},
+    "batch": {"prompts_per_step": 4}, "grpo": {"num_generations": 4, "beta": 0.0},
+    "rollout": {"dynamic_sampling": True, "dynamic_sampling_max_rounds": 3},
+    "optimizer": {"learning_rate": 0.01}, "checkpoint": {"every_steps": 1},
+}
+
+
+class Record(Hooks):
+    def __init__(self):
+        self.steps = {}
+
+    def on_step(self, step, metrics):
+        self.steps[step] = metrics
+
+
+def test_a_dynamic_sampling_step_trains_only_informative_groups(tmp_path):
+    trainer = GRPOTrainer(parse_config(TINY), str(tmp_path / "run"))
+    trainer.source.start(trainer.state.params, 0, 0)
+    rollout = trainer.source.next(0)
+    metrics = trainer.source.metrics()
+    trainer.source.stop()
+    flags = informative_groups(rollout.rewards.reshape(4, 4))
+    # every group in the loss is informative; groups out of the loss come last
+    in_loss = rollout.in_loss.reshape(4, 4).all(axis=1)
+    assert (flags | ~in_loss).all()
+    assert rollout.prompts_consumed == metrics["dynamic/prompts_consumed"] >= 4
+    assert trainer.source.position == rollout.prompts_consumed
+
+
+def test_dynamic_sampling_resumes_exactly(tmp_path):
+    config = parse_config({**TINY, "train": {"max_steps": 3}})
+    straight = Record()
+    whole = train(config, str(tmp_path / "a"), straight)
+    interrupted = parse_config({**TINY, "train": {"max_steps": 2}})
+    train(interrupted, str(tmp_path / "b"), Record())
+    resumed = Record()
+    again = train(config, str(tmp_path / "b"), resumed)
+    assert again.params_digest == whole.params_digest
+    consumed = sum(straight.steps[s]["dynamic/prompts_consumed"] for s in (1, 2, 3))
+    assert consumed >= 12
+    assert resumed.steps[3]["dynamic/prompts_consumed"] == straight.steps[3]["dynamic/prompts_consumed"]
+
+
+def test_overlong_filter_takes_truncated_completions_out_of_the_loss(tmp_path):
+    config = parse_config({**TINY, "rollout": {"overlong_filter": True, "max_new_tokens": 4,
+                                               "overlong_buffer_tokens": 2, "overlong_penalty": 0.5}})
+    trainer = GRPOTrainer(config, str(tmp_path / "run"))
+    trainer.source.start(trainer.state.params, 0)
+    rollout = trainer.source.next(0)
+    trainer.source.stop()
+    lengths = rollout.completion_mask.sum(axis=1)
+    assert rollout.truncated.any()  # an untrained model rarely stops within 4 tokens
+    np.testing.assert_array_equal(rollout.in_loss, ~rollout.truncated)
+    np.testing.assert_allclose(rollout.overlong_penalties, -0.5 * np.clip(lengths - 2, 0, 2) / 2, atol=1e-7)
+    seen = []
+    jitted = trainer.update_fn
+
+    def spy(params, opt_state, batch, prompt_group=1):
+        seen.append(jax.tree.map(np.asarray, batch))
+        return jitted(params, opt_state, batch, prompt_group=prompt_group)
+
+    trainer.update_fn = spy
+    samples = rollout.samples(16)
+    assert [s.get("truncated", False) for s in samples] == rollout.truncated.tolist()
+    assert all(s.get("in_loss", True) == (not s.get("truncated", False)) for s in samples)
+    # An untrained model rarely ends within 4 tokens: take every other row out of the loss by hand.
+    rollout.in_loss = np.arange(16) % 2 == 0
+    rollout.rewards[:] = np.arange(16) % 3  # every group informative, so no row is skipped
+    trainer.train_on(rollout)
+    (batch,) = seen
+    weights = batch["weights"].reshape(16, -1)
+    assert not weights[~rollout.in_loss].any()
+    assert (weights[rollout.in_loss].sum(axis=1) > 0).all()
+    assert weights.sum() == pytest.approx(1.0, abs=1e-5)  # token-mean over the tokens in the loss
+
+
+@pytest.mark.parametrize("changes, field", [
+    ({"rollout": {"dynamic_sampling": True, "dynamic_sampling_max_rounds": 0}}, "rollout.dynamic_sampling_max_rounds"),
+    ({"rollout": {"dynamic_sampling": True}, "grpo": {"num_generations": 1}}, "rollout.dynamic_sampling"),
+    ({"grpo": {"policy_loss": "gspo", "loss_aggregation": "seq-mean-token-sum"}}, "grpo.loss_aggregation"),
+    ({"grpo": {"policy_loss": "cispo", "dual_clip": 3.0}}, "grpo.dual_clip"),
+    ({"rollout": {"max_new_tokens": 16, "overlong_buffer_tokens": 16}}, "rollout.overlong_buffer_tokens"),
+    ({"rollout": {"overlong_filter": True, "stop_at_eos": False}}, "rollout.overlong_filter"),
+    ({"eval": {"samples_per_prompt": 2, "pass_k": 4}}, "eval.pass_k"),
+    ({"grpo": {"policy_loss": "ppo"}}, "grpo.policy_loss"),
+    ({"grpo": {"advantage": "gae"}}, "grpo.advantage"),
+])
+def test_bad_algorithm_settings_are_refused_with_the_field_named(changes, field):
+    config = {"model": {"preset": "tiny"}}
+    for section, values in changes.items():
+        config[section] = {**config.get(section, {}), **values}
+    with pytest.raises(ConfigError) as error:
+        parse_config(config)
+    assert field in str(error.value)
+
+
+def test_an_unknown_policy_loss_lists_the_known_ones():
+    with pytest.raises(ConfigError) as error:
+        parse_config({"grpo": {"policy_loss": "ppo"}})
+    for name in ("grpo", "gspo", "gspo-token", "cispo"):
+        assert name in str(error.value)
