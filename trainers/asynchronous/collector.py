@@ -39,6 +39,17 @@ data order, so a slow group delays only its own step, never deadlocks one (NeMo-
 of the dataset or an epoch needs no case here since prompt indices are `PromptStream` global
 positions (#2899).
 
+Dynamic sampling (rollout.dynamic_sampling). Steps consume a variable number of prompts (at least
+prompts_per_step; the trainer's source consumes the buffer in runs, `ReplayBuffer.take_run`), so
+the buffer's window can start inside a unit. Generation is unchanged: prompt i is still generated
+within its *block* t = i // prompts_per_step (padded to the block's longest prompt, keys
+fold_in(fold_in(key(seed), t), k)), so samples still depend only on (seed, prompt index, weights);
+block t is no longer the step that trains it. A unit whose first prompts are already consumed is
+generated whole and only its unconsumed groups are put. The freshness test uses `target_step` at the
+unit's first unconsumed prompt (exact at the prompt the trainer waits for, so no deadlock; ahead of
+it an estimate: a group that turns out too old is dropped and regenerated as above). `end_prompt`
+is then the most the run can consume (prompts_per_step x (1 + rounds) a step).
+
 Failures. Any exception in the thread is stored in `error` and every waiter is woken; the trainer's
 wait loop checks `error` on every wake-up (at most `poll_s` apart) and re-raises that exception, so
 a broken collector fails the run within seconds instead of leaving the trainer waiting (#3488).
@@ -103,7 +114,8 @@ class Collector(threading.Thread):
         self.params, self.version = params, version
         self.in_flight_chunk_tokens = in_flight_chunk_tokens
         self.mesh = mesh
-        self.next_unit_start = buffer.next_prompt_index       # next never-generated unit (data order)
+        # next never-generated unit (data order); a resumed dynamic-sampling position may lie inside one
+        self.next_unit_start = buffer.next_prompt_index - buffer.next_prompt_index % self.unit
         self._regenerate: set[int] = set()                     # unit starts to regenerate first
         self.error: BaseException | None = None
         self._stopping = False
@@ -147,8 +159,9 @@ class Collector(threading.Thread):
                     buffered = set(self.buffer.buffered_prompt_indices())
                     for group in groups:
                         # A prompt can only be missing from the buffer here, never trained: the trainer
-                        # cannot take past a prompt that is not buffered.
-                        if group.prompt_index not in buffered:
+                        # cannot take past a prompt that is not buffered. Only a unit's first prompts can
+                        # be consumed already (dynamic sampling: the window starts inside the unit).
+                        if group.prompt_index >= self.buffer.next_prompt_index and group.prompt_index not in buffered:
                             if not self.buffer.put(group):
                                 raise RuntimeError(f"replay buffer refused prompt {group.prompt_index} inside its window")
                     self.cond.notify_all()
@@ -166,12 +179,13 @@ class Collector(threading.Thread):
             candidates.append(self.next_unit_start)
         for start in candidates:
             last = start + self.unit - 1
-            if start < self.buffer.next_prompt_index:       # already trained (cannot happen; be safe)
+            if last < self.buffer.next_prompt_index:        # already trained (cannot happen; be safe)
                 self._regenerate.discard(start)
                 continue
             if not self.buffer.has_room_for(last):
                 return None                                 # later units are further out of the window
-            target = self.buffer.target_step(start, self.prompts_per_step)
+            first = max(start, self.buffer.next_prompt_index)   # > start only inside a dynamic-sampling step
+            target = self.buffer.target_step(first, self.prompts_per_step)
             if target - self.version > self.max_age_steps:
                 return None                                 # would be stale when trained: wait for weights
             if start in self._regenerate:

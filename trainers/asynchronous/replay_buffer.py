@@ -40,6 +40,15 @@ prompt with the restored weights. No prompt is skipped or repeated; the regenera
 sampled by the restored (newer) weights, so an async run resumed mid-way is not bitwise equal to an
 uninterrupted one (a synchronous run, or max age 0, is).
 
+Dynamic sampling (rollout.dynamic_sampling) takes a step in runs instead: `peek_run` shows the
+groups the step could consume next (the contiguous buffered run from next_prompt_index, fresh at the
+step), `take_run` consumes the first of them (the window advances by each run; the step stays open)
+and, with `step_done`, closes the step. Data order and staleness hold as above, run by run: the
+prompts consumed are still exactly [start, next_prompt_index), and every group consumed at step s
+has age in [0, max_age_steps]. A step then consumes at least prompts_per_step prompts, so
+`target_step` (which counts prompts_per_step a step) is the latest step a prompt can be trained at
+from a step boundary, an estimate inside an open step.
+
 Not thread-safe by itself: the async loop guards it with one lock / condition variable (put
 notifies; take waits on it with a timeout, so that a collector failure ends the wait).
 """
@@ -120,6 +129,7 @@ class ReplayBuffer:
         self.last_take_dropped_stale = 0          # ... since the take before the last successful one
         self.last_take_age_mean_steps = 0.0       # mean age of the groups of the last successful take
         self._dropped_since_take = 0
+        self._open_step_ages: list[int] = []      # ages of the groups consumed so far by the open step (runs)
 
     # --- sizes -----------------------------------------------------------------------------------
 
@@ -180,6 +190,57 @@ class ReplayBuffer:
             raise ValueError(f"step {step} was already taken for (the next step is {self.next_step})")
         if not 1 <= count <= self.capacity_groups:
             raise ValueError(f"count must be in [1, capacity_groups={self.capacity_groups}], got {count}")
+        self._drop_stale(step)
+
+        window = range(self.next_prompt_index, self.next_prompt_index + count)
+        if any(i not in self._groups for i in window):
+            return None
+        taken = [self._groups.pop(i) for i in window]
+        self.next_prompt_index += count
+        self.next_step = step + 1
+        self.last_take_age_mean_steps = sum(age_steps(step, g.weight_version) for g in taken) / count
+        self.last_take_dropped_stale, self._dropped_since_take = self._dropped_since_take, 0
+        return taken
+
+    def peek_run(self, step: int, limit: int) -> list[TrajectoryGroup]:
+        """Dynamic sampling: the groups step `step` could consume next, nothing removed: prompts
+        [next_prompt_index, next_prompt_index + k), ascending, for the largest k <= limit such that all
+        of them are buffered (each then has age in [0, max_age_steps]: stale groups are dropped
+        first, exactly as in `take`, which also gives `take`'s ValueErrors)."""
+        self._drop_stale(step)
+        run = []
+        for index in range(self.next_prompt_index, self.next_prompt_index + max(limit, 0)):
+            group = self._groups.get(index)
+            if group is None:
+                break
+            run.append(group)
+        return run
+
+    def take_run(self, step: int, count: int, step_done: bool) -> list[TrajectoryGroup]:
+        """Dynamic sampling: remove and return the first `count` groups of `peek_run(step, count)`
+        (prompts [next_prompt_index, next_prompt_index + count); the window advances by count). With
+        step_done the step ends (the next take is for a later step) and the metrics describe the
+        groups consumed by its runs. Raises ValueError if one of them is not buffered and fresh."""
+        run = self.peek_run(step, count)
+        if len(run) != count:
+            raise ValueError(f"prompts {self.next_prompt_index}..{self.next_prompt_index + count - 1} are not all "
+                             f"buffered and fresh at step {step}")
+        for group in run:
+            del self._groups[group.prompt_index]
+        self.next_prompt_index += count
+        self._open_step_ages.extend(age_steps(step, g.weight_version) for g in run)
+        if step_done:
+            self.next_step = step + 1
+            ages, self._open_step_ages = self._open_step_ages, []
+            self.last_take_age_mean_steps = sum(ages) / len(ages) if ages else 0.0
+            self.last_take_dropped_stale, self._dropped_since_take = self._dropped_since_take, 0
+        return run
+
+    def _drop_stale(self, step: int) -> None:
+        """Drop (count, queue for regeneration) every group older than max_age_steps at `step`; raise
+        for a step already taken or a group stamped newer than `step` (see `take`)."""
+        if step < self.next_step:
+            raise ValueError(f"step {step} was already taken for (the next step is {self.next_step})")
         future = [g for g in self._groups.values() if g.weight_version > step]
         if future:
             g = min(future, key=lambda g: g.prompt_index)
@@ -193,16 +254,6 @@ class ReplayBuffer:
         self._dropped_pending.extend(stale)
         self.dropped_stale += len(stale)
         self._dropped_since_take += len(stale)
-
-        window = range(self.next_prompt_index, self.next_prompt_index + count)
-        if any(i not in self._groups for i in window):
-            return None
-        taken = [self._groups.pop(i) for i in window]
-        self.next_prompt_index += count
-        self.next_step = step + 1
-        self.last_take_age_mean_steps = sum(age_steps(step, g.weight_version) for g in taken) / count
-        self.last_take_dropped_stale, self._dropped_since_take = self._dropped_since_take, 0
-        return taken
 
     def pop_dropped(self) -> list[int]:
         """Prompt indices dropped as stale since the last call, ascending; the caller regenerates

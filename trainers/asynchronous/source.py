@@ -36,6 +36,22 @@ the restored weights (same keys: fold_in(fold_in(seed, step), slice)). No prompt
 repeated; with max age >= 1 the regenerated groups are sampled by newer weights than in the
 uninterrupted run, so the resumed run is not bitwise equal to it (with max age 0 it is).
 
+Dynamic sampling (rollout.dynamic_sampling): step s consumes buffered groups in data order, in runs
+(`ReplayBuffer.peek_run` / `take_run`: each group fresh at step s, as above), walking them with
+`dynamic_sampling.select_informative` exactly as the synchronous loop does: flat groups are consumed
+and dropped, until the step holds prompts_per_step informative groups or has consumed
+prompts_per_step x (1 + rollout.dynamic_sampling_max_rounds) prompts, when the first dropped groups
+complete it out of the loss (`dynamic_sampling.assemble`). The returned rollout's `prompts_consumed`
+is the prompts consumed, so the trainer's data position stays the first prompt not consumed and
+resume is exact as above (a resumed position may lie inside a collector unit: the unit is
+regenerated and its consumed groups are not put). Generation keys follow the prompt's block
+i // prompts_per_step (see `collector`), not the round structure of the synchronous loop, so async
+dynamic sampling at max age 0 is deterministic and resumes bit for bit, but is not the synchronous
+dynamic-sampling run. Extra metrics: dynamic/dropped_group_fraction, dynamic/refill_rounds (extra
+prompts_per_step blocks consumed, (consumed - prompts_per_step) / prompts_per_step),
+dynamic/prompts_consumed, dynamic/prompts_sampled (= consumed: unconsumed groups stay buffered for
+the next step), and reward/mean, reward/std, accuracy over the consumed groups.
+
 Metrics (`metrics()`, for the rollout `next` returned last): async/buffer_size,
 async/trajectory_age_mean, async/dropped_stale (see `ReplayBuffer.metrics`), async/wait_s (seconds
 `next` waited), async/token_age_mean (tokens, in steps: below the group age with in-flight updates).
@@ -47,6 +63,8 @@ import threading
 import time
 from typing import Any
 
+import numpy as np
+
 from trainers.algo.importance import ImportanceConfig
 from trainers.asynchronous.collector import Collector, unit_prompts
 from trainers.asynchronous.replay_buffer import (
@@ -54,6 +72,8 @@ from trainers.asynchronous.replay_buffer import (
     TrajectoryGroup,
     default_capacity,
 )
+from trainers.algo.sampling_filters import informative_groups
+from trainers.loop.dynamic_sampling import Selection, assemble, select_informative, step_metrics
 from trainers.loop.hooks import Action
 from trainers.loop.rollout import Rollout
 from trainers.loop.rollout_source import RolloutContext
@@ -78,18 +98,24 @@ class AsyncRolloutSource:
         self.collector: Collector | None = None
         self.interrupted_by: Action | None = None
         self._metrics: dict[str, float] = {}
+        r = context.config.rollout
+        # prompts one step may consume: prompts_per_step x (1 + extra rounds) with dynamic sampling
+        self.max_step_prompts = plan.prompts_per_step * (1 + r.dynamic_sampling_max_rounds if r.dynamic_sampling else 1)
 
-    def start(self, params: Any, step: int) -> None:
+    def start(self, params: Any, step: int, data_position: int | None = None) -> None:
         c = self.context
         a, plan = c.config.async_, c.plan
-        position = plan.data_position_at(step)
+        position = plan.data_position_at(step) if data_position is None else data_position
+        end_prompt = plan.total_prompts
+        if c.config.rollout.dynamic_sampling:    # the most the remaining steps can consume
+            end_prompt = position + (plan.max_steps - step) * self.max_step_prompts
         self.buffer = ReplayBuffer(self.capacity_groups, a.max_trajectory_age_steps,
                                    next_prompt_index=position, next_step=step)
         self.collector = Collector(
             buffer=self.buffer, cond=self.cond, stream=c.stream, graphdef=c.graphdef, spec=c.spec,
             params=c.placement.rollout_copy(params), version=step,
             prompts_per_step=plan.prompts_per_step, max_age_steps=a.max_trajectory_age_steps,
-            end_prompt=plan.total_prompts, base_key=c.base_key,
+            end_prompt=end_prompt, base_key=c.base_key,
             in_flight_chunk_tokens=a.in_flight_chunk_tokens if a.in_flight_weight_updates else 0,
             mesh=c.placement.generation_mesh,
         )
@@ -102,6 +128,8 @@ class AsyncRolloutSource:
         self.collector.start()
 
     def next(self, step: int) -> Rollout | None:
+        if self.context.config.rollout.dynamic_sampling:
+            return self._next_informative(step)
         t0 = time.perf_counter()
         groups = self._wait_for_groups(step)
         if groups is None:
@@ -112,6 +140,28 @@ class AsyncRolloutSource:
         rollout = Rollout.concat([group.payload for group in groups])
         self._metrics = {**buffer_metrics, "async/wait_s": wait_s,
                          "async/token_age_mean": rollout.token_age_mean(step)}
+        return rollout
+
+    def _next_informative(self, step: int) -> Rollout | None:
+        """Dynamic sampling's step (see the module docstring): prompts_per_step groups, informative
+        ones first, `prompts_consumed` = the groups consumed."""
+        t0 = time.perf_counter()
+        taken = self._wait_for_informative(step)
+        if taken is None:
+            return None
+        groups, selection = taken
+        wait_s = time.perf_counter() - t0
+        with self.cond:
+            buffer_metrics = self.buffer.metrics()
+        payloads = [group.payload for group in groups]
+        rollout = assemble(payloads, selection, self.context.spec.sampling.pad_id)
+        rollout.generate_s = sum(p.generate_s for p in payloads)
+        p = self.context.plan.prompts_per_step
+        dynamic = step_metrics(selection, (selection.consumed - p) / p, selection.consumed,
+                               np.concatenate([g.rewards for g in payloads]),
+                               np.concatenate([g.correct for g in payloads]))
+        self._metrics = {**buffer_metrics, "async/wait_s": wait_s,
+                         "async/token_age_mean": rollout.token_age_mean(step), **dynamic}
         return rollout
 
     def publish(self, params: Any, version: int) -> None:
@@ -142,6 +192,48 @@ class AsyncRolloutSource:
                     self.cond.notify_all()      # the window moved, or stale prompts await regeneration
                 if groups is not None:
                     return groups
+                if not self.collector.is_alive():
+                    raise RuntimeError("the rollout collector thread ended without an error before step "
+                                       f"{step + 1}'s trajectories were complete")
+                now = time.perf_counter()
+                if now - last_poll >= CONTROL_POLL_S:
+                    last_poll = now
+                    action = self.context.control.poll()
+                    if action is not Action.CONTINUE:
+                        self.interrupted_by = action
+                        return None
+                self.cond.wait(WAIT_POLL_S)
+
+    def _wait_for_informative(self, step: int) -> tuple[list[TrajectoryGroup], Selection] | None:
+        """The groups step `step` consumes under dynamic sampling (data order) and their selection;
+        None on a STOP or PAUSE request (in `interrupted_by`; the groups consumed so far are lost with
+        the step, and the trainer's data position has not moved). Groups are consumed in runs as they
+        arrive: each run is walked on by `select_informative`, and only what it consumes is taken, so
+        the groups after a complete step stay buffered for the next."""
+        assert self.buffer is not None and self.collector is not None, "start() first"
+        prompts = self.context.plan.prompts_per_step
+        consumed: list[TrajectoryGroup] = []
+        flags: list[bool] = []
+        last_poll = time.perf_counter()
+        with self.cond:
+            while True:
+                error = self.collector.error
+                if error is not None:
+                    error.add_note(f"raised in the rollout collector thread; the trainer was waiting for step "
+                                   f"{step + 1}'s trajectories")
+                    raise error
+                dropped_before = self.buffer.dropped_stale
+                run = self.buffer.peek_run(step, self.max_step_prompts - len(consumed))
+                run_flags = informative_groups(np.stack([group.payload.rewards for group in run])).tolist() if run else []
+                selection = select_informative(flags + run_flags, prompts, self.max_step_prompts)
+                count = selection.consumed - len(consumed)
+                if count or selection.complete:
+                    consumed += self.buffer.take_run(step, count, step_done=selection.complete)
+                    flags += run_flags[:count]
+                if count or self.buffer.dropped_stale != dropped_before:
+                    self.cond.notify_all()      # the window moved, or stale prompts await regeneration
+                if selection.complete:
+                    return consumed, selection
                 if not self.collector.is_alive():
                     raise RuntimeError("the rollout collector thread ended without an error before step "
                                        f"{step + 1}'s trajectories were complete")
