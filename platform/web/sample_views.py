@@ -20,11 +20,29 @@ from experiments.models import RolloutSample, Run, SampleKind
 FILTER_FIELDS = ("step_min", "step_max", "reward_min", "reward_max", "advantage_min", "advantage_max", "q")
 
 
+def sample_badges(extra: dict[str, Any]) -> list[tuple[str, str]]:
+    """(css class, text) of the small badges a sample's extra keys call for, from the trainer's
+    Rollout.samples: "truncated" when `truncated` is True (the completion ran into max_new_tokens),
+    "out of the loss" when `in_loss` is False (overlong filter, or a capped dynamic-sampling step),
+    "overlong penalty <p>" with p to 3 significant digits when `overlong_penalty` is a number. An
+    absent key (the trainer only writes them when they apply) gives no badge."""
+    badges = []
+    if extra.get("truncated") is True:
+        badges.append(("sample-truncated", "truncated"))
+    if extra.get("in_loss") is False:
+        badges.append(("sample-out-of-loss", "out of the loss"))
+    penalty = extra.get("overlong_penalty")
+    if isinstance(penalty, (int, float)) and not isinstance(penalty, bool):
+        badges.append(("sample-overlong-penalty", f"overlong penalty {penalty:.3g}"))
+    return badges
+
+
 def _row(sample: RolloutSample) -> dict[str, Any]:
     extra = sample.extra if isinstance(sample.extra, dict) else {}
     return {
         "sample": sample,
         "generation": extra.get("generation"),
+        "badges": sample_badges(extra),
         "prompt_segments": sample_text.prompt_segments(sample.prompt, extra),
         "completion_segments": sample_text.segments(sample.completion),
     }
