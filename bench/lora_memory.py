@@ -1,7 +1,7 @@
 """Memory of one training update, full fine-tuning vs LoRA, from the compiled program's
 `memory_analysis()` (compiled, never run).
 
-    PYTHONPATH=. .venv/bin/python bench/lora_memory.py [--preset smollm2-135m] [--rank 16] [--alpha 32]
+    .venv/bin/python bench/lora_memory.py [--preset smollm2-135m] [--rank 16] [--alpha 32]
         [--sequences 8] [--prompt-tokens 64] [--completion-tokens 64] [--dtype float32] [--remat]
 
 The update: log-probs of the completion tokens (`transformer.completion_logprobs`, prompt_group 1),
@@ -20,14 +20,19 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
+import sys
 
-import jax
-import jax.numpy as jnp
-import numpy as np
-import optax
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
 
-from trainers.models import lora, transformer
-from trainers.models.presets import PRESETS
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import optax  # noqa: E402
+
+from trainers.models import lora, transformer  # noqa: E402
+from trainers.models.presets import PRESETS  # noqa: E402
 
 MIB = 1024**2
 

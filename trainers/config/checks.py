@@ -41,6 +41,7 @@ def check_config(config: ExperimentConfig) -> list[Problem]:
     problems += _check_grpo(config)
     problems += _check_data_and_rewards(config)
     problems += _check_model(config)
+    problems += _check_lora(config)
     problems += _check_checkpoint(config)
     problems += _check_async(config)
     problems += _check_mesh(config, check_micro_batches=not batch_problems)
@@ -364,6 +365,37 @@ def _check_overlong(config: ExperimentConfig) -> list[Problem]:
         problems.append(Problem(field, "with rollout.stop_at_eos false every completion runs to max_new_tokens, so "
                                        "every one would count as overlong; set rollout.stop_at_eos true"))
     return problems
+
+
+def _check_lora(config: ExperimentConfig) -> list[Problem]:
+    """model.lora: a regex that matches a projection of this model, a rank no layer is too small for."""
+    import re
+
+    from trainers.models.lora_targets import projection_shapes, targeted
+
+    lora = config.model.lora
+    if lora.rank == 0:
+        return []
+    if lora.dropout != 0.0:
+        return [Problem("model.lora.dropout", f"model.lora.dropout={lora.dropout}: only 0 is supported for now "
+                                              "(Qwix's LoRA dropout needs random state the trainer does not "
+                                              "carry); set it to 0")]
+    cfg = _model_shape(config)
+    if cfg is None:  # the model itself has a problem of its own
+        return []
+    try:
+        chosen = targeted(cfg, lora.target_modules)
+    except re.error as error:
+        return [Problem("model.lora.target_modules", f"{lora.target_modules!r} is not a regular expression: {error}")]
+    if not chosen:
+        examples = ", ".join(list(projection_shapes(cfg))[:7])
+        return [Problem("model.lora.target_modules", f"{lora.target_modules!r} matches no projection of this "
+                                                     f"model; module paths look like {examples}")]
+    path, (fan_in, fan_out) = min(chosen.items(), key=lambda item: min(item[1]))
+    if lora.rank > min(fan_in, fan_out):
+        return [Problem("model.lora.rank", f"model.lora.rank={lora.rank} is larger than {path} ({fan_in} x "
+                                           f"{fan_out}); use at most {min(fan_in, fan_out)}")]
+    return []
 
 
 def _check_data_and_rewards(config: ExperimentConfig) -> list[Problem]:

@@ -20,6 +20,7 @@ from trainers.algo.names import (
     POLICY_LOSSES,
 )
 from trainers.config.yaml_guard import YamlRefused, guarded_yaml
+from trainers.models.lora_targets import DEFAULT_TARGET_MODULES
 
 # Upper bounds of the size fields: far above any real run, low enough that no request can make the
 # server build a plan, an error message or a dataset of absurd size.
@@ -42,6 +43,21 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True, allow_inf_nan=False)
 
 
+class LoraSection(_Section):
+    """LoRA adapters (Qwix): only the adapters train; the base weights stay frozen and shared."""
+
+    rank: int = Field(0, ge=0, le=65_536, description="Adapter rank r (0 = off: full fine-tuning). "
+                      "Each targeted projection W [in, out] gets A [in, r] and B [r, out]; r must not exceed "
+                      "min(in, out).")
+    alpha: float = Field(32.0, gt=0.0, description="Scale: the adapters add (alpha / rank) x A B to W.")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="Dropout on the adapters' input (only 0 is "
+                           "supported for now).")
+    target_modules: str = Field(
+        DEFAULT_TARGET_MODULES, max_length=1_000, description="A regex that must match a projection's whole "
+        "module path, e.g. blocks/0/attn/q_proj or blocks/11/mlp/down_proj; the default takes every attention "
+        "and MLP projection.")
+
+
 class ModelSection(_Section):
     path: str | None = Field(
         None, description="A local Hugging Face model folder (config.json, *.safetensors, tokenizer files) of a "
@@ -56,6 +72,7 @@ class ModelSection(_Section):
     )
     remat: bool = Field(False, description="Recompute each block's activations in the backward pass instead of "
                         "storing them (less memory, about a third more compute).")
+    lora: LoraSection = Field(default_factory=LoraSection)
 
 
 class DataSection(_Section):
@@ -120,7 +137,8 @@ class RolloutSection(_Section):
         False, description="DAPO dynamic sampling: drop every group whose G rewards are all equal (it teaches "
         "nothing) and sample more prompts until the step holds batch.prompts_per_step informative groups, or "
         "rollout.dynamic_sampling_max_rounds extra rounds are spent (the rest of the step is then left out of "
-        "the loss). The data position counts every prompt sampled.")
+        "the loss). The data position counts every prompt consumed. Asynchronous runs filter their buffered "
+        "groups the same way.")
     dynamic_sampling_max_rounds: int = Field(
         4, ge=0, le=MAX_STEPS, description="With dynamic sampling: extra sampling rounds per step at most, "
         "each of batch.prompts_per_step prompts (rounded up to whole rollout micro-batches).")

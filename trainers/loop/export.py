@@ -119,7 +119,6 @@ def write_weights(step_dir: str, params_like: Any, folder: str, dtype: str = "fl
     first."""
     import ml_dtypes
     import orbax.checkpoint as ocp
-    from safetensors.numpy import save_file
 
     from trainers.loop.checkpoint import check_fits
 
@@ -129,27 +128,58 @@ def write_weights(step_dir: str, params_like: Any, folder: str, dtype: str = "fl
     check_fits(step_dir, {"params": params_like})
     params_dir = os.path.join(step_dir, "params")
     groups = group_into_files(export_tensors(params_like, dtype), max_file_bytes)
-    names = file_names(len(groups))
-    weight_map: dict[str, str] = {}
     with ocp.PyTreeCheckpointer() as checkpointer:
         metadata = checkpointer.metadata(params_dir)
         saved = getattr(metadata, "item_metadata", metadata)
         saved = getattr(saved, "tree", saved)
-        for group, file_name in zip(groups, names):
-            tensors: dict[str, np.ndarray] = {}
-            for read in group_into_files(group, read_bytes or READ_BYTES):
-                paths = [tensor.keys for tensor in read]
-                restored = checkpointer.restore(params_dir, args=ocp.args.PyTreeRestore(
-                    item=_nested(paths, lambda keys: _lookup(saved, keys)),
-                    restore_args=_nested(paths, lambda keys: ocp.RestoreArgs(restore_type=np.ndarray)),
-                    partial_restore=True))
-                for tensor in read:
-                    array = np.asarray(_lookup(restored, tensor.keys), dtype=np.float32)
-                    tensors[tensor.name] = np.ascontiguousarray(array.T if tensor.transposed else array).astype(target)
-                    weight_map[tensor.name] = file_name
-                del restored
-            save_file(tensors, os.path.join(folder, file_name), metadata={"format": "pt"})
-            del tensors
+
+        def read(paths: list[tuple[str, ...]]) -> Any:
+            return checkpointer.restore(params_dir, args=ocp.args.PyTreeRestore(
+                item=_nested(paths, lambda keys: _lookup(saved, keys)),
+                restore_args=_nested(paths, lambda keys: ocp.RestoreArgs(restore_type=np.ndarray)),
+                partial_restore=True))
+
+        return _write_files(groups, read, folder, target, read_bytes)
+
+
+def write_params(params: Any, folder: str, dtype: str = "float32", max_file_bytes: int = MAX_FILE_BYTES) -> list[str]:
+    """`write_weights` for params already in memory (a LoRA run's base with its adapters folded in):
+    the same names, layout, files and index."""
+    import ml_dtypes
+
+    if dtype not in DTYPE_BYTES:
+        raise ValueError(f"dtype must be float32 or bfloat16, got {dtype!r}")
+    import jax
+
+    from trainers.loop.checkpoint import key_name
+
+    target = np.float32 if dtype == "float32" else ml_dtypes.bfloat16
+    groups = group_into_files(export_tensors(params, dtype), max_file_bytes)
+    flat = {tuple(key_name(entry) for entry in path): leaf
+            for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]}
+    return _write_files(groups, lambda paths: _nested(paths, lambda keys: np.asarray(flat[keys])), folder, target, None)
+
+
+def _write_files(groups: list[list[ExportTensor]], read: Any, folder: str, target: Any,
+                 read_bytes: int | None) -> list[str]:
+    """Each group of tensors as one safetensors file (transformers' names when several, with the
+    index); read(paths) -> nested arrays at those key paths, called for at most `read_bytes` (default
+    READ_BYTES) of tensors at a time."""
+    from safetensors.numpy import save_file
+
+    names = file_names(len(groups))
+    weight_map: dict[str, str] = {}
+    for group, file_name in zip(groups, names):
+        tensors: dict[str, np.ndarray] = {}
+        for part in group_into_files(group, read_bytes or READ_BYTES):
+            restored = read([tensor.keys for tensor in part])
+            for tensor in part:
+                array = np.asarray(_lookup(restored, tensor.keys), dtype=np.float32)
+                tensors[tensor.name] = np.ascontiguousarray(array.T if tensor.transposed else array).astype(target)
+                weight_map[tensor.name] = file_name
+            del restored
+        save_file(tensors, os.path.join(folder, file_name), metadata={"format": "pt"})
+        del tensors
     if len(names) > 1:
         total = sum(tensor.nbytes for group in groups for tensor in group)
         with open(os.path.join(folder, INDEX_FILE), "w", encoding="utf-8") as f:
@@ -200,7 +230,13 @@ def export_run(run_dir: str, out_dir: str, step: int | None = None, dtype: str =
         for name in TOKENIZER_FILES:
             if os.path.isfile(os.path.join(source, name)):
                 shutil.copyfile(os.path.join(source, name), os.path.join(staging, name))
-        write_weights(step_dir, params_like, staging, dtype, max_file_bytes)
+        if config.model.lora.rank:  # the checkpoint holds adapters: fold them into the base weights
+            from trainers.loop.policy import restore_run_params
+
+            _, merged, _ = restore_run_params(config, run_dir, model_config_for(config), step)
+            write_params(merged, staging, dtype, max_file_bytes)
+        else:
+            write_weights(step_dir, params_like, staging, dtype, max_file_bytes)
         with open(os.path.join(staging, "trained_by.json"), "w", encoding="utf-8") as f:
             json.dump(trained_by(run_dir, step, source, dtype), f, indent=2)
         if os.path.isdir(out_dir):

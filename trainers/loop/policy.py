@@ -127,8 +127,27 @@ def restore_run_params(config: ExperimentConfig, run_dir: str, model_config: Mod
     from trainers.models.hf_weights import abstract_params
 
     step_dir, step = checkpoint_step_dir(run_dir, step)
+    if config.model.lora.rank:
+        graphdef, params = _merged_lora_params(config, model_config, step_dir)
+        return graphdef, params, step
     graphdef, abstract = abstract_params(model_config)
     return graphdef, restore_params_at(step_dir, abstract, config.model), step
+
+
+def _merged_lora_params(config: ExperimentConfig, model_config: ModelConfig, step_dir: str) -> tuple[Any, Any]:
+    """A LoRA run's checkpoint holds its adapters only: the base weights (model.path, or the preset's
+    init from the seed) with the restored adapters folded in (W + alpha/r A B), as the plain model's
+    (graphdef, params)."""
+    from flax import nnx
+
+    from trainers.loop.checkpoint import restore_params_at
+    from trainers.models.lora import add_lora, lora_settings, merge_into_base, split_adapters
+
+    graphdef, params = initial_params(config, model_config, progress=False)
+    lora_graphdef, params = add_lora(graphdef, params, lora_settings(config.model.lora), config.seed)
+    adapters, base = split_adapters(params)
+    adapters = restore_params_at(step_dir, adapters, config.model)
+    return merge_into_base(lora_graphdef, nnx.merge_state(adapters, base))
 
 
 def load_policy(path: str, step: int | None = None, progress: bool = True) -> LoadedPolicy:

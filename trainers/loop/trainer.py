@@ -32,6 +32,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 
 from trainers.algo.loss import token_weights
 from trainers.algo.sampling_filters import informative_groups
@@ -40,7 +41,7 @@ from trainers.asynchronous.source import AsyncRolloutSource
 from trainers.config import ExperimentConfig
 from trainers.data.examples import load_examples
 from trainers.data.prompt_stream import PromptStream
-from trainers.loop.checkpoint import Checkpointer, restore_params_at
+from trainers.loop.checkpoint import Checkpointer, IncompatibleCheckpoint, restore_params_at
 from trainers.loop.hooks import Action, Control, Hooks, RunInfo, TrainResult, shared_control
 from trainers.loop.placement import Placement
 from trainers.loop.plan import BatchPlan, informative_first, make_plan, shared_prompt_group
@@ -186,12 +187,27 @@ class GRPOTrainer:
         # Loaded (or drawn) straight into the train mesh's shards: no device ever holds the whole model.
         shardings = self.placement.state_shardings(abstract_params(self.model_config)[1])
         self.graphdef, params = initial_params(config, self.model_config, shardings=shardings)
+        # With model.lora the trained params are the adapters only; the base weights are frozen,
+        # shared by the policy and the reference, and never donated (`policy_params` joins them).
+        self.frozen_params, self.base_digest = None, None
+        if config.model.lora.rank:
+            from trainers.models.lora import add_lora, lora_settings, split_adapters
+
+            self.graphdef, params = add_lora(self.graphdef, params, lora_settings(config.model.lora), config.seed)
+            params, self.frozen_params = split_adapters(params)
+            self.base_digest = params_digest(self.frozen_params)
         if init_checkpoint is not None:
             params = restore_params_at(init_checkpoint, params, config.model)
         self.init_checkpoint = init_checkpoint
         # The reference policy is the initial one (the model folder's weights, with model.path); a
-        # copy, since updates donate `params`' buffers.
-        self.ref_params = jax.tree.map(jnp.copy, params) if self.plan.needs_reference else None
+        # copy, since updates donate `params`' buffers. With LoRA: the base with the adapters off.
+        self.ref_params = None
+        if self.plan.needs_reference:
+            self.ref_params = jax.tree.map(jnp.copy, params)
+            if self.frozen_params is not None:
+                from trainers.models.lora import adapters_off
+
+                self.ref_params = adapters_off(self.policy_params(self.ref_params))
         self.schedule = make_schedule(config.optimizer, self.plan.optimizer_updates_per_step, config.train.max_steps)
         self.optimizer = make_optimizer(config.optimizer, self.schedule)
         self.state = _State(params, self.placement.init_optimizer(self.optimizer, params), 0, 0)
@@ -221,6 +237,12 @@ class GRPOTrainer:
         self.last_metrics: dict[str, float] = {}
         self.interrupted_by: Action | None = None  # why the last step() returned None: STOP, or PAUSE
 
+    def policy_params(self, trained: Any = None) -> Any:
+        """The whole policy's params: the trained ones (default: the current state's), joined with the
+        frozen base under model.lora (the same arrays, no copy)."""
+        trained = self.state.params if trained is None else trained
+        return trained if self.frozen_params is None else nnx.merge_state(trained, self.frozen_params)
+
     def _place_training_state(self) -> None:
         self.state.params = self.placement.train_state(self.state.params)
         self.state.opt_state = self.placement.train_state(self.state.opt_state)
@@ -234,6 +256,12 @@ class GRPOTrainer:
         if step is None:
             return None
         params, opt_state, meta = self.checkpointer.restore(step, self.state.params, self.state.opt_state)
+        saved_base = meta.get("lora_base", {}).get("digest")
+        if saved_base is not None and saved_base != self.base_digest:
+            raise IncompatibleCheckpoint(
+                "model.path", f"checkpoint {step} holds LoRA adapters trained on other base weights than "
+                f"{self.config.model.path or self.config.model.preset}'s (digest {saved_base[:12]} vs "
+                f"{(self.base_digest or 'none')[:12]}); point model.path at the base model the run started from")
         self.state = _State(params, opt_state, int(meta["step"]), int(meta["data_position"]))
         self._place_training_state()
         self.last_metrics = dict(meta.get("metrics", {}))
@@ -251,6 +279,9 @@ class GRPOTrainer:
             "params_digest": params_digest(s.params),
             "metrics": self.last_metrics,
         }
+        if self.base_digest is not None:  # the checkpoint holds adapters: name the base they belong to
+            meta["lora_base"] = {"model": self.config.model.path or self.config.model.preset,
+                                 "digest": self.base_digest}
         path = self.checkpointer.save(s.step, s.params, s.opt_state, meta, self.last_metrics)
         size = self.checkpointer.size_bytes(s.step)
         self.hooks.on_checkpoint(s.step, path, size, dict(self.last_metrics))
@@ -304,7 +335,7 @@ class GRPOTrainer:
         }
         passes = {}
         if self.plan.needs_old_logprobs:
-            passes["old_logprobs"] = self._logprob_parts(self.state.params, r, width)
+            passes["old_logprobs"] = self._logprob_parts(self.policy_params(), r, width)
         if self.plan.needs_reference:
             passes["ref_logprobs"] = self._logprob_parts(self.ref_params, r, width)
         for name, parts in _fetch(passes).items():
@@ -353,8 +384,9 @@ class GRPOTrainer:
             group = shared_prompt_group(stacked["prompt_tokens"], stacked["prompt_valid"], self.plan.num_generations)
             batch = self.placement.train_batch(stacked, batch_axis=1)
             with self.placement.training():
+                frozen = {} if self.frozen_params is None else {"frozen": self.frozen_params}
                 params, opt_state, metrics = self.update_fn(self.state.params, self.state.opt_state, batch,
-                                                            prompt_group=group)
+                                                            prompt_group=group, **frozen)
             self.state.params, self.state.opt_state = params, opt_state
             update_metrics.append(metrics)
         # The rate of this step's last update: the schedule counts optimizer updates from 0.
@@ -381,7 +413,7 @@ class GRPOTrainer:
         if not examples:
             return {}
         key = jax.random.fold_in(jax.random.fold_in(self.base_key, self.state.step), 1 << 20)
-        params = self.placement.generation_weights(self.state.params)  # matrices cast once, not per decode step
+        params = self.placement.generation_weights(self.policy_params())  # matrices cast once, not per decode step
         weights = lambda: (params, self.state.step)  # noqa: E731
         e = self.config.eval
         mesh = self.placement.train_mesh
@@ -419,7 +451,7 @@ class GRPOTrainer:
             return None
         s.step += 1
         s.data_position += r.prompts_consumed
-        self.source.publish(s.params, s.step)
+        self.source.publish(self.policy_params(), s.step)
         jax.block_until_ready(s.params)
         t_end = time.perf_counter()
         metrics = {
@@ -453,7 +485,7 @@ class GRPOTrainer:
             self.hooks.on_log(f"starting from the weights of checkpoint {self.init_checkpoint} (new optimizer state)")
         self.hooks.on_start(RunInfo(
             config=cfg.to_dict(), plan_text=self.plan.describe(), start_step=self.state.step,
-            max_steps=cfg.train.max_steps, run_dir=self.run_dir, param_count=param_count(self.state.params),
+            max_steps=cfg.train.max_steps, run_dir=self.run_dir, param_count=param_count(self.policy_params()),
         ))
         if self.state.step == 0 and cfg.eval.every_steps and cfg.eval.before_training and self.eval_examples:
             # The starting policy's held-out scores, as step 0: what training is measured against.
@@ -462,7 +494,7 @@ class GRPOTrainer:
         status = "succeeded"
         last_saved = resumed
         if self.state.step < cfg.train.max_steps:
-            self.source.start(self.state.params, self.state.step, self.state.data_position)
+            self.source.start(self.policy_params(), self.state.step, self.state.data_position)
         while self.state.step < cfg.train.max_steps:
             action = self.control.poll()
             if action is Action.CONTINUE:

@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from flax import nnx
 
 from trainers.algo.importance import IS_METRICS, ImportanceConfig, importance_weights
 from trainers.algo.loss import LossConfig, metric_keys, policy_loss
@@ -94,8 +95,10 @@ def make_update_fn(
     importance: ImportanceConfig | None = None,
     state_shardings: tuple[Any, Any] | None = None,
 ) -> Callable:
-    """jit(params, opt_state, batch, prompt_group=1) -> (params, opt_state, metrics) for one optimizer
-    update. prompt_group (static) = G when every micro-batch is whole groups of G rows sharing a
+    """jit(params, opt_state, batch, prompt_group=1, frozen=None) -> (params, opt_state, metrics) for one
+    optimizer update. frozen: parameters that take part in the loss but are not trained (model.lora's
+    base weights; `params` are then the adapters): the policy is nnx.merge_state(params, frozen), and
+    gradients and optimizer state exist for `params` only. prompt_group (static) = G when every micro-batch is whole groups of G rows sharing a
     prompt (`plan.shared_prompt_group`): each prompt then runs once per group (`completion_logprobs`).
 
     use_old_logprobs: pi_old is batch["old_logprobs"] (a separate log-prob pass under the weights the
@@ -117,9 +120,10 @@ def make_update_fn(
     """
     use_ref = loss_cfg.beta > 0
 
-    def micro_loss(params, mb, prompt_group):
+    def micro_loss(params, mb, prompt_group, frozen):
+        policy = params if frozen is None else nnx.merge_state(params, frozen)
         logprobs, entropy = completion_logprobs(
-            graphdef, params, mb["prompt_tokens"], mb["prompt_valid"],
+            graphdef, policy, mb["prompt_tokens"], mb["prompt_valid"],
             mb["completion_tokens"], mb["completion_mask"], temperature, prompt_group,
         )
         old = mb["old_logprobs"] if use_old_logprobs else jax.lax.stop_gradient(logprobs)
@@ -138,10 +142,10 @@ def make_update_fn(
 
     grad_fn = jax.value_and_grad(micro_loss, has_aux=True)
 
-    def update(params, opt_state, batch, prompt_group=1):
+    def update(params, opt_state, batch, prompt_group=1, frozen=None):
         def body(carry, mb):
             grads_sum, metrics_sum = carry
-            (_, metrics), grads = grad_fn(params, mb, prompt_group)
+            (_, metrics), grads = grad_fn(params, mb, prompt_group, frozen)
             grads_sum = jax.tree.map(jnp.add, grads_sum, grads)
             # Micro-batch metrics are already weighted over the mini-batch: they add up (a max combines by max).
             metrics_sum = {k: (jnp.maximum if k in MAX_METRICS else jnp.add)(metrics_sum[k], metrics[k])

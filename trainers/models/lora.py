@@ -55,11 +55,10 @@ import qwix
 from flax import nnx
 
 from trainers.models import transformer
+from trainers.models.lora_targets import DEFAULT_TARGET_MODULES
 from trainers.models.transformer import Linear, Transformer, causal_padding_mask, positions_from_valid
 from trainers.parallel.rules import is_variable
 
-DEFAULT_TARGET_MODULES = r".*/(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
-"""Every attention (q, k, v, o) and MLP (gate, up, down) projection of every block."""
 
 _LORA_A, _LORA_B = "kernel_lora_a", "kernel_lora_b"  # Qwix's names: the weight's name + "_lora_a" / "_lora_b"
 
@@ -78,6 +77,11 @@ class LoraSettings:
     @property
     def scale(self) -> float:
         return self.alpha / self.rank
+
+
+def lora_settings(section) -> LoraSettings:
+    """The settings of a config's `model.lora` section (rank, alpha, dropout, target_modules)."""
+    return LoraSettings(section.rank, section.alpha, section.dropout, section.target_modules)
 
 
 def _module_path(path: tuple) -> str:
