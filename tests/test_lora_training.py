@@ -140,3 +140,28 @@ def test_bad_lora_settings_are_refused_with_the_field_named(lora, field):
     with pytest.raises(ConfigError) as error:
         parse_config({"model": {"preset": "tiny", "lora": lora}})
     assert field in str(error.value)
+
+
+def test_the_memory_estimate_counts_the_optimizer_and_gradients_of_the_adapters_only():
+    from trainers.loop.memory_estimate import step_memory
+    from trainers.loop.plan import make_plan
+
+    lora, full = config(), config(model={"lora": {"rank": 0}})
+    per_layer = sum(4 * (i + o) for i, o in ((64, 64), (64, 32), (64, 32), (64, 64), (64, 256), (64, 256), (256, 64)))
+    parts = {p.name: p.bytes for p in step_memory(lora, make_plan(lora)).held}
+    full_parts = {p.name: p.bytes for p in step_memory(full, make_plan(full)).held}
+    assert parts["optimizer state"] == 2 * 4 * 2 * per_layer  # Adam's 2 moments of float32 adapters
+    assert parts["reference model"] == 4 * 2 * per_layer
+    assert parts["parameters"] == full_parts["parameters"] + 4 * 2 * per_layer
+
+
+def test_lora_on_a_mesh_trains_like_one_device(tmp_path):
+    """fsdp 2 x tensor 2: the adapters are split like their kernels and the step lands where the
+    one-device step lands."""
+    one = GRPOTrainer(config(train={"max_steps": 1}), str(tmp_path / "one"))
+    one.run()
+    mesh = GRPOTrainer(config(train={"max_steps": 1}, mesh={"fsdp": 2, "tensor": 2}), str(tmp_path / "mesh"))
+    mesh.run()
+    assert len(jax.tree.leaves(mesh.state.params)[0].sharding.device_set) == 4
+    for a, b in zip(_leaves(one.state.params), _leaves(mesh.state.params)):
+        np.testing.assert_allclose(a, b, atol=2e-5)

