@@ -39,3 +39,14 @@ def test_the_mixed_task_is_unchanged():
 
 
 EXPECTED_MIXED_SEED0 = ["13 - 1", "27 + 18 - 43", "17 + 24 - 28"]
+
+
+def test_the_hard_task_is_about_four_in_five_two_step_and_correct():
+    rows = tasks.get_task("arithmetic_words_hard").make_examples(0, 2000)
+    assert rows == make_problems(0, 2000, mostly_two_step=True)
+    two_step = sum(len(r["expression"].split()) == 5 for r in rows)
+    # P(two-step) = 3/4 + 1/4 x 1/5 (the mixed draw's own two-step template) = 0.8
+    assert abs(two_step / len(rows) - 0.8) < 0.03
+    assert all(rewards.is_correct(f"So the answer is {r['answer']}.", r) for r in rows)
+    train, held_out = tasks.make_train_eval("arithmetic_words_hard", 0, 200, 50)
+    assert not {e["prompt"] for e in train} & {e["prompt"] for e in held_out}

@@ -24,9 +24,10 @@ EXPECTED = {
     "demo: algo-cispo": ("cispo", "grpo", "token-mean", False, 0),
     "demo: algo-dapo": ("grpo", "grpo", "token-mean", True, 0),
     "demo: algo-drgrpo": ("grpo", "drgrpo", "seq-mean-token-sum-norm", False, 0),
-    "demo: algo-grpo": ("grpo", "grpo", "seq-mean-token-mean", False, 0),
+    "demo: algo-grpo": ("grpo", "grpo", "token-mean", False, 0),
+    "demo: algo-grpo-dynamic": ("grpo", "grpo", "token-mean", True, 0),
     "demo: algo-gspo": ("gspo", "grpo", "seq-mean-token-mean", False, 0),
-    "demo: algo-lora": ("grpo", "grpo", "seq-mean-token-mean", False, 16),
+    "demo: algo-lora": ("grpo", "grpo", "token-mean", False, 16),
 }
 
 
@@ -67,7 +68,7 @@ def test_one_experiment_per_repository_algo_config_none_started(models_root, fak
         config = experiment.config
         assert choices(config) == EXPECTED[name], name
         assert config["model"]["path"] == "smollm2-135m-instruct"  # relative to the model root: no server path
-        assert config["data"]["task"] == "arithmetic_words_two_step" and config["seed"] == 0
+        assert config["data"]["task"] == "arithmetic_words_hard" and config["seed"] == 0
         assert f"configs/{name[len('demo: '):]}.yaml" in experiment.description
         assert "python bench/" not in experiment.description and experiment.versions.count() == 1
     assert "DAPO" in demos["demo: algo-dapo"].description and "GSPO" in demos["demo: algo-gspo"].description

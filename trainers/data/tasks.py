@@ -225,6 +225,16 @@ TASKS: dict[str, Task] = {
         description="two-step arithmetic word problems only (a + b - c, a - b + c): sparse rewards for a "
                     "small chat model (SmolLM2-135M-Instruct: 1% greedy), answer checked with math_answer",
     ),
+    "arithmetic_words_hard": Task(
+        name="arithmetic_words_hard",
+        make_examples=lambda seed, count, exclude_prompts=(), stream=0: word_problems.make_problems(
+            seed, count, stream, set(exclude_prompts), mostly_two_step=True),
+        default_rewards=[("math_answer", 1.0)],
+        max_new_tokens=128,
+        description="arithmetic word problems, about four in five two-step: below 10% greedy for "
+                    "SmolLM2-135M-Instruct at the start, sparse but learnable rewards (the learning curves' "
+                    "task), answer checked with math_answer",
+    ),
 }
 TASK_NAMES: tuple[str, ...] = tuple(TASKS)
 

@@ -83,6 +83,14 @@ def _two_step_problem(rng: np.random.Generator) -> dict:
     return {"prompt": prompt, "answer": str(_evaluate(expression)), "expression": expression}
 
 
+def _mostly_two_step_problem(rng: np.random.Generator) -> dict:
+    """The `arithmetic_words_hard` draw: a mixed problem (`_problem`, four one-step templates of five)
+    with probability 1/4, else a two-step one, so about one problem in five is one-step. The one-step
+    ones are where a 135M instruct model starts (about a quarter right), the two-step ones where it
+    fails (about 1%): a task below 10% at the start whose rewards are sparse but not absent."""
+    return _problem(rng) if rng.random() < 0.25 else _two_step_problem(rng)
+
+
 def _evaluate(expression: str) -> int:
     """The value of "a op b [op c]" with + - * / on whole numbers, left to right (no precedence is
     needed: the templates never mix * or / with + or -)."""
@@ -104,10 +112,11 @@ def _evaluate(expression: str) -> int:
 
 
 def make_problems(seed: int, count: int, stream: int = TRAIN_STREAM, exclude_prompts: set[str] = frozenset(),
-                  two_step_only: bool = False) -> list[dict]:
+                  two_step_only: bool = False, mostly_two_step: bool = False) -> list[dict]:
     """`count` problems with distinct prompts, none in `exclude_prompts`, deterministic in (seed, stream).
-    two_step_only: draw from the two-step templates only (`_two_step_problem`), not the five mixed ones."""
-    draw = _two_step_problem if two_step_only else _problem
+    two_step_only: draw from the two-step templates only (`_two_step_problem`), not the five mixed ones;
+    mostly_two_step: about four in five two-step (`_mostly_two_step_problem`)."""
+    draw = _two_step_problem if two_step_only else _mostly_two_step_problem if mostly_two_step else _problem
     rng = np.random.default_rng([seed, stream])
     rows: list[dict] = []
     seen = set(exclude_prompts)
