@@ -61,7 +61,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -177,32 +177,11 @@ class AsyncRolloutSource:
     def _wait_for_groups(self, step: int) -> list[TrajectoryGroup] | None:
         """Exactly the next prompts_per_step groups for `step`; None on a STOP or PAUSE request (in
         `interrupted_by`). Re-raises the collector's exception as soon as it is stored."""
-        assert self.buffer is not None and self.collector is not None, "start() first"
-        last_poll = time.perf_counter()
-        with self.cond:
-            while True:
-                error = self.collector.error
-                if error is not None:
-                    error.add_note(f"raised in the rollout collector thread; the trainer was waiting for step "
-                                   f"{step + 1}'s trajectories")
-                    raise error
-                dropped_before = self.buffer.dropped_stale
-                groups = self.buffer.take(step, self.context.plan.prompts_per_step)
-                if groups is not None or self.buffer.dropped_stale != dropped_before:
-                    self.cond.notify_all()      # the window moved, or stale prompts await regeneration
-                if groups is not None:
-                    return groups
-                if not self.collector.is_alive():
-                    raise RuntimeError("the rollout collector thread ended without an error before step "
-                                       f"{step + 1}'s trajectories were complete")
-                now = time.perf_counter()
-                if now - last_poll >= CONTROL_POLL_S:
-                    last_poll = now
-                    action = self.context.control.poll()
-                    if action is not Action.CONTINUE:
-                        self.interrupted_by = action
-                        return None
-                self.cond.wait(WAIT_POLL_S)
+        def attempt() -> tuple[list[TrajectoryGroup] | None, bool]:
+            groups = self.buffer.take(step, self.context.plan.prompts_per_step)
+            return groups, groups is not None
+
+        return self._wait(step, attempt)
 
     def _wait_for_informative(self, step: int) -> tuple[list[TrajectoryGroup], Selection] | None:
         """The groups step `step` consumes under dynamic sampling (data order) and their selection;
@@ -210,10 +189,28 @@ class AsyncRolloutSource:
         the step, and the trainer's data position has not moved). Groups are consumed in runs as they
         arrive: each run is walked on by `select_informative`, and only what it consumes is taken, so
         the groups after a complete step stay buffered for the next."""
-        assert self.buffer is not None and self.collector is not None, "start() first"
         prompts = self.context.plan.prompts_per_step
         consumed: list[TrajectoryGroup] = []
         flags: list[bool] = []
+
+        def attempt() -> tuple[tuple[list[TrajectoryGroup], Selection] | None, bool]:
+            run = self.buffer.peek_run(step, self.max_step_prompts - len(consumed))
+            run_flags = informative_groups(np.stack([group.payload.rewards for group in run])).tolist() if run else []
+            selection = select_informative(flags + run_flags, prompts, self.max_step_prompts)
+            count = selection.consumed - len(consumed)
+            if count or selection.complete:
+                consumed.extend(self.buffer.take_run(step, count, step_done=selection.complete))
+                flags.extend(run_flags[:count])
+            return ((consumed, selection) if selection.complete else None), count > 0
+
+        return self._wait(step, attempt)
+
+    def _wait(self, step: int, attempt: Callable[[], tuple[Any, bool]]) -> Any:
+        """Call attempt() -> (result or None, whether it took groups) under the buffer's lock until it
+        gives a result; between tries wait on the buffer's condition (at most WAIT_POLL_S), re-raise
+        the collector's exception as soon as it is stored, and every CONTROL_POLL_S poll Control: a
+        STOP or PAUSE request returns None (in `interrupted_by`)."""
+        assert self.buffer is not None and self.collector is not None, "start() first"
         last_poll = time.perf_counter()
         with self.cond:
             while True:
@@ -223,17 +220,11 @@ class AsyncRolloutSource:
                                    f"{step + 1}'s trajectories")
                     raise error
                 dropped_before = self.buffer.dropped_stale
-                run = self.buffer.peek_run(step, self.max_step_prompts - len(consumed))
-                run_flags = informative_groups(np.stack([group.payload.rewards for group in run])).tolist() if run else []
-                selection = select_informative(flags + run_flags, prompts, self.max_step_prompts)
-                count = selection.consumed - len(consumed)
-                if count or selection.complete:
-                    consumed += self.buffer.take_run(step, count, step_done=selection.complete)
-                    flags += run_flags[:count]
-                if count or self.buffer.dropped_stale != dropped_before:
+                result, took = attempt()
+                if took or self.buffer.dropped_stale != dropped_before:
                     self.cond.notify_all()      # the window moved, or stale prompts await regeneration
-                if selection.complete:
-                    return consumed, selection
+                if result is not None:
+                    return result
                 if not self.collector.is_alive():
                     raise RuntimeError("the rollout collector thread ended without an error before step "
                                        f"{step + 1}'s trajectories were complete")

@@ -164,6 +164,19 @@ def _countdown_one(rng: np.random.Generator) -> dict:
 
 _TEXT_REWARDS = [("exact_match", 1.0), ("prefix_match", 0.5), ("alphabet_match", 0.25)]
 
+def _word_problem_task(name: str, variant: dict[str, bool], description: str) -> Task:
+    """A task of `word_problems.make_problems` drawn with `variant` (two_step_only / mostly_two_step),
+    scored by math_answer, 128 new tokens at most."""
+    return Task(
+        name=name,
+        make_examples=lambda seed, count, exclude_prompts=(), stream=0: word_problems.make_problems(
+            seed, count, stream, set(exclude_prompts), **variant),
+        default_rewards=[("math_answer", 1.0)],
+        max_new_tokens=128,
+        description=description,
+    )
+
+
 TASKS: dict[str, Task] = {
     "arithmetic": Task(
         name="arithmetic",
@@ -216,25 +229,14 @@ TASKS: dict[str, Task] = {
         description="one- and two-step arithmetic word problems in English for pretrained chat models "
                     "(the make-dataset arithmetic-words generator): answer checked with math_answer",
     ),
-    "arithmetic_words_two_step": Task(
-        name="arithmetic_words_two_step",
-        make_examples=lambda seed, count, exclude_prompts=(), stream=0: word_problems.make_problems(
-            seed, count, stream, set(exclude_prompts), two_step_only=True),
-        default_rewards=[("math_answer", 1.0)],
-        max_new_tokens=128,
-        description="two-step arithmetic word problems only (a + b - c, a - b + c): sparse rewards for a "
-                    "small chat model (SmolLM2-135M-Instruct: 1% greedy), answer checked with math_answer",
-    ),
-    "arithmetic_words_hard": Task(
-        name="arithmetic_words_hard",
-        make_examples=lambda seed, count, exclude_prompts=(), stream=0: word_problems.make_problems(
-            seed, count, stream, set(exclude_prompts), mostly_two_step=True),
-        default_rewards=[("math_answer", 1.0)],
-        max_new_tokens=128,
-        description="arithmetic word problems, about four in five two-step: below 10% greedy for "
-                    "SmolLM2-135M-Instruct at the start, sparse but learnable rewards (the learning curves' "
-                    "task), answer checked with math_answer",
-    ),
+    "arithmetic_words_two_step": _word_problem_task(
+        "arithmetic_words_two_step", {"two_step_only": True},
+        "two-step arithmetic word problems only (a + b - c, a - b + c): sparse rewards for a small chat model "
+        "(SmolLM2-135M-Instruct: 1% greedy), answer checked with math_answer"),
+    "arithmetic_words_hard": _word_problem_task(
+        "arithmetic_words_hard", {"mostly_two_step": True},
+        "arithmetic word problems, about four in five two-step: below 10% greedy for SmolLM2-135M-Instruct at "
+        "the start, sparse but learnable rewards (the learning curves' task), answer checked with math_answer"),
 }
 TASK_NAMES: tuple[str, ...] = tuple(TASKS)
 
