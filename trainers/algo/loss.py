@@ -302,7 +302,7 @@ def policy_loss(
         metrics["kl"] = jnp.sum(kl * metric_weights)
     if cfg.entropy_coef > 0:
         if entropy is None:
-            raise ValueError("loss.entropy_coef > 0 needs the per-token entropy (policy_loss(entropy=...))")
+            raise ValueError("grpo.entropy_coef > 0 needs the per-token entropy (policy_loss(entropy=...))")
         bonus = cfg.entropy_coef * jnp.sum(jnp.where(mask, entropy, 0.0) * weights)
         loss = loss - bonus
         metrics["loss/entropy_bonus"] = bonus
