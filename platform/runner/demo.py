@@ -145,13 +145,16 @@ def algo_demo_name(path) -> str:
 
 def algo_demo_description(text: str, filename: str) -> str:
     """The config file's leading comment block (its header says which algorithm and how it differs
-    from algo-grpo.yaml), without the "python bench/..." command lines, then where it comes from."""
-    lines = []
+    from algo-grpo.yaml), without the "python bench/..." command lines (and their continuation lines,
+    after a trailing backslash), then where it comes from."""
+    lines, continued = [], False
     for line in text.splitlines():
         if not line.startswith("#"):
             break
         line = line.lstrip("#").strip()
-        if line and not line.startswith("python "):
+        command = continued or line.startswith(("python ", ".venv/bin/python "))
+        continued = command and line.endswith("\\")
+        if line and not command:
             lines.append(line)
     return " ".join(lines + [f"(configs/{filename}; launch it and another algo demo, then compare the runs.)"])
 

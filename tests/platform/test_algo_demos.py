@@ -73,7 +73,7 @@ def test_one_experiment_per_repository_algo_config_none_started(models_root, fak
         assert "python bench/" not in experiment.description and experiment.versions.count() == 1
     assert "DAPO" in demos["demo: algo-dapo"].description and "GSPO" in demos["demo: algo-gspo"].description
     assert demos["demo: algo-dapo"].config["grpo"]["epsilon_high"] == 0.28
-    assert demos["demo: algo-lora"].config["optimizer"]["learning_rate"] == 2.0e-4
+    assert demos["demo: algo-lora"].config["optimizer"]["learning_rate"] == 5.0e-5
     assert Run.objects.count() == 0  # nothing is started
     # a second start creates nothing more
     assert ensure_model_demo(say=lines.append) is True and algo_demos().count() == len(EXPECTED)
