@@ -12,12 +12,12 @@ from __future__ import annotations
 import copy
 import json
 import os
-import threading
 import zlib
 
 import numpy as np
 import pytest
 
+from tests.test_async import run_bounded
 from trainers.asynchronous.replay_buffer import ReplayBuffer, TrajectoryGroup
 from trainers.config import parse_config
 from trainers.data.examples import load_examples
@@ -132,24 +132,6 @@ def async_config(max_age, **train):
     return parse_config(raw)
 
 
-def run_bounded(fn, timeout_s=600):
-    box = {}
-
-    def target():
-        try:
-            box["value"] = fn()
-        except BaseException as error:  # noqa: BLE001
-            box["error"] = error
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    thread.join(timeout_s)
-    assert not thread.is_alive(), f"did not finish within {timeout_s} s (a hang)"
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
-
-
 def data_position(run_dir, step):
     with open(os.path.join(run_dir, "checkpoints", str(step), "meta", "metadata")) as f:
         return json.load(f)["data_position"]
@@ -175,7 +157,7 @@ def test_async_steps_train_informative_groups_and_cap_out_of_the_loss(tmp_path, 
     group is older than 1."""
     hooks = Record()
     run_dir = str(tmp_path / "run")
-    result = run_bounded(lambda: train(async_config(1), run_dir, hooks))
+    result = run_bounded(lambda: train(async_config(1), run_dir, hooks), 600)
     assert result.status == "succeeded" and result.final_step == 3
     position = 0
     for step, (first, trained, flags, consumed) in zip((1, 2, 3), expected_steps(3)):
@@ -202,13 +184,13 @@ def test_async_steps_train_informative_groups_and_cap_out_of_the_loss(tmp_path, 
 def test_async_dynamic_sampling_resumes_exactly_at_max_age_0(tmp_path, fixed_rewards):
     """(b) 3 steps straight = 2 steps, then resume: the same parameters, bit for bit. The resumed data
     position (23) lies inside a collector unit (4 prompts), whose consumed groups are not put again."""
-    whole = run_bounded(lambda: train(async_config(0), str(tmp_path / "a"), Record()))
+    whole = run_bounded(lambda: train(async_config(0), str(tmp_path / "a"), Record()), 600)
     run_dir = str(tmp_path / "b")
-    run_bounded(lambda: train(async_config(0, max_steps=2), run_dir, Record()))
+    run_bounded(lambda: train(async_config(0, max_steps=2), run_dir, Record()), 600)
     walk = expected_steps(3)
     assert data_position(run_dir, 2) == walk[2][0] == 23
     resumed = Record()
-    again = run_bounded(lambda: train(async_config(0), run_dir, resumed))
+    again = run_bounded(lambda: train(async_config(0), run_dir, resumed), 600)
     assert again.status == "succeeded" and again.final_step == 3
     assert again.params_digest == whole.params_digest
     assert [s["prompt"] for s in resumed.samples[3][::G]] == walk[2][1]

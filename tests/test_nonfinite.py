@@ -61,7 +61,8 @@ def test_a_huge_learning_rate_fails_the_run_at_the_first_bad_step(tmp_path, asyn
     assert [r["step"] for r in rows] == sorted(hooks.steps)
     assert not math.isfinite(rows[-1][caught.value.metric])
     # the bad step's weights are not checkpointed: the newest checkpoint is the last good step
-    assert max(int(d) for d in os.listdir(tmp_path / "checkpoints")) == bad - 1
+    # (param_norm catches weights an update made non-finite at once: then no checkpoint at all)
+    assert max((int(d) for d in os.listdir(tmp_path / "checkpoints") if d.isdigit()), default=0) == bad - 1
     assert str(caught.value) in (tmp_path / "log.txt").read_text()
     assert not (tmp_path / "summary.json").exists()
 

@@ -11,6 +11,7 @@ TRAIN_METRICS = (
     "entropy",
     "response_length/mean",
     "grad_norm",
+    "param_norm",
     "learning_rate",
     "timing/step_s",
     "timing/rollout_s",

@@ -91,9 +91,12 @@ def pass_at_k(correct: np.ndarray, k: int) -> float:
     return float(np.mean(per_prompt))
 
 
-DIVERGENCE_METRICS = ("loss/policy", "loss/kl", "grad_norm")
+DIVERGENCE_METRICS = ("loss/policy", "loss/kl", "grad_norm", "param_norm")
 """The metrics of a step's optimizer updates that must be finite: a NaN or infinity in any of them
-means the weights are (or are about to be) garbage, so the run fails instead of training on."""
+means the weights are (or are about to be) garbage, so the run fails instead of training on.
+param_norm (the trained parameters' global norm after each update) catches weights that an update
+made non-finite at once, before they are checkpointed, and also when no later loss is computed
+(an update whose groups are all flat runs no forward pass)."""
 
 
 class TrainingDiverged(RuntimeError):
@@ -393,7 +396,8 @@ class GRPOTrainer:
         last_update = (self.state.step + 1) * self.plan.optimizer_updates_per_step - 1
         fetched, learning_rate = _fetch((update_metrics, self.schedule(last_update)))
         # Each metric averages over the updates that report it (an update with no informative group
-        # reports only its grad_norm of 0), so a metric means the same whatever was skipped.
+        # reports only its grad_norm of 0 and its param_norm), so a metric means the same whatever was
+        # skipped.
         sums: dict[str, float] = {}
         counts: dict[str, int] = {}
         for metrics in fetched:

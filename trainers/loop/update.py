@@ -158,6 +158,7 @@ def make_update_fn(
         metrics["grad_norm"] = optax.tree.norm(grads)
         updates, opt_state = optimizer.update(grads, opt_state, params)
         params = optax.apply_updates(params, updates)
+        metrics["param_norm"] = optax.tree.norm(params)
         return params, opt_state, metrics
 
     return _jit_update(update, state_shardings, static_argnames=("prompt_group",))
@@ -165,7 +166,7 @@ def make_update_fn(
 
 def make_zero_update_fn(optimizer: optax.GradientTransformation,
                         state_shardings: tuple[Any, Any] | None = None) -> Callable:
-    """jit(params, opt_state) -> (params, opt_state, {"grad_norm": 0}): one optimizer update with a
+    """jit(params, opt_state) -> (params, opt_state, {"grad_norm": 0, "param_norm"}): one optimizer update with a
     zero gradient, and no forward or backward pass. It is the update of a mini-batch whose every
     group is flat when the loss has no KL or entropy term (their gradient is exactly 0), so skipping
     the passes changes nothing: momentum, weight decay and the schedule's count still move as they
@@ -174,7 +175,8 @@ def make_zero_update_fn(optimizer: optax.GradientTransformation,
     def update(params, opt_state):
         grads = jax.tree.map(jnp.zeros_like, params)
         updates, opt_state = optimizer.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, {"grad_norm": jnp.zeros((), jnp.float32)}
+        params = optax.apply_updates(params, updates)
+        return params, opt_state, {"grad_norm": jnp.zeros((), jnp.float32), "param_norm": optax.tree.norm(params)}
 
     return _jit_update(update, state_shardings)
 
