@@ -17,6 +17,8 @@ import optax
 import pytest
 from flax import nnx
 
+from tests.test_scan_layers import _batch
+
 from trainers.models import lora, transformer
 from trainers.models.presets import PRESETS
 from trainers.parallel.mesh import make_mesh, mesh_context
@@ -269,12 +271,7 @@ def _count(jaxpr, name: str) -> int:
 
 
 def _grouped_batch():
-    rng = np.random.default_rng(0)
-    prompt_tokens = jnp.asarray(np.repeat(rng.integers(1, 128, (2, 6)), 2, axis=0), jnp.int32)  # 2 prompts x G=2
-    prompt_valid = jnp.ones((4, 6), bool).at[:, :2].set(False)
-    completion_tokens = jnp.asarray(rng.integers(1, 128, (4, 5)), jnp.int32)
-    completion_mask = jnp.ones((4, 5), bool).at[0, 3:].set(False)
-    return prompt_tokens, prompt_valid, completion_tokens, completion_mask
+    return _batch(group=2)  # 2 prompts x G=2
 
 
 @pytest.mark.parametrize("scan", [False, True])

@@ -18,12 +18,14 @@ from trainers.models.generate import SamplingParams, generate
 from trainers.models.presets import PRESETS
 
 
-def _batch():
+def _batch(group: int = 3):
+    """2 prompts x G=group, left-padded prompts, one completion shorter than the others."""
     rng = np.random.default_rng(0)
-    prompt_tokens = jnp.asarray(np.repeat(rng.integers(1, 128, (2, 6)), 3, axis=0), jnp.int32)  # 2 prompts x G=3
-    prompt_valid = jnp.ones((6, 6), bool).at[:, :2].set(False)
-    completion_tokens = jnp.asarray(rng.integers(1, 128, (6, 5)), jnp.int32)
-    completion_mask = jnp.ones((6, 5), bool).at[0, 3:].set(False)
+    rows = 2 * group
+    prompt_tokens = jnp.asarray(np.repeat(rng.integers(1, 128, (2, 6)), group, axis=0), jnp.int32)
+    prompt_valid = jnp.ones((rows, 6), bool).at[:, :2].set(False)
+    completion_tokens = jnp.asarray(rng.integers(1, 128, (rows, 5)), jnp.int32)
+    completion_mask = jnp.ones((rows, 5), bool).at[0, 3:].set(False)
     return prompt_tokens, prompt_valid, completion_tokens, completion_mask
 
 
