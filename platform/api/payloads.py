@@ -162,9 +162,12 @@ def run_list_entry(run: Run, query: run_filters.RunQuery) -> dict[str, Any]:
 def sample_json(sample: RolloutSample) -> dict[str, Any]:
     """A rollout sample; `prompt_segments` / `completion_segments` are the text cut into plain text,
     special tokens and role names for display (experiments.sample_text), `prompt_messages` the chat
-    messages behind the prompt when it had any."""
+    messages behind the prompt when it had any. `truncated` (the completion ran into max_new_tokens),
+    `in_loss` (False: out of the loss, by the overlong filter or a capped dynamic-sampling step) and
+    `overlong_penalty` (the soft overlong reward) are null where the trainer wrote no such key."""
     extra = sample.extra if isinstance(sample.extra, dict) else {}
     messages = extra.get("prompt_messages")
+    penalty = extra.get("overlong_penalty")
     return {
         "index": sample.index,
         "prompt": sample.prompt,
@@ -175,6 +178,10 @@ def sample_json(sample: RolloutSample) -> dict[str, Any]:
         "answer": sample.answer,
         "reward": finite(sample.reward),
         "advantage": finite(sample.advantage),
+        "truncated": extra.get("truncated") if isinstance(extra.get("truncated"), bool) else None,
+        "in_loss": extra.get("in_loss") if isinstance(extra.get("in_loss"), bool) else None,
+        "overlong_penalty": (finite(penalty) if isinstance(penalty, (int, float)) and not isinstance(penalty, bool)
+                             else None),
     }
 
 

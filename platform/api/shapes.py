@@ -245,6 +245,10 @@ class Sample(BaseModel):
     answer: str
     reward: float | None
     advantage: float | None
+    truncated: bool | None = Field(None, description="the completion ran into rollout.max_new_tokens")
+    in_loss: bool | None = Field(None, description="false: kept out of the loss (overlong filter, or a "
+                                 "dynamic-sampling step that ran out of refill rounds)")
+    overlong_penalty: float | None = Field(None, description="the soft overlong reward added (0 to -penalty)")
 
 
 class Samples(BaseModel):

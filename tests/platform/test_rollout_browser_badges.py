@@ -66,3 +66,15 @@ def test_other_values_give_no_badge(alice, alice_client):
                                  extra={"truncated": False, "in_loss": True, "overlong_penalty": "x"})
     html = alice_client.get(f"/runs/{run.pk}/samples/").content.decode()
     assert badges_of(html, "odd") == [] and "sample-badge" not in html
+
+
+def test_samples_api_returns_the_keys(flagged_run, alice_client):
+    """The JSON API carries the same three keys: their values where the trainer wrote them, null
+    where it wrote none."""
+    for params in ({"step": 1}, {"kind": "train"}):  # the run page's step view and the browse view
+        samples = alice_client.get(f"/api/runs/{flagged_run.pk}/samples", params).json()["samples"]
+        by_completion = {s["completion"]: s for s in samples}
+        flagged, plain = by_completion["flagged"], by_completion["plain"]
+        assert (flagged["truncated"], flagged["in_loss"], flagged["overlong_penalty"]) == (True, False, -0.123456)
+        assert (plain["truncated"], plain["in_loss"], plain["overlong_penalty"]) == (None, None, None)
+        assert by_completion["penalised"]["overlong_penalty"] == 0.00625
