@@ -22,9 +22,10 @@ eval.every_steps small enough (the algo-*.yaml configs evaluate every 480 comple
 Table columns: completions sampled (the run's total, after the cut), steps, the first, last and best
 eval/accuracy, `to +X pts`: the completions sampled when eval/accuracy first reached the run's first
 evaluation + --gain (default 0.10, ten points; --base-accuracy fixes the base instead), `vs first`:
-that count over the first run's (the issue's target for dynamic sampling: <= 0.5), and the median
-timing/step_s. The PNG (default OUT_DIR/learning_curves.png, matplotlib's Agg backend) shows each
-run's eval/accuracy against completions sampled and the base + gain line.
+that count over the first run's (the issue's target for dynamic sampling: <= 0.5), `steps to +X pts`:
+the training step of that evaluation, and the median timing/step_s. The PNG (default
+OUT_DIR/learning_curves.png, matplotlib's Agg backend) shows each run's eval/accuracy against
+completions sampled (left) and against training steps (right), with the base + gain line.
 """
 
 from __future__ import annotations
@@ -130,24 +131,27 @@ def read_run(run_dir: str, max_completions: int | None = None, name: str | None 
                            prompts_per_step, num_generations, max_completions)
 
 
-def completions_to_reach(curve: Curve, target_accuracy: float) -> int | None:
-    """Completions sampled at the first evaluation with eval/accuracy >= target_accuracy (None: never).
-    A tolerance of 1e-9 keeps 0.19 + 0.10 reachable by an accuracy of 0.29 written as a float."""
-    for completions, accuracy in zip(curve.eval_completions, curve.eval_accuracy):
+def first_reach(curve: Curve, target_accuracy: float) -> tuple[int, int] | None:
+    """(completions sampled, training step) at the first evaluation with eval/accuracy >= target_accuracy
+    (None: never). A tolerance of 1e-9 keeps 0.19 + 0.10 reachable by an accuracy of 0.29 written as a
+    float."""
+    for completions, step, accuracy in zip(curve.eval_completions, curve.eval_steps, curve.eval_accuracy):
         if accuracy >= target_accuracy - 1e-9:
-            return completions
+            return completions, step
     return None
 
 
 def summarize(curves: list[Curve], gain: float = 0.10, base_accuracy: float | None = None) -> list[dict]:
     """One row per curve: run, completions, steps, first/last/best accuracy, target (base + gain, base the
-    run's first evaluation unless base_accuracy), completions_to_target, ratio_to_first (this run's
-    completions_to_target / the first curve's, None when either is None), median_step_s."""
+    run's first evaluation unless base_accuracy), completions_to_target and steps_to_target (where the
+    first evaluation at or above the target ran), ratio_to_first (this run's completions_to_target / the
+    first curve's, None when either is None), median_step_s."""
     rows = []
     for curve in curves:
         accuracies = curve.eval_accuracy
         base = base_accuracy if base_accuracy is not None else (accuracies[0] if accuracies else None)
         target = None if base is None else base + gain
+        reached = None if target is None else first_reach(curve, target)
         rows.append({
             "run": curve.name,
             "completions": curve.total_completions,
@@ -156,7 +160,8 @@ def summarize(curves: list[Curve], gain: float = 0.10, base_accuracy: float | No
             "last_accuracy": accuracies[-1] if accuracies else None,
             "best_accuracy": max(accuracies) if accuracies else None,
             "target_accuracy": target,
-            "completions_to_target": None if target is None else completions_to_reach(curve, target),
+            "completions_to_target": None if reached is None else reached[0],
+            "steps_to_target": None if reached is None else reached[1],
             "median_step_s": curve.median_step_s,
         })
     first = rows[0]["completions_to_target"] if rows else None
@@ -175,40 +180,45 @@ def markdown_table(rows: list[dict], gain: float = 0.10) -> str:
     points = f"{gain * 100:g}"
     lines = [
         f"| run | completions sampled | steps | first eval acc | last eval acc | best eval acc "
-        f"| completions to +{points} pts | vs first | median s/step |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        f"| completions to +{points} pts | vs first | steps to +{points} pts | median s/step |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
         lines.append(
             f"| {r['run']} | {r['completions']} | {r['steps']} | {_cell(r['first_accuracy'], '.2f')} "
             f"| {_cell(r['last_accuracy'], '.2f')} | {_cell(r['best_accuracy'], '.2f')} "
             f"| {_cell(r['completions_to_target'])} | {_cell(r['ratio_to_first'], '.2f')} "
-            f"| {_cell(r['median_step_s'], '.1f')} |")
+            f"| {_cell(r['steps_to_target'])} | {_cell(r['median_step_s'], '.1f')} |")
     return "\n".join(lines)
 
 
 def plot(curves: list[Curve], path: str, rows: list[dict] | None = None, title: str | None = None) -> str:
-    """Draws eval/accuracy against completions sampled, one line per curve, and each distinct
-    base + gain target of `rows` as a dashed line; writes a PNG at `path` and returns it."""
+    """Draws eval/accuracy against completions sampled (left) and against training steps (right), one
+    line per curve, and each distinct base + gain target of `rows` as a dashed line; writes a PNG at
+    `path` and returns it."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 5), dpi=120)
-    for curve in curves:
-        ax.plot(curve.eval_completions, curve.eval_accuracy, marker="o", markersize=3, label=curve.name)
+    fig, (by_completions, by_steps) = plt.subplots(1, 2, figsize=(13, 5), dpi=120, sharey=True)
     targets = sorted({round(r["target_accuracy"], 6) for r in rows or [] if r["target_accuracy"] is not None})
-    for target in targets:
-        ax.axhline(target, linestyle="--", linewidth=0.8, color="grey")
-        ax.annotate(f"base + gain = {target:.2f}", (0, target), textcoords="offset points", xytext=(4, 3),
-                    fontsize=8, color="grey")
-    ax.set_xlabel("completions sampled")
-    ax.set_ylabel("held-out accuracy (eval/accuracy, greedy)")
-    ax.set_title(title or "Held-out accuracy against completions sampled")
-    ax.set_ylim(bottom=0)
-    ax.grid(True, alpha=0.3)
-    ax.legend()
+    for ax, x_of, x_label in ((by_completions, lambda c: c.eval_completions, "completions sampled"),
+                              (by_steps, lambda c: c.eval_steps, "training steps")):
+        for curve in curves:
+            ax.plot(x_of(curve), curve.eval_accuracy, marker="o", markersize=3, label=curve.name)
+        for target in targets:
+            ax.axhline(target, linestyle="--", linewidth=0.8, color="grey")
+            ax.annotate(f"base + gain = {target:.2f}", (0, target), textcoords="offset points", xytext=(4, 3),
+                        fontsize=8, color="grey")
+        ax.set_xlabel(x_label)
+        ax.set_ylim(bottom=0)
+        ax.grid(True, alpha=0.3)
+    by_completions.set_ylabel("held-out accuracy (eval/accuracy, greedy)")
+    by_completions.set_title("against completions sampled (what the runs cost)")
+    by_steps.set_title("against training steps")
+    by_completions.legend()
+    fig.suptitle(title or "Held-out accuracy")
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path)

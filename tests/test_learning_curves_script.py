@@ -75,6 +75,7 @@ def test_curves_and_summary_match_hand_counts(tmp_path):
     assert dynamic.eval_completions == [0, 144, 240, 288] and dynamic.total_completions == 288
     rows = lc.summarize([plain, dynamic])
     assert [r["completions_to_target"] for r in rows] == [288, 240]
+    assert [r["steps_to_target"] for r in rows] == [6, 2]
     assert rows[0]["median_step_s"] == 3.5 and rows[1]["median_step_s"] == 20.0
     assert abs(rows[1]["ratio_to_first"] - 240 / 288) < 1e-12
     assert (rows[0]["first_accuracy"], rows[0]["last_accuracy"], rows[0]["best_accuracy"]) == (0.05, 0.20, 0.20)
@@ -102,8 +103,9 @@ def test_from_runs_prints_the_table_and_writes_a_png(tmp_path):
                          capture_output=True, text=True, check=True, cwd=tmp_path).stdout
     lines = out.splitlines()
     assert lines[0].startswith("| run | completions sampled | steps |") and "completions to +10 pts" in lines[0]
-    assert lines[2] == "| plain | 288 | 6 | 0.05 | 0.20 | 0.20 | 288 | 1.00 | 3.5 |"
-    assert lines[3] == "| dynamic | 288 | 3 | 0.04 | 0.18 | 0.18 | 240 | 0.83 | 20.0 |"
+    assert "| steps to +10 pts |" in lines[0]
+    assert lines[2] == "| plain | 288 | 6 | 0.05 | 0.20 | 0.20 | 288 | 1.00 | 6 | 3.5 |"
+    assert lines[3] == "| dynamic | 288 | 3 | 0.04 | 0.18 | 0.18 | 240 | 0.83 | 2 | 20.0 |"
     assert [r["completions_to_target"] for r in json.loads(lines[4])] == [288, 240]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
 
