@@ -195,3 +195,34 @@ def test_async_dynamic_sampling_resumes_exactly_at_max_age_0(tmp_path, fixed_rew
     assert again.params_digest == whole.params_digest
     assert [s["prompt"] for s in resumed.samples[3][::G]] == walk[2][1]
     assert data_position(run_dir, 3) == 23 + walk[2][3]
+
+
+def penalised_score(completions, examples, specs):
+    """As fixed_score for correctness (math_answer: a flat prompt's answers all wrong; otherwise right,
+    wrong, right, ...), but every wrong answer at an odd place also loses 0.5, as an overlong penalty
+    would take: the rewards of every group differ, only correctness tells the flat ones."""
+    correct = np.array([0.0 if flat(e["prompt"]) else float(i % G == 0) for i, e in enumerate(examples)], np.float32)
+    penalty = np.array([-0.5 if (i % G) % 2 and not c else 0.0 for i, c in enumerate(correct)], np.float32)
+    return correct + penalty, {"math_answer": correct, "penalty": penalty}
+
+
+def test_async_dynamic_sampling_on_correctness_ignores_other_reward_terms(tmp_path, monkeypatch):
+    """rollout.dynamic_sampling_metric: correct. Every group's rewards differ, yet the steps train
+    exactly the walk of the `flat` rule (informative groups in data order, capped steps completed out
+    of the loss) and consume what it consumes."""
+    monkeypatch.setattr(rollout_lib, "score", penalised_score)
+    raw = copy.deepcopy(RAW)
+    raw["async"] = {"enabled": True, "max_trajectory_age_steps": 1}
+    raw["train"].update(max_steps=2)
+    raw["rollout"]["dynamic_sampling_metric"] = "correct"
+    hooks, run_dir = Record(), str(tmp_path / "run")
+    result = run_bounded(lambda: train(parse_config(raw), run_dir, hooks), 600)
+    assert result.status == "succeeded" and result.final_step == 2
+    position = 0
+    for step, (first, trained, flags, consumed) in zip((1, 2), expected_steps(2)):
+        samples = hooks.samples[step]
+        assert first == position and [s["prompt"] for s in samples[::G]] == trained
+        assert [s.get("in_loss", True) for s in samples] == [f for f in flags for _ in range(G)]
+        assert len({s["reward"] for s in samples[:G]}) > 1  # the first group's rewards differ either way
+        position += consumed
+        assert data_position(run_dir, step) == position

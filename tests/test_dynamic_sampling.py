@@ -11,7 +11,7 @@ import jax
 import numpy as np
 import pytest
 
-from trainers.algo.sampling_filters import informative_groups, overlong_penalty, truncated
+from trainers.algo.sampling_filters import dynamic_sampling_values, informative_groups, overlong_penalty, truncated
 from trainers.config import ConfigError, parse_config
 from trainers.loop.dynamic_sampling import fill_informative
 from trainers.loop.hooks import Hooks
@@ -97,6 +97,34 @@ def test_fill_informative_completes_a_short_step_with_groups_out_of_the_loss():
     assert [e["prompt"] for e in step.examples] == ["p2", "p0", "p1"]
     assert step.in_loss.tolist() == [True, True, False, False, False, False]
     assert step.prompts_consumed == 6 and metrics["dynamic/refill_rounds"] == 1
+
+
+def test_dynamic_sampling_values_by_hand():
+    rewards, correct = np.array([0.8, -0.2, 1.0, -0.5]), np.array([True, False, True, False])
+    np.testing.assert_array_equal(dynamic_sampling_values(rewards, correct, "reward"), rewards)
+    np.testing.assert_array_equal(dynamic_sampling_values(rewards, correct, "correct"), [1.0, 0.0, 1.0, 0.0])
+    # two groups of 2: (0.8 right, -0.2 wrong) is informative either way; (1.0 right, -0.5 wrong) too;
+    # all wrong with different penalties is informative by reward, flat by correctness
+    wrong = np.array([-0.1, -0.4]), np.array([False, False])
+    assert informative_groups(dynamic_sampling_values(*wrong, "reward").reshape(1, 2)).tolist() == [True]
+    assert informative_groups(dynamic_sampling_values(*wrong, "correct").reshape(1, 2)).tolist() == [False]
+    with pytest.raises(ValueError, match="known: reward, correct"):
+        dynamic_sampling_values(rewards, correct, "accuracy")
+
+
+def test_fill_informative_on_correctness_drops_groups_set_apart_only_by_other_terms():
+    # _fake_round: correct = reward > 0.5. p0 all wrong (0, -0.5: a penalty apart), p1 mixed, p2 all
+    # right (1, 0.9) | p3 mixed, p4 all right, p5 mixed.
+    data = [[0, -0.5], [1, 0], [1, 0.9], [0, 1], [1, 1], [1, 0]]
+
+    def sample_round(round_index, offset):
+        return _fake_round(data[offset:offset + 3], offset)
+
+    by_reward, _ = fill_informative(sample_round, prompts=3, max_rounds=1, pad_id=0)
+    assert [e["prompt"] for e in by_reward.examples] == ["p0", "p1", "p2"] and by_reward.prompts_consumed == 3
+    by_correct, metrics = fill_informative(sample_round, prompts=3, max_rounds=1, pad_id=0, metric="correct")
+    assert [e["prompt"] for e in by_correct.examples] == ["p1", "p3", "p5"] and by_correct.prompts_consumed == 6
+    assert by_correct.in_loss.all() and metrics["dynamic/dropped_group_fraction"] == pytest.approx(3 / 6)
 
 
 TINY = {

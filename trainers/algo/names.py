@@ -16,6 +16,9 @@ LOSS_AGGREGATIONS: tuple[str, ...] = (
     "seq-mean-token-sum-norm",
 )
 KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3")
+DYNAMIC_SAMPLING_METRICS: tuple[str, ...] = ("reward", "correct")
+"""What dynamic sampling tests for a flat group (`sampling_filters.dynamic_sampling_values`): the
+rewards, or only whether each answer is correct (DAPO's own filter, on accuracy)."""
 
 CLIP_DEFAULTS: dict[str, tuple[float, float]] = {
     "grpo": (0.2, 0.2),

@@ -3,6 +3,7 @@ host arrays (a rollout's rewards and completion masks), each tested against hand
 
   informative_groups  DAPO dynamic sampling: a group whose G rewards are all equal has advantage 0
                       for every completion (any estimator), so it teaches nothing
+  dynamic_sampling_values  what dynamic sampling tests for flat groups: the rewards, or correctness
   truncated           completions cut off by the token budget (no end of sequence in it)
   overlong_penalty    DAPO's soft overlong punishment, a reward term by length
 
@@ -22,6 +23,19 @@ def informative_groups(rewards: np.ndarray) -> np.ndarray:
     floats: a group of rewards 1.0, 1.0, 1.0 is flat; 1.0, 1.0, 0.5 is not)."""
     rewards = np.asarray(rewards)
     return np.any(rewards != rewards[:, :1], axis=1)
+
+
+def dynamic_sampling_values(rewards: np.ndarray, correct: np.ndarray, metric: str) -> np.ndarray:
+    """The per-completion values whose groups `informative_groups` tests (same shape as rewards):
+    metric "reward", the rewards; "correct", 1.0 for a correct answer and 0.0 otherwise, so a group
+    whose answers are all right or all wrong is flat even when other reward terms (an overlong
+    penalty, a format reward) set its rewards apart. DAPO (2503.14476, eq. 11) keeps a group only
+    when 0 < |correct answers| < G, and verl's DAPO recipe filters on accuracy by default."""
+    if metric == "reward":
+        return np.asarray(rewards)
+    if metric == "correct":
+        return np.asarray(correct, bool).astype(np.float32)
+    raise ValueError(f"unknown dynamic sampling metric {metric!r}; known: reward, correct")
 
 
 def truncated(completion_tokens: np.ndarray, completion_mask: np.ndarray, eos_ids: Collection[int]) -> np.ndarray:

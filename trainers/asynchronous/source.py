@@ -72,7 +72,7 @@ from trainers.asynchronous.replay_buffer import (
     TrajectoryGroup,
     default_capacity,
 )
-from trainers.algo.sampling_filters import informative_groups
+from trainers.algo.sampling_filters import dynamic_sampling_values, informative_groups
 from trainers.loop.dynamic_sampling import Selection, assemble, select_informative, step_metrics
 from trainers.loop.hooks import Action
 from trainers.loop.rollout import Rollout
@@ -195,7 +195,10 @@ class AsyncRolloutSource:
 
         def attempt() -> tuple[tuple[list[TrajectoryGroup], Selection] | None, bool]:
             run = self.buffer.peek_run(step, self.max_step_prompts - len(consumed))
-            run_flags = informative_groups(np.stack([group.payload.rewards for group in run])).tolist() if run else []
+            metric = self.context.config.rollout.dynamic_sampling_metric
+            run_flags = informative_groups(np.stack([
+                dynamic_sampling_values(group.payload.rewards, group.payload.correct, metric) for group in run
+            ])).tolist() if run else []
             selection = select_informative(flags + run_flags, prompts, self.max_step_prompts)
             count = selection.consumed - len(consumed)
             if count or selection.complete:

@@ -15,6 +15,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_valida
 
 from trainers.algo.names import (
     ADVANTAGE_ESTIMATORS,
+    DYNAMIC_SAMPLING_METRICS,
     KL_ESTIMATORS,
     LOSS_AGGREGATIONS,
     POLICY_LOSSES,
@@ -142,6 +143,10 @@ class RolloutSection(_Section):
     dynamic_sampling_max_rounds: int = Field(
         4, ge=0, le=MAX_STEPS, description="With dynamic sampling: extra sampling rounds per step at most, "
         "each of batch.prompts_per_step prompts (rounded up to whole rollout micro-batches).")
+    dynamic_sampling_metric: Literal[DYNAMIC_SAMPLING_METRICS] = Field(
+        "reward", description="With dynamic sampling: what makes a group flat. reward: its G rewards are all "
+        "equal (advantage 0 everywhere); correct: its answers are all right or all wrong, whatever other reward "
+        "terms (an overlong penalty, a format reward) add: DAPO's own filter, on accuracy.")
     overlong_buffer_tokens: int = Field(
         0, ge=0, le=MAX_TOKENS, description="DAPO soft overlong punishment: a completion longer than "
         "max_new_tokens - this gets a penalty growing linearly to -rollout.overlong_penalty at max_new_tokens, "

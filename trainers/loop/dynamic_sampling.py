@@ -24,7 +24,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from trainers.algo.sampling_filters import informative_groups
+from trainers.algo.sampling_filters import dynamic_sampling_values, informative_groups
 from trainers.loop.rollout import Rollout
 
 ROUND_KEY_OFFSET = 1 << 21
@@ -107,13 +107,14 @@ def step_metrics(selection: Selection, refill_rounds: float, prompts_sampled: in
 
 
 def fill_informative(sample_round: Callable[[int, int], Rollout], prompts: int, max_rounds: int,
-                     pad_id: int) -> tuple[Rollout, dict[str, float]]:
+                     pad_id: int, metric: str = "reward") -> tuple[Rollout, dict[str, float]]:
     """(the step's rollout, its metrics): the synchronous loop's dynamic sampling, in rounds.
 
     sample_round(round, offset) -> the rollout of `prompts` prompts starting `offset` prompts past the
     step's data position (round 0 at offset 0; round k at the groups consumed so far, k x prompts).
     Rounds are sampled until `select_informative` (max_prompts = prompts x (1 + max_rounds)) is
-    complete. The result holds `prompts` groups: the informative ones in data order, then, if the
+    complete; a group is informative when its values of `metric` differ
+    (`sampling_filters.dynamic_sampling_values`). The result holds `prompts` groups: the informative ones in data order, then, if the
     rounds ran out, the first dropped ones with in_loss False. `prompts_consumed` is how far the
     data position moves.
 
@@ -128,7 +129,8 @@ def fill_informative(sample_round: Callable[[int, int], Rollout], prompts: int, 
     for round_index in range(max_rounds + 1):
         r = sample_round(round_index, len(flags))
         rounds.append(r)
-        flags.extend(informative_groups(r.rewards.reshape(r.prompts, r.num_generations)).tolist())
+        values = dynamic_sampling_values(r.rewards, r.correct, metric)
+        flags.extend(informative_groups(values.reshape(r.prompts, r.num_generations)).tolist())
         groups.extend(r.group(j) for j in range(r.prompts))
         selection = select_informative(flags, prompts, max_prompts)
         if selection.complete:

@@ -115,7 +115,7 @@ class SyncRolloutSource:
         r = c.config.rollout
         if r.dynamic_sampling:
             rollout, self._metrics = fill_informative(sample_round, prompts, r.dynamic_sampling_max_rounds,
-                                                      c.spec.sampling.pad_id)
+                                                      c.spec.sampling.pad_id, r.dynamic_sampling_metric)
         else:
             rollout = sample_round(0, 0)
         self.position += rollout.prompts_consumed
