@@ -17,7 +17,7 @@ An evaluation at step s is placed at the cumulative count after step s (step 0, 
 Budget. --max-completions N pauses each run after the first step whose cumulative count reaches N (a
 checkpoint is written; the count can pass N by less than one step's completions), and, reading run
 dirs, cuts every curve at that same step. The curve ends at the last evaluation up to there, so keep
-eval.every_steps small enough (the algo-*.yaml configs evaluate every 480 completions or so).
+eval.every_steps small enough (the algo-*.yaml configs evaluate every 240 completions, or every step).
 
 Table columns: completions sampled (the run's total, after the cut), steps, the first, last and best
 eval/accuracy, `to +X pts`: the completions sampled when eval/accuracy first reached the run's first
@@ -122,6 +122,14 @@ def curve_from_rows(name: str, run_dir: str, rows: list[dict], prompts_per_step:
         eval_accuracy=[a for _, _, a in evals], total_completions=total, steps=steps,
         median_step_s=statistics.median(step_seconds) if step_seconds else None,
     )
+
+
+def run_names(run_dirs: list[str]) -> list[str]:
+    """Each run dir's name in the table and the legend: its folder's name, or, where two runs share
+    it (the same config trained into two --out-dir folders), parent/name."""
+    bases = [os.path.basename(os.path.normpath(d)) for d in run_dirs]
+    return [b if bases.count(b) == 1 else os.path.join(os.path.basename(os.path.dirname(os.path.normpath(d))), b)
+            for d, b in zip(run_dirs, bases)]
 
 
 def read_run(run_dir: str, max_completions: int | None = None, name: str | None = None) -> Curve:
@@ -325,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
             run_dirs.append(run_dir)
     else:
         run_dirs = args.from_runs
-    curves = [read_run(d, args.max_completions) for d in run_dirs]
+    curves = [read_run(d, args.max_completions, name) for d, name in zip(run_dirs, run_names(run_dirs))]
     rows = summarize(curves, args.gain, args.base_accuracy)
     png = plot(curves, args.png or os.path.join(args.out_dir, "learning_curves.png"), rows, args.title)
     print(markdown_table(rows, args.gain))

@@ -116,3 +116,9 @@ def test_help_and_bad_arguments():
         assert words in help_text
     refused = subprocess.run([sys.executable, SCRIPT], capture_output=True, text=True)
     assert refused.returncode == 2 and "--from-runs" in refused.stderr
+
+
+def test_runs_sharing_a_folder_name_are_told_apart_by_their_parent():
+    lc = _script()
+    assert lc.run_names(["var/curves/algo-grpo", "var/curves/algo-grpo-dynamic", "var/curves-1round/algo-grpo-dynamic/"]) == [
+        "algo-grpo", "curves/algo-grpo-dynamic", "curves-1round/algo-grpo-dynamic"]
