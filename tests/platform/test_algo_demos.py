@@ -68,12 +68,14 @@ def test_one_experiment_per_repository_algo_config_none_started(models_root, fak
         config = experiment.config
         assert choices(config) == EXPECTED[name], name
         assert config["model"]["path"] == "smollm2-135m-instruct"  # relative to the model root: no server path
-        assert config["data"]["task"] == "arithmetic_words_hard" and config["seed"] == 0
+        assert config["data"]["task"] == "arithmetic_words" and config["seed"] == 0
+        assert config["rollout"]["max_new_tokens"] == 24 and config["batch"]["mini_batch_prompts"] == 4
         assert f"configs/{name[len('demo: '):]}.yaml" in experiment.description
         assert "python bench/" not in experiment.description and experiment.versions.count() == 1
     assert "DAPO" in demos["demo: algo-dapo"].description and "GSPO" in demos["demo: algo-gspo"].description
     assert demos["demo: algo-dapo"].config["grpo"]["epsilon_high"] == 0.28
-    assert demos["demo: algo-lora"].config["optimizer"]["learning_rate"] == 5.0e-5
+    assert demos["demo: algo-dapo"].config["rollout"]["dynamic_sampling_metric"] == "correct"
+    assert demos["demo: algo-lora"].config["optimizer"]["learning_rate"] == 2.0e-4
     assert Run.objects.count() == 0  # nothing is started
     # a second start creates nothing more
     assert ensure_model_demo(say=lines.append) is True and algo_demos().count() == len(EXPECTED)

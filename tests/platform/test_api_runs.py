@@ -167,7 +167,8 @@ def test_samples(alice):
     assert body["samples"][1] == {"index": 1, "prompt": "p3", "completion": "c1", "answer": "a", "reward": 1.0,
                                   "advantage": -1.0, "prompt_messages": None,
                                   "prompt_segments": [{"kind": "text", "text": "p3"}],
-                                  "completion_segments": [{"kind": "text", "text": "c1"}]}
+                                  "completion_segments": [{"kind": "text", "text": "c1"}],
+                                  "truncated": None, "in_loss": None, "overlong_penalty": None}
     assert client.get(url, {"step": 1}).json()["samples"][0]["prompt"] == "p1"
     assert client.get(url, {"step": 2}).json()["samples"] == []
     assert client.get(url, {"step": "last"}).status_code == 400
