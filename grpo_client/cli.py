@@ -14,7 +14,7 @@ from typing import Callable
 from grpo_client import formatting
 from grpo_client.api import Api, ApiError
 
-ENDED_STATUSES = ("succeeded", "failed", "cancelled")
+ENDED_STATUSES = ("succeeded", "failed", "cancelled", "pruned")
 RUN_STATUSES = ("queued", "running", "pausing", "paused", "cancelling", *ENDED_STATUSES)
 ACTIONS = ("pause", "resume", "cancel", "retry")
 WATCH_INTERVAL_S = 2.0

@@ -20,6 +20,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from experiments import configs
+from experiments.signals import run_status_changed
 from experiments.dataset_models import Dataset  # noqa: F401 - uploaded datasets, a model of this app
 
 
@@ -151,6 +152,7 @@ class RunStatus(models.TextChoices):
     CANCELLED = "cancelled"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
+    PRUNED = "pruned"   # stopped early by its sweep's pruner; keeps its checkpoints and metrics
 
 
 S = RunStatus
@@ -166,6 +168,7 @@ TRANSITIONS: dict[str, set[str]] = {
     S.CANCELLED: {S.QUEUED, S.PAUSED, S.CANCELLING},
     S.SUCCEEDED: {S.RUNNING, S.PAUSING, S.CANCELLING},
     S.FAILED: {S.RUNNING, S.PAUSING, S.CANCELLING},
+    S.PRUNED: {S.QUEUED, S.PAUSED, S.CANCELLING},      # a pruned trial (stop_as="pruned")
 }
 # Moves only the attempt that holds the run makes, so the compare-and-set must name that attempt:
 # a worker claims its message's attempt (queued -> running); a lost worker's run (the reaper) or a
@@ -175,7 +178,7 @@ ATTEMPT_TRANSITIONS: dict[str, set[str]] = {
     S.QUEUED: {S.RUNNING},
 }
 ACTIVE_STATUSES = {S.RUNNING, S.PAUSING, S.CANCELLING}     # a worker holds the run
-TERMINAL_STATUSES = {S.CANCELLED, S.SUCCEEDED, S.FAILED}
+TERMINAL_STATUSES = {S.CANCELLED, S.SUCCEEDED, S.FAILED, S.PRUNED}
 
 
 def allowed_sources(to: str, *, by_attempt: bool, only_from=None) -> set[str]:
@@ -240,6 +243,10 @@ class Run(models.Model):
     forked_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="forks")
     forked_from_step = models.IntegerField(null=True, blank=True, help_text="The parent's checkpoint step.")
     fork_optimizer = models.CharField(max_length=16, choices=ForkOptimizer.choices, blank=True)
+    name = models.CharField(max_length=120, blank=True, help_text="A short name; pages show #id where empty.")
+    # What a stop request ends as: "" = cancelled; "pruned" = a sweep's pruner stopped it (the
+    # worker moves cancelling -> pruned instead of cancelled).
+    stop_as = models.CharField(max_length=16, blank=True)
 
     objects = RunQuerySet.as_manager()
 
@@ -253,6 +260,16 @@ class Run(models.Model):
     @property
     def owner(self):
         return self.experiment.owner
+
+    @property
+    def label(self) -> str:
+        """What pages call the run: its name, or #id."""
+        return self.name or f"#{self.pk}"
+
+    @property
+    def stopped_status(self) -> str:
+        """The status a stop request (cancelling) ends in: cancelled, or pruned for a pruned trial."""
+        return RunStatus.PRUNED if self.stop_as == RunStatus.PRUNED else RunStatus.CANCELLED
 
     @property
     def progress(self) -> float:
@@ -285,6 +302,7 @@ class Run(models.Model):
         if won:
             self.refresh_from_db()
             RunEvent.objects.create(run=self, attempt=self.attempt, level="info", message=f"status -> {to}", kind="status")
+            run_status_changed.send(sender=Run, run=self, status=to)
         return won
 
     def add_event(self, message: str, level: str = "info", kind: str = "log") -> "RunEvent":

@@ -14,4 +14,4 @@ from celery import Celery  # noqa: E402
 
 app = Celery("grpo_platform")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["runner"])
+app.autodiscover_tasks(["runner", "sweeps", "evaluations", "alerts"])

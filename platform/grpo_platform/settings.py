@@ -80,6 +80,9 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "experiments",
     "runner",
+    "sweeps",
+    "evaluations",
+    "alerts",
     "api",
     "web",
     "drf_spectacular_sidecar",  # Swagger UI's files for /api/docs/ (static only; no DRF)
@@ -204,6 +207,9 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
 PLATFORM_HEARTBEAT_S = float(os.environ.get("PLATFORM_HEARTBEAT_S", "2"))
 PLATFORM_STALE_AFTER_S = float(os.environ.get("PLATFORM_STALE_AFTER_S", "20"))
 PLATFORM_REAP_EVERY_S = float(os.environ.get("PLATFORM_REAP_EVERY_S", "5"))
+# Other housekeeping the scheduler runs in its own process (runner.beat): name -> (dotted path of a
+# no-argument function, period in seconds). Sweeps launch and prune trials; alerts are delivered.
+PLATFORM_PERIODIC_JOBS: dict[str, tuple[str, float]] = {}
 # After a pause request, how long a trainer has to stop by itself (and checkpoint) before SIGTERM,
 # and then how long after SIGTERM before SIGKILL.
 PLATFORM_STOP_GRACE_S = float(os.environ.get("PLATFORM_STOP_GRACE_S", "60"))

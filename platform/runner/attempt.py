@@ -110,8 +110,10 @@ def finish_run(run: Run, attempt: int, result, control: DatabaseControl) -> str:
                 return S.QUEUED
         if run.transition(S.PAUSED, attempt=attempt, step=result.final_step, finished_at=now):
             return S.PAUSED
-    if run.transition(S.CANCELLED, attempt=attempt, step=result.final_step, finished_at=now):
-        return S.CANCELLED
+    run.refresh_from_db(fields=["stop_as"])
+    stopped = run.stopped_status
+    if run.transition(stopped, attempt=attempt, step=result.final_step, finished_at=now):
+        return stopped
     log.info("run %s attempt %s ended %s, but the run is no longer this attempt's", run.pk, attempt, result.status)
     return ""
 

@@ -22,6 +22,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from experiments.models import Run, RunEvent, RunStatus, Worker, allowed_sources
+from experiments.signals import run_status_changed
 from runner.services import send_when_committed
 
 log = logging.getLogger(__name__)
@@ -38,6 +39,7 @@ def _cas(run: Run, to: str, stale: Q, **fields) -> bool:
             RunEvent.objects.create(run=run, attempt=run.attempt, kind="status", message=f"status -> {to}")
     if won:
         run.refresh_from_db()
+        run_status_changed.send(sender=Run, run=run, status=to)
     return won
 
 
@@ -73,9 +75,10 @@ def reap_stale_runs(now: dt.datetime | None = None) -> list[tuple[int, str]]:
         age = f"{(now - run.heartbeat_at).total_seconds():.0f} s old" if run.heartbeat_at else "none"
         lost = f"worker {run.worker_host or '?'} lost (heartbeat {age})"
         if run.status == RunStatus.CANCELLING:
-            if _cas(run, RunStatus.CANCELLED, stale, finished_at=now):
-                run.add_event(f"{lost}; cancelled", level="warning", kind="system")
-                done.append((run.pk, "cancelled"))
+            stopped = run.stopped_status
+            if _cas(run, stopped, stale, finished_at=now):
+                run.add_event(f"{lost}; {stopped}", level="warning", kind="system")
+                done.append((run.pk, stopped))
         elif run.status == RunStatus.PAUSING:
             if _cas(run, RunStatus.PAUSED, stale, finished_at=now):
                 run.add_event(f"{lost}; paused (resumes from the newest checkpoint)", level="warning", kind="system")

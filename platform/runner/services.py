@@ -87,6 +87,16 @@ def request_cancel(run: Run) -> bool:
     return run.transition(S.CANCELLING, only_from={S.RUNNING, S.PAUSING})
 
 
+def request_prune(run: Run) -> bool:
+    """A sweep's pruner stops a trial: queued/paused: pruned at once; running/pausing: cancelling
+    with stop_as="pruned", and the worker ends it as pruned (checkpoints and metrics kept)."""
+    Run.objects.filter(pk=run.pk).update(stop_as=S.PRUNED)
+    run.stop_as = S.PRUNED
+    if run.transition(S.PRUNED, only_from={S.QUEUED, S.PAUSED}, finished_at=timezone.now()):
+        return True
+    return run.transition(S.CANCELLING, only_from={S.RUNNING, S.PAUSING})
+
+
 def request_pause(run: Run) -> bool:
     """running: pausing; the worker checkpoints and lets go. Anything else: nothing to pause."""
     return run.transition(S.PAUSING, only_from={S.RUNNING})

@@ -254,10 +254,10 @@ class Supervisor:
         how = f"exit code {returncode}" if returncode >= 0 else f"killed by {_signal_name(-returncode)}"
         if self.stop_seen_at is not None:
             how += f", {time.monotonic() - self.stop_seen_at:.1f} s after the request was seen"
-        if run.status == RunStatus.CANCELLING and run.transition(RunStatus.CANCELLED, attempt=self.attempt,
+        if run.status == RunStatus.CANCELLING and run.transition(run.stopped_status, attempt=self.attempt,
                                                                   finished_at=now):
-            run.add_event(f"cancelled; the trainer was stopped ({how})", kind="system")
-            self.note(f"trainer stopped ({how}); run cancelled")
+            run.add_event(f"{run.status}; the trainer was stopped ({how})", kind="system")
+            self.note(f"trainer stopped ({how}); run {run.status}")
         elif run.status == RunStatus.PAUSING and run.transition(RunStatus.PAUSED, attempt=self.attempt,
                                                                  finished_at=now):
             run.add_event(f"paused; the trainer was stopped ({how}); resumes from the newest checkpoint",

@@ -62,3 +62,11 @@ def reap_stale_runs_task() -> list:
     from runner.recovery import reap_stale_runs
 
     return reap_stale_runs()
+
+
+@shared_task(name="runner.periodic_job", ignore_result=True)
+def periodic_job_task(name: str) -> None:
+    """One of settings.PLATFORM_PERIODIC_JOBS (see runner.beat). Beat normally runs it in-process."""
+    from runner.beat import run_job
+
+    run_job(name)
