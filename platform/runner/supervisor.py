@@ -40,12 +40,14 @@ import time
 from pathlib import Path
 
 from django.conf import settings
-from django.db import DatabaseError, close_old_connections
+from django.contrib.auth import get_user_model
+from django.db import DatabaseError, close_old_connections, transaction
 from django.db.models import DateTimeField, F, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from experiments.models import ACTIVE_STATUSES, Run, RunStatus
+from runner.limits import active_cap_wait
 from runner.procs import SUPERVISOR_PID_ENV, signal_group, tail_text
 from runner.storage import run_directory
 from runner.workers import shutting_down
@@ -76,6 +78,7 @@ class Supervisor:
         self.log_path: Path | None = None
         self.terminated_by: int | None = None   # a signal this process got (worker shutdown)
         self.stop_seen_at: float | None = None  # monotonic time a cancel/pause request was first seen
+        self.waiting: str | None = None         # why the claim must wait for the owner's active-run cap
         self.cancel_seen_at: float | None = None  # ... a cancel request was first seen
         self.term_sent_at: float | None = None
         self.killed = False
@@ -86,17 +89,30 @@ class Supervisor:
     # -- 1. claim -------------------------------------------------------------------------------
 
     def claim(self) -> Run | None:
-        """The compare-and-set that lets exactly one message start this attempt."""
-        run = Run.objects.filter(pk=self.run_id).first()
+        """The compare-and-set that lets exactly one message start this attempt, and only while
+        its owner has room for one more active run (runner.limits.active_cap_wait). The check and
+        the claim are one transaction holding the run's row and then its owner's (the order
+        every path onto the queue takes them in), so two workers claiming two runs of one user
+        at the same instant take turns: the second sees the first's run active. At the cap,
+        `self.waiting` says why and nothing is claimed (the task sends the message again later)."""
+        run = Run.objects.select_related("experiment__owner").filter(pk=self.run_id).first()
         if run is None:
             log.warning("run %s: no such run; message dropped", self.run_id)
             return None
         now = timezone.now()
-        won = run.transition(
-            RunStatus.RUNNING, attempt=self.attempt, worker_host=self.worker_host, worker_pid=os.getpid(),
-            heartbeat_at=now, started_at=Coalesce(F("started_at"), Value(now, output_field=DateTimeField())),
-            finished_at=None,
-        )
+        with transaction.atomic():
+            Run.objects.select_for_update().filter(pk=run.pk).first()
+            get_user_model().objects.select_for_update().filter(pk=run.experiment.owner_id).first()
+            run.refresh_from_db(fields=["status", "attempt"])
+            if run.status == RunStatus.QUEUED and run.attempt == self.attempt:
+                self.waiting = active_cap_wait(run)
+            won = self.waiting is None and run.transition(
+                RunStatus.RUNNING, attempt=self.attempt, worker_host=self.worker_host, worker_pid=os.getpid(),
+                heartbeat_at=now, started_at=Coalesce(F("started_at"), Value(now, output_field=DateTimeField())),
+                finished_at=None,
+            )
+        if self.waiting is not None:
+            return None
         if not won:
             log.warning("run %s attempt %s: not started (run is %s, attempt %s): stale or redelivered message",
                         self.run_id, self.attempt, run.status, run.attempt)

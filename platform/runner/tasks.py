@@ -21,7 +21,7 @@ def execute_run(run_id: int, attempt: int) -> str:
     message returns at once. Returns the run's status afterwards ('' if this message did nothing)."""
     from experiments.models import Run
     from runner.services import send_run_message
-    from runner.supervisor import supervise
+    from runner.supervisor import Supervisor
     from runner.workers import shutting_down
 
     if shutting_down():  # received while this worker stops: leave it for another worker
@@ -33,21 +33,27 @@ def execute_run(run_id: int, attempt: int) -> str:
     if waits_for_active_room(int(run_id), int(attempt)):
         return ""
     hostname = getattr(execute_run.request, "hostname", None) or ""
-    return supervise(int(run_id), int(attempt), hostname)
+    supervisor = Supervisor(int(run_id), int(attempt), hostname)
+    status = supervisor.run()
+    if supervisor.waiting:  # another of the owner's runs was claimed in the same instant
+        waits_for_active_room(int(run_id), int(attempt), supervisor.waiting)
+    return status
 
 
-def waits_for_active_room(run_id: int, attempt: int) -> bool:
+def waits_for_active_room(run_id: int, attempt: int, waiting: str | None = None) -> bool:
     """True when attempt `attempt` of run `run_id` is queued but its owner already has as many
-    active runs as runner.limits allows: the run stays queued (one event says why) and its message
-    is sent again PLATFORM_ACTIVE_CAP_RETRY_S later."""
+    active runs as runner.limits allows (or `waiting` says so: the claim found it at the cap): the
+    run stays queued (one event says why) and its message is sent again PLATFORM_ACTIVE_CAP_RETRY_S
+    later. This early check spares a worker the claim's locks; the claim checks again, atomically."""
     from django.conf import settings
     from experiments.models import Run, RunStatus
     from runner.limits import active_cap_wait
 
     run = (Run.objects.select_related("experiment__owner")
            .filter(pk=run_id, attempt=attempt, status=RunStatus.QUEUED).first())
-    waiting = active_cap_wait(run) if run is not None else None
-    if not waiting:
+    if run is not None and waiting is None:
+        waiting = active_cap_wait(run)
+    if run is None or not waiting:
         return False
     if not run.events.filter(attempt=attempt, message=waiting).exists():
         run.add_event(waiting, kind="system")

@@ -214,7 +214,7 @@ def test_a_worker_leaves_a_run_queued_while_its_owner_is_at_the_active_limit(ali
     waiting = make_run(alice, status="queued", experiment=experiment, queue="runs")
     resent, started = [], []
     monkeypatch.setattr(tasks.execute_run, "apply_async", lambda **kw: resent.append(kw))
-    monkeypatch.setattr("runner.supervisor.supervise", lambda *args: started.append(args) or "running")
+    monkeypatch.setattr("runner.supervisor.Supervisor.run", lambda self: started.append(self.run_id) or "running")
     assert tasks.execute_run.run(waiting.pk, 1) == "" and started == []
     assert resent == [{"args": [waiting.pk, 1], "queue": "runs", "countdown": 30}]
     assert tasks.execute_run.run(waiting.pk, 1) == ""  # again: one event, not two
@@ -223,6 +223,37 @@ def test_a_worker_leaves_a_run_queued_while_its_owner_is_at_the_active_limit(ali
     assert Run.objects.get(pk=waiting.pk).status == "queued"
     UserLimits.objects.create(user=alice, max_active_runs=3)
     assert tasks.execute_run.run(waiting.pk, 1) == "running" and len(started) == 1
+
+
+def test_two_runs_claimed_in_the_same_instant_do_not_both_pass_the_active_cap(alice, settings, monkeypatch):
+    """Both messages pass the early check (the owner has no active run); the claim checks again in
+    its transaction, so the second run stays queued and its message is sent again."""
+    from runner import tasks
+    from runner.supervisor import Supervisor
+
+    settings.PLATFORM_MAX_ACTIVE_RUNS_PER_USER = 1
+    settings.PLATFORM_ACTIVE_CAP_RETRY_S = 30
+    experiment = make_experiment(alice)
+    first = make_run(alice, status="queued", experiment=experiment, queue="runs")
+    second = make_run(alice, status="queued", experiment=experiment, queue="runs")
+    assert tasks.waits_for_active_room(first.pk, 1) is False and tasks.waits_for_active_room(second.pk, 1) is False
+    resent = []
+    monkeypatch.setattr(tasks.execute_run, "apply_async", lambda **kw: resent.append(kw))
+    monkeypatch.setattr(tasks, "waits_for_active_room", _early_check_passes(tasks.waits_for_active_room))
+    monkeypatch.setattr(Supervisor, "spawn", lambda self, run: None)
+    monkeypatch.setattr(Supervisor, "wait", lambda self: 0)
+    monkeypatch.setattr(Supervisor, "finalize_retrying", lambda self, code: Run.objects.get(pk=self.run_id).status)
+    assert tasks.execute_run.run(first.pk, 1) == "running"
+    assert tasks.execute_run.run(second.pk, 1) == ""
+    assert Run.objects.get(pk=second.pk).status == "queued"
+    assert resent == [{"args": [second.pk, 1], "queue": "runs", "countdown": 30}]
+    assert second.events.filter(message__startswith="waiting: the owner has 1 active run,").count() == 1
+
+
+def _early_check_passes(check):
+    """waits_for_active_room as if the other run's claim had not committed yet: the early check
+    finds room; the call that reports the claim's finding still records and re-sends."""
+    return lambda run_id, attempt, waiting=None: check(run_id, attempt, waiting) if waiting else False
 
 
 # --- queues ------------------------------------------------------------------------------------
