@@ -48,23 +48,26 @@ def send_when_committed(run: Run) -> None:
     transaction.on_commit(lambda: send_run_message(run_id, attempt, queue))
 
 
-def launch_run(experiment: Experiment, max_restarts: int | None = None, queue: str | None = None) -> Run:
+def launch_run(experiment: Experiment, max_restarts: int | None = None, queue: str | None = None,
+               config: dict | None = None) -> Run:
     """Create a queued Run (attempt 1) from the experiment's current config and put it on `queue`
     (default: runner.queues' default queue; workers take the queues named by `worker --queues`).
     LaunchRefused when the owner may not use that queue, has too many queued runs (runner.limits)
     or the run's step is over their caps or a worker's memory (runner.step_limits); then no run is
-    created."""
+    created. `config`: the run's config instead of the experiment's current one (a sweep's trial;
+    the caller has validated it through experiments.configs)."""
+    config = experiment.config if config is None else config
     version = experiment.latest_version
     queue = queues.resolve_queue(experiment.owner, queue)
     with transaction.atomic():
         run = Run.objects.create(
             experiment=experiment,
             config_version=version,
-            config=experiment.config,
+            config=config,
             status=S.QUEUED,
             attempt=1,
             queued_at=timezone.now(),
-            max_steps=int(experiment.config.get("train", {}).get("max_steps", 0)),
+            max_steps=int(config.get("train", {}).get("max_steps", 0)),
             max_restarts=settings.PLATFORM_DEFAULT_MAX_RESTARTS if max_restarts is None else max_restarts,
             queue=queue,
         )
