@@ -210,6 +210,7 @@ PLATFORM_REAP_EVERY_S = float(os.environ.get("PLATFORM_REAP_EVERY_S", "5"))
 # Other housekeeping the scheduler runs in its own process (runner.beat): name -> (dotted path of a
 # no-argument function, period in seconds). Sweeps launch and prune trials; alerts are delivered.
 PLATFORM_PERIODIC_JOBS: dict[str, tuple[str, float]] = {}
+PLATFORM_PERIODIC_JOBS["sweeps"] = ("sweeps.scheduler.tick", float(os.environ.get("PLATFORM_SWEEP_TICK_S", "2")))
 # After a pause request, how long a trainer has to stop by itself (and checkpoint) before SIGTERM,
 # and then how long after SIGTERM before SIGKILL.
 PLATFORM_STOP_GRACE_S = float(os.environ.get("PLATFORM_STOP_GRACE_S", "60"))
