@@ -22,6 +22,9 @@ generate --model DIR [--chat] [--json] [--max-new-tokens N] [--prompts-file F] P
                                   folder or a run directory (its newest checkpoint, or --step N)
 export RUN_DIR --out DIR [--step N] [--dtype bfloat16]
                                   write a run's trained policy as a Hugging Face model folder
+evaluate MODEL_OR_RUN_DIR [--config CFG] [--step N] [--dataset TASK_OR_JSONL] --out FILE.jsonl
+                                  score a model folder or a run's checkpoint: greedy accuracy, mean
+                                  reward, pass@k; one row per prompt in FILE, the metrics printed
 """
 
 from __future__ import annotations
@@ -293,6 +296,47 @@ def cmd_export(args) -> int:
     return 0
 
 
+def cmd_evaluate(args) -> int:
+    import json
+
+    from trainers.data.examples import DataError
+    from trainers.loop.evaluate import evaluate_policy_on
+
+    config = None
+    if args.config is not None:
+        config = _load(args)
+        if config is None:
+            return EXIT_INVALID
+    bar = None
+
+    def progress(done: int, total: int) -> None:
+        nonlocal bar
+        if args.json_progress:
+            print(json.dumps({"progress": {"done": done, "total": total}}), flush=True)
+            return
+        from tqdm import tqdm
+
+        if bar is None:
+            bar = tqdm(total=total, unit="prompt", desc="evaluate", dynamic_ncols=True, file=sys.stderr)
+        bar.update(done - bar.n)
+
+    try:
+        result = evaluate_policy_on(args.model, config, step=args.step, dataset=args.dataset, prompts=args.prompts,
+                                    samples_per_prompt=args.samples, pass_k=args.k,
+                                    max_new_tokens=args.max_new_tokens, progress=progress)
+    except (DataError, FileNotFoundError, ValueError) as exc:
+        print(f"evaluate: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    finally:
+        if bar is not None:
+            bar.close()
+    with open(args.out, "w", encoding="utf-8") as f:
+        for row in result.rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    print(json.dumps({"summary": {**result.metrics, "prompts": len(result.rows), "model": result.description}}))
+    return 0
+
+
 def _known_models_help() -> str:
     from trainers.models.fetch import KNOWN_MODELS
 
@@ -384,6 +428,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
                    help="weight dtype in the folder (default float32)")
     p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("evaluate", help="score a model folder or a run's checkpoint on a dataset",
+                       description="Score MODEL_OR_RUN_DIR (a Hugging Face folder, or a run directory's newest "
+                                   "checkpoint or --step N) on the config's eval set, a built-in task's held-out "
+                                   "prompts or a JSONL file, with the config's rewards: greedy accuracy, mean "
+                                   "reward and pass@k. Writes one JSON row per prompt to --out and prints "
+                                   "{\"summary\": {...}}; exit 2 for a bad config, model or dataset.")
+    p.add_argument("model", metavar="MODEL_OR_RUN_DIR", help="a Hugging Face model folder or a run directory")
+    p.add_argument("--config", default=None, help="experiment config (YAML) for its rewards, data and budgets "
+                                                  "(default: a run directory's config.yaml)")
+    p.add_argument("--set", action="append", default=[], metavar="dotted.path=value",
+                   help="override a field of --config (repeatable)")
+    p.add_argument("--step", type=int, default=None, help="a run directory's checkpoint step (default: the newest)")
+    p.add_argument("--dataset", default=None, metavar="TASK_OR_JSONL",
+                   help="a built-in task (its held-out prompts) or a JSONL file (default: the config's eval set)")
+    p.add_argument("--prompts", type=int, default=0, help="score the first N prompts (default 0 = all; a task: "
+                                                           "data.eval_prompts)")
+    p.add_argument("--samples", type=int, default=None, help="sampled completions per prompt for pass@k "
+                                                              "(default eval.samples_per_prompt)")
+    p.add_argument("--k", type=int, default=None, help="the k of pass@k (default eval.pass_k or --samples)")
+    p.add_argument("--max-new-tokens", type=int, default=None, help="completion budget (default the config's)")
+    p.add_argument("--out", required=True, metavar="FILE.jsonl", help="per-prompt rows to write")
+    p.add_argument("--json-progress", action="store_true",
+                   help="print {\"progress\": {\"done\", \"total\"}} lines on stdout instead of a bar")
+    p.set_defaults(func=cmd_evaluate)
     return parser
 
 

@@ -41,11 +41,12 @@ from trainers.asynchronous.source import AsyncRolloutSource
 from trainers.config import ExperimentConfig
 from trainers.data.examples import load_examples
 from trainers.data.prompt_stream import PromptStream
+from trainers.loop.evaluate import pass_at_k, score_prompts  # noqa: F401 - pass_at_k: its old home
 from trainers.loop.checkpoint import Checkpointer, IncompatibleCheckpoint, restore_params_at
 from trainers.loop.hooks import Action, Control, Hooks, RunInfo, TrainResult, shared_control
 from trainers.loop.placement import Placement
 from trainers.loop.plan import BatchPlan, informative_first, make_plan, shared_prompt_group
-from trainers.loop.rollout import Rollout, RolloutSpec, check_prompts_fit, collect_rollout
+from trainers.loop.rollout import Rollout, RolloutSpec, check_prompts_fit
 from trainers.loop.rollout_source import (
     RolloutContext,
     RolloutSource,
@@ -76,19 +77,6 @@ def params_digest(params: Any) -> str:
         h.update(str(arr.dtype).encode() + str(arr.shape).encode())
         h.update(np.ascontiguousarray(arr).tobytes())
     return h.hexdigest()
-
-
-def pass_at_k(correct: np.ndarray, k: int) -> float:
-    """correct [P, n] bool (n samples of each of P prompts), k <= n -> the unbiased estimate of pass@k
-    (Chen et al. 2021, "Evaluating Large Language Models Trained on Code"), averaged over prompts:
-    1 - C(n - c, k) / C(n, k) per prompt with c correct samples, the chance that k samples drawn
-    without replacement from the n hold a correct one."""
-    correct = np.asarray(correct, bool)
-    n = correct.shape[1]
-    if not 1 <= k <= n:
-        raise ValueError(f"pass@k needs 1 <= k <= n samples per prompt, got k={k}, n={n}")
-    per_prompt = [1.0 - math.comb(n - int(c), k) / math.comb(n, k) for c in correct.sum(axis=1)]
-    return float(np.mean(per_prompt))
 
 
 DIVERGENCE_METRICS = ("loss/policy", "loss/kl", "grad_norm", "param_norm")
@@ -420,21 +408,13 @@ class GRPOTrainer:
         params = self.placement.generation_weights(self.policy_params())  # matrices cast once, not per decode step
         weights = lambda: (params, self.state.step)  # noqa: E731
         e = self.config.eval
-        mesh = self.placement.train_mesh
-        r = collect_rollout(self.graphdef, weights, examples, self.spec.for_evaluation(e.temperature), key, mesh=mesh)
-        out = {"eval/reward_mean": float(np.mean(r.rewards)), "eval/accuracy": float(np.mean(r.correct))}
-        evaluated = [{**sample, "kind": "eval"} for sample in r.samples(self.config.train.samples_per_step)]
+        scored = score_prompts(self.graphdef, weights, examples, self.spec, key, temperature=e.temperature,
+                               samples_per_prompt=e.samples_per_prompt,
+                               sample_temperature=self.config.rollout.temperature, mesh=self.placement.train_mesh)
+        evaluated = [{**sample, "kind": "eval"} for sample in scored.greedy.samples(self.config.train.samples_per_step)]
         if evaluated:
             self.hooks.on_samples(self.state.step, evaluated)
-        if e.samples_per_prompt > 1:
-            spec = self.spec.for_evaluation(self.config.rollout.temperature, e.samples_per_prompt)
-            sampled = collect_rollout(self.graphdef, weights, examples, spec, jax.random.fold_in(key, 1), mesh=mesh)
-            correct = sampled.correct.reshape(len(examples), e.samples_per_prompt)
-            k = e.pass_k or e.samples_per_prompt
-            out["eval/pass@1"] = pass_at_k(correct, 1)
-            if k > 1:
-                out[f"eval/pass@{k}"] = pass_at_k(correct, k)
-        return out
+        return {f"eval/{name}": value for name, value in scored.metrics(e.pass_k).items()}
 
     def step(self) -> dict[str, float] | None:
         """Run one whole step; returns its metrics, or None if interrupted mid-step (`interrupted_by`).
