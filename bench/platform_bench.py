@@ -15,7 +15,9 @@
       and encoded), the median of repeated requests (warm: the per-run cache of encoded answers,
       experiments/run_compare.py, checked by one query of index probes), and the median with one
       more step written to one run before each request (live: that run alone encoded again).
-      Anchor: 300 ms for the warm request on PostgreSQL (SQLite alongside). The data are written
+      Cold: a process's first request with the ended runs' snapshots stored (SeriesSnapshot rows, as a
+      worker writes them when a run ends); first: the same with no snapshot anywhere (every point read).
+      Anchors: 300 ms for the warm request, 3 s for the cold one, on PostgreSQL (SQLite alongside). The data are written
       once by the database itself (generate_series / a recursive CTE, a few minutes) and kept.
   (b) metric-reporting overhead: W1 (configs/w1.yaml) trains a few steps with the platform's
       DatabaseHooks (runner/db_hooks.py, flush_interval_s=0.5) writing to the scratch database;
@@ -30,7 +32,8 @@ postgres://postgres@127.0.0.1:5432/grpo_bench; the database is created and migra
 load; --reload forces it). SQLite: a scratch file under var/bench-platform/. Each part runs in its own child process (fresh Django settings per back end).
 
 Last line: `chart_ms=X ratio_vs_anchor=Y overhead_pct=Z ratio_vs_anchor=W compare_ms=U
-ratio_vs_anchor=V` with Y = X / 150, W = Z / 2 and V = U / 300 (all targets: <= 1).
+ratio_vs_anchor=V compare_cold_ms=C ratio_vs_anchor=R` with Y = X / 150, W = Z / 2, V = U / 300 and
+R = C / 3000 (all targets: <= 1).
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ import bench_django  # bench/ is first on sys.path for a script run from it
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHART_ANCHOR_MS = 150.0
 COMPARE_ANCHOR_MS = 300.0
+COMPARE_COLD_ANCHOR_MS = 3000.0   # a process's first compare request (issue 20: <= 3 s cold, <= 1 s warm)
 COMPARE_MAX_POINTS = 1000   # what the compare page asks for (run_compare.DEFAULT_MAX_POINTS)
 OVERHEAD_ANCHOR_PCT = 2.0
 MICRO_FIRST_STEP = 1_000_000   # the back-to-back reporting calls use steps from here (deleted after)
@@ -311,6 +315,15 @@ def child_compare(args) -> dict:
         assert response.status_code == 200, response.content[:300]
         return elapsed, response.content
 
+    from experiments.models import SeriesSnapshot
+
+    # first: nothing encoded anywhere (no snapshot rows either): every point is read
+    SeriesSnapshot.objects.filter(run__in=runs).delete()
+    metric_series.SERIES_CACHE.clear()
+    run_compare.FRAGMENT_CACHE.clear()
+    first_ms, _ = get()
+    # cold: a process that has not encoded these runs (a restarted server, another web worker);
+    # the ended runs' snapshots are stored (written by the first request, as by a worker at run end)
     metric_series.SERIES_CACHE.clear()
     run_compare.FRAGMENT_CACHE.clear()
     cold_ms, content = get()
@@ -338,6 +351,7 @@ def child_compare(args) -> dict:
         "series": len(series),
         "points_served": sum(len(s["steps"]) for s in series),
         "response_bytes": len(content),
+        "first_ms": first_ms,
         "cold_ms": cold_ms,
         "warm_ms": statistics.median(warm),
         "warm_encodes": warm_encodes,
@@ -520,8 +534,10 @@ def main(argv: list[str] | None = None) -> int:
                   f"{COMPARE_MAX_POINTS})")
             print(f"  warm {c['warm_ms']:.1f} ms (median; every run's encoded answer cached, one query checks them)"
                   f"   ratio vs {COMPARE_ANCHOR_MS:.0f} ms: {c['warm_ms'] / COMPARE_ANCHOR_MS:.2f}")
-            print(f"  live {c['live_ms']:.1f} ms (median, one run gets a step before each request)   cold "
-                  f"{c['cold_ms']:.0f} ms (the process's first request: every point read)"
+            print(f"  cold {c['cold_ms']:.0f} ms (a process's first request, the ended runs' snapshots stored)"
+                  f"   ratio vs {COMPARE_COLD_ANCHOR_MS:.0f} ms: {c['cold_ms'] / COMPARE_COLD_ANCHOR_MS:.2f}")
+            print(f"  live {c['live_ms']:.1f} ms (median, one run gets a step before each request)   first "
+                  f"{c['first_ms']:.0f} ms (no snapshot anywhere: every point read)"
                   + (f"; points written in {c['write_s']:.0f} s" if c["write_s"] else ""))
     if args.json:
         print(json.dumps(figures))
@@ -537,7 +553,9 @@ def main(argv: list[str] | None = None) -> int:
                    f"ratio_vs_anchor={hooks['overhead_pct'] / OVERHEAD_ANCHOR_PCT:.2f}"]
     if compare:
         fields += [f"compare_ms={compare['warm_ms']:.1f}",
-                   f"ratio_vs_anchor={compare['warm_ms'] / COMPARE_ANCHOR_MS:.2f}"]
+                   f"ratio_vs_anchor={compare['warm_ms'] / COMPARE_ANCHOR_MS:.2f}",
+                   f"compare_cold_ms={compare['cold_ms']:.0f}",
+                   f"ratio_vs_anchor={compare['cold_ms'] / COMPARE_COLD_ANCHOR_MS:.2f}"]
     print(" ".join(fields) if fields else "no figures (every part failed)")
     return 0 if len(figures) == len(parts) * len(backends) else 1
 

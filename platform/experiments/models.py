@@ -179,6 +179,7 @@ ATTEMPT_TRANSITIONS: dict[str, set[str]] = {
 }
 ACTIVE_STATUSES = {S.RUNNING, S.PAUSING, S.CANCELLING}     # a worker holds the run
 TERMINAL_STATUSES = {S.CANCELLED, S.SUCCEEDED, S.FAILED, S.PRUNED}
+SETTLED_STATUSES = frozenset(TERMINAL_STATUSES | {S.PAUSED})  # nothing writes to the run's rows or files
 
 
 def allowed_sources(to: str, *, by_attempt: bool, only_from=None) -> set[str]:
@@ -331,6 +332,28 @@ class MetricPoint(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name}@{self.step}={self.value}"
+
+
+class SeriesSnapshot(models.Model):
+    """A run's series downsampled and encoded for the compare page (experiments.run_compare's
+    `Fragment`), kept in the database so that a process that has not encoded the run yet (a
+    restarted server, another web worker) reads one row instead of every point. Valid while the
+    run's rows are as they were (`version`: the run's largest MetricPoint id then; `last_steps`:
+    each series' newest step), checked by the compare request's one query. Written for runs no
+    worker holds (an ended or paused run's series no longer change)."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="series_snapshots")
+    max_points = models.PositiveIntegerField()
+    version = models.BigIntegerField()
+    last_steps = models.JSONField(help_text="[[metric, its newest step], ...] by name")
+    series_json = models.TextField()
+    created_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "max_points"], name="series_snapshot_run_points")]
+
+    def __str__(self) -> str:
+        return f"series of run {self.run_id} at {self.max_points} points"
 
 
 class SampleKind(models.TextChoices):

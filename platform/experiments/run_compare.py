@@ -11,6 +11,9 @@
   while the run's rows are unchanged (`current_fragments`: its largest MetricPoint id and each
   series' newest step, index probes all in one query). A compare request then costs that query
   and a string join.
+- `SeriesSnapshot` rows (experiments.models): the same text for settled runs (ended or paused),
+  written when one is encoded and by the worker when a run ends (`snapshot_run`), so a process
+  that has not encoded a run yet reads one row, checked the same way, instead of every point.
 
 Why a cache of encoded answers. 20 runs x 20 series x 10^5 points (4 x 10^7 points) is ten times
 what the series cache holds by default (metric_series.DEFAULT_CACHE_POINTS, 4 x 10^6 points, about
@@ -21,7 +24,8 @@ kept: about 1 MB per run at 1000 points a series. A run whose rows changed (appe
 resume's deleted tail: its largest id goes) is read again through metric_series.SERIES_CACHE
 (incrementally when it is still cached there) and encoded afresh. Measured there (13 MB of JSON,
 PostgreSQL): 22 ms a request with every run cached, 56 ms with one run grown by a step, 17 s for
-the process's first request (every point read; SQLite 34 s).
+the process's first request when every point is read (SQLite 34 s); with the runs' snapshots
+stored, that first request reads 20 rows instead (bench/platform_bench.py prints both).
 """
 
 from __future__ import annotations
@@ -131,6 +135,13 @@ class FragmentCache:
         with self._lock:
             return self._fragments.get(self._key(run, max_points, using))
 
+    def keep(self, run, fragment: Fragment, max_points: int, using: str = "default") -> None:
+        key = self._key(run, max_points, using)
+        with self._lock:
+            self._fragments[key] = fragment
+            self._fragments.move_to_end(key)
+            self._evict()
+
     def encode(self, run, version: int, max_points: int, using: str = "default") -> Fragment:
         """Read `run`'s series (metric_series.SERIES_CACHE), encode and keep them. `version` must
         have been read before: rows added in between leave the fragment newer than its version
@@ -138,12 +149,13 @@ class FragmentCache:
         series = SERIES_CACHE.get(run, using)
         fragment = Fragment(version, tuple((name, series[name].last_step) for name in sorted(series)),
                             run_series_json(series, max_points))
-        key = self._key(run, max_points, using)
         with self._lock:
             self.misses += 1
-            self._fragments[key] = fragment
-            self._fragments.move_to_end(key)
-            self._evict()
+        self.keep(run, fragment, max_points, using)
+        from experiments.models import SETTLED_STATUSES
+
+        if run.status in SETTLED_STATUSES:  # no worker changes its series: worth a row
+            store_snapshot(run, fragment, max_points, using)
         return fragment
 
     def _evict(self) -> None:
@@ -156,6 +168,32 @@ class FragmentCache:
 
 FRAGMENT_CACHE = FragmentCache()
 
+def store_snapshot(run, fragment: Fragment, max_points: int, using: str = "default") -> None:
+    """Keep `fragment` in the database for processes that have not encoded `run` yet."""
+    from experiments.models import SeriesSnapshot
+
+    SeriesSnapshot.objects.using(using).update_or_create(
+        run_id=run.pk, max_points=max_points,
+        defaults={"version": fragment.version, "last_steps": [list(p) for p in fragment.last_steps],
+                  "series_json": fragment.series_json})
+
+
+def stored_fragments(runs: list, max_points: int, using: str = "default") -> dict[int, Fragment]:
+    """The stored snapshots of `runs` at `max_points`, by run id (one query), as fragments; the
+    caller checks them like cached ones."""
+    from experiments.models import SeriesSnapshot
+
+    rows = (SeriesSnapshot.objects.using(using).filter(run_id__in=[r.pk for r in runs], max_points=max_points)
+            .values_list("run_id", "version", "last_steps", "series_json"))
+    return {run_id: Fragment(int(version), tuple((str(n), int(st)) for n, st in last_steps), text)
+            for run_id, version, last_steps, text in rows}
+
+
+def snapshot_run(run, max_points: int = DEFAULT_MAX_POINTS, using: str = "default") -> None:
+    """Encode and store a settled run's series now (a worker calls it when a run ends), so the
+    first compare of it in any process reads one row. Nothing when it is already current."""
+    current_fragments([run], max_points, using)
+
 
 def current_fragments(runs: list, max_points: int, using: str = "default") -> list[Fragment]:
     """Each run's fragment, from the cache where the run's rows are as they were when it was
@@ -163,16 +201,22 @@ def current_fragments(runs: list, max_points: int, using: str = "default") -> li
     MetricPoint id (any new row has a larger one) and, for a cached fragment, each of its series'
     newest step (a resume deletes the rows after its checkpoint: a newest step goes back)."""
     cached = [FRAGMENT_CACHE.lookup(run, max_points, using) for run in runs]
+    missing = [run for run, fragment in zip(runs, cached) if fragment is None]
+    stored = stored_fragments(missing, max_points, using) if missing else {}
+    from_store = [fragment is None and run.pk in stored for run, fragment in zip(runs, cached)]
+    cached = [fragment or stored.get(run.pk) for run, fragment in zip(runs, cached)]
     wanted = []  # (run id, "" for its largest id, else a series' name)
     for run, fragment in zip(runs, cached):
         wanted += [(run.pk, "")] + [(run.pk, name) for name in (fragment.metrics if fragment else [])]
     found = iter(_probe(wanted, using))
     out = []
-    for run, fragment in zip(runs, cached):
+    for run, fragment, read in zip(runs, cached, from_store):
         version = int(next(found) or 0)
         newest = [next(found) for _ in (fragment.metrics if fragment else [])]
         if fragment is None or fragment.version != version or newest != [s for _, s in fragment.last_steps]:
             fragment = FRAGMENT_CACHE.encode(run, version, max_points, using)
+        elif read:
+            FRAGMENT_CACHE.keep(run, fragment, max_points, using)
         out.append(fragment)
     return out
 

@@ -16,6 +16,7 @@ import math
 import re
 from typing import Iterator, Mapping
 
+from django.db import connections
 from django.db.models import Q, QuerySet
 
 from experiments.models import RolloutSample, Run, SampleKind
@@ -24,6 +25,9 @@ DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
 EXPORT_CHUNK = 1000        # samples read per query while streaming an export
 SEARCH_SCAN_ROWS = 50_000  # rows a value search (text, reward, advantage) reads per request
+TRIGRAM_MIN_CHARS = 3      # a trigram index serves text of at least 3 characters
+TRIGRAM_INDEX = "sample_completion_trgm"  # made by migration 0010 where pg_trgm can be created
+_trigram_indexed: dict[str, bool] = {}     # database name -> whether the trigram indexes exist
 MAX_QUERY_CHARS = 200
 INT_LIMIT = 2**31 - 1      # steps, indexes and groups are 32-bit integer columns
 ID_LIMIT = 2**63 - 1
@@ -142,6 +146,24 @@ def parse_page(params: Mapping[str, str]) -> PageRequest:
 NO_VALUE_FILTERS = {"q": "", "reward_min": None, "reward_max": None, "advantage_min": None, "advantage_max": None}
 
 
+def text_indexed(f: SampleFilters, using: str = "default") -> bool:
+    """Whether `f` is a text search alone (no reward or advantage bound) that PostgreSQL's trigram
+    indexes serve (migration 0010: a database where pg_trgm could be created), so it needs no
+    bounded scan: the planner finds the matching rows through the index, or walks the browse order
+    when the text is common. Checked once per database and process."""
+    if not f.q or len(f.q) < TRIGRAM_MIN_CHARS or any(getattr(f, n) is not None for n in FLOAT_FILTERS):
+        return False
+    connection = connections[using]
+    if connection.vendor != "postgresql":
+        return False
+    name = str(connection.settings_dict["NAME"])
+    if name not in _trigram_indexed:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1 FROM pg_indexes WHERE indexname = %s", [TRIGRAM_INDEX])
+            _trigram_indexed[name] = cursor.fetchone() is not None
+    return _trigram_indexed[name]
+
+
 def filters_values(f: SampleFilters) -> bool:
     """Whether `f` filters on text, reward or advantage."""
     return any(getattr(f, name) != unset for name, unset in NO_VALUE_FILTERS.items())
@@ -257,7 +279,7 @@ def page(run: Run, f: SampleFilters, request: PageRequest) -> Page:
     order = FORWARD if forward else BACKWARD
     qs = _by_values(base, f)
     window_end = None
-    if filters_values(f):
+    if filters_values(f) and not text_indexed(f):
         if not f.prompt_hash and f.step is None:
             window_end = _window_end(place, base, cursor, forward)
             if window_end is not None:  # up to and including the window's last row

@@ -35,7 +35,8 @@ import traceback
 
 from django.utils import timezone
 
-from experiments.models import ACTIVE_STATUSES, Run, RunEvent, RunStatus
+from experiments.models import ACTIVE_STATUSES, SETTLED_STATUSES, Run, RunEvent, RunStatus
+from experiments.run_compare import snapshot_run
 from runner.control import DatabaseControl
 from runner.db_hooks import DatabaseHooks
 from runner.forks import start_checkpoint
@@ -191,4 +192,15 @@ def run_attempt(run_id: int, attempt: int, parent_pid: int | None = None) -> int
     status = finish_run(run, attempt, result, control)
     log.info("run %s attempt %s: trainer %s at step %s -> %s", run_id, attempt, result.status,
              result.final_step, status or "(not ours)")
+    if status in SETTLED_STATUSES:
+        snapshot_series(run)
     return 0
+
+
+def snapshot_series(run: Run) -> None:
+    """Store the ended run's compare-page series (experiments.run_compare.snapshot_run), so its first
+    comparison in any process reads one row instead of every point. Never fails the run."""
+    try:
+        snapshot_run(run)
+    except Exception:  # noqa: BLE001 - an optimisation: the compare page encodes it when asked
+        log.exception("run %s: cannot store its series snapshot", run.pk)

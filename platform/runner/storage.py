@@ -46,11 +46,10 @@ from django.core.cache import cache
 from django.db.models import Sum
 
 from experiments.dataset_models import Dataset
-from experiments.models import Run, RunStatus
+from experiments.models import SETTLED_STATUSES, Run
 from runner.limits import LaunchRefused, limits_for
 
-SETTLED_STATUSES = frozenset({RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.PRUNED,
-                              RunStatus.PAUSED})
+
 RUN_SIZE_CACHE_S = 600  # a settled run's size is walked again after this long (files removed by hand)
 EXPORT_NAME = re.compile(r"run-(?P<run>[0-9]+)-step-(?P<step>[0-9]+)")
 

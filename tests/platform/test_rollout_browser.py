@@ -251,3 +251,27 @@ def test_a_search_window_after_a_cursor_holds_the_rows_after_it(browsed, monkeyp
     back = client.get(url, {"q": "g0", "before": ids["s3g0n1"]}).json()
     assert completions(back) == ["s2g0n0", "s2g0n1", "s3g0n0"] and back["prev_before"] == ids["s1g1n1"]
     assert back["scanned_to_step"] == 1
+
+
+def test_text_of_three_characters_searches_the_whole_run_where_postgresql_has_the_trigram_index(browsed,
+                                                                                                monkeypatch):
+    """Migration 0010 creates pg_trgm indexes on PostgreSQL: a text search of 3+ characters then has
+    no bounded window (the index finds the rows); SQLite, and shorter text, keep the window."""
+    from django.db import connection
+
+    run, client, url = browsed
+    monkeypatch.setattr(sample_query, "SEARCH_SCAN_ROWS", 4)  # one step's 4 train samples a request
+    monkeypatch.setattr(sample_query, "_trigram_indexed", {})
+    body = client.get(url, {"q": "s3g1", "limit": 5}).json()
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT indexname FROM pg_indexes WHERE indexname LIKE 'sample_%%_trgm' ORDER BY 1")
+            assert [row[0] for row in cursor.fetchall()] == ["sample_completion_trgm", "sample_prompt_trgm"]
+        assert completions(body) == ["s3g1n0", "s3g1n1"] and body["scanned_to_step"] is None
+        assert body["next_after"] is None
+    else:
+        assert completions(body) == [] and body["scanned_to_step"] == 1  # the first window: step 1's rows
+    short = client.get(url, {"q": "g1", "limit": 5}).json()  # 2 characters: no trigram, a window
+    assert completions(short) == ["s1g1n0", "s1g1n1"] and short["scanned_to_step"] == 1
+    reward = client.get(url, {"q": "s3g1", "reward_min": 1, "limit": 5}).json()  # a bound too: a window
+    assert completions(reward) == [] and reward["scanned_to_step"] == 1

@@ -110,6 +110,43 @@ def test_fragment_cache_is_bounded(alice, fresh_caches):
     assert cache.lookup(runs[1], 20) is None  # another max_points: another fragment
 
 
+def test_a_settled_run_is_read_from_its_snapshot_in_a_process_that_never_encoded_it(alice, fresh_caches):
+    """Another process (here: cleared caches) answers from the stored row, without reading the
+    points (the series cache stays empty), and a row added afterwards still makes it encode anew."""
+    from experiments.metric_series import SERIES_CACHE
+    from experiments.models import SeriesSnapshot
+
+    live, ended = make_run(alice, status="running"), make_run(alice, status="succeeded")
+    for run in (live, ended):
+        add_timed_points(run, {"a": [(s, float(s), s) for s in range(10)]})
+    first = rc.compare_json([live, ended], max_points=4)
+    assert list(SeriesSnapshot.objects.values_list("run_id", "max_points")) == [(ended.pk, 4)]  # not the live run
+
+    rc.FRAGMENT_CACHE.clear()
+    SERIES_CACHE.clear()
+    misses = rc.FRAGMENT_CACHE.misses
+    assert rc.compare_json([ended], max_points=4) == rc.compare_json([ended], max_points=4)
+    assert json.loads(rc.compare_json([ended], max_points=4))["runs"][0] == json.loads(first)["runs"][1]
+    assert rc.FRAGMENT_CACHE.misses == misses and len(SERIES_CACHE._runs) == 0  # no point was read
+
+    rc.FRAGMENT_CACHE.clear()
+    add_timed_points(ended, {"a": [(10, -1.0, 10)]})  # the stored row is stale now: encoded again
+    assert json.loads(rc.compare_json([ended], max_points=4))["runs"][0]["series"]["a"]["values"][-1] == -1.0
+    assert rc.FRAGMENT_CACHE.misses == misses + 1
+    assert SeriesSnapshot.objects.get(run=ended).last_steps == [["a", 10]]
+
+
+def test_snapshot_run_stores_an_ended_runs_series(alice, fresh_caches):
+    from experiments.models import SeriesSnapshot
+
+    run = make_run(alice, status="succeeded")
+    add_timed_points(run, {"a": [(0, 1.0, 0), (1, 2.0, 1)]})
+    rc.snapshot_run(run)
+    row = SeriesSnapshot.objects.get(run=run)
+    assert row.max_points == rc.DEFAULT_MAX_POINTS and row.last_steps == [["a", 1]]
+    assert json.loads(row.series_json) == {"a": {"steps": [0, 1], "values": [1.0, 2.0], "elapsed_s": [0.0, 1.0]}}
+
+
 # --- the endpoint ---------------------------------------------------------------------------------
 
 
