@@ -159,7 +159,7 @@ class AsyncRolloutSource:
         p = self.context.plan.prompts_per_step
         dynamic = step_metrics(selection, (selection.consumed - p) / p, selection.consumed,
                                np.concatenate([g.rewards for g in payloads]),
-                               np.concatenate([g.correct for g in payloads]))
+                               np.concatenate([g.correct for g in payloads]), payloads)
         self._metrics = {**buffer_metrics, "async/wait_s": wait_s,
                          "async/token_age_mean": rollout.token_age_mean(step), **dynamic}
         return rollout

@@ -25,7 +25,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from trainers.algo.sampling_filters import dynamic_sampling_values, informative_groups
-from trainers.loop.rollout import Rollout
+from trainers.loop.rollout import Rollout, reward_metrics
 
 ROUND_KEY_OFFSET = 1 << 21
 """Round k >= 1 of step s samples with fold_in(fold_in(key(seed), s), ROUND_KEY_OFFSET + k): apart from
@@ -91,10 +91,15 @@ def assemble(groups: Sequence[Rollout], selection: Selection, pad_id: int) -> Ro
 
 
 def step_metrics(selection: Selection, refill_rounds: float, prompts_sampled: int, rewards: np.ndarray,
-                 correct: np.ndarray) -> dict[str, float]:
+                 correct: np.ndarray, sampled: Sequence[Rollout] = ()) -> dict[str, float]:
     """dynamic/dropped_group_fraction = len(dropped) / consumed, dynamic/refill_rounds,
     dynamic/prompts_consumed, dynamic/prompts_sampled (generated for the step), and reward/mean,
-    reward/std, accuracy over the completions given (`rewards`, `correct`: the caller says which)."""
+    reward/std, accuracy over the completions given (`rewards`, `correct`: the caller says which);
+    with `sampled` (the rollouts those completions come from), reward/<name> per reward function
+    over them too (`rollout.reward_metrics`)."""
+    components = {}
+    if sampled:
+        components = reward_metrics(sampled[0].reward_names, np.concatenate([r.reward_values for r in sampled]))
     return {
         "dynamic/dropped_group_fraction": len(selection.dropped) / selection.consumed,
         "dynamic/refill_rounds": float(refill_rounds),
@@ -103,6 +108,7 @@ def step_metrics(selection: Selection, refill_rounds: float, prompts_sampled: in
         "reward/mean": float(np.mean(rewards)),
         "reward/std": float(np.std(rewards)),
         "accuracy": float(np.mean(correct)),
+        **components,
     }
 
 
@@ -138,7 +144,8 @@ def fill_informative(sample_round: Callable[[int, int], Rollout], prompts: int, 
     step = assemble(groups, selection, pad_id)
     step.generate_s = sum(r.generate_s for r in rounds)
     metrics = step_metrics(selection, len(rounds) - 1, sum(r.prompts for r in rounds),
-                           np.concatenate([r.rewards for r in rounds]), np.concatenate([r.correct for r in rounds]))
+                           np.concatenate([r.rewards for r in rounds]), np.concatenate([r.correct for r in rounds]),
+                           rounds)
     return step, metrics
 
 

@@ -44,6 +44,16 @@ applied to them). Called before each generation call, and with in-flight updates
 decode chunk, so a caller can hand newer weights to a generation in progress."""
 
 
+def reward_metrics(names: tuple[str, ...], values: np.ndarray) -> dict[str, float]:
+    """{"reward/<name>": mean of column k of `values`} for each reward function `names[k]` ([N, K]
+    raw scores, before weights and the overlong penalty): which part of the reward a run learns.
+    Nothing for an empty rollout."""
+    if values.shape[0] == 0:
+        return {}
+    means = values.mean(axis=0)
+    return {f"reward/{name}": float(means[k]) for k, name in enumerate(names)}
+
+
 @dataclasses.dataclass
 class Rollout:
     """Prompts, their G completions each, rewards and advantages: per-sequence host arrays.
@@ -75,6 +85,10 @@ class Rollout:
     overlong_penalties: np.ndarray | None = None
     # prompts sampled to make this rollout (dynamic sampling samples more than it keeps); None = prompts
     prompts_consumed: int | None = None
+    # the reward spec's functions, in spec order, and [N, K] float32 their raw (unweighted) scores:
+    # reward/<name> is reported per step (`reward_metrics`); () and None = none recorded
+    reward_names: tuple[str, ...] = ()
+    reward_values: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.completions)
@@ -86,6 +100,8 @@ class Rollout:
             self.overlong_penalties = np.zeros(n, np.float32)
         if self.prompts_consumed is None:
             self.prompts_consumed = len(self.examples)
+        if self.reward_values is None:
+            self.reward_values = np.zeros((n, len(self.reward_names)), np.float32)
 
     @property
     def prompts(self) -> int:
@@ -113,6 +129,7 @@ class Rollout:
             advantages=self.advantages[rows], generate_s=self.generate_s / self.prompts,
             in_loss=self.in_loss[rows], truncated=self.truncated[rows],
             overlong_penalties=self.overlong_penalties[rows], prompts_consumed=1,
+            reward_names=self.reward_names, reward_values=self.reward_values[rows],
         )
 
     @classmethod
@@ -127,6 +144,8 @@ class Rollout:
         g, width = rollouts[0].num_generations, max(r.prompt_tokens.shape[1] for r in rollouts)
         if any(r.num_generations != g or (pad_id is None and r.prompt_tokens.shape[1] != width) for r in rollouts):
             raise ValueError("Rollout.concat: rollouts differ in num_generations or padded prompt length")
+        if any(r.reward_names != rollouts[0].reward_names for r in rollouts):
+            raise ValueError("Rollout.concat: rollouts scored by different reward functions")
 
         def cat(name: str) -> np.ndarray:
             if name in ("prompt_tokens", "prompt_valid") and pad_id is not None:
@@ -144,6 +163,7 @@ class Rollout:
             rewards=cat("rewards"), correct=cat("correct"), advantages=cat("advantages"),
             generate_s=sum(r.generate_s for r in rollouts), in_loss=cat("in_loss"), truncated=cat("truncated"),
             overlong_penalties=cat("overlong_penalties"), prompts_consumed=sum(r.prompts_consumed for r in rollouts),
+            reward_names=rollouts[0].reward_names, reward_values=cat("reward_values"),
         )
 
     # -- weight versions -----------------------------------------------------------------------------
@@ -165,7 +185,8 @@ class Rollout:
 
     def metrics(self) -> dict[str, float]:
         """The rollout's own per-step metrics: reward mean/std, accuracy, mean response length (tokens),
-        the fraction of completions cut off by the budget, and the mean overlong penalty (when any)."""
+        the fraction of completions cut off by the budget, the mean overlong penalty (when any), and
+        reward/<name>: each reward function's mean raw score (`reward_metrics`)."""
         out = {
             "reward/mean": float(self.rewards.mean()),
             "reward/std": float(self.rewards.std()),
@@ -175,6 +196,7 @@ class Rollout:
         }
         if self.overlong_penalties.any():
             out["rollout/overlong_penalty_mean"] = float(self.overlong_penalties.mean())
+        out.update(reward_metrics(self.reward_names, self.reward_values))
         return out
 
     def samples(self, count: int) -> list[dict[str, Any]]:
@@ -338,6 +360,9 @@ def collect_rollout(
                                  spec.overlong_buffer_tokens, spec.overlong_penalty)
     rewards = np.asarray(rewards, np.float32) + penalties
     correct = accuracy(completions, per_sequence, components)
+    reward_names = tuple(components)
+    reward_values = (np.stack([components[name] for name in reward_names], axis=1).astype(np.float32) if reward_names
+                     else np.zeros((len(completions), 0), np.float32))
     if spec.advantage is None:
         advantages = np.zeros(len(completions), np.float32)
     else:
@@ -348,5 +373,5 @@ def collect_rollout(
         sample_logprobs=np.concatenate(out_logprobs), token_versions=np.concatenate(out_versions),
         completions=completions, rewards=rewards, correct=correct, advantages=advantages,
         generate_s=time.perf_counter() - t0, in_loss=~cut if spec.overlong_filter else None, truncated=cut,
-        overlong_penalties=penalties,
+        overlong_penalties=penalties, reward_names=reward_names, reward_values=reward_values,
     )
