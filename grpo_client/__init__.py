@@ -20,6 +20,9 @@ Commands (`python -m grpo_client COMMAND --help` for each):
     python -m grpo_client samples RUN [--step N] [--jsonl]
     python -m grpo_client download RUN --step N --out FILE.zip
         the checkpoint of step N as a zipped Hugging Face folder
+    python -m grpo_client sweep create EXPERIMENT --name N --space JSON|@FILE --metric M --trials N
+        [--sampler grid|random|tpe] [--pruner none|median|successive_halving|hyperband] [--concurrent 2]
+    python -m grpo_client sweep list [--experiment ID] [--status S]  /  sweep show SWEEP  /  sweep cancel SWEEP
 
 An error from the API is printed as one line on stderr (`error: HTTP 404: ...`) and the exit code
 is 1; a usage error exits with 2.

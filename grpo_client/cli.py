@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from grpo_client import formatting
+from grpo_client import formatting, sweep_commands
 from grpo_client.api import Api, ApiError
 
 ENDED_STATUSES = ("succeeded", "failed", "cancelled", "pruned")
@@ -181,6 +181,8 @@ def parser() -> argparse.ArgumentParser:
     command.add_argument("--step", type=int, required=True, help="the checkpoint's step")
     command.add_argument("--out", required=True, metavar="FILE.zip", help="where to write the zip")
     command.set_defaults(handler=download)
+
+    sweep_commands.add_parsers(commands)
     return top
 
 

@@ -1,0 +1,90 @@
+"""Sweeps over the API (sweeps.services makes and cancels them; sweeps.summary is the answer):
+
+    GET  POST  experiments/<id>/sweeps    the experiment's sweeps / make one
+    GET        sweeps                     the sweeps the caller may see   ?status=&limit=&offset=
+    GET        sweeps/<id>                one with its space and trials
+    POST       sweeps/<id>/cancel         stop it: its active trials are cancelled
+
+A sweep is seen and steered by the rule of its experiment (experiments.access): another user's
+answers 404, one the caller may only see 403 when they try to change it.
+"""
+
+from __future__ import annotations
+
+from api import sweep_shapes as shapes
+from api.contract import Error, Errors, Op, operations
+from api.endpoint import ApiError, api_endpoint, int_param, json_body
+from django.http import JsonResponse
+from experiments.access import get_for_user
+from experiments.models import Experiment
+from sweeps import services, summary
+from sweeps.models import Sweep, SweepStatus
+
+LIST_LIMIT = 100
+LIST_LIMIT_MAX = 1000
+
+
+def _sweep(request, pk: int, change: bool = False) -> Sweep:
+    return get_for_user(Sweep.objects.select_related("experiment__owner"), request.user, pk, change=change)
+
+
+def _list(request, queryset) -> dict:
+    status = request.GET.get("status", "")
+    if status:
+        if status not in SweepStatus.values:
+            raise ApiError(400, errors={"status": f"one of {', '.join(SweepStatus.values)}"})
+        queryset = queryset.filter(status=status)
+    limit = int_param(request, "limit", LIST_LIMIT, minimum=1, maximum=LIST_LIMIT_MAX)
+    offset = int_param(request, "offset", 0, minimum=0)
+    rows = list(queryset.select_related("experiment__owner")[offset:offset + limit])
+    return {"sweeps": [summary.sweep_summary(s) for s in rows], "count": queryset.count()}
+
+
+@operations(
+    GET=Op(query=shapes.SweepListQuery, responses={200: shapes.SweepList}),
+    POST=Op(body=shapes.SweepInput, responses={201: shapes.SweepDetail, 400: Errors, 403: Error}),
+)
+@api_endpoint("GET", "POST")
+def experiment_sweeps(request, pk: int):
+    """GET: the experiment's sweeps, newest first. POST {"name", "space", "metric", "max_trials",
+    "sampler"?, "pruner"?, "direction"?, "max_concurrent_trials"?, "seed"?, "pruner_startup_trials"?,
+    "pruner_warmup_steps"?}: 201 the sweep with its first trials launched, or 400 {"errors":
+    {field: message}} (`space.<config field>` for a field that does not exist or a value the
+    config schema refuses) before any trial starts."""
+    experiment = get_for_user(Experiment.objects.select_related("owner"), request.user, pk,
+                              change=request.method == "POST")
+    if request.method == "POST":
+        try:
+            sweep = services.create_sweep(experiment, json_body(request))
+        except services.SweepInputError as exc:
+            raise ApiError(400, errors=exc.errors) from None
+        response = JsonResponse(summary.sweep_detail(sweep), status=201)
+        response["Location"] = f"/api/sweeps/{sweep.pk}"
+        return response
+    return _list(request, Sweep.objects.filter(experiment=experiment))
+
+
+@operations(GET=Op(query=shapes.SweepListQuery, responses={200: shapes.SweepList}))
+@api_endpoint("GET")
+def sweeps(request):
+    """GET: the sweeps the caller may see (own; everyone's with the experiments' view permission), newest first."""
+    return _list(request, Sweep.objects.visible_to(request.user))
+
+
+@operations(GET=Op(responses={200: shapes.SweepDetail}))
+@api_endpoint("GET")
+def sweep_detail(request, pk: int):
+    """GET: the sweep, its space and its trials (number, params, status, best value of the metric, run)."""
+    return summary.sweep_detail(_sweep(request, pk))
+
+
+@operations(POST=Op(responses={202: shapes.SweepCancelled, 403: Error, 409: Error}))
+@api_endpoint("POST")
+def sweep_cancel(request, pk: int):
+    """POST: cancel a running sweep (no new trials; its queued and running trials are cancelled):
+    202 {"id", "status"}; 409 when it is not running."""
+    sweep = _sweep(request, pk, change=True)
+    if not services.cancel_sweep(sweep):
+        raise ApiError(409, f"cannot cancel sweep {sweep.pk}: it is {sweep.status}")
+    sweep.refresh_from_db()
+    return JsonResponse({"id": sweep.pk, "status": sweep.status}, status=202)
