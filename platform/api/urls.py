@@ -21,6 +21,10 @@ browser session; a trailing slash is optional. See api/views.py for each one's s
     GET  POST       datasets                          yours and shared with you / upload JSONL (api/dataset_views.py)
     GET  DELETE     datasets/<id>                     one with its first rows / delete yours
     POST            datasets/<id>/share|unshare       {"users": [...]}
+    GET  POST       evaluations                       evaluation jobs / evaluate a checkpoint or model (api/evaluation_views.py)
+    GET             evaluations/<id>, <id>/samples    a job's progress and results, its completions
+    GET             evaluations/leaderboard           ?dataset=KEY: best first
+    POST            runs/<id>/evaluate-on-end         {"dataset"}: evaluate the best checkpoint when it succeeds
     GET             account                           your storage use, quota and limits (api/account_views.py)
     GET             schema                            this API as OpenAPI 3.1, generated (api/openapi.py; public)
     GET             docs/                             Swagger UI reading it (public)
@@ -29,6 +33,7 @@ browser session; a trailing slash is optional. See api/views.py for each one's s
 from django.urls import re_path
 
 from api import account_views, checkpoint_views, compare_views, dataset_views, sample_views, schema_views, views
+from api import evaluation_views
 from api.endpoint import not_found
 
 ID = r"(?P<pk>[0-9]{1,18})"  # ids fit a 64-bit integer; longer ones fall to the JSON 404
@@ -55,6 +60,11 @@ urlpatterns = [
     re_path(r"^datasets/?$", dataset_views.dataset_list, name="api-datasets"),
     re_path(rf"^datasets/{ID}/?$", dataset_views.dataset_detail, name="api-dataset"),
     re_path(rf"^datasets/{ID}/(?P<action>share|unshare)/?$", dataset_views.dataset_share, name="api-dataset-share"),
+    re_path(r"^evaluations/?$", evaluation_views.evaluations, name="api-evaluations"),
+    re_path(r"^evaluations/leaderboard/?$", evaluation_views.evaluation_leaderboard, name="api-evaluation-leaderboard"),
+    re_path(rf"^evaluations/{ID}/?$", evaluation_views.evaluation_detail, name="api-evaluation"),
+    re_path(rf"^evaluations/{ID}/samples/?$", evaluation_views.evaluation_samples, name="api-evaluation-samples"),
+    re_path(rf"^runs/{ID}/evaluate-on-end/?$", evaluation_views.run_evaluate_on_end, name="api-run-evaluate-on-end"),
     re_path(r"^account/?$", account_views.account, name="api-account"),
     re_path(r"^schema/?$", schema_views.schema, name="api-schema"),  # OpenAPI 3.1, generated (public)
     re_path(r"^docs/?$", schema_views.docs, name="api-docs"),  # Swagger UI (public)

@@ -5,6 +5,7 @@ from django.urls import path, register_converter
 
 from web import (account_views, compare_views, dataset_views, fork_views, run_label_views, sample_views, token_views,
                  views)
+from web import evaluation_views
 
 
 class IdConverter:
@@ -53,6 +54,10 @@ urlpatterns: list = [
     path("datasets/<web_id:pk>/share/", dataset_views.dataset_share, name="dataset-share"),
     path("datasets/<web_id:pk>/delete/", dataset_views.dataset_delete, name="dataset-delete"),
     path("account/", account_views.account, name="account"),
+    path("evaluations/", evaluation_views.evaluation_list, name="evaluation-list"),
+    path("evaluations/new/", evaluation_views.evaluation_new, name="evaluation-new"),
+    path("evaluations/leaderboard/", evaluation_views.leaderboard, name="leaderboard"),
+    path("evaluations/<web_id:pk>/", evaluation_views.evaluation_detail, name="evaluation-detail"),
     path("tokens/", token_views.token_list, name="api-tokens"),
     path("tokens/<web_id:pk>/revoke/", token_views.token_revoke, name="api-token-revoke"),
 ]

@@ -307,26 +307,10 @@
     $("samples-table").dataset.step = data.step === null || data.step === undefined ? "" : String(data.step);
   }
 
-  function fmtBytes(n) {
-    if (!n) return "-";
-    const units = ["B", "KiB", "MiB", "GiB"];
-    let i = 0;
-    while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
-    return `${n.toFixed(i ? 1 : 0)} ${units[i]}`;
-  }
-
+  // One compact row per checkpoint: checkpoints.js (GrpoCheckpoints) draws them.
   async function loadCheckpoints() {
     const data = await getJSON("/checkpoints");
-    const body = $("checkpoints-table").tBodies[0];
-    body.replaceChildren();
-    for (const c of data.checkpoints || []) {
-      const metrics = Object.entries(c.metrics || {}).map(([k, v]) => `${k}=${fmt(v, 3)}`).join(" ");
-      const row = document.createElement("tr");
-      row.dataset.step = c.step;
-      row.append(cell(c.step), cell(fmtBytes(c.size_bytes)), cell(metrics, "small"), cell(fmtTime(c.created_at)),
-                 cell(c.path, "small"));
-      body.append(row);
-    }
+    await window.GrpoCheckpoints.render($("checkpoints-table"), data.checkpoints || []);
     $("checkpoints-empty").hidden = (data.checkpoints || []).length > 0;
   }
 

@@ -1,0 +1,110 @@
+"""The evaluation endpoints' shapes (api/evaluation_views.py), for the generated OpenAPI schema (see
+api/contract.py). What the views build is api/evaluation_views.py's `job_json` / `sample_json`."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pydantic import BaseModel, Field
+
+DATASET_SPEC = "'task:NAME' (a built-in task's held-out prompts), 'dataset:ID' (an uploaded dataset) or 'run_eval'"
+
+
+class EvaluationInput(BaseModel):
+    """A checkpoint (run + step) or a model folder (model), and a dataset."""
+
+    run: int | None = Field(None, description="the checkpoint's run (with step)")
+    step: int | None = Field(None, description="the checkpoint's step")
+    model: str | None = Field(None, description="a model folder as GET /api/models lists it (instead of run/step)")
+    dataset: str = Field(description=DATASET_SPEC)
+    prompts: int | None = Field(None, ge=0, le=10_000, description="prompts scored (default 64; 0 = all)")
+    k: int | None = Field(None, ge=1, le=64, description="samples per prompt for pass@k (default 4; 1 = greedy only)")
+    max_new_tokens: int | None = Field(None, ge=1, le=4096, description="completion budget (default the run's)")
+
+
+class EvaluationJobJson(BaseModel):
+    id: int
+    url: str
+    status: str = Field(description="queued, running, succeeded or failed")
+    run: int | None
+    step: int | None
+    model: str
+    policy: str = Field(description="'#7 step 30' or the model folder")
+    dataset: str = Field(description="the leaderboard key: task:NAME, dataset:ID or run-eval:RUN")
+    dataset_label: str
+    prompts: int
+    k: int
+    progress_done: int
+    progress_total: int
+    accuracy: float | None
+    pass_at_1: float | None
+    pass_at_k: float | None
+    reward_mean: float | None
+    error: str
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+class EvaluationList(BaseModel):
+    evaluations: list[EvaluationJobJson]
+    count: int
+
+
+class EvaluationListQuery(BaseModel):
+    run: int | None = Field(None, ge=0, description="only jobs on this run's checkpoints")
+    dataset: str | None = Field(None, max_length=80, description="only jobs on this dataset key")
+    status: str | None = Field(None, description="queued, running, succeeded or failed")
+    limit: int | None = Field(None, ge=1, description="default 100, at most 500")
+
+
+class EvaluationSampleJson(BaseModel):
+    index: int
+    prompt: str
+    completion: str
+    answer: str
+    reward: float | None
+    correct: bool
+    samples_correct: int | None = Field(description="of the job's k samples")
+
+
+class EvaluationSamplesQuery(BaseModel):
+    after: int | None = Field(None, description="only samples with index above this (default -1)")
+    limit: int | None = Field(None, ge=1, description="default 100, at most 500")
+    correct: bool | None = Field(None, description="only correct (true) or wrong (false) ones")
+
+
+class EvaluationSamples(BaseModel):
+    samples: list[EvaluationSampleJson]
+    next_after: int | None = Field(description="the next page's `after`, null at the end")
+
+
+class LeaderboardQuery(BaseModel):
+    dataset: str | None = Field(None, max_length=80, description="a dataset key; none = the list of leaderboards")
+
+
+class LeaderboardEntry(BaseModel):
+    key: str
+    label: str
+    jobs: int
+
+
+class Leaderboard(BaseModel):
+    dataset: str | None
+    boards: list[LeaderboardEntry]
+    rows: list[EvaluationJobJson] = Field(description="best first: accuracy, pass@k, reward, newer")
+
+
+class OnEndInput(BaseModel):
+    dataset: str = Field(description=DATASET_SPEC)
+    prompts: int | None = Field(None, ge=0, le=10_000)
+    k: int | None = Field(None, ge=1, le=64)
+
+
+class OnEnd(BaseModel):
+    run: int
+    dataset: str
+    prompts: int
+    k: int
+    job: int | None
+
+

@@ -1,0 +1,139 @@
+"""The JSON API's evaluation endpoints (evaluations app). Thin: evaluations.services decides.
+
+    GET  POST  evaluations                  ?run=&dataset=&status=&limit= / {"run", "step"} or {"model"}, "dataset", ...
+    GET        evaluations/<id>             status, progress, results
+    GET        evaluations/<id>/samples     ?after=&limit=&correct=   per-prompt completions
+    GET        evaluations/leaderboard      ?dataset=KEY   the leaderboards, and one's rows best first
+    POST       runs/<id>/evaluate-on-end    {"dataset", "prompts"?, "k"?}: evaluate the best checkpoint when it succeeds
+"""
+
+from __future__ import annotations
+
+from django.http import JsonResponse
+from django.urls import reverse
+
+from api import evaluation_shapes as shapes
+from api.contract import Error, Errors, Op, operations
+from api.endpoint import ApiError, api_endpoint, int_param, json_body
+from evaluations import leaderboard as boards
+from evaluations import services
+from evaluations.models import EvaluationJob, JobStatus
+from experiments.access import get_for_user
+from experiments.models import Run
+from experiments.shown_paths import shown
+
+LIST_LIMIT, LIST_LIMIT_MAX = 100, 500
+
+
+def job_json(job: EvaluationJob) -> dict:
+    return {
+        "id": job.pk, "url": reverse("evaluation-detail", args=[job.pk]), "status": job.status,
+        "run": job.run_id, "step": job.step, "model": job.model_path, "policy": job.policy_label,
+        "dataset": job.dataset_key, "dataset_label": job.dataset_label, "prompts": job.prompts, "k": job.k,
+        "progress_done": job.progress_done, "progress_total": job.progress_total, "accuracy": job.accuracy,
+        "pass_at_1": job.pass_at_1, "pass_at_k": job.pass_at_k, "reward_mean": job.reward_mean,
+        "error": shown(job.error), "created_at": job.created_at, "started_at": job.started_at,
+        "finished_at": job.finished_at,
+    }
+
+
+def sample_json(sample) -> dict:
+    return {"index": sample.index, "prompt": sample.prompt, "completion": sample.completion, "answer": sample.answer,
+            "reward": sample.reward, "correct": sample.correct, "samples_correct": sample.samples_correct}
+
+
+def _refused(exc: services.EvaluationRefused) -> ApiError:
+    if exc.field and exc.status == 400:
+        return ApiError(exc.status, errors={exc.field: exc.message})
+    return ApiError(exc.status, exc.message)
+
+
+def _jobs(request):
+    return EvaluationJob.objects.visible_to(request.user).select_related("run", "owner")
+
+
+@operations(
+    GET=Op(query=shapes.EvaluationListQuery, responses={200: shapes.EvaluationList, 400: Error}),
+    POST=Op(body=shapes.EvaluationInput, responses={201: shapes.EvaluationJobJson, 400: Errors, 404: Error}),
+)
+@api_endpoint("GET", "POST")
+def evaluations(request):
+    """GET: your evaluation jobs, newest first (?run=ID, ?dataset=KEY, ?status=, ?limit=).
+    POST {"run": id, "step": N} (a checkpoint of a run you may see) or {"model": folder}, "dataset":
+    'task:NAME' | 'dataset:ID' | 'run_eval', "prompts"? (64; 0 = all), "k"? (4), "max_new_tokens"?:
+    201 the queued job; 400 {"errors": {field}} for bad input; 404 for a run or dataset you may not see."""
+    if request.method == "POST":
+        try:
+            job = services.create_job(request.user, json_body(request))
+        except services.EvaluationRefused as exc:
+            raise _refused(exc) from None
+        response = JsonResponse(job_json(job), status=201)
+        response["Location"] = f"/api/evaluations/{job.pk}"
+        return response
+    jobs = _jobs(request)
+    run = int_param(request, "run", None, minimum=0)
+    if run is not None:
+        jobs = jobs.filter(run_id=run)
+    if request.GET.get("dataset"):
+        jobs = jobs.filter(dataset_key=request.GET["dataset"][:80])
+    status = request.GET.get("status", "")
+    if status:
+        if status not in JobStatus.values:
+            raise ApiError(400, f"status must be one of {', '.join(JobStatus.values)}, got {status!r}")
+        jobs = jobs.filter(status=status)
+    limit = int_param(request, "limit", LIST_LIMIT, minimum=1, maximum=LIST_LIMIT_MAX)
+    rows = [job_json(j) for j in jobs.order_by("-created_at", "-id")[:limit]]
+    return {"evaluations": rows, "count": len(rows)}
+
+
+@operations(GET=Op(responses={200: shapes.EvaluationJobJson}))
+@api_endpoint("GET")
+def evaluation_detail(request, pk: int):
+    """One job: status, progress (prompts done of total), results, error. Another user's: 404."""
+    return job_json(get_for_user(_jobs(request), request.user, pk))
+
+
+@operations(GET=Op(query=shapes.EvaluationSamplesQuery, responses={200: shapes.EvaluationSamples, 400: Error}))
+@api_endpoint("GET")
+def evaluation_samples(request, pk: int):
+    """A job's per-prompt completions by index: ?after=INDEX&limit=100&correct=true|false."""
+    job = get_for_user(_jobs(request), request.user, pk)
+    after = int_param(request, "after", -1)
+    limit = int_param(request, "limit", LIST_LIMIT, minimum=1, maximum=LIST_LIMIT_MAX)
+    samples = job.samples.filter(index__gt=after)
+    correct = request.GET.get("correct", "")
+    if correct:
+        if correct not in ("true", "false"):
+            raise ApiError(400, f"correct must be true or false, got {correct!r}")
+        samples = samples.filter(correct=correct == "true")
+    page = list(samples.order_by("index")[:limit + 1])
+    more = len(page) > limit
+    page = page[:limit]
+    return {"samples": [sample_json(s) for s in page], "next_after": page[-1].index if more else None}
+
+
+@operations(GET=Op(query=shapes.LeaderboardQuery, responses={200: shapes.Leaderboard}))
+@api_endpoint("GET")
+def evaluation_leaderboard(request):
+    """The datasets with results you may see ("boards"), and with ?dataset=KEY that leaderboard's
+    rows: one per checkpoint or model folder (its newest succeeded job), best accuracy first."""
+    key = request.GET.get("dataset", "")[:80] or None
+    listed = [{"key": b.key, "label": b.label, "jobs": b.jobs} for b in boards.boards(request.user)]
+    rows = [job_json(j) for j in boards.leaderboard(request.user, key)] if key else []
+    return {"dataset": key, "boards": listed, "rows": rows}
+
+
+@operations(POST=Op(body=shapes.OnEndInput, responses={201: shapes.OnEnd, 400: Errors, 403: Error}))
+@api_endpoint("POST")
+def run_evaluate_on_end(request, pk: int):
+    """POST {"dataset": spec, "prompts"?, "k"?}: when this run succeeds, its best checkpoint (highest
+    eval/accuracy, else reward/mean, newest on ties) is evaluated on the dataset. 201 the request;
+    a run you may only see 403; a dataset you may not use 404."""
+    run = get_for_user(Run.objects.select_related("experiment__owner"), request.user, pk, change=True)
+    try:
+        asked = services.request_on_end(request.user, run, json_body(request))
+    except services.EvaluationRefused as exc:
+        raise _refused(exc) from None
+    body = {"run": run.pk, "dataset": json_body(request).get("dataset"), "prompts": asked.prompts, "k": asked.k,
+            "job": asked.job_id}
+    return JsonResponse(body, status=201)
