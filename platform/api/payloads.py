@@ -120,6 +120,7 @@ def run_detail(run: Run) -> dict[str, Any]:
     prefetched when listing)."""
     return {
         "id": run.pk,
+        "name": run.name,
         "status": run.status,
         "step": run.step,
         "max_steps": run.max_steps,

@@ -82,6 +82,7 @@ class ExperimentRef(BaseModel):
 
 class RunDetail(BaseModel):
     id: int
+    name: str = Field(description="the run's name; \"\" = none (pages show #id)")
     status: str
     step: int
     max_steps: int | None
@@ -197,6 +198,8 @@ class Compare(BaseModel):
 
 
 class LabelsInput(BaseModel):
+    name: str | None = Field(None, max_length=run_labels.MAX_NAME_CHARS,
+                             description="the run's name, one line (\"\" or null: none)")
     tags: list[TagName] | None = Field(None, max_length=run_labels.MAX_TAGS_PER_RUN,
                                        description="the run's tags (replaces them)")
     notes: str | None = Field(None, max_length=run_labels.MAX_NOTES_CHARS)

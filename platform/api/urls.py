@@ -26,13 +26,17 @@ browser session; a trailing slash is optional. See api/views.py for each one's s
     GET             evaluations/leaderboard           ?dataset=KEY: best first
     POST            runs/<id>/evaluate-on-end         {"dataset"}: evaluate the best checkpoint when it succeeds
     GET             account                           your storage use, quota and limits (api/account_views.py)
+    GET  POST       alerts                            your alert rules / create one (api/alert_views.py)
+    GET  DELETE     alerts/<id>                       one rule / delete it
+    GET             alerts/deliveries                 ?rule=&status=&limit=  the delivery log
     GET             schema                            this API as OpenAPI 3.1, generated (api/openapi.py; public)
     GET             docs/                             Swagger UI reading it (public)
 """
 
 from django.urls import re_path
 
-from api import account_views, checkpoint_views, compare_views, dataset_views, sample_views, schema_views, views
+from api import (account_views, alert_views, checkpoint_views, compare_views, dataset_views, sample_views,
+                 schema_views, views)
 from api import evaluation_views
 from api.endpoint import not_found
 
@@ -66,6 +70,9 @@ urlpatterns = [
     re_path(rf"^evaluations/{ID}/samples/?$", evaluation_views.evaluation_samples, name="api-evaluation-samples"),
     re_path(rf"^runs/{ID}/evaluate-on-end/?$", evaluation_views.run_evaluate_on_end, name="api-run-evaluate-on-end"),
     re_path(r"^account/?$", account_views.account, name="api-account"),
+    re_path(r"^alerts/?$", alert_views.alert_rules, name="api-alerts"),
+    re_path(r"^alerts/deliveries/?$", alert_views.alert_deliveries, name="api-alert-deliveries"),
+    re_path(rf"^alerts/{ID}/?$", alert_views.alert_rule_detail, name="api-alert"),
     re_path(r"^schema/?$", schema_views.schema, name="api-schema"),  # OpenAPI 3.1, generated (public)
     re_path(r"^docs/?$", schema_views.docs, name="api-docs"),  # Swagger UI (public)
     re_path(r"", not_found),  # anything else under /api/: a JSON 404, not the site's HTML page

@@ -180,8 +180,9 @@ def runs(request):
 )
 @api_endpoint("GET", "PATCH")
 def run_detail(request, pk: int):
-    """GET: the run. PATCH {"tags"?: [names], "notes"?: text} (who may steer the run): replaces its
-    tags and/or notes (experiments.run_labels: 400 {"errors": {field: message}}), answers the run."""
+    """GET: the run. PATCH {"name"?: text, "tags"?: [names], "notes"?: text} (who may steer the run):
+    replaces its name, tags and/or notes (experiments.run_labels: 400 {"errors": {field: message}}),
+    answers the run."""
     if request.method == "PATCH":
         run = _run(request, pk, change=True)
         try:

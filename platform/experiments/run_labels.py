@@ -1,4 +1,7 @@
-"""A run's tags and notes: checking what a user sends, and storing it.
+"""A run's name, tags and notes: checking what a user sends, and storing it.
+
+A name is a short free text (at most MAX_NAME_CHARS, one line, stripped; "" clears it: pages then
+show #id, `Run.label`).
 
 Tags are shared words (experiments.models.Tag, one row per name): 1-64 letters, digits or ._-:/,
 at most MAX_TAGS_PER_RUN on a run, case kept as given. Notes are free text up to MAX_NOTES_CHARS.
@@ -17,10 +20,11 @@ from experiments.models import Run, Tag, text_problem
 TAG_NAME = re.compile(r"[A-Za-z0-9._:/-]{1,64}")
 MAX_TAGS_PER_RUN = 20
 MAX_NOTES_CHARS = 10_000
+MAX_NAME_CHARS = 120  # Run.name's max_length
 
 
 class LabelError(ValueError):
-    """{field: message} for every problem (fields `tags`, `notes`)."""
+    """{field: message} for every problem (fields `name`, `tags`, `notes`)."""
 
     def __init__(self, errors: dict[str, str]):
         super().__init__(errors)
@@ -59,31 +63,52 @@ def check_notes(notes: Any) -> str:
     return notes
 
 
+def check_name(name: Any) -> str:
+    """A run name, stripped ('' for null: no name), or LabelError({"name": ...})."""
+    if name is None:
+        return ""
+    if not isinstance(name, str):
+        raise LabelError({"name": "text (a string)"})
+    name = name.strip()
+    if len(name) > MAX_NAME_CHARS:
+        raise LabelError({"name": f"at most {MAX_NAME_CHARS} characters, got {len(name)}"})
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+        raise LabelError({"name": "one line of text, without control characters"})
+    problem = text_problem(name)
+    if problem:
+        raise LabelError({"name": problem})
+    return name
+
+
 def check_labels(data: dict[str, Any]) -> dict[str, Any]:
-    """The `tags` and/or `notes` of a PATCH body, checked: {"tags"?: [names], "notes"?: text}. Other
-    keys are refused by name (a typo must not pass silently), as is a body with neither."""
+    """The `name`, `tags` and/or `notes` of a PATCH body, checked: {"name"?: text, "tags"?: [names],
+    "notes"?: text}. Other keys are refused by name (a typo must not pass silently), as is a body
+    with none of them."""
     errors: dict[str, str] = {}
     out: dict[str, Any] = {}
     for key in data:
-        if key not in ("tags", "notes"):
-            errors[key] = "unknown field; a run's labels are tags and notes"
-    for key, check in (("tags", check_tags), ("notes", check_notes)):
+        if key not in ("name", "tags", "notes"):
+            errors[key] = "unknown field; a run's labels are name, tags and notes"
+    for key, check in (("name", check_name), ("tags", check_tags), ("notes", check_notes)):
         if key in data:
             try:
                 out[key] = check(data[key])
             except LabelError as exc:
                 errors.update(exc.errors)
     if not errors and not out:
-        errors["tags"] = "give tags (a list of names) and/or notes (text)"
+        errors["tags"] = "give a name (text), tags (a list of names) and/or notes (text)"
     if errors:
         raise LabelError(errors)
     return out
 
 
 def save_labels(run: Run, labels: dict[str, Any]) -> None:
-    """Store checked labels: `tags` replaces the run's tags (creating missing Tag rows), `notes`
-    replaces its notes."""
+    """Store checked labels: `name` replaces the run's name, `tags` its tags (creating missing Tag
+    rows), `notes` its notes."""
     with transaction.atomic():
+        if "name" in labels:
+            run.name = labels["name"]
+            run.save(update_fields=["name"])
         if "tags" in labels:
             names = labels["tags"]
             Tag.objects.bulk_create([Tag(name=n) for n in names], ignore_conflicts=True)

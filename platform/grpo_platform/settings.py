@@ -211,6 +211,7 @@ PLATFORM_REAP_EVERY_S = float(os.environ.get("PLATFORM_REAP_EVERY_S", "5"))
 # no-argument function, period in seconds). Sweeps launch and prune trials; alerts are delivered.
 PLATFORM_PERIODIC_JOBS: dict[str, tuple[str, float]] = {}
 PLATFORM_PERIODIC_JOBS["sweeps"] = ("sweeps.scheduler.tick", float(os.environ.get("PLATFORM_SWEEP_TICK_S", "2")))
+PLATFORM_PERIODIC_JOBS["alerts"] = ("alerts.delivery.tick", float(os.environ.get("PLATFORM_ALERT_TICK_S", "5")))
 # After a pause request, how long a trainer has to stop by itself (and checkpoint) before SIGTERM,
 # and then how long after SIGTERM before SIGKILL.
 PLATFORM_STOP_GRACE_S = float(os.environ.get("PLATFORM_STOP_GRACE_S", "60"))
@@ -325,3 +326,29 @@ MIDDLEWARE += [
     "grpo_platform.security_headers.ContentSecurityPolicyMiddleware",
     "axes.middleware.AxesMiddleware",  # last: turns a lockout into the 429 page
 ]
+
+# --- alerts (alerts.delivery) and e-mail ---------------------------------------------------------
+# Links in notifications point here. A run is "stalled" when active with a heartbeat older than
+# PLATFORM_ALERT_STALL_AFTER_S (default half of PLATFORM_STALE_AFTER_S: before the reaper requeues it).
+# Webhooks: a request times out after WEBHOOK_TIMEOUT_S; a failed delivery is tried MAX_ATTEMPTS times,
+# RETRY_S apart, doubled each time. PLATFORM_ALERT_WEBHOOK_ALLOW: comma-separated host names,
+# addresses or CIDR blocks in local or private networks that webhooks may call (none by default).
+PLATFORM_BASE_URL = os.environ.get("PLATFORM_BASE_URL", "http://localhost:8000")
+PLATFORM_ALERT_STALL_AFTER_S = float(os.environ.get("PLATFORM_ALERT_STALL_AFTER_S", str(PLATFORM_STALE_AFTER_S / 2)))
+PLATFORM_ALERT_WEBHOOK_ALLOW = [h.strip() for h in os.environ.get("PLATFORM_ALERT_WEBHOOK_ALLOW", "").split(",") if h.strip()]
+PLATFORM_ALERT_WEBHOOK_TIMEOUT_S = float(os.environ.get("PLATFORM_ALERT_WEBHOOK_TIMEOUT_S", "5"))
+PLATFORM_ALERT_MAX_ATTEMPTS = int(os.environ.get("PLATFORM_ALERT_MAX_ATTEMPTS", "3"))
+PLATFORM_ALERT_RETRY_S = float(os.environ.get("PLATFORM_ALERT_RETRY_S", "30"))
+PLATFORM_ALERT_CLAIM_S = float(os.environ.get("PLATFORM_ALERT_CLAIM_S", "60"))
+# E-mail: PLATFORM_EMAIL_HOST set -> SMTP (PORT, USER, PASSWORD, PLATFORM_EMAIL_TLS=1); otherwise mails are
+# written as files under <PLATFORM_DATA_DIR>/mail. PLATFORM_EMAIL_BACKEND (a Django backend path) overrides both.
+EMAIL_HOST = os.environ.get("PLATFORM_EMAIL_HOST", "")
+EMAIL_PORT = int(os.environ.get("PLATFORM_EMAIL_PORT", "25"))
+EMAIL_HOST_USER = os.environ.get("PLATFORM_EMAIL_USER", "")
+EMAIL_HOST_PASSWORD = os.environ.get("PLATFORM_EMAIL_PASSWORD", "")
+EMAIL_USE_TLS = _env_bool("PLATFORM_EMAIL_TLS", False)
+EMAIL_TIMEOUT = 10
+EMAIL_FILE_PATH = str(DATA_DIR / "mail")
+EMAIL_BACKEND = os.environ.get("PLATFORM_EMAIL_BACKEND") or (
+    "django.core.mail.backends.smtp.EmailBackend" if EMAIL_HOST else "django.core.mail.backends.filebased.EmailBackend")
+DEFAULT_FROM_EMAIL = os.environ.get("PLATFORM_EMAIL_FROM", "grpo-platform@localhost")

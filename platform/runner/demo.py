@@ -5,7 +5,12 @@ start) learning arithmetic word problems, with configs/smollm2-arith.yaml's conf
 exists (its model.path replaced by the folder under the model root), else `SMOLLM2_FALLBACK`; and,
 once that model folder is there, one experiment per algorithm, "demo: algo-grpo", "demo: algo-dapo",
 ... from configs/algo-*.yaml (the same task, model and seed, one algorithm change each: launch two and
-compare). None of them is started."""
+compare). None of them is started.
+
+Which to try first: `featured_demos` orders them for the experiments page, the SmolLM2 demo first
+(a pretrained model whose accuracy rises), then the algorithm demos, and the toy last, labelled as
+what it is: a smoke test that learns the answer format (its reward rises while its accuracy stays
+near 0: a tiny random model learns the shape of an answer, not arithmetic)."""
 
 from __future__ import annotations
 
@@ -38,6 +43,49 @@ SMOLLM2_FALLBACK: dict[str, Any] = {
 }
 
 
+TOY_DESCRIPTION = (
+    "Smoke test: learns the answer format. A tiny random-init model on 2-3 digit arithmetic, a few minutes "
+    "on CPU: its reward rises as completions take an answer's shape (digits, length), while accuracy stays "
+    "near 0 (a model this small does not learn arithmetic). For accuracy that rises, launch "
+    f"\"{MODEL_DEMO_EXPERIMENT}\". (configs/demo.yaml)")
+OLD_TOY_DESCRIPTIONS = ("A tiny model learns 2-3 digit arithmetic on CPU (configs/demo.yaml).",)
+MODEL_DEMO_DESCRIPTION = ("Start here: SmolLM2-135M-Instruct learns arithmetic word problems with GRPO; reward and "
+                          f"accuracy rise together (configs/{MODEL_DEMO_CONFIG}; reward math_answer, eval/accuracy; "
+                          "best on a GPU).")
+
+
+def demo_rank(name: str) -> tuple[int, str]:
+    """Where a demo experiment comes in the featured list: the SmolLM2 demo, the algorithm demos (by
+    name), then the toy smoke test."""
+    if name == MODEL_DEMO_EXPERIMENT:
+        return (0, name)
+    if name == DEMO_EXPERIMENT:
+        return (2, name)
+    return (1, name)
+
+
+def demo_label(name: str) -> str:
+    """The short label the experiments page shows beside a demo."""
+    if name == MODEL_DEMO_EXPERIMENT:
+        return "featured: start here"
+    if name == DEMO_EXPERIMENT:
+        return "smoke test: learns the answer format"
+    return "algorithm comparison"
+
+
+def is_demo_name(name: str) -> bool:
+    return name in (DEMO_EXPERIMENT, MODEL_DEMO_EXPERIMENT) or name.startswith("demo: algo-")
+
+
+def featured_demos(experiments) -> list[dict[str, Any]]:
+    """The demo user's experiments among `experiments` (an iterable of Experiment), in `demo_rank`
+    order, as [{"experiment", "label", "featured": bool}]."""
+    demos = [e for e in experiments if e.owner.get_username() == DEMO_USERNAME and is_demo_name(e.name)]
+    demos.sort(key=lambda e: demo_rank(e.name))
+    return [{"experiment": e, "label": demo_label(e.name), "featured": e.name == MODEL_DEMO_EXPERIMENT}
+            for e in demos]
+
+
 def demo_password() -> str:
     """The demo user's password: read from DATA_DIR/demo_password, created on first use."""
     path = settings.DATA_DIR / "demo_password"
@@ -60,9 +108,11 @@ def ensure_demo() -> tuple[str, str]:
     if not Experiment.objects.filter(owner=user, name=DEMO_EXPERIMENT).exists():
         text = (settings.REPO_ROOT / "configs" / "demo.yaml").read_text(encoding="utf-8")
         config = configs.stored(configs.parse_text(text))
-        experiment = Experiment(owner=user, name=DEMO_EXPERIMENT,
-                                description="A tiny model learns 2-3 digit arithmetic on CPU (configs/demo.yaml).")
+        experiment = Experiment(owner=user, name=DEMO_EXPERIMENT, description=TOY_DESCRIPTION)
         experiment.set_config(config, user=user, note="demo config")
+    # A platform set up before the toy was labelled a smoke test: its description says so now.
+    Experiment.objects.filter(owner=user, name=DEMO_EXPERIMENT,
+                              description__in=OLD_TOY_DESCRIPTIONS).update(description=TOY_DESCRIPTION)
     return DEMO_USERNAME, password
 
 
@@ -131,9 +181,7 @@ def _ensure_model_demo_experiment(user, say: Callable[[str], None]) -> bool:
         problems = "; ".join(f"{k}: {v}" for k, v in exc.as_dict().items())
         say(f"the SmolLM2 demo's config is refused ({problems}); starting with the toy demo only")
         return False
-    experiment = Experiment(owner=user, name=MODEL_DEMO_EXPERIMENT,
-                            description="SmolLM2-135M-Instruct learns arithmetic word problems with GRPO "
-                                        f"(configs/{MODEL_DEMO_CONFIG}; reward math_answer, eval/accuracy).")
+    experiment = Experiment(owner=user, name=MODEL_DEMO_EXPERIMENT, description=MODEL_DEMO_DESCRIPTION)
     experiment.set_config(config, user=user, note="demo config")
     return True
 

@@ -9,6 +9,8 @@ from trainers.config.metric_names import METRIC_NAMES, TRAIN_METRICS
 
 BANDS = {"reward/std": "reward/mean"}          # spread -> the mean it is drawn around (mean ± spread)
 SHARED_PREFIXES = ("timing/", "eval/", "is/weight_")  # metrics with one of these prefixes share a chart
+# system/ metrics in bytes (host, process and accelerator memory) share the "System memory" chart
+MEMORY_PREFIX, MEMORY_SUFFIX, MEMORY_TITLE = "system/", "_bytes", "System memory (bytes)"
 
 
 def chart_panels() -> list[dict[str, Any]]:
@@ -21,9 +23,11 @@ def chart_panels() -> list[dict[str, Any]]:
         if name in BANDS:
             continue
         key = next((p for p in SHARED_PREFIXES if name.startswith(p)), name)
+        if name.startswith(MEMORY_PREFIX) and name.endswith(MEMORY_SUFFIX):
+            key = MEMORY_TITLE
         if key in by_key:
             by_key[key]["metrics"].append(name)
-            by_key[key]["title"] = key + "*"
+            by_key[key]["title"] = key if key == MEMORY_TITLE else key + "*"
             continue
         panel = {"metric": name, "title": name, "metrics": [name], "band": None, "lazy": name not in TRAIN_METRICS}
         by_key[key] = panel

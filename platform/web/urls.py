@@ -3,8 +3,8 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path, register_converter
 
-from web import (account_views, compare_views, dataset_views, fork_views, run_label_views, sample_views, token_views,
-                 views)
+from web import (account_views, alert_views, compare_views, dataset_views, fork_views, run_label_views, sample_views,
+                 token_views, views)
 from web import evaluation_views
 
 
@@ -54,6 +54,9 @@ urlpatterns: list = [
     path("datasets/<web_id:pk>/share/", dataset_views.dataset_share, name="dataset-share"),
     path("datasets/<web_id:pk>/delete/", dataset_views.dataset_delete, name="dataset-delete"),
     path("account/", account_views.account, name="account"),
+    path("alerts/", alert_views.alert_list, name="alert-list"),
+    path("alerts/<web_id:pk>/toggle/", alert_views.alert_toggle, name="alert-toggle"),
+    path("alerts/<web_id:pk>/delete/", alert_views.alert_delete, name="alert-delete"),
     path("evaluations/", evaluation_views.evaluation_list, name="evaluation-list"),
     path("evaluations/new/", evaluation_views.evaluation_new, name="evaluation-new"),
     path("evaluations/leaderboard/", evaluation_views.leaderboard, name="leaderboard"),

@@ -23,17 +23,18 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from experiments import configs, run_filters
+from experiments import configs, run_filters, run_labels
 from experiments.access import get_for_user, may_change
 from experiments.configs import ConfigError
-from experiments.models import ACTIVE_STATUSES, TERMINAL_STATUSES, Experiment, Run
+from experiments.models import ACTIVE_STATUSES, TERMINAL_STATUSES, Experiment, MetricPoint, Run
 from experiments.shown_paths import shown, shown_errors
 from runner import exports, queues, services
+from runner.demo import DEMO_USERNAME, featured_demos
 
 from web import fork_views, run_table
 from web.actions import clone_experiment, restore_version
 from web.config_form import config_from_values, form_values, to_yaml
-from web.dashboard import chart_panels
+from web.run_panels import kl_note, run_panels
 from web.diffs import changed_fields, side_by_side_table, unified_lines
 from web.forms import ConfigForm, DiffForm, ExperimentForm, ExportForm, YamlImportForm
 from web.plan_preview import SHOWN_FIGURES, plan_payload
@@ -76,7 +77,10 @@ def experiment_list(request):
     )
     page = Paginator(experiments, RUNS_PER_PAGE).get_page(request.GET.get("page"))
     show_owner = any(e.owner_id != request.user.pk for e in page.object_list)
-    return render(request, "web/experiment_list.html", {"page": page, "show_owner": show_owner})
+    # The demos, in the order to try them (the SmolLM2 demo first, the toy smoke test last).
+    demos = featured_demos(Experiment.objects.visible_to(request.user).select_related("owner")
+                           .filter(owner__username=DEMO_USERNAME, name__startswith="demo: ")[:50])
+    return render(request, "web/experiment_list.html", {"page": page, "show_owner": show_owner, "demos": demos})
 
 
 def _form_page(request, form: ConfigForm, experiment: Experiment | None = None, status: int = 200):
@@ -386,16 +390,34 @@ def run_detail(request, pk: int):
         "run": run,
         "run_error": shown(run.error),  # server paths relative to their root, as the API shows it
         "api_base": f"/api/runs/{run.pk}",
-        "panels": chart_panels(),
+        "panels": run_panels(run.config),
+        "kl_note": kl_note(run.config),
+        "headline": _headline_metrics(run),
         "controls": controls,
         "config_yaml": shown(to_yaml(run.config)),  # read only here: resolved data/model paths shown short
         "active_statuses": sorted(ACTIVE_STATUSES),
         "terminal_statuses": sorted(TERMINAL_STATUSES),
+        "live_statuses": sorted(LIVE_STATUSES),
+        "max_name_chars": run_labels.MAX_NAME_CHARS,
         "export": _export_panel(run, steerable),
         "lineage": fork_views.lineage_panel(run, steerable),
         "can_label": steerable,
     }
     return render(request, "web/run_detail.html", context)
+
+
+LIVE_STATUSES = ACTIVE_STATUSES | {Run.Status.QUEUED}  # the run page says "live" while the run is one of these
+HEADLINE_METRICS = ("accuracy", "eval/accuracy")  # shown beside the latest reward at the top of the run page
+
+
+def _headline_metrics(run: Run) -> dict[str, float | None]:
+    """{"accuracy": value at the run's newest step with one (None: none yet), "eval_accuracy": ...};
+    run.js keeps them current from the metrics it polls. One indexed query per metric."""
+    values = {}
+    for name in HEADLINE_METRICS:
+        values[name.replace("/", "_")] = (MetricPoint.objects.filter(run=run, name=name).order_by("-step")
+                                          .values_list("value", flat=True).first())
+    return values
 
 
 def _export_panel(run: Run, steerable: bool) -> dict | None:

@@ -341,6 +341,9 @@ class OptimizerSection(_Section):
 class TrainSection(_Section):
     max_steps: int = Field(100, ge=1, le=MAX_STEPS, description="Steps to run.")
     samples_per_step: int = Field(4, ge=0, le=1_024, description="Rollout samples reported per step.")
+    system_metrics_every_s: float = Field(
+        10.0, ge=0.0, le=86_400.0, description="Report system metrics (system/: CPU, host and accelerator "
+        "memory, GPU utilisation) with a step at most this often, in seconds (0 = every step).")
 
 
 class CheckpointSection(_Section):

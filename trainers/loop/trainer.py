@@ -53,6 +53,7 @@ from trainers.loop.rollout_source import (
     SourceFactory,
     SyncRolloutSource,
 )
+from trainers.loop.system_metrics import SystemMetricsSampler
 from trainers.loop.update import (
     MAX_METRICS,
     completion_width,
@@ -226,6 +227,8 @@ class GRPOTrainer:
         self.checkpointer = Checkpointer(os.path.join(self.run_dir, "checkpoints"), c.keep_last,
                                          c.keep_best_metric, c.keep_best_mode, model=config.model)
         self.last_metrics: dict[str, float] = {}
+        # system/ metrics (CPU, memory, accelerator memory) merged into a step's metrics at low frequency
+        self.system_metrics = SystemMetricsSampler(config.train.system_metrics_every_s)
         self.interrupted_by: Action | None = None  # why the last step() returned None: STOP, or PAUSE
 
     def policy_params(self, trained: Any = None) -> Any:
@@ -504,6 +507,7 @@ class GRPOTrainer:
                 raise diverged
             if cfg.eval.every_steps and (step % cfg.eval.every_steps == 0 or step == cfg.train.max_steps):
                 metrics.update(self.evaluate())
+            metrics.update(self.system_metrics.maybe_sample(step))
             self.last_metrics = metrics
             self.hooks.on_step(step, metrics)
             every = cfg.checkpoint.every_steps

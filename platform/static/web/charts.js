@@ -5,8 +5,15 @@
 // step: the API's "NaN", "Infinity", "-Infinity") drawn as red markers at the chart's top or bottom
 // edge, with a hover text such as "step 2: NaN", instead of a silent gap.
 //
-// The pure functions (ema, formatValue, tickLabels, niceTicks, logTicks, robustRange,
-// skipsFirstPoint, metricValue, nonFiniteMarks) need no DOM and are tested in a browser against hand-computed values
+// A step far slower than the rest (a recompilation: 13 s at step 1, 6.8 s again at step 3) does not
+// flatten a chart either: when the top 5 % of points would stretch the y-axis to more than 4 times
+// the rest's span, the axis stops at the 95th percentile plus a fifth (robustRange), and the
+// points above it are drawn as markers at the top edge with their value in the hover text. On a
+// timing chart, steps slower than 3 times the median are marked as likely compilation
+// (compileSteps). A chart with no points yet says "no data" instead of drawing made-up axes.
+//
+// The pure functions (ema, formatValue, tickLabels, niceTicks, logTicks, quantile, robustRange,
+// compileSteps, skipsFirstPoint, marksCompile, metricValue, nonFiniteMarks) need no DOM and are tested in a browser against hand-computed values
 // (tests/platform/test_web_charts_js.py). GrpoCharts.group() and group.chart() draw with Plotly.
 //
 // A chart keeps its raw data (each trace: x arrays by axis name, e.g. {step: [...],
@@ -144,13 +151,81 @@
     return /^(timing|throughput)\//.test(metric || "");
   }
 
+  // The metrics people read first, in this order, then the rest grouped by prefix (GROUP_ORDER,
+  // then other prefixes alphabetically), alphabetical inside a group.
+  const KEY_METRICS = ["reward/mean", "accuracy", "eval/accuracy"];
+  const GROUP_ORDER = ["reward", "eval", "", "loss", "response_length", "rollout", "train", "dynamic", "async", "is",
+                       "timing", "throughput", "system"];
+
+  // A metric's group: the part before its first "/" ("" for none): "reward/std" -> "reward".
+  function metricGroup(metric) {
+    const cut = metric.indexOf("/");
+    return cut < 0 ? "" : metric.slice(0, cut);
+  }
+
+  // Metric names in the order charts show them (see KEY_METRICS and GROUP_ORDER).
+  function orderMetrics(names) {
+    const rank = (name) => {
+      const key = KEY_METRICS.indexOf(name);
+      if (key >= 0) return [0, key, "", name];
+      const group = metricGroup(name);
+      const known = GROUP_ORDER.indexOf(group);
+      return [1, known >= 0 ? known : GROUP_ORDER.length, known >= 0 ? "" : group, name];
+    };
+    const compare = (a, b) => {
+      for (let i = 0; i < a.length; i++) {
+        if (a[i] < b[i]) return -1;
+        if (a[i] > b[i]) return 1;
+      }
+      return 0;
+    };
+    return names.slice().sort((a, b) => compare(rank(a), rank(b)));
+  }
+
+  // Whether a metric's chart marks its slow steps as compilation: timings.
+  function marksCompile(metric) {
+    return /^timing\//.test(metric || "");
+  }
+
+  // The q-quantile (0..1) of numbers, linearly interpolated between the sorted values (the
+  // definition numpy.quantile uses by default); null for none.
+  function quantile(values, q) {
+    if (!values.length) return null;
+    const sorted = values.slice().sort((a, b) => a - b);
+    const at = (sorted.length - 1) * Math.min(Math.max(q, 0), 1);
+    const below = Math.floor(at), above = Math.ceil(at);
+    return sorted[below] + (sorted[above] - sorted[below]) * (at - below);
+  }
+
+  const OUTLIER_QUANTILE = 0.95;   // the axis may stop here when the points above it dominate
+  const OUTLIER_MIN_ABOVE = 1.5;   // on few points, a lower quantile: 1.5 points' worth lie above it
+  const OUTLIER_STRETCH = 4;       // ... that is, when they stretch the axis more than this many times
+  const OUTLIER_HEADROOM = 0.2;    // the axis then ends this fraction above the quantile
+  const MIN_POINTS_TO_CLIP = 5;
+  const COMPILE_FACTOR = 3;        // a timing this many times the median: likely compilation
+
+  // The indices of the steps whose value is above COMPILE_FACTOR x the median of the finite
+  // positive values (none with fewer than 3 values): on a timing chart, steps that compiled.
+  function compileSteps(values) {
+    const finite = values.filter((v) => typeof v === "number" && Number.isFinite(v) && v > 0);
+    if (finite.length < 3) return [];
+    const median = quantile(finite, 0.5);
+    const out = [];
+    values.forEach((v, i) => { if (typeof v === "number" && Number.isFinite(v) && v > COMPILE_FACTOR * median) out.push(i); });
+    return out;
+  }
+
   // The y-range [lo, hi] that shows every trace's points whose x lies in xRange (null: all), each
   // trace {x: [...], y: [...], skipFirst}: skipFirst leaves out the trace's first point. With log,
-  // only positive values count and the range is in log10 units (Plotly's log axes). 5 % padding;
-  // null when nothing is left to show.
+  // only positive values count and the range is in log10 units (Plotly's log axes). Outliers
+  // (linear axes, at least 5 points): q = the p-quantile, p = min(0.95, 1 - 1.5 / n) for n points;
+  // when max - min > 4 x (q - min), the top is q + 0.2 x max(q - min, |q|) instead of the max, and
+  // the result's `clipped` is true (the caller marks the points above it). 5 % padding; null when
+  // nothing is left to show.
   function robustRange(traces, options) {
     const opts = options || {};
     let lo = Infinity, hi = -Infinity;
+    const values = [];
     for (const t of traces) {
       const start = t.skipFirst && t.y.length > 1 ? 1 : 0;
       for (let i = start; i < t.y.length; i++) {
@@ -162,12 +237,43 @@
         }
         if (v < lo) lo = v;
         if (v > hi) hi = v;
+        values.push(v);
       }
     }
     if (lo === Infinity) return null;
+    let clipped = false;
+    if (!opts.log && opts.clip !== false && values.length >= MIN_POINTS_TO_CLIP) {
+      const q = quantile(values, Math.min(OUTLIER_QUANTILE, 1 - OUTLIER_MIN_ABOVE / values.length));
+      if (hi - lo > OUTLIER_STRETCH * (q - lo)) {
+        const top = q + OUTLIER_HEADROOM * Math.max(q - lo, Math.abs(q));
+        if (top < hi) { hi = top; clipped = true; }
+      }
+    }
     if (opts.log) { lo = Math.log10(lo); hi = Math.log10(hi); }
     const pad = hi > lo ? (hi - lo) * 0.05 : (opts.log ? 0.5 : Math.abs(hi) * 0.05 || 1);
-    return [lo - pad, hi + pad];
+    const range = [lo - pad, hi + pad];
+    range.clipped = clipped;
+    return range;
+  }
+
+  // Markers for a trace's finite points above the y-axis top (`top`, data units) and, with
+  // `compile` (indices from compileSteps), its compilation steps: {x, y, text, symbol}. A point
+  // above the axis sits on its top edge; its hover text gives the value.
+  function outlierMarks(xs, ys, top, compile, xTitle) {
+    const out = {x: [], y: [], text: [], symbol: []};
+    const slow = new Set(compile || []);
+    for (let i = 0; i < ys.length; i++) {
+      const v = ys[i];
+      if (typeof v !== "number" || !Number.isFinite(v)) continue;
+      const above = top !== null && v > top;
+      if (!above && !slow.has(i)) continue;
+      out.x.push(xs[i]);
+      out.y.push(above ? top : v);
+      const why = slow.has(i) ? " (slow: likely compilation)" : " (above the axis)";
+      out.text.push(`${xTitle || "step"} ${xs[i]}: ${formatValue(v)}${why}`);
+      out.symbol.push(above ? "triangle-up" : "diamond-open");
+    }
+    return out;
   }
 
   // --- charts ---------------------------------------------------------------------------------
@@ -214,7 +320,8 @@
     return g;
   }
 
-  // spec: {traces: [{name, ...Plotly trace properties}], layout: {...}, skipFirst: bool}
+  // spec: {traces: [{name, ...Plotly trace properties}], layout: {...}, skipFirst: bool,
+  //        markCompile: bool (mark slow steps as compilation), empty: the "no data" note's text}
   function makeChart(g, div, spec) {
     const chart = {
       div, spec, xRange: null, yRange: null,
@@ -243,7 +350,25 @@
       return {divisor, title: `wall time since the run's first step (${unit})`};
     }
 
+    // No point in any trace: a note instead of axes (Plotly would invent a -1..6 x -1..4 grid).
+    function renderEmpty() {
+      const layout = {
+        margin: {l: 8, r: 8, t: 8, b: 8}, showlegend: false, paper_bgcolor: "rgba(0,0,0,0)",
+        plot_bgcolor: "rgba(0,0,0,0)", font: {size: 11}, xaxis: {visible: false}, yaxis: {visible: false},
+        annotations: [{text: spec.empty || "no data yet", showarrow: false, xref: "paper", yref: "paper",
+                       x: 0.5, y: 0.5, font: {size: 13, color: "#888"}}],
+      };
+      chart.rendering = true;
+      try {
+        Plotly.react(div, [], layout, PLOT_CONFIG);
+      } finally {
+        chart.rendering = false;
+      }
+      Object.assign(div.dataset, {empty: "1", yTicks: "", nonFinite: "0", clipped: "0", compileSteps: ""});
+    }
+
     chart.render = function () {
+      if (chart.data.every((d) => d.y.length === 0)) { renderEmpty(); return; }
       const {divisor, title} = xScale();
       const shown = chart.data.map((d) => ({
         x: (d.x[g.options.x] || []).map((v) => v / divisor),
@@ -256,6 +381,7 @@
       const marked = chart.data.map((d, i) => (spec.traces[i].hoverinfo === "skip" ? [] : d.y)
         .some((v) => typeof v === "number" && !Number.isFinite(v)));
       let yRange = chart.yRange || robustRange(robust, {log, xRange: chart.xRange});
+      const clippedTop = yRange && yRange.clipped ? yRange[1] : null;
       if (!yRange && marked.some(Boolean)) yRange = log ? [-1, 1] : [0, 1];  // only non-finite points
       const yaxis = {zeroline: false, type: log ? "log" : "linear", hoverformat: ".4~g"};
       if (yRange) {
@@ -283,6 +409,22 @@
           });
         });
       }
+      // Points above a clipped axis, and a timing chart's compilation steps (raw values).
+      let clipped = 0;
+      const compiled = [];
+      chart.data.forEach((d, i) => {
+        if (spec.traces[i].hoverinfo === "skip") return;
+        const compile = spec.markCompile ? compileSteps(d.y) : [];
+        const marks = outlierMarks(shown[i].x, d.y, clippedTop, compile, X_TITLES[g.options.x] || g.options.x);
+        if (!marks.x.length) return;
+        clipped += marks.symbol.filter((sym) => sym === "triangle-up").length;
+        for (const k of compile) compiled.push((d.x.step || [])[k]);
+        traces.push({
+          x: marks.x, y: marks.y, text: marks.text, mode: "markers", showlegend: false, cliponaxis: false,
+          name: `${spec.traces[i].name || ""} slow or off the axis`, hovertemplate: "%{text}<extra></extra>",
+          marker: {color: "#8c564b", size: 9, symbol: marks.symbol},
+        });
+      });
       const layout = {
         margin: {l: 56, r: 12, t: 8, b: 36}, showlegend: false, hovermode: "x unified",
         paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)", font: {size: 11},
@@ -299,6 +441,9 @@
       div.dataset.x = g.options.x;
       div.dataset.yTicks = yaxis.ticktext ? yaxis.ticktext.join(" ") : "";
       div.dataset.nonFinite = String(nonFinite);
+      div.dataset.clipped = String(clipped);
+      div.dataset.compileSteps = compiled.join(" ");
+      div.dataset.empty = "0";
     };
 
     chart.render();
@@ -371,7 +516,7 @@
     }
   }
 
-  const api = {ema, formatValue, tickLabels, niceTicks, logTicks, robustRange, skipsFirstPoint, metricValue,
-               nonFiniteMarks, group, controls};
+  const api = {ema, formatValue, tickLabels, niceTicks, logTicks, quantile, robustRange, compileSteps, outlierMarks,
+               skipsFirstPoint, marksCompile, metricGroup, orderMetrics, metricValue, nonFiniteMarks, group, controls};
   root.GrpoCharts = api;
 })(typeof window !== "undefined" ? window : this);

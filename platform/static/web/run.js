@@ -7,14 +7,18 @@
 //   GET  .../samples?step=S, .../checkpoints   when the step moves (throttled), or a step is chosen
 //   GET  .../events?after_id=N          every EVENTS_MS: the log tail
 // Each chart div carries data-metric (its first metric) and data-points (how many points of that
-// metric it shows), which browser tests read. Drawing, smoothing, log-y, tick labels and the
-// shared x-zoom are charts.js's (GrpoCharts), the same as on the compare page.
+// metric it shows), which browser tests read. Drawing, smoothing, log-y, tick labels, the
+// outlier-proof y-range, compile-step marks, "no data" and the shared x-zoom are charts.js's
+// (GrpoCharts), the same as on the compare page. The newest accuracy and eval/accuracy points also
+// fill the facts beside the latest reward; "live" shows while the run is in a live status.
 (function () {
   "use strict";
   const root = document.getElementById("run-dashboard");
   if (!root || !window.Plotly || !window.GrpoCharts) return;
   const api = root.dataset.api;
   const terminal = new Set(root.dataset.terminal.split(" "));
+  const live = new Set((root.dataset.live || "").split(" "));
+  const HEADLINE = {"accuracy": "run-accuracy", "eval/accuracy": "run-eval-accuracy"};  // metric -> fact
   const panels = JSON.parse(document.getElementById("chart-panels").textContent);
   const POLL_MS = 1000;
   const EVENTS_MS = 2000;
@@ -28,6 +32,7 @@
   const state = {
     lastStep: null, status: root.dataset.status, attempt: null, restarts: null,
     lastEventId: 0, lastSideRefresh: 0, sideDirty: false, runStep: null, finalPolls: 0, chartsLoaded: false,
+    headlineSteps: {},  // metric -> the step of the value shown in its fact
   };
 
   async function getJSON(path) {
@@ -46,6 +51,11 @@
       box.hidden = true;
       $("run-live").className = "muted small on";
     }
+    showLive();
+  }
+
+  function showLive() {
+    $("run-live").hidden = !live.has(state.status) || state.finalPolls >= 3;
   }
 
   // --- charts -------------------------------------------------------------------------------
@@ -97,6 +107,8 @@
     if (panel.band) metricToPanel.set(panel.band, panel);
     panel.chart = charts.chart(panel.div, {
       traces, skipFirst: panel.metrics.some(GrpoCharts.skipsFirstPoint),
+      markCompile: panel.metrics.some(GrpoCharts.marksCompile),
+      empty: "no data yet",
       layout: {showlegend: panel.metrics.length > 1, legend: {orientation: "h", y: 1.12, font: {size: 10}}},
     });
   }
@@ -146,11 +158,21 @@
   function distribute(series) {
     const byPanel = new Map();
     for (const [metric, pts] of Object.entries(series || {})) {
+      if (HEADLINE[metric] && pts.length) showHeadline(metric, pts[pts.length - 1]);
       const panel = panelFor(metric);
       if (!byPanel.has(panel)) byPanel.set(panel, {});
       byPanel.get(panel)[metric] = pts.map(([step, value]) => [step, GrpoCharts.metricValue(value)]);
     }
     for (const [panel, points] of byPanel) extendPanel(panel, points);
+  }
+
+  // The fact beside the latest reward: the value at the newest step seen.
+  function showHeadline(metric, [step, value]) {
+    const seen = state.headlineSteps[metric];
+    if (seen !== undefined && step < seen) return;
+    state.headlineSteps[metric] = step;
+    const v = GrpoCharts.metricValue(value);
+    $(HEADLINE[metric]).textContent = v === null ? "-" : GrpoCharts.formatValue(v, 3);
   }
 
   function resetCharts() {
@@ -359,6 +381,7 @@
     if (terminal.has(state.status)) state.finalPolls += 1;
     if (state.finalPolls < 3) setTimeout(tick, POLL_MS);
     else $("run-live").className = "muted small off";
+    showLive();
   }
 
   async function eventsTick() {

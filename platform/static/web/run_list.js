@@ -88,7 +88,8 @@
     };
     const cells = [
       el("td", {className: "select-col"}, [box]),
-      el("td", {}, [el("a", {href: `/runs/${run.id}/`, textContent: `#${run.id}`})]),
+      el("td", {}, [el("a", {href: `/runs/${run.id}/`}, run.name
+        ? [run.name, " ", el("span", {className: "muted small", textContent: `#${run.id}`})] : [`#${run.id}`])]),
       el("td", {}, [el("a", {href: `/experiments/${run.experiment.id}/`, textContent: run.experiment.name})]),
       col("owner"), col("status"), col("progress", {className: "progress-cell"}), col("reward"),
     ];

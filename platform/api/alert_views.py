@@ -1,0 +1,87 @@
+"""Alerts over the API (the rules and their log; delivery itself is alerts.delivery's):
+
+    GET  POST    alerts                   your rules / create one (201, or 400 {"errors": {field: message}})
+    GET  DELETE  alerts/<id>              one of your rules / delete it (204; its log goes too)
+    GET          alerts/deliveries        ?rule=&status=&limit=  the delivery log, newest first
+
+A webhook target is answered masked. Someone else's rule answers 404."""
+
+from __future__ import annotations
+
+from django.http import HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404
+
+from alerts.forms import AlertRuleForm
+from alerts.models import AlertDelivery, AlertRule, DeliveryStatus
+from api import alert_shapes as shapes
+from api.contract import Error, Errors, Op, operations
+from api.endpoint import ApiError, api_endpoint, int_param, json_body
+
+DEFAULT_LIMIT, MAX_LIMIT = 50, 500
+
+
+def rule_json(rule: AlertRule) -> dict:
+    return {"id": rule.pk, "name": rule.name, "experiment": rule.experiment_id, "events": list(rule.events),
+            "metric_name": rule.metric_name, "comparison": rule.comparison, "threshold": rule.threshold,
+            "channel": rule.channel, "target": rule.masked_target, "enabled": rule.enabled,
+            "min_interval_s": rule.min_interval_s, "created_at": rule.created_at}
+
+
+def delivery_json(d: AlertDelivery) -> dict:
+    return {"id": d.pk, "rule": d.rule_id, "rule_name": d.rule.label, "run": d.run_id, "event": d.event,
+            "status": d.status, "message": d.message, "error": d.error, "attempts": d.attempts,
+            "created_at": d.created_at, "sent_at": d.sent_at}
+
+
+@operations(
+    GET=Op(responses={200: shapes.AlertRuleList}),
+    POST=Op(body=shapes.AlertRuleInput, responses={201: shapes.AlertRuleOut, 400: Errors}),
+)
+@api_endpoint("GET", "POST")
+def alert_rules(request):
+    """GET: your alert rules. POST {"events", "channel", "target", "experiment"?, "metric_name"?,
+    "comparison"?, "threshold"?, "min_interval_s"?, "enabled"?, "name"?}: 201 the rule (a webhook
+    target masked), or 400 {"errors": {field: message}} (a webhook URL in a local or private
+    network is refused unless the admin allows it in PLATFORM_ALERT_WEBHOOK_ALLOW)."""
+    if request.method == "GET":
+        rules = [rule_json(r) for r in AlertRule.objects.filter(owner=request.user)]
+        return {"rules": rules, "count": len(rules)}
+    data = json_body(request)
+    data.setdefault("enabled", True)
+    form = AlertRuleForm(request.user, data)
+    if not form.is_valid():
+        raise ApiError(400, errors=form.error_dict())
+    rule = form.save()
+    response = JsonResponse(rule_json(rule), status=201)
+    response["Location"] = f"/api/alerts/{rule.pk}"
+    return response
+
+
+@operations(GET=Op(responses={200: shapes.AlertRuleOut}), DELETE=Op(responses={204: None}))
+@api_endpoint("GET", "DELETE")
+def alert_rule_detail(request, pk: int):
+    """GET: one of your rules. DELETE: 204; the rule and its delivery log are gone."""
+    rule = get_object_or_404(AlertRule, pk=pk, owner=request.user)
+    if request.method == "DELETE":
+        rule.delete()
+        return HttpResponse(status=204)
+    return rule_json(rule)
+
+
+@operations(GET=Op(query=shapes.DeliveryQuery, responses={200: shapes.DeliveryList, 400: Error}))
+@api_endpoint("GET")
+def alert_deliveries(request):
+    """GET ?rule=&status=&limit=: your rules' deliveries, newest first (status pending, sent, failed
+    or rate_limited; a failed or pending one carries its last error)."""
+    rows = AlertDelivery.objects.filter(rule__owner=request.user).select_related("rule")
+    rule_id = int_param(request, "rule", None, minimum=1)
+    if rule_id is not None:
+        rows = rows.filter(rule_id=rule_id)
+    status = request.GET.get("status", "")
+    if status:
+        if status not in DeliveryStatus.values:
+            raise ApiError(400, f"status must be one of {', '.join(DeliveryStatus.values)}, got {status!r}")
+        rows = rows.filter(status=status)
+    limit = int_param(request, "limit", DEFAULT_LIMIT, minimum=1, maximum=MAX_LIMIT)
+    deliveries = [delivery_json(d) for d in rows[:limit]]
+    return {"deliveries": deliveries, "count": len(deliveries)}
