@@ -44,7 +44,18 @@ EVAL_METRICS = ("eval/reward_mean", "eval/accuracy", "eval/pass@1")
 PASS_AT_K_PATTERN = r"eval/pass@[1-9][0-9]*"
 """eval/pass@k carries its k in the name (eval.pass_k): every such name is a metric."""
 
-METRIC_NAMES = TRAIN_METRICS + ASYNC_METRICS + ALGORITHM_METRICS + EVAL_METRICS
+SYSTEM_METRICS = (
+    "system/cpu_percent",
+    "system/host_memory_used_bytes",
+    "system/process_rss_bytes",
+    "system/device_memory_bytes",
+    "system/device_memory_peak_bytes",
+    "system/gpu_utilization",
+)
+"""Host and accelerator use (trainers.loop.system_metrics), every train.system_metrics_every_s seconds;
+the device memory ones only where JAX reports memory stats (not on CPU), gpu_utilization only with a GPU."""
+
+METRIC_NAMES = TRAIN_METRICS + ASYNC_METRICS + ALGORITHM_METRICS + EVAL_METRICS + SYSTEM_METRICS
 
 
 def is_metric_name(name: str) -> bool:
