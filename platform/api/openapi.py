@@ -20,6 +20,9 @@ SECURITY_SCHEME = "token"
 BODY_METHODS = ("POST", "PUT", "PATCH")
 _GROUP_START = re.compile(r"\(\?P<(?P<name>\w+)>")
 _REPEAT = re.compile(r"\[0-9\]\{1,(?P<digits>[0-9]+)\}")
+# Sub-collections that are resources of their own in the docs (`runs/{pk}/samples` is tagged
+# "samples", not "runs"); every other path is tagged by its first segment (see resource_tag).
+NESTED_RESOURCES = ("samples", "checkpoints")
 
 
 class RouteError(ValueError):
@@ -101,15 +104,21 @@ def build(patterns=None, title: str = "GRPO platform API", version: str = "1") -
     """The whole OpenAPI 3.1 document."""
     paths: dict[str, dict[str, Any]] = {}
     models: set[type[BaseModel]] = {Error, Errors}
-    for regex, view in api_routes(patterns):
-        ops: dict[str, Op] = getattr(view, "api_ops", None) or {}
+    routes = [(regex, view, getattr(view, "api_ops", None) or {}) for regex, view in api_routes(patterns)]
+    templates = {regex: path_template(regex) for regex, _, ops in routes if ops}
+    resources = {template.split("/", 1)[0] for template, _ in templates.values()}
+    tags: list[str] = []
+    for regex, view, ops in routes:
         if not ops:
             continue
-        template, path_params = path_template(regex)
+        template, path_params = templates[regex]
         item = paths.setdefault(API_PREFIX + template, {})
         summary, description = _doc(view)
+        tag = resource_tag(template, resources)
         for method, op in sorted(ops.items()):
-            item[method.lower()] = _operation(view, method, op, path_params, summary, description, models)
+            item[method.lower()] = operation = _operation(view, method, op, path_params, summary, description,
+                                                          models, tag)
+            tags += [t for t in operation["tags"] if t not in tags]
     _, defs = models_json_schema([(m, "validation") for m in sorted(models, key=lambda m: m.__name__)],
                                  ref_template=REF_TEMPLATE)
     return {
@@ -117,6 +126,7 @@ def build(patterns=None, title: str = "GRPO platform API", version: str = "1") -
         "info": {"title": title, "version": version,
                  "description": "Authenticate with `Authorization: Token <key>` (your API tokens page)."},
         "servers": [{"url": "/"}],
+        "tags": [{"name": tag} for tag in tags],  # in the order of api/urls.py
         "paths": paths,
         "components": {
             "schemas": defs.get("$defs", {}),
@@ -134,13 +144,24 @@ def _doc(view: Callable) -> tuple[str, str]:
     return first.strip(), doc
 
 
+def resource_tag(template: str, resources: set[str]) -> str:
+    """The resource a path template belongs to, its tag in the docs: the last literal segment (a
+    file suffix dropped) that is a top-level resource (`resources`: the paths' first segments) or one
+    of NESTED_RESOURCES, else the first segment. `experiments/{pk}/runs` -> "runs",
+    `runs/{pk}/samples.jsonl` -> "samples", `runs/{pk}/checkpoints/{step}/hf.zip` -> "checkpoints",
+    `runs/{pk}/metrics` -> "runs"."""
+    literals = [part.split(".", 1)[0] for part in template.split("/") if part and not part.startswith("{")]
+    known = [part for part in literals if part in resources or part in NESTED_RESOURCES]
+    return known[-1] if known else (literals[0] if literals else "api")
+
+
 def _operation(view, method: str, op: Op, path_params: dict, summary: str, description: str,
-               models: set) -> dict[str, Any]:
+               models: set, tag: str) -> dict[str, Any]:
     out: dict[str, Any] = {
         "operationId": f"{view.__name__}_{method.lower()}",
         "summary": op.summary or summary or view.__name__,
         "description": description,
-        "tags": list(op.tags) or [_tag(path_params, view)],
+        "tags": list(op.tags) or [tag],
         "parameters": [{"name": n, "in": "path", "required": True, "schema": s} for n, s in path_params.items()],
     }
     if op.query is not None:
@@ -164,10 +185,6 @@ def _operation(view, method: str, op: Op, path_params: dict, summary: str, descr
         responses.setdefault(413, Error)
     out["responses"] = {str(status): _response(status, shape, models) for status, shape in sorted(responses.items())}
     return out
-
-
-def _tag(path_params: dict, view) -> str:
-    return view.__module__.removeprefix("api.")
 
 
 def _ref(model: type[BaseModel]) -> dict[str, str]:

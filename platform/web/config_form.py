@@ -97,6 +97,14 @@ def text_from_value(spec: FieldSpec, value: Any) -> Any:
     return str(value)
 
 
+def is_default(spec: FieldSpec, text: Any) -> bool:
+    """Whether a form value means the field's schema default (`1e-3` and `0.001` alike)."""
+    try:
+        return value_from_text(spec, text) == value_from_text(spec, text_from_value(spec, spec.default))
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
 def rewards_from_text(spec: FieldSpec, text: str) -> list[dict[str, Any]]:
     """'exact_match: 1.0' lines (weight optional, '#' comments) -> [{name, weight}, ...]."""
     items = []

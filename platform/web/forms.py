@@ -19,11 +19,27 @@ from experiments.models_dir import available_models
 from experiments.shown_paths import shown_errors
 from trainers.config import ConfigError, ExperimentConfig, FieldSpec, SectionSpec, field_specs
 
-from web.config_form import config_from_values, error_target, form_values, html_name, specs_by_name, to_yaml
+from web.config_form import (
+    config_from_values,
+    error_target,
+    form_values,
+    html_name,
+    is_default,
+    specs_by_name,
+    to_yaml,
+)
 
 MAX_IMPORT_BYTES = 256 * 1024  # largest YAML file accepted by the import
 _BOUND_SIGNS = {"ge": "≥", "gt": ">", "le": "≤", "lt": "<"}
 NO_MODEL_LABEL = "none: a randomly initialised model.preset (toy sizes)"
+# The form's basic view, open at the top: what most experiments set (model, data, rewards, G,
+# batch and its mini-batch, steps, learning rate). Every other field is in a collapsed group named after its schema
+# section, opened when it holds an error or a value that is not the default.
+BASIC_FIELDS = (
+    "model.path", "model.preset", "data.task", "data.train_dataset", "rewards",
+    "grpo.num_generations", "batch.prompts_per_step", "batch.mini_batch_prompts", "train.max_steps",
+    "optimizer.learning_rate",
+)
 
 
 def model_path_choices(current: Any = "", owner=None) -> list[tuple[str, str]]:
@@ -124,6 +140,12 @@ class FieldRow:
         return [s for f in self.spec.item_fields for s in f.suggestions]
 
 
+    @property
+    def is_default(self) -> bool:
+        """Whether the field shows its schema default (a group holding none of those stays collapsed)."""
+        return is_default(self.spec, self.field.value())
+
+
 @dataclasses.dataclass
 class SectionView:
     spec: SectionSpec
@@ -132,6 +154,11 @@ class SectionView:
     @property
     def title(self) -> str:
         return self.spec.key or "experiment"
+
+    @property
+    def open(self) -> bool:
+        """Shown expanded: one of its fields has an error or a value other than the default."""
+        return any(row.field.errors or not row.is_default for row in self.rows)
 
     @property
     def intro(self) -> str:
@@ -208,6 +235,15 @@ class ConfigForm(forms.Form):
             SectionView(section, [FieldRow(spec, self[html_name(spec.path)]) for spec in section.fields])
             for section in field_specs()
         ]
+
+    def layout(self) -> tuple[list[FieldRow], list[SectionView]]:
+        """(the basic view's rows in BASIC_FIELDS order, the schema sections with their other
+        fields); a section whose fields are all basic is left out of the second list."""
+        sections = self.sections()
+        rows = {row.path: row for section in sections for row in section.rows}
+        basics = [rows[path] for path in BASIC_FIELDS if path in rows]
+        groups = [SectionView(s.spec, [r for r in s.rows if r.path not in BASIC_FIELDS]) for s in sections]
+        return basics, [g for g in groups if g.rows]
 
     def config_yaml_text(self) -> str:
         """YAML of the validated config, else of the raw input (for the tab switch)."""

@@ -5,6 +5,7 @@ is a GET form, model text reaches the page only through the template's escaping.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 from urllib.parse import urlencode
 
@@ -37,10 +38,40 @@ def sample_badges(extra: dict[str, Any]) -> list[tuple[str, str]]:
     return badges
 
 
+SHOWN_DIGITS = 3  # significant digits of a reward or an advantage on the page (the API keeps them all)
+
+
+def short_number(value: Any, digits: int = SHOWN_DIGITS) -> str:
+    """A reward or advantage as the page shows it: `digits` significant digits, trailing zeros
+    dropped but one decimal kept for a float (0.8333333333333334 -> "0.833", -0.70710678 -> "-0.707",
+    1.0 -> "1.0"); no exponent from 0.001 up to 10^(digits+1), where the whole part stays whole
+    (1234.5 -> "1234"); an exponent outside (1.234e-05 -> "1.23e-05"); None -> "–"; an int or a
+    non-finite float as Python writes it."""
+    if value is None:
+        return "–"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, int) or not math.isfinite(value):
+        return str(value)
+    if value == 0:
+        return "0.0"
+    magnitude = math.floor(math.log10(abs(value)))
+    if magnitude < -3 or magnitude >= digits + 1:
+        return f"{value:.{digits - 1}e}"
+    decimals = max(digits - 1 - magnitude, 0)
+    text = f"{value:.{decimals}f}"
+    if "." in text:
+        text = text.rstrip("0")
+        text = text + "0" if text.endswith(".") else text
+    return text
+
+
 def _row(sample: RolloutSample) -> dict[str, Any]:
     extra = sample.extra if isinstance(sample.extra, dict) else {}
     return {
         "sample": sample,
+        "reward": short_number(sample.reward),
+        "advantage": short_number(sample.advantage),
         "generation": extra.get("generation"),
         "badges": sample_badges(extra),
         "prompt_segments": sample_text.prompt_segments(sample.prompt, extra),

@@ -127,6 +127,7 @@ def test_browser_create_launch_and_watch_chart(platform_env, tmp_path):
         page.fill("[name='train__max_steps']", "40")
         page.fill("[name='batch__prompts_per_step']", "4")
         page.fill("[name='grpo__num_generations']", "4")
+        page.click("#section-checkpoint > summary")  # a collapsed group of the form
         page.fill("[name='checkpoint__every_steps']", "10")
         expect(page.locator("#plan-preview")).to_contain_text("16", timeout=10_000)  # 4 prompts x G=4
         page.click("#save-experiment")

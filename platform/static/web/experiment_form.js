@@ -6,6 +6,8 @@
 // Figures fill #plan-preview; errors go next to their field ([data-error-for="dotted.path"]), or to
 // the YAML tab's list, or to the form-wide list. Switching tabs asks the same endpoint (sync=1) to
 // turn the form into YAML or the YAML into form values, so edits carry over.
+// The fields outside the basic view sit in collapsed <details> groups: a group opens when an error
+// lands in it or when a tab switch changes one of its values (collapsed fields are still submitted).
 (function () {
   "use strict";
   const form = document.getElementById("experiment-form");
@@ -72,6 +74,11 @@
     return [null, false];
   }
 
+  function openGroupOf(element) {
+    const group = element && element.closest("details.group");
+    if (group) group.open = true;
+  }
+
   function showErrors(errors) {
     for (const [key, message] of Object.entries(errors || {})) {
       planErrors.append(li(message, key));
@@ -84,6 +91,7 @@
         list.append(exact ? li(message) : li(message, key));
         const field = list.closest(".field");
         if (field) field.classList.add("has-error");
+        openGroupOf(list);
       } else {
         formErrors.append(li(message, key));
       }
@@ -134,6 +142,7 @@
       const input = form.elements.namedItem(name);
       if (!input) continue;
       if (input.type === "checkbox") {
+        if (input.checked !== Boolean(value)) openGroupOf(input);
         input.checked = Boolean(value);
         continue;
       }
@@ -142,6 +151,7 @@
       if (input.tagName === "SELECT" && value !== "" && ![...input.options].some((o) => o.value === String(value))) {
         input.add(new Option(String(value), String(value)));
       }
+      if (input.value !== String(value)) openGroupOf(input);
       input.value = value;
     }
   }
@@ -175,6 +185,14 @@
       tabNote.textContent = "Could not switch: " + err.message;
     }
   }
+
+  function setGroups(open) {
+    form.querySelectorAll("details.group").forEach((group) => { group.open = open; });
+  }
+  const openAll = document.getElementById("groups-open");
+  const closeAll = document.getElementById("groups-close");
+  if (openAll) openAll.addEventListener("click", () => setGroups(true));
+  if (closeAll) closeAll.addEventListener("click", () => setGroups(false));
 
   form.querySelectorAll("input[name=mode]").forEach((radio) => radio.addEventListener("change", switchTab));
   form.addEventListener("input", (event) => { if (event.target.name !== "mode") schedule(); });
