@@ -96,7 +96,7 @@ def check_labels(data: dict[str, Any]) -> dict[str, Any]:
             except LabelError as exc:
                 errors.update(exc.errors)
     if not errors and not out:
-        errors["tags"] = "give a name (text), tags (a list of names) and/or notes (text)"
+        errors["tags"] = "give tags (a list of names), notes (text) and/or a name (text)"
     if errors:
         raise LabelError(errors)
     return out
