@@ -147,6 +147,19 @@ def test_leaderboard_ranks_the_newest_job_per_policy(alice, run):
     assert [j.pk for j in ranked(jobs)] == [3, 2, 5, 1]
 
 
+def test_job_page_is_its_owners(client, alice, bob, run):
+    job = EvaluationJob.objects.create(owner=alice, run=run, step=2, dataset_kind="task", task="reverse",
+                                       dataset_key="task:reverse", dataset_label="task reverse")
+    url = reverse("evaluation-detail", args=[job.pk])
+    assert client.get(url).status_code == 302 and client.get(url)["Location"].startswith(reverse("login"))
+    client.force_login(bob)
+    assert client.get(url).status_code == 404
+    assert f'data-job="{job.pk}"' not in client.get(reverse("leaderboard") + "?dataset=task:reverse").content.decode()
+    client.force_login(alice)
+    page = client.get(url).content.decode()
+    assert 'data-poll="1"' in page and 'id="job-progress"' in page  # queued: the page polls
+
+
 def test_pages(alice_client, alice, run):
     job = EvaluationJob.objects.create(owner=alice, run=run, step=2, checkpoint=run.checkpoints.get(),
                                        dataset_kind="task", task="reverse", dataset_key="task:reverse",

@@ -46,16 +46,21 @@ VIEWS = {
     "api-tokens": ("get", None, 200),
     "account": ("get", None, 200),
     "dataset-list": ("get", None, 200),
+    "evaluation-list": ("get", None, 200),
+    "evaluation-new": ("get", None, 200),
+    "leaderboard": ("get", None, 200),
 }
 AUTH_VIEWS = {"login", "logout"}
 OWN_TOKEN_VIEWS = {"api-token-revoke"}  # only the token's owner, staff too: tests/platform/test_api_tokens.py
 # a dataset's pages have a permission of their own (experiments.view_dataset): test_dataset_views below
 DATASET_VIEWS = {"dataset-detail", "dataset-share", "dataset-delete"}
+# an evaluation job's page: its owner's (and the view permission's): tests/platform/test_evaluation_api.py
+EVALUATION_VIEWS = {"evaluation-detail"}
 
 
 def test_every_web_view_is_in_the_table():
     names = {p.name for p in web_urls.urlpatterns}
-    assert names - AUTH_VIEWS - OWN_TOKEN_VIEWS - DATASET_VIEWS == set(VIEWS)
+    assert names - AUTH_VIEWS - OWN_TOKEN_VIEWS - DATASET_VIEWS - EVALUATION_VIEWS == set(VIEWS)
 
 
 @pytest.fixture
