@@ -112,7 +112,7 @@ window.GrpoCheckpoints = (function () {
         : td("-", "muted");
       if (job) evalCell.title = `accuracy on ${job.dataset_label}`;
       const actions = document.createElement("span");
-      actions.className = "actions";
+      actions.className = "row-actions";
       if (d.downloadable) {
         const a = link("download", `/api/runs/${d.run}/checkpoints/${c.step}/hf.zip`, "checkpoint-download-row");
         a.setAttribute("download", "");
