@@ -1,7 +1,7 @@
-"""The admin as an operator's tool: experiments and their versions, runs with the same actions the
-web UI and API offer (cancel, pause, resume, requeue — through runner.services, so the state
-machine holds), what runs report (read-only: those rows are the trainer's record), and the live
-workers with what each one runs.
+"""The admin as an operator's tool: experiments and their versions, runs, what runs report
+(read-only: those rows are the trainer's record) and datasets. The runs' actions (cancel, pause,
+resume, requeue: through runner.services, so the state machine holds) and the workers are the
+runner's, in runner/admin.py.
 
 Experiments and runs follow the platform's one rule (experiments.models.VisibleToQuerySet): a
 staff user sees and steers their own, and others' only with the model permission (view to see,
@@ -14,14 +14,11 @@ compare-and-set transitions the workers rely on.
 
 from __future__ import annotations
 
-import datetime
 import json
 
-from django.conf import settings
 from django import forms
-from django.contrib import admin, messages
+from django.contrib import admin
 from django.urls import reverse
-from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
 from experiments.access import may_change
@@ -34,9 +31,7 @@ from experiments.models import (
     RolloutSample,
     Run,
     RunEvent,
-    Worker,
 )
-from runner import services
 
 RECENT_EVENTS_SHOWN = 30
 
@@ -158,38 +153,6 @@ class CheckpointInline(ReadOnlyInline):
     readonly_fields = fields
 
 
-def _run_action(action: services.RunAction):
-    """An admin action applying `action` to each selected run this user may steer."""
-
-    def apply(modeladmin, request, queryset):
-        runs = list(queryset.select_related("experiment"))
-        steerable = set(Run.objects.steerable_by(request.user).filter(pk__in=[r.pk for r in runs])
-                        .values_list("pk", flat=True))
-        refused: list[str] = []
-
-        def apply_one(run) -> bool:
-            try:
-                return action.function(run)
-            except services.LaunchRefused as exc:  # over the owner's limits (runner.limits)
-                refused.append(f"run {run.pk}: {exc.message}")
-                return False
-
-        changed = sum(1 for run in runs if run.pk in steerable and apply_one(run))
-        for reason in refused:
-            modeladmin.message_user(request, reason, messages.ERROR)
-        level = messages.SUCCESS if changed == len(runs) else messages.WARNING
-        modeladmin.message_user(
-            request,
-            f"{action.label}: {changed} of {len(runs)} run(s) {action.done}"
-            + ("" if changed == len(runs) else "; the others were in a status that does not allow it"
-               + ("" if len(steerable) == len(runs) else ", or not yours to steer")),
-            level,
-        )
-
-    apply.__name__ = f"{action.label.lower()}_runs"
-    return admin.action(description=f"{action.label} selected runs", permissions=["change"])(apply)
-
-
 @admin.register(Run)
 class RunAdmin(OwnRowsAdmin):
     list_display = ("id", "experiment", "owner", "status", "progress_steps", "restarts", "worker_host",
@@ -199,7 +162,7 @@ class RunAdmin(OwnRowsAdmin):
     list_select_related = ("experiment__owner",)
     search_fields = ("=id", "experiment__name", "worker_host", "experiment__owner__username")
     date_hierarchy = "created_at"
-    actions = [_run_action(a) for a in services.ACTIONS.values()]
+    # the run actions (cancel, pause, ...) are added by runner.admin, which owns them
     inlines = [CheckpointInline]
     fieldsets = [
         (None, {"fields": ("experiment", "config_version", "status", "progress_steps", "latest_reward", "error",
@@ -295,59 +258,6 @@ class RunEventAdmin(ReadOnlyAdmin):
     list_select_related = ("run__experiment",)
     search_fields = ("message",)
     raw_id_fields = ("run",)
-
-
-# --- workers ----------------------------------------------------------------------------------
-
-
-class AliveFilter(admin.SimpleListFilter):
-    title = "alive"
-    parameter_name = "alive"
-
-    def lookups(self, request, model_admin):
-        return [("yes", "alive"), ("no", "silent")]
-
-    def queryset(self, request, queryset):
-        cutoff = timezone.now() - datetime.timedelta(seconds=settings.PLATFORM_STALE_AFTER_S)
-        if self.value() == "yes":
-            return queryset.filter(heartbeat_at__gte=cutoff)
-        if self.value() == "no":
-            return queryset.filter(heartbeat_at__lt=cutoff)
-        return queryset
-
-
-@admin.register(Worker)
-class WorkerAdmin(ReadOnlyAdmin):
-    """Live workers (heartbeat within PLATFORM_STALE_AFTER_S) and the runs each one holds."""
-
-    list_display = ("hostname", "alive", "pid", "queues", "concurrency", "started_at", "heartbeat_at", "runs")
-    list_filter = (AliveFilter,)
-    search_fields = ("hostname", "queues")
-
-    def has_delete_permission(self, request, obj=None):
-        return request.user.is_superuser  # clearing out long-dead workers is fine
-
-    def changelist_view(self, request, extra_context=None):
-        """Below the workers: the Ray cluster's hosts and devices while multi-host runs use Ray
-        (runner.models.RayHost; templates/admin/experiments/worker/change_list.html)."""
-        from runner.models import RayHost
-
-        return super().changelist_view(request, {**(extra_context or {}), "ray_hosts": list(RayHost.objects.all())})
-
-    @admin.display(boolean=True, description="alive")
-    def alive(self, obj):
-        return obj.is_alive
-
-    @admin.display(description="current runs")
-    def runs(self, obj):
-        held = list(obj.current_runs.select_related("experiment"))
-        if not held:
-            return "-"
-        return format_html_join(
-            ", ", "<a href='{}'>run {} ({}, {}, step {})</a>",
-            ((reverse("admin:experiments_run_change", args=[r.pk]), r.pk, r.experiment.name, r.status, r.step)
-             for r in held),
-        )
 
 
 # --- datasets ---------------------------------------------------------------------------------

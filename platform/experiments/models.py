@@ -418,28 +418,3 @@ class RunEvent(models.Model):
     class Meta:
         ordering = ["run", "id"]
         indexes = [models.Index(fields=["run", "id"])]
-
-
-class Worker(models.Model):
-    """A live Celery worker process, as it reports itself (no broker remote control needed)."""
-
-    hostname = models.CharField(max_length=255, unique=True)
-    pid = models.IntegerField(null=True, blank=True)
-    queues = models.CharField(max_length=255, blank=True)
-    concurrency = models.IntegerField(default=1)
-    started_at = models.DateTimeField(default=timezone.now)
-    heartbeat_at = models.DateTimeField(default=timezone.now)
-
-    class Meta:
-        ordering = ["hostname"]
-
-    def __str__(self) -> str:
-        return self.hostname
-
-    @property
-    def is_alive(self) -> bool:
-        return (timezone.now() - self.heartbeat_at).total_seconds() < settings.PLATFORM_STALE_AFTER_S
-
-    @property
-    def current_runs(self):
-        return Run.objects.filter(worker_host=self.hostname, status__in=list(ACTIVE_STATUSES))

@@ -1,4 +1,5 @@
-"""Who may queue what: per-user overrides of the run limits, and the queues users may launch to.
+"""Who may queue what: per-user overrides of the run limits, and the queues users may launch to;
+the workers that run them (Worker) and the Ray hosts of multi-host runs (RayHost).
 
 The rules that read these live in runner.limits and runner.queues; the admin edits them
 (runner.admin). Models never import Celery tasks.
@@ -10,6 +11,9 @@ from django.conf import settings
 from django.contrib.auth.models import Group
 from django.core.validators import RegexValidator
 from django.db import models, transaction
+from django.utils import timezone
+
+from experiments.models import ACTIVE_STATUSES, Run
 
 
 class UserLimits(models.Model):
@@ -127,3 +131,29 @@ class RayHost(models.Model):
             if kept != host.processes:
                 host.processes = kept
                 host.save(update_fields=["processes", "seen_at"])
+
+
+class Worker(models.Model):
+    """A live Celery worker process, as it reports itself (no broker remote control needed;
+    runner.workers keeps the row)."""
+
+    hostname = models.CharField(max_length=255, unique=True)
+    pid = models.IntegerField(null=True, blank=True)
+    queues = models.CharField(max_length=255, blank=True)
+    concurrency = models.IntegerField(default=1)
+    started_at = models.DateTimeField(default=timezone.now)
+    heartbeat_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["hostname"]
+
+    def __str__(self) -> str:
+        return self.hostname
+
+    @property
+    def is_alive(self) -> bool:
+        return (timezone.now() - self.heartbeat_at).total_seconds() < settings.PLATFORM_STALE_AFTER_S
+
+    @property
+    def current_runs(self):
+        return Run.objects.filter(worker_host=self.hostname, status__in=list(ACTIVE_STATUSES))

@@ -12,7 +12,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db.models import Q
 
-from experiments.models import Worker
+from runner.models import Worker
 from runner.limits import LaunchRefused
 from runner.models import RunQueue
 

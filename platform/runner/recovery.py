@@ -21,7 +21,8 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from experiments.models import Run, RunEvent, RunStatus, Worker, allowed_sources
+from experiments.models import Run, RunEvent, RunStatus, allowed_sources
+from runner.models import Worker
 from experiments.signals import run_status_changed
 from runner.services import send_when_committed
 

@@ -1,5 +1,5 @@
 """The worker registry, kept without broker remote control: each Celery worker's main process
-upserts its `experiments.models.Worker` row when ready, refreshes heartbeat_at every
+upserts its `runner.models.Worker` row when ready, refreshes heartbeat_at every
 PLATFORM_HEARTBEAT_S from a daemon thread, and deletes the row when it shuts down. (The reaper
 forgets rows of workers that died without saying so.)
 
@@ -34,7 +34,7 @@ class Registration:
         self.thread = threading.Thread(target=self._loop, name="worker-registry", daemon=True)
 
     def beat(self) -> None:
-        from experiments.models import Worker
+        from runner.models import Worker
 
         now = timezone.now()
         fields = {"pid": self.pid, "queues": self.queues, "concurrency": self.concurrency, "heartbeat_at": now}
@@ -56,7 +56,7 @@ class Registration:
         self.thread.start()
 
     def stop(self) -> None:
-        from experiments.models import Worker
+        from runner.models import Worker
 
         self.stopped.set()
         self.thread.join(timeout=5)

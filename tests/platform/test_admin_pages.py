@@ -12,7 +12,8 @@ from api.models import ApiToken
 from api_testlib import add_points, make_run  # noqa: F401 (fixtures)
 from django.urls import reverse
 from django.utils import timezone
-from experiments.models import Checkpoint, RolloutSample, Run, Worker
+from experiments.models import Checkpoint, RolloutSample, Run
+from runner.models import Worker
 
 
 @pytest.fixture
@@ -36,7 +37,7 @@ def populated(alice, bob):
 
 
 MODELS = ["experiments.experiment", "experiments.run", "experiments.metricpoint", "experiments.rolloutsample",
-          "experiments.checkpoint", "experiments.runevent", "experiments.worker", "api.apitoken"]
+          "experiments.checkpoint", "experiments.runevent", "runner.worker", "api.apitoken"]
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -88,7 +89,7 @@ def test_run_actions_report_how_many_changed(admin_client, alice, sent_messages)
 
 
 def test_workers_page_shows_liveness_and_current_runs(admin_client, populated):
-    url = reverse("admin:experiments_worker_changelist")
+    url = reverse("admin:runner_worker_changelist")
     page = admin_client.get(url).content.decode()
     assert "w1@box" in page and f"run {populated.pk}" in page and "old@box" in page
     assert [w.hostname for w in admin_client.get(url, {"alive": "yes"}).context["cl"].result_list] == ["w1@box"]
@@ -114,9 +115,10 @@ def test_non_staff_cannot_reach_the_admin(client, alice):
 
 
 @pytest.mark.parametrize("model, query", [("run", "abc"), ("run", "alice"), ("experiment", "exp"), ("runevent", "hello"),
-                                          ("metricpoint", "reward/mean"), ("worker", "w1")])
+                                          ("metricpoint", "reward/mean"), ("runner.worker", "w1")])
 def test_searches(admin_client, populated, model, query):
-    response = admin_client.get(reverse(f"admin:experiments_{model}_changelist"), {"q": query})
+    app, _, name = model.rpartition(".")
+    response = admin_client.get(reverse(f"admin:{app or 'experiments'}_{name}_changelist"), {"q": query})
     assert response.status_code == 200
 
 

@@ -163,7 +163,7 @@ def test_a_two_host_run_launched_from_the_web_form_trains_as_one_run(procs, clie
     run = launch_through_form(client, "ray 2 hosts", gang_config(train__max_steps=4))
     # while it runs, the workers page shows the Ray cluster's host and the gang's processes on it
     wait_for(lambda: RayHost.objects.exclude(processes=[]).exists(), 180, "the gang's hosts recorded", procs)
-    page = client.get(reverse("admin:experiments_worker_changelist")).content.decode()
+    page = client.get(reverse("admin:runner_worker_changelist")).content.decode()
     assert "Ray cluster: hosts and devices" in page and f"local Ray of run {run.pk}" in page, page
     assert f"run {run.pk} process 0 (2 devices), run {run.pk} process 1 (2 devices)" in page, page
     wait_for(lambda: status_of(run) in ("succeeded", "failed"), 300, "the 2-host run to end", procs)

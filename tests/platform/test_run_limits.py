@@ -12,7 +12,8 @@ from django.contrib.auth.models import Group
 from django.db import connection
 from django.urls import reverse
 from django.utils import timezone
-from experiments.models import Run, Worker
+from experiments.models import Run
+from runner.models import Worker
 from runner import limits, queues, services
 from runner.limits import LaunchRefused, active_wait, limits_for, queued_refusal
 from runner.models import RunQueue, UserLimits

@@ -23,9 +23,9 @@ from experiments.models import (
     RolloutSample,
     Run,
     RunEvent,
-    Worker,
 )
 from platform_testlib import tiny_config
+from runner.models import Worker
 from runner.services import launch_run, request_cancel, request_pause, resume_run
 from runner_testlib import Procs, purge_broker, wait_for
 

@@ -11,7 +11,8 @@ import urllib.request
 
 import pytest
 from django.conf import settings
-from experiments.models import Experiment, Worker
+from experiments.models import Experiment
+from runner.models import Worker
 from runner_testlib import Procs, alive, purge_broker, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)

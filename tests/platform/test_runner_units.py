@@ -25,9 +25,9 @@ from experiments.models import (
     RolloutSample,
     Run,
     RunEvent,
-    Worker,
 )
 from platform_testlib import tiny_config
+from runner.models import Worker
 from runner import services, tasks
 from runner import supervisor as supervisor_mod
 from runner.control import DatabaseControl

@@ -172,7 +172,7 @@ class Command(BaseCommand):
         """Every worker has registered itself (runner.workers)."""
         from django.db import connection
 
-        from experiments.models import Worker
+        from runner.models import Worker
 
         pids = [c.proc.pid for c in children if c.name.startswith("worker")]
         try:
