@@ -20,8 +20,9 @@ from django.db.models import Q
 from django.utils import timezone
 
 from experiments import configs
-from experiments.signals import run_status_changed
 from experiments.dataset_models import Dataset  # noqa: F401 - uploaded datasets, a model of this app
+from experiments.sample_models import RolloutSample, SampleKind  # noqa: F401 - rollout samples, a model of this app
+from experiments.signals import run_status_changed
 
 
 class VisibleToQuerySet(models.QuerySet):
@@ -354,41 +355,6 @@ class SeriesSnapshot(models.Model):
 
     def __str__(self) -> str:
         return f"series of run {self.run_id} at {self.max_points} points"
-
-
-class SampleKind(models.TextChoices):
-    TRAIN = "train"
-    EVAL = "eval"
-
-
-class RolloutSample(models.Model):
-    """One completion the policy wrote. `group` is its prompt's place in the step (the G
-    completions of one prompt share it); `prompt_hash` (sha256 of the prompt text, hex, first 32)
-    finds the same prompt at other steps."""
-
-    id = models.BigAutoField(primary_key=True)
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="samples")
-    kind = models.CharField(max_length=8, choices=SampleKind.choices, default=SampleKind.TRAIN)
-    step = models.IntegerField()
-    index = models.IntegerField(default=0)
-    group = models.IntegerField(default=0)
-    prompt_hash = models.CharField(max_length=32, blank=True)
-    prompt = models.TextField()
-    completion = models.TextField()
-    answer = models.TextField(blank=True)
-    reward = models.FloatField(null=True, blank=True)
-    advantage = models.FloatField(null=True, blank=True)
-    extra = models.JSONField(default=dict, blank=True)
-
-    class Meta:
-        ordering = ["run", "step", "index"]
-        indexes = [
-            models.Index(fields=["run", "step"]),
-            models.Index(fields=["run", "kind", "step", "index"], name="sample_run_kind_step"),
-            models.Index(fields=["run", "prompt_hash", "step"], name="sample_run_prompt"),
-            models.Index(fields=["run", "reward"], name="sample_run_reward"),
-            models.Index(fields=["run", "advantage"], name="sample_run_advantage"),
-        ]
 
 
 class Checkpoint(models.Model):
