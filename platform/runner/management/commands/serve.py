@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import http.client
+import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 from django.conf import settings
@@ -13,8 +16,10 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from runner.procs import die_with_parent, signal_group
+from runner.serve_console import LogFile, log_path, pump, quiet_own_logging
 
 POLL_S = 0.5
+_CONSOLE_LOCK = threading.Lock()
 WEB_WORKERS, WEB_THREADS = 2, 4
 
 
@@ -23,11 +28,16 @@ class Child:
         self.name, self.argv = name, argv
         self.proc: subprocess.Popen | None = None
 
-    def start(self) -> None:
+    def start(self, log: LogFile, say, verbose: bool) -> threading.Thread:
+        """Start the child with its output (stdout and stderr, unbuffered) going through a reader
+        thread to the log file and, errors only unless `verbose`, to the console (serve_console)."""
         # Own session: a terminal Ctrl-C reaches only `serve`, which then stops each child in
         # order. PDEATHSIG: if `serve` itself is killed, its children get SIGTERM.
         self.proc = subprocess.Popen(self.argv, cwd=str(settings.REPO_ROOT), start_new_session=True,
-                                     preexec_fn=lambda: die_with_parent(signal.SIGTERM))
+                                     preexec_fn=lambda: die_with_parent(signal.SIGTERM),
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        return pump(self.name, self.proc.stdout, log, say, verbose)
 
 
 def _describe_database() -> str:
@@ -50,7 +60,8 @@ class Command(BaseCommand):
             "server (gunicorn), N Celery workers and the periodic scheduler as child processes. Uses the "
             "embedded SQLite database and file broker under PLATFORM_DATA_DIR unless DATABASE_URL / "
             "CELERY_BROKER_URL say otherwise. Ctrl-C stops everything (running trainers checkpoint and "
-            "go back on the queue).")
+            "go back on the queue). The console shows the address, the demo login and errors; everything "
+            "the children print goes to PLATFORM_DATA_DIR/logs/serve.log (--verbose: to the console too).")
 
     def add_arguments(self, parser):
         parser.add_argument("--port", type=int, default=8000, help="web server port (default: %(default)s)")
@@ -58,6 +69,9 @@ class Command(BaseCommand):
                             help="address to listen on; 0.0.0.0 for every interface (default: %(default)s)")
         parser.add_argument("--workers", type=int, default=1,
                             help="Celery workers to start, each training one run at a time (default: %(default)s)")
+        parser.add_argument("--verbose", action="store_true",
+                            help="show everything the web server, workers and scheduler print (Celery's banners, "
+                                 "each request warning), not only errors; it all goes to the log file either way")
         parser.add_argument("--no-demo", action="store_true",
                             help="do not create the demo user and demo experiments")
         parser.add_argument("--no-model-demo", action="store_true",
@@ -66,10 +80,13 @@ class Command(BaseCommand):
                                  "a first start); the toy demo is still created")
 
     def handle(self, *args, port: int, host: str, workers: int, no_demo: bool, no_model_demo: bool = False,
-               **options):
+               verbose: bool = False, **options):
         if workers < 0:
             raise CommandError("--workers must be 0 or more")
         self._check_port(host, port)
+        self.log = LogFile(log_path(settings.DATA_DIR))
+        if not verbose:
+            quiet_own_logging(self.log)
         call_command("migrate", interactive=False, verbosity=0)
         settings.STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # whitenoise warns when it is missing
         login = None
@@ -96,9 +113,15 @@ class Command(BaseCommand):
         self.stop_signal: int | None = None
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, self._on_signal)
+        self.pumps = []
         for child in children:
-            child.start()
+            self.pumps.append(child.start(self.log, self._say, verbose))
+            if child.name.startswith("worker"):
+                self._say(f"{child.name} started (pid {child.proc.pid})")
         code = self._supervise(children, host, port, workers, login)
+        for thread in self.pumps:  # the children's last lines reach the log
+            thread.join(timeout=5)
+        self.log.close()
         sys.exit(code)
 
     # -------------------------------------------------------------------------------------------
@@ -110,8 +133,9 @@ class Command(BaseCommand):
         self.stop_signal = signum
 
     def _say(self, line: str) -> None:
-        self.stdout.write(line)
-        self.stdout.flush()
+        with _CONSOLE_LOCK:  # the children's reader threads write here too
+            self.stdout.write(line)
+            self.stdout.flush()
 
     def _check_port(self, host: str, port: int) -> None:
         with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
@@ -138,12 +162,12 @@ class Command(BaseCommand):
             f"  broker     {_describe_broker()}",
             f"  data       {settings.DATA_DIR}",
             f"  models     {', '.join(str(d) for d in settings.PLATFORM_MODELS_DIRS)}",
+            f"  logs       {self.log.path}   (the console shows errors only; --verbose: everything)",
             "  Press Ctrl-C to stop everything.",
             "=" * 72,
             "",
         ]
-        self.stdout.write("\n".join(lines))
-        self.stdout.flush()
+        self._say("\n".join(lines))
 
     def _supervise(self, children: list[Child], host: str, port: int, workers: int, login) -> int:
         self.force = False
@@ -182,11 +206,17 @@ class Command(BaseCommand):
 
     @staticmethod
     def _listening(host: str, port: int) -> bool:
+        """The web server answers an HTTP request (not just accepts connections: its workers load
+        the site after the port opens, which takes seconds on a busy machine)."""
+        connection = http.client.HTTPConnection("127.0.0.1" if host in ("0.0.0.0", "") else host, port, timeout=5)
         try:
-            with socket.create_connection(("127.0.0.1" if host in ("0.0.0.0", "") else host, port), timeout=0.2):
-                return True
-        except OSError:
+            connection.request("HEAD", "/")
+            connection.getresponse()
+            return True
+        except (OSError, http.client.HTTPException):
             return False
+        finally:
+            connection.close()
 
     def _stop_all(self, children: list[Child]) -> None:
         # SIGTERM to each child's main process: a worker then asks its trainers to checkpoint and
