@@ -1,10 +1,11 @@
 """reward/<name>: each reward function's mean raw score per step, checked by hand on tiny rollouts:
 the rollout's own metrics, its groups cut and put back, dynamic sampling's metrics over every
-completion sampled."""
+completion sampled, and the metric names the platform accepts (checkpoint.keep_best_metric)."""
 
 import numpy as np
 import pytest
 
+from trainers.config.metric_names import is_metric_name
 from trainers.data.rewards import score
 from trainers.loop.dynamic_sampling import fill_informative
 from trainers.loop.rollout import Rollout, reward_metrics
@@ -84,3 +85,8 @@ def test_dynamic_sampling_reports_reward_functions_over_every_completion_sampled
     assert metrics["accuracy"] == 0.75
     assert step.metrics()["reward/exact_match"] == 0.5   # the kept groups' own: 2 of 4
 
+
+def test_reward_function_metric_names():
+    assert is_metric_name("reward/exact_match") and is_metric_name("reward/gsm8k_answer")
+    assert not is_metric_name("reward/no_such_reward")
+    assert is_metric_name("reward/mean")

@@ -44,6 +44,10 @@ EVAL_METRICS = ("eval/reward_mean", "eval/accuracy", "eval/pass@1")
 PASS_AT_K_PATTERN = r"eval/pass@[1-9][0-9]*"
 """eval/pass@k carries its k in the name (eval.pass_k): every such name is a metric."""
 
+REWARD_FUNCTION_PATTERN = r"reward/[a-z][a-z0-9_]*"
+"""reward/<name>: the mean raw score of each reward function of the run's spec (data.rewards), one per
+name of trainers.data.rewards.REWARD_NAMES that the spec lists (reward/mean and reward/std are the total's)."""
+
 SYSTEM_METRICS = (
     "system/cpu_percent",
     "system/host_memory_used_bytes",
@@ -59,7 +63,11 @@ METRIC_NAMES = TRAIN_METRICS + ASYNC_METRICS + ALGORITHM_METRICS + EVAL_METRICS 
 
 
 def is_metric_name(name: str) -> bool:
-    """A name the trainer reports: one of METRIC_NAMES, or eval/pass@<k>."""
+    """A name the trainer reports: one of METRIC_NAMES, eval/pass@<k>, or reward/<a reward function>."""
     import re
 
-    return name in METRIC_NAMES or re.fullmatch(PASS_AT_K_PATTERN, name) is not None
+    from trainers.data.rewards import REWARD_NAMES
+
+    if name in METRIC_NAMES or re.fullmatch(PASS_AT_K_PATTERN, name) is not None:
+        return True
+    return re.fullmatch(REWARD_FUNCTION_PATTERN, name) is not None and name.split("/", 1)[1] in REWARD_NAMES
