@@ -151,6 +151,8 @@ AUTH_PASSWORD_VALIDATORS = [
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "experiment-list"
 LOGOUT_REDIRECT_URL = "login"
+# Self-service sign-up at accounts/signup/ (web.signup_views); off: an admin makes the accounts.
+PLATFORM_ALLOW_SIGNUP = _env_bool("PLATFORM_ALLOW_SIGNUP", False)
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

@@ -3,6 +3,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path, register_converter
 
+from web import signup_views
 from web import (account_views, alert_views, compare_views, dataset_views, fork_views, run_label_views, sample_views,
                  token_views, views)
 from web import evaluation_views
@@ -24,7 +25,8 @@ class IdConverter:
 register_converter(IdConverter, "web_id")
 
 urlpatterns: list = [
-    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/login/", signup_views.LoginView.as_view(), name="login"),
+    path("accounts/signup/", signup_views.signup, name="signup"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", views.index, name="index"),
     path("experiments/", views.experiment_list, name="experiment-list"),
