@@ -26,6 +26,10 @@ browser session; a trailing slash is optional. See api/views.py for each one's s
     GET             evaluations/leaderboard           ?dataset=KEY: best first
     POST            runs/<id>/evaluate-on-end         {"dataset"}: evaluate the best checkpoint when it succeeds
     GET             account                           your storage use, quota and limits (api/account_views.py)
+    GET  POST       experiments/<id>/sweeps           the experiment's sweeps / start one (api/sweep_views.py)
+    GET             sweeps                            ?status=  the sweeps you may see
+    GET             sweeps/<id>                       one with its space and trials
+    POST            sweeps/<id>/cancel                stop it and its active trials
     GET  POST       alerts                            your alert rules / create one (api/alert_views.py)
     GET  DELETE     alerts/<id>                       one rule / delete it
     GET             alerts/deliveries                 ?rule=&status=&limit=  the delivery log
@@ -37,6 +41,7 @@ from django.urls import re_path
 
 from api import (account_views, alert_views, checkpoint_views, compare_views, dataset_views, sample_views,
                  schema_views, views)
+from api import sweep_views
 from api import evaluation_views
 from api.endpoint import not_found
 
@@ -46,6 +51,10 @@ urlpatterns = [
     re_path(r"^experiments/?$", views.experiments, name="api-experiments"),
     re_path(rf"^experiments/{ID}/?$", views.experiment_detail, name="api-experiment"),
     re_path(rf"^experiments/{ID}/runs/?$", views.experiment_runs, name="api-experiment-runs"),
+    re_path(rf"^experiments/{ID}/sweeps/?$", sweep_views.experiment_sweeps, name="api-experiment-sweeps"),
+    re_path(r"^sweeps/?$", sweep_views.sweeps, name="api-sweeps"),
+    re_path(rf"^sweeps/{ID}/?$", sweep_views.sweep_detail, name="api-sweep"),
+    re_path(rf"^sweeps/{ID}/cancel/?$", sweep_views.sweep_cancel, name="api-sweep-cancel"),
     re_path(r"^runs/?$", views.runs, name="api-runs"),
     re_path(r"^runs/compare/?$", compare_views.runs_compare, name="api-runs-compare"),
     re_path(rf"^runs/{ID}/?$", views.run_detail, name="api-run"),

@@ -3,10 +3,11 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path, register_converter
 
-from web import signup_views
 from web import (account_views, alert_views, compare_views, dataset_views, fork_views, run_label_views, sample_views,
                  token_views, views)
 from web import evaluation_views
+from web import sweep_views
+from web import signup_views
 
 
 class IdConverter:
@@ -56,6 +57,10 @@ urlpatterns: list = [
     path("datasets/<web_id:pk>/share/", dataset_views.dataset_share, name="dataset-share"),
     path("datasets/<web_id:pk>/delete/", dataset_views.dataset_delete, name="dataset-delete"),
     path("account/", account_views.account, name="account"),
+    path("sweeps/", sweep_views.sweep_list, name="sweep-list"),
+    path("sweeps/<web_id:pk>/", sweep_views.sweep_detail, name="sweep-detail"),
+    path("sweeps/<web_id:pk>/cancel/", sweep_views.sweep_cancel, name="sweep-cancel"),
+    path("experiments/<web_id:pk>/sweeps/new/", sweep_views.sweep_new, name="sweep-new"),
     path("alerts/", alert_views.alert_list, name="alert-list"),
     path("alerts/<web_id:pk>/toggle/", alert_views.alert_toggle, name="alert-toggle"),
     path("alerts/<web_id:pk>/delete/", alert_views.alert_delete, name="alert-delete"),

@@ -49,6 +49,8 @@ VIEWS = {
     "evaluation-list": ("get", None, 200),
     "evaluation-new": ("get", None, 200),
     "leaderboard": ("get", None, 200),
+    "sweep-list": ("get", None, 200),
+    "sweep-new": ("get", "experiment", 200),
 }
 AUTH_VIEWS = {"login", "logout"}
 OWN_TOKEN_VIEWS = {"api-token-revoke"}  # only the token's owner, staff too: tests/platform/test_api_tokens.py
@@ -56,11 +58,13 @@ OWN_TOKEN_VIEWS = {"api-token-revoke"}  # only the token's owner, staff too: tes
 DATASET_VIEWS = {"dataset-detail", "dataset-share", "dataset-delete"}
 # an evaluation job's page: its owner's (and the view permission's): tests/platform/test_evaluation_api.py
 EVALUATION_VIEWS = {"evaluation-detail"}
+# a sweep's page and Cancel: the experiment's rule, for a sweep: tests/platform/test_sweep_pages.py
+SWEEP_VIEWS = {"sweep-detail", "sweep-cancel"}
 
 
 def test_every_web_view_is_in_the_table():
     names = {p.name for p in web_urls.urlpatterns}
-    assert names - AUTH_VIEWS - OWN_TOKEN_VIEWS - DATASET_VIEWS - EVALUATION_VIEWS == set(VIEWS)
+    assert names - AUTH_VIEWS - OWN_TOKEN_VIEWS - DATASET_VIEWS - EVALUATION_VIEWS - SWEEP_VIEWS == set(VIEWS)
 
 
 @pytest.fixture
@@ -141,7 +145,7 @@ def test_nav_shows_admin_only_to_staff(client, alice, staff):
 # Someone else's rows by permission, not by is_staff. Reading views need the view permission;
 # views that change the experiment or steer the run need the change permission.
 CHANGING_VIEWS = {"experiment-edit", "experiment-launch", "version-restore", "run-control", "run-export", "run-labels",
-                  "run-fork"}
+                  "run-fork", "sweep-new"}
 OBJECT_VIEWS = sorted(n for n, v in VIEWS.items() if v[1])
 
 

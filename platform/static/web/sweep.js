@@ -30,25 +30,61 @@
 
   function scored(sweep) { return sweep.trials.filter((t) => t.value !== null && t.value !== undefined); }
 
+  // The parallel-coordinates plot, drawn as SVG lines (Plotly's own parcoords trace needs WebGL
+  // through code that the site's Content-Security-Policy refuses): one vertical axis per param and
+  // one for the metric, each scaled to [0, 1] between its lowest and highest value (log10 for a
+  // log range, the index of a choice); one line per trial, coloured from worst (blue) to best (gold).
+  function scaled(values) {
+    const finite = values.filter((v) => Number.isFinite(v));
+    const low = Math.min(...finite), high = Math.max(...finite);
+    return {low: low, high: high, values: values.map((v) => (high > low ? (v - low) / (high - low) : 0.5))};
+  }
+
+  function lineColour(fraction) {
+    const from = [49, 54, 149], to = [230, 170, 20];
+    const rgb = from.map((c, i) => Math.round(c + (to[i] - c) * fraction));
+    return "rgb(" + rgb.join(",") + ")";
+  }
+
+  function shortNumber(v) { return typeof v === "number" ? Number(v.toPrecision(3)).toString() : String(v); }
+
   function drawParcoords(sweep) {
     const trials = scored(sweep);
-    const dimensions = paramNames(sweep).map((name) => {
-      const a = axis(sweep, name, trials);
-      const dim = {label: name, values: a.values};
-      if (a.ticks) Object.assign(dim, a.ticks);
+    const names = paramNames(sweep);
+    const axes = names.map((name) => {
       const spec = sweep.space[name];
-      if (spec.type !== "categorical" && spec.log) {
-        dim.values = a.values.map((v) => Math.log10(v));
-        dim.label = "log10 " + name;
-      }
-      return dim;
+      const a = axis(sweep, name, trials);
+      const log = spec.type !== "categorical" && spec.log;
+      const s = scaled(log ? a.values.map((v) => Math.log10(v)) : a.values);
+      const ends = a.ticks ? [a.ticks.ticktext[0], a.ticks.ticktext[a.ticks.ticktext.length - 1]]
+        : [shortNumber(log ? 10 ** s.low : s.low), shortNumber(log ? 10 ** s.high : s.high)];
+      if (a.ticks) s.values = a.values.map((i) => (a.ticks.tickvals.length > 1 ? i / (a.ticks.tickvals.length - 1) : 0.5));
+      return {label: name, values: s.values, ends: ends};
     });
-    dimensions.push({label: sweep.metric, values: trials.map((t) => t.value)});
-    const trace = {type: "parcoords", dimensions: dimensions,
-                   line: {color: trials.map((t) => t.value), colorscale: "Viridis", showscale: true,
-                          reversescale: sweep.direction === "minimize"}};
-    Plotly.react("sweep-parcoords", [trace], {margin: {l: 60, r: 60, t: 50, b: 20},
-                                              title: {text: "trials: params and " + sweep.metric}}, PLOT_CONFIG);
+    const metric = scaled(trials.map((t) => t.value));
+    axes.push({label: sweep.metric, values: metric.values, ends: [shortNumber(metric.low), shortNumber(metric.high)]});
+    const x = axes.map((_a, i) => i);
+    const goodness = sweep.direction === "minimize" ? metric.values.map((v) => 1 - v) : metric.values;
+    const traces = trials.map((t, row) => ({
+      type: "scatter", mode: "lines+markers", x: x, y: axes.map((a) => a.values[row]), showlegend: false,
+      line: {color: lineColour(goodness[row]), width: 2}, marker: {size: 5, color: lineColour(goodness[row])},
+      name: "trial " + t.number, hoverinfo: "text",
+      text: axes.map((a, i) => "trial " + t.number + ": " + a.label + " = " +
+                     shortNumber(i < names.length ? t.params[names[i]] : t.value)),
+    }));
+    const annotations = [];
+    axes.forEach((a, i) => {
+      annotations.push({x: i, y: 1.04, text: a.ends[1], showarrow: false, yanchor: "bottom", font: {size: 10}});
+      annotations.push({x: i, y: -0.04, text: a.ends[0], showarrow: false, yanchor: "top", font: {size: 10}});
+    });
+    const shapes = x.map((i) => ({type: "line", x0: i, x1: i, y0: 0, y1: 1, line: {color: "#888", width: 1}}));
+    Plotly.react("sweep-parcoords", traces, {
+      margin: {l: 40, r: 40, t: 50, b: 60}, title: {text: "trials: params and " + sweep.metric},
+      xaxis: {tickvals: x, ticktext: axes.map((a) => a.label), range: [-0.3, axes.length - 0.7], zeroline: false,
+              showgrid: false},
+      yaxis: {visible: false, range: [-0.12, 1.12]}, shapes: shapes, annotations: annotations,
+    }, PLOT_CONFIG);
+    root.dataset.parcoordsLines = String(traces.length);
   }
 
   function drawScatter(sweep) {
