@@ -207,7 +207,8 @@ def evaluate_on_end(run_id: int) -> EvaluationJob | None:
     locked and marked); None when there is no request, it is done, or the run has no checkpoint.
     Called once the run's succeeded status commits."""
     with transaction.atomic():
-        request = (EvaluateOnEnd.objects.select_for_update().select_related("run__experiment__owner", "dataset")
+        # of=self: PostgreSQL locks no row of the nullable side of an outer join (the dataset)
+        request = (EvaluateOnEnd.objects.select_for_update(of=("self",)).select_related("run__experiment__owner")
                    .filter(run_id=run_id, job__isnull=True).first())
         if request is None:
             return None

@@ -15,7 +15,7 @@ from django.urls import reverse
 from django.utils import timezone
 from evaluations.leaderboard import ranked
 from evaluations.models import EvaluateOnEnd, EvaluationJob, EvaluationSample
-from evaluations.services import best_checkpoint
+from evaluations.services import best_checkpoint, evaluate_on_end
 from experiments.models import Checkpoint
 
 pytestmark = pytest.mark.django_db
@@ -115,6 +115,16 @@ def test_evaluate_on_end_request(alice, bob, run):
     assert post(token_client(bob), f"/api/runs/{run.pk}/evaluate-on-end", {"dataset": "task:copy"}).status_code == 404
     bob.user_permissions.add(Permission.objects.get(codename="view_run"))
     assert post(token_client(bob), f"/api/runs/{run.pk}/evaluate-on-end", {"dataset": "task:copy"}).status_code == 403
+
+
+def test_evaluate_on_end_makes_one_job_on_the_best_checkpoint(alice, run):
+    Checkpoint.objects.create(run=run, step=4, path="p", metrics={"reward/mean": 0.25})
+    assert evaluate_on_end(run.pk) is None  # nothing asked
+    post(token_client(alice), f"/api/runs/{run.pk}/evaluate-on-end", {"dataset": "task:copy", "k": 2, "prompts": 5})
+    job = evaluate_on_end(run.pk)
+    assert (job.step, job.dataset_key, job.k, job.prompts, job.requested_by_run_id) == (2, "task:copy", 2, 5, run.pk)
+    assert EvaluateOnEnd.objects.get(run=run).job_id == job.pk
+    assert evaluate_on_end(run.pk) is None and EvaluationJob.objects.count() == 1  # made once
 
 
 def test_best_checkpoint_by_hand(alice):
