@@ -173,11 +173,14 @@ def test_successive_halving_keeps_its_rungs_between_rebuilds():
     assert pruned is True and attrs["completed_rung_0"] == -1.0
 
 
-def test_hyperband_answers_for_a_running_trial():
+def test_hyperband_prunes_a_weak_running_trial_in_its_bracket():
+    """30 completed trials, each with the rungs a halving pruner recorded while it ran (values n), so
+    every bracket has competitors: a running trial far below them is pruned, one far above is not."""
     hb = spec(pruner="hyperband", warmup_steps=1, max_steps=9)
-    done = [driver.TrialRecord(n, {"x": 0.1 * n}, driver.COMPLETE, float(n), {s: float(n) for s in range(1, 10)})
-            for n in range(6)]
-    weak = driver.TrialRecord(6, {"x": 0.5}, driver.RUNNING, None, {s: -5.0 for s in range(1, 10)})
-    strong = driver.TrialRecord(6, {"x": 0.5}, driver.RUNNING, None, {s: 50.0 for s in range(1, 10)})
+    rungs = {f"completed_rung_{r}": None for r in range(3)}
+    done = [driver.TrialRecord(n, {"x": 0.01 * n}, driver.COMPLETE, float(n), {s: float(n) for s in range(1, 10)},
+                               {k: float(n) for k in rungs}) for n in range(30)]
+    weak = driver.TrialRecord(30, {"x": 0.5}, driver.RUNNING, None, {s: -5.0 for s in range(1, 10)})
+    strong = driver.TrialRecord(30, {"x": 0.5}, driver.RUNNING, None, {s: 50.0 for s in range(1, 10)})
     assert driver.should_prune(hb, DISTS, done + [strong], strong)[0] is False
     assert driver.should_prune(hb, DISTS, done + [weak], weak)[0] is True
