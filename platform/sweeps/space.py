@@ -137,7 +137,11 @@ def grid_values(name: str, spec: dict[str, Any]) -> list[Any]:
     if spec["type"] == "categorical":
         return list(spec["choices"])
     if spec["type"] == "int" and not spec.get("log", False):
-        return list(range(spec["low"], spec["high"] + 1, spec.get("step") or 1))
+        step = spec.get("step") or 1
+        count = (spec["high"] - spec["low"]) // step + 1
+        if count > MAX_GRID_POINTS:
+            raise SpaceError({f"space.{name}": f"the range has {count} values; a grid takes at most {MAX_GRID_POINTS}"})
+        return list(range(spec["low"], spec["high"] + 1, step))
     raise SpaceError({f"space.{name}": 'a grid needs listed values: use "type": "categorical" with '
                                        '"choices", or an int range without "log"'})
 

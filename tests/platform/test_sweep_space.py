@@ -69,6 +69,9 @@ def test_grid_points_by_hand():
     with pytest.raises(spaces.SpaceError) as info:
         spaces.check_grid({LR: {"type": "float", "low": 0.1, "high": 0.2}}, 1)
     assert "listed values" in info.value.errors[f"space.{LR}"]
+    with pytest.raises(spaces.SpaceError) as info:  # counted, never listed
+        spaces.check_grid({"train.max_steps": {"type": "int", "low": 1, "high": 10**15}}, 1)
+    assert info.value.errors == {"space.train.max_steps": "the range has 1000000000000000 values; a grid takes at most 10000"}
 
 
 def test_params_are_set_on_dotted_paths_of_a_copy():
