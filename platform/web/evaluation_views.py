@@ -43,6 +43,9 @@ class EvaluationForm(forms.Form):
                            help_text="Samples per prompt for pass@k (1 = greedy accuracy only).")
     max_new_tokens = forms.IntegerField(required=False, min_value=1, max_value=services.MAX_NEW_TOKENS,
                                         help_text="Empty = the run's budget.")
+    on_end = forms.BooleanField(required=False, label="when the run ends",
+                                help_text="Instead of this step: evaluate the run's best checkpoint (highest "
+                                          "eval/accuracy, else reward/mean) once the run succeeds.")
 
     def __init__(self, user, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -65,12 +68,15 @@ def evaluation_list(request):
 def evaluation_new(request):
     """GET: the form (?run=&step= prefill a checkpoint). POST: create the job, then its page."""
     if request.method == "GET":
-        form = EvaluationForm(request.user, initial={"run": request.GET.get("run"), "step": request.GET.get("step")})
+        form = EvaluationForm(request.user, initial={"run": request.GET.get("run"), "step": request.GET.get("step"),
+                                                     "on_end": request.GET.get("on_end") == "1"})
         return render(request, "web/evaluation_form.html", {"form": form})
     form = EvaluationForm(request.user, request.POST)
     status = 400
     if form.is_valid():
         data = {k: v for k, v in form.cleaned_data.items() if v not in (None, "")}
+        if data.pop("on_end", False):
+            return _on_end(request, form, data)
         if data.get("model"):
             data.pop("run", None)
         try:
@@ -82,6 +88,24 @@ def evaluation_new(request):
             messages.success(request, f"Evaluation {job.pk} queued: {job.policy_label} on {job.dataset_label}.")
             return redirect("evaluation-detail", pk=job.pk)
     return render(request, "web/evaluation_form.html", {"form": form}, status=status)
+
+
+def _on_end(request, form: EvaluationForm, data: dict):
+    """The form's "when the run ends": the run's evaluate-on-end request (its owner's), then the run page."""
+    from experiments.models import Run
+
+    if data.get("run") is None:
+        form.add_error("run", "name the run whose best checkpoint to evaluate when it ends")
+        return render(request, "web/evaluation_form.html", {"form": form}, status=400)
+    run = get_for_user(Run.objects.select_related("experiment__owner"), request.user, data["run"], change=True)
+    try:
+        services.request_on_end(request.user, run, data)
+    except services.EvaluationRefused as exc:
+        form.add_error(exc.field if exc.field in form.fields else None, shown(exc.message))
+        return render(request, "web/evaluation_form.html", {"form": form}, status=exc.status)
+    messages.success(request, f"When run {run.label} succeeds, its best checkpoint will be evaluated on "
+                              f"{dict(form.fields['dataset'].choices).get(data['dataset'], data['dataset'])}.")
+    return redirect("run-detail", pk=run.pk)
 
 
 @login_required

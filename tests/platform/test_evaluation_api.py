@@ -191,3 +191,9 @@ def test_pages(alice_client, alice, run):
                                                              "prompts": 4, "k": 1})
     assert response.status_code == 302
     assert EvaluationJob.objects.filter(status="queued", k=1, prompts=4).count() == 1
+    # "when the run ends": the run's request, then back to the run page, which links to the form
+    response = alice_client.post(reverse("evaluation-new"), {"run": run.pk, "dataset": "task:copy", "prompts": 3,
+                                                             "k": 2, "on_end": "on"})
+    assert response.status_code == 302 and response["Location"] == reverse("run-detail", args=[run.pk])
+    assert (EvaluateOnEnd.objects.get(run=run).task, EvaluateOnEnd.objects.get(run=run).k) == ("copy", 2)
+    assert 'id="evaluate-on-end"' in alice_client.get(reverse("run-detail", args=[run.pk])).content.decode()
