@@ -63,6 +63,8 @@ def test_a_started_sweep_has_its_page_the_list_and_cancel(alice_client, alice, s
     assert data["metric"] == "reward/mean" and [t["params"][LR] for t in data["trials"]] == [0.001, 0.002]
     assert '<script src="/static/web/sweep.js">' in page and "<script>" not in page  # no inline script
 
+    experiment_page = alice_client.get(f"/experiments/{experiment.pk}/").content.decode()
+    assert f'<a href="/sweeps/{sweep.pk}/">lr-web</a>' in experiment_page.split('id="experiment-sweeps"')[1]
     listing = alice_client.get("/sweeps/").content.decode()
     assert f'<a href="/sweeps/{sweep.pk}/">lr-web</a>' in listing and "2/3" in listing
 
