@@ -10,7 +10,8 @@
 // the rest's span, the axis stops at the 95th percentile plus a fifth (robustRange), and the
 // points above it are drawn as markers at the top edge with their value in the hover text. On a
 // timing chart, steps slower than 3 times the median are marked as likely compilation
-// (compileSteps). A chart with no points yet says "no data" instead of drawing made-up axes.
+// (compileSteps), left out of its y-range, and marked. A chart with no points yet says "no data"
+// instead of drawing made-up axes.
 //
 // The pure functions (ema, formatValue, tickLabels, niceTicks, logTicks, quantile, robustRange,
 // compileSteps, skipsFirstPoint, marksCompile, metricValue, nonFiniteMarks) need no DOM and are tested in a browser against hand-computed values
@@ -374,14 +375,23 @@
         x: (d.x[g.options.x] || []).map((v) => v / divisor),
         y: ema(d.y, g.options.smoothing),
       }));
-      const robust = shown.map((s, i) => ({...s, skipFirst: spec.skipFirst && !spec.traces[i].noSkip}));
+      // A timing chart's compile steps (raw values) are marked, and left out of its y-range.
+      const compiles = chart.data.map((d, i) => (spec.markCompile && spec.traces[i].hoverinfo !== "skip" ? compileSteps(d.y) : []));
+      const robust = shown.map((s, i) => {
+        const slow = new Set(compiles[i]);
+        return {...s, y: slow.size ? s.y.map((v, k) => (slow.has(k) ? null : v)) : s.y,
+                skipFirst: spec.skipFirst && !spec.traces[i].noSkip};
+      });
       const anyPositive = shown.some((s) => s.y.some((v) => v > 0));
       const log = g.options.logY && anyPositive;
       // Non-finite points (raw values, not smoothed) of the traces people read (not a band's edges).
       const marked = chart.data.map((d, i) => (spec.traces[i].hoverinfo === "skip" ? [] : d.y)
         .some((v) => typeof v === "number" && !Number.isFinite(v)));
       let yRange = chart.yRange || robustRange(robust, {log, xRange: chart.xRange});
-      const clippedTop = yRange && yRange.clipped ? yRange[1] : null;
+      // Points above the axis (clipped outliers, a left-out first step or compile step) get a marker
+      // on its top edge; not under a range the user zoomed to, nor when smoothing (the axis fits the
+      // smoothed line, which raw points leave all the time).
+      const markTop = yRange && !chart.yRange && !g.options.smoothing ? (log ? Math.pow(10, yRange[1]) : yRange[1]) : null;
       if (!yRange && marked.some(Boolean)) yRange = log ? [-1, 1] : [0, 1];  // only non-finite points
       const yaxis = {zeroline: false, type: log ? "log" : "linear", hoverformat: ".4~g"};
       if (yRange) {
@@ -414,8 +424,8 @@
       const compiled = [];
       chart.data.forEach((d, i) => {
         if (spec.traces[i].hoverinfo === "skip") return;
-        const compile = spec.markCompile ? compileSteps(d.y) : [];
-        const marks = outlierMarks(shown[i].x, d.y, clippedTop, compile, X_TITLES[g.options.x] || g.options.x);
+        const compile = compiles[i];
+        const marks = outlierMarks(shown[i].x, d.y, markTop, compile, X_TITLES[g.options.x] || g.options.x);
         if (!marks.x.length) return;
         clipped += marks.symbol.filter((sym) => sym === "triangle-up").length;
         for (const k of compile) compiled.push((d.x.step || [])[k]);

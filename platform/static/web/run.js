@@ -109,7 +109,9 @@
       traces, skipFirst: panel.metrics.some(GrpoCharts.skipsFirstPoint),
       markCompile: panel.metrics.some(GrpoCharts.marksCompile),
       empty: "no data yet",
-      layout: {showlegend: panel.metrics.length > 1, legend: {orientation: "h", y: 1.12, font: {size: 10}}},
+      layout: panel.metrics.length > 1
+        ? {showlegend: true, legend: {orientation: "h", x: 0, y: 1.02, yanchor: "bottom", font: {size: 10}}}
+        : {showlegend: false},
     });
   }
 
