@@ -213,6 +213,8 @@ PLATFORM_REAP_EVERY_S = float(os.environ.get("PLATFORM_REAP_EVERY_S", "5"))
 # no-argument function, period in seconds). Sweeps launch and prune trials; alerts are delivered.
 PLATFORM_PERIODIC_JOBS: dict[str, tuple[str, float]] = {}
 PLATFORM_PERIODIC_JOBS["sweeps"] = ("sweeps.scheduler.tick", float(os.environ.get("PLATFORM_SWEEP_TICK_S", "2")))
+PLATFORM_PERIODIC_JOBS["evaluations"] = ("evaluations.recovery.requeue_lost_jobs",
+                                         float(os.environ.get("PLATFORM_EVALUATION_REAP_S", "10")))
 PLATFORM_PERIODIC_JOBS["alerts"] = ("alerts.delivery.tick", float(os.environ.get("PLATFORM_ALERT_TICK_S", "5")))
 # After a pause request, how long a trainer has to stop by itself (and checkpoint) before SIGTERM,
 # and then how long after SIGTERM before SIGKILL.

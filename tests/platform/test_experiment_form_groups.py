@@ -104,6 +104,7 @@ def test_form_is_short_and_an_error_opens_its_group(logged_in_page):  # noqa: F8
     # an error for a field in a collapsed group (from the YAML tab) opens that group
     page.click("#tab-yaml")
     yaml_box = page.locator("#id_config_yaml")
+    expect(page.locator("#experiment-form")).to_have_class(re.compile(r"\bmode-yaml\b"))  # the switch is done
     expect(yaml_box).to_have_value(re.compile(r"importance_sampling:"))
     yaml_box.fill(re.sub(r"(importance_sampling:\n(?:\s+\w+: .*\n)*?\s+max:) \S+", r"\1 -1", yaml_box.input_value()))
     expect(page.locator("#plan-errors")).to_contain_text("async.importance_sampling.max")
