@@ -123,8 +123,9 @@ def record_metric_crossings() -> int:
 def _claim(delivery: AlertDelivery, now: dt.datetime) -> bool:
     """Compare-and-set: this process tries the delivery now (attempts + 1, leased for CLAIM_S)."""
     lease = now + dt.timedelta(seconds=settings.PLATFORM_ALERT_CLAIM_S)
-    won = AlertDelivery.objects.filter(pk=delivery.pk, status=DeliveryStatus.PENDING, attempts=delivery.attempts).update(
-        attempts=F("attempts") + 1, next_attempt_at=lease) == 1
+    won = AlertDelivery.objects.filter(
+        pk=delivery.pk, status=DeliveryStatus.PENDING, attempts=delivery.attempts,
+    ).update(attempts=F("attempts") + 1, next_attempt_at=lease) == 1
     if won:
         delivery.attempts += 1
     return won

@@ -31,7 +31,8 @@ class AlertRuleForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.owner = owner
         experiments = Experiment.objects.filter(owner=owner).order_by("name", "pk").values_list("pk", "name")
-        self.fields["experiment"].choices = [("", "all my experiments")] + [(pk, f"{name} (#{pk})") for pk, name in experiments]
+        self.fields["experiment"].choices = [("", "all my experiments")] + [
+            (pk, f"{name} (#{pk})") for pk, name in experiments]
 
     def clean(self):
         data = super().clean()
@@ -47,7 +48,8 @@ class AlertRuleForm(forms.Form):
 
     def error_dict(self) -> dict[str, str]:
         """{field: message} as the API answers it."""
-        return {("(input)" if field == "__all__" else field): " ".join(messages) for field, messages in self.errors.items()}
+        return {("(input)" if field == "__all__" else field): " ".join(messages)
+                for field, messages in self.errors.items()}
 
     def save(self) -> AlertRule:
         d = self.cleaned_data

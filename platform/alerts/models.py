@@ -115,7 +115,8 @@ def rule_errors(events, channel, target, metric_name, comparison, threshold, min
     if not isinstance(events, list) or not events or not all(isinstance(e, str) for e in events):
         errors["events"] = f"choose at least one of: {', '.join(AlertEvent.values)}"
     elif set(events) - known:
-        errors["events"] = f"unknown event(s): {', '.join(sorted(set(events) - known))}; choose from {', '.join(AlertEvent.values)}"
+        errors["events"] = (f"unknown event(s): {', '.join(sorted(set(events) - known))}; "
+                            f"choose from {', '.join(AlertEvent.values)}")
     elif AlertEvent.METRIC in events:
         if not metric_name:
             errors["metric_name"] = "required for the metric event (e.g. reward/mean)"

@@ -136,4 +136,5 @@ def masked(url: str) -> str:
     rest = url[url.find(split.netloc) + len(split.netloc):] if split.netloc else url
     tail = rest[-MASK_KEEP_CHARS:] if len(rest) >= 4 * MASK_KEEP_CHARS else ""
     shown_host = f"[{host}]" if ":" in host else host
-    return f"{split.scheme}://{shown_host}{port}/…{tail}" if rest.strip("/") else f"{split.scheme}://{shown_host}{port}/"
+    base = f"{split.scheme}://{shown_host}{port}/"
+    return f"{base}…{tail}" if rest.strip("/") else base

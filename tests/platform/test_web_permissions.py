@@ -51,6 +51,7 @@ VIEWS = {
     "leaderboard": ("get", None, 200),
     "sweep-list": ("get", None, 200),
     "sweep-new": ("get", "experiment", 200),
+    "alert-list": ("get", None, 200),
 }
 AUTH_VIEWS = {"login", "logout"}
 OWN_TOKEN_VIEWS = {"api-token-revoke"}  # only the token's owner, staff too: tests/platform/test_api_tokens.py
@@ -60,11 +61,14 @@ DATASET_VIEWS = {"dataset-detail", "dataset-share", "dataset-delete"}
 EVALUATION_VIEWS = {"evaluation-detail"}
 # a sweep's page and Cancel: the experiment's rule, for a sweep: tests/platform/test_sweep_pages.py
 SWEEP_VIEWS = {"sweep-detail", "sweep-cancel"}
+# an alert rule's Enable/Disable and Delete: its owner's only, staff too: tests/platform/test_alert_pages.py
+ALERT_VIEWS = {"alert-toggle", "alert-delete"}
 
 
 def test_every_web_view_is_in_the_table():
     names = {p.name for p in web_urls.urlpatterns}
-    assert names - AUTH_VIEWS - OWN_TOKEN_VIEWS - DATASET_VIEWS - EVALUATION_VIEWS - SWEEP_VIEWS == set(VIEWS)
+    own_pages = OWN_TOKEN_VIEWS | DATASET_VIEWS | EVALUATION_VIEWS | SWEEP_VIEWS | ALERT_VIEWS
+    assert names - AUTH_VIEWS - own_pages == set(VIEWS)
 
 
 @pytest.fixture
