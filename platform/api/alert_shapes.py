@@ -25,6 +25,10 @@ class AlertRuleInput(BaseModel):
     enabled: bool | None = None
 
 
+class AlertRulePatch(BaseModel):
+    enabled: bool
+
+
 class AlertRuleOut(BaseModel):
     id: int
     name: str

@@ -1,7 +1,7 @@
 """Alerts over the API (the rules and their log; delivery itself is alerts.delivery's):
 
     GET  POST    alerts                   your rules / create one (201, or 400 {"errors": {field: message}})
-    GET  DELETE  alerts/<id>              one of your rules / delete it (204; its log goes too)
+    GET  PATCH  DELETE  alerts/<id>       one of your rules / {"enabled": bool} / delete it (204; its log goes too)
     GET          alerts/deliveries        ?rule=&status=&limit=  the delivery log, newest first
 
 A webhook target is answered masked. Someone else's rule answers 404."""
@@ -57,14 +57,25 @@ def alert_rules(request):
     return response
 
 
-@operations(GET=Op(responses={200: shapes.AlertRuleOut}), DELETE=Op(responses={204: None}))
-@api_endpoint("GET", "DELETE")
+@operations(
+    GET=Op(responses={200: shapes.AlertRuleOut}),
+    PATCH=Op(body=shapes.AlertRulePatch, responses={200: shapes.AlertRuleOut, 400: Errors}),
+    DELETE=Op(responses={204: None}),
+)
+@api_endpoint("GET", "PATCH", "DELETE")
 def alert_rule_detail(request, pk: int):
-    """GET: one of your rules. DELETE: 204; the rule and its delivery log are gone."""
+    """GET: one of your rules. PATCH {"enabled": true | false}: turn it on or off (a disabled rule
+    records nothing, and its pending deliveries wait). DELETE: 204; the rule and its log are gone."""
     rule = get_object_or_404(AlertRule, pk=pk, owner=request.user)
     if request.method == "DELETE":
         rule.delete()
         return HttpResponse(status=204)
+    if request.method == "PATCH":
+        enabled = json_body(request).get("enabled")
+        if not isinstance(enabled, bool):
+            raise ApiError(400, errors={"enabled": "true or false"})
+        rule.enabled = enabled
+        rule.save(update_fields=["enabled"])
     return rule_json(rule)
 
 

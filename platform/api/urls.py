@@ -31,7 +31,7 @@ browser session; a trailing slash is optional. See api/views.py for each one's s
     GET             sweeps/<id>                       one with its space and trials
     POST            sweeps/<id>/cancel                stop it and its active trials
     GET  POST       alerts                            your alert rules / create one (api/alert_views.py)
-    GET  DELETE     alerts/<id>                       one rule / delete it
+    GET  PATCH DELETE alerts/<id>                     one rule / {"enabled"} / delete it
     GET             alerts/deliveries                 ?rule=&status=&limit=  the delivery log
     GET             schema                            this API as OpenAPI 3.1, generated (api/openapi.py; public)
     GET             docs/                             Swagger UI reading it (public)

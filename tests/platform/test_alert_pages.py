@@ -52,6 +52,14 @@ def test_create_list_get_and_delete_over_the_api(alice, bob):
     assert token_client(bob).get(f"/api/alerts/{rule.pk}").status_code == 404
     assert token_client(bob).get("/api/alerts").json() == {"rules": [], "count": 0}
     assert token_client(bob).delete(f"/api/alerts/{rule.pk}").status_code == 404
+    patch = token_client(alice).patch(f"/api/alerts/{rule.pk}", {"enabled": False}, content_type="application/json")
+    assert patch.status_code == 200 and patch.json()["enabled"] is False
+    rule.refresh_from_db()
+    assert rule.enabled is False
+    assert token_client(alice).patch(f"/api/alerts/{rule.pk}", {"enabled": "no"},
+                                     content_type="application/json").json() == {"errors": {"enabled": "true or false"}}
+    assert token_client(bob).patch(f"/api/alerts/{rule.pk}", {"enabled": True},
+                                   content_type="application/json").status_code == 404
     assert token_client(alice).delete(f"/api/alerts/{rule.pk}").status_code == 204
     assert not AlertRule.objects.exists()
 
