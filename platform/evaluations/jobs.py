@@ -25,11 +25,13 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 from typing import Any
 
 import yaml
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from evaluations.models import DatasetKind, EvaluationJob, EvaluationSample, JobStatus
@@ -48,8 +50,9 @@ class JobFailed(Exception):
 def run_job(job_id: int) -> str:
     """Claim queued job `job_id` (a redelivered or stale message does nothing), run it, record the
     outcome. Returns the job's status afterwards ('' if this call did nothing)."""
+    now = timezone.now()
     claimed = EvaluationJob.objects.filter(pk=job_id, status=JobStatus.QUEUED).update(
-        status=JobStatus.RUNNING, started_at=timezone.now())
+        status=JobStatus.RUNNING, started_at=now, heartbeat_at=now, attempts=F("attempts") + 1)
     if not claimed:
         return ""
     job = EvaluationJob.objects.select_related("run__experiment__owner", "dataset", "checkpoint", "owner").get(pk=job_id)
@@ -123,6 +126,9 @@ def _evaluate(job: EvaluationJob, folder: str) -> tuple[dict[str, Any], list[dic
     with open(os.path.join(folder, "stderr.txt"), "w+", encoding="utf-8") as stderr:
         child = subprocess.Popen(command, cwd=str(settings.REPO_ROOT), env=env, stdin=subprocess.DEVNULL,
                                  stdout=subprocess.PIPE, stderr=stderr, text=True)
+        done = threading.Event()
+        beat = threading.Thread(target=_heartbeat, args=(job.pk, done), daemon=True)
+        beat.start()
         try:
             for line in child.stdout:
                 message = _message(line)
@@ -138,9 +144,11 @@ def _evaluate(job: EvaluationJob, folder: str) -> tuple[dict[str, Any], list[dic
             child.wait()
             raise JobFailed(f"the evaluation took over {TIMEOUT_S} s and was stopped") from None
         finally:
+            done.set()
             if child.poll() is None:
                 child.kill()
                 child.wait()
+            beat.join()
         stderr.seek(0)
         errors = stderr.read()
     if code != 0 or summary is None:
@@ -150,6 +158,17 @@ def _evaluate(job: EvaluationJob, folder: str) -> tuple[dict[str, Any], list[dic
     with open(out_file, encoding="utf-8") as f:
         rows = [json.loads(line) for line in f if line.strip()]
     return summary, rows
+
+
+def _heartbeat(job_id: int, done: threading.Event) -> None:
+    """Write the job's heartbeat every PLATFORM_HEARTBEAT_S until `done` (evaluations.recovery reads it)."""
+    try:
+        while not done.wait(settings.PLATFORM_HEARTBEAT_S):
+            EvaluationJob.objects.filter(pk=job_id, status=JobStatus.RUNNING).update(heartbeat_at=timezone.now())
+    except Exception:  # noqa: BLE001 - a missed heartbeat is not the job's failure
+        log.exception("evaluation %s: heartbeat failed", job_id)
+    finally:
+        connection.close()  # this thread's own connection
 
 
 def _message(line: str) -> dict[str, Any]:

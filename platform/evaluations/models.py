@@ -68,6 +68,8 @@ class EvaluationJob(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True, help_text="Written every few seconds while running.")
+    attempts = models.PositiveIntegerField(default=0, help_text="Times a worker claimed it (a lost worker's is retried).")
 
     objects = EvaluationQuerySet.as_manager()
 

@@ -197,3 +197,27 @@ def test_pages(alice_client, alice, run):
     assert response.status_code == 302 and response["Location"] == reverse("run-detail", args=[run.pk])
     assert (EvaluateOnEnd.objects.get(run=run).task, EvaluateOnEnd.objects.get(run=run).k) == ("copy", 2)
     assert 'id="evaluate-on-end"' in alice_client.get(reverse("run-detail", args=[run.pk])).content.decode()
+
+
+def test_a_lost_workers_job_is_requeued_then_given_up(alice, run, settings, monkeypatch):
+    from evaluations import recovery
+
+    sent = []
+    monkeypatch.setattr(recovery, "send_when_committed", lambda job: sent.append(job.pk))
+    settings.PLATFORM_STALE_AFTER_S = 20
+    now = timezone.now()
+
+    def running(attempts, beat_s_ago):
+        return EvaluationJob.objects.create(
+            owner=alice, run=run, step=2, dataset_kind="task", task="reverse", dataset_key="task:reverse",
+            dataset_label="task reverse", status="running", attempts=attempts, progress_done=3,
+            heartbeat_at=now - dt.timedelta(seconds=beat_s_ago))
+
+    lost, alive, hopeless = running(1, 60), running(1, 5), running(3, 60)
+    assert recovery.requeue_lost_jobs() == [lost.pk] and sent == [lost.pk]
+    lost.refresh_from_db()
+    assert (lost.status, lost.progress_done, lost.heartbeat_at) == ("queued", 0, None)
+    assert EvaluationJob.objects.get(pk=alive.pk).status == "running"
+    hopeless.refresh_from_db()
+    assert hopeless.status == "failed" and "lost 3 times" in hopeless.error
+    assert recovery.requeue_lost_jobs() == []
