@@ -53,7 +53,7 @@ VIEWS = {
     "sweep-new": ("get", "experiment", 200),
     "alert-list": ("get", None, 200),
 }
-AUTH_VIEWS = {"login", "logout"}
+AUTH_VIEWS = {"login", "logout", "signup"}  # signup: off by default, tests/platform/test_signup.py
 OWN_TOKEN_VIEWS = {"api-token-revoke"}  # only the token's owner, staff too: tests/platform/test_api_tokens.py
 # a dataset's pages have a permission of their own (experiments.view_dataset): test_dataset_views below
 DATASET_VIEWS = {"dataset-detail", "dataset-share", "dataset-delete"}
