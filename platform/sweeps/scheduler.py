@@ -29,7 +29,7 @@ from runner import services as run_services
 
 from sweeps import driver
 from sweeps import space as spaces
-from sweeps.models import Direction, Sampler, Sweep, SweepStatus, Trial, TrialStatus
+from sweeps.models import TRIAL_ENDED, Direction, Sampler, Sweep, SweepStatus, Trial, TrialStatus
 
 log = logging.getLogger(__name__)
 
@@ -91,9 +91,13 @@ def record(trial: Trial, points: list[tuple[int, float]]) -> driver.TrialRecord:
 
 
 def _sync(sweep: Sweep, trials: list[Trial], points: dict[int, list]) -> None:
-    """Each trial with a run takes its status and best metric value."""
+    """Each trial with a run takes its status and best metric value; one whose run was deleted ends
+    as cancelled (or the sweep would wait for it forever)."""
     for trial in trials:
         if trial.run is None:
+            if trial.status not in (TrialStatus.WAITING, *TRIAL_ENDED):  # its run was deleted
+                trial.status, trial.error = S.CANCELLED, "its run was deleted"
+                trial.save(update_fields=["status", "error"])
             continue
         value, step = best(points.get(trial.run_id, []), sweep.direction)
         if (trial.status, trial.value, trial.value_step) != (trial.run.status, value, step):

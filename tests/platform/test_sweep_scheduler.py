@@ -172,3 +172,15 @@ def test_best_value_by_hand():
     assert scheduler.best(points, "maximize") == (0.9, 3)
     assert scheduler.best(points, "minimize") == (0.1, 5)
     assert scheduler.best([(1, float("nan"))], "maximize") == (None, None)
+
+
+def test_a_trial_whose_run_was_deleted_ends_and_the_sweep_goes_on(alice, sent_messages):
+    experiment = make_experiment(alice)
+    sweep = services.create_sweep(experiment, sweep_input(pruner="none", max_trials=2))
+    t0, t1 = trials(sweep)
+    t0.run.delete()
+    finish(t1.run)
+    scheduler.tick()
+    t0, t1 = trials(sweep)
+    assert (t0.status, t0.error, t1.status) == (S.CANCELLED, "its run was deleted", S.SUCCEEDED)
+    assert Sweep.objects.get(pk=sweep.pk).status == SweepStatus.FINISHED
