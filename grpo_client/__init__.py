@@ -23,6 +23,9 @@ Commands (`python -m grpo_client COMMAND --help` for each):
     python -m grpo_client sweep create EXPERIMENT --name N --space JSON|@FILE --metric M --trials N
         [--sampler grid|random|tpe] [--pruner none|median|successive_halving|hyperband] [--concurrent 2]
     python -m grpo_client sweep list [--experiment ID] [--status S]  /  sweep show SWEEP  /  sweep cancel SWEEP
+    python -m grpo_client alerts add --event failed [--event ...] --webhook URL|--email ADDRESS [--experiment ID]
+        [--metric reward/mean --when '<' --threshold 0.1] [--min-interval 60]   (prints the rule's id)
+    python -m grpo_client alerts list  /  alerts enable|disable|delete RULE  /  alerts log [--rule ID] [--status S]
 
 An error from the API is printed as one line on stderr (`error: HTTP 404: ...`) and the exit code
 is 1; a usage error exits with 2.
