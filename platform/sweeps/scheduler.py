@@ -185,14 +185,17 @@ def _start_trials(sweep: Sweep, trials: list[Trial], points: dict[int, list]) ->
 
 
 def advance(sweep_id: int) -> None:
-    """One step of the sweep's life (see the module docstring); nothing for a sweep not running."""
+    """One step of the sweep's life (see the module docstring); a sweep no longer running only
+    syncs its trials."""
     with transaction.atomic():
         sweep = Sweep.objects.select_for_update().select_related("experiment__owner").filter(pk=sweep_id).first()
-        if sweep is None or sweep.status != SweepStatus.RUNNING:
+        if sweep is None:
             return
         trials = list(sweep.trials.select_related("run").order_by("number"))
         points = _points(sweep, trials)
         _sync(sweep, trials, points)
+        if sweep.status != SweepStatus.RUNNING:
+            return  # a cancelled sweep's trials still take their runs' final statuses (the receiver)
         _prune(sweep, trials, points)
         _start_trials(sweep, trials, points)
         if len(trials) >= sweep.max_trials and all(t.ended for t in trials):

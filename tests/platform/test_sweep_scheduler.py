@@ -154,7 +154,7 @@ def test_a_refused_launch_waits_with_a_note_and_is_retried(alice, sent_messages,
     assert sweep.note.startswith("trial #2 waits")
 
 
-def test_cancelling_a_sweep_cancels_its_active_trials(alice, sent_messages):
+def test_cancelling_a_sweep_cancels_its_active_trials(alice, sent_messages, django_capture_on_commit_callbacks):
     experiment = make_experiment(alice)
     sweep = services.create_sweep(experiment, sweep_input())
     t0, t1 = trials(sweep)
@@ -165,6 +165,9 @@ def test_cancelling_a_sweep_cancels_its_active_trials(alice, sent_messages):
     assert Run.objects.get(pk=t1.run.pk).status == S.CANCELLING
     scheduler.tick()
     assert Sweep.objects.get(pk=sweep.pk).status == SweepStatus.CANCELLED and len(trials(sweep)) == 2
+    with django_capture_on_commit_callbacks(execute=True):  # the worker stops it: the receiver syncs
+        assert Run.objects.get(pk=t1.run.pk).transition(S.CANCELLED)
+    assert [t.status for t in trials(sweep)] == [S.CANCELLED, S.CANCELLED]
 
 
 def test_best_value_by_hand():
