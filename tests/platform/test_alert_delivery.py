@@ -170,3 +170,16 @@ def test_a_metric_threshold_is_notified_once_per_crossing(alice, webhook_receive
     add_points(run, {"reward/mean": [(6, float("nan"))]})  # NaN crosses nothing
     delivery.tick()
     assert len(webhook_receiver.bodies) == 2
+
+
+@pytest.mark.parametrize("start, status, recorded", [("running", "succeeded", True), ("cancelling", "pruned", True),
+                                                     ("cancelling", "cancelled", False)])
+def test_succeeded_and_pruned_runs_are_recorded_cancelled_ones_not(alice, start, status, recorded,
+                                                                   django_capture_on_commit_callbacks):
+    r = rule(alice, "alice@example.com", events=("succeeded", "pruned"), channel="email")
+    run = make_run(alice, status=start, step=6, stop_as="pruned" if status == "pruned" else "")
+    with django_capture_on_commit_callbacks(execute=True):
+        assert run.transition(status)
+    deliveries = list(AlertDelivery.objects.filter(rule=r).values_list("event", "key", "message"))
+    assert deliveries == ([(status, f"{status}:1", f'Run #{run.pk} of "exp" {status} at step 6/6. '
+                                                    f"http://localhost:8000/runs/{run.pk}/")] if recorded else [])
