@@ -4,14 +4,16 @@ config with a median pruner, the scheduler's tick and the trial-ended receiver l
 two at a time. The metric is `learning_rate` (a constant schedule reports the searched value at
 every step), so which trials are weak is known in advance: the grid runs the learning rates from
 high to low, the first two complete, and each later one is below their median from its first step
-and is pruned once past the 3 warmup steps, keeping the metrics and checkpoints it had."""
+and is pruned once past the 3 warmup steps, keeping the metrics and checkpoints it had. Then the
+sweep's page in Chromium shows the six trials and draws both plots from them."""
 
 from __future__ import annotations
 
 import pytest
+from browser_testlib import logged_in_page  # noqa: F401 (fixture)
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from experiments.models import Checkpoint, Experiment, MetricPoint, Run, RunStatus
+from playwright.sync_api import expect
 from platform_testlib import tiny_config
 from runner_testlib import wait_for
 from sweeps import services
@@ -25,10 +27,10 @@ LEARNING_RATES = [0.004, 0.003, 0.002, 0.001, 0.0005, 0.0002]
 SWEEP_TIMEOUT_S = 900
 
 
-def test_a_sweep_of_six_trials_with_a_median_pruner_runs_end_to_end(procs):  # noqa: F811
+def test_a_sweep_of_six_trials_with_a_median_pruner_runs_end_to_end(procs, alice, logged_in_page):  # noqa: F811
     procs.worker()
     procs.start("beat", "--loglevel", "INFO", env={"PLATFORM_SWEEP_TICK_S": "0.5"})
-    user = get_user_model().objects.create_user("sweeper")
+    user = alice
     experiment = Experiment(owner=user, name="sweep e2e")
     experiment.set_config(tiny_config(train__max_steps=40, checkpoint__every_steps=2, checkpoint__keep_last=2,
                                       optimizer__schedule="constant", optimizer__warmup_steps=0), user=user)
@@ -61,3 +63,11 @@ def test_a_sweep_of_six_trials_with_a_median_pruner_runs_end_to_end(procs):  # n
         assert all((settings.ARTIFACTS_DIR / path).is_dir() for _step, path in checkpoints), checkpoints
         assert run.events.filter(message__contains="pruned by sweep 'lr-e2e' (median)").exists()
     assert all(t.run.name == f"lr-e2e #{t.number}" for t in trials)
+
+    page = logged_in_page
+    page.goto(f"/sweeps/{sweep.pk}/")
+    expect(page.locator("#sweep-status .badge")).to_have_text("finished")
+    expect(page.locator("#trial-table tbody tr")).to_have_count(6)
+    expect(page.locator('#trial-table tr[data-status="pruned"]')).to_have_count(len(pruned))
+    expect(page.locator("#sweep-plots")).to_have_attribute("data-parcoords-lines", "6")
+    expect(page.locator("#sweep-scatter .scatterlayer .point")).to_have_count(6)
