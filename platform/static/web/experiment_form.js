@@ -24,6 +24,7 @@
   let timer = null;
   let inflight = null;
   let sequence = 0;
+  let switching = false;  // a tab switch is in flight: it shows the plan itself, so no preview meanwhile
   let mode = (form.querySelector("input[name=mode]:checked") || {}).value || "form";
 
   function csrfToken() {
@@ -118,6 +119,7 @@
   }
 
   async function refresh() {
+    if (switching) return;
     const mine = ++sequence;
     panel.dataset.state = "loading";
     try {
@@ -134,7 +136,7 @@
 
   function schedule() {
     clearTimeout(timer);
-    timer = setTimeout(refresh, DEBOUNCE_MS);
+    if (!switching) timer = setTimeout(refresh, DEBOUNCE_MS);
   }
 
   function setValues(values) {
@@ -161,6 +163,10 @@
     if (target === mode) return;
     tabNote.textContent = "";
     const from = mode;
+    // Leaving the YAML box fires its "change": that preview must not abort (and so silently drop)
+    // the switch's own request, which answers with the plan too.
+    clearTimeout(timer);
+    switching = true;
     try {
       const result = await post({mode: from, sync: "1"});
       if (from === "form" && typeof result.yaml === "string") {
@@ -183,6 +189,8 @@
       if (err.name === "AbortError") return;
       document.getElementById("mode-" + from).checked = true;
       tabNote.textContent = "Could not switch: " + err.message;
+    } finally {
+      switching = false;
     }
   }
 
