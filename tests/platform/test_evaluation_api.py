@@ -221,3 +221,17 @@ def test_a_lost_workers_job_is_requeued_then_given_up(alice, run, settings, monk
     hopeless.refresh_from_db()
     assert hopeless.status == "failed" and "lost 3 times" in hopeless.error
     assert recovery.requeue_lost_jobs() == []
+
+
+def test_admin_pages_render(client, staff, alice, run):
+    job = EvaluationJob.objects.create(owner=alice, run=run, step=2, dataset_kind="task", task="reverse",
+                                       dataset_key="task:reverse", dataset_label="task reverse", status="failed",
+                                       error="missing 'prompt'")
+    EvaluationSample.objects.create(job=job, index=0, prompt="rev ab=", completion="ba", correct=True)
+    EvaluateOnEnd.objects.create(run=run, dataset_kind="task", task="copy")
+    client.force_login(staff)
+    listing = client.get(reverse("admin:evaluations_evaluationjob_changelist")).content.decode()
+    assert "task reverse" in listing
+    page = client.get(reverse("admin:evaluations_evaluationjob_change", args=[job.pk])).content.decode()
+    assert "missing &#x27;prompt&#x27;" in page and "rev ab=" in page
+    assert client.get(reverse("admin:evaluations_evaluateonend_changelist")).status_code == 200
