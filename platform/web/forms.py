@@ -118,10 +118,15 @@ class FieldRow:
 
     spec: FieldSpec
     field: forms.BoundField
+    whole_path: bool = False  # label it `model.path`, not `path` (outside its section's group)
 
     @property
     def path(self) -> str:
         return self.spec.path
+
+    @property
+    def label(self) -> str:
+        return self.spec.path if self.whole_path else self.spec.key
 
     @property
     def default_text(self) -> str:
@@ -241,7 +246,7 @@ class ConfigForm(forms.Form):
         fields); a section whose fields are all basic is left out of the second list."""
         sections = self.sections()
         rows = {row.path: row for section in sections for row in section.rows}
-        basics = [rows[path] for path in BASIC_FIELDS if path in rows]
+        basics = [dataclasses.replace(rows[path], whole_path=True) for path in BASIC_FIELDS if path in rows]
         groups = [SectionView(s.spec, [r for r in s.rows if r.path not in BASIC_FIELDS]) for s in sections]
         return basics, [g for g in groups if g.rows]
 

@@ -56,6 +56,9 @@ def test_layout_puts_the_basic_fields_first_and_every_other_field_in_its_section
 def test_groups_open_only_for_a_changed_value_or_an_error(alice_client, alice):
     html = alice_client.get(reverse("experiment-new")).content.decode()  # the schema's defaults
     assert 'id="section-basics"' in html
+    basics = html.split('id="section-basics"', 1)[1].split("</fieldset>", 1)[0]
+    assert '<span class="key">model.path</span>' in basics  # the whole path, outside its section
+    assert '<span class="key">temperature</span>' in html  # in the rollout group: its key
     for key in ("rollout", "async", "mesh", "checkpoint", "eval"):
         assert " open" not in _details(html, key), key
     # an experiment whose rollout temperature is not the default: that group shows open
