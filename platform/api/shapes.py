@@ -8,6 +8,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
+from api.evaluation_shapes import OnEndInput
 from experiments import metric_series, run_filters, run_labels
 from experiments.models import RunStatus
 from pydantic import BaseModel, Field, RootModel
@@ -131,6 +132,8 @@ class RunList(BaseModel):
 class LaunchInput(BaseModel):
     max_restarts: int | None = Field(None, ge=0, le=100)
     queue: str | None = Field(None, pattern=r"^[A-Za-z0-9._-]{1,64}$")
+    evaluate_on_end: OnEndInput | None = Field(None, description="evaluate the run's best checkpoint on this "
+                                                                 "dataset when it succeeds (api/evaluation_views.py)")
 
 
 class Launched(BaseModel):

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import re
 
+from django.db import transaction
 from django.db.models import Count, Max
 from django.http import JsonResponse
 
+from evaluations import services as evaluation_services
 from experiments import configs, metric_series, run_filters, run_labels, sample_query
 from experiments.access import get_for_user
 from experiments.models import Experiment, MetricPoint, RolloutSample, Run, SampleKind
@@ -116,7 +118,8 @@ def experiment_detail(request, pk: int):
 )
 @api_endpoint("GET", "POST")
 def experiment_runs(request, pk: int):
-    """GET: the experiment's runs. POST {"max_restarts"?, "queue"?}: 201 {"id", "status", "queue",
+    """GET: the experiment's runs. POST {"max_restarts"?, "queue"?, "evaluate_on_end"?: {"dataset", "prompts"?,
+    "k"?} (evaluate its best checkpoint when it succeeds: api/evaluation_views.py)}: 201 {"id", "status", "queue",
     "warning"? (no live worker reads the queue)}, a queued run of the experiment's current config
     (validated again: 400 {"errors"} if it no longer is). 400/403 {"errors": {"queue"}} for a queue
     the owner may not use, 429 over their queued-run limit (runner.queues, runner.limits)."""
@@ -137,10 +140,20 @@ def experiment_runs(request, pk: int):
         except configs.ConfigError as exc:
             raise ApiError(400, "the experiment's config is no longer valid; update it before launching",
                            errors=exc.as_dict()) from None
+        on_end = data.get("evaluate_on_end")
+        if on_end is not None and not isinstance(on_end, dict):
+            raise ApiError(400, errors={"evaluate_on_end": "an object: {\"dataset\", \"prompts\"?, \"k\"?}"})
         try:
-            run = services.launch_run(experiment, max_restarts=max_restarts, queue=queue)
+            with transaction.atomic():  # a refused evaluate_on_end launches nothing
+                run = services.launch_run(experiment, max_restarts=max_restarts, queue=queue)
+                if on_end is not None:
+                    evaluation_services.request_on_end(request.user, run, on_end)
         except services.LaunchRefused as exc:
             raise _refused(exc) from None
+        except evaluation_services.EvaluationRefused as exc:
+            field = f"evaluate_on_end.{exc.field}" if exc.field else "evaluate_on_end"
+            raise (ApiError(exc.status, errors={field: exc.message}) if exc.status == 400
+                   else ApiError(exc.status, exc.message)) from None
         body = {"id": run.pk, "status": run.status, "queue": run.queue}
         warning = queues.no_worker_warning(run.queue)
         if warning:

@@ -17,12 +17,14 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
+from django.db import transaction
 from django.db.models import Count, Max
 from django.http import Http404, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from evaluations import services as evaluation_services
 from experiments import configs, run_filters, run_labels
 from experiments.access import get_for_user, may_change
 from experiments.configs import ConfigError
@@ -31,7 +33,7 @@ from experiments.shown_paths import shown, shown_errors
 from runner import exports, queues, services
 from runner.demo import DEMO_USERNAME, featured_demos
 
-from web import fork_views, run_table
+from web import evaluation_views, fork_views, run_table
 from web.actions import clone_experiment, restore_version
 from web.config_form import config_from_values, form_values, to_yaml
 from web.run_panels import kl_note, run_panels
@@ -223,6 +225,7 @@ def _detail_page(request, experiment: Experiment, status: int = 200, launch_erro
         "runs": experiment.runs.order_by("-created_at")[:20],
         "can_change": may_change(request.user, experiment),
         "launch_queues": queues.allowed_queue_names(experiment.owner),
+        "launch_evaluations": evaluation_views.dataset_choices(request.user),
     }
     return render(request, "web/experiment_detail.html", context, status=status)
 
@@ -275,12 +278,21 @@ def experiment_launch(request, pk: int):
     except ConfigError as exc:
         messages.error(request, "The config is no longer valid; edit it before launching.")
         return _detail_page(request, experiment, status=400, launch_errors=shown_errors(exc.as_dict()))
+    on_end = request.POST.get("evaluate_on_end") or ""
     try:
-        run = services.launch_run(experiment, queue=request.POST.get("queue") or None)
+        with transaction.atomic():  # a refused evaluate-on-end launches nothing
+            run = services.launch_run(experiment, queue=request.POST.get("queue") or None)
+            if on_end:
+                evaluation_services.request_on_end(request.user, run, {"dataset": on_end})
     except services.LaunchRefused as exc:
         messages.error(request, f"Cannot launch: {exc.message}")
         return redirect("experiment-detail", pk=experiment.pk)
-    messages.success(request, f"Launched run {run.pk} on queue {run.queue}.")
+    except evaluation_services.EvaluationRefused as exc:
+        messages.error(request, f"Cannot launch: evaluate on end: {exc.message}")
+        return redirect("experiment-detail", pk=experiment.pk)
+    messages.success(request, f"Launched run {run.pk} on queue {run.queue}"
+                              + (f"; its best checkpoint will be evaluated on {on_end} when it succeeds." if on_end
+                                 else "."))
     warning = queues.no_worker_warning(run.queue)
     if warning:
         messages.warning(request, warning)

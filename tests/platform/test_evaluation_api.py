@@ -235,3 +235,30 @@ def test_admin_pages_render(client, staff, alice, run):
     page = client.get(reverse("admin:evaluations_evaluationjob_change", args=[job.pk])).content.decode()
     assert "missing &#x27;prompt&#x27;" in page and "rev ab=" in page
     assert client.get(reverse("admin:evaluations_evaluateonend_changelist")).status_code == 200
+
+
+def test_launch_with_evaluate_on_end(alice, alice_client, bob, dataset_root):  # noqa: F811
+    from experiments.models import Run
+
+    experiment = make_experiment(alice, "launch-eval")
+    url = f"/api/experiments/{experiment.pk}/runs"
+    response = post(token_client(alice), url, {"evaluate_on_end": {"dataset": "task:copy", "k": 2}})
+    assert response.status_code == 201, response.content
+    asked = EvaluateOnEnd.objects.get(run_id=response.json()["id"])
+    assert (asked.task, asked.k) == ("copy", 2)
+    # refused: nothing is launched
+    for body, status in (({"evaluate_on_end": {"dataset": "task:nope"}}, 400), ({"evaluate_on_end": "copy"}, 400),
+                         ({"evaluate_on_end": {"dataset": f"dataset:{upload(bob, 'bobs').pk}"}}, 404)):
+        response = post(token_client(alice), url, body)
+        assert response.status_code == status, response.content
+        assert Run.objects.filter(experiment=experiment).count() == 1
+    assert "evaluate_on_end.dataset" in post(token_client(alice), url,
+                                             {"evaluate_on_end": {"dataset": "x"}}).json()["errors"]
+    # the launch form's select
+    page = alice_client.get(reverse("experiment-detail", args=[experiment.pk])).content.decode()
+    assert 'id="launch-evaluate-on-end"' in page and 'value="task:reverse"' in page
+    response = alice_client.post(reverse("experiment-launch", args=[experiment.pk]),
+                                 {"evaluate_on_end": "task:reverse"})
+    assert response.status_code == 302
+    newest = Run.objects.filter(experiment=experiment).latest("pk")
+    assert EvaluateOnEnd.objects.get(run=newest).task == "reverse"
