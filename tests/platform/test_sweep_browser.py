@@ -46,6 +46,8 @@ def play_training(sweep: Sweep) -> None:
 
 def test_a_sweep_with_a_pruner_from_the_form_to_the_compare_page(logged_in_page, alice, sent_messages):  # noqa: F811
     page = logged_in_page
+    csp_violations: list[str] = []
+    page.on("console", lambda msg: csp_violations.append(msg.text) if "Content Security Policy" in msg.text else None)
     experiment = make_experiment(alice, name="sweepme")
     page.goto(f"/experiments/{experiment.pk}/")
     page.click("#sweep-experiment")
@@ -87,6 +89,7 @@ def test_a_sweep_with_a_pruner_from_the_form_to_the_compare_page(logged_in_page,
     assert {name: x for name, x, _y in traces} == {"pruned": LEARNING_RATES[2:], "succeeded": LEARNING_RATES[:2]}
     expect(page.locator("#sweep-scatter .scatterlayer .point")).to_have_count(6)
 
+    assert csp_violations == []  # the plots and the page's script run under the site's CSP
     runs = list(sweep.trials.order_by("number").values_list("run_id", flat=True))
     page.check(f"#pick-{runs[0]}")
     page.check(f"#pick-{runs[2]}")
