@@ -187,3 +187,36 @@ def test_a_trial_whose_run_was_deleted_ends_and_the_sweep_goes_on(alice, sent_me
     t0, t1 = trials(sweep)
     assert (t0.status, t0.error, t1.status) == (S.CANCELLED, "its run was deleted", S.SUCCEEDED)
     assert Sweep.objects.get(pk=sweep.pk).status == SweepStatus.FINISHED
+
+
+def test_a_tpe_sweep_asks_optuna_with_running_trials_as_context(alice, sent_messages):
+    experiment = make_experiment(alice)
+    space = {LR: {"type": "float", "low": 1e-4, "high": 1e-2, "log": True},
+             "optimizer.name": {"type": "categorical", "choices": ["adamw", "adam"]}}
+    sweep = services.create_sweep(experiment, sweep_input(sampler="tpe", pruner="none", space=space, seed=5))
+    first = trials(sweep)
+    assert len(first) == 2 and first[0].params != first[1].params
+    for t in first:
+        assert 1e-4 <= t.params[LR] <= 1e-2 and t.params["optimizer.name"] in ("adamw", "adam")
+        assert t.run.config["optimizer"]["name"] == t.params["optimizer.name"]
+        add_points(t.run, {"learning_rate": [(1, t.params[LR])]})
+        finish(t.run)
+    scheduler.tick()
+    rows = trials(sweep)
+    assert len(rows) == 4 and len({r.params[LR] for r in rows}) == 4
+    # the same seed and history ask the same params: a second sweep repeats the first's draws
+    again = services.create_sweep(experiment, sweep_input(sampler="tpe", pruner="none", space=space, seed=5))
+    assert [t.params for t in trials(again)] == [t.params for t in first]
+
+
+def test_a_halving_pruner_keeps_its_rungs_on_the_trial(alice, sent_messages):
+    experiment = make_experiment(alice)
+    sweep = services.create_sweep(experiment, sweep_input(pruner="successive_halving", pruner_warmup_steps=1,
+                                                          max_concurrent_trials=1, max_trials=4))
+    t0 = trials(sweep)[0]
+    Run.objects.filter(pk=t0.run.pk).update(status=S.RUNNING)
+    add_points(t0.run, {"learning_rate": [(1, 0.004), (2, 0.004)]})
+    scheduler.tick()
+    t0 = trials(sweep)[0]
+    assert t0.optuna_attrs.get("completed_rung_0") == 0.004   # recorded while it ran, for later rebuilds
+    assert t0.status == S.RUNNING                               # alone in its rung: promoted, not pruned
