@@ -26,6 +26,9 @@ Commands (`python -m grpo_client COMMAND --help` for each):
     python -m grpo_client alerts add --event failed [--event ...] --webhook URL|--email ADDRESS [--experiment ID]
         [--metric reward/mean --when '<' --threshold 0.1] [--min-interval 60]   (prints the rule's id)
     python -m grpo_client alerts list  /  alerts enable|disable|delete RULE  /  alerts log [--rule ID] [--status S]
+    python -m grpo_client evaluate RUN --step N --dataset task:arithmetic|dataset:ID|run_eval [--k 4] [--prompts 64]
+        [--wait]   (or --model FOLDER instead of RUN; prints the job's id, with --wait its results)
+    python -m grpo_client evaluations list [--run ID] [--status S]  /  leaderboard [DATASET]
 
 An error from the API is printed as one line on stderr (`error: HTTP 404: ...`) and the exit code
 is 1; a usage error exits with 2.

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from grpo_client import alert_commands, formatting, sweep_commands
+from grpo_client import alert_commands, evaluation_commands, formatting, sweep_commands
 from grpo_client.api import Api, ApiError
 
 ENDED_STATUSES = ("succeeded", "failed", "cancelled", "pruned")
@@ -184,6 +184,7 @@ def parser() -> argparse.ArgumentParser:
 
     sweep_commands.add_parsers(commands)
     alert_commands.add_parsers(commands)
+    evaluation_commands.add_parsers(commands)
     return top
 
 
