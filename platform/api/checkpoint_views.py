@@ -15,7 +15,7 @@ from runner import downloads, forks
 
 from api import shapes
 from api.contract import Error, Errors, Op, operations
-from api.endpoint import ApiError, api_endpoint, json_body
+from api.endpoint import ApiError, api_endpoint, json_body, refused
 
 
 def _run(request, pk: int, change: bool = False) -> Run:
@@ -58,8 +58,7 @@ def run_fork(request, pk: int):
     try:
         child = forks.fork_run(parent, forks.parse_fork_input(json_body(request)))
     except forks.ForkRefused as exc:
-        raise (ApiError(exc.status, errors={exc.field: exc.message}) if exc.field
-               else ApiError(exc.status, exc.message)) from None
+        raise refused(exc) from None
     body = {"id": child.pk, "status": child.status, "queue": child.queue, "forked_from": parent.pk,
             "forked_from_step": child.forked_from_step, "fork_optimizer": child.fork_optimizer}
     response = JsonResponse(body, status=201)

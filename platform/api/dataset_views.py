@@ -15,7 +15,7 @@ from django.shortcuts import get_object_or_404
 
 from api import dataset_shapes as shapes
 from api.contract import Error, Errors, Op, operations
-from api.endpoint import ApiError, api_endpoint, json_body
+from api.endpoint import ApiError, api_endpoint, json_body, refused
 from experiments import datasets
 from experiments.dataset_models import Dataset
 from runner import storage
@@ -48,10 +48,6 @@ def _owned(request, pk: int) -> Dataset:
     if dataset.owner_id != request.user.pk:
         raise ApiError(403, "only the dataset's owner may delete, share or unshare it")
     return dataset
-
-
-def _refused(exc: datasets.DatasetRefused) -> ApiError:
-    return ApiError(exc.status, errors={exc.field: exc.message}) if exc.field else ApiError(exc.status, exc.message)
 
 
 @operations(
@@ -91,7 +87,7 @@ def dataset_list(request):
         dataset, check = datasets.upload(request.user, request.POST.get("name"), upload.chunks(), upload.name,
                                          request.POST.get("description", ""))
     except datasets.DatasetRefused as exc:
-        raise _refused(exc) from None
+        raise refused(exc) from None
     if dataset is None:
         raise ApiError(400, errors={"file": check.error_text()})
     body = {"id": dataset.pk, "name": dataset.name, "reference": dataset.reference_for(request.user),
@@ -115,7 +111,7 @@ def dataset_detail(request, pk: int):
         try:
             datasets.delete(dataset)
         except datasets.DatasetRefused as exc:
-            raise _refused(exc) from None
+            raise refused(exc) from None
         return HttpResponse(status=204)
     dataset = _visible(request, pk)
     return {**dataset_summary(dataset, request.user), "preview": dataset.preview}
@@ -130,5 +126,5 @@ def dataset_share(request, pk: int, action: str):
     try:
         names = datasets.share(dataset, json_body(request).get("users"), share_with=action == "share")
     except datasets.DatasetRefused as exc:
-        raise _refused(exc) from None
+        raise refused(exc) from None
     return {"shared_with": names}

@@ -21,6 +21,7 @@ from django.http.multipartparser import MultiPartParserError
 from django.views.decorators.csrf import csrf_exempt
 
 from api.auth import AuthError, authenticate
+from experiments.refusals import Refused
 from experiments.shown_paths import shown, shown_errors
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,14 @@ class ApiError(Exception):
         if self.message or self.errors is None:
             body["error"] = shown(self.message or "error")
         return JsonResponse(body, status=self.status)
+
+
+def refused(exc: Refused, field_prefix: str = "") -> ApiError:
+    """A refusal (experiments.refusals) as the API's answer: {"errors": {field: message}} when one
+    field is at fault (`field_prefix` + "." + the field, for a nested object), else {"error": message}."""
+    if not exc.field:
+        return ApiError(exc.status, exc.message)
+    return ApiError(exc.status, errors={f"{field_prefix}.{exc.field}" if field_prefix else exc.field: exc.message})
 
 
 def error(status: int, message: str) -> JsonResponse:

@@ -24,7 +24,7 @@ from runner import exports, queues, services
 from api import payloads, sample_views
 from api import shapes
 from api.contract import Error, Errors, Op, operations
-from api.endpoint import ApiError, api_endpoint, int_param, json_body
+from api.endpoint import ApiError, api_endpoint, int_param, json_body, refused
 
 LIST_LIMIT = 100           # default page size of the lists
 LIST_LIMIT_MAX = 1000
@@ -42,11 +42,6 @@ def _experiment(request, pk: int, change: bool = False) -> Experiment:
 def _run(request, pk: int, change: bool = False) -> Run:
     runs = Run.objects.select_related("experiment", "config_version")
     return get_for_user(runs, request.user, pk, change=change)
-
-
-def _refused(exc: "services.LaunchRefused") -> ApiError:
-    """A refused launch/resume/retry (runner.limits, runner.queues) as the API's error."""
-    return ApiError(exc.status, errors={exc.field: exc.message}) if exc.field else ApiError(exc.status, exc.message)
 
 
 def _created(body: dict, location: str) -> JsonResponse:
@@ -149,7 +144,7 @@ def experiment_runs(request, pk: int):
                 if on_end is not None:
                     evaluation_services.request_on_end(request.user, run, on_end)
         except services.LaunchRefused as exc:
-            raise _refused(exc) from None
+            raise refused(exc) from None
         except evaluation_services.EvaluationRefused as exc:
             field = f"evaluate_on_end.{exc.field}" if exc.field else "evaluate_on_end"
             raise (ApiError(exc.status, errors={field: exc.message}) if exc.status == 400
@@ -292,7 +287,7 @@ def run_action(request, pk: int, action: str):
     try:
         changed = services.ACTIONS[action].function(run)
     except services.LaunchRefused as exc:
-        raise _refused(exc) from None
+        raise refused(exc) from None
     if not changed:
         run.refresh_from_db(fields=["status"])
         raise ApiError(409, f"cannot {action} run {run.pk}: it is {run.status}"

@@ -20,6 +20,7 @@ from django.db import transaction
 
 from experiments.dataset_models import Dataset
 from experiments.models import Checkpoint, Run
+from experiments.refusals import Refused
 from evaluations.models import DatasetKind, EvaluateOnEnd, EvaluationJob
 
 RUN_JOB_TASK = "evaluations.run_job"  # evaluations.tasks.run_job, sent by name
@@ -31,14 +32,8 @@ DEFAULT_K = 4
 BEST_METRICS = ("eval/accuracy", "reward/mean")
 
 
-class EvaluationRefused(Exception):
+class EvaluationRefused(Refused):
     """Why a job (or an on-end request) was not made: the HTTP status, and the field when one input is at fault."""
-
-    def __init__(self, status: int, message: str, field: str = ""):
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.field = field
 
 
 @dataclasses.dataclass(frozen=True)

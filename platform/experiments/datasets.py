@@ -25,15 +25,14 @@ from django.db.models import Q
 from experiments import dataset_files
 from experiments.dataset_models import Dataset, dataset_root
 from experiments.models import Experiment, text_problem
+from experiments.refusals import Refused
 
 USAGE_SHOWN = 5
 SHARE_REFUSED = "cannot share with: {names} (no such user, or not one you can share with)"
 
 
-class DatasetRefused(Exception):
-    def __init__(self, status: int, message: str, field: str = ""):
-        super().__init__(message)
-        self.status, self.message, self.field = status, message, field
+class DatasetRefused(Refused):
+    """Why an upload, a share or a delete was refused."""
 
 
 def max_upload_bytes() -> int:

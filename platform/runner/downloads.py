@@ -32,19 +32,15 @@ from typing import IO
 from django.conf import settings
 
 from experiments.models import Run
+from experiments.refusals import Refused
 from runner import exports
 
 STORED_SUFFIXES = (".safetensors",)  # written as they are: deflating float weights gains little
 
 
-class DownloadRefused(Exception):
+class DownloadRefused(Refused):
     """Why no zip: `status` 404 (no checkpoint at that step), 409 (the run cannot be exported, or
     that checkpoint is being exported by another request), 500 (the export failed)."""
-
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
-        self.message = message
 
 
 def downloads_dir() -> Path:

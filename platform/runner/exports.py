@@ -34,6 +34,7 @@ from django.conf import settings
 
 from experiments import configs
 from experiments.models import Run
+from experiments.refusals import Refused
 from runner import storage
 from runner.storage import export_folder, run_directory  # noqa: F401 - where exports and run files lie
 
@@ -43,13 +44,8 @@ TOY_RUN = ("export needs a run on a Hugging Face model (model.path); run {pk} tr
            "'{preset}' with the character tokenizer, which no Hugging Face folder can hold")
 
 
-class ExportRefused(Exception):
+class ExportRefused(Refused):
     """Why an export was not done, with the HTTP status that says so."""
-
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
-        self.message = message
 
 
 @dataclasses.dataclass(frozen=True)

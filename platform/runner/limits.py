@@ -23,18 +23,13 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 
 from experiments.models import ACTIVE_STATUSES, Run, RunStatus
+from experiments.refusals import Refused
 from runner.models import UserLimits
 
 
-class LaunchRefused(Exception):
+class LaunchRefused(Refused):
     """A run may not go on the queue. `status`: the HTTP status to answer (400 bad input, 403 not
     allowed, 429 over a limit); `field`: the request field to name ("" for none)."""
-
-    def __init__(self, status: int, message: str, field: str = ""):
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.field = field
 
 
 @dataclasses.dataclass(frozen=True)

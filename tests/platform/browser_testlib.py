@@ -1,7 +1,13 @@
 """A Chromium page (Playwright, Debian's /usr/bin/chromium) logged in to the live test server:
-the `logged_in_page` fixture (import it), as alice. Script errors on the page fail the test."""
+the `logged_in_page` fixture (import it), as alice. Script errors on the page fail the test.
+`script_evaluator(path)`: a blank page with one script loaded, for tests of a script's pure
+functions."""
 
 from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Callable, Iterator
 
 import pytest
 from django.db import connections
@@ -33,3 +39,15 @@ def logged_in_page(live_server, client, alice, monkeypatch):
         connections.close_all()
         browser.close()
     assert errors == [], f"script errors: {errors}"
+
+
+@contextlib.contextmanager
+def script_evaluator(script: Path) -> Iterator[Callable[[str], object]]:
+    """evaluate(expression) -> its value, in a blank Chromium page with `script` loaded."""
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        page = browser.new_page()
+        page.set_content("<!doctype html><html><body></body></html>")
+        page.add_script_tag(path=str(script))
+        yield lambda expression: page.evaluate(expression)
+        browser.close()

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Iterator
 from urllib.parse import quote
 
 from django.conf import settings
@@ -93,6 +96,23 @@ class Procs:
     def close(self) -> None:
         for _, proc in self.procs:
             self.kill(proc)
+
+
+@contextlib.contextmanager
+def platform_procs(log_dir: Path, log_lines: int = 25) -> Iterator[Procs]:
+    """Procs for one test, on an empty broker and artifacts folder (run pks restart with each test
+    database): killed before the test database is flushed, their last `log_lines` lines printed
+    (pytest shows them only when the test failed), the broker emptied again."""
+    purge_broker()
+    shutil.rmtree(settings.ARTIFACTS_DIR, ignore_errors=True)
+    settings.ARTIFACTS_DIR.mkdir(parents=True, exist_ok=True)
+    procs = Procs(log_dir)
+    try:
+        yield procs
+    finally:
+        procs.close()
+        print(procs.logs(log_lines))
+        purge_broker()
 
 
 def alive(pid: int) -> bool:

@@ -4,17 +4,15 @@ receiver; a second rule's webhook, where nothing listens, records the error and 
 
 from __future__ import annotations
 
-import shutil
 
 import pytest
 from alerts.models import AlertDelivery, AlertRule
 from alerts_testlib import Receiver, closed_port_url
-from django.conf import settings
 from django.contrib.auth import get_user_model
 from experiments.models import Experiment, Run
 from platform_testlib import tiny_config
 from runner.services import launch_run
-from runner_testlib import Procs, purge_broker, wait_for
+from runner_testlib import platform_procs, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 ALERT_ENV = {"PLATFORM_ALERT_WEBHOOK_ALLOW": "127.0.0.1", "PLATFORM_ALERT_TICK_S": "1",
@@ -23,14 +21,8 @@ ALERT_ENV = {"PLATFORM_ALERT_WEBHOOK_ALLOW": "127.0.0.1", "PLATFORM_ALERT_TICK_S
 
 @pytest.fixture
 def procs(transactional_db, tmp_path):
-    purge_broker()
-    shutil.rmtree(settings.ARTIFACTS_DIR, ignore_errors=True)
-    settings.ARTIFACTS_DIR.mkdir(parents=True, exist_ok=True)
-    p = Procs(tmp_path)
-    yield p
-    p.close()
-    print(p.logs())
-    purge_broker()
+    with platform_procs(tmp_path) as procs:
+        yield procs
 
 
 @pytest.fixture

@@ -7,11 +7,9 @@ the wrong shape fails with a clear recorded error and changes nothing else."""
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 from api_testlib import token_client
-from django.conf import settings
 from django.contrib.auth import get_user_model
 from evaluations.models import EvaluateOnEnd, EvaluationJob
 from evaluations.services import request_on_end
@@ -19,21 +17,15 @@ from experiments.dataset_models import Dataset, dataset_root
 from experiments.models import Checkpoint, Experiment, Run
 from platform_testlib import tiny_config
 from runner.services import launch_run
-from runner_testlib import Procs, purge_broker, wait_for
+from runner_testlib import platform_procs, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
 def procs(transactional_db, tmp_path):
-    purge_broker()
-    shutil.rmtree(settings.ARTIFACTS_DIR, ignore_errors=True)
-    settings.ARTIFACTS_DIR.mkdir(parents=True, exist_ok=True)
-    p = Procs(tmp_path)
-    yield p
-    p.close()
-    print(p.logs())  # shown by pytest only when the test failed
-    purge_broker()
+    with platform_procs(tmp_path) as procs:
+        yield procs
 
 
 def job_status(pk: int) -> str:

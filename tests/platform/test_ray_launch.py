@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -27,7 +26,7 @@ from django.urls import reverse
 from experiments.models import Checkpoint, Experiment, MetricPoint, Run, RunEvent
 from platform_testlib import tiny_config
 from runner.ray_gang import Ending, child_env, cluster_of, with_device_count
-from runner_testlib import Procs, purge_broker, wait_for
+from runner_testlib import platform_procs, wait_for
 from web_testlib import form_data
 
 from trainers.config import ConfigError, parse_config
@@ -103,14 +102,8 @@ def test_how_a_gang_ending_is_judged():
 
 @pytest.fixture
 def procs(transactional_db, tmp_path):
-    purge_broker()
-    shutil.rmtree(settings.ARTIFACTS_DIR, ignore_errors=True)  # run pks restart with each test database
-    settings.ARTIFACTS_DIR.mkdir(parents=True, exist_ok=True)
-    p = Procs(tmp_path)
-    yield p
-    p.close()
-    print(p.logs(60))  # shown by pytest only when the test failed
-    purge_broker()
+    with platform_procs(tmp_path, log_lines=60) as procs:
+        yield procs
 
 
 def launch_through_api(name: str, config: dict) -> Run:

@@ -27,7 +27,7 @@ from experiments.models import (
 from platform_testlib import tiny_config
 from runner.models import Worker
 from runner.services import launch_run, request_cancel, request_pause, resume_run
-from runner_testlib import Procs, purge_broker, wait_for
+from runner_testlib import platform_procs, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -43,14 +43,8 @@ STEP_VISIBLE_S = 10.0  # README: a step reaches the dashboard within 2 s; this d
 @pytest.fixture
 def procs(transactional_db, tmp_path):
     """Start platform processes; they are killed before the test database is flushed."""
-    purge_broker()
-    shutil.rmtree(settings.ARTIFACTS_DIR, ignore_errors=True)  # run pks restart with each test database
-    settings.ARTIFACTS_DIR.mkdir(parents=True, exist_ok=True)
-    p = Procs(tmp_path)
-    yield p
-    p.close()
-    print(p.logs())  # shown by pytest only when the test failed
-    purge_broker()
+    with platform_procs(tmp_path) as procs:
+        yield procs
 
 
 def launch(name: str, config: dict) -> Run:

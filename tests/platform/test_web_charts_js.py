@@ -9,23 +9,16 @@ import math
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import sync_playwright
+from browser_testlib import script_evaluator
 
 CHARTS_JS = Path(__file__).resolve().parents[2] / "platform" / "static" / "web" / "charts.js"
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
 
 
 @pytest.fixture(scope="module")
 def js():
     """evaluate(expression) -> its value, with window.GrpoCharts loaded into a blank page."""
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        page = browser.new_page()
-        page.set_content("<!doctype html><html><body></body></html>")
-        page.add_script_tag(path=str(CHARTS_JS))
-        yield lambda expression: page.evaluate(expression)
-        browser.close()
+    with script_evaluator(CHARTS_JS) as evaluate:
+        yield evaluate
 
 
 def close(a, b):
