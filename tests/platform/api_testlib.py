@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from api.models import ApiToken
 from django.test import Client
-from experiments import metric_series
+from experiments import metric_series, run_compare
 from experiments.models import Experiment, MetricPoint, Run
 from platform_testlib import tiny_config
 
@@ -40,3 +40,14 @@ def fresh_series_cache():
     metric_series.SERIES_CACHE.clear()
     yield
     metric_series.SERIES_CACHE.clear()
+
+
+@pytest.fixture
+def fresh_caches():
+    """Each test starts with empty per-process chart and compare caches (the series and the
+    compare page's encoded answers)."""
+    metric_series.SERIES_CACHE.clear()
+    run_compare.FRAGMENT_CACHE.clear()
+    yield
+    metric_series.SERIES_CACHE.clear()
+    run_compare.FRAGMENT_CACHE.clear()

@@ -7,9 +7,9 @@ live test server; metrics are written straight into the database (no worker)."""
 from __future__ import annotations
 
 import pytest
+from api_testlib import fresh_caches  # noqa: F401 (fixture)
 from browser_testlib import logged_in_page  # noqa: F401 (fixture)
 from django.urls import reverse
-from experiments import metric_series, run_compare
 from experiments.models import MetricPoint, Run
 from playwright.sync_api import expect
 from web.dashboard import chart_panels
@@ -17,20 +17,11 @@ from web_testlib import fast_passwords, make_experiment, make_run  # noqa: F401 
 
 from trainers.config.metric_names import METRIC_NAMES, is_metric_name
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("fresh_caches")]
 T0 = 1_700_000_000.0
 STEPS = range(1, 5)  # 4 steps
 DAPO_METRICS = ("reward/mean", "dynamic/dropped_group_fraction", "dynamic/refill_rounds", "loss/entropy_bonus",
                 "rollout/truncated_fraction", "rollout/overlong_penalty_mean", "eval/pass@1", "eval/pass@4")
-
-
-@pytest.fixture(autouse=True)
-def fresh_caches():
-    metric_series.SERIES_CACHE.clear()
-    run_compare.FRAGMENT_CACHE.clear()
-    yield
-    metric_series.SERIES_CACHE.clear()
-    run_compare.FRAGMENT_CACHE.clear()
 
 
 def finished_run(user, name: str, metrics: tuple[str, ...]) -> Run:

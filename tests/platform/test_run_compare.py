@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 from api_testlib import (  # noqa: F401 (fixtures)
-    fresh_series_cache,
+    fresh_caches,
     make_experiment,
     make_run,
     token_client,
@@ -19,13 +19,6 @@ from experiments.metric_series import Series
 from experiments.models import MetricPoint
 
 T0 = 1_700_000_000.0  # a Unix time: wall times in the tests count from here
-
-
-@pytest.fixture
-def fresh_caches(fresh_series_cache):  # noqa: F811
-    rc.FRAGMENT_CACHE.clear()
-    yield
-    rc.FRAGMENT_CACHE.clear()
 
 
 def add_timed_points(run, series: dict[str, list[tuple[int, float, float]]]) -> None:

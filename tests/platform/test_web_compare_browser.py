@@ -8,25 +8,16 @@ from __future__ import annotations
 import re
 
 import pytest
+from api_testlib import fresh_caches  # noqa: F401 (fixture)
 from browser_testlib import logged_in_page  # noqa: F401 (fixture)
 from django.urls import reverse
-from experiments import metric_series, run_compare
 from experiments.models import MetricPoint, Run
 from playwright.sync_api import expect
 from platform_testlib import tiny_config
 from web_testlib import fast_passwords, make_experiment, make_run  # noqa: F401 (fast_passwords: autouse)
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("fresh_caches")]
 T0 = 1_700_000_000.0
-
-
-@pytest.fixture(autouse=True)
-def fresh_caches():
-    metric_series.SERIES_CACHE.clear()
-    run_compare.FRAGMENT_CACHE.clear()
-    yield
-    metric_series.SERIES_CACHE.clear()
-    run_compare.FRAGMENT_CACHE.clear()
 
 
 def finished_run(user, name: str, learning_rate: float, steps: int = 6, step_s: float = 2.0) -> Run:
