@@ -137,9 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     import jax
 
     from trainers.config import load_config
-    from trainers.loop import rollout as rollout_module
+    from trainers.rollout import collect as rollout_module
     from trainers.loop.hooks import Hooks
-    from trainers.loop.rollout import collect_rollout
+    from trainers.rollout.collect import collect_rollout
     from trainers.loop.trainer import GRPOTrainer
 
     overrides = [f"train.max_steps={args.steps}", "checkpoint.every_steps=0", *args.set]

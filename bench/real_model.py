@@ -148,7 +148,7 @@ def update_memory(trainer: Any, batch_shapes: Any, mode: str, prompt_group: int 
 
 
 class GenerateTimer:
-    """Stands in for `trainers.loop.rollout.generate` (what `collect_rollout` calls): times each call
+    """Stands in for `trainers.rollout.collect.generate` (what `collect_rollout` calls): times each call
     and counts its generated tokens; `prompt_group`, when set, replaces the sampling's."""
 
     def __init__(self, generate: Any) -> None:
@@ -177,7 +177,7 @@ def time_generation(trainer: Any, timer: GenerateTimer, examples: list, prompt_g
     RolloutSpec; the figures of the timed one's generate calls."""
     import jax
 
-    from trainers.loop.rollout import collect_rollout
+    from trainers.rollout.collect import collect_rollout
 
     weights = lambda: (trainer.state.params, trainer.state.step)  # noqa: E731
     key = jax.random.key(123)
@@ -228,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     import jax
 
     from trainers.config import load_config
-    from trainers.loop import rollout as rollout_module
+    from trainers.rollout import collect as rollout_module
     from trainers.loop.hooks import Hooks
     from trainers.loop.trainer import GRPOTrainer
 

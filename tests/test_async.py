@@ -16,12 +16,12 @@ import time
 import numpy as np
 import pytest
 
-from trainers.asynchronous import collector as collector_lib
-from trainers.asynchronous.source import AsyncRolloutSource
+from trainers.rollout import collector as collector_lib
+from trainers.rollout.async_source import AsyncRolloutSource
 from trainers.config import load_config, parse_config
 from trainers.data.examples import load_examples
 from trainers.data.prompt_stream import PromptStream
-from trainers.loop import rollout as rollout_lib
+from trainers.rollout import collect as rollout_lib
 from trainers.loop.hooks import Action, Control, Hooks
 from trainers.loop.placement import Placement
 from trainers.loop.trainer import GRPOTrainer, train

@@ -18,12 +18,12 @@ import numpy as np
 import pytest
 
 from tests.test_async import run_bounded
-from trainers.asynchronous.replay_buffer import ReplayBuffer, TrajectoryGroup
+from trainers.rollout.replay_buffer import ReplayBuffer, TrajectoryGroup
 from trainers.config import parse_config
 from trainers.data.examples import load_examples
 from trainers.data.prompt_stream import PromptStream
-from trainers.loop import rollout as rollout_lib
-from trainers.loop.dynamic_sampling import select_informative
+from trainers.rollout import collect as rollout_lib
+from trainers.rollout.dynamic_sampling import select_informative
 from trainers.loop.hooks import Hooks
 from trainers.loop.trainer import train
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from trainers.asynchronous.replay_buffer import default_capacity
+from trainers.rollout.replay_buffer import default_capacity
 from trainers.config import ConfigError, parse_config, parse_yaml
 
 

@@ -24,18 +24,19 @@ def _raw_from_defaults() -> dict:
 
 
 def _leaf_paths(data: dict, prefix: str = "") -> list[str]:
-    """Dotted paths of the leaves of nested config data, in order (a sub-section's dict is walked)."""
+    """Dotted paths of the leaves of nested config data, in order (a sub-section's dict is walked; an
+    empty dict is a mapping field's default, `env.settings`: a leaf)."""
     out = []
     for key, value in data.items():
         path = f"{prefix}.{key}" if prefix else key
-        out += _leaf_paths(value, path) if isinstance(value, dict) else [path]
+        out += _leaf_paths(value, path) if isinstance(value, dict) and value else [path]
     return out
 
 
 def test_sections_follow_the_schema_order():
     keys = [s.key for s in field_specs()]
     assert keys == ["", "model", "data", "rewards", "rollout", "batch", "grpo", "async", "mesh", "cluster", "optimizer",
-                    "train", "checkpoint", "eval"]
+                    "train", "checkpoint", "eval", "env"]
     assert [f.path for f in field_specs()[0].fields] == ["seed"]
 
 

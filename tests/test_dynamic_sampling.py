@@ -13,9 +13,9 @@ import pytest
 
 from trainers.algo.sampling_filters import dynamic_sampling_values, informative_groups, overlong_penalty, truncated
 from trainers.config import ConfigError, parse_config
-from trainers.loop.dynamic_sampling import fill_informative
+from trainers.rollout.dynamic_sampling import fill_informative
 from trainers.loop.hooks import Hooks
-from trainers.loop.rollout import Rollout
+from trainers.rollout.batch import Rollout
 from trainers.loop.trainer import GRPOTrainer, params_digest, train
 
 

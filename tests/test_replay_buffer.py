@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainers.asynchronous.replay_buffer import (
+from trainers.rollout.replay_buffer import (
     ReplayBuffer,
     TrajectoryGroup,
     default_capacity,

@@ -7,8 +7,8 @@ import pytest
 
 from trainers.config.metric_names import is_metric_name
 from trainers.data.rewards import score
-from trainers.loop.dynamic_sampling import fill_informative
-from trainers.loop.rollout import Rollout, reward_metrics
+from trainers.rollout.dynamic_sampling import fill_informative
+from trainers.rollout.batch import Rollout, reward_metrics
 
 
 def scored_rollout(completions: list[str], answers: list[str], first_prompt: int = 0) -> Rollout:

@@ -9,7 +9,9 @@ import pytest
 
 from trainers.data.tasks import TASKS
 from trainers.data.tokenizer import get_tokenizer
-from trainers.loop.rollout import Rollout, RolloutSpec, collect_rollout
+from trainers.rollout.batch import Rollout
+from trainers.rollout.collect import collect_rollout
+from trainers.rollout.spec import RolloutSpec
 from trainers.models.generate import SamplingParams
 from trainers.models.presets import PRESETS
 from trainers.models.transformer import init_params

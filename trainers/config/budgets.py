@@ -7,12 +7,19 @@ from trainers.config.schema import ExperimentConfig
 DEFAULT_MAX_NEW_TOKENS = 64
 """The completion budget of JSONL data when `rollout.max_new_tokens` is null."""
 
+SINGLE_TURN = "single_turn"
+"""The default environment: one prompt, one completion (`trainers.envs`)."""
+
 
 def completion_token_budget(config: ExperimentConfig) -> int:
-    """Completion tokens per sequence: `rollout.max_new_tokens`, else the built-in task's own, else
-    DEFAULT_MAX_NEW_TOKENS (JSONL data). An unknown task (refused by the checks) counts as JSONL."""
+    """Completion tokens per sequence: a multi-turn environment's `env.max_total_tokens` (the model's
+    turns and the environment's replies together), else `rollout.max_new_tokens`, else the built-in
+    task's own, else DEFAULT_MAX_NEW_TOKENS (JSONL data). An unknown task (refused by the checks)
+    counts as JSONL."""
     from trainers.data.tasks import TASKS
 
+    if config.env.name != SINGLE_TURN and config.env.max_total_tokens is not None:
+        return config.env.max_total_tokens
     if config.rollout.max_new_tokens is not None:
         return config.rollout.max_new_tokens
     if config.data.task in TASKS:

@@ -22,8 +22,8 @@ class FieldSpec:
     `path` is the dotted YAML path (`batch.mini_batch_prompts`; a field of a sub-section has the
     whole path, `async.importance_sampling.max`; an item field of a list is just its key, `name`).
     `kind` is one of "int", "float", "bool", "str", "choice" (a Literal: see `choices`), "list" (a
-    list of mappings: see `item_fields`) or "int_list" (a list of integers, which the schema also
-    accepts as text: "0,1" or "[0, 1]"); `nullable` says whether null is
+    list of mappings: see `item_fields`), "int_list" (a list of integers, which the schema also
+    accepts as text: "0,1" or "[0, 1]") or "mapping" (a JSON object: `env.settings`); `nullable` says whether null is
     allowed (so "optional int" is kind "int", nullable True). `default` is JSON-able plain data.
     `required` fields have no default (`default` is then None). `bounds` holds the numeric
     limits among ge/gt/le/lt. `suggestions` lists the known values of
@@ -138,6 +138,8 @@ def _field_spec(model: type[BaseModel], name: str, path: str, known: dict[str, t
         item_fields = tuple(_field_spec(item, n, f.alias or n, item_known) for n, f in item.model_fields.items())
     elif annotation in (bool, int, float, str):
         kind = annotation.__name__
+    elif typing.get_origin(annotation) is dict:
+        kind = "mapping"  # a JSON object (env.settings), checked by its owner's schema in the config checks
     else:  # pragma: no cover - a new field type needs a kind here
         raise TypeError(f"{path}: no form kind for {annotation!r}")
     required = field.is_required()

@@ -35,6 +35,7 @@ MAX_DATASET_PROMPTS = 10_000_000     # prompts generated or read
 MAX_STEPS = 10_000_000               # steps, and every period counted in steps
 MAX_DEVICE_INDEX = 4_095
 MAX_HOSTS = 4_096                    # hosts (processes) of one run
+MAX_ENV_TURNS = 64                   # assistant turns of one episode
 
 
 class _Section(BaseModel):
@@ -369,6 +370,28 @@ class EvalSection(_Section):
         "null = eval.samples_per_prompt.")
 
 
+class EnvSection(_Section):
+    """The environment a rollout's episodes run in (`trainers.envs`): single_turn is one prompt and one
+    completion; a multi-turn environment answers each assistant turn (a tool's result, a game's move)
+    until it says the episode is done."""
+
+    name: str = Field(
+        "single_turn", min_length=1, max_length=200,
+        description="single_turn (one completion per prompt: the default), calculator (the model may call a "
+        "calculator tool in <tool_call> tags), guess_number (a higher/lower guessing game over several turns), "
+        "or your own environment as a dotted path package.module:Class.")
+    max_turns: int = Field(
+        4, ge=1, le=MAX_ENV_TURNS, description="Most assistant turns in one episode; an episode that reaches it "
+        "ends with the reason max_turns (multi-turn environments only).")
+    max_total_tokens: int | None = Field(
+        None, ge=1, le=MAX_TOKENS, description="Tokens an episode holds after its prompt: the model's turns and "
+        "the environment's replies together (its completion budget); the episode ends with the reason "
+        "max_total_tokens when the next reply would not fit. null = rollout.max_new_tokens (or the task's).")
+    settings: dict[str, Any] = Field(
+        default_factory=dict, description="The environment's own settings, checked against its settings "
+        "schema (calculator: max_expression_chars, max_result_digits; guess_number: low, high).")
+
+
 class ExperimentConfig(_Section):
     """A whole GRPO experiment. See each section's fields for meaning and units."""
 
@@ -389,6 +412,7 @@ class ExperimentConfig(_Section):
     train: TrainSection = Field(default_factory=TrainSection)
     checkpoint: CheckpointSection = Field(default_factory=CheckpointSection)
     eval: EvalSection = Field(default_factory=EvalSection)
+    env: EnvSection = Field(default_factory=EnvSection)
 
     @model_validator(mode="before")
     @classmethod

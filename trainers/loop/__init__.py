@@ -1,8 +1,6 @@
-"""The training loop: what a run does step after step.
+"""The training loop: what a run does step after step (its rollouts come from `trainers.rollout`).
 
   plan.py            the batch plan the loop walks (JAX-free: `validate` and the web preview print it)
-  rollout.py         the one rollout function and type: encode, generate, decode, score, advantages
-  rollout_source.py  where a step's rollout comes from (the interface, and the synchronous source)
   placement.py       which devices hold the training state and the rollout weights
   update.py          jitted log-prob passes and one optimizer update (accumulation, IS weights)
   trainer.py         `GRPOTrainer` and `train`: the loop, evaluation, checkpoints, reporting

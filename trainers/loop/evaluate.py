@@ -22,7 +22,9 @@ import jax
 import numpy as np
 
 from trainers.config import ExperimentConfig
-from trainers.loop.rollout import Rollout, RolloutSpec, Weights, collect_rollout
+from trainers.rollout.batch import Rollout
+from trainers.rollout.collect import collect_rollout
+from trainers.rollout.spec import RolloutSpec, Weights
 
 Progress = Callable[[int, int], None]
 """progress(prompts_done, prompts_total): called after each chunk of prompts is scored."""
@@ -157,7 +159,7 @@ def evaluate_policy_on(path: str, config: ExperimentConfig | None = None, *, ste
     run directory); a model folder needs one. The dataset is read before any weight is loaded, so a
     bad one fails fast. Raises DataError, FileNotFoundError, ValueError (FieldError)."""
     from trainers.loop.policy import is_run_dir, load_policy, run_config
-    from trainers.loop.rollout import check_prompts_fit, reward_specs
+    from trainers.rollout.spec import check_prompts_fit, reward_specs
 
     if config is None:
         if not is_run_dir(path):

@@ -9,7 +9,7 @@ import jax
 
 from trainers.data.encoding import encode_prompts
 from trainers.loop.policy import LoadedPolicy
-from trainers.loop.rollout import PROMPT_BUCKET_TOKENS
+from trainers.rollout.spec import PROMPT_BUCKET_TOKENS
 from trainers.models.generate import SamplingParams, eos_settings, generate
 
 BATCH_PROMPTS = 16

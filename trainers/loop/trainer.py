@@ -1,10 +1,10 @@
 """The GRPO training loop: the one entry point `train(config, run_dir, hooks, control)`.
 
 Each step walks the batch plan:
-  1. the step's rollout from the trainer's `RolloutSource` (`trainers.loop.rollout_source`): the
+  1. the step's rollout from the trainer's `RolloutSource` (`trainers.rollout.source`): the
      `prompts_per_step` prompts at the run's data position (one integer, saved in checkpoints), G
      completions each, rewards, group advantages. The synchronous source generates them now with
-     the current weights; the asynchronous one (`trainers.asynchronous.source`, async.enabled) takes them
+     the current weights; the asynchronous one (`trainers.rollout.async_source`, async.enabled) takes them
      from a replay buffer that a collector thread fills ahead of training;
   2. old-policy and reference log-probs in log-prob micro-batches, where the plan needs them;
   3. mu passes x mini-batches optimizer updates, each one jitted call that accumulates its
@@ -37,7 +37,7 @@ from flax import nnx
 from trainers.algo.loss import token_weights
 from trainers.algo.sampling_filters import informative_groups
 from trainers.algo.optim import make_optimizer, make_schedule
-from trainers.asynchronous.source import AsyncRolloutSource
+from trainers.rollout.async_source import AsyncRolloutSource
 from trainers.config import ExperimentConfig
 from trainers.data.examples import load_examples
 from trainers.data.prompt_stream import PromptStream
@@ -46,8 +46,9 @@ from trainers.loop.checkpoint import Checkpointer, IncompatibleCheckpoint, resto
 from trainers.loop.hooks import Action, Control, Hooks, RunInfo, TrainResult, shared_control
 from trainers.loop.placement import Placement
 from trainers.loop.plan import BatchPlan, informative_first, make_plan, shared_prompt_group
-from trainers.loop.rollout import Rollout, RolloutSpec, check_prompts_fit
-from trainers.loop.rollout_source import (
+from trainers.rollout.batch import Rollout
+from trainers.rollout.spec import RolloutSpec, check_prompts_fit
+from trainers.rollout.source import (
     RolloutContext,
     RolloutSource,
     SourceFactory,

@@ -4,7 +4,7 @@ from (`RolloutContext`), and the synchronous source.
 The trainer (`trainers.loop.trainer.GRPOTrainer`) owns the weights and the loop; per step s it asks its
 source for the step's `Rollout` (`next(s)`), trains on it, and hands the new weights (version s + 1)
 back (`publish`). The synchronous source generates the step's rollout when asked, with the weights
-just published; the asynchronous one (`trainers.asynchronous.source.AsyncRolloutSource`) takes it from a
+just published; the asynchronous one (`trainers.rollout.async_source.AsyncRolloutSource`) takes it from a
 replay buffer that a collector thread fills ahead of training.
 """
 
@@ -20,9 +20,11 @@ from trainers.config import ExperimentConfig
 from trainers.data.prompt_stream import PromptStream
 from trainers.loop.hooks import Action, Control, Hooks
 from trainers.loop.placement import Placement
-from trainers.loop.dynamic_sampling import ROUND_KEY_OFFSET, fill_informative
+from trainers.rollout.dynamic_sampling import ROUND_KEY_OFFSET, fill_informative
 from trainers.loop.plan import BatchPlan
-from trainers.loop.rollout import Rollout, RolloutSpec, collect_rollout
+from trainers.rollout.batch import Rollout
+from trainers.rollout.collect import collect_rollout
+from trainers.rollout.spec import RolloutSpec
 
 
 @dataclasses.dataclass(frozen=True)

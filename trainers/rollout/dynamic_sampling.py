@@ -25,7 +25,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from trainers.algo.sampling_filters import dynamic_sampling_values, informative_groups
-from trainers.loop.rollout import Rollout, reward_metrics
+from trainers.rollout.batch import Rollout, reward_metrics
 
 ROUND_KEY_OFFSET = 1 << 21
 """Round k >= 1 of step s samples with fold_in(fold_in(key(seed), s), ROUND_KEY_OFFSET + k): apart from

@@ -63,9 +63,10 @@ from typing import Any
 
 import jax
 
-from trainers.asynchronous.replay_buffer import ReplayBuffer, TrajectoryGroup
+from trainers.rollout.replay_buffer import ReplayBuffer, TrajectoryGroup
 from trainers.data.prompt_stream import PromptStream
-from trainers.loop.rollout import RolloutSpec, Weights, collect_rollout
+from trainers.rollout.collect import collect_rollout
+from trainers.rollout.spec import RolloutSpec, Weights
 
 
 def unit_prompts(num_generations: int, rollout_micro_batch_sequences: int) -> int:

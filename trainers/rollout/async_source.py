@@ -66,17 +66,17 @@ from typing import Any, Callable
 import numpy as np
 
 from trainers.algo.importance import ImportanceConfig
-from trainers.asynchronous.collector import Collector, unit_prompts
-from trainers.asynchronous.replay_buffer import (
+from trainers.rollout.collector import Collector, unit_prompts
+from trainers.rollout.replay_buffer import (
     ReplayBuffer,
     TrajectoryGroup,
     default_capacity,
 )
 from trainers.algo.sampling_filters import dynamic_sampling_values, informative_groups
-from trainers.loop.dynamic_sampling import Selection, assemble, select_informative, step_metrics
+from trainers.rollout.dynamic_sampling import Selection, assemble, select_informative, step_metrics
 from trainers.loop.hooks import Action
-from trainers.loop.rollout import Rollout
-from trainers.loop.rollout_source import RolloutContext
+from trainers.rollout.batch import Rollout
+from trainers.rollout.source import RolloutContext
 
 WAIT_POLL_S = 0.1          # `next` re-checks the collector's error at least this often
 CONTROL_POLL_S = 0.5       # ... and Control (STOP, PAUSE) this often while waiting

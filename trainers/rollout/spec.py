@@ -1,0 +1,95 @@
+"""`RolloutSpec`: how a run turns prompts into scored completions (sampling, rewards, advantages,
+prompt rendering), fixed for the run; `Weights`, the callable that hands a generation its weights;
+and the prompt checks done before the first step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+from trainers.config import ExperimentConfig
+from trainers.config.budgets import completion_token_budget
+from trainers.data.encoding import PromptIdCache, encode_prompts
+from trainers.data.tasks import TASKS
+from trainers.models.generate import SamplingParams, eos_settings
+
+PROMPT_BUCKET_TOKENS = 16
+"""A pretrained model's prompts are left-padded to the next of 16 x (1, 2, 3, 4, 6, 8, 12, ...) tokens
+(`encoding.bucket_width`), so steps whose longest prompts differ share one compiled generation and
+update: about two widths per doubling of the prompt length (the toy tasks' prompts keep their exact
+length)."""
+
+Weights = Callable[[], tuple[Any, int]]
+"""weights() -> (params, version): the weights to generate with and their version (optimizer steps
+applied to them). Called before each generation call, and with in-flight updates before each
+decode chunk, so a caller can hand newer weights to a generation in progress."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutSpec:
+    """How a run turns prompts into scored completions (fixed for the run).
+
+    advantage: `grpo.advantage` method, or None for no advantages (all 0: evaluation, G = 1).
+    """
+
+    tokenizer: Any
+    sampling: SamplingParams
+    num_generations: int
+    rollout_micro_batch_sequences: int
+    max_prompt_tokens: int
+    reward_specs: tuple[tuple[str, float], ...]
+    advantage: str | None
+    advantage_eps: float = 1e-6
+    chat: bool = False  # render prompts with the tokenizer's chat template
+    system_prompt: str | None = None
+    prompt_bucket_tokens: int = 1  # prompt lengths are padded up to a bucket of this (fewer compiles)
+    overlong_buffer_tokens: int = 0  # DAPO soft overlong punishment (0 = off), see `sampling_filters`
+    overlong_penalty: float = 1.0
+    overlong_filter: bool = False    # truncated completions leave the loss (Rollout.in_loss)
+    # Token ids of the prompts already encoded, shared by the copies `for_evaluation` makes.
+    prompt_ids: PromptIdCache = dataclasses.field(default_factory=PromptIdCache, compare=False, repr=False)
+
+    @classmethod
+    def from_config(cls, config: ExperimentConfig, tokenizer: Any, rollout_micro_batch_sequences: int) -> "RolloutSpec":
+        r, d = config.rollout, config.data
+        sampling = SamplingParams(
+            max_new_tokens=completion_token_budget(config), temperature=r.temperature, top_k=r.top_k, top_p=r.top_p,
+            stop_at_eos=r.stop_at_eos, **eos_settings(tokenizer),
+        )
+        chat = tokenizer.has_chat_template if d.chat_template is None else d.chat_template
+        return cls(tokenizer=tokenizer, sampling=sampling, num_generations=config.grpo.num_generations,
+                   rollout_micro_batch_sequences=rollout_micro_batch_sequences,
+                   max_prompt_tokens=d.max_prompt_tokens, reward_specs=tuple(reward_specs(config)),
+                   advantage=config.grpo.advantage, advantage_eps=config.grpo.advantage_eps,
+                   chat=chat, system_prompt=d.system_prompt,
+                   prompt_bucket_tokens=PROMPT_BUCKET_TOKENS if config.model.path else 1,
+                   overlong_buffer_tokens=r.overlong_buffer_tokens, overlong_penalty=r.overlong_penalty,
+                   overlong_filter=r.overlong_filter)
+
+    def for_evaluation(self, temperature: float, samples_per_prompt: int = 1) -> "RolloutSpec":
+        """`samples_per_prompt` completions per prompt at `temperature` (0 = greedy), no advantages and no
+        length shaping (eval rewards are the task's own)."""
+        return dataclasses.replace(self, sampling=dataclasses.replace(self.sampling, temperature=temperature),
+                                   num_generations=samples_per_prompt, advantage=None, overlong_buffer_tokens=0,
+                                   overlong_filter=False)
+
+
+def reward_specs(config: ExperimentConfig) -> list[tuple[str, float]]:
+    """The configured rewards, or the built-in task's own when none are named."""
+    if config.rewards:
+        return [(r.name, r.weight) for r in config.rewards]
+    return list(TASKS[config.data.task].default_rewards)
+
+
+def check_prompts_fit(spec: RolloutSpec, examples: list[dict[str, Any]], dataset: str) -> None:
+    """Encode every prompt of `examples` once, so a prompt over data.max_prompt_tokens (or one the
+    tokenizer cannot take) stops the run before its first step, not at the step that meets it.
+    Raises DataError naming the dataset ("training", "eval") and the field to change."""
+    from trainers.data.examples import DataError
+
+    try:
+        encode_prompts(spec.tokenizer, [e["prompt"] for e in examples], spec.max_prompt_tokens, chat=spec.chat,
+                       system_prompt=spec.system_prompt, cache=spec.prompt_ids)
+    except DataError as error:
+        raise DataError(f"{dataset} data: {error} (data.max_prompt_tokens sets the limit)") from None
