@@ -8,7 +8,7 @@ from typing import Any
 
 from trainers.config import apply_overrides
 
-from experiments import configs, run_filters, run_labels, sample_text
+from experiments import configs, run_filters, run_labels, sample_episodes, sample_text
 from experiments.models import Checkpoint, Experiment, RolloutSample, Run, RunEvent, text_problem
 from experiments.shown_paths import shown
 
@@ -165,10 +165,16 @@ def sample_json(sample: RolloutSample) -> dict[str, Any]:
     special tokens and role names for display (experiments.sample_text), `prompt_messages` the chat
     messages behind the prompt when it had any. `truncated` (the completion ran into max_new_tokens),
     `in_loss` (False: out of the loss, by the overlong filter or a capped dynamic-sampling step) and
-    `overlong_penalty` (the soft overlong reward) are null where the trainer wrote no such key."""
+    `overlong_penalty` (the soft overlong reward) are null where the trainer wrote no such key.
+    A multi-turn sample adds `episode` (experiments.sample_episodes.episode: env, turns with role,
+    text and tokens, reward_parts, end_reason, error (server paths shown relative to their root),
+    tool_calls, tool_errors); a single-turn one has no such key, as before."""
     extra = sample.extra if isinstance(sample.extra, dict) else {}
     messages = extra.get("prompt_messages")
     penalty = extra.get("overlong_penalty")
+    shown_episode = sample_episodes.episode(extra)
+    if shown_episode is not None and shown_episode["error"] is not None:
+        shown_episode["error"] = shown(shown_episode["error"])  # an environment's traceback: no server paths
     return {
         "index": sample.index,
         "prompt": sample.prompt,
@@ -183,6 +189,7 @@ def sample_json(sample: RolloutSample) -> dict[str, Any]:
         "in_loss": extra.get("in_loss") if isinstance(extra.get("in_loss"), bool) else None,
         "overlong_penalty": (finite(penalty) if isinstance(penalty, (int, float)) and not isinstance(penalty, bool)
                              else None),
+        **({"episode": shown_episode} if shown_episode is not None else {}),
     }
 
 

@@ -24,6 +24,7 @@ from django.http import StreamingHttpResponse
 from experiments import sample_query
 from experiments.access import get_for_user
 from experiments.models import RolloutSample, Run
+from experiments.shown_paths import shown
 
 from api import payloads, shapes
 from api.contract import Op, operations
@@ -63,8 +64,16 @@ def export_json(sample: RolloutSample) -> dict[str, Any]:
         "answer": sample.answer,
         "reward": payloads.finite(sample.reward),
         "advantage": payloads.finite(sample.advantage),
-        "extra": sample.extra,
+        "extra": _shown_error(sample.extra),
     }
+
+
+def _shown_error(extra: Any) -> Any:
+    """A stored `extra` with its episode's `error` (an environment's message, maybe a traceback)
+    showing no server directories, like every error that leaves the server."""
+    if isinstance(extra, dict) and isinstance(extra.get("error"), str):
+        return {**extra, "error": shown(extra["error"])}
+    return extra
 
 
 def _parsed(parse, params):

@@ -241,6 +241,27 @@ class Segment(BaseModel):
     text: str
 
 
+class EpisodeTurn(BaseModel):
+    role: str = Field(description='"assistant" for a turn the model wrote, else the environment\'s reply role '
+                      '("tool", "user")')
+    text: str
+    tokens: int | None = Field(description="the turn's tokens in the sequence")
+
+
+class Episode(BaseModel):
+    """A multi-turn sample's episode (experiments.sample_episodes)."""
+
+    env: str | None
+    turns: list[EpisodeTurn]
+    reward_parts: dict[str, float | str | None] = Field(
+        description='raw reward-function scores and the environment\'s parts; a non-finite one as "NaN", '
+        '"Infinity" or "-Infinity"')
+    end_reason: str | None = Field(description="done, max_turns, max_total_tokens or env_error")
+    error: str | None = Field(description="the environment's error (end_reason env_error)")
+    tool_calls: int | None
+    tool_errors: int | None
+
+
 class Sample(BaseModel):
     index: int
     prompt: str
@@ -255,6 +276,8 @@ class Sample(BaseModel):
     in_loss: bool | None = Field(None, description="false: kept out of the loss (overlong filter, or a "
                                  "dynamic-sampling step that ran out of refill rounds)")
     overlong_penalty: float | None = Field(None, description="the soft overlong reward added (0 to -penalty)")
+    episode: Episode | None = Field(None, description="a multi-turn sample's turns, reward parts and end reason; "
+                                    "absent for a single-turn sample")
 
 
 class Samples(BaseModel):

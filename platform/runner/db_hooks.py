@@ -17,7 +17,9 @@ resumes from.
 A sample's prompt is stored as readable text (experiments.sample_text): a string as it is; with
 `chat_prompts` (runner.sample_prompts: the run renders prompts with its model's chat template) the
 text the model was given, special tokens included, with the messages in `extra`; a message list
-otherwise as its JSON, the messages in `extra`.
+otherwise as its JSON, the messages in `extra`. Every other key the trainer sends (a multi-turn
+episode's turns, reward parts, end reason: experiments.sample_episodes) is kept in `extra`, with
+NaN and infinities spelled as strings (not JSON: the databases' JSON checks refuse them).
 
 Usable on its own (e.g. by a benchmark): `DatabaseHooks(run_id, attempt)` needs only an existing
 Run row. Writes that update the Run itself are guarded by `attempt`, so a superseded attempt cannot
@@ -38,6 +40,7 @@ from django.db import connection, transaction
 
 from experiments.metric_series import json_value, storable_value
 from experiments.models import Checkpoint, MetricPoint, RolloutSample, Run, RunEvent, SampleKind
+from experiments.sample_episodes import json_safe
 from experiments.sample_query import prompt_hash
 from experiments.sample_text import stored_prompt
 from trainers.loop.hooks import Hooks, RunInfo, TrainResult
@@ -157,7 +160,7 @@ class DatabaseHooks(Hooks):
                 prompt=prompt, completion=str(sample.get("completion", "")),
                 answer="" if answer is None else str(answer),
                 reward=_finite(sample.get("reward")), advantage=_finite(sample.get("advantage")),
-                extra={**{k: v for k, v in sample.items() if k not in SAMPLE_FIELDS}, **prompt_extra},
+                extra=json_safe({**{k: v for k, v in sample.items() if k not in SAMPLE_FIELDS}, **prompt_extra}),
             ))
         with self._buffer_lock:
             self._samples.extend(rows)

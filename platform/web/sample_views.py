@@ -1,7 +1,8 @@
 """The rollout browser page, /runs/<id>/samples/: server-rendered from the same filters and keyset
 pages as the API (experiments.sample_query). With `step` + `group` it shows one group's
-completions side by side; with `prompt_hash`, one prompt across steps. No script: the filter form
-is a GET form, model text reaches the page only through the template's escaping."""
+completions side by side; with `prompt_hash`, one prompt across steps. A multi-turn sample shows
+its episode turn by turn (episode_view). No script: the filter form is a GET form, model text
+reaches the page only through the template's escaping."""
 
 from __future__ import annotations
 
@@ -14,9 +15,10 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
-from experiments import sample_query, sample_text
+from experiments import sample_episodes, sample_query, sample_text
 from experiments.access import get_for_user
 from experiments.models import RolloutSample, Run, SampleKind
+from experiments.shown_paths import shown
 
 FILTER_FIELDS = ("step_min", "step_max", "reward_min", "reward_max", "advantage_min", "advantage_max", "q")
 
@@ -66,9 +68,40 @@ def short_number(value: Any, digits: int = SHOWN_DIGITS) -> str:
     return text
 
 
+TURN_CLASSES = {"assistant": "assistant", "tool call": "tool-call", "tool response": "tool-response", "user": "user"}
+
+
+def episode_view(extra: dict[str, Any]) -> dict[str, Any] | None:
+    """What the page shows of a multi-turn sample's episode (experiments.sample_episodes), or None
+    for a single-turn one: its turns in order, each with its label (assistant, tool call, tool
+    response, or the environment's own role), css class, text segments and token count; the reward
+    parts as (name, value to 3 significant digits, the raw value); the end reason, the error (server
+    paths shown relative to their root), and the tool calls and errors. Model and environment text is
+    left to the template's escaping."""
+    episode = sample_episodes.episode(extra)
+    if episode is None:
+        return None
+    turns = []
+    for turn in episode["turns"]:
+        label = sample_episodes.turn_label(turn["role"], turn["text"])
+        turns.append({"label": label, "css": TURN_CLASSES.get(label, "other"), "tokens": turn["tokens"],
+                      "segments": sample_text.segments(turn["text"])})
+    return {
+        "env": episode["env"],
+        "turns": turns,
+        "reward_parts": [(name, short_number(value), "" if value is None else value)
+                         for name, value in episode["reward_parts"].items()],
+        "end_reason": episode["end_reason"],
+        "error": shown(episode["error"]) if episode["error"] is not None else None,
+        "tool_calls": episode["tool_calls"],
+        "tool_errors": episode["tool_errors"],
+    }
+
+
 def _row(sample: RolloutSample) -> dict[str, Any]:
     extra = sample.extra if isinstance(sample.extra, dict) else {}
     return {
+        "episode": episode_view(extra),
         "sample": sample,
         "reward": short_number(sample.reward),
         "advantage": short_number(sample.advantage),
