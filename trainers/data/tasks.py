@@ -162,6 +162,23 @@ def _countdown_one(rng: np.random.Generator) -> dict:
     }
 
 
+GUESS_NUMBER_WIDTHS = (10, 20, 50, 100)
+
+
+def _guess_number_one(rng: np.random.Generator) -> dict:
+    """A guessing game (the guess_number environment): a name, a range of 10, 20, 50 or 100 whole numbers
+    starting at 1..100, and the secret in it, e.g. "Ana is thinking of a whole number from 1 to 100. ..." /
+    "42". The range is also stored ("low", "high"); names and ranges give 8000 distinct prompts."""
+    name = str(rng.choice(word_problems.NAMES))
+    width = int(rng.choice(GUESS_NUMBER_WIDTHS))
+    low = int(rng.integers(1, 101))
+    high = low + width - 1
+    secret = int(rng.integers(low, high + 1))
+    prompt = (f"{name} is thinking of a whole number from {low} to {high}. Guess it: answer with one number. "
+              f"{name} will say higher or lower.")
+    return {"prompt": prompt, "answer": str(secret), "low": low, "high": high}
+
+
 _TEXT_REWARDS = [("exact_match", 1.0), ("prefix_match", 0.5), ("alphabet_match", 0.25)]
 
 def _word_problem_task(name: str, variant: dict[str, bool], description: str) -> Task:
@@ -237,6 +254,21 @@ TASKS: dict[str, Task] = {
         "arithmetic_words_hard", {"mostly_two_step": True},
         "arithmetic word problems, about four in five two-step: below 10% greedy for SmolLM2-135M-Instruct at "
         "the start, sparse but learnable rewards (the learning curves' task), answer checked with math_answer"),
+    "arithmetic_words_calc": _word_problem_task(
+        "arithmetic_words_calc", {"calculator": True},
+        "word problems with two- and three-digit numbers (add, subtract, multiply by a 1-2 digit count, some "
+        "add-then-subtract), each prompt ending with the answer format: hard in a small model's head, easy with "
+        "the calculator environment (configs/calculator-arith.yaml), answer checked with math_answer"),
+    "guess_number": Task(
+        name="guess_number",
+        make_examples=_example_maker("guess_number", _guess_number_one),
+        # The game's own reward part ("solved", by turns used) is the signal; numeric_match at weight 0
+        # only reports whether the last guess was the secret (score needs one reward).
+        default_rewards=[("numeric_match", 0.0)],
+        max_new_tokens=256,
+        description="a higher/lower guessing game over several turns (env.name guess_number): guess the secret "
+                    "whole number; rewarded by the turns used",
+    ),
 }
 TASK_NAMES: tuple[str, ...] = tuple(TASKS)
 

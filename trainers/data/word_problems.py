@@ -7,6 +7,11 @@ enough that it gets some right, so GRPO groups carry signal. With `two_step_only
 adds and subtracts twice (the `arithmetic_words_two_step` task, where most groups are flat). Deterministic in (seed, stream):
 train rows come from stream 0, eval rows from stream 1 with every train prompt excluded, so the
 held-out prompts never appear in training.
+
+With `calculator`, the problems are the `arithmetic_words_calc` task's (`_calculator_problem`): the
+same stories with two- and three-digit numbers (add, subtract, multiply by a one- or two-digit count,
+or add then subtract), which a 135M model gets mostly wrong in its head but a calculator tool gets
+right; each prompt ends with ANSWER_FORMAT, so the final answer is the last number (`math_answer`).
 """
 
 from __future__ import annotations
@@ -22,6 +27,14 @@ ITEMS = ("apples", "books", "marbles", "stickers", "pencils", "cookies", "stamps
 
 TRAIN_STREAM = 0
 EVAL_STREAM = 1
+
+ANSWER_FORMAT = "Answer in one short sentence that ends with the number."
+"""The answer-format instruction that ends every `arithmetic_words_calc` prompt: the system prompt of
+configs/smollm2-arith.yaml, here in the prompt so that any system prompt (the calculator's) keeps it."""
+
+CALCULATOR_KINDS = ("add", "add", "subtract", "subtract", "multiply", "multiply", "add_then_subtract")
+"""The `arithmetic_words_calc` templates, one drawn uniformly from this tuple: one-step additions,
+subtractions and multiplications 2/7 each, the two-step "has a, buys b, gives c away" 1/7."""
 
 
 def _problem(rng: np.random.Generator) -> dict:
@@ -91,6 +104,48 @@ def _mostly_two_step_problem(rng: np.random.Generator) -> dict:
     return _problem(rng) if rng.random() < 0.25 else _two_step_problem(rng)
 
 
+def _two_or_three_digits(rng: np.random.Generator) -> int:
+    """A two-digit (10..99) or a three-digit (100..999) number, each length with probability 1/2."""
+    return int(rng.integers(10, 100)) if rng.random() < 0.5 else int(rng.integers(100, 1000))
+
+
+def _calculator_problem(rng: np.random.Generator) -> dict:
+    """One `arithmetic_words_calc` problem (kinds: CALCULATOR_KINDS), its prompt ending with ANSWER_FORMAT:
+
+    add:      a + b, a and b two- or three-digit;
+    subtract: a - b, a two-digit (20..99) or three-digit with probability 1/2 each, 10 <= b < a
+              (the answer is at least 1);
+    multiply: boxes * per_box, boxes one-digit (2..9) or two-digit (10..99) with probability 1/2 each,
+              per_box two- or three-digit;
+    add_then_subtract: a + b - c, a and b two- or three-digit, 10 <= c < a + b and c <= 999.
+    Every number and every intermediate result is a positive whole number."""
+    name, friend = rng.choice(NAMES, size=2, replace=False)
+    item = str(rng.choice(ITEMS))
+    kind = CALCULATOR_KINDS[int(rng.integers(0, len(CALCULATOR_KINDS)))]
+    if kind == "add":
+        a, b = _two_or_three_digits(rng), _two_or_three_digits(rng)
+        story = f"{name} has {a} {item}. {friend} gives {name} {b} more. How many {item} does {name} have now?"
+        expression = f"{a} + {b}"
+    elif kind == "subtract":
+        a = int(rng.integers(20, 100)) if rng.random() < 0.5 else int(rng.integers(100, 1000))
+        b = int(rng.integers(10, a))
+        story = f"{name} had {a} {item} and gave {b} of them to {friend}. How many {item} does {name} have left?"
+        expression = f"{a} - {b}"
+    elif kind == "multiply":
+        boxes = int(rng.integers(2, 10)) if rng.random() < 0.5 else int(rng.integers(10, 100))
+        per_box = _two_or_three_digits(rng)
+        story = (f"{name} buys {boxes} boxes of {item} with {per_box} {item} in each box. "
+                 f"How many {item} is that in all?")
+        expression = f"{boxes} * {per_box}"
+    else:
+        a, b = _two_or_three_digits(rng), _two_or_three_digits(rng)
+        c = int(rng.integers(10, min(a + b, 1000)))
+        story = (f"{name} has {a} {item} and buys {b} more. Then {name} gives {c} {item} to {friend}. "
+                 f"How many {item} does {name} have now?")
+        expression = f"{a} + {b} - {c}"
+    return {"prompt": f"{story} {ANSWER_FORMAT}", "answer": str(_evaluate(expression)), "expression": expression}
+
+
 def _evaluate(expression: str) -> int:
     """The value of "a op b [op c]" with + - * / on whole numbers, left to right (no precedence is
     needed: the templates never mix * or / with + or -)."""
@@ -112,11 +167,15 @@ def _evaluate(expression: str) -> int:
 
 
 def make_problems(seed: int, count: int, stream: int = TRAIN_STREAM, exclude_prompts: set[str] = frozenset(),
-                  two_step_only: bool = False, mostly_two_step: bool = False) -> list[dict]:
+                  two_step_only: bool = False, mostly_two_step: bool = False, calculator: bool = False) -> list[dict]:
     """`count` problems with distinct prompts, none in `exclude_prompts`, deterministic in (seed, stream).
     two_step_only: draw from the two-step templates only (`_two_step_problem`), not the five mixed ones;
-    mostly_two_step: about four in five two-step (`_mostly_two_step_problem`)."""
-    draw = _two_step_problem if two_step_only else _mostly_two_step_problem if mostly_two_step else _problem
+    mostly_two_step: about four in five two-step (`_mostly_two_step_problem`); calculator: the
+    two- and three-digit problems of `arithmetic_words_calc` (`_calculator_problem`). At most one of the three."""
+    if two_step_only + mostly_two_step + calculator > 1:
+        raise ValueError("make_problems: choose at most one of two_step_only, mostly_two_step and calculator")
+    draw = (_two_step_problem if two_step_only else _mostly_two_step_problem if mostly_two_step
+            else _calculator_problem if calculator else _problem)
     rng = np.random.default_rng([seed, stream])
     rows: list[dict] = []
     seen = set(exclude_prompts)
