@@ -80,7 +80,7 @@ def test_every_answer_is_correct(name):
     task = tasks.TASKS[name]
     for example in task.make_examples(11, 300):
         assert isinstance(example["prompt"], str)
-        if not name.startswith("arithmetic_words"):  # the toy tasks' prompts end where the answer starts
+        if not name.startswith(("arithmetic_words", "guess_number")):  # the toy tasks' prompts end where the answer starts
             assert example["prompt"].endswith("=")
         assert rewards.is_correct(example["answer"], example)
         total, _ = rewards.score([example["answer"]], [example], task.default_rewards)
@@ -97,6 +97,9 @@ def test_task_metadata(name):
     rewards.check_specs(task.default_rewards)
     if name.startswith("arithmetic_words"):  # for pretrained chat models: the answer is checked as math
         assert task.default_rewards == [("math_answer", 1.0)]
+        return
+    if name == "guess_number":  # a game: its environment's "solved" part is the reward
+        assert task.default_rewards == [("numeric_match", 0.0)]
         return
     # A toy task includes a partial-credit reward for early signal.
     assert {"prefix_match", "alphabet_match", "countdown_partial"} & {n for n, _ in task.default_rewards}
