@@ -46,6 +46,30 @@ def check_config(config: ExperimentConfig) -> list[Problem]:
     problems += _check_async(config)
     problems += _check_mesh(config, check_micro_batches=not batch_problems)
     problems += _check_cluster(config)
+    problems += _check_env(config)
+    return problems
+
+
+def _check_env(config: ExperimentConfig) -> list[Problem]:
+    """env.name resolves (a built-in or an importable Environment class), env.settings validate against
+    its Settings, a multi-turn environment ends turns at EOS, and the guess_number task is played in
+    its game."""
+    from trainers.envs.registry import EnvError, resolve, settings_problems
+
+    e = config.env
+    try:
+        cls = resolve(e.name)
+    except EnvError as error:
+        return [Problem(error.field, error.message)]
+    problems = [Problem(field, message) for field, message in settings_problems(cls, e.settings)]
+    if cls.multi_turn and not config.rollout.stop_at_eos:
+        problems.append(Problem("rollout.stop_at_eos", f"env.name={e.name} is multi-turn: an assistant turn ends "
+                                                       "at the end-of-turn token, which rollout.stop_at_eos false "
+                                                       "ignores; set rollout.stop_at_eos true (or env.name "
+                                                       "single_turn)"))
+    if config.data.task == "guess_number" and e.name != "guess_number":
+        problems.append(Problem("env.name", f"the guess_number task is a game over several turns; set "
+                                            f"env.name=guess_number (not {e.name})"))
     return problems
 
 
