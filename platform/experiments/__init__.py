@@ -17,6 +17,7 @@ Rollout samples
   sample_models   RolloutSample, SampleKind
   sample_query    filters and keyset pages for the rollout browser
   sample_text     chat segments of a sample's text
+  sample_episodes a multi-turn sample's episode (turns, reward parts, end reason) read from its extra
 
 Datasets
   dataset_models  Dataset (uploaded JSONL, owned and shared)

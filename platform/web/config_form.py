@@ -8,6 +8,7 @@ alone (the trainer's guarded loader and schema). This module only converts betwe
 - *form values*: one text (or bool) per field, keyed by HTML field name (`batch__prompts_per_step`;
   Django style, `__` for the dot), with `rewards` as "name: weight" lines; a nullable bool
   (`data.chat_template`: null means "decide for me") is the text "", "true" or "false", not a checkbox;
+  a mapping (`env.settings`) is the text of a JSON object (empty: `{}`);
 - *YAML text*: what the YAML tab, import and export show.
 
 Text to value is deliberately lax (numbers are parsed when they look like numbers, everything else
@@ -42,11 +43,14 @@ def specs_by_name() -> dict[str, FieldSpec]:
 
 def error_target(key: str) -> str | None:
     """The form field that shows the schema's error for dotted `key`, or None (a form-wide error).
-    `rewards[1].weight` goes to the `rewards` field; `batch.nonsense` (unknown key) to none."""
+    `rewards[1].weight` goes to the `rewards` field; `env.settings.low` (a key inside a mapping) to
+    the `env.settings` field; `batch.nonsense` (unknown key) to none."""
     names = specs_by_name()
-    for candidate in (key, key.split("[", 1)[0]):
+    path = key.split("[", 1)[0]
+    candidates = [key, path] + [path.rsplit(".", n)[0] for n in range(1, path.count(".") + 1)]
+    for candidate in candidates:
         name = html_name(candidate)
-        if name in names:
+        if name in names and (candidate in (key, path) or names[name].kind == "mapping"):
             return name
     return None
 
@@ -74,6 +78,8 @@ def value_from_text(spec: FieldSpec, text: Any) -> Any:
         return bool(text)
     if spec.kind == "list":
         return rewards_from_text(spec, text or "")
+    if spec.kind == "mapping":
+        return mapping_from_text(spec, text)
     text = "" if text is None else str(text).strip()
     if spec.nullable and text.lower() in NULL_TEXTS:
         return None
@@ -103,6 +109,42 @@ def is_default(spec: FieldSpec, text: Any) -> bool:
         return value_from_text(spec, text) == value_from_text(spec, text_from_value(spec, spec.default))
     except (KeyError, TypeError, ValueError):
         return False
+
+
+def mapping_from_text(spec: FieldSpec, text: Any) -> Any:
+    """A JSON object's text -> the dict; empty -> {} (null when the field is nullable); anything
+    else (not JSON, or JSON that is not an object) stays text, for the schema to refuse naming the
+    field (mapping_problem says what is wrong in words)."""
+    if text is None:
+        return None if spec.nullable else {}
+    if not isinstance(text, str):
+        return text
+    text = text.strip()
+    if spec.nullable and text.lower() in NULL_TEXTS:
+        return None
+    if text == "":
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    return value if isinstance(value, dict) else text
+
+
+def mapping_problem(text: Any) -> str:
+    """What is wrong with a mapping field's text ('' when it is a JSON object, or empty)."""
+    if not isinstance(text, str) or text.strip() in ("", *NULL_TEXTS):
+        return ""
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        return f'not valid JSON ({exc}); write a JSON object such as {{"name": 1}}, or {{}} for none'
+    if not isinstance(value, dict):
+        return f'must be a JSON object such as {{"name": 1}} ({{}} for none), got a JSON {_JSON_TYPES[type(value)]}'
+    return ""
+
+
+_JSON_TYPES = {list: "array", str: "string", int: "number", float: "number", bool: "true/false", type(None): "null"}
 
 
 def rewards_from_text(spec: FieldSpec, text: str) -> list[dict[str, Any]]:

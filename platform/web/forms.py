@@ -25,6 +25,7 @@ from web.config_form import (
     form_values,
     html_name,
     is_default,
+    mapping_problem,
     specs_by_name,
     to_yaml,
 )
@@ -96,6 +97,9 @@ def _form_field(spec: FieldSpec) -> forms.Field:
         return forms.CharField(widget=forms.Select(choices=choices), **common)
     if spec.kind == "list":
         return forms.CharField(strip=False, widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}), **common)
+    if spec.kind == "mapping":  # a JSON object (env.settings)
+        return forms.CharField(strip=False, widget=forms.Textarea(
+            attrs={"rows": 2, "spellcheck": "false", "autocomplete": "off", "placeholder": "{}"}), **common)
     attrs = {"autocomplete": "off", "spellcheck": "false"}
     if spec.kind in ("int", "float"):
         attrs["inputmode"] = "numeric" if spec.kind == "int" else "decimal"
@@ -220,6 +224,8 @@ class ConfigForm(forms.Form):
             stored = configs.stored(config)
         except ConfigError as exc:
             self.config_errors = shown_errors(exc.as_dict())  # server paths relative to their root
+            if mode != "yaml":
+                self.config_errors.update(self._mapping_problems(data))
             for key, message in self.config_errors.items():
                 if mode == "yaml":
                     self.add_error("config_yaml", f"{key}: {message}")
@@ -229,6 +235,18 @@ class ConfigForm(forms.Form):
             return data
         self.validated, self.config = config, stored
         return data
+
+    @staticmethod
+    def _mapping_problems(data: dict[str, Any]) -> dict[str, str]:
+        """{dotted path: message} for each mapping field (env.settings) whose text is not a JSON
+        object: the schema only says "a valid dictionary"; this says what the JSON lacks."""
+        problems = {}
+        for name, spec in specs_by_name().items():
+            if spec.kind == "mapping":
+                problem = mapping_problem(data.get(name))
+                if problem:
+                    problems[spec.path] = problem
+        return problems
 
     def sections(self) -> list[SectionView]:
         """The config fields by schema section, for the template (the platform's choices, such as

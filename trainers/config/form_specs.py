@@ -27,8 +27,8 @@ class FieldSpec:
     allowed (so "optional int" is kind "int", nullable True). `default` is JSON-able plain data.
     `required` fields have no default (`default` is then None). `bounds` holds the numeric
     limits among ge/gt/le/lt. `suggestions` lists the known values of
-    a free-text field (model presets, tasks, reward and metric names) - the same lists the
-    cross-field checks accept.
+    a free-text field (model presets, tasks, reward and metric names, built-in environments) - the
+    same lists the cross-field checks accept.
     """
 
     path: str
@@ -75,6 +75,7 @@ def _known_values() -> dict[str, tuple[str, ...]]:
     from trainers.config.metric_names import METRIC_NAMES
     from trainers.data.rewards import REWARD_NAMES
     from trainers.data.tasks import TASKS
+    from trainers.envs.registry import ENVIRONMENTS
     from trainers.models.presets import PRESETS
 
     return {
@@ -82,6 +83,7 @@ def _known_values() -> dict[str, tuple[str, ...]]:
         "data.task": tuple(TASKS),
         "rewards.name": tuple(REWARD_NAMES),
         "checkpoint.keep_best_metric": tuple(METRIC_NAMES),
+        "env.name": tuple(ENVIRONMENTS),  # the built-ins; a dotted path "package.module:Class" is accepted too
     }
 
 

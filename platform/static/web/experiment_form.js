@@ -65,9 +65,14 @@
     planErrors.replaceChildren();
   }
 
-  // "rewards[1].weight" -> the rewards field; "batch.nonsense" -> none (form-wide).
+  // "rewards[1].weight" -> the rewards field; "env.settings.low" (a key inside a JSON-object field)
+  // -> the env.settings field; "batch.nonsense" -> none (form-wide).
   function errorList(key) {
-    const candidates = [key, key.split("[")[0]];
+    const path = key.split("[")[0];
+    const candidates = [key, path];
+    for (let cut = path.lastIndexOf("."); cut > 0; cut = path.lastIndexOf(".", cut - 1)) {
+      candidates.push(path.slice(0, cut));
+    }
     for (const k of candidates) {
       const el = form.querySelector(`[data-error-for="${CSS.escape(k)}"]`);
       if (el && el !== yamlErrors) return [el, k === key];
