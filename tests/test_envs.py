@@ -107,6 +107,17 @@ def test_dotted_path_errors_say_why_and_the_fix():
     assert env_error(":Echo").message == "':Echo' is not a dotted path; write package.module:Class"
 
 
+def test_a_module_that_fails_on_import_is_an_env_name_problem(tmp_path, monkeypatch):
+    (tmp_path / "broken_env_module.py").write_text("raise RuntimeError('no GPU here')\n")
+    (tmp_path / "exiting_env_module.py").write_text("import sys\nsys.exit(3)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert env_error("broken_env_module:Game").message == (
+        "cannot import module 'broken_env_module' of 'broken_env_module:Game': RuntimeError: no GPU here; check the "
+        "module is on the Python path (PYTHONPATH) and imports cleanly")
+    assert env_error("exiting_env_module.Game").message.startswith(
+        "cannot import module 'exiting_env_module' of 'exiting_env_module.Game': SystemExit: 3;")
+
+
 def test_settings_are_validated_with_the_field_named():
     env = make_environment("calculator", {"max_result_digits": 12})
     assert env.settings == CalculatorSettings(max_expression_chars=200, max_result_digits=12, max_calls_per_turn=4)

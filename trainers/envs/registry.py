@@ -54,7 +54,7 @@ def resolve(name: str) -> type[Environment]:
         raise EnvError("env.name", f"'{name}' is not a dotted path; write package.module:Class")
     try:
         module = importlib.import_module(module_name)
-    except Exception as error:  # an import runs the module's code: anything may fail there
+    except (Exception, SystemExit) as error:  # an import runs the module's code: anything may fail there
         raise EnvError("env.name", f"cannot import module '{module_name}' of '{name}': {type(error).__name__}: "
                                    f"{error}; check the module is on the Python path (PYTHONPATH) and imports "
                                    "cleanly") from error
