@@ -182,6 +182,7 @@ def test_a_game_turn_by_turn():
     assert [r.done for r in results] == [False, False, False, True]
     assert [r.reward_parts for r in results] == [{}, {}, {}, {"solved": 1 - 3 / 8}]
     assert [(r.tool_calls, r.tool_errors) for r in results] == [(0, 0)] * 4
+    assert GuessNumber.reward_parts == ("solved",) and Calculator.reward_parts == ()  # every part step returns
     assert not any(ch.isdigit() for reply in ("lower", "higher", NO_NUMBER, "correct") for ch in reply)
 
 

@@ -68,6 +68,7 @@ class GuessNumber(Environment):
     name = "guess_number"
     multi_turn = True
     Settings = GuessNumberSettings
+    reward_parts = ("solved",)
 
     def secret(self, example: dict[str, Any]) -> int:
         """The example's secret, checked against its range; ValueError naming what is wrong."""
