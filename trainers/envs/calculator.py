@@ -101,6 +101,7 @@ class Calculator(Environment):
     multi_turn = True
     Settings = CalculatorSettings
     stop_strings = ("</tool_call>",)
+    reward_parts = ()  # the run's reward functions score the final answer
 
     def step(self, state: EpisodeState, assistant_message: str) -> StepResult:
         calls = find_tool_calls(assistant_message)
