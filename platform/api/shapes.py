@@ -244,6 +244,8 @@ class Segment(BaseModel):
 class EpisodeTurn(BaseModel):
     role: str = Field(description='"assistant" for a turn the model wrote, else the environment\'s reply role '
                       '("tool", "user")')
+    label: str = Field(description='how the browser names the turn: "tool call" (an assistant turn holding '
+                       '<tool_call>), "tool response" (role tool), else its role')
     text: str
     tokens: int | None = Field(description="the turn's tokens in the sequence")
 

@@ -56,19 +56,19 @@ def _turn(value: Any) -> dict[str, Any] | None:
     if not isinstance(value, dict):
         return None
     role, text = value.get("role"), value.get("text")
-    return {"role": role if isinstance(role, str) and role else "?",
-            "text": text if isinstance(text, str) else ("" if text is None else str(text)),
-            "tokens": _int(value.get("tokens"))}
+    role = role if isinstance(role, str) and role else "?"
+    text = text if isinstance(text, str) else ("" if text is None else str(text))
+    return {"role": role, "label": turn_label(role, text), "text": text, "tokens": _int(value.get("tokens"))}
 
 
 def episode(extra: Any) -> dict[str, Any] | None:
     """A sample's episode from its stored `extra`, or None for a single-turn sample (no "turns" list).
 
-    {"env": str | None, "turns": [{"role": str, "text": str, "tokens": int | None}, ...],
+    {"env": str | None, "turns": [{"role": str, "label": str, "text": str, "tokens": int | None}, ...],
      "reward_parts": {name: float | "NaN" | "Infinity" | "-Infinity" | None}, "end_reason": str | None,
      "error": str | None, "tool_calls": int | None, "tool_errors": int | None}. A turn that is not a
     mapping is left out; a key of the wrong type reads as None (a project's environment may write
-    anything: the page and the API never fail on it)."""
+    anything: the page and the API never fail on it). A turn's `label` is turn_label's."""
     if not isinstance(extra, dict) or not isinstance(extra.get("turns"), list):
         return None
     parts = extra.get("reward_parts")

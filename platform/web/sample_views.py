@@ -83,7 +83,7 @@ def episode_view(extra: dict[str, Any]) -> dict[str, Any] | None:
         return None
     turns = []
     for turn in episode["turns"]:
-        label = sample_episodes.turn_label(turn["role"], turn["text"])
+        label = turn["label"]
         turns.append({"label": label, "css": TURN_CLASSES.get(label, "other"), "tokens": turn["tokens"],
                       "segments": sample_text.segments(turn["text"])})
     return {

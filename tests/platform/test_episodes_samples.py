@@ -26,6 +26,8 @@ TURNS = [
 ]
 EPISODE = {"env": "calculator", "turns": TURNS, "reward_parts": {"math_answer": 1.0, "env/solved": 0.833333333},
            "end_reason": "done", "tool_calls": 1, "tool_errors": 0}
+LABELS = ["tool call", "tool response", "assistant"]
+SHOWN = {**EPISODE, "error": None, "turns": [{**turn, "label": label} for turn, label in zip(TURNS, LABELS)]}
 HOSTILE_TURNS = [
     {"role": "assistant", "text": TOOL_CALL, "tokens": 17},
     {"role": "tool", "text": "<tool_response><script>alert(1)</script></tool_response>", "tokens": 12},
@@ -85,7 +87,7 @@ def test_a_non_finite_reward_part_is_stored_as_a_string(episode_run):
 
 def test_the_episode_reads_back_from_the_database(episode_run):
     stored = RolloutSample.objects.get(run=episode_run, completion__startswith="CALC")
-    assert sample_episodes.episode(stored.extra) == {**EPISODE, "error": None}
+    assert sample_episodes.episode(stored.extra) == SHOWN
 
 
 def test_json_safe_spells_non_finite_values_at_any_depth():
@@ -100,7 +102,8 @@ def test_episode_reads_wrong_types_as_none():
              "env": None}
     assert sample_episodes.episode(extra) == {
         "env": None,
-        "turns": [{"role": "assistant", "text": "hi", "tokens": None}, {"role": "?", "text": "5", "tokens": None}],
+        "turns": [{"role": "assistant", "label": "assistant", "text": "hi", "tokens": None},
+                  {"role": "?", "label": "?", "text": "5", "tokens": None}],
         "reward_parts": {"a": 1.0, "b": None, "c": 2.0, "d": "Infinity"},
         "end_reason": None, "error": None, "tool_calls": None, "tool_errors": None,
     }
@@ -127,7 +130,7 @@ def test_the_browse_api_returns_the_episode(episode_run):
     body = token_client(episode_run.experiment.owner).get(f"/api/runs/{episode_run.pk}/samples",
                                                           {"kind": "train"}).json()
     calc = by_completion(body["samples"], "CALC")
-    assert calc["episode"] == {**EPISODE, "error": None}
+    assert calc["episode"] == SHOWN
     assert "episode" not in by_completion(body["samples"], "plain")
     hostile = by_completion(body["samples"], "HOSTILE")["episode"]
     assert hostile["end_reason"] == "env_error" and hostile["tool_errors"] == 1
@@ -137,7 +140,7 @@ def test_the_browse_api_returns_the_episode(episode_run):
 
 def test_the_step_api_returns_the_episode_and_single_turn_unchanged(episode_run):
     body = token_client(episode_run.experiment.owner).get(f"/api/runs/{episode_run.pk}/samples", {"step": 1}).json()
-    assert by_completion(body["samples"], "CALC")["episode"]["turns"] == TURNS
+    assert by_completion(body["samples"], "CALC")["episode"]["turns"] == SHOWN["turns"]
     plain = by_completion(body["samples"], "plain")
     assert set(plain) == {"index", "prompt", "prompt_messages", "prompt_segments", "completion", "completion_segments",
                           "answer", "reward", "advantage", "truncated", "in_loss", "overlong_penalty"}

@@ -302,6 +302,44 @@
     return td;
   }
 
+  // A multi-turn sample's episode (the API's `episode`): a block per turn (its label and token
+  // count, then its text), then the reward parts, the end reason and the tool calls. Text nodes only.
+  const TURN_CLASSES = {"assistant": "assistant", "tool call": "tool-call", "tool response": "tool-response", "user": "user"};
+
+  function element(tag, className, text) {
+    const el = document.createElement(tag);
+    if (className) el.className = className;
+    if (text !== undefined) el.textContent = text;
+    return el;
+  }
+
+  function episodeCell(episode) {
+    const td = element("td", "sample-text");
+    const box = element("div", "episode");
+    box.dataset.endReason = episode.end_reason || "";
+    for (const turn of episode.turns || []) {
+      const block = element("div", "turn turn-" + (TURN_CLASSES[turn.label] || "other"));
+      const head = element("div", "turn-head");
+      const tokens = turn.tokens === null || turn.tokens === undefined ? "– tokens"
+        : `${turn.tokens} token${turn.tokens === 1 ? "" : "s"}`;
+      head.append(element("span", "turn-role", turn.label), " ", element("span", "turn-tokens", tokens));
+      block.append(head, element("div", "turn-text", turn.text));
+      box.append(block);
+    }
+    const summary = element("p", "episode-summary");
+    const parts = Object.entries(episode.reward_parts || {}).map(([name, value]) => `${name} ${fmt(value, 3)}`);
+    if (parts.length) summary.append("reward parts: " + parts.join(", ") + " · ");
+    summary.append("ended by ", element("b", "episode-end", episode.end_reason || "–"));
+    if (episode.error) summary.append(": ", element("span", "episode-error", episode.error));
+    if (episode.tool_calls !== null && episode.tool_calls !== undefined) {
+      const failed = episode.tool_errors ? `, ${episode.tool_errors} failed` : "";
+      summary.append(` · ${episode.tool_calls} tool call${episode.tool_calls === 1 ? "" : "s"}${failed}`);
+    }
+    box.append(summary);
+    td.append(box);
+    return td;
+  }
+
   async function loadSamples() {
     const select = $("sample-step");
     const chosen = select.value;
@@ -323,7 +361,7 @@
     for (const s of data.samples || []) {
       const row = document.createElement("tr");
       row.append(cell(s.index), segmentsCell(s.prompt_segments, s.prompt),
-                 segmentsCell(s.completion_segments, s.completion), cell(s.answer),
+                 s.episode ? episodeCell(s.episode) : segmentsCell(s.completion_segments, s.completion), cell(s.answer),
                  cell(fmt(s.reward, 3)), cell(fmt(s.advantage, 3)));
       body.append(row);
     }
