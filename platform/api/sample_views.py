@@ -1,10 +1,13 @@
 """The rollout browser's API (query logic in experiments.sample_query):
 
     GET runs/<id>/samples?kind=&step=&step_min=&step_max=&group=&reward_min=&reward_max=
-                         &advantage_min=&advantage_max=&q=&prompt_hash=&limit=&after=|before=
+                         &advantage_min=&advantage_max=&q=&prompt_hash=&end_reason=&tool=
+                         &limit=&after=|before=
         -> {"samples": [...], "next_after": id | null, "prev_before": id | null,
             "scanned_to_step": step | null, "limit": n}
-        (a text, reward or advantage search reads at most sample_query.SEARCH_SCAN_ROWS rows a request:
+        (end_reason: done | max_turns | max_total_tokens | env_error, tool: yes | no: a multi-turn
+        run's episodes; a text, reward, advantage or episode search reads at most
+        sample_query.SEARCH_SCAN_ROWS rows a request:
         when it stopped before `limit` matches, `scanned_to_step` is where, and `next_after` continues
         from there)
         (with none of these parameters but `step`, the older answer of api.views.run_samples)

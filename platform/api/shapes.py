@@ -300,6 +300,10 @@ class SampleFiltersQuery(BaseModel):
     advantage_max: float | None = None
     q: str | None = Field(None, description="text in the prompt or completion (case-insensitive)")
     prompt_hash: str | None = Field(None, description="32 hex digits: one prompt across steps")
+    end_reason: Literal["done", "max_turns", "max_total_tokens", "env_error"] | None = Field(
+        None, description="multi-turn episodes that ended so")
+    tool: Literal["yes", "no"] | None = Field(None, description="multi-turn episodes with (yes) or without (no) a "
+                                             "tool call")
 
 
 class SamplesQuery(SampleFiltersQuery):

@@ -6,7 +6,9 @@ Order: (step, index, id), within one kind (train or eval). A page continues afte
 samples costs what the first one does: the (run, kind, step, index) index is walked from the
 cursor. No exact total is counted (slow on filtered queries at that size): a page says whether more
 follow. Filters: step range, reward and advantage ranges, text in the prompt or the completion
-(case-insensitive), one prompt across steps (`prompt_hash`), one group of a step (`group`)."""
+(case-insensitive), one prompt across steps (`prompt_hash`), one group of a step (`group`), and for
+a multi-turn run's episodes (experiments.sample_episodes) how they ended (`end_reason`) and whether
+they called a tool (`tool`: yes / no)."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from django.db import connections
 from django.db.models import Q, QuerySet
 
 from experiments.models import RolloutSample, Run, SampleKind
+from experiments.sample_episodes import END_REASONS
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
@@ -36,8 +39,9 @@ INT_FILTERS = ("step", "step_min", "step_max", "group")
 FLOAT_FILTERS = ("reward_min", "reward_max", "advantage_min", "advantage_max")
 # The parameters that ask for a browsed page (GET /api/runs/<id>/samples with none of them, `step`
 # alone included, keeps its older shape: one step's samples).
-BROWSE_PARAMS = ("kind", "step_min", "step_max", "group", *FLOAT_FILTERS, "q", "prompt_hash", "limit", "after",
-                 "before")
+TOOL_CHOICES = ("yes", "no")  # `tool`: the episode made at least one tool call, or none
+BROWSE_PARAMS = ("kind", "step_min", "step_max", "group", *FLOAT_FILTERS, "q", "prompt_hash", "end_reason", "tool",
+                 "limit", "after", "before")
 
 
 class BadParameter(ValueError):
@@ -62,6 +66,8 @@ class SampleFilters:
     advantage_max: float | None = None
     q: str = ""
     prompt_hash: str = ""
+    end_reason: str = ""  # a multi-turn episode's end reason (one of END_REASONS), "" = any
+    tool: str = ""        # "yes": episodes with a tool call, "no": episodes without, "" = any
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,7 +136,14 @@ def parse_filters(params: Mapping[str, str]) -> SampleFilters:
         raise BadParameter("prompt_hash", "must be 32 lowercase hex digits")
     if ints["group"] is not None and ints["step"] is None:
         raise BadParameter("group", "needs step (a group is one prompt's completions within one step)")
-    return SampleFilters(kind=kind, q=q.strip(), prompt_hash=prompt_hash, **ints, **floats)
+    end_reason = params.get("end_reason", "").strip()
+    if end_reason and end_reason not in END_REASONS:
+        raise BadParameter("end_reason", f"must be one of {', '.join(END_REASONS)}, got {end_reason[:40]!r}")
+    tool = params.get("tool", "").strip()
+    if tool and tool not in TOOL_CHOICES:
+        raise BadParameter("tool", f"must be yes (the episode called a tool) or no, got {tool[:40]!r}")
+    return SampleFilters(kind=kind, q=q.strip(), prompt_hash=prompt_hash, end_reason=end_reason, tool=tool, **ints,
+                         **floats)
 
 
 def parse_page(params: Mapping[str, str]) -> PageRequest:
@@ -143,7 +156,8 @@ def parse_page(params: Mapping[str, str]) -> PageRequest:
 
 
 # The filters on a sample's values (no index that keeps the browse order serves them), as unset.
-NO_VALUE_FILTERS = {"q": "", "reward_min": None, "reward_max": None, "advantage_min": None, "advantage_max": None}
+NO_VALUE_FILTERS = {"q": "", "reward_min": None, "reward_max": None, "advantage_min": None, "advantage_max": None,
+                    "end_reason": "", "tool": ""}
 
 
 def text_indexed(f: SampleFilters, using: str = "default") -> bool:
@@ -152,6 +166,8 @@ def text_indexed(f: SampleFilters, using: str = "default") -> bool:
     bounded scan: the planner finds the matching rows through the index, or walks the browse order
     when the text is common. Checked once per database and process."""
     if not f.q or len(f.q) < TRIGRAM_MIN_CHARS or any(getattr(f, n) is not None for n in FLOAT_FILTERS):
+        return False
+    if f.end_reason or f.tool:
         return False
     connection = connections[using]
     if connection.vendor != "postgresql":
@@ -165,7 +181,7 @@ def text_indexed(f: SampleFilters, using: str = "default") -> bool:
 
 
 def filters_values(f: SampleFilters) -> bool:
-    """Whether `f` filters on text, reward or advantage."""
+    """Whether `f` filters on text, reward, advantage or an episode's end and tool use."""
     return any(getattr(f, name) != unset for name, unset in NO_VALUE_FILTERS.items())
 
 
@@ -191,7 +207,9 @@ def _by_place(run: Run, f: SampleFilters) -> QuerySet:
 
 
 def _by_values(qs: QuerySet, f: SampleFilters) -> QuerySet:
-    """`qs` narrowed by `f`'s text, reward and advantage filters."""
+    """`qs` narrowed by `f`'s text, reward, advantage and episode filters (the episode keys are read
+    from the `extra` JSON: a key lookup both SQLite and PostgreSQL answer; a single-turn sample has
+    none of them and passes neither)."""
     if f.reward_min is not None:
         qs = qs.filter(reward__gte=f.reward_min)
     if f.reward_max is not None:
@@ -202,6 +220,12 @@ def _by_values(qs: QuerySet, f: SampleFilters) -> QuerySet:
         qs = qs.filter(advantage__lte=f.advantage_max)
     if f.q:
         qs = qs.filter(Q(prompt__icontains=f.q) | Q(completion__icontains=f.q))
+    if f.end_reason:
+        qs = qs.filter(extra__end_reason=f.end_reason)
+    if f.tool == "yes":
+        qs = qs.filter(extra__tool_calls__gt=0)
+    elif f.tool == "no":
+        qs = qs.filter(extra__tool_calls=0)
     return qs
 
 

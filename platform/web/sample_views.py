@@ -20,7 +20,8 @@ from experiments.access import get_for_user
 from experiments.models import RolloutSample, Run, SampleKind
 from experiments.shown_paths import shown
 
-FILTER_FIELDS = ("step_min", "step_max", "reward_min", "reward_max", "advantage_min", "advantage_max", "q")
+FILTER_FIELDS = ("step_min", "step_max", "reward_min", "reward_max", "advantage_min", "advantage_max", "q", "end_reason",
+                 "tool")
 
 
 def sample_badges(extra: dict[str, Any]) -> list[tuple[str, str]]:
@@ -75,7 +76,7 @@ def episode_view(extra: dict[str, Any]) -> dict[str, Any] | None:
     """What the page shows of a multi-turn sample's episode (experiments.sample_episodes), or None
     for a single-turn one: its turns in order, each with its label (assistant, tool call, tool
     response, or the environment's own role), css class, text segments and token count; the reward
-    parts as (name, value to 3 significant digits, the raw value); the end reason, the error (server
+    parts by name as (name, value to 3 significant digits, the raw value); the end reason, the error (server
     paths shown relative to their root), and the tool calls and errors. Model and environment text is
     left to the template's escaping."""
     episode = sample_episodes.episode(extra)
@@ -90,7 +91,7 @@ def episode_view(extra: dict[str, Any]) -> dict[str, Any] | None:
         "env": episode["env"],
         "turns": turns,
         "reward_parts": [(name, short_number(value), "" if value is None else value)
-                         for name, value in episode["reward_parts"].items()],
+                         for name, value in sorted(episode["reward_parts"].items())],  # jsonb keeps no order
         "end_reason": episode["end_reason"],
         "error": shown(episode["error"]) if episode["error"] is not None else None,
         "tool_calls": episode["tool_calls"],
@@ -110,6 +111,14 @@ def _row(sample: RolloutSample) -> dict[str, Any]:
         "prompt_segments": sample_text.prompt_segments(sample.prompt, extra),
         "completion_segments": sample_text.segments(sample.completion),
     }
+
+
+def multi_turn(run: Run) -> bool:
+    """Whether the run's config names an environment other than single_turn (its samples are
+    episodes: the page offers the "ended by" and "tool" filters)."""
+    env = run.config.get("env") if isinstance(run.config, dict) else None
+    name = env.get("name") if isinstance(env, dict) else None
+    return isinstance(name, str) and name not in ("", "single_turn")
 
 
 def _query(params: dict[str, Any]) -> str:
@@ -142,6 +151,8 @@ def run_samples(request, pk: int):
         "current": current,
         "rows": rows,
         "group_view": filters.group is not None,
+        "episode_filters": multi_turn(run) or bool(filters.end_reason or filters.tool),
+        "end_reasons": sample_episodes.END_REASONS,
         "scanned_to_step": page.scanned_to_step,
         "kinds": [(kind, _query({**current, "kind": kind, "step": "", "group": "", "prompt_hash": ""}))
                   for kind in SampleKind.values],

@@ -48,7 +48,7 @@ def test_the_run_page_shows_an_episode_and_charts_env_metrics(logged_in_page, al
     assert page.evaluate("window.pwned") is None
     assert episode.locator(".turn").nth(1).get_attribute("class") == "turn turn-tool-response"
     summary = episode.locator(".episode-summary").inner_text()
-    assert "reward parts: math_answer 1, env/solved 0.833" in summary and "ended by done" in summary
+    assert "reward parts: env/solved 0.833, math_answer 1" in summary and "ended by done" in summary
     assert "1 tool call" in summary
     expect(page.locator("#samples-table td", has_text="plain four")).to_have_count(1)  # single-turn: as before
     chart = page.locator(".chart[data-metric='env/turns_mean']")

@@ -1,7 +1,8 @@
 """Multi-turn episodes in the rollout browser (issue 21): a sample's turns, reward parts and end reason
 stored by runner.db_hooks in RolloutSample.extra, read back by experiments.sample_episodes, returned
 by the samples API under "episode" and shown by /runs/<id>/samples/ turn by turn (role, token count,
-escaped text). Single-turn samples are unchanged. Hand-made samples in the shape of the trainer's
+escaped text), with filters on how episodes ended and whether they called a tool. Single-turn
+samples are unchanged. Hand-made samples in the shape of the trainer's
 Rollout.samples() (see /work/briefs/common.md's contract)."""
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ def episode_run(alice):
     """Step 1: a calculator episode, a single-turn sample, an env_error episode with a hostile tool
     response, and one that hit max_turns with a non-finite reward part."""
     run = make_run(alice)
+    run.config = {**run.config, "env": {"name": "calculator"}}
+    run.save(update_fields=["config"])
     report(run, [
         sample("CALC " + TOOL_CALL + " 11 The answer is 11.", **EPISODE),
         sample("plain single turn"),
@@ -174,7 +177,7 @@ def test_the_browser_shows_the_turns_with_roles_and_tokens(episode_run, alice_cl
     assert turns_of(calc) == [("tool call", "17 tokens"), ("tool response", "9 tokens"), ("assistant", "6 tokens")]
     assert 'class="turn turn-tool-call"' in calc and 'class="turn turn-tool-response"' in calc
     assert re.findall(r'<span class="reward-part-name">([^<]*)</span> <b title="[^"]*">([^<]*)</b>', calc) == [
-        ("math_answer", "1.0"), ("env/solved", "0.833")]
+        ("env/solved", "0.833"), ("math_answer", "1.0")]  # by name (PostgreSQL's jsonb keeps no key order)
     assert '<b class="episode-end">done</b>' in calc and "1 tool call" in calc
     guess = row_of(page, "higher")
     assert turns_of(guess) == [("assistant", "2 tokens"), ("user", "3 tokens")]
@@ -209,3 +212,55 @@ def test_text_search_finds_text_inside_a_turn(episode_run, alice_client):
     page = alice_client.get(f"/runs/{episode_run.pk}/samples/", {"q": "the answer is"}).content.decode()
     assert page.count("<tr data-sample-id=") == 1 and "The answer is 11." in page
 
+
+
+# --- filters ------------------------------------------------------------------------------------
+
+
+def starts(samples: list[dict]) -> list[str]:
+    return [s["completion"].split(" ", 1)[0] for s in samples]
+
+
+@pytest.mark.parametrize("params, expected", [
+    ({"end_reason": "done"}, ["CALC"]),
+    ({"end_reason": "env_error"}, ["HOSTILE"]),
+    ({"end_reason": "max_turns"}, ["LONG"]),
+    ({"end_reason": "max_total_tokens"}, []),
+    ({"tool": "yes"}, ["CALC", "HOSTILE"]),
+    ({"tool": "no"}, ["LONG"]),                     # the single-turn sample is no episode: in neither
+    ({"tool": "yes", "end_reason": "done"}, ["CALC"]),
+    ({"tool": "yes", "q": "hostile"}, ["HOSTILE"]),
+])
+def test_the_api_filters_episodes(episode_run, params, expected):
+    client = token_client(episode_run.experiment.owner)
+    body = client.get(f"/api/runs/{episode_run.pk}/samples", params).json()
+    assert starts(body["samples"]) == expected
+    response = client.get(f"/api/runs/{episode_run.pk}/samples.jsonl", params)
+    lines = [json.loads(line) for line in b"".join(response.streaming_content).decode().splitlines()]
+    assert starts(lines) == expected
+
+
+@pytest.mark.parametrize("params, field", [({"end_reason": "finished"}, "end_reason"), ({"tool": "maybe"}, "tool")])
+def test_bad_episode_filters_answer_400_naming_the_parameter(episode_run, params, field):
+    response = token_client(episode_run.experiment.owner).get(f"/api/runs/{episode_run.pk}/samples", params)
+    assert response.status_code == 400
+    assert list(response.json()["errors"]) == [field]
+
+
+def test_the_page_offers_the_episode_filters_for_a_multi_turn_run(episode_run, alice_client, alice):
+    page = alice_client.get(f"/runs/{episode_run.pk}/samples/", {"end_reason": "max_turns"}).content.decode()
+    assert '<option value="max_turns" selected>max_turns</option>' in page
+    assert page.count("<tr data-sample-id=") == 1 and "higher" in page
+    page = alice_client.get(f"/runs/{episode_run.pk}/samples/", {"tool": "yes"}).content.decode()
+    assert '<option value="yes" selected>used a tool</option>' in page and page.count("<tr data-sample-id=") == 2
+    single = make_run(alice)
+    page = alice_client.get(f"/runs/{single.pk}/samples/").content.decode()
+    assert 'name="end_reason"' not in page and 'name="tool"' not in page
+
+
+def test_a_bad_filter_on_the_page_is_an_error_message(episode_run, alice_client):
+    response = alice_client.get(f"/runs/{episode_run.pk}/samples/", {"end_reason": "<b>x</b>"})
+    assert response.status_code == 200
+    error = re.search(r'<div class="error-box" id="samples-error">([^<]*)</div>', response.content.decode()).group(1)
+    assert error.startswith("end_reason: must be one of done, max_turns, max_total_tokens, env_error, got ")
+    assert "&lt;b&gt;x&lt;/b&gt;" in error

@@ -327,7 +327,8 @@
       box.append(block);
     }
     const summary = element("p", "episode-summary");
-    const parts = Object.entries(episode.reward_parts || {}).map(([name, value]) => `${name} ${fmt(value, 3)}`);
+    const parts = Object.entries(episode.reward_parts || {}).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+      .map(([name, value]) => `${name} ${fmt(value, 3)}`);
     if (parts.length) summary.append("reward parts: " + parts.join(", ") + " · ");
     summary.append("ended by ", element("b", "episode-end", episode.end_reason || "–"));
     if (episode.error) summary.append(": ", element("span", "episode-error", episode.error));
