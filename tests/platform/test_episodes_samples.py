@@ -264,3 +264,22 @@ def test_a_bad_filter_on_the_page_is_an_error_message(episode_run, alice_client)
     error = re.search(r'<div class="error-box" id="samples-error">([^<]*)</div>', response.content.decode()).group(1)
     assert error.startswith("end_reason: must be one of done, max_turns, max_total_tokens, env_error, got ")
     assert "&lt;b&gt;x&lt;/b&gt;" in error
+
+
+def test_an_environment_error_shows_no_server_directory(alice, alice_client, settings):
+    """An env_error's message may be a traceback: the API, the export and the page show server paths
+    relative to their root (experiments.shown_paths), like every error that leaves the server."""
+    run = make_run(alice)
+    path = f"{settings.REPO_ROOT}/trainers/envs/calculator.py"
+    report(run, [sample("ERR", env="calculator", turns=[{"role": "assistant", "text": "x", "tokens": 1}],
+                        end_reason="env_error", error=f'File "{path}", line 3: ZeroDivisionError')])
+    shown = 'File "<code>/trainers/envs/calculator.py", line 3: ZeroDivisionError'
+    client = token_client(alice)
+    (api,) = client.get(f"/api/runs/{run.pk}/samples", {"kind": "train"}).json()["samples"]
+    assert api["episode"]["error"] == shown
+    response = client.get(f"/api/runs/{run.pk}/samples.jsonl")
+    (line,) = [json.loads(x) for x in b"".join(response.streaming_content).decode().splitlines()]
+    assert line["extra"]["error"] == shown
+    page = alice_client.get(f"/runs/{run.pk}/samples/").content.decode()
+    assert str(settings.REPO_ROOT) not in page and html_lib.escape(shown) in page
+    assert RolloutSample.objects.get(run=run).extra["error"].startswith(f'File "{path}"')  # stored whole
