@@ -30,7 +30,6 @@ from typing import Any
 
 from experiments.metric_series import NONFINITE_JSON, json_value
 
-EPISODE_KEYS = ("env", "turns", "reward_parts", "end_reason", "error", "tool_calls", "tool_errors")
 END_REASONS = ("done", "max_turns", "max_total_tokens", "env_error")
 TOOL_CALL_TAG = "<tool_call>"
 
