@@ -71,6 +71,16 @@ def validate_messages(value: Any) -> list[dict]:
     return messages
 
 
+def conversation(prompt: Any, system_prompt: str | None = None) -> list[dict]:
+    """A dataset prompt as the message list its chat rendering starts from: a string is one user
+    message (`validate_messages`), and `system_prompt` (if given) goes first unless a message already
+    has role "system"."""
+    messages = validate_messages(prompt)
+    if system_prompt is not None and not any(message["role"] == "system" for message in messages):
+        messages = [{"role": "system", "content": system_prompt}] + messages
+    return messages
+
+
 def render_chat_template(
     template: str,
     messages: list[dict],

@@ -1,8 +1,10 @@
 """Prompts -> token arrays the model takes: each prompt's ids (BOS + text, or the rendered chat
-template), left-padded to the longest prompt, optionally rounded up to a bucket of lengths."""
+template), left-padded to the longest prompt, optionally rounded up to a bucket of lengths; and an
+environment's reply in a multi-turn episode -> the ids that continue the sequence (`encode_reply`)."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import threading
@@ -137,3 +139,47 @@ def _preview(prompt) -> str:
     if isinstance(prompt, str):
         return repr(prompt[:60])
     return repr(prompt)[:60]
+
+
+TOOL_RESPONSE_OPEN, TOOL_RESPONSE_CLOSE = "<tool_response>\n", "\n</tool_response>"
+"""How a tool's result is wrapped (Hermes / Qwen format) when the chat template does not wrap it."""
+_MARK = "\u2063turn-end\u2063"  # stands for the assistant's text, to find what the template writes after it
+
+
+def encode_reply(tokenizer, history: list[dict], reply: list[dict], *, chat: bool,
+                 ended_by: str = "") -> list[int]:
+    """The token ids that continue a multi-turn episode after an assistant turn: the rest of that
+    turn's closing (what the chat template writes after the assistant's text, less `ended_by`, the
+    end-of-turn text the model itself wrote), the reply messages and the next assistant header.
+
+    history: the conversation so far, ending with the assistant turn ({"role": "assistant",
+    "content": its text}). reply: the environment's messages (role "tool" or "user"); a tool
+    message's content is wrapped in <tool_response> tags unless the template wraps it itself.
+    chat=False (no template: the character tokenizer): each message's content on its own line.
+    Raises ValueError when the template does not render the reply as a continuation of the history.
+    """
+    if not chat:
+        return tokenizer.encode("".join("\n" + message["content"] for message in reply) + "\n", add_bos=False)
+    if not _template_wraps_tool_responses(tokenizer):
+        reply = [dict(m, content=TOOL_RESPONSE_OPEN + m["content"] + TOOL_RESPONSE_CLOSE) if m["role"] == "tool" else m
+                 for m in reply]
+    before = tokenizer.apply_chat_template(history, add_generation_prompt=False)
+    after = tokenizer.apply_chat_template(history + reply, add_generation_prompt=True)
+    if not after.startswith(before):
+        raise ValueError("the chat template renders the conversation differently once the reply is added, so the "
+                         "reply cannot continue the sequence")
+    marked = tokenizer.apply_chat_template(history[:-1] + [dict(history[-1], content=_MARK)], add_generation_prompt=False)
+    closing = marked[marked.index(_MARK) + len(_MARK):] if _MARK in marked else ""
+    if ended_by and closing.startswith(ended_by):
+        closing = closing[len(ended_by):]
+    return tokenizer.encode(closing + after[len(before):], add_bos=False)
+
+
+@functools.lru_cache(maxsize=16)
+def _template_wraps_tool_responses(tokenizer) -> bool:
+    """Whether `tokenizer`'s chat template writes <tool_response> around a tool message itself (Qwen's)."""
+    probe = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}, {"role": "tool", "content": "r"}]
+    try:
+        return "<tool_response>" in tokenizer.apply_chat_template(probe, add_generation_prompt=False)
+    except ValueError:
+        return False

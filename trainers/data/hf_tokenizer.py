@@ -30,7 +30,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from trainers.data.chat_template import render_chat_template, validate_messages
+from trainers.data.chat_template import conversation, render_chat_template, validate_messages
 
 # The named special tokens transformers passes to chat templates (its SPECIAL_TOKENS_ATTRIBUTES).
 SPECIAL_TOKEN_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
@@ -256,9 +256,7 @@ class HFTokenizer:
         is an error (they need the chat template: data.chat_template).
         """
         if chat:
-            messages = validate_messages(prompt)
-            if system_prompt is not None and not any(message["role"] == "system" for message in messages):
-                messages = [{"role": "system", "content": system_prompt}] + messages
+            messages = conversation(prompt, system_prompt)
             return self.encode(self.apply_chat_template(messages, add_generation_prompt=True), add_bos=False)
         if not isinstance(prompt, str):
             validate_messages(prompt)  # a malformed value gets the message naming what is wrong
@@ -296,6 +294,11 @@ class HFTokenizer:
             return ""
         text = self._backend.decode(ids, skip_special_tokens=True)
         return _clean_up_tokenization(text) if self._clean_up_spaces else text
+
+    def token_text(self, token_id: int) -> str:
+        """The vocabulary string of one id as the tokenizer writes it (a special token's own text,
+        "<|im_end|>"; "" for an id no token owns): what a chat template writes for that token."""
+        return self._backend.id_to_token(int(token_id)) or ""
 
     def _token_id(self, token: str) -> int:
         token_id = self._backend.token_to_id(token)

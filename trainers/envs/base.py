@@ -58,12 +58,16 @@ class EpisodeState:
 class Environment:
     """Base class of environments (see the module docstring). `multi_turn` False means the episode is
     one completion and `step` is never called (`single_turn`); `stop_strings` end an assistant turn
-    besides the model's end-of-turn token (the calculator's "</tool_call>")."""
+    besides the model's end-of-turn token (the calculator's "</tool_call>"); `reward_parts` names
+    the parts `step` may return."""
 
     name: ClassVar[str] = ""
     multi_turn: ClassVar[bool] = True
     Settings: ClassVar[type[BaseModel]] = NoSettings
     stop_strings: ClassVar[tuple[str, ...]] = ()
+    # The names of the reward parts `step` may return: each is a column of the rollout's reward
+    # values (reported as reward/env/<name>); a part not named here fails its episode.
+    reward_parts: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, settings: BaseModel | None = None) -> None:
         self.settings = settings if settings is not None else self.Settings()

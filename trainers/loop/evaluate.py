@@ -23,6 +23,7 @@ import numpy as np
 
 from trainers.config import ExperimentConfig
 from trainers.rollout.batch import Rollout
+from trainers.rollout.episodes import episode_metrics
 from trainers.rollout.collect import collect_rollout
 from trainers.rollout.spec import RolloutSpec, Weights
 
@@ -56,8 +57,11 @@ class Scored:
     sampled_correct: np.ndarray | None
 
     def metrics(self, pass_k: int | None = None) -> dict[str, float]:
-        """reward_mean, accuracy (greedy); with samples, pass@1 and pass@k (k = pass_k, default n)."""
+        """reward_mean, accuracy (greedy); with samples, pass@1 and pass@k (k = pass_k, default n); with
+        multi-turn episodes, the greedy episodes' env/* metrics (`episodes.episode_metrics`)."""
         out = {"reward_mean": float(np.mean(self.greedy.rewards)), "accuracy": float(np.mean(self.greedy.correct))}
+        if self.greedy.episodes is not None:
+            out.update(episode_metrics(self.greedy.episodes))
         if self.sampled_correct is not None:
             k = pass_k or self.sampled_correct.shape[1]
             out["pass@1"] = pass_at_k(self.sampled_correct, 1)

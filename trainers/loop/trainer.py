@@ -338,13 +338,15 @@ class GRPOTrainer:
         if self.source.importance is not None:
             arrays["gen_logprobs"] = r.sample_logprobs[:, :width]
             arrays["on_policy"] = r.on_policy(self.state.step)
+        if r.loss_mask is not None:  # multi-turn: the environment's replies are context, not trained on
+            arrays["loss_mask"] = r.loss_mask[:, :width]
         # Loss weights are normalised over each mini-batch (the same partition in every pass); sequences
         # out of the loss (`Rollout.in_loss`) weigh 0 and do not count in the normalisers. Metric
         # weights (token-mean) cover the sequences the update learns from: with flat groups skipped,
         # those of informative groups, whatever micro-batches the skip rounds up to.
         g = self.plan.num_generations
         informative = np.repeat(informative_groups(r.rewards.reshape(-1, g)), g)
-        loss_mask = mask & r.in_loss[:, None]
+        loss_mask = r.trained_mask[:, :width] & r.in_loss[:, None]
         learned = loss_mask & informative[:, None] if self.skip_flat_groups else loss_mask
         aggregation = self.config.grpo.loss_aggregation
         weights = np.zeros(mask.shape, np.float32)

@@ -10,7 +10,10 @@ A batch is a dict of arrays with a leading micro-batch axis [A, micro, ...]:
   completion_tokens [A, M, Lc] int32, completion_mask [A, M, Lc] bool,
   advantages [A, M] float32, weights / metric_weights [A, M, Lc] float32,
   old_logprobs [A, M, Lc] (only when the plan needs them), ref_logprobs [A, M, Lc] (only when beta > 0),
-  gen_logprobs [A, M, Lc] and on_policy [A, M] bool (only with `importance`, see `make_update_fn`).
+  gen_logprobs [A, M, Lc] and on_policy [A, M] bool (only with `importance`, see `make_update_fn`),
+  loss_mask [A, M, Lc] bool (only for multi-turn episodes: the sampled tokens, which the loss, KL and
+  importance weights cover; completion_mask then also marks an environment's replies, which the
+  forward pass reads as context).
 Lc here is the step's completion width (`completion_width`: its longest completion, bucketed), at
 most max_new_tokens. Arrays may be placed on several devices along the batch axis M (data parallel); XLA then adds the
 gradient all-reduce.
@@ -128,14 +131,14 @@ def make_update_fn(
         )
         old = mb["old_logprobs"] if use_old_logprobs else jax.lax.stop_gradient(logprobs)
         ref = mb["ref_logprobs"] if use_ref else None
+        trained = mb.get("loss_mask", mb["completion_mask"])  # multi-turn: the sampled tokens only
         is_weights, is_metrics = None, {}
         if importance is not None:
             gen = jnp.where(mb["on_policy"][:, None], old, mb["gen_logprobs"])
-            is_weights, is_metrics = importance_weights(old, gen, mb["completion_mask"], importance,
-                                                        mb["metric_weights"])
+            is_weights, is_metrics = importance_weights(old, gen, trained, importance, mb["metric_weights"])
         loss, metrics = policy_loss(
             logprobs, old, mb["advantages"], mb["weights"], mb["metric_weights"], loss_cfg, ref, is_weights,
-            entropy=entropy if loss_cfg.entropy_coef > 0 else None, mask=mb["completion_mask"],
+            entropy=entropy if loss_cfg.entropy_coef > 0 else None, mask=trained,
         )
         metrics["entropy"] = jnp.sum(jax.lax.stop_gradient(entropy) * mb["metric_weights"])
         return loss, {**metrics, **is_metrics}

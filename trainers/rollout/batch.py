@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from trainers.rollout.episodes import episode_metrics
+
 
 def reward_metrics(names: tuple[str, ...], values: np.ndarray) -> dict[str, float]:
     """{"reward/<name>": mean of column k of `values`} for each reward function `names[k]` ([N, K]
@@ -55,6 +57,12 @@ class Rollout:
     # reward/<name> is reported per step (`reward_metrics`); () and None = none recorded
     reward_names: tuple[str, ...] = ()
     reward_values: np.ndarray | None = None
+    # Multi-turn episodes: [N, Lc] bool, the tokens the model sampled (what the loss, log-probs, KL and
+    # importance weights cover; an environment's replies are context only), and each sequence's
+    # episode for display and env/* metrics (`episodes.Episode.display`). None = single-turn: the
+    # loss covers completion_mask and there are no episodes.
+    loss_mask: np.ndarray | None = None
+    episodes: list[dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         n = len(self.completions)
@@ -96,7 +104,14 @@ class Rollout:
             in_loss=self.in_loss[rows], truncated=self.truncated[rows],
             overlong_penalties=self.overlong_penalties[rows], prompts_consumed=1,
             reward_names=self.reward_names, reward_values=self.reward_values[rows],
+            loss_mask=None if self.loss_mask is None else self.loss_mask[rows],
+            episodes=None if self.episodes is None else self.episodes[rows],
         )
+
+    @property
+    def trained_mask(self) -> np.ndarray:
+        """[N, Lc] bool: the tokens a loss trains on (the sampled ones; every completion token single-turn)."""
+        return self.completion_mask if self.loss_mask is None else self.loss_mask
 
     @classmethod
     def concat(cls, rollouts: list["Rollout"], pad_id: int | None = None) -> "Rollout":
@@ -112,6 +127,9 @@ class Rollout:
             raise ValueError("Rollout.concat: rollouts differ in num_generations or padded prompt length")
         if any(r.reward_names != rollouts[0].reward_names for r in rollouts):
             raise ValueError("Rollout.concat: rollouts scored by different reward functions")
+        if len({r.episodes is None for r in rollouts}) > 1:
+            raise ValueError("Rollout.concat: single-turn and multi-turn rollouts cannot be joined")
+        multi_turn = rollouts[0].episodes is not None
 
         def cat(name: str) -> np.ndarray:
             if name in ("prompt_tokens", "prompt_valid") and pad_id is not None:
@@ -130,6 +148,8 @@ class Rollout:
             generate_s=sum(r.generate_s for r in rollouts), in_loss=cat("in_loss"), truncated=cat("truncated"),
             overlong_penalties=cat("overlong_penalties"), prompts_consumed=sum(r.prompts_consumed for r in rollouts),
             reward_names=rollouts[0].reward_names, reward_values=cat("reward_values"),
+            loss_mask=cat("loss_mask") if multi_turn else None,
+            episodes=[e for r in rollouts for e in r.episodes] if multi_turn else None,
         )
 
     # -- weight versions -----------------------------------------------------------------------------
@@ -163,12 +183,15 @@ class Rollout:
         if self.overlong_penalties.any():
             out["rollout/overlong_penalty_mean"] = float(self.overlong_penalties.mean())
         out.update(reward_metrics(self.reward_names, self.reward_values))
+        if self.episodes is not None:
+            out.update(episode_metrics(self.episodes))
         return out
 
     def samples(self, count: int) -> list[dict[str, Any]]:
         """The first `count` sequences, for display (prompt, completion, answer, reward, advantage,
         correct); `group` is the prompt's place in the step, `generation` the completion's place
-        among its prompt's num_generations."""
+        among its prompt's num_generations. A multi-turn sample adds its episode (env, turns,
+        reward_parts, end_reason, tool_calls, tool_errors, error)."""
         out = []
         for i in range(min(count, self.sequences)):
             group, generation = divmod(i, self.num_generations)
@@ -185,5 +208,6 @@ class Rollout:
                 **({"truncated": True} if self.truncated[i] else {}),
                 **({"overlong_penalty": float(self.overlong_penalties[i])} if self.overlong_penalties[i] else {}),
                 **({"in_loss": False} if not self.in_loss[i] else {}),
+                **(self.episodes[i] if self.episodes is not None else {}),
             })
         return out

@@ -12,7 +12,7 @@ from trainers.config import ExperimentConfig
 from trainers.config.budgets import completion_token_budget
 from trainers.data.encoding import PromptIdCache, encode_prompts
 from trainers.data.tasks import TASKS
-from trainers.models.generate import SamplingParams, eos_settings
+from trainers.models.generate import SamplingParams, TurnStops, eos_settings
 
 PROMPT_BUCKET_TOKENS = 16
 """A pretrained model's prompts are left-padded to the next of 16 x (1, 2, 3, 4, 6, 8, 12, ...) tokens
@@ -47,6 +47,12 @@ class RolloutSpec:
     overlong_buffer_tokens: int = 0  # DAPO soft overlong punishment (0 = off), see `sampling_filters`
     overlong_penalty: float = 1.0
     overlong_filter: bool = False    # truncated completions leave the loss (Rollout.in_loss)
+    # The environment of multi-turn episodes (`trainers.envs`); None = single_turn, one completion per
+    # prompt through the plain sampler. turn_stops: the token ids of its stop strings.
+    env: Any = None
+    env_name: str = "single_turn"
+    max_turns: int = 1
+    turn_stops: TurnStops | None = None
     # Token ids of the prompts already encoded, shared by the copies `for_evaluation` makes.
     prompt_ids: PromptIdCache = dataclasses.field(default_factory=PromptIdCache, compare=False, repr=False)
 
@@ -58,6 +64,7 @@ class RolloutSpec:
             stop_at_eos=r.stop_at_eos, **eos_settings(tokenizer),
         )
         chat = tokenizer.has_chat_template if d.chat_template is None else d.chat_template
+        env, turn_stops = environment(config, tokenizer)
         return cls(tokenizer=tokenizer, sampling=sampling, num_generations=config.grpo.num_generations,
                    rollout_micro_batch_sequences=rollout_micro_batch_sequences,
                    max_prompt_tokens=d.max_prompt_tokens, reward_specs=tuple(reward_specs(config)),
@@ -65,7 +72,8 @@ class RolloutSpec:
                    chat=chat, system_prompt=d.system_prompt,
                    prompt_bucket_tokens=PROMPT_BUCKET_TOKENS if config.model.path else 1,
                    overlong_buffer_tokens=r.overlong_buffer_tokens, overlong_penalty=r.overlong_penalty,
-                   overlong_filter=r.overlong_filter)
+                   overlong_filter=r.overlong_filter, env=env, env_name=config.env.name,
+                   max_turns=config.env.max_turns, turn_stops=turn_stops)
 
     def for_evaluation(self, temperature: float, samples_per_prompt: int = 1) -> "RolloutSpec":
         """`samples_per_prompt` completions per prompt at `temperature` (0 = greedy), no advantages and no
@@ -73,6 +81,21 @@ class RolloutSpec:
         return dataclasses.replace(self, sampling=dataclasses.replace(self.sampling, temperature=temperature),
                                    num_generations=samples_per_prompt, advantage=None, overlong_buffer_tokens=0,
                                    overlong_filter=False)
+
+
+def environment(config: ExperimentConfig, tokenizer: Any) -> tuple[Any, TurnStops | None]:
+    """The run's multi-turn environment and the token ids of its stop strings, or (None, None) for a
+    single-turn one (`env.name` single_turn: the plain sampler, exactly as without environments)."""
+    from trainers.envs.registry import make_environment
+
+    env = make_environment(config.env.name, config.env.settings)
+    if not env.multi_turn:
+        return None, None
+    # The sampler pauses a row when its newest tokens are the last two of a stop string's own
+    # tokenization ("call", ">" of "</tool_call>"): what comes before may merge differently ("}}</"),
+    # so the turn loop checks the text and lets a false alarm go on (`Episodes.on_turn_end`).
+    stops = tuple(tuple(tokenizer.encode(text, add_bos=False)[-2:]) for text in env.stop_strings)
+    return env, TurnStops(tuple(s for s in stops if s))
 
 
 def reward_specs(config: ExperimentConfig) -> list[tuple[str, float]]:

@@ -1,0 +1,149 @@
+"""The host side of the turn loop: a batch of episodes, one per sequence, each talking to the run's
+environment (`trainers.envs`) while `generate.generate_turns` decodes them all together.
+
+When a sequence ends an assistant turn, `Episodes.on_turn_end` decodes the turn's text, asks the
+environment for its reply (`Environment.step`), and returns the reply's token ids, rendered with
+the chat template (`encoding.encode_reply`), for the sampler to prefill; or None to end the
+episode. An episode ends when the environment says done, at `env.max_turns` assistant turns, when
+the next reply would not fit in the token budget (`max_total_tokens`), or when the environment
+raises (`env_error`, with the message: the run goes on). `Episodes.finish` closes the episodes the
+budget cut mid-turn and returns what scoring and display need.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from trainers.data.chat_template import conversation
+from trainers.data.encoding import encode_reply
+from trainers.envs.base import Environment, EpisodeState
+
+END_DONE, END_MAX_TURNS, END_MAX_TOKENS, END_ERROR = "done", "max_turns", "max_total_tokens", "env_error"
+END_REASONS = (END_DONE, END_MAX_TURNS, END_MAX_TOKENS, END_ERROR)
+ERROR_CHARS = 500  # an environment's error message is kept up to this many characters
+
+
+@dataclasses.dataclass
+class Episode:
+    """One sequence's episode: its conversation, its turns for display and what it earned."""
+
+    state: EpisodeState
+    history: list[dict[str, str]]          # the conversation rendered so far (chat runs)
+    turns: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    turn_start: int = 0                     # completion index where the current assistant turn began
+    reward_parts: dict[str, float] = dataclasses.field(default_factory=dict)
+    tool_calls: int = 0
+    tool_errors: int = 0
+    end_reason: str | None = None
+    error: str | None = None
+
+    @property
+    def final_text(self) -> str:
+        """The last assistant turn's text: what the run's reward functions score."""
+        return next((t["text"] for t in reversed(self.turns) if t["role"] == "assistant"), "")
+
+    @property
+    def text(self) -> str:
+        """The whole episode after the prompt, each turn's text on its own line."""
+        return "\n".join(t["text"] for t in self.turns)
+
+    def display(self, env_name: str) -> dict[str, Any]:
+        """The keys a multi-turn sample adds to its display dict (`Rollout.samples`)."""
+        out = {"env": env_name, "turns": [dict(t) for t in self.turns], "reward_parts": dict(self.reward_parts),
+               "end_reason": self.end_reason, "tool_calls": self.tool_calls, "tool_errors": self.tool_errors}
+        if self.error is not None:
+            out["error"] = self.error
+        return out
+
+
+class Episodes:
+    """The episodes of one generation call's rows (row i plays `examples[i]`)."""
+
+    def __init__(self, env: Environment, tokenizer: Any, examples: list[dict[str, Any]], prompts: list[Any], *,
+                 chat: bool, system_prompt: str | None, max_turns: int, max_total_tokens: int) -> None:
+        self.env, self.tokenizer, self.chat = env, tokenizer, chat
+        self.max_turns, self.max_total_tokens = max_turns, max_total_tokens
+        self.eos_ids = frozenset(getattr(tokenizer, "eos_ids", (tokenizer.eos_id,)))
+        self.episodes = [Episode(state=EpisodeState(example=example),
+                                 history=conversation(prompt, system_prompt) if chat else [])
+                         for example, prompt in zip(examples, prompts)]
+
+    def on_turn_end(self, row: int, step: int, tokens: np.ndarray) -> np.ndarray | None:
+        """`generate.TurnEnd`: row `row` ended an assistant turn at token step - 1."""
+        episode = self.episodes[row]
+        turn_ids = tokens[episode.turn_start:step]
+        text = self.tokenizer.decode_completion(turn_ids)
+        last = int(turn_ids[-1]) if len(turn_ids) else None
+        if last not in self.eos_ids and not any(text.endswith(stop) for stop in self.env.stop_strings):
+            return np.zeros(0, np.int32)  # the stop tokens came without their stop string: the turn goes on
+        episode.turns.append({"role": "assistant", "text": text, "tokens": int(len(turn_ids))})
+        episode.state.turn += 1
+        try:
+            result = self.env.step(episode.state, text)
+            unknown = sorted(set(result.reward_parts) - set(self.env.reward_parts))
+            if unknown:
+                raise ValueError(f"reward parts {unknown} are not declared in {type(self.env).__name__}.reward_parts")
+        except Exception as error:  # noqa: BLE001 - an environment's bug fails its episode, not the run
+            return self._end(episode, END_ERROR, f"{type(error).__name__}: {error}"[:ERROR_CHARS])
+        for name, value in result.reward_parts.items():
+            episode.reward_parts[name] = episode.reward_parts.get(name, 0.0) + float(value)
+        episode.tool_calls += result.tool_calls
+        episode.tool_errors += result.tool_errors
+        if result.done:
+            return self._end(episode, END_DONE)
+        if episode.state.turn >= self.max_turns:
+            return self._end(episode, END_MAX_TURNS)
+        ended_by = self.tokenizer.token_text(last) if self.chat and last in self.eos_ids else ""
+        episode.history.append({"role": "assistant", "content": text})
+        try:
+            reply_ids = np.asarray(encode_reply(self.tokenizer, episode.history, result.messages, chat=self.chat,
+                                                ended_by=ended_by), np.int32)
+        except (ValueError, KeyError, TypeError) as error:
+            return self._end(episode, END_ERROR, f"the reply could not be rendered: {error}"[:ERROR_CHARS])
+        if step + len(reply_ids) >= self.max_total_tokens:
+            return self._end(episode, END_MAX_TOKENS)
+        episode.history.extend(result.messages)
+        for message in result.messages:
+            episode.turns.append({"role": message["role"], "text": message["content"], "tokens": 0})
+        if result.messages:  # the reply's tokens (template markers included) are counted on its last message
+            episode.turns[-1]["tokens"] = int(len(reply_ids))
+        episode.turn_start = step + len(reply_ids)
+        return reply_ids
+
+    def finish(self, tokens: np.ndarray, mask: np.ndarray) -> list[Episode]:
+        """Close the episodes still going when generation stopped: the budget cut them mid-turn (their
+        last turn is kept as written). tokens / mask [B, N]: the generation's rows."""
+        for row, episode in enumerate(self.episodes):
+            if episode.end_reason is None:
+                end = int(mask[row].sum())
+                turn_ids = tokens[row, episode.turn_start:end]
+                episode.turns.append({"role": "assistant", "text": self.tokenizer.decode_completion(turn_ids),
+                                      "tokens": int(len(turn_ids))})
+                episode.end_reason = END_MAX_TOKENS
+        return self.episodes
+
+    @staticmethod
+    def _end(episode: Episode, reason: str, error: str | None = None) -> None:
+        episode.end_reason, episode.error = reason, error
+        return None
+
+
+def episode_metrics(episodes: list[dict[str, Any]]) -> dict[str, float]:
+    """env/* metrics of a rollout's episodes (their display dicts): turns, tool calls and errors per
+    episode, the share of episodes that used a tool, and how episodes ended."""
+    if not episodes:
+        return {}
+    turns = [sum(t["role"] == "assistant" for t in e["turns"]) for e in episodes]
+    out = {
+        "env/turns_mean": float(np.mean(turns)),
+        "env/tool_calls_mean": float(np.mean([e["tool_calls"] for e in episodes])),
+        "env/tool_errors_mean": float(np.mean([e["tool_errors"] for e in episodes])),
+        "env/tool_use_fraction": float(np.mean([e["tool_calls"] > 0 for e in episodes])),
+    }
+    for reason in (END_MAX_TURNS, END_MAX_TOKENS, END_ERROR):
+        key = "env/error_fraction" if reason == END_ERROR else f"env/{reason}_fraction"
+        out[key] = float(np.mean([e["end_reason"] == reason for e in episodes]))
+    return out
