@@ -26,6 +26,17 @@ that count over the first run's (the issue's target for dynamic sampling: <= 0.5
 the training step of that evaluation, and the median timing/step_s. The PNG (default
 OUT_DIR/learning_curves.png, matplotlib's Agg backend) shows each run's eval/accuracy against
 completions sampled (left) and against training steps (right), with the base + gain line.
+
+Tool use (issue 21: configs/calculator-arith.yaml against configs/calculator-arith-notool.yaml). When a
+run's evaluations report eval/env/tool_use_fraction (the share of held-out episodes with at least one
+tool call: calculator runs only), the PNG gets a third panel, that share against training steps, and a
+second table follows the first: each run's eval/accuracy and tool-use share before (its first evaluation,
+step 0 with eval.before_training) and after (its last), the change, and its last accuracy minus the first
+run's ("vs first run": list the run without the tool first, and the cell of the tool run is the gain the
+issue's target asks +15 points of). A run without the metric shows "—" for tool use.
+
+    .venv/bin/python bench/learning_curves.py configs/calculator-arith-notool.yaml configs/calculator-arith.yaml \\
+        --png var/curves/calculator.png
 """
 
 from __future__ import annotations
@@ -43,6 +54,7 @@ sys.path.insert(0, ROOT)
 PROMPTS_SAMPLED = "dynamic/prompts_sampled"
 PROMPTS_CONSUMED = "dynamic/prompts_consumed"
 EVAL_ACCURACY = "eval/accuracy"
+EVAL_TOOL_USE = "eval/env/tool_use_fraction"
 STEP_SECONDS = "timing/step_s"
 
 
@@ -52,6 +64,8 @@ class Curve:
 
     eval_completions[i], eval_accuracy[i]: cumulative completions sampled when the i-th evaluation ran,
     and its eval/accuracy. total_completions: sampled over the run's `steps` steps (after the budget cut).
+    eval_tool_use[i]: that evaluation's eval/env/tool_use_fraction, None where the row has none (a run
+    without a tool has None everywhere).
     """
 
     name: str
@@ -62,6 +76,12 @@ class Curve:
     total_completions: int
     steps: int
     median_step_s: float | None
+    eval_tool_use: list[float | None] = dataclasses.field(default_factory=list)
+
+    @property
+    def has_tool_use(self) -> bool:
+        """Whether any evaluation of this run reported the tool-use share."""
+        return any(value is not None for value in self.eval_tool_use)
 
 
 def completions_in_step(row: dict, prompts_per_step: int, num_generations: int) -> int:
@@ -103,7 +123,7 @@ def curve_from_rows(name: str, run_dir: str, rows: list[dict], prompts_per_step:
     max_completions."""
     total = 0
     steps = 0
-    evals: list[tuple[int, int, float]] = []
+    evals: list[tuple[int, int, float, float | None]] = []
     step_seconds = []
     for row in rows:
         step = int(row["step"])
@@ -113,14 +133,16 @@ def curve_from_rows(name: str, run_dir: str, rows: list[dict], prompts_per_step:
             if STEP_SECONDS in row:
                 step_seconds.append(float(row[STEP_SECONDS]))
         if EVAL_ACCURACY in row:
-            evals.append((step, total, float(row[EVAL_ACCURACY])))
+            tool_use = float(row[EVAL_TOOL_USE]) if EVAL_TOOL_USE in row else None
+            evals.append((step, total, float(row[EVAL_ACCURACY]), tool_use))
         if max_completions is not None and total >= max_completions:
             break
     return Curve(
         name=name, run_dir=run_dir,
-        eval_steps=[s for s, _, _ in evals], eval_completions=[c for _, c, _ in evals],
-        eval_accuracy=[a for _, _, a in evals], total_completions=total, steps=steps,
+        eval_steps=[s for s, _, _, _ in evals], eval_completions=[c for _, c, _, _ in evals],
+        eval_accuracy=[a for _, _, a, _ in evals], total_completions=total, steps=steps,
         median_step_s=statistics.median(step_seconds) if step_seconds else None,
+        eval_tool_use=[t for _, _, _, t in evals],
     )
 
 
@@ -200,16 +222,70 @@ def markdown_table(rows: list[dict], gain: float = 0.10) -> str:
     return "\n".join(lines)
 
 
+def before_after(curves: list[Curve]) -> list[dict]:
+    """One row per curve: run, steps, accuracy_before / accuracy_after (its first and last evaluation;
+    None without one), accuracy_change (after - before), tool_use_before / tool_use_after (those two
+    evaluations' tool-use share, None where not reported), tool_use_change, and after_vs_first: this run's
+    accuracy_after minus the first curve's (0.0 for the first; None where either has no evaluation)."""
+    rows = []
+    for curve in curves:
+        accuracies, tool_use = curve.eval_accuracy, curve.eval_tool_use
+        before = accuracies[0] if accuracies else None
+        after = accuracies[-1] if accuracies else None
+        use_before = tool_use[0] if tool_use else None
+        use_after = tool_use[-1] if tool_use else None
+        rows.append({
+            "run": curve.name, "steps": curve.steps,
+            "accuracy_before": before, "accuracy_after": after,
+            "accuracy_change": None if before is None or after is None else after - before,
+            "tool_use_before": use_before, "tool_use_after": use_after,
+            "tool_use_change": None if use_before is None or use_after is None else use_after - use_before,
+        })
+    first_after = rows[0]["accuracy_after"] if rows else None
+    for row in rows:
+        mine = row["accuracy_after"]
+        row["after_vs_first"] = None if mine is None or first_after is None else mine - first_after
+    return rows
+
+
+def _points(value: float | None) -> str:
+    """A difference of shares in percentage points, signed: 0.17 -> "+17.0"."""
+    return "—" if value is None else f"{value * 100:+.1f}"
+
+
+def before_after_table(rows: list[dict]) -> str:
+    """`before_after`'s rows as a markdown table: shares with 2 decimals, changes in signed points."""
+    first = rows[0]["run"] if rows else ""
+    lines = [
+        "| run | steps | eval acc before | eval acc after | change (pts) | tool use before | tool use after "
+        f"| change (pts) | eval acc after vs {first} (pts) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['run']} | {r['steps']} | {_cell(r['accuracy_before'], '.2f')} | {_cell(r['accuracy_after'], '.2f')} "
+            f"| {_points(r['accuracy_change'])} | {_cell(r['tool_use_before'], '.2f')} "
+            f"| {_cell(r['tool_use_after'], '.2f')} | {_points(r['tool_use_change'])} | {_points(r['after_vs_first'])} |")
+    return "\n".join(lines)
+
+
 def plot(curves: list[Curve], path: str, rows: list[dict] | None = None, title: str | None = None) -> str:
-    """Draws eval/accuracy against completions sampled (left) and against training steps (right), one
-    line per curve, and each distinct base + gain target of `rows` as a dashed line; writes a PNG at
-    `path` and returns it."""
+    """Draws eval/accuracy against completions sampled (left) and against training steps (middle), one
+    line per curve, and each distinct base + gain target of `rows` as a dashed line; when a curve reports
+    the tool-use share, a third panel draws it against training steps (runs without it are left out of
+    that panel). Writes a PNG at `path` and returns it."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (by_completions, by_steps) = plt.subplots(1, 2, figsize=(13, 5), dpi=120, sharey=True)
+    tool_curves = [curve for curve in curves if curve.has_tool_use]
+    if tool_curves:
+        fig, axes = plt.subplots(1, 3, figsize=(19, 5), dpi=120)
+        by_completions, by_steps, tool_use = axes
+        by_steps.sharey(by_completions)
+    else:
+        fig, (by_completions, by_steps) = plt.subplots(1, 2, figsize=(13, 5), dpi=120, sharey=True)
     targets = sorted({round(r["target_accuracy"], 6) for r in rows or [] if r["target_accuracy"] is not None})
     for ax, x_of, x_label in ((by_completions, lambda c: c.eval_completions, "completions sampled"),
                               (by_steps, lambda c: c.eval_steps, "training steps")):
@@ -226,6 +302,21 @@ def plot(curves: list[Curve], path: str, rows: list[dict] | None = None, title: 
     by_completions.set_title("against completions sampled (what the runs cost)")
     by_steps.set_title("against training steps")
     by_completions.legend()
+    if tool_curves:
+        # Same colour per run in every panel: the n-th curve takes the n-th colour of the cycle.
+        colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+        for index, curve in enumerate(curves):
+            if not curve.has_tool_use:
+                continue
+            points = [(s, t) for s, t in zip(curve.eval_steps, curve.eval_tool_use) if t is not None]
+            tool_use.plot([s for s, _ in points], [t for _, t in points], marker="o", markersize=3,
+                          label=curve.name, color=colors[index % len(colors)])
+        tool_use.set_xlabel("training steps")
+        tool_use.set_ylabel("share of held-out episodes with a tool call")
+        tool_use.set_ylim(0, 1.02)
+        tool_use.grid(True, alpha=0.3)
+        tool_use.set_title("tool use (eval/env/tool_use_fraction)")
+        tool_use.legend()
     fig.suptitle(title or "Held-out accuracy")
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -339,6 +430,12 @@ def main(argv: list[str] | None = None) -> int:
     print(markdown_table(rows, args.gain))
     if args.json:
         print(json.dumps(rows))
+    if any(curve.has_tool_use for curve in curves):
+        changes = before_after(curves)
+        print()
+        print(before_after_table(changes))
+        if args.json:
+            print(json.dumps(changes))
     print(f"plot: {png}")
     return 0
 

@@ -115,3 +115,34 @@ def test_older_word_problem_tasks_are_byte_identical(variant, stream):
     flags = {} if variant == "mixed" else {variant: True}
     rows = make_problems(0, 300, stream, **flags)
     assert hashlib.sha256(json.dumps(rows).encode()).hexdigest() == _BEFORE[(variant, stream)]
+
+
+def _config_dict(name: str) -> dict:
+    import os
+
+    import yaml
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "configs", name), encoding="utf-8") as f:
+        return yaml.safe_load(f)
+
+
+def test_demo_configs_differ_only_in_the_tool():
+    from trainers.config import load_config
+
+    tool, notool = _config_dict("calculator-arith.yaml"), _config_dict("calculator-arith-notool.yaml")
+    assert tool["data"]["task"] == "arithmetic_words_calc" and tool["env"]["name"] == "calculator"
+    assert notool["env"] == {"name": "single_turn"}
+    # The comparison's system prompt is the calculator's with its tool sentences cut off the front.
+    assert tool["data"]["system_prompt"].endswith(" " + notool["data"]["system_prompt"])
+    assert "calculator" not in notool["data"]["system_prompt"]
+    for config in (tool, notool):
+        del config["env"], config["data"]["system_prompt"]
+    assert tool == notool
+    for name in ("calculator-arith.yaml", "calculator-arith-notool.yaml"):
+        load_config(f"configs/{name}", [])  # both pass the schema
+
+
+def test_demo_config_carries_the_calculators_system_prompt():
+    calculator = pytest.importorskip("trainers.envs.calculator")
+    assert _config_dict("calculator-arith.yaml")["data"]["system_prompt"] == calculator.SYSTEM_PROMPT
