@@ -71,6 +71,11 @@ def validate_messages(value: Any) -> list[dict]:
     return messages
 
 
+TOOL_RESPONSE_OPEN, TOOL_RESPONSE_CLOSE = "<tool_response>\n", "\n</tool_response>"
+"""How a tool message's content is wrapped (Hermes / Qwen format) by a tokenizer whose chat template
+does not wrap it itself (`HFTokenizer.apply_chat_template`)."""
+
+
 def conversation(prompt: Any, system_prompt: str | None = None) -> list[dict]:
     """A dataset prompt as the message list its chat rendering starts from: a string is one user
     message (`validate_messages`), and `system_prompt` (if given) goes first unless a message already

@@ -4,7 +4,6 @@ environment's reply in a multi-turn episode -> the ids that continue the sequenc
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import threading
@@ -141,8 +140,6 @@ def _preview(prompt) -> str:
     return repr(prompt)[:60]
 
 
-TOOL_RESPONSE_OPEN, TOOL_RESPONSE_CLOSE = "<tool_response>\n", "\n</tool_response>"
-"""How a tool's result is wrapped (Hermes / Qwen format) when the chat template does not wrap it."""
 _MARK = "\u2063turn-end\u2063"  # stands for the assistant's text, to find what the template writes after it
 
 
@@ -153,16 +150,13 @@ def encode_reply(tokenizer, history: list[dict], reply: list[dict], *, chat: boo
     end-of-turn text the model itself wrote), the reply messages and the next assistant header.
 
     history: the conversation so far, ending with the assistant turn ({"role": "assistant",
-    "content": its text}). reply: the environment's messages (role "tool" or "user"); a tool
-    message's content is wrapped in <tool_response> tags unless the template wraps it itself.
+    "content": its text}). reply: the environment's messages (role "tool" or "user"; the tokenizer
+    wraps a tool message in <tool_response> tags where its template does not: `apply_chat_template`).
     chat=False (no template: the character tokenizer): each message's content on its own line.
     Raises ValueError when the template does not render the reply as a continuation of the history.
     """
     if not chat:
         return tokenizer.encode("".join("\n" + message["content"] for message in reply) + "\n", add_bos=False)
-    if not _template_wraps_tool_responses(tokenizer):
-        reply = [dict(m, content=TOOL_RESPONSE_OPEN + m["content"] + TOOL_RESPONSE_CLOSE) if m["role"] == "tool" else m
-                 for m in reply]
     before = tokenizer.apply_chat_template(history, add_generation_prompt=False)
     after = tokenizer.apply_chat_template(history + reply, add_generation_prompt=True)
     if not after.startswith(before):
@@ -173,13 +167,3 @@ def encode_reply(tokenizer, history: list[dict], reply: list[dict], *, chat: boo
     if ended_by and closing.startswith(ended_by):
         closing = closing[len(ended_by):]
     return tokenizer.encode(closing + after[len(before):], add_bos=False)
-
-
-@functools.lru_cache(maxsize=16)
-def _template_wraps_tool_responses(tokenizer) -> bool:
-    """Whether `tokenizer`'s chat template writes <tool_response> around a tool message itself (Qwen's)."""
-    probe = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}, {"role": "tool", "content": "r"}]
-    try:
-        return "<tool_response>" in tokenizer.apply_chat_template(probe, add_generation_prompt=False)
-    except ValueError:
-        return False

@@ -30,7 +30,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from trainers.data.chat_template import conversation, render_chat_template, validate_messages
+from trainers.data.chat_template import (
+    TOOL_RESPONSE_CLOSE, TOOL_RESPONSE_OPEN, conversation, render_chat_template, validate_messages,
+)
 
 # The named special tokens transformers passes to chat templates (its SPECIAL_TOKENS_ATTRIBUTES).
 SPECIAL_TOKEN_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
@@ -107,6 +109,7 @@ class HFTokenizer:
         else:
             self._chat_templates = {} if chat_template is None else {"default": chat_template}
         self._chat_template = chat_template
+        self._tool_wrapping: bool | None = None  # `_wraps_tool_responses`, probed on first use
         self._clean_up_spaces = bool(clean_up_tokenization_spaces) and type(backend.model).__name__ != "BPE"
 
     @classmethod
@@ -241,9 +244,24 @@ class HFTokenizer:
         (bos_token, eos_token, ...). Raises ValueError without a template or if rendering fails."""
         template = self._require_chat_template()
         variables = dict(self.special_tokens)
-        return render_chat_template(
-            template, validate_messages(messages), add_generation_prompt=add_generation_prompt, **variables
-        )
+        messages = validate_messages(messages)
+        if not self._wraps_tool_responses(template, variables):
+            messages = [dict(m, content=TOOL_RESPONSE_OPEN + m["content"] + TOOL_RESPONSE_CLOSE)
+                        if m["role"] == "tool" else m for m in messages]
+        return render_chat_template(template, messages, add_generation_prompt=add_generation_prompt, **variables)
+
+    def _wraps_tool_responses(self, template: str, variables: dict) -> bool:
+        """Whether the chat template writes <tool_response> around a tool message itself (Qwen's do);
+        where it does not (SmolLM2's), `apply_chat_template` wraps a tool message's content in those
+        tags (the Hermes format the calculator's prompt describes). Probed once."""
+        if self._tool_wrapping is None:
+            probe = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"},
+                     {"role": "tool", "content": "r"}]
+            try:
+                self._tool_wrapping = "<tool_response>" in render_chat_template(template, probe, **variables)
+            except ValueError:
+                self._tool_wrapping = False
+        return self._tool_wrapping
 
     def encode_prompt(self, prompt: str | list[dict], *, chat: bool, system_prompt: str | None = None) -> list[int]:
         """The ids of one dataset prompt (a string or a list of {"role", "content"} messages).
