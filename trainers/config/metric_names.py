@@ -59,15 +59,32 @@ SYSTEM_METRICS = (
 """Host and accelerator use (trainers.loop.system_metrics), every train.system_metrics_every_s seconds;
 the device memory ones only where JAX reports memory stats (not on CPU), gpu_utilization only with a GPU."""
 
-METRIC_NAMES = TRAIN_METRICS + ASYNC_METRICS + ALGORITHM_METRICS + EVAL_METRICS + SYSTEM_METRICS
+ENV_METRICS = (
+    "env/turns_mean",
+    "env/tool_calls_mean",
+    "env/tool_errors_mean",
+    "env/tool_use_fraction",
+    "env/max_turns_fraction",
+    "env/max_total_tokens_fraction",
+    "env/error_fraction",
+)
+"""Multi-turn episodes (env.name other than single_turn; trainers.rollout.episodes.episode_metrics): per
+step, and per evaluation as eval/env/<...>. An environment's reward parts are reward/env/<part>."""
+ENV_REWARD_PART_PATTERN = r"reward/env/[A-Za-z0-9_]+"
+
+METRIC_NAMES = (TRAIN_METRICS + ASYNC_METRICS + ALGORITHM_METRICS + EVAL_METRICS + SYSTEM_METRICS + ENV_METRICS
+                + tuple(f"eval/{name}" for name in ENV_METRICS))
 
 
 def is_metric_name(name: str) -> bool:
-    """A name the trainer reports: one of METRIC_NAMES, eval/pass@<k>, or reward/<a reward function>."""
+    """A name the trainer reports: one of METRIC_NAMES, eval/pass@<k>, reward/<a reward function> or
+    reward/env/<an environment's reward part>."""
     import re
 
     from trainers.data.rewards import REWARD_NAMES
 
     if name in METRIC_NAMES or re.fullmatch(PASS_AT_K_PATTERN, name) is not None:
+        return True
+    if re.fullmatch(ENV_REWARD_PART_PATTERN, name) is not None:
         return True
     return re.fullmatch(REWARD_FUNCTION_PATTERN, name) is not None and name.split("/", 1)[1] in REWARD_NAMES
