@@ -9,6 +9,9 @@ import pytest
 from trainers.envs.arithmetic import ArithmeticRefused, evaluate, format_number, normalize
 from trainers.envs.base import EpisodeState
 from trainers.envs.calculator import (
+    DEMO_QUESTION,
+    DEMONSTRATION_NO_TOOL,
+    EXAMPLE_CALL,
     SYSTEM_PROMPT,
     Calculator,
     CalculatorSettings,
@@ -16,6 +19,7 @@ from trainers.envs.calculator import (
     find_tool_calls,
 )
 from trainers.data import rewards
+from trainers.data.word_problems import ANSWER_FORMAT, make_problems
 
 
 def refused(expression, **limits):
@@ -236,3 +240,91 @@ def test_system_prompt_shows_the_call_format_and_an_answer_the_rewards_read():
     # An episode that ends like the prompt says is scored right by numeric_match (the last number).
     episode = call("12 + 7") + "\n<tool_response>\n19\n</tool_response>\nThe answer is 19."
     assert rewards.numeric_match(episode, {"answer": "19"}) == 1.0
+
+
+# ---------------------------------------------------------------- the demonstration and the no-tool twin
+
+QUESTION = "Ben has 39 apples and gives Maya 28. How many apples does Ben have left? " + ANSWER_FORMAT
+DEMO_USER = {"role": "user", "content": "Ana has 12 apples. Ben gives Ana 7 more. How many apples does Ana have now? "
+                                        "Answer in one short sentence that ends with the number."}
+
+
+def test_reset_without_demonstration_is_the_prompt_as_it_is():
+    example = {"prompt": QUESTION, "answer": "11"}
+    assert Calculator().reset(example) == QUESTION
+    assert Calculator(CalculatorSettings(enabled=False)).reset(example) == QUESTION
+    messages = [{"role": "user", "content": QUESTION}]
+    assert Calculator().reset({"prompt": messages}) is messages
+
+
+def test_reset_with_demonstration_puts_one_worked_example_first():
+    env = Calculator(CalculatorSettings(demonstration=True))
+    assert env.reset({"prompt": QUESTION, "answer": "11"}) == [
+        DEMO_USER,
+        {"role": "assistant", "content": '<tool_call>{"name": "calculator", "arguments": {"expression": "12 + 7"}}'
+                                         "</tool_call>"},
+        {"role": "tool", "content": "19"},
+        {"role": "assistant", "content": "Ana has 19 apples now."},
+        {"role": "user", "content": QUESTION},
+    ]
+
+
+def test_the_no_tool_twins_demonstration_answers_directly():
+    env = Calculator(CalculatorSettings(demonstration=True, enabled=False))
+    assert env.reset({"prompt": QUESTION}) == [
+        DEMO_USER,
+        {"role": "assistant", "content": "Ana has 12 + 7 = 19 apples now."},
+        {"role": "user", "content": QUESTION},
+    ]
+
+
+def test_a_message_list_prompt_keeps_its_system_message_first():
+    prompt = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": QUESTION}]
+    messages = Calculator(CalculatorSettings(demonstration=True)).reset({"prompt": prompt})
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "tool", "assistant", "user"]
+    assert messages[0] == prompt[0] and messages[1] == DEMO_USER and messages[-1] == prompt[1]
+    with pytest.raises(ValueError, match="message 0 has no 'role'"):
+        Calculator(CalculatorSettings(demonstration=True)).reset({"prompt": [{"content": "x"}]})
+
+
+def test_the_demonstration_is_what_the_calculator_and_the_reward_would_do():
+    """The example's call gets the example's result from `step`, its question is not an
+    arithmetic_words_calc prompt (7 is one digit), and its answer is scored right by math_answer."""
+    env = Calculator(CalculatorSettings(demonstration=True))
+    demo = env.reset({"prompt": QUESTION})
+    result = env.step(EpisodeState(example={}, turn=1), demo[1]["content"])
+    assert result.messages == [demo[2]] and not result.done
+    assert rewards.math_answer(demo[3]["content"], {"answer": "19"}) == 1.0
+    assert rewards.math_answer(DEMONSTRATION_NO_TOOL[1]["content"], {"answer": "19"}) == 1.0
+    assert DEMO_QUESTION not in {e["prompt"] for e in make_problems(0, 4000, calculator=True)}
+
+
+def test_without_the_tool_the_first_turn_is_the_final_answer():
+    env = Calculator(CalculatorSettings(enabled=False))
+    assert env.stop_strings == () and Calculator.stop_strings == ("</tool_call>",)  # the class keeps its stop
+    result = env.step(EpisodeState(example={}, turn=1), call("39 - 28"))  # a call is not answered
+    assert (result.messages, result.done, result.tool_calls, result.tool_errors) == ([], True, 0, 0)
+    result = env.step(EpisodeState(example={}, turn=1), "Ben has 11 apples left.")
+    assert (result.messages, result.done) == ([], True)
+
+
+def test_the_demonstration_renders_like_a_real_episode(smollm2_dir):
+    """With SmolLM2's chat template, the prompt up to the demonstration's tool reply is token for token
+    what a real episode is after the model wrote the same call and got its reply (`encode_reply`)."""
+    from trainers.data.chat_template import conversation
+    from trainers.data.encoding import encode_reply
+    from trainers.data.hf_tokenizer import HFTokenizer
+
+    tok = HFTokenizer.from_folder(smollm2_dir)
+    demo = Calculator(CalculatorSettings(demonstration=True)).reset({"prompt": QUESTION})
+    start = conversation(DEMO_USER["content"], SYSTEM_PROMPT)
+    history = start + [demo[1]]
+    real = (tok.encode(tok.apply_chat_template(start), add_bos=False) + tok.encode(demo[1]["content"], add_bos=False)
+            + encode_reply(tok, history, [demo[2]], chat=True))
+    assert tok.encode(tok.apply_chat_template(start + demo[1:3]), add_bos=False) == real
+    text = tok.apply_chat_template(conversation(demo, SYSTEM_PROMPT))
+    assert text.endswith(
+        "<|im_start|>assistant\n" + EXAMPLE_CALL + "<|im_end|>\n"
+        "<|im_start|>tool\n<tool_response>\n19\n</tool_response><|im_end|>\n"
+        "<|im_start|>assistant\nAna has 19 apples now.<|im_end|>\n"
+        "<|im_start|>user\n" + QUESTION + "<|im_end|>\n<|im_start|>assistant\n")

@@ -131,8 +131,14 @@ def test_demo_configs_differ_only_in_the_tool():
     from trainers.config import load_config
 
     tool, notool = _config_dict("calculator-arith.yaml"), _config_dict("calculator-arith-notool.yaml")
-    assert tool["data"]["task"] == "arithmetic_words_calc" and tool["env"]["name"] == "calculator"
-    assert notool["env"] == {"name": "single_turn"}
+    assert tool["data"]["task"] == "arithmetic_words_calc"
+    assert tool["env"] == {"name": "calculator", "settings": {"demonstration": True}, "max_turns": 3,
+                           "max_total_tokens": 160}
+    # The twin: the calculator switched off (one turn, the demonstration answered without the tool), the
+    # same total budget as the tool run's episode and as its single-turn completion budget.
+    assert notool["env"] == {"name": "calculator", "settings": {"demonstration": True, "enabled": False},
+                             "max_turns": 1, "max_total_tokens": 160}
+    assert tool["rollout"]["max_new_tokens"] == 160
     # The comparison's system prompt is the calculator's with its tool sentences cut off the front.
     assert tool["data"]["system_prompt"].endswith(" " + notool["data"]["system_prompt"])
     assert "calculator" not in notool["data"]["system_prompt"]
@@ -141,6 +147,25 @@ def test_demo_configs_differ_only_in_the_tool():
     assert tool == notool
     for name in ("calculator-arith.yaml", "calculator-arith-notool.yaml"):
         load_config(f"configs/{name}", [])  # both pass the schema
+
+
+def test_demo_configs_prompts_fit_max_prompt_tokens(smollm2_dir):
+    """The longest prompt of either run (system prompt, demonstration, problem; train and held-out) fits
+    data.max_prompt_tokens: 255 tokens for the tool run, 146 for the twin, measured with SmolLM2's tokenizer."""
+    from trainers.config import load_config
+    from trainers.data.hf_tokenizer import HFTokenizer
+    from trainers.envs.registry import make_environment
+
+    tok = HFTokenizer.from_folder(smollm2_dir)
+    train, held_out = tasks.make_train_eval("arithmetic_words_calc", 0, 4000, 100)
+    longest = {}
+    for name in ("calculator-arith.yaml", "calculator-arith-notool.yaml"):
+        config = load_config(f"configs/{name}", [])
+        env = make_environment(config.env.name, config.env.settings)
+        longest[name] = max(len(tok.encode_prompt(env.reset(e), chat=True, system_prompt=config.data.system_prompt))
+                            for e in train + held_out)
+        assert longest[name] <= config.data.max_prompt_tokens
+    assert longest == {"calculator-arith.yaml": 255, "calculator-arith-notool.yaml": 146}
 
 
 def test_demo_config_carries_the_calculators_system_prompt():
