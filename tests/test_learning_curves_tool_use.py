@@ -2,33 +2,11 @@
 read beside eval/accuracy, the before/after table's cells match hand-computed values, the table and the
 third panel appear only when a run reports eval/env/tool_use_fraction, and runs without it are unchanged."""
 
-import importlib.util
 import json
-import os
 import subprocess
 import sys
 
-import yaml
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPT = os.path.join(ROOT, "bench", "learning_curves.py")
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("learning_curves", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["learning_curves"] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-def _run_dir(root, name, rows):
-    run_dir = root / name
-    run_dir.mkdir()
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(
-        {"seed": 0, "batch": {"prompts_per_step": 8}, "grpo": {"num_generations": 6}}))
-    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return str(run_dir)
+from tests.test_learning_curves_script import SCRIPT, _run_dir, _script
 
 
 def _notool(root):
