@@ -46,11 +46,9 @@ def model():
     return graphdef, sharpen(params)
 
 
-@pytest.fixture(scope="module")
-def prompts():
-    """4 prompts of lengths 5, 2, 7, 4, left-padded to 7."""
-    rng = np.random.default_rng(0)
-    lengths = [5, 2, 7, 4]
+def random_prompts(lengths: list[int], seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Random prompts of these lengths (ids 3..vocab), left-padded to the longest: (tokens, valid)."""
+    rng = np.random.default_rng(seed)
     prompt_len = max(lengths)
     tokens = np.full((len(lengths), prompt_len), PAD, np.int32)
     valid = np.zeros((len(lengths), prompt_len), bool)
@@ -58,6 +56,12 @@ def prompts():
         tokens[row, prompt_len - length:] = rng.integers(3, CFG.vocab_size, size=length)
         valid[row, prompt_len - length:] = True
     return tokens, valid
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    """4 prompts of lengths 5, 2, 7, 4, left-padded to 7."""
+    return random_prompts([5, 2, 7, 4])
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import jax
 
-from tests.test_generate import CFG, EOS, PAD, sharpen
+from tests.test_generate import CFG, EOS, PAD, random_prompts as _prompts, sharpen
 from trainers.models import transformer as model_lib
 from trainers.models.generate import SamplingParams, TurnStops, generate, generate_turns
 
@@ -21,17 +21,6 @@ MAX_NEW = 24
 def model():
     graphdef, params = model_lib.init_params(CFG, seed=1)
     return graphdef, sharpen(params)
-
-
-def _prompts(lengths, seed=0):
-    rng = np.random.default_rng(seed)
-    width = max(lengths)
-    tokens = np.full((len(lengths), width), PAD, np.int32)
-    valid = np.zeros((len(lengths), width), bool)
-    for row, length in enumerate(lengths):
-        tokens[row, width - length:] = rng.integers(3, CFG.vocab_size, size=length)
-        valid[row, width - length:] = True
-    return tokens, valid
 
 
 def _left_pad(rows):
