@@ -223,6 +223,16 @@ def test_errors_are_replies_and_the_episode_goes_on():
     assert (result.done, result.tool_calls, result.tool_errors) == (False, 3, 2)
 
 
+def test_call_bonus_is_paid_once_per_episode_for_a_call_that_works():
+    env = Calculator(CalculatorSettings(call_bonus=0.2))
+    assert env.reward_parts == ("tool_call",) and Calculator().reward_parts == ()
+    state = EpisodeState(example={}, turn=1)
+    assert env.step(state, call("1/0")).reward_parts == {}  # an error earns nothing
+    assert env.step(state, call("1/0") + call("2 + 2") + call("3 + 3")).reward_parts == {"tool_call": 0.2}
+    assert env.step(state, call("5 + 5")).reward_parts == {}  # paid already in this episode
+    assert Calculator().step(EpisodeState(example={}, turn=1), call("2 + 2")).reward_parts == {}
+
+
 def test_calls_over_the_limit_get_one_error_reply():
     env = Calculator(CalculatorSettings(max_calls_per_turn=2))
     result = env.step(EpisodeState(example={}, turn=1), "".join(call(f"{n} + 1") for n in range(5)))

@@ -127,7 +127,7 @@ def test_settings_are_validated_with_the_field_named():
     error = env_error("calculator", {"max_digits": 12})
     assert (error.field, error.message) == (
         "env.settings.max_digits", "unknown setting; known: max_expression_chars, max_result_digits, max_calls_per_turn, "
-                               "demonstration, enabled")
+                               "demonstration, enabled, call_bonus")
     assert env_error("single_turn", {"x": 1}).message == "unknown setting; single_turn has no settings"
     error = env_error("guess_number", {"low": 10, "high": 5})
     assert (error.field, error.message) == ("env.settings.high", "high=5 must be above low=10")
@@ -250,7 +250,7 @@ def test_config_env_name_problems():
 def test_config_env_settings_problems():
     assert problems({"env": {"name": "calculator", "settings": {"max_result_digits": 0, "digits": 3}}}) == {
         "env.settings.digits": "unknown setting; known: max_expression_chars, max_result_digits, max_calls_per_turn, "
-                               "demonstration, enabled"}
+                               "demonstration, enabled, call_bonus"}
     assert problems({"env": {"name": "calculator", "settings": {"max_result_digits": 0}}}) == {
         "env.settings.max_result_digits": "Input should be greater than or equal to 1"}
     assert problems({"env": {"name": "guess_number", "settings": {"low": 5, "high": 5}}}) == {

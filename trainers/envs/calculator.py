@@ -96,6 +96,9 @@ class CalculatorSettings(BaseModel):
                                 "Needs a chat model (data.chat_template).")
     enabled: bool = Field(True, description="false: the no-tool twin of a run; the calculator answers nothing, "
                           "the first turn is the final answer and the demonstration answers without the tool.")
+    call_bonus: float = Field(0.0, ge=0.0, le=10.0, description="Reward part tool_call (reward/env/tool_call): "
+                              "this much, once per episode, for its first call the calculator answers without "
+                              "an error (0 = off). Shaping for a model that rarely calls the tool by itself.")
 
 
 def find_tool_calls(message: str) -> list[str]:
@@ -141,12 +144,14 @@ class Calculator(Environment):
     multi_turn = True
     Settings = CalculatorSettings
     stop_strings = ("</tool_call>",)
-    reward_parts = ()  # the run's reward functions score the final answer
+    reward_parts = ()  # the run's reward functions score the final answer (tool_call with a call_bonus)
 
     def __init__(self, settings: CalculatorSettings | None = None) -> None:
         super().__init__(settings)
         if not self.settings.enabled:
             self.stop_strings = ()  # no tool: a turn ends only at the end-of-turn token, as single_turn's
+        if self.settings.call_bonus > 0:
+            self.reward_parts = ("tool_call",)
 
     def reset(self, example: dict[str, Any]) -> str | list[dict[str, str]]:
         """The example's prompt; with settings.demonstration, chat messages: the prompt's own system
@@ -168,14 +173,18 @@ class Calculator(Environment):
         if not calls:
             return StepResult(done=True)
         limit = self.settings.max_calls_per_turn
-        messages, errors = [], 0
+        messages, errors, parts = [], 0, {}
         for body in calls[:limit]:
             reply, failed = answer_tool_call(body, self.settings)
             messages.append({"role": "tool", "content": reply})
             errors += failed
+            if not failed and self.settings.call_bonus > 0 and not state.data.get("call_bonus_paid"):
+                state.data["call_bonus_paid"] = True
+                parts["tool_call"] = self.settings.call_bonus
         skipped = len(calls) - limit
         if skipped > 0:
             messages.append({"role": "tool", "content": f"error: at most {limit} tool calls per turn; the other "
                                                         f"{skipped} were not run"})
             errors += skipped
-        return StepResult(messages=messages, done=False, tool_calls=len(calls), tool_errors=errors)
+        return StepResult(messages=messages, reward_parts=parts, done=False, tool_calls=len(calls),
+                          tool_errors=errors)
