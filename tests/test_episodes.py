@@ -212,3 +212,17 @@ def test_single_turn_is_bit_identical_to_the_trainer_before_environments(tmp_pat
     raw["env"] = {"name": "single_turn"}
     raw["checkpoint"] = {"every_steps": 0}
     assert _digest(raw, tmp_path) == "43e2807ee7d45c6cb1d411fcbd24ecdfa339ff0defcc962ed825f71ffd0f792b"
+
+
+def test_a_sample_shows_its_turns_and_every_reward_part(tmp_path):
+    trainer = GRPOTrainer(parse_config(RAW), str(tmp_path))
+    trainer.source.start(trainer.policy_params(), 0, 0)
+    rollout = trainer.source.next(0)
+    sample = rollout.samples(1)[0]
+    assert sample["env"] == "tests.test_episodes:TwoTurns"
+    assert [t["role"] for t in sample["turns"]] == ["assistant", "tool", "assistant"]
+    assert sample["turns"][1] == {"role": "tool", "text": "ok", "tokens": 4}
+    # The arithmetic task's three reward functions (raw scores) and the environment's part.
+    assert set(sample["reward_parts"]) == {"exact_match", "prefix_match", "alphabet_match", "env/bonus"}
+    assert sample["reward_parts"]["env/bonus"] == 0.5
+    assert sample["completion"] == "\n".join(t["text"] for t in sample["turns"])

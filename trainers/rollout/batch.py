@@ -113,6 +113,12 @@ class Rollout:
         """[N, Lc] bool: the tokens a loss trains on (the sampled ones; every completion token single-turn)."""
         return self.completion_mask if self.loss_mask is None else self.loss_mask
 
+    def _episode_sample(self, i: int) -> dict[str, Any]:
+        """Sequence i's episode for display, its reward_parts every raw score that made its reward:
+        each reward function's (by name) and each environment part's (env/<name>)."""
+        parts = {name: float(self.reward_values[i, k]) for k, name in enumerate(self.reward_names)}
+        return {**self.episodes[i], "reward_parts": parts}
+
     @classmethod
     def concat(cls, rollouts: list["Rollout"], pad_id: int | None = None) -> "Rollout":
         """The rollouts' sequences in order, as one rollout (`generate_s` and `prompts_consumed` add
@@ -208,6 +214,6 @@ class Rollout:
                 **({"truncated": True} if self.truncated[i] else {}),
                 **({"overlong_penalty": float(self.overlong_penalties[i])} if self.overlong_penalties[i] else {}),
                 **({"in_loss": False} if not self.in_loss[i] else {}),
-                **(self.episodes[i] if self.episodes is not None else {}),
+                **(self._episode_sample(i) if self.episodes is not None else {}),
             })
         return out
