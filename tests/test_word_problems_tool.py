@@ -132,7 +132,7 @@ def test_demo_configs_differ_only_in_the_tool():
 
     tool, notool = _config_dict("calculator-arith.yaml"), _config_dict("calculator-arith-notool.yaml")
     assert tool["data"]["task"] == "arithmetic_words_calc"
-    assert tool["env"] == {"name": "calculator", "settings": {"demonstration": True}, "max_turns": 3,
+    assert tool["env"] == {"name": "calculator", "settings": {"demonstration": True, "call_bonus": 0.2}, "max_turns": 3,
                            "max_total_tokens": 160}
     # The twin: the calculator switched off (one turn, the demonstration answered without the tool), the
     # same total budget as the tool run's episode and as its single-turn completion budget.
