@@ -285,25 +285,36 @@ class Run(models.Model):
         return (end - self.started_at).total_seconds()
 
     def transition(self, to: str, *, attempt: int | None = None, only_from: set[str] | None = None,
-                   new_attempt: bool = False, **fields: Any) -> bool:
+                   new_attempt: bool = False, where: Q | None = None, note: str = "", note_level: str = "info",
+                   **fields: Any) -> bool:
         """Compare-and-set in the database: move to `to` only from an allowed status (see
         `allowed_sources`: narrowed by `only_from`; moves reserved to an attempt need `attempt`),
-        and, if given, only while `attempt` still matches. Updates `fields` too, and with
-        `new_attempt` bumps the attempt in the same update (a run put on the queue: no message
-        of the old attempt can claim it in between). The instance's own status is never
-        consulted. Returns whether this call won; on success the instance is refreshed."""
+        and, if given, only while `attempt` still matches and `where` holds. Updates `fields` too,
+        and with `new_attempt` bumps the attempt in the same update (a run put on the queue: no
+        message of the old attempt can claim it in between). The status event, and `note` (why,
+        at `note_level`, under the attempt that made the move) are written in the same transaction
+        as the change: whoever sees the new status also sees its events. The instance's own status
+        is never consulted. Returns whether this call won; on success the instance is refreshed."""
         allowed = allowed_sources(to, by_attempt=attempt is not None, only_from=only_from)
         if not allowed:
             return False
         q = Q(pk=self.pk, status__in=sorted(allowed))
         if attempt is not None:
             q &= Q(attempt=attempt)
+        if where is not None:
+            q &= where
         if new_attempt:
             fields.update(attempt=models.F("attempt") + 1, queued_at=timezone.now())
-        won = Run.objects.filter(q).update(status=to, **fields) == 1
+        moved_by = self.attempt if attempt is None else attempt
+        with transaction.atomic():
+            won = Run.objects.filter(q).update(status=to, **fields) == 1
+            if won:
+                self.refresh_from_db()
+                RunEvent.objects.create(run=self, attempt=self.attempt, level="info", message=f"status -> {to}",
+                                        kind="status")
+                if note:
+                    RunEvent.objects.create(run=self, attempt=moved_by, level=note_level, message=note, kind="system")
         if won:
-            self.refresh_from_db()
-            RunEvent.objects.create(run=self, attempt=self.attempt, level="info", message=f"status -> {to}", kind="status")
             run_status_changed.send(sender=Run, run=self, status=to)
         return won
 

@@ -35,7 +35,7 @@ import traceback
 
 from django.utils import timezone
 
-from experiments.models import ACTIVE_STATUSES, SETTLED_STATUSES, Run, RunEvent, RunStatus
+from experiments.models import ACTIVE_STATUSES, SETTLED_STATUSES, Run, RunStatus
 from experiments.run_compare import snapshot_run
 from runner.control import DatabaseControl
 from runner.db_hooks import DatabaseHooks
@@ -87,10 +87,8 @@ def gang_failed(run_dir: str, attempt: int, index: int, lines: list[str]) -> int
 
 def fail_run(run: Run, attempt: int, error: str) -> bool:
     """Mark the run failed (only while `attempt` still owns it); record the error as an event too."""
-    won = run.transition(RunStatus.FAILED, attempt=attempt, error=error, finished_at=timezone.now())
-    if won:
-        run.add_event(error, level="error", kind="system")
-    return won
+    return run.transition(RunStatus.FAILED, attempt=attempt, error=error, finished_at=timezone.now(),
+                          note=error, note_level="error")
 
 
 def finish_run(run: Run, attempt: int, result, control: DatabaseControl) -> str:
@@ -104,9 +102,8 @@ def finish_run(run: Run, attempt: int, result, control: DatabaseControl) -> str:
     elif result.status == "paused":
         run.refresh_from_db(fields=["status", "attempt"])
         if control.signalled is not None and run.status == S.RUNNING and run.attempt == attempt:
-            if run.transition(S.QUEUED, attempt=attempt, new_attempt=True, step=result.final_step):
-                RunEvent.objects.create(run=run, attempt=attempt, kind="system",
-                                        message=f"worker stopping: checkpointed at step {result.final_step}; requeued")
+            if run.transition(S.QUEUED, attempt=attempt, new_attempt=True, step=result.final_step,
+                              note=f"worker stopping: checkpointed at step {result.final_step}; requeued"):
                 send_when_committed(run)
                 return S.QUEUED
         if run.transition(S.PAUSED, attempt=attempt, step=result.final_step, finished_at=now):

@@ -17,31 +17,16 @@ import datetime as dt
 import logging
 
 from django.conf import settings
-from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from experiments.models import Run, RunEvent, RunStatus, allowed_sources
+from experiments.models import Run, RunStatus
 from runner.models import Worker
-from experiments.signals import run_status_changed
 from runner.services import send_when_committed
 
 log = logging.getLogger(__name__)
 STALE_STATUSES = (RunStatus.RUNNING, RunStatus.PAUSING, RunStatus.CANCELLING)
 WORKER_FORGET_FACTOR = 10
-
-
-def _cas(run: Run, to: str, stale: Q, **fields) -> bool:
-    """Compare-and-set to `to` from an allowed status, for this attempt, while still stale."""
-    q = Q(pk=run.pk, status__in=sorted(allowed_sources(to, by_attempt=True)), attempt=run.attempt) & stale
-    with transaction.atomic():
-        won = Run.objects.filter(q).update(status=to, **fields) == 1
-        if won:
-            RunEvent.objects.create(run=run, attempt=run.attempt, kind="status", message=f"status -> {to}")
-    if won:
-        run.refresh_from_db()
-        run_status_changed.send(sender=Run, run=run, status=to)
-    return won
 
 
 def restart_or_fail(run: Run, lost: str, where: Q, now: dt.datetime, what: str = "worker lost") -> str:
@@ -50,17 +35,17 @@ def restart_or_fail(run: Run, lost: str, where: Q, now: dt.datetime, what: str =
     Compare-and-set on this attempt and `where`. Returns 'requeued', 'failed' or '' (lost the race).
     The reaper uses it for a silent worker; runner.ray_gang for a lost process of a multi-host run."""
     if run.restarts < run.max_restarts:
-        # a new attempt in the same update: the lost attempt's redelivered message cannot claim it
-        lost_attempt = run.attempt
-        if _cas(run, RunStatus.QUEUED, where, restarts=F("restarts") + 1, attempt=F("attempt") + 1, queued_at=now):
-            RunEvent.objects.create(run=run, attempt=lost_attempt, level="warning", kind="system",
-                                    message=f"{lost}; requeued, restart {run.restarts} of {run.max_restarts}")
+        # a new attempt in the same update: the lost attempt's redelivered message cannot claim it.
+        # restarts moves only with the attempt, which the compare-and-set pins, so it becomes restarts + 1.
+        note = f"{lost}; requeued, restart {run.restarts + 1} of {run.max_restarts}"
+        if run.transition(RunStatus.QUEUED, attempt=run.attempt, where=where, new_attempt=True,
+                          note=note, note_level="warning", restarts=F("restarts") + 1):
             send_when_committed(run)
             return "requeued"
         return ""
     error = f"{what}; max_restarts reached ({run.max_restarts})"
-    if _cas(run, RunStatus.FAILED, where, error=error, finished_at=now):
-        run.add_event(f"{lost}; {error}", level="error", kind="system")
+    if run.transition(RunStatus.FAILED, attempt=run.attempt, where=where, note=f"{lost}; {error}",
+                      note_level="error", error=error, finished_at=now):
         return "failed"
     return ""
 
@@ -77,12 +62,12 @@ def reap_stale_runs(now: dt.datetime | None = None) -> list[tuple[int, str]]:
         lost = f"worker {run.worker_host or '?'} lost (heartbeat {age})"
         if run.status == RunStatus.CANCELLING:
             stopped = run.stopped_status
-            if _cas(run, stopped, stale, finished_at=now):
-                run.add_event(f"{lost}; {stopped}", level="warning", kind="system")
+            if run.transition(stopped, attempt=run.attempt, where=stale, note=f"{lost}; {stopped}",
+                              note_level="warning", finished_at=now):
                 done.append((run.pk, stopped))
         elif run.status == RunStatus.PAUSING:
-            if _cas(run, RunStatus.PAUSED, stale, finished_at=now):
-                run.add_event(f"{lost}; paused (resumes from the newest checkpoint)", level="warning", kind="system")
+            if run.transition(RunStatus.PAUSED, attempt=run.attempt, where=stale, note_level="warning",
+                              note=f"{lost}; paused (resumes from the newest checkpoint)", finished_at=now):
                 done.append((run.pk, "paused"))
         else:
             action = restart_or_fail(run, lost, stale, now)

@@ -270,21 +270,20 @@ class Supervisor:
         how = f"exit code {returncode}" if returncode >= 0 else f"killed by {_signal_name(-returncode)}"
         if self.stop_seen_at is not None:
             how += f", {time.monotonic() - self.stop_seen_at:.1f} s after the request was seen"
-        if run.status == RunStatus.CANCELLING and run.transition(run.stopped_status, attempt=self.attempt,
-                                                                  finished_at=now):
-            run.add_event(f"{run.status}; the trainer was stopped ({how})", kind="system")
+        stopped = run.stopped_status
+        if run.status == RunStatus.CANCELLING and run.transition(stopped, attempt=self.attempt, finished_at=now,
+                                                                  note=f"{stopped}; the trainer was stopped ({how})"):
             self.note(f"trainer stopped ({how}); run {run.status}")
-        elif run.status == RunStatus.PAUSING and run.transition(RunStatus.PAUSED, attempt=self.attempt,
-                                                                 finished_at=now):
-            run.add_event(f"paused; the trainer was stopped ({how}); resumes from the newest checkpoint",
-                          kind="system")
+        elif run.status == RunStatus.PAUSING and run.transition(
+                RunStatus.PAUSED, attempt=self.attempt, finished_at=now,
+                note=f"paused; the trainer was stopped ({how}); resumes from the newest checkpoint"):
             self.note(f"trainer stopped ({how}); run paused")
         else:
             tail = tail_text(self.log_path, 30)
             error = f"trainer exited ({how}) without reporting a result. Last output:\n{tail}".rstrip()
             self.note(f"trainer exited ({how}) without reporting a result; run failed")
-            if run.transition(RunStatus.FAILED, attempt=self.attempt, error=error, finished_at=now):
-                run.add_event(error, level="error", kind="system")
+            run.transition(RunStatus.FAILED, attempt=self.attempt, error=error, finished_at=now,
+                           note=error, note_level="error")
         run.refresh_from_db()
         return run.status
 
@@ -313,8 +312,8 @@ class Supervisor:
                 self.spawn(run)
             except OSError as exc:
                 error = f"cannot start the trainer: {exc}"
-                if run.transition(RunStatus.FAILED, attempt=self.attempt, error=error, finished_at=timezone.now()):
-                    run.add_event(error, level="error", kind="system")
+                run.transition(RunStatus.FAILED, attempt=self.attempt, error=error, finished_at=timezone.now(),
+                               note=error, note_level="error")
                 return RunStatus.FAILED
             returncode = self.wait()
             return self.finalize_retrying(returncode)

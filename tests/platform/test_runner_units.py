@@ -494,15 +494,13 @@ def test_reaper_cas_skips_a_run_whose_heartbeat_just_came(alice, sent, settings,
     settings.PLATFORM_STALE_AFTER_S = 20
     now = timezone.now()
     run = make_run(alice, heartbeat_at=now - dt.timedelta(seconds=60))
-    from runner import recovery
+    real_transition = Run.transition
 
-    real_cas = recovery._cas
-
-    def heartbeat_first(run_, to, stale, **fields):  # the supervisor writes just before the CAS
+    def heartbeat_first(run_, to, **kwargs):  # the supervisor writes just before the CAS
         Run.objects.filter(pk=run_.pk).update(heartbeat_at=timezone.now())
-        return real_cas(run_, to, stale, **fields)
+        return real_transition(run_, to, **kwargs)
 
-    monkeypatch.setattr(recovery, "_cas", heartbeat_first)
+    monkeypatch.setattr(Run, "transition", heartbeat_first)
     assert reap_stale_runs(now=now) == []
     run.refresh_from_db()
     assert (run.status, run.attempt, run.restarts) == ("running", 1, 0)
@@ -573,3 +571,32 @@ def test_demo_account_is_created_once(db):
 
     expected = load_config(django_settings.REPO_ROOT / "configs" / "demo.yaml").model_dump(mode="json", by_alias=True)
     assert experiment.config == expected
+
+
+def test_a_status_change_and_its_reason_are_written_together(alice, sent, settings, monkeypatch):
+    """The requeue and its reason are one transaction: if the reason cannot be written, the run
+    stays where it was (a reader that sees `queued` always finds why; before, the status was
+    committed first and a poller could see it with no event yet)."""
+    from django.db import DatabaseError
+
+    settings.PLATFORM_STALE_AFTER_S = 20
+    now = timezone.now()
+    run = make_run(alice, heartbeat_at=now - dt.timedelta(seconds=60), worker_host="w1@h")
+    real_create = RunEvent.objects.create
+
+    def no_reasons(**fields):
+        if fields.get("kind") == "system":
+            raise DatabaseError("disk full")
+        return real_create(**fields)
+
+    monkeypatch.setattr(RunEvent.objects, "create", no_reasons)
+    with pytest.raises(DatabaseError):
+        reap_stale_runs(now=now)
+    run.refresh_from_db()
+    assert (run.status, run.attempt, run.restarts) == ("running", 1, 0)
+    assert not RunEvent.objects.filter(run=run).exists()
+    monkeypatch.undo()
+    assert reap_stale_runs(now=now) == [(run.pk, "requeued")]
+    assert [(e.attempt, e.kind, e.message) for e in RunEvent.objects.filter(run=run).order_by("pk")] == [
+        (2, "status", "status -> queued"),
+        (1, "system", "worker w1@h lost (heartbeat 60 s old); requeued, restart 1 of 3")]
