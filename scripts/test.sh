@@ -13,6 +13,7 @@ cd "$(dirname "$0")/.."
 PY=.venv/bin/python
 LOGS="$PWD/var/test-logs"
 mkdir -p "$LOGS"
+rm -f "$LOGS"/*.log  # the summary below must not show an earlier invocation's result
 
 # run_logged NAME CMD...: CMD's output, each line prefixed with [NAME], also kept in var/test-logs/NAME.log
 run_logged() {
@@ -24,10 +25,6 @@ run_logged() {
   set -e
   echo "[$name] exit status $status"
   return "$status"
-}
-
-trainers_lane() {
-  run_logged trainers "$PY" -m pytest -q tests --ignore=tests/platform "$@"
 }
 
 platform_lane() {
@@ -45,7 +42,7 @@ platform_lane() {
 }
 
 echo "== tests: trainers and platform side by side (whole logs in var/test-logs/)"
-trainers_lane "$@" &
+run_logged trainers "$PY" -m pytest -q tests --ignore=tests/platform "$@" &
 trainers_pid=$!
 platform_lane "$@" &
 platform_pid=$!
@@ -55,6 +52,6 @@ wait "$platform_pid" || failed=1
 
 echo "== tests: summary"
 for name in trainers platform-postgres platform-sqlite; do
-  echo "$name: $(tail -n 1 "$LOGS/$name.log" 2>/dev/null)"
+  echo "$name: $(tail -n 1 "$LOGS/$name.log" 2>/dev/null || echo 'did not run')"
 done
 exit "$failed"
