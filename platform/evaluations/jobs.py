@@ -6,8 +6,10 @@ holds no accelerator memory afterwards; the child does not preallocate it (a run
 the same device). Its stdout brings `{"progress": {"done", "total"}}` lines (written to the job's
 row as they come) and a last `{"summary": {...}}`; its per-prompt rows land in a temporary JSONL
 file that becomes EvaluationSample rows. Whatever goes wrong (a dataset of the wrong shape, a
-deleted checkpoint, a config no longer valid, a crash) ends the job `failed` with the reason in
-`error`; nothing else is touched.
+deleted checkpoint, a config no longer valid, a run or dataset its owner may no longer use, a
+crash) ends the job `failed` with the reason in `error`; nothing else is touched. Access is checked
+when the job starts (`check_access`), not only when it was queued: a dataset unshared in between
+is not read.
 
 What the child is given:
   checkpoint: the run's directory and --step, its config as the platform parses it now (the
@@ -116,7 +118,25 @@ def child_command(job: EvaluationJob, config_file: str, out_file: str) -> list[s
             "--samples", str(job.k), "--k", str(job.k), *budget, "--out", out_file, "--json-progress"]
 
 
+def check_access(job: EvaluationJob) -> None:
+    """JobFailed unless the job's owner may still use what it reads, as things are now, not as they
+    were when the job was queued: the checkpoint's run (visible to them) and the uploaded dataset
+    (theirs, or still shared with them). The run's config is checked again in `child_config`."""
+    from experiments.dataset_models import Dataset
+    from experiments.models import Run
+
+    if job.run_id is not None and not Run.objects.visible_to(job.owner).filter(pk=job.run_id).exists():
+        raise JobFailed(f"run {job.run_id} is no longer one you may see")
+    if job.dataset_kind == DatasetKind.DATASET:
+        if job.dataset_id is None:
+            raise JobFailed("the dataset was deleted")
+        if not Dataset.objects.visible_to(job.owner).filter(pk=job.dataset_id).exists():
+            raise JobFailed(f"{job.dataset_label or 'the dataset'} is no longer one you may use (its owner stopped "
+                            "sharing it); choose another dataset")
+
+
 def _evaluate(job: EvaluationJob, folder: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    check_access(job)  # before anything reads the dataset or the checkpoint
     config_file, out_file = os.path.join(folder, "config.yaml"), os.path.join(folder, "samples.jsonl")
     with open(config_file, "w", encoding="utf-8") as f:
         yaml.safe_dump(child_config(job), f, sort_keys=False)

@@ -7,6 +7,8 @@ no alias bombs, no deep nesting, no oversize text), the same dataset roots
 (settings.PLATFORM_DATASET_DIRS: `data.train_path` / `data.eval_path` must lie inside one, and come
 back as resolved absolute paths) and the same model roots (settings.PLATFORM_MODELS_DIRS, from
 PLATFORM_MODELS_DIR: `model.path` must be a model folder inside one, and comes back resolved) and
+the same environments (a dotted `env.name` only from settings.PLATFORM_ENVIRONMENT_MODULES,
+refused by name before any import: the platform never imports a module a user names), and
 the same datasets: `data.train_dataset` / `data.eval_dataset` name uploaded datasets the config's
 owner may use (their own by name, one shared with them as owner/name; experiments.dataset_models),
 which resolve into `data.train_path` / `data.eval_path`. Uploaded files are reachable only that
@@ -30,8 +32,8 @@ from trainers.config import ConfigError, ExperimentConfig, load_yaml_data, parse
 
 from experiments import config_limits, dataset_models
 
-__all__ = ["ConfigError", "dataset_dirs", "load_yaml", "model_dirs", "parse", "parse_text", "private_dirs", "stored",
-           "stored_path", "validated", "with_stored_paths"]
+__all__ = ["ConfigError", "dataset_dirs", "environment_modules", "load_yaml", "model_dirs", "parse", "parse_text",
+           "private_dirs", "stored", "stored_path", "validated", "with_stored_paths"]
 
 
 def dataset_dirs() -> list[str]:
@@ -59,7 +61,14 @@ def parse(raw: Any, owner=None) -> ExperimentConfig:
     """Config data -> the validated config, or ConfigError listing every problem. `owner`: the user
     whose datasets the config may name (None: none)."""
     return within_limits(parse_config(raw, dataset_dirs=dataset_dirs(), model_dirs=model_dirs(),
-                                      datasets=dataset_models.resolver(owner), private_dirs=private_dirs()))
+                                      datasets=dataset_models.resolver(owner), private_dirs=private_dirs(),
+                                      env_modules=environment_modules()))
+
+
+def environment_modules() -> tuple[str, ...]:
+    """The modules a config's dotted `env.name` may name here (settings.PLATFORM_ENVIRONMENT_MODULES;
+    empty: the built-in environments only). Checked by name before any import."""
+    return tuple(getattr(settings, "PLATFORM_ENVIRONMENT_MODULES", ()))
 
 
 def parse_text(text: str, owner=None) -> ExperimentConfig:

@@ -41,6 +41,12 @@ PLATFORM_MODELS_DIRS = [
     for d in os.environ.get("PLATFORM_MODELS_DIR", str(DATA_DIR / "models")).replace(",", os.pathsep).split(os.pathsep)
     if d.strip()
 ] or [DATA_DIR / "models"]
+# Modules whose Environment classes a config's dotted `env.name` may name (comma-separated; a listed
+# package covers its submodules). Empty by default: the built-in environments only. A name outside
+# the list is refused from its text alone, before anything is imported, so no user can make the web
+# server or a worker run an installed module's code.
+PLATFORM_ENVIRONMENT_MODULES = [m.strip() for m in os.environ.get("PLATFORM_ENVIRONMENT_MODULES", "").split(",")
+                                if m.strip()]
 EXPORTS_DIR = DATA_DIR / "exports"       # runs' checkpoints exported as Hugging Face folders
 for _d in (DATA_DIR, ARTIFACTS_DIR, STATIC_ROOT_DIR, *PLATFORM_DATASET_DIRS, *PLATFORM_MODELS_DIRS):
     _d.mkdir(parents=True, exist_ok=True)

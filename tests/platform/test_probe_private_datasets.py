@@ -356,3 +356,39 @@ def test_a_dataset_name_still_reaches_the_owners_own_upload(alice, victim, tiny_
     config = configs.parse(dataset_config(tiny_config, train="mine"), alice)
     assert config.data.train_path.endswith(f"users/{alice.pk}/mine.jsonl")
     assert jsonl() == Path(config.data.train_path).read_bytes()
+
+
+def test_an_evaluation_job_queued_while_shared_is_refused_once_unshared(alice, bob, victim, tiny_config, artifacts,
+                                                                        monkeypatch, django_capture_on_commit_callbacks):
+    """Issue 30, A2: a job's access is checked when it starts, not only when it was queued. Bob
+    shares `secret`, Alice queues an evaluation on it, Bob unshares before the job runs: the job
+    fails saying so, no child process starts, and its samples hold none of Bob's rows."""
+    import subprocess
+
+    from evaluations import jobs, services
+    from evaluations.models import EvaluationJob
+
+    monkeypatch.setattr(services, "send_when_committed", lambda job: None)
+    children = []
+    monkeypatch.setattr(subprocess, "Popen", lambda *args, **kwargs: children.append(args))
+    bob_api, alice_api = token_client(bob), token_client(alice)
+    secret_id = bob.datasets.get(name="secret").pk
+    assert post_json(bob_api, f"/api/datasets/{secret_id}/share", {"users": ["alice"]}).status_code == 200
+    run = stored_run(alice, dataset_config(tiny_config, train="mine"), artifacts, status="succeeded", step=6)
+    queued = post_json(alice_api, "/api/evaluations", {"run": run.pk, "step": 2, "dataset": f"dataset:{secret_id}"})
+    assert queued.status_code == 201, queued.content
+    job_id = queued.json()["id"]
+    assert post_json(bob_api, f"/api/datasets/{secret_id}/unshare", {"users": ["alice"]}).status_code == 200
+
+    assert jobs.run_job(job_id) == "failed"
+    job = EvaluationJob.objects.get(pk=job_id)
+    assert job.error == "dataset bob/secret is no longer one you may use (its owner stopped sharing it); choose " \
+                        "another dataset"
+    assert children == [] and not job.samples.exists()
+    samples = alice_api.get(f"/api/evaluations/{job_id}/samples")
+    assert samples.status_code == 200
+    victim.assert_safe(samples)
+
+    # shared again, a new job runs as far as starting its child: the check refuses only what it must
+    assert post_json(bob_api, f"/api/datasets/{secret_id}/share", {"users": ["alice"]}).status_code == 200
+    jobs.check_access(EvaluationJob.objects.get(pk=job_id))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import difflib
 import math
+from collections.abc import Collection
 
 from trainers.algo.names import SEQUENCE_LEVEL_LOSSES
 from trainers.config.errors import Problem
@@ -33,8 +34,9 @@ def _choices(values: list[int], most: int = 24) -> str:
     return text[0] if len(text) == 1 else ", ".join(text[:-1]) + " or " + text[-1]
 
 
-def check_config(config: ExperimentConfig) -> list[Problem]:
-    """Every cross-field rule; returns the problems (empty = valid)."""
+def check_config(config: ExperimentConfig, env_modules: Collection[str] | None = None) -> list[Problem]:
+    """Every cross-field rule; returns the problems (empty = valid). `env_modules`: the modules a
+    dotted `env.name` may name (None: any; see `trainers.envs.registry.resolve`)."""
     problems: list[Problem] = []
     batch_problems = _check_batch(config)
     problems += batch_problems
@@ -46,19 +48,20 @@ def check_config(config: ExperimentConfig) -> list[Problem]:
     problems += _check_async(config)
     problems += _check_mesh(config, check_micro_batches=not batch_problems)
     problems += _check_cluster(config)
-    problems += _check_env(config)
+    problems += _check_env(config, env_modules)
     return problems
 
 
-def _check_env(config: ExperimentConfig) -> list[Problem]:
-    """env.name resolves (a built-in or an importable Environment class), env.settings validate against
+def _check_env(config: ExperimentConfig, env_modules: Collection[str] | None) -> list[Problem]:
+    """env.name resolves (a built-in or an importable Environment class of `env_modules`, checked by
+    name before any import), env.settings validate against
     its Settings, a multi-turn environment ends turns at EOS, and the guess_number task is played in
     its game."""
     from trainers.envs.registry import EnvError, resolve, settings_problems
 
     e = config.env
     try:
-        cls = resolve(e.name)
+        cls = resolve(e.name, env_modules)
     except EnvError as error:
         return [Problem(error.field, error.message)]
     problems = [Problem(field, message) for field, message in settings_problems(cls, e.settings)]

@@ -70,7 +70,8 @@ def parse_config(raw: dict[str, Any] | None, overrides: list[str] | tuple[str, .
                  dataset_dirs: list[str] | tuple[str, ...] | None = None,
                  model_dirs: list[str] | tuple[str, ...] | None = None,
                  datasets: DatasetResolver | None = None,
-                 private_dirs: list[str] | tuple[str, ...] | None = None) -> ExperimentConfig:
+                 private_dirs: list[str] | tuple[str, ...] | None = None,
+                 env_modules: list[str] | tuple[str, ...] | None = None) -> ExperimentConfig:
     """Validate a raw dict (from YAML/JSON) plus `--set` overrides; raise ConfigError listing every problem.
 
     dataset_dirs (the platform's dataset roots): when given, `data.train_path` / `data.eval_path`
@@ -87,7 +88,10 @@ def parse_config(raw: dict[str, Any] | None, overrides: list[str] | tuple[str, .
     which `datasets` resolves with its ownership check; `data.train_path` / `data.eval_path` given
     directly (or beside a name that does not resolve to the same file) that resolve into one of
     them (after `..` and symlinks) are refused naming the field and the dataset field to use
-    instead, whether or not the file exists."""
+    instead, whether or not the file exists.
+    env_modules (the modules the platform's administrator lets configs name): a dotted `env.name`
+    must name a class of one of them, decided by name before anything is imported; the built-ins
+    are always allowed. Without it (the CLI) any importable module may be named."""
     raw = {} if raw is None else raw
     if not isinstance(raw, dict):
         raise ConfigError([Problem("(config)", f"must be a mapping of sections, got {type(raw).__name__}")])
@@ -101,7 +105,7 @@ def parse_config(raw: dict[str, Any] | None, overrides: list[str] | tuple[str, .
         raise ConfigError(_problems_from_pydantic(exc, raw)) from None
     problems, named = _resolve_dataset_names(config, datasets, dataset_dirs)
     problems += _resolve_data_paths(config, dataset_dirs, private_dirs, named)
-    problems += _resolve_model_path(config, model_dirs) + check_config(config)
+    problems += _resolve_model_path(config, model_dirs) + check_config(config, env_modules)
     if problems:
         raise ConfigError(problems)
     problems = check_prompt_format(config)  # the paths are accepted: their first examples may be read now
@@ -114,10 +118,11 @@ def parse_yaml(text: str, overrides: list[str] | tuple[str, ...] = (), *,
                dataset_dirs: list[str] | tuple[str, ...] | None = None,
                model_dirs: list[str] | tuple[str, ...] | None = None,
                datasets: DatasetResolver | None = None,
-               private_dirs: list[str] | tuple[str, ...] | None = None) -> ExperimentConfig:
+               private_dirs: list[str] | tuple[str, ...] | None = None,
+               env_modules: list[str] | tuple[str, ...] | None = None) -> ExperimentConfig:
     """Parse YAML text with the guarded loader (`load_yaml_data`) and validate it (`parse_config`)."""
     return parse_config(load_yaml_data(text), overrides, dataset_dirs=dataset_dirs, model_dirs=model_dirs,
-                        datasets=datasets, private_dirs=private_dirs)
+                        datasets=datasets, private_dirs=private_dirs, env_modules=env_modules)
 
 
 def load_config(path: str | os.PathLike, overrides: list[str] | tuple[str, ...] = ()) -> ExperimentConfig:
