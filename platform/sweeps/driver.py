@@ -9,6 +9,7 @@ equal histories give equal answers. No Django here: sweeps.scheduler turns rows 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 from typing import Any
@@ -121,15 +122,46 @@ def ask_params(spec: StudySpec, distributions: dict[str, BaseDistribution], reco
     return dict(trial.params)
 
 
+def rung_steps(spec: StudySpec, last_step: int) -> list[int]:
+    """The steps up to `last_step` where a halving pruner (successive halving, or any of
+    Hyperband's brackets) may have a rung: min_resource x 3^k."""
+    step, steps = max(1, spec.warmup_steps), []
+    while step <= last_step:
+        steps.append(step)
+        step *= HALVING_REDUCTION_FACTOR
+    return steps
+
+
+def value_at(intermediate: dict[int, float], step: int) -> float:
+    """The trial's value at `step`: its last report at or before it, else its first after it."""
+    before = [s for s in intermediate if s <= step]
+    return intermediate[max(before)] if before else intermediate[min(intermediate)]
+
+
 def should_prune(spec: StudySpec, distributions: dict[str, BaseDistribution], records: list[TrialRecord],
                  running: TrialRecord) -> tuple[bool, dict[str, Any]]:
-    """Whether the pruner stops `running` (one of `records`, state RUNNING) at its last reported
-    step, and its attributes after the decision (a halving pruner records the rungs it passed:
-    keep them for the next rebuild)."""
+    """Whether the pruner stops `running` (one of `records`, state RUNNING) by its reports so far,
+    and its attributes after the decision (a halving pruner records the rungs it passed: keep them
+    for the next rebuild).
+
+    The median pruner compares the last reported step with the others' at that step. A halving
+    pruner (and Hyperband) judges each rung at the rung's own step, whenever the trial is first
+    seen past it: the pruner is shown the trial as it was at each rung step in turn (its value at
+    that step, `value_at`), so equal curves get equal decisions however late a tick saw them."""
     if spec.pruner == "none" or not running.intermediate:
         return False, dict(running.attrs)
     study = build_study(spec, distributions, records)
-    frozen = next(t for t in study.get_trials(deepcopy=False) if t.number == running.number)
-    pruned = study.pruner.prune(study, frozen)
-    after = next(t for t in study.get_trials(deepcopy=False) if t.number == running.number)
-    return bool(pruned), dict(after.system_attrs)
+
+    def frozen() -> optuna.trial.FrozenTrial:
+        return next(t for t in study.get_trials(deepcopy=False) if t.number == running.number)
+
+    finite = {int(s): float(v) for s, v in running.intermediate.items() if math.isfinite(v)}
+    if spec.pruner not in ("successive_halving", "hyperband") or not finite:
+        pruned = study.pruner.prune(study, frozen())
+        return bool(pruned), dict(frozen().system_attrs)
+    for step in rung_steps(spec, max(finite)):
+        seen = copy.copy(frozen())
+        seen.intermediate_values = {**{s: v for s, v in finite.items() if s < step}, step: value_at(finite, step)}
+        if study.pruner.prune(study, seen):
+            return True, dict(frozen().system_attrs)
+    return False, dict(frozen().system_attrs)

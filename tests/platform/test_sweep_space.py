@@ -4,6 +4,8 @@ for a seed and history, the median pruner stops a trial below the median of fini
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from sweeps import driver
@@ -187,3 +189,29 @@ def test_hyperband_prunes_a_weak_running_trial_in_its_bracket():
     strong = driver.TrialRecord(30, {"x": 0.5}, driver.RUNNING, None, {s: 50.0 for s in range(1, 10)})
     assert driver.should_prune(hb, DISTS, done + [strong], strong)[0] is False
     assert driver.should_prune(hb, DISTS, done + [weak], weak)[0] is True
+
+
+@pytest.mark.parametrize("pruner", ["successive_halving", "hyperband"])
+def test_halving_judges_each_rung_at_its_own_step_however_late_a_tick_saw_the_trial(pruner):
+    """Three trials with one curve (value 0.1 x step), first seen by a tick at steps 17, 12 and 5
+    (warmup 5: rungs at steps 5, 15, 45). Each rung takes the value AT its step (rung 0: 0.5, rung
+    1: 1.5), so all three get the same decision: promoted. Judged at the step first seen, they were
+    promoted (1.7), pruned (1.2 < 1.7), pruned (0.5)."""
+    hb = spec(pruner=pruner, warmup_steps=5, max_steps=45)
+    curve = {s: 0.1 * s for s in range(1, 18)}
+    records: list[driver.TrialRecord] = []
+    decisions = []
+    for number, seen_at in enumerate((17, 12, 5)):
+        running = driver.TrialRecord(number, {"x": 0.5}, driver.RUNNING, None,
+                                     {s: v for s, v in curve.items() if s <= seen_at})
+        pruned, attrs = driver.should_prune(hb, DISTS, records + [running], running)
+        decisions.append(pruned)
+        records.append(dataclasses.replace(running, attrs=attrs))
+    assert decisions == [False, False, False]
+    if pruner == "hyperband":
+        return  # its brackets start at different rungs; the decisions above are what matters
+    assert [r.attrs["completed_rung_0"] for r in records] == pytest.approx([0.5] * 3)  # 0.1 x 5, not 0.1 x seen_at
+    assert records[0].attrs["completed_rung_1"] == pytest.approx(1.5)           # 0.1 x 15, not 1.7
+    assert "completed_rung_1" not in records[1].attrs                          # step 12 < 15: not judged yet
+    assert driver.rung_steps(hb, 17) == [5, 15] and driver.rung_steps(hb, 4) == []
+    assert driver.value_at({4: 0.4, 8: 0.8}, 5) == 0.4 and driver.value_at({8: 0.8}, 5) == 0.8
