@@ -13,7 +13,8 @@
    while it compiles or is inside a step, so:
    - cancel: needs no checkpoint. A trainer still running PLATFORM_CANCEL_GRACE_S after the
      request was seen is SIGKILLed with its process group; the steps it reported and its
-     checkpoints so far stay.
+     checkpoints so far stay. A trainer that has written its final status by then is not killed:
+     it is finishing up (the compare snapshot) and gets the pause's grace below.
    - pause: needs a checkpoint. A trainer still running PLATFORM_STOP_GRACE_S after the request
      gets SIGTERM (it checkpoints and pauses at its next boundary), then SIGKILL after
      PLATFORM_KILL_GRACE_S (the run is paused at its newest earlier checkpoint). The same holds
@@ -221,6 +222,11 @@ class Supervisor:
             self.stop_seen_at = now_m
         if status == RunStatus.CANCELLING and self.cancel_seen_at is None:
             self.cancel_seen_at = now_m
+        if status is None and self.cancel_seen_at is not None and not self.killed:
+            # the trainer wrote its final status (cancelled, pruned) and is finishing up (the compare
+            # snapshot), or another attempt took the run over: no cancel kill; the stop's grace, from now
+            self.cancel_seen_at = None
+            self.stop_seen_at = now_m
         if (self.cancel_seen_at is not None and not self.killed
                 and now_m - self.cancel_seen_at >= self.cancel_grace_s):
             self._signal_child(signal.SIGKILL, f"trainer still running {self.cancel_grace_s:g} s after the cancel "

@@ -600,3 +600,25 @@ def test_a_status_change_and_its_reason_are_written_together(alice, sent, settin
     assert [(e.attempt, e.kind, e.message) for e in RunEvent.objects.filter(run=run).order_by("pk")] == [
         (2, "status", "status -> queued"),
         (1, "system", "worker w1@h lost (heartbeat 60 s old); requeued, restart 1 of 3")]
+
+
+def test_supervisor_does_not_kill_a_cancelled_trainer_that_already_wrote_its_final_status(alice, settings):
+    """Issue 30 C3: a pruned trial's trainer wrote `pruned` and is storing its compare snapshot when
+    the cancel's grace runs out: it is not SIGKILLed; the pause's long grace applies from then."""
+    settings.PLATFORM_HEARTBEAT_S = 3600
+    settings.PLATFORM_STOP_GRACE_S = 3600
+    run = make_run(alice, status="cancelling", attempt=1, stop_as="pruned")
+    sup = supervisor_mod.Supervisor(run.pk, 1)
+    sup.proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], process_group=0)
+    try:
+        sup.watch_step()
+        assert sup.cancel_seen_at is not None
+        Run.objects.filter(pk=run.pk).update(status="pruned")   # the trainer's finish_run
+        sup.cancel_grace_s = 0                                   # the cancel's grace is over
+        sup.watch_step()
+        assert not sup.killed and sup.term_sent_at is None and sup.proc.poll() is None
+        assert sup.cancel_seen_at is None and sup.next_tick_s() == settings.PLATFORM_STATUS_POLL_S
+        assert not RunEvent.objects.filter(run=run, message__contains="SIGKILL").exists()
+    finally:
+        sup.proc.kill()
+        sup.proc.wait()
