@@ -94,6 +94,10 @@ def test_huge_numbers_are_refused_before_they_are_built():
     assert refused("1e400") == "1e400 has too many digits; at most 30"
     assert refused("1e-400") == "1e-400 has too many digits; at most 30"
     assert refused("1e9999999999") == "1e9999999999 has too many digits; at most 30"
+    zeros = "1e" + "0" * 4400  # int() refuses over 4300 digits: this was a ValueError, not a refusal
+    assert refused(zeros, max_chars=5000) == f"{zeros} has too many digits; at most 30"
+    assert refused("2.5e-0000001") == "2.5e-0000001 has too many digits; at most 30"
+    assert evaluate("2.5e-000001") == Fraction(1, 4)
     assert refused("9" * 31) == f"{'9' * 31} has too many digits; at most 30"
     assert evaluate("9" * 30) == 10**30 - 1
     assert refused("9" * 30 + " * 10") == "result too large: 31 digits; at most 30"

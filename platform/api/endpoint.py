@@ -23,6 +23,7 @@ from django.views.decorators.csrf import csrf_exempt
 from api.auth import AuthError, authenticate
 from experiments.refusals import Refused
 from experiments.shown_paths import shown, shown_errors
+from experiments.whole_numbers import MAX_DIGITS, NotAWholeNumber, whole_number
 
 log = logging.getLogger(__name__)
 
@@ -143,9 +144,9 @@ def int_param(request: HttpRequest, name: str, default: int | None, minimum: int
     if raw.strip() == "":
         return default
     try:
-        value = int(raw)
-    except ValueError:
-        raise ApiError(400, f"{name} must be an integer, got {raw!r}") from None
+        value = whole_number(raw, -(10**MAX_DIGITS - 1))
+    except NotAWholeNumber:
+        raise ApiError(400, f"{name} must be an integer, got {raw[:40]!r}") from None
     if abs(value) > INT_PARAM_LIMIT:
         raise ApiError(400, f"{name}={value} is out of range")
     if minimum is not None and value < minimum:

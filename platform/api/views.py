@@ -19,6 +19,7 @@ from experiments.access import get_for_user
 from experiments.models import Experiment, MetricPoint, RolloutSample, Run, SampleKind
 from experiments.models_dir import available_models
 from experiments.shown_paths import shown
+from experiments.whole_numbers import NotAWholeNumber, whole_number
 from runner import exports, queues, services
 
 from api import payloads, sample_views
@@ -121,12 +122,11 @@ def experiment_runs(request, pk: int):
     experiment = _experiment(request, pk, change=request.method == "POST")
     if request.method == "POST":
         data = json_body(request)
-        max_restarts = data.get("max_restarts")
-        if isinstance(max_restarts, str) and max_restarts.strip().isdigit():  # a form field
-            max_restarts = int(max_restarts)
-        if max_restarts is not None and (isinstance(max_restarts, bool) or not isinstance(max_restarts, int)
-                                         or not 0 <= max_restarts <= MAX_RESTARTS_LIMIT):
-            raise ApiError(400, errors={"max_restarts": f"must be a whole number from 0 to {MAX_RESTARTS_LIMIT}"})
+        try:
+            max_restarts = whole_number(data.get("max_restarts"), 0, MAX_RESTARTS_LIMIT)
+        except NotAWholeNumber:
+            raise ApiError(400, errors={"max_restarts": f"must be a whole number from 0 to {MAX_RESTARTS_LIMIT}"}) \
+                from None
         queue = data.get("queue") or None
         if queue is not None and not (isinstance(queue, str) and QUEUE_NAME.fullmatch(queue)):
             raise ApiError(400, errors={"queue": "a queue name: 1-64 letters, digits, '.', '_' or '-'"})
@@ -310,13 +310,11 @@ def run_export(request, pk: int):
     their storage quota (runner.storage)."""
     run = _run(request, pk, change=True)
     data = json_body(request)
-    step = data.get("step")
-    if isinstance(step, str) and step.strip().isdigit():  # a form field
-        step = int(step)
-    elif isinstance(step, str) and not step.strip():
-        step = None
-    if step is not None and (isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < 2**31):
-        raise ApiError(400, errors={"step": "a checkpoint's step: a whole number (or leave it out for the newest)"})
+    try:
+        step = whole_number(data.get("step"), 0, 2**31 - 1)
+    except NotAWholeNumber:
+        raise ApiError(400, errors={"step": "a checkpoint's step: a whole number (or leave it out for the newest)"}) \
+            from None
     dtype = data.get("dtype") or "float32"
     if dtype not in exports.DTYPES:
         raise ApiError(400, errors={"dtype": f"one of {', '.join(exports.DTYPES)}"})

@@ -63,7 +63,7 @@ def checkpoint_steps(run_dir: str) -> list[int]:
         names = os.listdir(folder)
     except OSError:
         return []
-    return sorted(int(n) for n in names if n.isdigit() and os.path.isdir(os.path.join(folder, n)))
+    return sorted(int(n) for n in names if n.isascii() and n.isdigit() and os.path.isdir(os.path.join(folder, n)))
 
 
 def existing_exports(run: Run) -> list[Path]:

@@ -40,6 +40,7 @@ from django.utils import timezone
 
 from experiments import configs
 from experiments.models import Checkpoint, ForkOptimizer, Run, RunStatus
+from experiments.whole_numbers import NotAWholeNumber, whole_number
 from runner import queues
 from runner.exports import checkpoint_steps, run_directory
 from runner.limits import LaunchRefused, check_queued_room
@@ -70,17 +71,10 @@ class ForkRequest:
 
 def _whole_number(value, field: str, minimum: int) -> int | None:
     """A JSON integer or a form's digit string (blank: None), else ForkRefused naming `field`."""
-    if isinstance(value, str):
-        if not value.strip():
-            return None
-        if not value.strip().isdigit():
-            raise ForkRefused(400, f"a whole number from {minimum}, got {value!r}", field)
-        value = int(value.strip())
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value < STEP_LIMIT:
-        raise ForkRefused(400, f"a whole number from {minimum}, got {value!r}", field)
-    return value
+    try:
+        return whole_number(value, minimum, STEP_LIMIT - 1)
+    except NotAWholeNumber as exc:
+        raise ForkRefused(400, str(exc), field) from None
 
 
 def parse_fork_input(data: dict) -> ForkRequest:

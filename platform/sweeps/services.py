@@ -12,6 +12,7 @@ from django.utils import timezone
 from experiments import configs
 from experiments.models import Experiment, RunStatus
 from experiments.run_labels import TAG_NAME
+from experiments.whole_numbers import NotAWholeNumber, whole_number
 from runner import services as run_services
 from trainers.config.metric_names import is_metric_name
 
@@ -37,12 +38,12 @@ class SweepInputError(ValueError):
 
 
 def _whole(data: dict, name: str, default: int | None, low: int, high: int, errors: dict) -> int | None:
-    value = data.get(name, default)
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():  # a form field
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+    try:
+        value = whole_number(data.get(name), low, high, default=default)
+    except NotAWholeNumber:
+        value = None
+    if value is None:
         errors[name] = f"must be a whole number from {low} to {high}"
-        return None
     return value
 
 

@@ -26,7 +26,7 @@ def alert_list(request):
             return redirect("alert-list")
     else:
         initial = {"enabled": True, "min_interval_s": 60}
-        if request.GET.get("experiment", "").isdigit():
+        if request.GET.get("experiment", "").isascii() and request.GET.get("experiment", "").isdigit():
             initial["experiment"] = request.GET["experiment"]
         form = AlertRuleForm(request.user, initial=initial)
     status = request.GET.get("status", "")

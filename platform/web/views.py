@@ -30,6 +30,7 @@ from experiments.access import get_for_user, may_change
 from experiments.configs import ConfigError
 from experiments.models import ACTIVE_STATUSES, TERMINAL_STATUSES, Experiment, MetricPoint, Run
 from experiments.shown_paths import shown, shown_errors
+from experiments.whole_numbers import NotAWholeNumber, whole_number
 from runner import exports, queues, services
 from runner.demo import DEMO_USERNAME, featured_demos
 
@@ -182,9 +183,11 @@ def plan_preview(request):
     the other tab's shape: "yaml" (from the form) or "values" (from YAML), for the tab switch.
     ?experiment=ID (the edit page): dataset names resolve for that experiment's owner, else for
     the user."""
-    experiment_id = request.GET.get("experiment", "")
-    owner = _experiment(request, int(experiment_id)).owner if experiment_id.isdigit() and len(experiment_id) <= 18 \
-        else request.user
+    try:
+        experiment_id = whole_number(request.GET.get("experiment"), 1)
+    except NotAWholeNumber as exc:
+        return JsonResponse({"ok": False, "errors": {"experiment": f"must be {exc}"}}, status=400)
+    owner = _experiment(request, experiment_id).owner if experiment_id is not None else request.user
     form = ConfigForm(request.POST, owner=owner)
     form.is_valid()
     payload: dict = {"ok": form.validated is not None, "mode": form.cleaned_data.get("mode") or "form"}

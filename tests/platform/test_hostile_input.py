@@ -200,3 +200,51 @@ def test_plan_preview_refuses_hostile_input(alice_client, data, field):
     assert response.status_code == 200
     body = response.json()
     assert body["ok"] is False and body["errors"].get(field), body
+
+
+SUPERSCRIPT_TWO = "\u00b2"  # str.isdigit() says yes, int() says no
+
+
+@pytest.mark.django_db
+def test_unicode_digits_in_whole_number_fields_are_a_400_naming_the_field(alice, alice_client, sent_messages):
+    """Issue 30, A5: '²' (and other non-ASCII digits) in each whole-number field of a request gave a 500
+    at 8 places; each answers 400 naming its field."""
+    from api_testlib import make_run
+
+    from experiments.whole_numbers import NotAWholeNumber, whole_number
+
+    api = token_client(alice)
+    experiment = make_experiment(alice)
+    run = make_run(alice, status="succeeded", experiment=experiment)
+    run.checkpoints.create(step=1, path="run/checkpoints/1")
+    two = SUPERSCRIPT_TWO
+
+    def post(url, body):
+        return api.post(url, json.dumps(body), content_type="application/json")
+
+    answers = {
+        "run": post("/api/evaluations", {"run": two, "step": 1, "dataset": "task:reverse"}),
+        "dataset": post("/api/evaluations", {"run": run.pk, "step": 1, "dataset": f"dataset:{two}"}),
+        "step": post(f"/api/runs/{run.pk}/fork", {"step": two}),
+        "max_restarts": post(f"/api/experiments/{experiment.pk}/runs", {"max_restarts": two}),
+        "max_trials": post(f"/api/experiments/{experiment.pk}/sweeps", {
+            "name": "s", "space": {"seed": {"type": "categorical", "choices": [1, 2]}}, "metric": "reward/mean",
+            "max_trials": two}),
+        "prompts": post(f"/api/runs/{run.pk}/evaluate-on-end", {"dataset": "task:reverse", "prompts": two}),
+    }
+    export = post(f"/api/runs/{run.pk}/export", {"step": two})
+    preview = alice_client.post(reverse("plan-preview") + f"?experiment={two}", form_data())
+    for field, response in answers.items():
+        assert response.status_code == 400, (field, response.content)
+        assert field in response.json().get("errors", {}) or response.json().get("field") == field, \
+            (field, response.json())
+    assert export.status_code == 400 and "step" in export.json()["errors"]
+    assert preview.status_code == 400 and "experiment" in preview.json()["errors"]
+    assert sent_messages == []
+
+    # the one parser, against hand-written cases
+    assert [whole_number(v, 0, 99) for v in (0, "7", " 42 ", None, "")] == [0, 7, 42, None, None]
+    assert whole_number("-3", -5, 5) == -3 and whole_number("", 0, 9, default=4) == 4
+    for bad in (two, "\u0663", "\u2460", "-3", "1.0", "1e3", True, 2.0, 100, "9" * 19, [1]):
+        with pytest.raises(NotAWholeNumber):
+            whole_number(bad, 0, 99)

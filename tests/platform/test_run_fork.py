@@ -54,12 +54,13 @@ def test_parse_fork_input_defaults_and_form_strings():
 
 @pytest.mark.parametrize("body, field, message", [
     ({}, "step", "required: the step of the parent's checkpoint to start from"),
-    ({"step": "two"}, "step", "a whole number from 0, got 'two'"),
-    ({"step": -1}, "step", "a whole number from 0, got -1"),
-    ({"step": True}, "step", "a whole number from 0, got True"),
-    ({"step": 2**31}, "step", f"a whole number from 0, got {2**31}"),
+    ({"step": "two"}, "step", "a whole number from 0 to 2147483647, got 'two'"),
+    ({"step": -1}, "step", "a whole number from 0 to 2147483647, got -1"),
+    ({"step": True}, "step", "a whole number from 0 to 2147483647, got True"),
+    ({"step": 2**31}, "step", f"a whole number from 0 to 2147483647, got {2**31}"),
+    ({"step": "\u00b2"}, "step", "a whole number from 0 to 2147483647, got '\u00b2'"),
     ({"step": 2, "optimizer": "warm"}, "optimizer", "one of fresh, continued (got 'warm')"),
-    ({"step": 2, "max_steps": 0}, "max_steps", "a whole number from 1, got 0"),
+    ({"step": 2, "max_steps": 0}, "max_steps", "a whole number from 1 to 2147483647, got 0"),
     ({"step": 2, "queue": "no spaces"}, "queue", "a queue name: 1-64 letters, digits, '.', '_' or '-'"),
 ])
 def test_bad_input_is_a_400_naming_the_field(alice, artifacts, body, field, message):

@@ -31,7 +31,7 @@ MAX_DEPTH = 64
 """Deepest nesting of operators an expression may have (a sum of n numbers nests n - 1 deep)."""
 MAX_DECIMAL_PLACES = 12
 """A non-integer result with an exact decimal of at most this many places is written as one."""
-_MAX_EXPONENT_CHARS = 6  # a literal's exponent ("1e400") of more digits is refused before it is read
+_MAX_EXPONENT_CHARS = 6  # a literal's exponent ("1e400", "1e0000000") of more digits is refused before it is read
 
 _SYMBOLS = str.maketrans({"\u2212": "-", "\u2013": "-", "\u00d7": "*", "\u22c5": "*", "\u00f7": "/"})
 _BINARY = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
@@ -116,7 +116,7 @@ class _Walker:
         mantissa = int(whole + fraction or "0")
         if mantissa == 0:
             return Fraction(0)
-        if len(exponent_text.lstrip("+-").lstrip("0")) > _MAX_EXPONENT_CHARS:
+        if len(exponent_text.lstrip("+-")) > _MAX_EXPONENT_CHARS:  # leading zeros too: int() reads at most 4300
             raise ArithmeticRefused(f"{source} has too many digits; at most {self.max_digits}")
         scale = int(exponent_text) - len(fraction)
         if abs(scale) > 2 * self.max_digits + 1:
