@@ -94,3 +94,8 @@ def test_metric_values_from_the_api_and_their_non_finite_marks(js):
     marks = js('GrpoCharts.nonFiniteMarks([1, 2, 3, 4, 5], [0.5, NaN, Infinity, -Infinity, null], [-1, 2], "step")')
     assert marks == {"x": [2, 3, 4], "y": [2, 2, -1], "text": ["step 2: NaN", "step 3: inf", "step 4: -inf"]}
     assert js("GrpoCharts.nonFiniteMarks([1], [1], [0, 1])") == {"x": [], "y": [], "text": []}
+
+
+def test_plot_text_escapes_what_plotly_would_read_as_markup(js):
+    assert js("""GrpoCharts.plotText('<a href="x">it\\'s & </a>')""") == "&lt;a href=&#34;x&#34;&gt;it&#39;s &amp; &lt;/a&gt;"
+    assert js("[GrpoCharts.plotText(null), GrpoCharts.plotText(3), GrpoCharts.plotText('lr 1e-3')]") == ["", "3", "lr 1e-3"]

@@ -25,6 +25,17 @@
 
   // --- pure functions ---------------------------------------------------------------------------
 
+  // A user's string (a run or experiment name, a metric, a sweep's param or choice) as text for
+  // Plotly, which reads <a href>, <b>, <br>, <span style> and entities in every legend name,
+  // hover text, title and annotation: &, <, >, " and ' become entities Plotly shows as the
+  // characters themselves. The one escaping helper of every page's charts: charts.js applies it
+  // to what its callers hand it (trace names, the "no data" note), so they pass raw strings;
+  // pages that call Plotly themselves (sweep.js) apply it to every string they pass.
+  const PLOT_ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&#34;", "'": "&#39;"};
+  function plotText(value) {
+    return String(value === null || value === undefined ? "" : value).replace(/[&<>"']/g, (c) => PLOT_ENTITIES[c]);
+  }
+
   // A metric value from the API as a number: the strings "NaN", "Infinity", "-Infinity" (JSON has
   // no such numbers) become NaN and the infinities; a number stays; anything else is null.
   function metricValue(value) {
@@ -356,7 +367,7 @@
       const layout = {
         margin: {l: 8, r: 8, t: 8, b: 8}, showlegend: false, paper_bgcolor: "rgba(0,0,0,0)",
         plot_bgcolor: "rgba(0,0,0,0)", font: {size: 11}, xaxis: {visible: false}, yaxis: {visible: false},
-        annotations: [{text: spec.empty || "no data yet", showarrow: false, xref: "paper", yref: "paper",
+        annotations: [{text: plotText(spec.empty || "no data yet"), showarrow: false, xref: "paper", yref: "paper",
                        x: 0.5, y: 0.5, font: {size: 13, color: "#888"}}],
       };
       chart.rendering = true;
@@ -404,7 +415,7 @@
       }
       const xaxis = {title: {text: title, standoff: 4}, zeroline: false};
       if (chart.xRange) xaxis.range = chart.xRange.slice(); else xaxis.autorange = true;
-      const traces = spec.traces.map((t, i) => ({...t, x: shown[i].x, y: shown[i].y}));
+      const traces = spec.traces.map((t, i) => ({...t, name: plotText(t.name), x: shown[i].x, y: shown[i].y}));
       let nonFinite = 0;
       if (yRange) {
         const edges = log ? [Math.pow(10, yRange[0]), Math.pow(10, yRange[1])] : yRange;
@@ -413,8 +424,8 @@
           const marks = nonFiniteMarks(shown[i].x, d.y, edges, X_TITLES[g.options.x] || g.options.x);
           nonFinite += marks.x.length;
           traces.push({
-            x: marks.x, y: marks.y, text: marks.text, mode: "markers", showlegend: false, cliponaxis: false,
-            name: `${spec.traces[i].name || ""} non-finite`, hovertemplate: "%{text}<extra></extra>",
+            x: marks.x, y: marks.y, text: marks.text.map(plotText), mode: "markers", showlegend: false, cliponaxis: false,
+            name: plotText(`${spec.traces[i].name || ""} non-finite`), hovertemplate: "%{text}<extra></extra>",
             marker: {color: "#d62728", size: 9, symbol: marks.y.map((y) => (y === edges[0] ? "triangle-down" : "triangle-up"))},
           });
         });
@@ -430,8 +441,8 @@
         clipped += marks.symbol.filter((sym) => sym === "triangle-up").length;
         for (const k of compile) compiled.push((d.x.step || [])[k]);
         traces.push({
-          x: marks.x, y: marks.y, text: marks.text, mode: "markers", showlegend: false, cliponaxis: false,
-          name: `${spec.traces[i].name || ""} slow or off the axis`, hovertemplate: "%{text}<extra></extra>",
+          x: marks.x, y: marks.y, text: marks.text.map(plotText), mode: "markers", showlegend: false, cliponaxis: false,
+          name: plotText(`${spec.traces[i].name || ""} slow or off the axis`), hovertemplate: "%{text}<extra></extra>",
           marker: {color: "#8c564b", size: 9, symbol: marks.symbol},
         });
       });
@@ -526,7 +537,7 @@
     }
   }
 
-  const api = {ema, formatValue, tickLabels, niceTicks, logTicks, quantile, robustRange, compileSteps, outlierMarks,
+  const api = {plotText, ema, formatValue, tickLabels, niceTicks, logTicks, quantile, robustRange, compileSteps, outlierMarks,
                skipsFirstPoint, marksCompile, metricGroup, orderMetrics, metricValue, nonFiniteMarks, group, controls};
   root.GrpoCharts = api;
 })(typeof window !== "undefined" ? window : this);

@@ -9,7 +9,10 @@
   const PLOT_CONFIG = {displaylogo: false, responsive: true};
   const root = document.getElementById("sweep-plots");
   const dataNode = document.getElementById("sweep-data");
-  if (!root || !dataNode) return;
+  if (!root || !dataNode || !window.Plotly || !window.GrpoCharts) return;
+  // Every string handed to Plotly goes through this (charts.js's one escaping helper): param
+  // names, choices, the metric, run labels are the user's and Plotly reads HTML in them.
+  const text = GrpoCharts.plotText;
   let data = JSON.parse(dataNode.textContent);
   const select = document.getElementById("sweep-scatter-param");
 
@@ -25,7 +28,7 @@
     }
     const choices = spec.choices;
     return {values: values.map((v) => choices.findIndex((c) => c === v)),
-            ticks: {tickvals: choices.map((_c, i) => i), ticktext: choices.map(String)}};
+            ticks: {tickvals: choices.map((_c, i) => i), ticktext: choices.map(text)}};
   }
 
   function scored(sweep) { return sweep.trials.filter((t) => t.value !== null && t.value !== undefined); }
@@ -56,7 +59,7 @@
       const a = axis(sweep, name, trials);
       const log = spec.type !== "categorical" && spec.log;
       const s = scaled(log ? a.values.map((v) => Math.log10(v)) : a.values);
-      const ends = a.ticks ? [a.ticks.ticktext[0], a.ticks.ticktext[a.ticks.ticktext.length - 1]]
+      const ends = a.ticks ? [String(spec.choices[0]), String(spec.choices[spec.choices.length - 1])]
         : [shortNumber(log ? 10 ** s.low : s.low), shortNumber(log ? 10 ** s.high : s.high)];
       if (a.ticks) s.values = a.values.map((i) => (a.ticks.tickvals.length > 1 ? i / (a.ticks.tickvals.length - 1) : 0.5));
       return {label: name, values: s.values, ends: ends};
@@ -68,19 +71,19 @@
     const traces = trials.map((t, row) => ({
       type: "scatter", mode: "lines+markers", x: x, y: axes.map((a) => a.values[row]), showlegend: false,
       line: {color: lineColour(goodness[row]), width: 2}, marker: {size: 5, color: lineColour(goodness[row])},
-      name: "trial " + t.number, hoverinfo: "text",
-      text: axes.map((a, i) => "trial " + t.number + ": " + a.label + " = " +
-                     shortNumber(i < names.length ? t.params[names[i]] : t.value)),
+      name: text("trial " + t.number), hoverinfo: "text",
+      text: axes.map((a, i) => text("trial " + t.number + ": " + a.label + " = " +
+                                    shortNumber(i < names.length ? t.params[names[i]] : t.value))),
     }));
     const annotations = [];
     axes.forEach((a, i) => {
-      annotations.push({x: i, y: 1.04, text: a.ends[1], showarrow: false, yanchor: "bottom", font: {size: 10}});
-      annotations.push({x: i, y: -0.04, text: a.ends[0], showarrow: false, yanchor: "top", font: {size: 10}});
+      annotations.push({x: i, y: 1.04, text: text(a.ends[1]), showarrow: false, yanchor: "bottom", font: {size: 10}});
+      annotations.push({x: i, y: -0.04, text: text(a.ends[0]), showarrow: false, yanchor: "top", font: {size: 10}});
     });
     const shapes = x.map((i) => ({type: "line", x0: i, x1: i, y0: 0, y1: 1, line: {color: "#888", width: 1}}));
     Plotly.react("sweep-parcoords", traces, {
-      margin: {l: 40, r: 40, t: 50, b: 60}, title: {text: "trials: params and " + sweep.metric},
-      xaxis: {tickvals: x, ticktext: axes.map((a) => a.label), range: [-0.3, axes.length - 0.7], zeroline: false,
+      margin: {l: 40, r: 40, t: 50, b: 60}, title: {text: text("trials: params and " + sweep.metric)},
+      xaxis: {tickvals: x, ticktext: axes.map((a) => text(a.label)), range: [-0.3, axes.length - 0.7], zeroline: false,
               showgrid: false},
       yaxis: {visible: false, range: [-0.12, 1.12]}, shapes: shapes, annotations: annotations,
     }, PLOT_CONFIG);
@@ -95,15 +98,16 @@
     const statuses = Array.from(new Set(trials.map((t) => t.status))).sort();
     const traces = statuses.map((status) => {
       const rows = trials.map((t, i) => [t, i]).filter(([t]) => t.status === status);
-      return {type: "scatter", mode: "markers", name: status, x: rows.map(([, i]) => a.values[i]),
-              y: rows.map(([t]) => t.value), text: rows.map(([t]) => "trial " + t.number + (t.run_label ? " (" + t.run_label + ")" : "")),
+      return {type: "scatter", mode: "markers", name: text(status), x: rows.map(([, i]) => a.values[i]),
+              y: rows.map(([t]) => t.value),
+              text: rows.map(([t]) => text("trial " + t.number + (t.run_label ? " (" + t.run_label + ")" : ""))),
               marker: {size: 10}};
     });
-    const xaxis = {title: {text: name}, type: spec.type !== "categorical" && spec.log ? "log" : "linear"};
+    const xaxis = {title: {text: text(name)}, type: spec.type !== "categorical" && spec.log ? "log" : "linear"};
     if (a.ticks) Object.assign(xaxis, a.ticks);
     Plotly.react("sweep-scatter", traces, {margin: {l: 60, r: 20, t: 40, b: 50}, xaxis: xaxis,
-                                           yaxis: {title: {text: sweep.metric}},
-                                           title: {text: sweep.metric + " against " + name}}, PLOT_CONFIG);
+                                           yaxis: {title: {text: text(sweep.metric)}},
+                                           title: {text: text(sweep.metric + " against " + name)}}, PLOT_CONFIG);
   }
 
   function draw(sweep) {
