@@ -40,6 +40,7 @@ from experiments.run_compare import snapshot_run
 from runner.control import DatabaseControl
 from runner.db_hooks import DatabaseHooks
 from runner.forks import start_checkpoint
+from runner.run_files import PlatformRunFilesHooks
 from runner.sample_prompts import chat_prompts_for
 from runner.services import send_when_committed
 from runner.step_limits import step_check
@@ -124,7 +125,6 @@ def run_attempt(run_id: int, attempt: int, parent_pid: int | None = None) -> int
     from trainers import train
     from trainers.loop.compile_cache import enable_compilation_cache
     from trainers.loop.hooks import Control, Hooks, MultiHooks
-    from trainers.loop.run_files import RunFilesHooks
     from trainers.loop.trainer import TrainingDiverged
 
     run = Run.objects.filter(pk=run_id).first()
@@ -161,7 +161,7 @@ def run_attempt(run_id: int, attempt: int, parent_pid: int | None = None) -> int
     # compiled steps are kept on disk: a later run of the same shapes, or this run's next attempt, skips compiling
     enable_compilation_cache(str(settings.DATA_DIR / "jax-cache"))
     db_hooks = DatabaseHooks(run_id, attempt, chat_prompts=chat_prompts_for(config))
-    hooks = MultiHooks(db_hooks, RunFilesHooks(run_dir)) if not index else Hooks()
+    hooks = MultiHooks(db_hooks, PlatformRunFilesHooks(run_dir, run_id)) if not index else Hooks()
     try:
         # a fresh fork starts from its parent's checkpoint weights (runner.forks); None otherwise
         result = train(config, run_dir, hooks=hooks, control=control, init_checkpoint=start_checkpoint(run, run_dir))

@@ -622,3 +622,29 @@ def test_supervisor_does_not_kill_a_cancelled_trainer_that_already_wrote_its_fin
     finally:
         sup.proc.kill()
         sup.proc.wait()
+
+
+@pytest.mark.django_db(transaction=True)  # the hooks' flusher writes from its own thread
+@pytest.mark.parametrize("stop_as, final", [("pruned", "pruned"), ("", "cancelled")])
+def test_a_pruned_runs_summary_json_says_pruned(django_user_model, monkeypatch, stop_as, final):
+    """Issue 30 C2: the trainer returns "cancelled" for any stop; the run files' summary.json names
+    the status the platform gives the run: pruned for a sweep's pruned trial (stop_as), else cancelled."""
+    import json
+
+    import trainers
+    from runner.attempt import run_attempt
+
+    run = make_run(django_user_model.objects.create_user("carol"), status="running", attempt=1)
+
+    def fake_train(config, run_dir, hooks, control, init_checkpoint=None):
+        Run.objects.filter(pk=run.pk).update(status="cancelling", stop_as=stop_as)  # the pruner / a user
+        result = TrainResult("cancelled", 2, "digest", {"reward/mean": 0.2}, run_dir)
+        hooks.on_end(result)
+        return result
+
+    monkeypatch.setattr(trainers, "train", fake_train)
+    assert run_attempt(run.pk, 1) == 0
+    run.refresh_from_db()
+    assert run.status == final
+    summary = json.loads((django_settings.ARTIFACTS_DIR / run.run_dir / "summary.json").read_text())
+    assert summary["status"] == final and summary["final_step"] == 2
