@@ -62,7 +62,7 @@ def parse(raw: Any, owner=None) -> ExperimentConfig:
     whose datasets the config may name (None: none)."""
     return within_limits(parse_config(raw, dataset_dirs=dataset_dirs(), model_dirs=model_dirs(),
                                       datasets=dataset_models.resolver(owner), private_dirs=private_dirs(),
-                                      env_modules=environment_modules()))
+                                      env_modules=environment_modules(), model_path_bases=[str(settings.REPO_ROOT)]))
 
 
 def environment_modules() -> tuple[str, ...]:

@@ -245,3 +245,26 @@ def test_an_example_config_names_its_model_relative_to_the_repository(alice_clie
     response = alice_client.get(reverse("experiment-new"), {"example": "escape"})
     assert response.context["form"].errors["config_yaml"] == [
         f"model.path: {REFUSED.format(path='../outside/secret-model')}"]
+
+
+def test_a_shipped_config_naming_var_models_is_accepted_through_the_api(alice, settings, tmp_path):
+    """Issue 30, B1: configs/*.yaml name model.path var/models/<name> (written for the CLI in the
+    checkout). Imported through the API (as `grpo_client launch` does), such a path that resolves
+    inside a models directory from the checkout is accepted and stored relative to that root; one
+    that leaves every root is still refused with the one message."""
+    repo = tmp_path / "repo"
+    write_tiny_model(repo / "var" / "models" / "smollm2-135m-instruct")
+    write_model_config(tmp_path / "outside" / "secret-model")
+    (repo / "configs").mkdir()
+    settings.REPO_ROOT = repo
+    settings.PLATFORM_MODELS_DIRS = [repo / "var" / "models"]
+    client = token_client(alice)
+    shipped = (Path(__file__).resolve().parents[2] / "configs" / "calculator-arith.yaml").read_text()
+    assert "path: var/models/smollm2-135m-instruct" in shipped
+    response = client.post("/api/experiments", json.dumps({"name": "calc", "config_yaml": shipped}),
+                           content_type="application/json")
+    assert response.status_code == 201, response.content
+    assert Experiment.objects.get(pk=response.json()["id"]).config["model"]["path"] == "smollm2-135m-instruct"
+    for path in ("var/models/../../../outside/secret-model", "configs", "var", "var/models/missing"):
+        response = post_experiment(client, model_config(path))
+        assert response.status_code == 400 and response.json()["errors"] == {"model.path": REFUSED.format(path=path)}

@@ -71,7 +71,8 @@ def parse_config(raw: dict[str, Any] | None, overrides: list[str] | tuple[str, .
                  model_dirs: list[str] | tuple[str, ...] | None = None,
                  datasets: DatasetResolver | None = None,
                  private_dirs: list[str] | tuple[str, ...] | None = None,
-                 env_modules: list[str] | tuple[str, ...] | None = None) -> ExperimentConfig:
+                 env_modules: list[str] | tuple[str, ...] | None = None,
+                 model_path_bases: list[str] | tuple[str, ...] | None = None) -> ExperimentConfig:
     """Validate a raw dict (from YAML/JSON) plus `--set` overrides; raise ConfigError listing every problem.
 
     dataset_dirs (the platform's dataset roots): when given, `data.train_path` / `data.eval_path`
@@ -80,7 +81,10 @@ def parse_config(raw: dict[str, Any] | None, overrides: list[str] | tuple[str, .
     "missing" and "not allowed", so validation never tells whether a file exists. Without it (the
     CLI on a user's own machine) paths are relative to the working directory and unrestricted.
     model_dirs (the platform's model roots) restrict `model.path` the same way; the folder must be a
-    Hugging Face model of a supported architecture either way.
+    Hugging Face model of a supported architecture either way. A relative model.path starts in the
+    first root; where it names no folder there, it is tried from each of `model_path_bases` (the
+    platform's checkout, where the shipped configs' var/models/<name> lies), and must still end
+    inside a root.
     datasets (the platform's datasets this config's owner may use): resolves `data.train_dataset` /
     `data.eval_dataset` names into `data.train_path` / `data.eval_path` (then checked like any path);
     see `_resolve_dataset_names`.
@@ -105,7 +109,7 @@ def parse_config(raw: dict[str, Any] | None, overrides: list[str] | tuple[str, .
         raise ConfigError(_problems_from_pydantic(exc, raw)) from None
     problems, named = _resolve_dataset_names(config, datasets, dataset_dirs)
     problems += _resolve_data_paths(config, dataset_dirs, private_dirs, named)
-    problems += _resolve_model_path(config, model_dirs) + check_config(config, env_modules)
+    problems += _resolve_model_path(config, model_dirs, model_path_bases) + check_config(config, env_modules)
     if problems:
         raise ConfigError(problems)
     problems = check_prompt_format(config)  # the paths are accepted: their first examples may be read now
@@ -223,7 +227,8 @@ def _is_private(path: str, dataset_dirs: list[str] | tuple[str, ...] | None,
 MODEL_PATH_REFUSED = "missing or not allowed: {path}; put the model folder under the platform's models directory"
 
 
-def _resolve_model_path(config: ExperimentConfig, model_dirs: list[str] | tuple[str, ...] | None) -> list[Problem]:
+def _resolve_model_path(config: ExperimentConfig, model_dirs: list[str] | tuple[str, ...] | None,
+                        model_path_bases: list[str] | tuple[str, ...] | None = None) -> list[Problem]:
     """Check `model.path` (see `parse_config`): inside a root when model_dirs are given (then replaced by
     its resolved absolute path), a Hugging Face folder of a supported architecture, and with a chat
     template when data.chat_template is true."""
@@ -234,6 +239,9 @@ def _resolve_model_path(config: ExperimentConfig, model_dirs: list[str] | tuple[
         return []
     if model_dirs is not None:
         resolved = _inside_roots(path, model_dirs, want_dir=True)
+        for base in () if os.path.isabs(path) else model_path_bases or ():
+            if resolved is None:  # configs/*.yaml name var/models/<name>, written for the CLI in the checkout
+                resolved = _inside_roots(os.path.join(os.path.realpath(base), path), model_dirs, want_dir=True)
         if resolved is None:
             return [Problem("model.path", MODEL_PATH_REFUSED.format(path=path))]
         config.model.path = path = resolved
