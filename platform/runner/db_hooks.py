@@ -40,6 +40,7 @@ from django.db import connection, transaction
 
 from experiments.metric_series import json_value, storable_value
 from experiments.models import Checkpoint, MetricPoint, RolloutSample, Run, RunEvent, SampleKind
+from experiments.signals import metrics_reported
 from experiments.sample_episodes import json_safe
 from experiments.sample_query import prompt_hash
 from experiments.sample_text import stored_prompt
@@ -184,7 +185,18 @@ class DatabaseHooks(Hooks):
             self._event(f"metric {name} is {value} at step {step} (non-finite; stored and charted as such)", "warning")
 
     def flush(self) -> None:
-        """Write everything buffered: one transaction, one bulk upsert per table, one Run update."""
+        """Write everything buffered: one transaction, one bulk upsert per table, one Run update;
+        then, once committed, `experiments.signals.metrics_reported` with the metric names written
+        (a sweep judges its trial's pruning from it)."""
+        names, step = self._write()
+        if names:
+            for receiver, error in metrics_reported.send_robust(sender=Run, run_id=self.run_id, names=names,
+                                                                step=step):
+                if isinstance(error, Exception):
+                    log.error("run %s: a metrics_reported receiver (%s) failed: %r", self.run_id, receiver, error)
+
+    def _write(self) -> tuple[frozenset[str], int | None]:
+        """`flush`'s writes; returns the metric names written and the last step."""
         with self._write_lock:
             with self._buffer_lock:
                 self._last_flush = time.monotonic()
@@ -192,7 +204,7 @@ class DatabaseHooks(Hooks):
                 self._points, self._samples, self._buffered_since = {}, [], None
                 last_step, last_reward = self._last_step, self._last_reward
             if not points and not samples:
-                return
+                return frozenset(), None
             with transaction.atomic():
                 if points:
                     MetricPoint.objects.bulk_create(
@@ -211,6 +223,7 @@ class DatabaseHooks(Hooks):
                         fields["latest_reward"] = last_reward
                     Run.objects.filter(pk=self.run_id, attempt=self.attempt).update(**fields)
             self.flushes += 1
+            return frozenset(p.name for p in points), last_step
 
     # -- the background flusher -----------------------------------------------------------------
 

@@ -5,7 +5,10 @@ once that change commits (sweeps.receivers), so the next trial starts without wa
 One advance, in one transaction holding the sweep's row (two processes never launch the same trial):
 1. each trial takes its run's status and the best value of the sweep's metric so far;
 2. the pruner (sweeps.driver, fed the metric's points by step) stops running trials it judges weak:
-   runner.services.request_prune, so the run ends as `pruned` with its checkpoints and metrics;
+   runner.services.request_prune, so the run ends as `pruned` with its checkpoints and metrics.
+   A trial is also judged as soon as its trainer writes the sweep's metric (`judge_trial`, from
+   experiments.signals.metrics_reported in the trainer's process, sweeps.receivers), so it stops
+   within a step of the decision; the tick is the fallback;
 3. trials start up to max_concurrent_trials and max_trials: params from the grid or Optuna, set on
    the sweep's base config, validated through experiments.configs (invalid: the trial is `failed`
    with the message and the sweep goes on), launched by runner.services.launch_run, the user's own
@@ -105,10 +108,12 @@ def _sync(sweep: Sweep, trials: list[Trial], points: dict[int, list]) -> None:
             trial.save(update_fields=["status", "value", "value_step"])
 
 
-def _prune(sweep: Sweep, trials: list[Trial], points: dict[int, list]) -> None:
+def _prune(sweep: Sweep, trials: list[Trial], points: dict[int, list], only_run_id: int | None = None) -> None:
+    """Stop the running trials the pruner judges weak (`only_run_id`: judge that trial's run alone)."""
     if sweep.pruner == "none":
         return
-    running = [t for t in trials if t.run is not None and t.run.status in ACTIVE_RUN and t.run.stop_as != S.PRUNED]
+    running = [t for t in trials if t.run is not None and t.run.status in ACTIVE_RUN and t.run.stop_as != S.PRUNED
+               and only_run_id in (None, t.run_id)]
     if not running:
         return
     spec = study_spec(sweep)
@@ -201,6 +206,25 @@ def advance(sweep_id: int) -> None:
         if len(trials) >= sweep.max_trials and all(t.ended for t in trials):
             sweep.status, sweep.finished_at = SweepStatus.FINISHED, timezone.now()
             sweep.save(update_fields=["status", "finished_at"])
+
+
+def judge_trial(run_id: int, names) -> None:
+    """The trainer of run `run_id` has just written metrics `names` (experiments.signals.
+    metrics_reported, in the trainer's process): if the run is a trial of a running sweep with a
+    pruner and its metric is among them, judge that trial now, so it stops within a step of the
+    decision instead of a tick later. One indexed query for a run that is no trial."""
+    sweep_id = (Trial.objects.filter(run_id=run_id, sweep__status=SweepStatus.RUNNING, sweep__metric__in=list(names))
+                .exclude(sweep__pruner="none").values_list("sweep_id", flat=True).first())
+    if sweep_id is None:
+        return
+    with transaction.atomic():
+        sweep = Sweep.objects.select_for_update().filter(pk=sweep_id, status=SweepStatus.RUNNING).first()
+        if sweep is None:
+            return
+        trials = list(sweep.trials.select_related("run").order_by("number"))
+        points = _points(sweep, trials)
+        _sync(sweep, trials, points)
+        _prune(sweep, trials, points, only_run_id=run_id)
 
 
 def is_trial_run(run: Run) -> int | None:

@@ -220,3 +220,27 @@ def test_a_halving_pruner_keeps_its_rungs_on_the_trial(alice, sent_messages):
     t0 = trials(sweep)[0]
     assert t0.optuna_attrs.get("completed_rung_0") == 0.004   # recorded while it ran, for later rebuilds
     assert t0.status == S.RUNNING                               # alone in its rung: promoted, not pruned
+
+
+def test_a_trial_is_judged_when_its_trainer_writes_the_metric_not_a_tick_later(alice, sent_messages):
+    """Issue 30 C4: the trainer's database hooks writing the sweep's metric (in the trainer's
+    process) have the pruner judge that trial at once: no scheduler tick runs here."""
+    from runner.db_hooks import DatabaseHooks
+
+    experiment = make_experiment(alice)
+    sweep = services.create_sweep(experiment, sweep_input())
+    t0, t1 = trials(sweep)
+    for t, lr in ((t0, 0.004), (t1, 0.003)):
+        add_points(t.run, {"learning_rate": [(s, lr) for s in (1, 2, 3)]})
+        finish(t.run)
+    scheduler.tick()
+    t2 = trials(sweep)[2]
+    Run.objects.filter(pk=t2.run.pk).update(status=S.RUNNING)
+    hooks = DatabaseHooks(t2.run.pk, t2.run.attempt, background_flush=False)
+    hooks.on_step(1, {"loss/policy": 0.5})                  # not the sweep's metric: nothing judged
+    assert Run.objects.get(pk=t2.run.pk).status == S.RUNNING
+    hooks.on_step(2, {"learning_rate": 0.002})              # below the median 0.0035
+    hooks.flush()
+    t2.run.refresh_from_db()
+    assert t2.run.status == S.CANCELLING and t2.run.stop_as == S.PRUNED
+    assert t2.run.events.filter(message__contains="pruned by sweep 'lr-sweep' (median) at step 2").exists()
