@@ -21,7 +21,9 @@ Commands (`python -m grpo_client COMMAND --help` for each):
     python -m grpo_client download RUN --step N --out FILE.zip
         the checkpoint of step N as a zipped Hugging Face folder
     python -m grpo_client sweep create EXPERIMENT --name N --space JSON|@FILE --metric M --trials N
-        [--sampler grid|random|tpe] [--pruner none|median|successive_halving|hyperband] [--concurrent 2]
+        [--direction maximize|minimize] [--concurrent 2] [--sampler grid|random|tpe]
+        [--pruner none|median|successive_halving|hyperband] [--seed 0] [--pruner-startup-trials N]
+        [--pruner-warmup-steps N]
     python -m grpo_client sweep list [--experiment ID] [--status S]  /  sweep show SWEEP  /  sweep cancel SWEEP
     python -m grpo_client alerts add --event failed [--event ...] --webhook URL|--email ADDRESS [--experiment ID]
         [--metric reward/mean --when '<' --threshold 0.1] [--min-interval 60]   (prints the rule's id)
