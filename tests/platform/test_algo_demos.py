@@ -1,6 +1,6 @@
 """The per-algorithm demo experiments `serve` sets up once SmolLM2's folder is there
-(runner.demo.ensure_algo_demos, called by ensure_model_demo): one "demo: algo-<name>" experiment per
-configs/algo-*.yaml with model.path under the model root, none started, each created once; a refused
+(runner.demo.ensure_config_demos, called by ensure_model_demo): one "demo: algo-<name>" experiment per
+configs/algo-*.yaml and the tool-use pair from configs/calculator-arith*.yaml, with model.path under the model root, none started, each created once; a refused
 file is one line; no model folder (a failed fetch) means none of them."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import trainers.models.fetch as fetch
 from experiments.models import Experiment, Run
-from runner.demo import MODEL_DEMO_EXPERIMENT, ensure_algo_demos, ensure_demo, ensure_model_demo
+from runner.demo import MODEL_DEMO_EXPERIMENT, ensure_config_demos, ensure_demo, ensure_model_demo
 
 from tests.tiny_models import write_tiny_model
 
@@ -76,10 +76,17 @@ def test_one_experiment_per_repository_algo_config_none_started(models_root, fak
     assert demos["demo: algo-dapo"].config["grpo"]["epsilon_high"] == 0.28
     assert demos["demo: algo-dapo"].config["rollout"]["dynamic_sampling_metric"] == "correct"
     assert demos["demo: algo-lora"].config["optimizer"]["learning_rate"] == 2.0e-4
+    # the tool-use demo and its twin (issue 30, B2): the calculator on and off, the same model and steps
+    tool, twin = (Experiment.objects.get(name=f"demo: calculator-arith{s}") for s in ("", "-notool"))
+    assert tool.config["env"]["name"] == twin.config["env"]["name"] == "calculator"
+    assert tool.config["env"]["settings"].get("enabled", True) is True and twin.config["env"]["settings"]["enabled"] is False
+    assert tool.config["model"]["path"] == twin.config["model"]["path"] == "smollm2-135m-instruct"
+    assert tool.config["train"]["max_steps"] == twin.config["train"]["max_steps"] == 12
+    assert "configs/calculator-arith.yaml; launch it and its twin" in tool.description
     assert Run.objects.count() == 0  # nothing is started
     # a second start creates nothing more
     assert ensure_model_demo(say=lines.append) is True and algo_demos().count() == len(EXPECTED)
-    assert ensure_algo_demos(say=lines.append) == []
+    assert ensure_config_demos(say=lines.append) == []
 
 
 def test_an_existing_smollm2_demo_still_gets_the_algo_demos(models_root, fake_fetch):
@@ -112,7 +119,7 @@ def test_a_refused_file_is_one_line_and_the_others_are_created(models_root, fake
     settings.REPO_ROOT = tmp_path / "repo"  # no smollm2-arith.yaml: the SmolLM2 demo uses its fallback
     write_tiny_model(models_root / "smollm2-135m-instruct")
     lines: list[str] = []
-    assert ensure_algo_demos(say=lines.append) == ["demo: algo-good"]
+    assert ensure_config_demos(say=lines.append) == ["demo: algo-good"]
     assert len(lines) == 2 and all("\n" not in line for line in lines)
     assert lines[0].startswith("configs/algo-bad.yaml is not usable here (batch.prompts_per_step")
     assert lines[0].endswith('; no "demo: algo-bad" demo experiment')

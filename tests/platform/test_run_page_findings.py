@@ -174,15 +174,22 @@ def test_compare_picker_lists_the_users_runs_and_redirects_to_a_shareable_addres
 
 
 def test_demo_order_and_labels():
-    names = ["demo: algo-gspo", demo.DEMO_EXPERIMENT, "demo: algo-dapo", demo.MODEL_DEMO_EXPERIMENT]
-    assert sorted(names, key=demo.demo_rank) == [demo.MODEL_DEMO_EXPERIMENT, "demo: algo-dapo", "demo: algo-gspo",
-                                                 demo.DEMO_EXPERIMENT]
+    """Issue 30, B6: on a CPU the toy (seconds a step) comes first; on an accelerator it comes last."""
+    names = ["demo: algo-gspo", demo.DEMO_EXPERIMENT, "demo: calculator-arith-notool", "demo: algo-dapo",
+             demo.MODEL_DEMO_EXPERIMENT, "demo: calculator-arith"]
+    middle = [demo.MODEL_DEMO_EXPERIMENT, "demo: calculator-arith", "demo: calculator-arith-notool", "demo: algo-dapo",
+              "demo: algo-gspo"]
+    assert sorted(names, key=lambda n: demo.demo_rank(n, on_accelerator=True)) == middle + [demo.DEMO_EXPERIMENT]
+    assert sorted(names, key=demo.demo_rank) == [demo.DEMO_EXPERIMENT] + middle
     assert demo.demo_label(demo.DEMO_EXPERIMENT) == "smoke test: learns the answer format"
     assert demo.demo_label(demo.MODEL_DEMO_EXPERIMENT) == "featured: start here"
+    assert demo.demo_label("demo: calculator-arith-notool") == "tool use: the no-tool twin"
+    assert demo.cpu_step_s("demo: algo-lora") == (12, 23) and demo.cpu_step_s(demo.MODEL_DEMO_EXPERIMENT) == (55, 132)
 
 
 def test_experiments_page_lists_the_demos_smollm2_first_and_the_toy_as_a_smoke_test(client, settings, tmp_path):
     settings.DATA_DIR = tmp_path
+    settings.PLATFORM_ACCELERATOR = "gpu"
     username, password = demo.ensure_demo()
     user = Experiment.objects.get(name=demo.DEMO_EXPERIMENT).owner
     assert Experiment.objects.get(name=demo.DEMO_EXPERIMENT).description == demo.TOY_DESCRIPTION
@@ -204,3 +211,28 @@ def test_other_users_see_no_demo_list(alice_client, alice):
     make_experiment(alice, name="demo: arithmetic")  # alice's own, not the demo user's
     html = alice_client.get(reverse("experiment-list")).content.decode()
     assert 'id="demo-list"' not in html
+
+
+def test_on_a_cpu_the_toy_comes_first_and_each_demo_says_how_long_a_step_takes(client, settings, tmp_path):
+    """Issue 30, B6: on a CPU the toy (seconds a step) is listed first; every demo shows its time a
+    step, the CPU figure until this platform has run it, then the median of its newest run, which the
+    experiment page shows beside Launch too."""
+    from experiments.models import MetricPoint, Run
+
+    settings.DATA_DIR = tmp_path
+    settings.PLATFORM_ACCELERATOR = "cpu"
+    demo.ensure_demo()
+    user = Experiment.objects.get(name=demo.DEMO_EXPERIMENT).owner
+    smollm2 = make_experiment(user, name=demo.MODEL_DEMO_EXPERIMENT)
+    client.force_login(user)
+    html = client.get(reverse("experiment-list")).content.decode()
+    assert re.findall(r'<li data-demo="([^"]+)"', html) == [demo.DEMO_EXPERIMENT, demo.MODEL_DEMO_EXPERIMENT]
+    assert "about 55 s to 2.2 min a step on a 2-core CPU (measured; not run here yet)" in html
+    run = Run.objects.create(experiment=smollm2, config=smollm2.config, status="succeeded", attempt=1, max_steps=5)
+    MetricPoint.objects.bulk_create([MetricPoint(run=run, step=s, name="timing/step_s", value=v)
+                                     for s, v in enumerate([300.0, 61.0, 59.0, 64.0, 60.0], start=1)])
+    page = client.get(reverse("experiment-detail", args=[smollm2.pk])).content.decode()
+    assert f"about 61 s a step here (median of 5 steps of run {run.pk})" in page
+    settings.PLATFORM_ACCELERATOR = "gpu"
+    html = client.get(reverse("experiment-list")).content.decode()
+    assert "not measured here yet; on a 2-core CPU: 0.2 s to 0.4 s a step" in html
