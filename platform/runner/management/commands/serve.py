@@ -23,6 +23,21 @@ _CONSOLE_LOCK = threading.Lock()
 WEB_WORKERS, WEB_THREADS = 2, 4
 
 
+def base_url(host: str, port: int) -> str:
+    """The address people open for `--host` / `--port` (alert links use it unless PLATFORM_BASE_URL
+    is set): localhost for a loopback or wildcard address, an IPv6 address in brackets."""
+    shown = "localhost" if host in ("127.0.0.1", "0.0.0.0", "::", "::1", "localhost") else host
+    return f"http://[{shown}]:{port}" if ":" in shown else f"http://{shown}:{port}"
+
+
+def use_base_url(host: str, port: int) -> str:
+    """Alert links (alerts.delivery) point at this server: unless PLATFORM_BASE_URL is set, it becomes
+    `base_url(host, port)`, here and in the children (they inherit the environment). Returns it."""
+    if not os.environ.get("PLATFORM_BASE_URL"):
+        os.environ["PLATFORM_BASE_URL"] = settings.PLATFORM_BASE_URL = base_url(host, port)
+    return os.environ["PLATFORM_BASE_URL"]
+
+
 class Child:
     def __init__(self, name: str, argv: list[str]):
         self.name, self.argv = name, argv
@@ -84,6 +99,7 @@ class Command(BaseCommand):
         if workers < 0:
             raise CommandError("--workers must be 0 or more")
         self._check_port(host, port)
+        use_base_url(host, port)
         self.log = LogFile(log_path(settings.DATA_DIR))
         if not verbose:
             quiet_own_logging(self.log)
@@ -146,12 +162,11 @@ class Command(BaseCommand):
                 raise CommandError(f"cannot listen on {host}:{port} ({exc.strerror}); choose another --port") from None
 
     def _banner(self, host: str, port: int, workers: int, login) -> None:
-        shown = "localhost" if host in ("127.0.0.1", "0.0.0.0", "::") else host
         lines = [
             "",
             "=" * 72,
             "  GRPO platform is running",
-            f"  open       http://{shown}:{port}/",
+            f"  open       {base_url(host, port)}/",
         ]
         if login:
             where = settings.DATA_DIR / "demo_password"
