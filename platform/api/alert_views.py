@@ -34,8 +34,8 @@ def delivery_json(d: AlertDelivery) -> dict:
 
 
 @operations(
-    GET=Op(responses={200: shapes.AlertRuleList}),
-    POST=Op(body=shapes.AlertRuleInput, responses={201: shapes.AlertRuleOut, 400: Errors}),
+    GET=Op(responses={200: shapes.AlertRuleList}, summary="List your alert rules"),
+    POST=Op(body=shapes.AlertRuleInput, responses={201: shapes.AlertRuleOut, 400: Errors}, summary="Create an alert rule"),
 )
 @api_endpoint("GET", "POST")
 def alert_rules(request):
@@ -58,9 +58,10 @@ def alert_rules(request):
 
 
 @operations(
-    GET=Op(responses={200: shapes.AlertRuleOut}),
-    PATCH=Op(body=shapes.AlertRulePatch, responses={200: shapes.AlertRuleOut, 400: Errors}),
-    DELETE=Op(responses={204: None}),
+    GET=Op(responses={200: shapes.AlertRuleOut}, summary="One of your alert rules"),
+    PATCH=Op(body=shapes.AlertRulePatch, responses={200: shapes.AlertRuleOut, 400: Errors},
+            summary="Turn an alert rule on or off"),
+    DELETE=Op(responses={204: None}, summary="Delete an alert rule and its delivery log"),
 )
 @api_endpoint("GET", "PATCH", "DELETE")
 def alert_rule_detail(request, pk: int):

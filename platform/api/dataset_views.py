@@ -51,8 +51,9 @@ def _owned(request, pk: int) -> Dataset:
 
 
 @operations(
-    GET=Op(responses={200: shapes.DatasetList}),
-    POST=Op(form=shapes.DatasetUpload, responses={201: shapes.DatasetCreated, 400: Errors, 409: Errors, 413: Error}),
+    GET=Op(responses={200: shapes.DatasetList}, summary="List your datasets and those shared with you"),
+    POST=Op(form=shapes.DatasetUpload, responses={201: shapes.DatasetCreated, 400: Errors, 409: Errors, 413: Error},
+           summary="Upload a dataset (a JSONL file, checked line by line)"),
 )
 @api_endpoint("GET", "POST")
 def dataset_list(request):
@@ -85,7 +86,8 @@ def dataset_list(request):
         raise ApiError(413, refusal)
     try:
         dataset, check = datasets.upload(request.user, request.POST.get("name"), upload.chunks(), upload.name,
-                                         request.POST.get("description", ""))
+                                         request.POST.get("description", ""),
+                                         room_check=storage.upload_room_check(request.user))
     except datasets.DatasetRefused as exc:
         raise refused(exc) from None
     if dataset is None:
@@ -99,8 +101,8 @@ def dataset_list(request):
 
 
 @operations(
-    GET=Op(responses={200: shapes.DatasetDetail}),
-    DELETE=Op(responses={204: None, 403: Error, 409: Error}),
+    GET=Op(responses={200: shapes.DatasetDetail}, summary="A dataset with its first rows"),
+    DELETE=Op(responses={204: None, 403: Error, 409: Error}, summary="Delete one of your datasets and its file"),
 )
 @api_endpoint("GET", "DELETE")
 def dataset_detail(request, pk: int):

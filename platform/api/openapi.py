@@ -23,6 +23,10 @@ _REPEAT = re.compile(r"\[0-9\]\{1,(?P<digits>[0-9]+)\}")
 # Sub-collections that are resources of their own in the docs (`runs/{pk}/samples` is tagged
 # "samples", not "runs"); every other path is tagged by its first segment (see resource_tag).
 NESTED_RESOURCES = ("samples", "checkpoints")
+# Where a docstring that describes several methods starts one method's part: the method's name at
+# the start, after a sentence or after a " / " ("GET: the run. PATCH {...}: ...").
+_METHOD_SECTION = re.compile(r"(?:^|(?<=\. )|(?<=/ ))(GET|HEAD|POST|PUT|PATCH|DELETE)\b")
+SUMMARY_MAX_CHARS = 120
 
 
 class RouteError(ValueError):
@@ -116,7 +120,8 @@ def build(patterns=None, title: str = "GRPO platform API", version: str = "1") -
         summary, description = _doc(view)
         tag = resource_tag(template, resources)
         for method, op in sorted(ops.items()):
-            item[method.lower()] = operation = _operation(view, method, op, path_params, summary, description,
+            own = summary if len(ops) == 1 else method_summary(description, method)
+            item[method.lower()] = operation = _operation(view, method, op, path_params, own, description,
                                                           models, tag)
             tags += [t for t in operation["tags"] if t not in tags]
     _, defs = models_json_schema([(m, "validation") for m in sorted(models, key=lambda m: m.__name__)],
@@ -144,6 +149,37 @@ def _doc(view: Callable) -> tuple[str, str]:
     return first.strip(), doc
 
 
+def method_summary(doc: str, method: str) -> str:
+    """One method's summary, for a view that serves several and declares no `Op.summary`: the first
+    sentence of the docstring's part about `method` (`GET: the run. PATCH {...}: replaces ...` ->
+    "GET: the run."), cut to SUMMARY_MAX_CHARS; "" when the docstring names no such part. Each
+    method gets its own line in the docs instead of all repeating the docstring's first line."""
+    text = " ".join(doc.split())
+    starts = [(m.start(), m.group(1)) for m in _METHOD_SECTION.finditer(text)]
+    for k, (start, name) in enumerate(starts):
+        if name != method:
+            continue
+        end = starts[k + 1][0] if k + 1 < len(starts) else len(text)
+        part = _first_sentence(text[start:end].strip().removesuffix("/").strip())
+        if len(part) > SUMMARY_MAX_CHARS:
+            part = part[:SUMMARY_MAX_CHARS].rsplit(" ", 1)[0] + " …"
+        return part
+    return ""
+
+
+def _first_sentence(text: str) -> str:
+    """Up to the first ". " outside brackets (a body's `{...}` or a note's `(...)`)."""
+    depth = 0
+    for i, char in enumerate(text):
+        if char in "({[":
+            depth += 1
+        elif char in ")}]":
+            depth = max(depth - 1, 0)
+        elif char == "." and depth == 0 and (i + 1 == len(text) or text[i + 1] == " "):
+            return text[:i + 1]
+    return text
+
+
 def resource_tag(template: str, resources: set[str]) -> str:
     """The resource a path template belongs to, its tag in the docs: the last literal segment (a
     file suffix dropped) that is a top-level resource (`resources`: the paths' first segments) or one
@@ -159,7 +195,7 @@ def _operation(view, method: str, op: Op, path_params: dict, summary: str, descr
                models: set, tag: str) -> dict[str, Any]:
     out: dict[str, Any] = {
         "operationId": f"{view.__name__}_{method.lower()}",
-        "summary": op.summary or summary or view.__name__,
+        "summary": op.summary or summary or f"{method} {view.__name__}",
         "description": description,
         "tags": list(op.tags) or [tag],
         "parameters": [{"name": n, "in": "path", "required": True, "schema": s} for n, s in path_params.items()],

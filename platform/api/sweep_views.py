@@ -41,8 +41,9 @@ def _list(request, queryset) -> dict:
 
 
 @operations(
-    GET=Op(query=shapes.SweepListQuery, responses={200: shapes.SweepList}),
-    POST=Op(body=shapes.SweepInput, responses={201: shapes.SweepDetail, 400: Errors, 403: Error}),
+    GET=Op(query=shapes.SweepListQuery, responses={200: shapes.SweepList}, summary="List an experiment's sweeps"),
+    POST=Op(body=shapes.SweepInput, responses={201: shapes.SweepDetail, 400: Errors, 403: Error},
+           summary="Start a sweep over the experiment's config"),
 )
 @api_endpoint("GET", "POST")
 def experiment_sweeps(request, pk: int):

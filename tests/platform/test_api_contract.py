@@ -104,13 +104,35 @@ def test_schema_is_openapi_31_with_the_token_scheme(client):
     assert set(run) == {"get", "patch"}
     assert run["get"]["responses"]["200"]["content"]["application/json"]["schema"] == {
         "$ref": "#/components/schemas/RunDetail"}
-    assert run["get"]["summary"].startswith("GET: the run. PATCH")  # the docstring's first line
+    assert run["get"]["summary"] == "A run: status, progress, config and lineage"
+    assert run["patch"]["summary"] == "Rename a run, or replace its tags or notes"
     assert "RunDetail" in document["components"]["schemas"]
     params = {p["name"]: p for p in document["paths"]["/api/runs"]["get"]["parameters"]}
     assert params["tag"]["schema"] == {"type": "array", "maxItems": 10,
                                        "items": {"type": "string", "pattern": "^(?:[A-Za-z0-9._:/-]{1,64})$"}}
     assert params["tag"]["style"] == "form" and params["tag"]["explode"] is True  # ?tag=a&tag=b
     assert params["status"]["schema"]["items"]["enum"][0] == "queued"
+
+
+def test_each_method_of_a_path_has_its_own_summary():
+    """POST/PUT/PATCH entries used to repeat the GET summary (the docstring's first line)."""
+    for path, item in openapi.build()["paths"].items():
+        summaries = {method: op["summary"] for method, op in item.items()}
+        assert len(set(summaries.values())) == len(summaries), (path, summaries)
+        for method, summary in summaries.items():
+            others = [m.upper() for m in summaries if m != method]
+            assert not any(summary.startswith(m) for m in others), (path, method, summary)
+
+
+def test_a_summary_from_a_docstring_that_describes_several_methods():
+    doc = ('GET: the run. PATCH {"name"?: text} (who may steer it. Or staff): replaces its name.\n'
+           "It answers the run. PUT (name required) /\nDELETE: 204; gone.")
+    assert openapi.method_summary(doc, "GET") == "GET: the run."
+    assert openapi.method_summary(doc, "PATCH") == 'PATCH {"name"?: text} (who may steer it. Or staff): replaces its name.'
+    assert openapi.method_summary(doc, "PUT") == "PUT (name required)"
+    assert openapi.method_summary(doc, "DELETE") == "DELETE: 204; gone."
+    assert openapi.method_summary(doc, "POST") == ""
+    assert openapi.method_summary("POST " + "word " * 40, "POST").endswith(" …")
 
 
 def test_docs_page_loads_swagger_ui_from_this_site_only(client):
