@@ -86,8 +86,7 @@ def dataset_list(request):
         raise ApiError(413, refusal)
     try:
         dataset, check = datasets.upload(request.user, request.POST.get("name"), upload.chunks(), upload.name,
-                                         request.POST.get("description", ""),
-                                         room_check=storage.upload_room_check(request.user))
+                                         request.POST.get("description", ""))
     except datasets.DatasetRefused as exc:
         raise refused(exc) from None
     if dataset is None:
