@@ -81,6 +81,8 @@ def value_from_text(spec: FieldSpec, text: Any) -> Any:
     if spec.kind == "mapping":
         return mapping_from_text(spec, text)
     text = "" if text is None else str(text).strip()
+    if spec.multiline:  # a text area sends CR LF line breaks
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
     if spec.nullable and text.lower() in NULL_TEXTS:
         return None
     if spec.kind in ("int", "float"):

@@ -100,6 +100,9 @@ def _form_field(spec: FieldSpec) -> forms.Field:
     if spec.kind == "mapping":  # a JSON object (env.settings)
         return forms.CharField(strip=False, widget=forms.Textarea(
             attrs={"rows": 2, "spellcheck": "false", "autocomplete": "off", "placeholder": "{}"}), **common)
+    if spec.multiline:  # text whose line breaks count (a system prompt): a single-line input drops them
+        return forms.CharField(strip=False, widget=forms.Textarea(
+            attrs={"rows": 4, "placeholder": "null" if spec.nullable else ""}), **common)
     attrs = {"autocomplete": "off", "spellcheck": "false"}
     if spec.kind in ("int", "float"):
         attrs["inputmode"] = "numeric" if spec.kind == "int" else "decimal"

@@ -28,7 +28,9 @@ class FieldSpec:
     `required` fields have no default (`default` is then None). `bounds` holds the numeric
     limits among ge/gt/le/lt. `suggestions` lists the known values of
     a free-text field (model presets, tasks, reward and metric names, built-in environments) - the
-    same lists the cross-field checks accept.
+    same lists the cross-field checks accept. `multiline` marks a "str" field whose text may hold
+    line breaks (`data.system_prompt`: a form shows a text area), from the schema's
+    `json_schema_extra={"multiline": True}`.
     """
 
     path: str
@@ -41,6 +43,7 @@ class FieldSpec:
     suggestions: tuple[str, ...] = ()
     item_fields: tuple["FieldSpec", ...] = ()
     required: bool = False
+    multiline: bool = False
 
     @property
     def key(self) -> str:
@@ -159,6 +162,8 @@ def _field_spec(model: type[BaseModel], name: str, path: str, known: dict[str, t
         suggestions=known.get(path, ()),
         item_fields=item_fields,
         required=required,
+        multiline=kind == "str" and bool(isinstance(field.json_schema_extra, dict)
+                                         and field.json_schema_extra.get("multiline")),
     )
 
 

@@ -106,7 +106,7 @@ class DataSection(_Section):
     )
     system_prompt: str | None = Field(
         None, max_length=20_000, description="With the chat template: a system message put before each prompt "
-        "that has none."
+        "that has none.", json_schema_extra={"multiline": True}  # a form shows a text area (form_specs)
     )
 
     @model_validator(mode="before")
