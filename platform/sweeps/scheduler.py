@@ -29,6 +29,7 @@ from django.utils import timezone
 from experiments import configs
 from experiments.models import MetricPoint, Run, RunStatus, Tag
 from runner import services as run_services
+from runner.limits import limits_for, queued_refusal
 
 from sweeps import driver
 from sweeps import space as spaces
@@ -43,15 +44,17 @@ OPTUNA_STATE = {S.SUCCEEDED: driver.COMPLETE, S.PRUNED: driver.PRUNED, S.FAILED:
 
 
 def tick() -> None:
-    """Advance every running sweep (a failure in one is logged; the others go on)."""
+    """Advance every running sweep (a failure in one is logged; the others go on). An owner found
+    at their queued-run cap is not counted again for their other sweeps in this tick."""
+    capped: dict[int, str] = {}
     for pk in Sweep.objects.filter(status=SweepStatus.RUNNING).values_list("pk", flat=True):
-        advance_quietly(pk)
+        advance_quietly(pk, capped)
 
 
-def advance_quietly(sweep_id: int) -> None:
+def advance_quietly(sweep_id: int, capped: dict[int, str] | None = None) -> None:
     """`advance`, logging instead of raising (the scheduler and signal receivers must go on)."""
     try:
-        advance(sweep_id)
+        advance(sweep_id, capped)
     except Exception:  # noqa: BLE001 - the next tick retries
         log.exception("advancing sweep %s failed", sweep_id)
 
@@ -79,6 +82,8 @@ def _points(sweep: Sweep, trials: list[Trial]) -> dict[int, list[tuple[int, floa
     """run id -> [(step, value)] of the sweep's metric, by step (one query)."""
     run_ids = [t.run_id for t in trials if t.run_id is not None]
     out: dict[int, list[tuple[int, float]]] = defaultdict(list)
+    if not run_ids:
+        return out
     rows = (MetricPoint.objects.filter(run_id__in=run_ids, name=sweep.metric).order_by("run_id", "step")
             .values_list("run_id", "step", "value"))
     for run_id, step, value in rows:
@@ -174,9 +179,36 @@ def _launch(sweep: Sweep, trial: Trial) -> bool:
     return True
 
 
-def _start_trials(sweep: Sweep, trials: list[Trial], points: dict[int, list]) -> None:
+def _cap_wait(sweep: Sweep, capped: dict[int, str] | None = None) -> str | None:
+    """Why the sweep's owner can queue no run now (their queued-run cap, runner.limits), from one
+    count: checked before a waiting trial's config is validated again, so a tick over many sweeps
+    whose trials wait on the cap costs a few queries per sweep, not a validation and a refused
+    launch. `capped` (owner id -> why, one tick's) remembers an owner at the cap."""
+    owner = sweep.experiment.owner
+    if capped is not None and owner.pk in capped:
+        return capped[owner.pk]
+    queued = Run.objects.filter(experiment__owner_id=owner.pk, status=S.QUEUED).count()
+    wait = queued_refusal(queued, limits_for(owner).max_queued_runs)
+    if wait is not None and capped is not None:
+        capped[owner.pk] = wait
+    return wait
+
+
+def _start_trials(sweep: Sweep, trials: list[Trial], points: dict[int, list],
+                  capped: dict[int, str] | None = None) -> None:
     def active() -> int:
         return sum(1 for t in trials if not t.ended)
+
+    waiting = [t for t in trials if t.status == TrialStatus.WAITING]
+    if waiting or (len(trials) < sweep.max_trials and active() < sweep.max_concurrent_trials):
+        wait = _cap_wait(sweep, capped)
+        if wait is not None:  # no launch can pass: leave the trials as they are, the note says why
+            number = waiting[0].number if waiting else len(trials)
+            note = f"trial #{number} waits: {wait} (retried every few seconds)"
+            if sweep.note != note:
+                sweep.note = note
+                sweep.save(update_fields=["note"])
+            return
 
     for trial in [t for t in trials if t.status == TrialStatus.WAITING]:  # refused before: first in line
         if not _launch(sweep, trial):
@@ -189,9 +221,9 @@ def _start_trials(sweep: Sweep, trials: list[Trial], points: dict[int, list]) ->
             return
 
 
-def advance(sweep_id: int) -> None:
+def advance(sweep_id: int, capped: dict[int, str] | None = None) -> None:
     """One step of the sweep's life (see the module docstring); a sweep no longer running only
-    syncs its trials."""
+    syncs its trials. `capped`: see `_cap_wait`."""
     with transaction.atomic():
         sweep = Sweep.objects.select_for_update().select_related("experiment__owner").filter(pk=sweep_id).first()
         if sweep is None:
@@ -202,7 +234,7 @@ def advance(sweep_id: int) -> None:
         if sweep.status != SweepStatus.RUNNING:
             return  # a cancelled sweep's trials still take their runs' final statuses (the receiver)
         _prune(sweep, trials, points)
-        _start_trials(sweep, trials, points)
+        _start_trials(sweep, trials, points, capped)
         if len(trials) >= sweep.max_trials and all(t.ended for t in trials):
             sweep.status, sweep.finished_at = SweepStatus.FINISHED, timezone.now()
             sweep.save(update_fields=["status", "finished_at"])

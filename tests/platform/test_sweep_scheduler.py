@@ -244,3 +244,21 @@ def test_a_trial_is_judged_when_its_trainer_writes_the_metric_not_a_tick_later(a
     t2.run.refresh_from_db()
     assert t2.run.status == S.CANCELLING and t2.run.stop_as == S.PRUNED
     assert t2.run.events.filter(message__contains="pruned by sweep 'lr-sweep' (median) at step 2").exists()
+
+
+def test_a_tick_over_sweeps_waiting_on_the_cap_validates_and_launches_nothing(alice, sent_messages, settings,
+                                                                               monkeypatch):
+    """Issue 30 A3: sweeps whose trials wait on the owner's queued-run cap cost a count per tick, not
+    a config validation and a refused launch each (40 such sweeps made a tick take 2.8-6.8 s)."""
+    settings.PLATFORM_MAX_QUEUED_RUNS_PER_USER = 1
+    experiment = make_experiment(alice)
+    sweeps = [services.create_sweep(experiment, sweep_input(name=f"s{n}", pruner="none")) for n in range(3)]
+    assert Run.objects.filter(status=S.QUEUED).count() == 1
+    validated, launched = [], []
+    monkeypatch.setattr(scheduler.configs, "validated", lambda *a, **k: validated.append(a) or a[0])
+    monkeypatch.setattr(scheduler.run_services, "launch_run", lambda *a, **k: launched.append(a))
+    scheduler.tick()
+    assert validated == [] and launched == []
+    for sweep in sweeps:
+        sweep.refresh_from_db()
+        assert "waits" in sweep.note and "the limit is 1" in sweep.note, sweep.note
