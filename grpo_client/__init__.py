@@ -11,9 +11,11 @@ Commands (`python -m grpo_client COMMAND --help` for each):
 
     python -m grpo_client experiments list
     python -m grpo_client runs list [--status running --status queued] [--experiment ID]
-    python -m grpo_client launch CONFIG.yaml [--name NAME] [--set train.max_steps=50 ...] [--queue Q]
+    python -m grpo_client launch CONFIG.yaml [--name NAME | --experiment NAME|ID] [--set train.max_steps=50 ...]
+                                 [--queue Q] [--max-restarts N]
         creates an experiment from the YAML with the overrides applied (one request: a refused
-        config creates nothing), launches a run, prints the run's id (alone on stdout)
+        config creates nothing), or with --experiment updates that one (created if the name is new),
+        launches a run, prints the run's id (alone on stdout)
     python -m grpo_client watch RUN [--interval 2] [--metric reward/mean ...]
         one line per step as the run reports metrics; exits when the run ends (0 if it succeeded)
     python -m grpo_client pause|resume|cancel|retry RUN

@@ -39,7 +39,8 @@ def runs_list(api: Api, args) -> int:
 def launch(api: Api, args) -> int:
     """Create an experiment from the YAML with the --set overrides applied to it by the server before
     it validates the config (so an override can repair it), in one request: a refused config or
-    override creates nothing. Then launch a run; the run's id goes to stdout, the rest to stderr.
+    override creates nothing. With --experiment NAME|ID, that experiment's config becomes the YAML
+    instead (a new version only if it changed; a NAME no experiment has is created). Then launch a run; the run's id goes to stdout, the rest to stderr.
     A refused launch (too many runs, a queue) keeps the experiment, a valid config worth keeping,
     and the error says so and where to launch it from once that is fixed."""
     path = Path(args.config)
@@ -47,9 +48,15 @@ def launch(api: Api, args) -> int:
         config_yaml = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ApiError(f"cannot read {path}: {exc.strerror or exc}") from None
-    created = api.send("POST", "experiments", {"name": args.name or path.stem, "config_yaml": config_yaml,
-                                               "overrides": args.set})
-    experiment_id = created["id"]
+    body = {"config_yaml": config_yaml, "overrides": args.set}
+    reused = find_experiment(api, args.experiment) if args.experiment else None
+    if reused is not None:  # the YAML becomes its config (a new version only when it changed)
+        experiment_id = reused
+        updated = api.send("PATCH", f"experiments/{experiment_id}", body)
+        print(f"experiment {experiment_id} ({updated['name']}): config version {updated['version']}", file=sys.stderr)
+    else:
+        created = api.send("POST", "experiments", {"name": args.experiment or args.name or path.stem, **body})
+        experiment_id = created["id"]
     try:
         launched = api.send("POST", f"experiments/{experiment_id}/runs",
                             {"queue": args.queue, "max_restarts": args.max_restarts})
@@ -62,6 +69,18 @@ def launch(api: Api, args) -> int:
         print(f"warning: {launched['warning']}", file=sys.stderr)
     print(launched["id"])
     return 0
+
+
+def find_experiment(api: Api, reference: str) -> int | None:
+    """The id of the experiment `reference` names: an id, or the name of the one experiment of that
+    name you may see (None: none has it, so launch creates it; ApiError when several do)."""
+    if reference.isascii() and reference.isdigit():
+        return int(api.get(f"experiments/{reference}")["id"])
+    found = api.get("experiments", {"name": reference, "limit": 20})["experiments"]
+    if len(found) > 1:
+        listed = ", ".join(f"{e['id']} (owner {e['owner']})" for e in found)
+        raise ApiError(f"{len(found)} experiments are named {reference!r}: {listed}; give --experiment ID")
+    return int(found[0]["id"]) if found else None
 
 
 def watch(api: Api, args, sleep: Callable[[float], None] = time.sleep) -> int:
@@ -150,7 +169,11 @@ def parser() -> argparse.ArgumentParser:
 
     command = commands.add_parser("launch", help="create an experiment from a YAML config and launch a run")
     command.add_argument("config", metavar="CONFIG.yaml", help="the experiment config (trainers.config)")
-    command.add_argument("--name", help="the experiment's name (default: the file's name without .yaml)")
+    named = command.add_mutually_exclusive_group()
+    named.add_argument("--name", help="a new experiment's name (default: the file's name without .yaml)")
+    named.add_argument("--experiment", metavar="NAME|ID",
+                       help="launch in this experiment instead of a new one: its config becomes the YAML (a new "
+                            "version only if it changed); a NAME no experiment has yet is created")
     command.add_argument("--set", action="append", metavar="PATH=VALUE", default=[],
                          help="override a config field before it is validated, e.g. train.max_steps=50 "
                               "(the value read as YAML; repeatable)")

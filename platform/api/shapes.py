@@ -33,6 +33,10 @@ class Page(BaseModel):
     offset: int | None = Field(None, ge=0)
 
 
+class ExperimentPage(Page):
+    name: str | None = Field(None, max_length=200, description="only the experiments of exactly this name")
+
+
 # --- experiments ------------------------------------------------------------------------------
 
 

@@ -61,13 +61,15 @@ def _page(request, queryset) -> tuple[list, int]:
 
 
 @operations(
-    GET=Op(query=shapes.Page, responses={200: shapes.ExperimentList}, summary="List the experiments you may see"),
+    GET=Op(query=shapes.ExperimentPage, responses={200: shapes.ExperimentList},
+           summary="List the experiments you may see"),
     POST=Op(body=shapes.ExperimentInput, responses={201: shapes.ExperimentCreated, 400: Errors},
            summary="Create an experiment from a config"),
 )
 @api_endpoint("GET", "POST")
 def experiments(request):
-    """GET: the experiments the caller may see (own; everyone's with the view permission), newest first.
+    """GET: the experiments the caller may see (own; everyone's with the view permission), newest first;
+    ?name=NAME: only those of exactly that name (`grpo_client launch --experiment NAME` finds its own so).
     POST {"name", "config" | "config_yaml", "description"?}: 201 {"id"}, or 400 {"errors": {field: message}}."""
     if request.method == "POST":
         try:
@@ -79,6 +81,8 @@ def experiments(request):
         return _created({"id": experiment.pk, "version": version.number}, f"/api/experiments/{experiment.pk}")
     queryset = (Experiment.objects.visible_to(request.user).select_related("owner")
                 .annotate(run_count=Count("runs", distinct=True), version=Max("versions__number")))
+    if request.GET.get("name"):
+        queryset = queryset.filter(name=request.GET["name"][:200])
     rows, count = _page(request, queryset)
     return {"experiments": [payloads.experiment_summary(e) for e in rows], "count": count}
 
@@ -281,12 +285,13 @@ def run_events(request, pk: int):
 
 
 @operations(
-    POST=Op(responses={202: shapes.ActionDone, 403: Error, 409: Error, 429: Errors}),
+    POST=Op(responses={202: shapes.ActionDone, 400: Errors, 403: Error, 409: Error, 429: Errors}),
 )
 @api_endpoint("POST")
 def run_action(request, pk: int, action: str):
     """POST /api/runs/<id>/<cancel|pause|resume|retry>: 202 {"id", "status"}, or 409 when the
-    run's status does not allow it."""
+    run's status does not allow it; resume and retry: 400 {"errors": {field}} when the run's config
+    no longer validates (it would fail at start), 429 over a limit."""
     run = _run(request, pk, change=True)
     before = run.status
     try:

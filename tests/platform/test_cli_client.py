@@ -109,6 +109,31 @@ def test_launch_with_a_name(cli_as_alice, tmp_path):
     assert Run.objects.get(pk=int(launched.stdout.strip())).experiment.name == "my arithmetic"
 
 
+def test_launch_into_an_experiment_by_name_or_id_reuses_it(cli_as_alice, alice, bob, tmp_path):
+    """Issue 30, B11: every launch made a new experiment; --experiment NAME|ID reuses one (created
+    by the first launch of a new name), its config a new version only when the YAML changed."""
+    config_file = tmp_path / "arith.yaml"
+    config_file.write_text(TINY_CONFIG_YAML)
+    make_experiment(bob, name="sweeps")  # another user's experiment of that name is not visible to alice
+    runs = []
+    for extra in ([], [], ["--set", "train.max_steps=5"]):
+        launched = cli_as_alice("launch", str(config_file), "--experiment", "sweeps", *extra)
+        assert launched.returncode == 0, launched.stderr
+        runs.append(Run.objects.get(pk=int(launched.stdout.strip())))
+    experiment = runs[0].experiment
+    assert {r.experiment_id for r in runs} == {experiment.pk} and experiment.owner == alice
+    assert experiment.name == "sweeps" and experiment.versions.count() == 2  # the same YAML twice: one version
+    assert runs[2].config["train"]["max_steps"] == 5
+    by_id = cli_as_alice("launch", str(config_file), "--experiment", str(experiment.pk))
+    assert by_id.returncode == 0 and Run.objects.get(pk=int(by_id.stdout)).experiment_id == experiment.pk
+    assert Experiment.objects.filter(owner=alice).count() == 1
+    make_experiment(alice, name="sweeps")
+    twice = cli_as_alice("launch", str(config_file), "--experiment", "sweeps")
+    assert twice.returncode == 1 and "2 experiments are named 'sweeps'" in twice.stderr
+    both = cli_as_alice("launch", str(config_file), "--experiment", "sweeps", "--name", "x")
+    assert both.returncode == 2
+
+
 def test_an_override_repairs_an_invalid_base_config(cli_as_alice, tmp_path):
     """Like configs/smollm2-arith.yaml with --set model.path=...: the file alone is refused, the
     override applied before validation makes it valid."""
