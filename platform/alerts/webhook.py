@@ -1,4 +1,9 @@
-"""Send one webhook: POST {"text": message} (Slack-compatible JSON) with a short timeout.
+"""Send one webhook: POST {"text": message} (Slack-compatible JSON) within a total deadline.
+
+`timeout_s` bounds the whole delivery, every address tried, connect + TLS + send + read together,
+not each read: a receiver that answers one byte every few seconds is cut off at the deadline (a
+watchdog shuts the socket down, which ends a blocked read at once), so a delivery never holds its
+caller (the scheduler's alerts job) longer than `timeout_s` plus a moment.
 
 The URL is checked by `url_guard.checked_addresses` right before the request, and the connection
 goes to the address that was checked (for https the certificate is still verified against the host
@@ -12,6 +17,8 @@ import http.client
 import json
 import socket
 import ssl
+import threading
+import time
 from urllib.parse import urlsplit
 
 from alerts import url_guard
@@ -31,6 +38,7 @@ class _PinnedHTTPConnection(http.client.HTTPConnection):
 
     def connect(self) -> None:
         self.sock = socket.create_connection((self.address, self.port), self.timeout)
+        self.raw_sock = self.sock
 
 
 class _PinnedHTTPSConnection(http.client.HTTPSConnection):
@@ -40,11 +48,38 @@ class _PinnedHTTPSConnection(http.client.HTTPSConnection):
 
     def connect(self) -> None:
         sock = socket.create_connection((self.address, self.port), self.timeout)
+        self.raw_sock = sock  # the watchdog can cut a slow handshake too
         self.sock = self._context.wrap_socket(sock, server_hostname=self.host)
 
 
+class _Deadline:
+    """Shuts `connection`'s socket down when `at` (monotonic) comes, ending any blocked connect,
+    handshake, send or read; `expired` says whether it did."""
+
+    def __init__(self, connection: http.client.HTTPConnection, at: float):
+        self.connection = connection
+        self.expired = False
+        self.timer = threading.Timer(max(0.0, at - time.monotonic()), self._cut)
+        self.timer.daemon = True
+        self.timer.start()
+
+    def _cut(self) -> None:
+        self.expired = True
+        sock = getattr(self.connection, "raw_sock", None)
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def cancel(self) -> None:
+        self.timer.cancel()
+
+
 def post(url: str, message: str, timeout_s: float, *, resolver: url_guard.Resolver | None = None) -> int:
-    """POST {"text": message} to `url`; returns the HTTP status (2xx), else DeliveryError."""
+    """POST {"text": message} to `url`; returns the HTTP status (2xx), else DeliveryError. The
+    whole request (every address tried) must end within `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
     try:
         addresses = url_guard.checked_addresses(url, resolver=resolver)
     except url_guard.UrlRefused as exc:
@@ -57,15 +92,21 @@ def post(url: str, message: str, timeout_s: float, *, resolver: url_guard.Resolv
     connection_class = _PinnedHTTPSConnection if scheme == "https" else _PinnedHTTPConnection
     last_error: Exception | None = None
     for address in addresses:
-        connection = connection_class(host, address, port, timeout_s)
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            last_error = TimeoutError()
+            break
+        connection = connection_class(host, address, port, remaining)
+        watchdog = _Deadline(connection, deadline)
         try:
             connection.request("POST", path, body=body, headers=headers)
             response = connection.getresponse()
             reply = response.read(RESPONSE_PREVIEW_CHARS).decode("utf-8", "replace")
-        except (OSError, http.client.HTTPException) as exc:
-            last_error = exc
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            last_error = TimeoutError() if watchdog.expired else exc
             continue
         finally:
+            watchdog.cancel()
             connection.close()
         if 200 <= response.status < 300:
             return response.status
@@ -75,7 +116,7 @@ def post(url: str, message: str, timeout_s: float, *, resolver: url_guard.Resolv
 
 def _describe(exc: Exception | None) -> str:
     if isinstance(exc, socket.timeout) or isinstance(exc, TimeoutError):
-        return "timed out"
+        return "timed out (no complete answer within the delivery's deadline)"
     if isinstance(exc, ConnectionRefusedError):
         return "connection refused"
     return f"{type(exc).__name__}: {exc}" if exc else "no address"

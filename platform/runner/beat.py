@@ -5,17 +5,23 @@ with a long run takes no other message), so beat runs these entries in its own p
 sending them to a queue: the reaper, and what settings.PLATFORM_PERIODIC_JOBS names (sweeps
 launching and pruning trials, alerts being delivered). Each job is a plain function, named by its
 dotted path, so this module never imports the apps above it. Any other entry is sent as usual.
+
+One slow job must never delay the reaper (a webhook receiver answering a byte every few seconds
+once held the alerts job, and with it the reaper, for 150 s): the reaper runs in the scheduler's own
+thread, on time; every other job runs in a thread of its own (`start_job`), at most one run of each
+job at a time (a tick that finds the previous run still going skips it).
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
+import threading
 from typing import Callable
 
 from celery.beat import PersistentScheduler
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import close_old_connections, connections
 
 log = logging.getLogger(__name__)
 
@@ -71,10 +77,40 @@ def run_job(entry_name: str) -> None:
         close_old_connections()
 
 
+_running: dict[str, threading.Thread] = {}  # job name -> the thread running it
+_running_lock = threading.Lock()
+
+
+def _run_in_thread(entry_name: str) -> None:
+    try:
+        run_job(entry_name)
+    finally:
+        connections.close_all()  # this thread's own connections
+
+
+def start_job(entry_name: str) -> threading.Thread | None:
+    """Run a periodic job in a thread of its own, so it never delays the reaper; None (nothing
+    started) while the job's previous run is still going: at most one run per job at a time."""
+    with _running_lock:
+        previous = _running.get(entry_name)
+        if previous is not None and previous.is_alive():
+            log.warning("periodic job %s: the previous run is still going; this tick skips it", entry_name)
+            return None
+        thread = threading.Thread(target=_run_in_thread, args=(entry_name,), name=f"periodic-{entry_name}",
+                                  daemon=True)
+        _running[entry_name] = thread
+        thread.start()
+        return thread
+
+
 class InProcessScheduler(PersistentScheduler):
-    """PersistentScheduler that runs the periodic jobs itself (see the module docstring)."""
+    """PersistentScheduler that runs the periodic jobs itself (see the module docstring): the
+    reaper in this thread, every other job in its own thread (`start_job`)."""
 
     def apply_entry(self, entry, producer=None):
         if entry.task not in (REAP_TASK, JOB_TASK):
             return super().apply_entry(entry, producer)
-        run_job(entry.name)
+        if entry.task == REAP_TASK:
+            run_job(entry.name)
+        else:
+            start_job(entry.name)
