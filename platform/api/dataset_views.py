@@ -86,7 +86,8 @@ def dataset_list(request):
         raise ApiError(413, refusal)
     try:
         dataset, check = datasets.upload(request.user, request.POST.get("name"), upload.chunks(), upload.name,
-                                         request.POST.get("description", ""))
+                                         request.POST.get("description", ""),
+                                         room_check=storage.upload_room_check(request.user))
     except datasets.DatasetRefused as exc:
         raise refused(exc) from None
     if dataset is None:

@@ -15,7 +15,7 @@ started again after the deletion (retry, a restart) fails with a message naming 
 from __future__ import annotations
 
 import os
-from typing import Iterable
+from typing import Callable, Iterable
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -50,11 +50,14 @@ def check_new_name(owner, name: object) -> str:
     return str(name)
 
 
-def upload(owner, name: object, chunks: Iterable[bytes], file_name: str, description: object = "") -> (
+def upload(owner, name: object, chunks: Iterable[bytes], file_name: str, description: object = "",
+           room_check: Callable[[int], None] | None = None) -> (
         tuple[Dataset | None, dataset_files.DatasetCheck | None]):
     """Create `owner`'s dataset `name` from an upload. Returns (the dataset, its check), or (None,
     the check) when the file has problems (check.error_lines()); DatasetRefused for a bad or taken
-    name or description."""
+    name or description. `room_check(size_bytes)` (runner.storage.upload_room_check: the quota) is
+    called inside the transaction that stores the dataset, after the owner's row is locked, so two
+    uploads of one owner take turns and the second sees the first; it raises DatasetRefused to refuse."""
     name = check_new_name(owner, name)
     description = description or ""
     if not isinstance(description, str) or text_problem(description):
@@ -67,6 +70,9 @@ def upload(owner, name: object, chunks: Iterable[bytes], file_name: str, descrip
         return None, check
     try:
         with transaction.atomic():
+            if room_check is not None:
+                get_user_model().objects.select_for_update().filter(pk=owner.pk).first()
+                room_check(check.size_bytes)
             dataset = Dataset.objects.create(
                 owner=owner, name=name, description=description, path=relative, size_bytes=check.size_bytes,
                 rows=check.rows, sha256=check.sha256, preview=check.preview,

@@ -11,5 +11,6 @@ class RunnerConfig(AppConfig):
         from grpo_platform.celery_app import app
 
         from runner import beat, workers  # noqa: F401 - connects the worker registry's Celery signals
+        from runner import deleted_runs  # noqa: F401 - a deleted run's files go with it
 
         beat.configure(app)

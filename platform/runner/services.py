@@ -25,6 +25,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from experiments import configs
 from experiments.models import Experiment, Run, RunStatus
 from grpo_platform.celery_app import app
 from runner import queues
@@ -105,10 +106,25 @@ def request_pause(run: Run) -> bool:
     return run.transition(S.PAUSING, only_from={S.RUNNING})
 
 
+def check_run_config(run: Run) -> None:
+    """LaunchRefused(400) naming the first field at fault when the run's stored config no longer
+    validates for its owner now (a model folder or dataset gone or unshared since): the worker would
+    fail it at start, so a resume or retry is refused on request, as a launch is."""
+    try:
+        configs.parse(run.config, run.experiment.owner)
+    except configs.ConfigError as exc:
+        problems = exc.as_dict()
+        listed = "; ".join(f"{field}: {message}" for field, message in problems.items())
+        raise LaunchRefused(400, f"the run's config is no longer valid here ({listed}); launch the experiment "
+                                 "again with a config that is", next(iter(problems), "")) from None
+
+
 def _requeue(run: Run, only_from: set[str], **fields) -> bool:
     """Back on the queue as a new attempt (False when the run's status does not allow it), or
-    LaunchRefused when its owner has too many queued runs or its step is over their caps or a
-    worker's memory (the run is left as it was)."""
+    LaunchRefused when its config no longer validates (400, `check_run_config`), its owner has too
+    many queued runs or its step is over their caps or a worker's memory (the run is left as it was)."""
+    if run.status in only_from:  # a run that may not be requeued answers 409, whatever its config
+        check_run_config(run)
     try:
         with transaction.atomic():
             if not run.transition(S.QUEUED, only_from=only_from, new_attempt=True, finished_at=None, **fields):

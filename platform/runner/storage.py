@@ -7,9 +7,9 @@ Three kinds of files count against a user (the owner of the experiment, whoever 
                starting checkpoint, logs and run files), walked on disk
   exports      their runs' Hugging Face exports (settings.EXPORTS_DIR/run-<id>-step-<N>/), walked
 
-Sizes are the files' own sizes (`st_size`); symbolic links are not followed; a file hard-linked
-twice inside one directory counts once. A fork's starting checkpoint is a hard link of its parent's
-(runner.forks): it counts for both runs, since deleting either leaves the other's bytes on disk.
+Sizes are the files' own sizes (`st_size`); symbolic links are not followed; each inode counts
+once per user: a file hard-linked twice inside one directory, and a fork's starting checkpoint (a
+hard link of its parent's, runner.forks) across a user's runs, take their bytes once, as on disk.
 
 Walking every run directory on every request would cost a stat per file, so a run's size is cached
 (the process's Django cache, RUN_SIZE_CACHE_S) under a key made of its directory, attempt and
@@ -28,8 +28,9 @@ The quota (`quota_bytes_for`) is PLATFORM_STORAGE_QUOTA_BYTES unless the user's 
 
 A run that is training when its checkpoints cross the quota is not stopped: it finishes (its
 checkpoints keep being written, so the user's work is never lost mid-run); the next launch, resume,
-retry, fork, export or upload is refused until the user frees space. Concurrent uploads may each
-pass the check, so usage can exceed the quota by at most the uploads in flight.
+retry, fork, export or upload is refused until the user frees space. An upload's last check is made
+inside the transaction that stores it, after the user's row is locked (`upload_room_check`), so two
+uploads at the same moment take turns and the second sees the first.
 """
 
 from __future__ import annotations
@@ -83,13 +84,20 @@ def export_folders(run_ids) -> dict[int, list[Path]]:
 def tree_bytes(path: str | os.PathLike) -> int:
     """The bytes of the regular files under `path` (a file: its own size; missing: 0), each
     inode once, symbolic links not followed."""
+    return tree_walk(path)[0]
+
+
+def tree_walk(path: str | os.PathLike) -> tuple[int, dict[tuple[int, int], int]]:
+    """(`tree_bytes(path)`, {(device, inode): size} of its files with more than one link): what
+    `runs_bytes` needs to count a hard link shared by two runs once."""
     root = os.fspath(path)
     if os.path.islink(root) or not os.path.isdir(root):
         try:
             info = os.lstat(root)
         except OSError:
-            return 0
-        return info.st_size if stat.S_ISREG(info.st_mode) else 0
+            return 0, {}
+        return (info.st_size if stat.S_ISREG(info.st_mode) else 0), {}
+    linked: dict[tuple[int, int], int] = {}
     seen: set[tuple[int, int]] = set()
     total = 0
     pending = [root]
@@ -107,9 +115,11 @@ def tree_bytes(path: str | os.PathLike) -> int:
                     if (info.st_dev, info.st_ino) not in seen:
                         seen.add((info.st_dev, info.st_ino))
                         total += info.st_size
+                        if info.st_nlink > 1:
+                            linked[(info.st_dev, info.st_ino)] = info.st_size
             except OSError:
                 continue
-    return total
+    return total, linked
 
 
 def _cache_key(run: Run, directory: str) -> str:
@@ -119,21 +129,28 @@ def _cache_key(run: Run, directory: str) -> str:
 
 def runs_bytes(runs) -> int:
     """The bytes under the directories of `runs` (Run objects with pk, run_dir, attempt and
-    status), settled runs' sizes cached (see the module docstring)."""
+    status), each inode once (a hard link shared by two runs counts once), settled runs' sizes
+    cached (see the module docstring)."""
     runs = list(runs)
     directories = {run.pk: run_directory(run) for run in runs}
     keys = {run.pk: _cache_key(run, directories[run.pk]) for run in runs if run.status in SETTLED_STATUSES}
     cached = cache.get_many(list(keys.values())) if keys else {}
     total, fresh = 0, {}
+    counted: set[tuple[int, int]] = set()
     for run in runs:
         key = keys.get(run.pk)
-        if key is not None and key in cached:
-            total += cached[key]
-            continue
-        size = tree_bytes(directories[run.pk])
+        entry = cached.get(key) if key is not None else None
+        if not (isinstance(entry, tuple) and len(entry) == 2):
+            size, linked = tree_walk(directories[run.pk])
+            entry = (size, [(dev, ino, n) for (dev, ino), n in linked.items()])
+            if key is not None:
+                fresh[key] = entry
+        size, linked = entry
         total += size
-        if key is not None:
-            fresh[key] = size
+        for dev, ino, n in linked:  # counted already under another run: take it off again
+            if (dev, ino) in counted:
+                total -= n
+            counted.add((dev, ino))
     if fresh:
         cache.set_many(fresh, timeout=RUN_SIZE_CACHE_S)
     return total
@@ -215,6 +232,20 @@ def upload_refusal(usage: StorageUsage, size_bytes: int, slack_bytes: int = 0, a
     if usage.used_bytes + size_bytes - slack_bytes <= usage.quota_bytes:
         return None
     return quota_message(usage, size_bytes, adding)
+
+
+def upload_room_check(user, adding: str = "this upload"):
+    """For experiments.datasets.upload's `room_check`: called with the file's size inside the
+    transaction that stores it (the user's row locked), it reads the user's usage again and raises
+    DatasetRefused(413) when the file would take them over their quota."""
+    from experiments.datasets import DatasetRefused
+
+    def check(size_bytes: int) -> None:
+        refusal = upload_refusal(usage_for(user), size_bytes, adding=adding)
+        if refusal:
+            raise DatasetRefused(413, refusal)
+
+    return check
 
 
 def check_storage_room(user) -> None:

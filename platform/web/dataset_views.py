@@ -74,7 +74,8 @@ def dataset_list(request):
         return _list_page(request, form, status=413)
     try:
         dataset, check = datasets.upload(request.user, form.cleaned_data["name"], upload.chunks(), upload.name,
-                                         form.cleaned_data["description"])
+                                         form.cleaned_data["description"],
+                                         room_check=storage.upload_room_check(request.user))
     except datasets.DatasetRefused as exc:
         form.add_error(exc.field if exc.field in form.fields else None, exc.message)
         return _list_page(request, form, status=exc.status)
