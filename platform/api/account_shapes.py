@@ -28,6 +28,7 @@ class AccountLimits(BaseModel):
     max_sequences_per_step: AccountLimit
     max_tokens_per_step: AccountLimit
     storage_quota_bytes: AccountLimit
+    max_active_sweeps: AccountLimit
 
 
 class AccountRuns(BaseModel):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from api import sweep_shapes as shapes
 from api.contract import Error, Errors, Op, operations
-from api.endpoint import ApiError, api_endpoint, int_param, json_body
+from api.endpoint import ApiError, api_endpoint, int_param, json_body, refused
 from django.http import JsonResponse
 from experiments.access import get_for_user
 from experiments.models import Experiment
@@ -42,7 +42,7 @@ def _list(request, queryset) -> dict:
 
 @operations(
     GET=Op(query=shapes.SweepListQuery, responses={200: shapes.SweepList}, summary="List an experiment's sweeps"),
-    POST=Op(body=shapes.SweepInput, responses={201: shapes.SweepDetail, 400: Errors, 403: Error},
+    POST=Op(body=shapes.SweepInput, responses={201: shapes.SweepDetail, 400: Errors, 403: Error, 429: Error},
            summary="Start a sweep over the experiment's config"),
 )
 @api_endpoint("GET", "POST")
@@ -59,6 +59,8 @@ def experiment_sweeps(request, pk: int):
             sweep = services.create_sweep(experiment, json_body(request))
         except services.SweepInputError as exc:
             raise ApiError(400, errors=exc.errors) from None
+        except services.SweepRefused as exc:
+            raise refused(exc) from None
         response = JsonResponse(summary.sweep_detail(sweep), status=201)
         response["Location"] = f"/api/sweeps/{sweep.pk}"
         return response

@@ -261,6 +261,8 @@ LOGGING = {
 # An admin may set other numbers for one user (admin: Run execution > User limits).
 PLATFORM_MAX_ACTIVE_RUNS_PER_USER = int(os.environ.get("PLATFORM_MAX_ACTIVE_RUNS_PER_USER", "4"))
 PLATFORM_MAX_QUEUED_RUNS_PER_USER = int(os.environ.get("PLATFORM_MAX_QUEUED_RUNS_PER_USER", "20"))
+# Per user: sweeps running at once (a new one beyond it is refused, 429; sweeps.services).
+PLATFORM_MAX_ACTIVE_SWEEPS_PER_USER = int(os.environ.get("PLATFORM_MAX_ACTIVE_SWEEPS_PER_USER", "5"))
 # A worker that takes a run whose owner already has that many active runs sends it again this much later.
 PLATFORM_ACTIVE_CAP_RETRY_S = float(os.environ.get("PLATFORM_ACTIVE_CAP_RETRY_S", "30"))
 # What one step of a run may hold, checked before a run goes on the queue and again when a worker

@@ -39,6 +39,7 @@ class RunLimits:
     max_sequences_per_step: int
     max_tokens_per_step: int
     storage_quota_bytes: int  # runner.storage applies it
+    max_active_sweeps: int  # sweeps.services: running sweeps (settings only)
 
 
 # UserLimits field (and RunLimits field) -> the setting that gives its default
@@ -48,6 +49,7 @@ LIMIT_SETTINGS = {
     "max_sequences_per_step": "PLATFORM_MAX_SEQUENCES_PER_STEP",
     "max_tokens_per_step": "PLATFORM_MAX_TOKENS_PER_STEP",
     "storage_quota_bytes": "PLATFORM_STORAGE_QUOTA_BYTES",
+    "max_active_sweeps": "PLATFORM_MAX_ACTIVE_SWEEPS_PER_USER",  # no UserLimits column: settings only
 }
 
 
@@ -57,7 +59,7 @@ def limit_values(user) -> dict[str, tuple[int, bool]]:
     own = UserLimits.objects.filter(user_id=user.pk).first() if user is not None else None
     values = {}
     for name, setting in LIMIT_SETTINGS.items():
-        value = getattr(own, name) if own is not None else None
+        value = getattr(own, name, None) if own is not None else None  # a settings-only limit: no column
         values[name] = (int(getattr(settings, setting)), False) if value is None else (int(value), True)
     return values
 

@@ -6,14 +6,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
 from experiments import configs
 from experiments.models import Experiment, RunStatus
+from experiments.refusals import Refused
 from experiments.run_labels import TAG_NAME
 from experiments.whole_numbers import NotAWholeNumber, whole_number
 from runner import services as run_services
+from runner.limits import limits_for
 from trainers.config.metric_names import is_metric_name
 
 from sweeps import scheduler
@@ -26,6 +29,18 @@ MAX_SEED = 2**31 - 1
 MAX_PRUNER_STEPS = 1_000_000
 FIELDS = ("name", "space", "sampler", "pruner", "metric", "direction", "max_trials", "max_concurrent_trials",
           "seed", "pruner_startup_trials", "pruner_warmup_steps")
+
+
+class SweepRefused(Refused):
+    """A sweep may not start: 429 when its owner already runs PLATFORM_MAX_ACTIVE_SWEEPS_PER_USER."""
+
+
+def active_sweeps_refusal(running: int, limit: int) -> str | None:
+    """Why one more sweep is refused for an owner with `running` sweeps running, or None."""
+    if running < limit:
+        return None
+    return (f"you have {running} running sweep{'s' if running != 1 else ''}, the limit is {limit} "
+            "(PLATFORM_MAX_ACTIVE_SWEEPS_PER_USER); cancel one or wait for one to finish")
 
 
 class SweepInputError(ValueError):
@@ -99,10 +114,18 @@ def check_input(data: Any, experiment: Experiment) -> dict[str, Any]:
 
 
 def create_sweep(experiment: Experiment, data: Any) -> Sweep:
-    """A running sweep of `experiment` (SweepInputError for bad input: nothing is created). Its
+    """A running sweep of `experiment` (SweepInputError for bad input, SweepRefused (429) when its
+    owner runs PLATFORM_MAX_ACTIVE_SWEEPS_PER_USER sweeps already: nothing is created). Its
     first trials start on the scheduler's next tick (sweeps.scheduler), or at once here."""
     fields = check_input(data, experiment)
-    sweep = Sweep.objects.create(experiment=experiment, **fields)
+    owner = experiment.owner
+    with transaction.atomic():  # the owner's row is locked: two creates at once take turns
+        get_user_model().objects.select_for_update().filter(pk=owner.pk).first()
+        running = Sweep.objects.filter(experiment__owner_id=owner.pk, status=SweepStatus.RUNNING).count()
+        refusal = active_sweeps_refusal(running, limits_for(owner).max_active_sweeps)
+        if refusal:
+            raise SweepRefused(429, refusal)
+        sweep = Sweep.objects.create(experiment=experiment, **fields)
     scheduler.advance_quietly(sweep.pk)
     return sweep
 

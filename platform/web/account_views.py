@@ -17,6 +17,7 @@ LIMIT_ROWS = (("max_active_runs", "Active runs", "runs a worker holds at once"),
               ("max_queued_runs", "Queued runs", "runs waiting on the queue at once"),
               ("max_sequences_per_step", "Sequences per step", "prompts per step x G"),
               ("max_tokens_per_step", "Tokens per step", "sequences x (prompt + completion tokens)"),
+              ("max_active_sweeps", "Active sweeps", "sweeps running at once"),
               ("storage_quota_bytes", "Storage quota", "datasets, checkpoints and exports together"))
 
 

@@ -63,6 +63,7 @@ def sweep_new(request, pk: int):
     """GET: the form (an example space filled in). POST: a running sweep and its page, or the form
     again (400) with every problem named by its field."""
     experiment = get_for_user(Experiment.objects.select_related("owner"), request.user, pk, change=True)
+    status = 400
     values, errors = dict(FORM_DEFAULTS, name=f"{experiment.name[:40]}-sweep".replace(" ", "-")), {}
     if request.method == "POST":
         values = {name: request.POST.get(name, "") for name in FORM_DEFAULTS}
@@ -72,12 +73,14 @@ def sweep_new(request, pk: int):
                 sweep = services.create_sweep(experiment, data)
             except services.SweepInputError as exc:
                 errors = exc.errors
+            except services.SweepRefused as exc:
+                errors, status = {"(limit)": exc.message}, exc.status
             else:
                 messages.success(request, f"Sweep {sweep.name} started: {sweep.trials.count()} trials launched.")
                 return redirect("sweep-detail", pk=sweep.pk)
     context = {"experiment": experiment, "values": values, "errors": errors, "samplers": Sampler.values,
                "pruners": Pruner.values, "directions": Direction.values}
-    return render(request, "web/sweep_form.html", context, status=400 if errors else 200)
+    return render(request, "web/sweep_form.html", context, status=status if errors else 200)
 
 
 @login_required
