@@ -43,6 +43,8 @@ class SweepInput(BaseModel):
                                               description="median: trials that must complete before any is pruned (2)")
     pruner_warmup_steps: int | None = Field(None, ge=0, le=1_000_000,
                                             description="median: steps before pruning; halving/hyperband: the first rung (1)")
+    max_steps: int | None = Field(None, ge=1, le=10_000_000,
+                                  description="train.max_steps of every trial (default: the experiment's config's)")
 
 
 class TrialEntry(BaseModel):

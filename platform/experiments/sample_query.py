@@ -75,6 +75,7 @@ class PageRequest:
     limit: int = DEFAULT_LIMIT
     after: int | None = None    # the page starts after this sample id
     before: int | None = None   # the page ends before this sample id
+    newest: bool = False        # with neither cursor: the last page (the newest steps), not the first
 
 
 @dataclasses.dataclass(frozen=True)
@@ -283,7 +284,7 @@ def _window_end(place: QuerySet, base: QuerySet, cursor: tuple[int, int, int] | 
 
 def page(run: Run, f: SampleFilters, request: PageRequest) -> Page:
     """One page of the run's samples passing `f`, in (step, index, id) order, forward from `after`
-    (or the start) or backward from `before`.
+    (or the start) or backward from `before` (or, with `request.newest`, from the end).
 
     A value search (text `q`, reward or advantage range; not narrowed to one prompt or one step)
     has no index that keeps the browse order (a rare reward would otherwise read the whole run: 350
@@ -291,7 +292,8 @@ def page(run: Run, f: SampleFilters, request: PageRequest) -> Page:
     and prompt filters' selection per request: when that window ends before `limit` matches are
     found, the page holds the matches in it and its cursor continues after the window
     (`scanned_to_step` says how far it read)."""
-    forward = request.before is None
+    from_end = request.newest and request.after is None and request.before is None
+    forward = request.before is None and not from_end
     place = base = _by_place(run, f)
     cursor = None
     if request.before is not None:
@@ -319,7 +321,8 @@ def page(run: Run, f: SampleFilters, request: PageRequest) -> Page:
         return Page(rows, next_after=further, prev_before=rows[0].pk if rows and request.after is not None else None,
                     scanned_to_step=scanned_to_step)
     rows.reverse()
-    return Page(rows, next_after=rows[-1].pk if rows else None, prev_before=further, scanned_to_step=scanned_to_step)
+    return Page(rows, next_after=rows[-1].pk if rows and not from_end else None, prev_before=further,
+                scanned_to_step=scanned_to_step)
 
 
 def iterate(run: Run, f: SampleFilters, chunk: int = EXPORT_CHUNK) -> Iterator[RolloutSample]:

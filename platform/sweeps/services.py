@@ -18,6 +18,7 @@ from experiments.whole_numbers import NotAWholeNumber, whole_number
 from runner import services as run_services
 from runner.limits import limits_for
 from trainers.config.metric_names import is_metric_name
+from trainers.config.schema import MAX_STEPS
 
 from sweeps import scheduler
 from sweeps import space as spaces
@@ -28,7 +29,7 @@ MAX_CONCURRENT_TRIALS = 50
 MAX_SEED = 2**31 - 1
 MAX_PRUNER_STEPS = 1_000_000
 FIELDS = ("name", "space", "sampler", "pruner", "metric", "direction", "max_trials", "max_concurrent_trials",
-          "seed", "pruner_startup_trials", "pruner_warmup_steps")
+          "seed", "pruner_startup_trials", "pruner_warmup_steps", "max_steps")
 
 
 class SweepRefused(Refused):
@@ -69,6 +70,14 @@ def _choice(data: dict, name: str, choices, default: str, errors: dict) -> str:
     return value
 
 
+def with_max_steps(config: dict[str, Any], steps: int | None) -> dict[str, Any]:
+    """The experiment's config with train.max_steps set to `steps` (unchanged for None)."""
+    if steps is None or not isinstance(config, dict):
+        return config
+    train = config.get("train") if isinstance(config.get("train"), dict) else {}
+    return {**config, "train": {**train, "max_steps": steps}}
+
+
 def check_input(data: Any, experiment: Experiment) -> dict[str, Any]:
     """The model fields of a new sweep of `experiment` from request data, or SweepInputError naming
     every bad field. The space's fields must exist in the config schema, and each extreme (each
@@ -96,11 +105,13 @@ def check_input(data: Any, experiment: Experiment) -> dict[str, Any]:
         "pruner_startup_trials": _whole(data, "pruner_startup_trials", 2, 0, MAX_TRIALS, errors),
         "pruner_warmup_steps": _whole(data, "pruner_warmup_steps", 1, 0, MAX_PRUNER_STEPS, errors),
     }
+    # steps per trial: train.max_steps of the base config (absent or null: the experiment's own)
+    steps = None if data.get("max_steps") in (None, "") else _whole(data, "max_steps", None, 1, MAX_STEPS, errors)
     try:
         space = spaces.check_shape(data.get("space"))
         if fields["sampler"] == Sampler.GRID and fields["max_trials"] is not None:
             spaces.check_grid(space, fields["max_trials"])
-        base = configs.validated(experiment.config, experiment.owner)
+        base = configs.validated(with_max_steps(experiment.config, steps), experiment.owner)
         spaces.check_extremes(space, base, lambda raw: configs.parse(raw, experiment.owner))
         fields.update(space=space, base_config=base)
     except spaces.SpaceError as exc:

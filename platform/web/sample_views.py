@@ -6,6 +6,7 @@ reaches the page only through the template's escaping."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 from urllib.parse import urlencode
@@ -127,6 +128,30 @@ def _query(params: dict[str, Any]) -> str:
     return f"?{urlencode(kept)}" if kept else ""
 
 
+def opens_at_newest(filters: sample_query.SampleFilters) -> bool:
+    """Whether the browser opens at the newest steps (a page asked for with no cursor): a plain
+    browse, not one group, one step, one prompt across steps or a value search (which reads the
+    run forward in windows)."""
+    return (filters.group is None and filters.step is None and not filters.prompt_hash
+            and not sample_query.filters_values(filters))
+
+
+def group_count(run: Run, filters: sample_query.SampleFilters, shown_count: int, all_query: str) -> dict | None:
+    """The group view's "N of G shown": G is the group's size (grpo.num_generations, for training
+    samples), `stored` how many the run kept (train.samples_per_step keeps a step's first
+    sequences, so a group may be cut short), `needed` the samples_per_step that keeps it whole, and
+    `all_query` the address that shows every stored one when a page holds fewer."""
+    if filters.group is None or filters.step is None:
+        return None
+    stored = RolloutSample.objects.filter(run=run, kind=filters.kind, step=filters.step, group=filters.group).count()
+    config = run.config if isinstance(run.config, dict) else {}
+    size = (config.get("grpo") or {}).get("num_generations") if filters.kind == SampleKind.TRAIN else None
+    size = size if isinstance(size, int) and size >= stored else stored
+    return {"shown": shown_count, "size": size, "stored": stored, "cut": stored < size,
+            "needed": size * (filters.group + 1),
+            "all_query": all_query if shown_count < stored else None}
+
+
 @login_required
 @require_GET
 def run_samples(request, pk: int):
@@ -135,6 +160,8 @@ def run_samples(request, pk: int):
     try:
         filters = sample_query.parse_filters(request.GET)
         page_request = sample_query.parse_page(request.GET)
+        if opens_at_newest(filters):
+            page_request = dataclasses.replace(page_request, newest=True)
         page = sample_query.page(run, filters, page_request)
     except sample_query.BadParameter as exc:
         error = str(exc)
@@ -160,5 +187,6 @@ def run_samples(request, pk: int):
         "prev_query": _query({**current, "limit": limit, "before": page.prev_before}) if page.prev_before else None,
         "export_url": reverse("api-run-samples-export", args=[run.pk]) + _query(current),
         "all_query": _query({"kind": filters.kind}),
+        "group_count": group_count(run, filters, len(rows), _query({**current, "limit": sample_query.MAX_LIMIT})),
     }
     return render(request, "web/run_samples.html", context)

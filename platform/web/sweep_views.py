@@ -23,7 +23,7 @@ INT_FIELDS = ("max_trials", "max_concurrent_trials", "seed", "pruner_startup_tri
 FORM_DEFAULTS = {"name": "", "metric": "reward/mean", "direction": Direction.MAXIMIZE, "sampler": Sampler.TPE,
                  "pruner": Pruner.MEDIAN, "max_trials": "6", "max_concurrent_trials": "2", "seed": "0",
                  "pruner_startup_trials": "2", "pruner_warmup_steps": "1",
-                 "space": json.dumps(EXAMPLE_SPACE, indent=2)}
+                 "space": json.dumps(EXAMPLE_SPACE, indent=2), "max_steps": ""}
 
 
 def _sweep(request, pk: int, change: bool = False) -> Sweep:
@@ -50,6 +50,12 @@ def form_data(post) -> tuple[dict, dict]:
             data[name] = int(raw)
         except ValueError:
             errors[name] = f"a whole number, got {raw!r}"
+    steps = post.get("max_steps", "").strip()
+    if steps:
+        try:
+            data["max_steps"] = int(steps)
+        except ValueError:
+            errors["max_steps"] = f"a whole number, got {steps!r}"
     try:
         data["space"] = json.loads(post.get("space", ""))
     except ValueError as exc:
@@ -63,8 +69,11 @@ def sweep_new(request, pk: int):
     """GET: the form (an example space filled in). POST: a running sweep and its page, or the form
     again (400) with every problem named by its field."""
     experiment = get_for_user(Experiment.objects.select_related("owner"), request.user, pk, change=True)
+    train = experiment.config.get("train") if isinstance(experiment.config, dict) else None
+    steps = train.get("max_steps") if isinstance(train, dict) else None
     status = 400
-    values, errors = dict(FORM_DEFAULTS, name=f"{experiment.name[:40]}-sweep".replace(" ", "-")), {}
+    values, errors = dict(FORM_DEFAULTS, name=f"{experiment.name[:40]}-sweep".replace(" ", "-"),
+                          max_steps="" if steps is None else str(steps)), {}
     if request.method == "POST":
         values = {name: request.POST.get(name, "") for name in FORM_DEFAULTS}
         data, errors = form_data(request.POST)

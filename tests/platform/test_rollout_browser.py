@@ -167,8 +167,9 @@ def test_page_lists_filters_and_pages(browsed, alice_client):
     text = page.content.decode()
     assert page.status_code == 200 and text.count('class="group-link"') == 4 and "s1g1n1" in text
     assert f"/api/runs/{run.pk}/samples.jsonl?" in text and "q=s1g" in text  # the export keeps the filters
-    first = alice_client.get(f"/runs/{run.pk}/samples/", {"limit": 5}).content.decode()
-    assert 'id="samples-next"' in first and 'id="samples-prev"' not in first and "s2g0n0" in first
+    first = alice_client.get(f"/runs/{run.pk}/samples/", {"limit": 5}).content.decode()  # opens at the newest step
+    assert 'id="samples-prev"' in first and 'id="samples-next"' not in first and "s3g1n1" in first
+    assert "s1g0n0" not in first
     group = alice_client.get(f"/runs/{run.pk}/samples/", {"step": 2, "group": 1}).content.decode()
     assert group.count('class="card sample-card"') == 2 and "s2g1n1" in group and "s2g0n0" not in group
     evaluated = alice_client.get(f"/runs/{run.pk}/samples/", {"kind": "eval"}).content.decode()

@@ -35,8 +35,9 @@ def test_browse_samples_from_the_run_page(logged_in_page, alice):  # noqa: F811
     page.click("#sample-kinds [data-kind=eval]")
     page.wait_for_url("**kind=eval**")
     assert page.locator("#samples-browse tbody tr").count() == 3
-    page.goto(f"/runs/{run.pk}/samples/?limit=5")
-    page.click("#samples-next")
-    page.wait_for_selector("#samples-prev")
-    assert "s2g0n1" in page.locator("#samples-browse tbody tr").first.inner_text()
+    page.goto(f"/runs/{run.pk}/samples/?limit=5")  # opens at the newest step: s2g1n1, then step 3
+    assert "s2g1n1" in page.locator("#samples-browse tbody tr").first.inner_text()
+    page.click("#samples-prev")
+    page.wait_for_selector("#samples-next")
+    assert "s1g1n0" in page.locator("#samples-browse tbody tr").first.inner_text()
     assert page.get_attribute("#samples-export", "href").startswith(f"/api/runs/{run.pk}/samples.jsonl")

@@ -215,16 +215,29 @@
   const OUTLIER_HEADROOM = 0.2;    // the axis then ends this fraction above the quantile
   const MIN_POINTS_TO_CLIP = 5;
   const COMPILE_FACTOR = 3;        // a timing this many times the median: likely compilation
+  const COMPILE_MAX_SHARE = 0.05;  // more slow steps than this share (and than COMPILE_MAX_FEW) ...
+  const COMPILE_MAX_FEW = 3;       // ... are the run's rhythm (an eval every other step), not compilation
 
   // The indices of the steps whose value is above COMPILE_FACTOR x the median of the finite
   // positive values (none with fewer than 3 values): on a timing chart, steps that compiled.
+  // Compilation is rare: when more than max(3, 5 %) of the steps are that slow, none is marked
+  // (a chart of markers hid its line), and the y-range's outlier rule alone applies.
   function compileSteps(values) {
     const finite = values.filter((v) => typeof v === "number" && Number.isFinite(v) && v > 0);
     if (finite.length < 3) return [];
     const median = quantile(finite, 0.5);
     const out = [];
     values.forEach((v, i) => { if (typeof v === "number" && Number.isFinite(v) && v > COMPILE_FACTOR * median) out.push(i); });
-    return out;
+    return out.length > Math.max(COMPILE_MAX_FEW, Math.ceil(COMPILE_MAX_SHARE * finite.length)) ? [] : out;
+  }
+
+  // The axis for one value (every point of a chart at the same x, or the same y): a range of
+  // +-10 % around it (+-1 around 0, or for a whole step) with the value as its one tick, instead
+  // of the 0.5-steps or 8-digit ticks Plotly invents for a range of width 0.
+  function singleValueAxis(value, whole) {
+    const pad = whole ? 1 : (Math.abs(value) * 0.1 || 1);
+    return {range: [value - pad, value + pad], tickmode: "array", tickvals: [value],
+            ticktext: [whole ? String(value) : formatValue(value, 4)]};
   }
 
   // The y-range [lo, hi] that shows every trace's points whose x lies in xRange (null: all), each
@@ -415,7 +428,30 @@
       }
       const xaxis = {title: {text: title, standoff: 4}, zeroline: false};
       if (chart.xRange) xaxis.range = chart.xRange.slice(); else xaxis.autorange = true;
-      const traces = spec.traces.map((t, i) => ({...t, name: plotText(t.name), x: shown[i].x, y: shown[i].y}));
+      // One x for every point (a run's first step): the axis around it, the step as its one tick.
+      const xs = new Set();
+      shown.forEach((s) => s.x.forEach((x, k) => { if (Number.isFinite(s.y[k])) xs.add(x); }));
+      if (xs.size === 1 && !chart.xRange) {
+        const [x] = xs;
+        Object.assign(xaxis, singleValueAxis(x, g.options.x === "step"));
+        delete xaxis.autorange;
+      }
+      // ... and its value (linear axis): the same, the value as the one tick.
+      if (xs.size === 1 && yRange && !log && !chart.yRange && !marked.some(Boolean)) {
+        const ys = new Set();
+        robust.forEach((s) => s.y.forEach((v) => { if (typeof v === "number" && Number.isFinite(v)) ys.add(v); }));
+        if (ys.size === 1) {
+          const [y] = ys;
+          Object.assign(yaxis, singleValueAxis(y, false));
+          yRange = yaxis.range;
+        }
+      }
+      // A trace of one point draws no line: it gets a marker, or it would not show at all.
+      const traces = spec.traces.map((t, i) => {
+        const lonely = t.hoverinfo !== "skip" && shown[i].y.filter((v) => Number.isFinite(v)).length === 1;
+        return {...t, name: plotText(t.name), x: shown[i].x, y: shown[i].y,
+                ...(lonely ? {mode: "lines+markers", marker: {size: 8, color: (t.line || {}).color, ...(t.marker || {})}} : {})};
+      });
       let nonFinite = 0;
       if (yRange) {
         const edges = log ? [Math.pow(10, yRange[0]), Math.pow(10, yRange[1])] : yRange;
@@ -443,7 +479,7 @@
         traces.push({
           x: marks.x, y: marks.y, text: marks.text.map(plotText), mode: "markers", showlegend: false, cliponaxis: false,
           name: plotText(`${spec.traces[i].name || ""} slow or off the axis`), hovertemplate: "%{text}<extra></extra>",
-          marker: {color: "#8c564b", size: 9, symbol: marks.symbol},
+          marker: {color: "#8c564b", size: 7, opacity: 0.8, symbol: marks.symbol},
         });
       });
       const layout = {
@@ -537,7 +573,7 @@
     }
   }
 
-  const api = {plotText, ema, formatValue, tickLabels, niceTicks, logTicks, quantile, robustRange, compileSteps, outlierMarks,
+  const api = {plotText, singleValueAxis, ema, formatValue, tickLabels, niceTicks, logTicks, quantile, robustRange, compileSteps, outlierMarks,
                skipsFirstPoint, marksCompile, metricGroup, orderMetrics, metricValue, nonFiniteMarks, group, controls};
   root.GrpoCharts = api;
 })(typeof window !== "undefined" ? window : this);

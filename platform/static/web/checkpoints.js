@@ -1,4 +1,6 @@
-// The run page's checkpoints table: one compact row per checkpoint (step, the key metric, size,
+// The run page's checkpoints table: one compact row per checkpoint (step, the key metric: the
+// config's checkpoint.keep_best_metric, the table's data-key-metric and its column's label, else
+// eval/accuracy or reward/mean; size,
 // created, the best evaluation result, actions: download, export bfloat16, fork, evaluate).
 // run.js fetches .../checkpoints and calls GrpoCheckpoints.render(table, checkpoints); the table's
 // data attributes say which actions this user has (data-downloadable, data-can-export,
@@ -9,9 +11,10 @@
 window.GrpoCheckpoints = (function () {
   const KEY_METRICS = ["eval/accuracy", "reward/mean"];
 
-  // The key metric of a checkpoint's metrics: eval/accuracy if present, else reward/mean.
-  function keyMetric(metrics) {
-    for (const name of KEY_METRICS) {
+  // The key metric of a checkpoint's metrics: `preferred` (the metric the config keeps the best
+  // checkpoint by) when given, else eval/accuracy if present, else reward/mean.
+  function keyMetric(metrics, preferred) {
+    for (const name of preferred ? [preferred] : KEY_METRICS) {
       const v = (metrics || {})[name];
       if (typeof v === "number" && Number.isFinite(v)) return {name, value: v};
     }
@@ -103,7 +106,7 @@ window.GrpoCheckpoints = (function () {
     for (const c of checkpoints) {
       const row = document.createElement("tr");
       row.dataset.step = c.step;
-      const key = keyMetric(c.metrics);
+      const key = keyMetric(c.metrics, d.keyMetric);
       const keyCell = td(key ? key.value.toFixed(3) : "-", "checkpoint-key");
       if (key) keyCell.title = key.name;
       const job = best[c.step];

@@ -31,6 +31,16 @@
             ticks: {tickvals: choices.map((_c, i) => i), ticktext: choices.map(text)}};
   }
 
+  // Whether a param's axis is logarithmic: a log-sampled range, or positive values that span two
+  // decades or more (a learning rate from 1e-7 to 8e-3 on a linear axis piles the small ones at 0).
+  function logAxis(spec, values) {
+    if (spec.type === "categorical" && !values.every((v) => typeof v === "number")) return false;
+    if (spec.log) return true;
+    const numbers = values.filter((v) => typeof v === "number" && Number.isFinite(v));
+    if (!numbers.length || numbers.some((v) => v <= 0)) return false;
+    return Math.max(...numbers) / Math.min(...numbers) >= 100;
+  }
+
   function scored(sweep) { return sweep.trials.filter((t) => t.value !== null && t.value !== undefined); }
 
   // The parallel-coordinates plot, drawn as SVG lines (Plotly's own parcoords trace needs WebGL
@@ -57,7 +67,7 @@
     const axes = names.map((name) => {
       const spec = sweep.space[name];
       const a = axis(sweep, name, trials);
-      const log = spec.type !== "categorical" && spec.log;
+      const log = !a.ticks && logAxis(spec, a.values);
       const s = scaled(log ? a.values.map((v) => Math.log10(v)) : a.values);
       const ends = a.ticks ? [String(spec.choices[0]), String(spec.choices[spec.choices.length - 1])]
         : [shortNumber(log ? 10 ** s.low : s.low), shortNumber(log ? 10 ** s.high : s.high)];
@@ -103,16 +113,26 @@
               text: rows.map(([t]) => text("trial " + t.number + (t.run_label ? " (" + t.run_label + ")" : ""))),
               marker: {size: 10}};
     });
-    const xaxis = {title: {text: text(name)}, type: spec.type !== "categorical" && spec.log ? "log" : "linear"};
+    const xaxis = {title: {text: text(name)}, type: !a.ticks && logAxis(spec, a.values) ? "log" : "linear"};
     if (a.ticks) Object.assign(xaxis, a.ticks);
     Plotly.react("sweep-scatter", traces, {margin: {l: 60, r: 20, t: 40, b: 50}, xaxis: xaxis,
                                            yaxis: {title: {text: text(sweep.metric)}},
                                            title: {text: text(sweep.metric + " against " + name)}}, PLOT_CONFIG);
   }
 
+  // No scored trial yet: the note alone, no axes (drawn from no values they read "Infinity").
   function draw(sweep) {
     const empty = scored(sweep).length === 0;
     document.getElementById("sweep-plots-empty").hidden = !empty;
+    const body = document.getElementById("sweep-plots-body");
+    root.dataset.empty = empty ? "1" : "0";
+    if (empty) {
+      body.hidden = true;
+      Plotly.purge("sweep-parcoords");
+      Plotly.purge("sweep-scatter");
+      return;
+    }
+    body.hidden = false;
     drawParcoords(sweep);
     drawScatter(sweep);
   }
