@@ -1,4 +1,4 @@
-"""The `evaluate`, `evaluations` and `leaderboard` commands, through /api/evaluations (cli.py adds
+"""The `evaluate`, `evaluations` (list, cancel) and `leaderboard` commands, through /api/evaluations (cli.py adds
 them to its parser with `add_parsers`)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from grpo_client import formatting
 from grpo_client.api import Api, ApiError
 
 WAIT_INTERVAL_S = 2.0
-FINISHED = ("succeeded", "failed")
+FINISHED = ("succeeded", "failed", "cancelled")
 JOB_HEADERS = ["ID", "POLICY", "DATASET", "STATUS", "ACCURACY", "PASS@K", "K", "REWARD", "CREATED"]
 
 
@@ -34,8 +34,8 @@ def evaluate(api: Api, args) -> int:
         job = api.get(f"evaluations/{job['id']}")
         print(f"evaluation {job['id']}: {job['status']} {job['progress_done']}/{job['progress_total'] or '?'} prompts",
               file=sys.stderr)
-    if job["status"] == "failed":
-        raise ApiError(f"evaluation {job['id']} failed: {job['error']}")
+    if job["status"] != "succeeded":
+        raise ApiError(f"evaluation {job['id']} {job['status']}: {job['error']}")
     print(formatting.table(JOB_HEADERS, [_row(job)]))
     return 0
 
@@ -46,6 +46,13 @@ def listing(api: Api, args) -> int:
     return 0
 
 
+def cancel(api: Api, args) -> int:
+    """Cancel a queued or running job (a running one's evaluation process stops)."""
+    job = api.send("POST", f"evaluations/{args.id}/cancel")
+    print(f"evaluation {job['id']}: {job['status']}")
+    return 0
+
+
 def leaderboard(api: Api, args) -> int:
     """A dataset's leaderboard, best first; without DATASET the datasets that have one."""
     board = api.get("evaluations/leaderboard", {"dataset": args.dataset})
@@ -53,8 +60,10 @@ def leaderboard(api: Api, args) -> int:
         print(formatting.table(["DATASET", "LABEL", "JOBS"], [[b["key"], b["label"], str(b["jobs"])]
                                                                for b in board["boards"]]))
         return 0
-    print(formatting.table(["RANK", "POLICY", "ACCURACY", "PASS@K", "K", "REWARD", "JOB"], [
-        [str(i), j["policy"], j["accuracy"], j["pass_at_k"], str(j["k"]), j["reward_mean"], str(j["id"])]
+    # one board per (prompts, k): RANK restarts for each, PROMPTS and K say what a row measured
+    print(formatting.table(["RANK", "POLICY", "ACCURACY", "PASS@K", "K", "REWARD", "JOB", "PROMPTS"], [
+        [str(j.get("rank", i)), j["policy"], j["accuracy"], j["pass_at_k"], str(j["k"]), j["reward_mean"], str(j["id"]),
+         str(j["prompts"] or "all")]
         for i, j in enumerate(board["rows"], 1)]))
     return 0
 
@@ -74,13 +83,16 @@ def add_parsers(commands) -> None:
     command.add_argument("--wait", action="store_true", help="follow its progress and print its results")
     command.set_defaults(handler=evaluate)
 
-    evaluations = commands.add_parser("evaluations", help="evaluation jobs: list")
+    evaluations = commands.add_parser("evaluations", help="evaluation jobs: list, cancel")
     sub = evaluations.add_subparsers(dest="subcommand", required=True, metavar="SUBCOMMAND")
     command = sub.add_parser("list", help="your evaluation jobs, newest first")
     command.add_argument("--run", type=int, help="only this run's checkpoints")
     command.add_argument("--status", choices=("queued", "running", *FINISHED))
     command.add_argument("--limit", type=int, default=50)
     command.set_defaults(handler=listing)
+    command = sub.add_parser("cancel", help="cancel a queued or running job")
+    command.add_argument("id", type=int, metavar="ID")
+    command.set_defaults(handler=cancel)
 
     command = commands.add_parser("leaderboard", help="a dataset's leaderboard, best first")
     command.add_argument("dataset", nargs="?", metavar="DATASET",

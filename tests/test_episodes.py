@@ -237,3 +237,53 @@ def test_a_sample_shows_its_turns_and_every_reward_part(tmp_path):
     assert set(sample["reward_parts"]) == {"exact_match", "prefix_match", "alphabet_match", "env/bonus"}
     assert sample["reward_parts"]["env/bonus"] == 0.5
     assert sample["completion"] == "\n".join(t["text"] for t in sample["turns"])
+
+
+class Flood(Environment):
+    """The issue's calculator with `times: 10**6`: every reply is a megabyte (two messages)."""
+
+    name = "flood"
+    stop_strings = ("!",)
+
+    def step(self, state, assistant_message):
+        return StepResult(messages=[{"role": "tool", "content": "7" * 10**6}, {"role": "user", "content": "more"}])
+
+
+class RecordingTokenizer(CharTokenizer):
+    """Records the length of every text it encodes."""
+
+    def __init__(self):
+        super().__init__()
+        self.encoded: list[int] = []
+
+    def encode(self, text, *args, **kwargs):
+        self.encoded.append(len(text))
+        return super().encode(text, *args, **kwargs)
+
+
+def test_a_huge_reply_is_cut_with_a_note_before_it_is_tokenized():
+    from trainers.rollout.episodes import MAX_REPLY_CHARS
+
+    tokenizer = RecordingTokenizer()
+    eps = Episodes(Flood(), tokenizer, [{"prompt": "p", "answer": "1"}], ["p"], chat=False, system_prompt=None,
+                   max_turns=3, max_total_tokens=10**7)
+    reply = eps.on_turn_end(0, 2, _ids("a!"))
+    assert reply is not None and len(reply) < MAX_REPLY_CHARS + 100
+    assert max(tokenizer.encoded) < MAX_REPLY_CHARS + 100  # the megabyte never reached the tokenizer
+    episode = eps.episodes[0]
+    assert episode.end_reason is None  # the episode goes on with the cut reply
+    tool = episode.turns[1]
+    assert tool["role"] == "tool" and tool["text"].startswith("7" * MAX_REPLY_CHARS)
+    assert tool["text"].endswith(f"\n[reply cut: {10**6 + 4 - MAX_REPLY_CHARS} more characters over the limit of "
+                                 f"{MAX_REPLY_CHARS}]")
+    assert [t["role"] for t in episode.turns] == ["assistant", "tool"]  # the message after the cut is dropped
+
+
+def test_bound_reply_keeps_short_replies_and_cuts_across_messages():
+    from trainers.rollout.episodes import bound_reply
+
+    short = [{"role": "tool", "content": "ok"}]
+    assert bound_reply(short, 10) == (short, 0)
+    cut, n = bound_reply([{"role": "tool", "content": "abcdef"}, {"role": "user", "content": "ghijkl"}], 8)
+    assert n == 4 and cut == [{"role": "tool", "content": "abcdef"},
+                              {"role": "user", "content": "gh\n[reply cut: 4 more characters over the limit of 8]"}]

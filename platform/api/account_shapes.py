@@ -29,6 +29,10 @@ class AccountLimits(BaseModel):
     max_tokens_per_step: AccountLimit
     storage_quota_bytes: AccountLimit
     max_active_sweeps: AccountLimit
+    max_hosts_per_run: AccountLimit
+    max_devices_per_run: AccountLimit
+    max_evaluation_jobs: AccountLimit
+    max_evaluation_tokens: AccountLimit
 
 
 class AccountRuns(BaseModel):
@@ -36,8 +40,14 @@ class AccountRuns(BaseModel):
     queued: int
 
 
+class AccountEvaluations(BaseModel):
+    jobs: int = Field(description="your evaluation jobs queued or running now")
+    tokens: int = Field(description="their completion tokens together (prompts x k x max_new_tokens each)")
+
+
 class Account(BaseModel):
     username: str
     storage: AccountStorage
     limits: AccountLimits
     runs: AccountRuns
+    evaluations: AccountEvaluations

@@ -24,7 +24,7 @@ class EvaluationInput(BaseModel):
 class EvaluationJobJson(BaseModel):
     id: int
     url: str
-    status: str = Field(description="queued, running, succeeded or failed")
+    status: str = Field(description="queued, running, succeeded, failed or cancelled")
     run: int | None
     step: int | None
     model: str
@@ -53,7 +53,7 @@ class EvaluationList(BaseModel):
 class EvaluationListQuery(BaseModel):
     run: int | None = Field(None, ge=0, description="only jobs on this run's checkpoints")
     dataset: str | None = Field(None, max_length=80, description="only jobs on this dataset key")
-    status: str | None = Field(None, description="queued, running, succeeded or failed")
+    status: str | None = Field(None, description="queued, running, succeeded, failed or cancelled")
     limit: int | None = Field(None, ge=1, description="default 100, at most 500")
 
 
@@ -78,20 +78,38 @@ class EvaluationSamples(BaseModel):
     next_after: int | None = Field(description="the next page's `after`, null at the end")
 
 
+class Cancelled(BaseModel):
+    id: int
+    status: str = Field(description="cancelled")
+
+
 class LeaderboardQuery(BaseModel):
     dataset: str | None = Field(None, max_length=80, description="a dataset key; none = the list of leaderboards")
+    prompts: int | None = Field(None, ge=0, description="only the board of jobs that scored this many prompts")
+    k: int | None = Field(None, ge=1, description="only the board of jobs with this k")
+
+
+class LeaderboardMeasure(BaseModel):
+    prompts: int = Field(description="prompts scored (0 = the whole dataset)")
+    k: int
 
 
 class LeaderboardEntry(BaseModel):
     key: str
     label: str
     jobs: int
+    measures: list[LeaderboardMeasure] = Field(description="the (prompts, k) boards of this dataset")
+
+
+class LeaderboardRow(EvaluationJobJson):
+    rank: int = Field(description="1 = the best of the rows with its prompts and k")
 
 
 class Leaderboard(BaseModel):
     dataset: str | None
     boards: list[LeaderboardEntry]
-    rows: list[EvaluationJobJson] = Field(description="best first: accuracy, pass@k, reward, newer")
+    rows: list[LeaderboardRow] = Field(description="by (prompts, k), more prompts first; within each, best first: "
+                                                   "accuracy, pass@k, reward, newer")
 
 
 class OnEndInput(BaseModel):

@@ -3,6 +3,7 @@
     GET  POST  evaluations                  ?run=&dataset=&status=&limit= / {"run", "step"} or {"model"}, "dataset", ...
     GET        evaluations/<id>             status, progress, results
     GET        evaluations/<id>/samples     ?after=&limit=&correct=   per-prompt completions
+         POST  evaluations/<id>/cancel      stop a queued or running job (202; 409 once it ended)
     GET        evaluations/leaderboard      ?dataset=KEY   the leaderboards, and one's rows best first
     POST       runs/<id>/evaluate-on-end    {"dataset", "prompts"?, "k"?}: evaluate the best checkpoint when it succeeds
 """
@@ -54,14 +55,16 @@ def _jobs(request):
 
 @operations(
     GET=Op(query=shapes.EvaluationListQuery, responses={200: shapes.EvaluationList, 400: Error}),
-    POST=Op(body=shapes.EvaluationInput, responses={201: shapes.EvaluationJobJson, 400: Errors, 404: Error}),
+    POST=Op(body=shapes.EvaluationInput, responses={201: shapes.EvaluationJobJson, 400: Errors, 404: Error,
+                                                    429: Error}),
 )
 @api_endpoint("GET", "POST")
 def evaluations(request):
     """GET: your evaluation jobs, newest first (?run=ID, ?dataset=KEY, ?status=, ?limit=).
     POST {"run": id, "step": N} (a checkpoint of a run you may see) or {"model": folder}, "dataset":
     'task:NAME' | 'dataset:ID' | 'run_eval', "prompts"? (64; 0 = all), "k"? (4), "max_new_tokens"?:
-    201 the queued job; 400 {"errors": {field}} for bad input; 404 for a run or dataset you may not see."""
+    201 the queued job; 400 {"errors": {field}} for bad input; 404 for a run or dataset you may not see;
+    429 over your limits on queued and running jobs or their tokens (prompts x k x max_new_tokens)."""
     if request.method == "POST":
         try:
             job = services.create_job(request.user, json_body(request))
@@ -93,6 +96,18 @@ def evaluation_detail(request, pk: int):
     return job_json(get_for_user(_jobs(request), request.user, pk))
 
 
+@operations(POST=Op(responses={202: shapes.Cancelled, 403: Error, 409: Error}))
+@api_endpoint("POST")
+def evaluation_cancel(request, pk: int):
+    """Cancel a queued or running job: 202 {"id", "status": "cancelled"}; a running job's worker stops
+    its child process within a heartbeat. 409 when it has already ended; 403 for a job you may only see."""
+    job = get_for_user(_jobs(request), request.user, pk, change=True)
+    if not services.cancel_job(job):
+        job.refresh_from_db(fields=["status"])
+        raise ApiError(409, f"cannot cancel evaluation {job.pk}: it is {job.status}")
+    return JsonResponse({"id": job.pk, "status": JobStatus.CANCELLED.value}, status=202)
+
+
 @operations(GET=Op(query=shapes.EvaluationSamplesQuery, responses={200: shapes.EvaluationSamples, 400: Error}))
 @api_endpoint("GET")
 def evaluation_samples(request, pk: int):
@@ -115,11 +130,18 @@ def evaluation_samples(request, pk: int):
 @operations(GET=Op(query=shapes.LeaderboardQuery, responses={200: shapes.Leaderboard}))
 @api_endpoint("GET")
 def evaluation_leaderboard(request):
-    """The datasets with results you may see ("boards"), and with ?dataset=KEY that leaderboard's
-    rows: one per checkpoint or model folder (its newest succeeded job), best accuracy first."""
+    """The datasets with results you may see ("boards", each with the (prompts, k) it was measured
+    at), and with ?dataset=KEY that leaderboard's rows: one per checkpoint or model folder and
+    measure (its newest succeeded job with an accuracy), listed by measure (more prompts first, then
+    the larger k), best accuracy first within each, `rank` restarting for each; ?prompts=&k= keep one
+    measure's board. Jobs of different prompts or k never rank against each other."""
     key = request.GET.get("dataset", "")[:80] or None
-    listed = [{"key": b.key, "label": b.label, "jobs": b.jobs} for b in boards.boards(request.user)]
-    rows = [job_json(j) for j in boards.leaderboard(request.user, key)] if key else []
+    prompts = int_param(request, "prompts", None, minimum=0)
+    k = int_param(request, "k", None, minimum=1)
+    listed = [{"key": b.key, "label": b.label, "jobs": b.jobs,
+               "measures": [{"prompts": p, "k": n} for p, n in b.measures]} for b in boards.boards(request.user)]
+    rows = ([{**job_json(j), "rank": j.rank} for j in boards.leaderboard(request.user, key, prompts, k)]
+            if key else [])
     return {"dataset": key, "boards": listed, "rows": rows}
 
 

@@ -23,6 +23,7 @@ browser session; a trailing slash is optional. See api/views.py for each one's s
     POST            datasets/<id>/share|unshare       {"users": [...]}
     GET  POST       evaluations                       evaluation jobs / evaluate a checkpoint or model (api/evaluation_views.py)
     GET             evaluations/<id>, <id>/samples    a job's progress and results, its completions
+    POST            evaluations/<id>/cancel           stop a queued or running job (202; 409 once ended)
     GET             evaluations/leaderboard           ?dataset=KEY: best first
     POST            runs/<id>/evaluate-on-end         {"dataset"}: evaluate the best checkpoint when it succeeds
     GET             account                           your storage use, quota and limits (api/account_views.py)
@@ -77,6 +78,7 @@ urlpatterns = [
     re_path(r"^evaluations/leaderboard/?$", evaluation_views.evaluation_leaderboard, name="api-evaluation-leaderboard"),
     re_path(rf"^evaluations/{ID}/?$", evaluation_views.evaluation_detail, name="api-evaluation"),
     re_path(rf"^evaluations/{ID}/samples/?$", evaluation_views.evaluation_samples, name="api-evaluation-samples"),
+    re_path(rf"^evaluations/{ID}/cancel/?$", evaluation_views.evaluation_cancel, name="api-evaluation-cancel"),
     re_path(rf"^runs/{ID}/evaluate-on-end/?$", evaluation_views.run_evaluate_on_end, name="api-run-evaluate-on-end"),
     re_path(r"^account/?$", account_views.account, name="api-account"),
     re_path(r"^alerts/?$", alert_views.alert_rules, name="api-alerts"),

@@ -7,7 +7,9 @@ the same device). Its stdout brings `{"progress": {"done", "total"}}` lines (wri
 row as they come) and a last `{"summary": {...}}`; its per-prompt rows land in a temporary JSONL
 file that becomes EvaluationSample rows. Whatever goes wrong (a dataset of the wrong shape, a
 deleted checkpoint, a config no longer valid, a run or dataset its owner may no longer use, a
-crash) ends the job `failed` with the reason in `error`; nothing else is touched. Access is checked
+crash) ends the job `failed` with the reason in `error`; nothing else is touched. A job cancelled
+while it runs (evaluations.services.cancel_job) has its child stopped by the heartbeat thread and
+keeps the status `cancelled`. Access is checked
 when the job starts (`check_access`), not only when it was queued: a dataset unshared in between
 is not read.
 
@@ -41,6 +43,7 @@ from evaluations.models import DatasetKind, EvaluationJob, EvaluationSample, Job
 log = logging.getLogger(__name__)
 
 TIMEOUT_S = 2 * 3600
+KILL_AFTER_S = 5.0  # a cancelled job's child gets SIGTERM, then SIGKILL this much later
 ERROR_CHARS = 2000
 UPLOADED_DATASET_REWARDS = [{"name": "math_answer", "weight": 1.0}]
 
@@ -147,7 +150,7 @@ def _evaluate(job: EvaluationJob, folder: str) -> tuple[dict[str, Any], list[dic
         child = subprocess.Popen(command, cwd=str(settings.REPO_ROOT), env=env, stdin=subprocess.DEVNULL,
                                  stdout=subprocess.PIPE, stderr=stderr, text=True)
         done = threading.Event()
-        beat = threading.Thread(target=_heartbeat, args=(job.pk, done), daemon=True)
+        beat = threading.Thread(target=_heartbeat, args=(job.pk, done, child), daemon=True)
         beat.start()
         try:
             for line in child.stdout:
@@ -180,11 +183,23 @@ def _evaluate(job: EvaluationJob, folder: str) -> tuple[dict[str, Any], list[dic
     return summary, rows
 
 
-def _heartbeat(job_id: int, done: threading.Event) -> None:
-    """Write the job's heartbeat every PLATFORM_HEARTBEAT_S until `done` (evaluations.recovery reads it)."""
+def _heartbeat(job_id: int, done: threading.Event, child: subprocess.Popen | None = None) -> None:
+    """Write the job's heartbeat every PLATFORM_HEARTBEAT_S until `done` (evaluations.recovery reads it).
+    When the job is cancelled (evaluations.services.cancel_job), stop the child:
+    SIGTERM, then SIGKILL after KILL_AFTER_S; the job keeps its cancelled status."""
     try:
         while not done.wait(settings.PLATFORM_HEARTBEAT_S):
             EvaluationJob.objects.filter(pk=job_id, status=JobStatus.RUNNING).update(heartbeat_at=timezone.now())
+            if not EvaluationJob.objects.filter(pk=job_id, status=JobStatus.CANCELLED).exists():
+                continue
+            if child is not None and child.poll() is None:
+                log.info("evaluation %s is no longer running (cancelled): stopping its child %s", job_id, child.pid)
+                child.terminate()
+                try:
+                    child.wait(timeout=KILL_AFTER_S)
+                except subprocess.TimeoutExpired:
+                    child.kill()
+            return
     except Exception:  # noqa: BLE001 - a missed heartbeat is not the job's failure
         log.exception("evaluation %s: heartbeat failed", job_id)
     finally:
@@ -209,6 +224,8 @@ def _succeed(job: EvaluationJob, summary: dict[str, Any], rows: list[dict[str, A
                                 reward=r.get("reward"), correct=bool(r.get("correct")),
                                 samples_correct=r.get("samples_correct")) for r in rows]
     with transaction.atomic():
+        if not EvaluationJob.objects.select_for_update().filter(pk=job.pk, status=JobStatus.RUNNING).exists():
+            return  # cancelled meanwhile: it stays cancelled, without samples
         EvaluationSample.objects.filter(job_id=job.pk).delete()
         EvaluationSample.objects.bulk_create(samples, batch_size=500)
         EvaluationJob.objects.filter(pk=job.pk).update(
@@ -219,5 +236,5 @@ def _succeed(job: EvaluationJob, summary: dict[str, Any], rows: list[dict[str, A
 
 
 def _fail(job: EvaluationJob, message: str) -> None:
-    EvaluationJob.objects.filter(pk=job.pk).update(status=JobStatus.FAILED, finished_at=timezone.now(),
+    EvaluationJob.objects.filter(pk=job.pk, status=JobStatus.RUNNING).update(status=JobStatus.FAILED, finished_at=timezone.now(),
                                                    error=message[:ERROR_CHARS])

@@ -6,7 +6,8 @@ dataset: a built-in task's held-out prompts (`task`), an uploaded dataset (`data
 set of the checkpoint's run (`run_eval`). `dataset_key` names the dataset the same way for every job
 on it ("task:arithmetic", "dataset:12", "run-eval:7"): the leaderboard groups jobs by it. Results
 (accuracy, pass@k, reward mean) are filled when the job succeeds; a failed job keeps its error.
-Who may see a job: its owner, and users with the view permission (superusers)."""
+Who may see a job: its owner, and users with the view permission (superusers); who may cancel it: its
+owner, and users with the change permission."""
 
 from __future__ import annotations
 
@@ -19,6 +20,10 @@ class JobStatus(models.TextChoices):
     RUNNING = "running"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+PENDING_STATUSES = (JobStatus.QUEUED, JobStatus.RUNNING)  # what counts against the owner's evaluation limits
 
 
 class DatasetKind(models.TextChoices):
@@ -33,6 +38,14 @@ class EvaluationQuerySet(models.QuerySet):
         if not user or not user.is_authenticated or not user.is_active:
             return self.none()
         if user.has_perm("evaluations.view_evaluationjob"):
+            return self
+        return self.filter(owner=user)
+
+    def steerable_by(self, user):
+        """The jobs `user` may cancel: their own; every one with the change permission."""
+        if not user or not user.is_authenticated or not user.is_active:
+            return self.none()
+        if user.has_perm("evaluations.change_evaluationjob"):
             return self
         return self.filter(owner=user)
 
@@ -55,6 +68,8 @@ class EvaluationJob(models.Model):
     prompts = models.PositiveIntegerField(default=64, help_text="Prompts scored (0 = the whole dataset).")
     k = models.PositiveIntegerField(default=4, help_text="Samples per prompt for pass@k (1 = greedy only).")
     max_new_tokens = models.PositiveIntegerField(null=True, blank=True, help_text="Empty = the run's budget.")
+    tokens = models.PositiveBigIntegerField(default=0, help_text="Completion tokens it may generate: prompts x k x "
+                                            "max_new_tokens (bounds where unknown); counted against its owner's limit.")
     status = models.CharField(max_length=16, choices=JobStatus.choices, default=JobStatus.QUEUED, db_index=True)
     progress_done = models.PositiveIntegerField(default=0, help_text="Prompts scored so far.")
     progress_total = models.PositiveIntegerField(default=0)
@@ -90,7 +105,7 @@ class EvaluationJob(models.Model):
 
     @property
     def finished(self) -> bool:
-        return self.status in (JobStatus.SUCCEEDED, JobStatus.FAILED)
+        return self.status in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
 
 
 class EvaluationSample(models.Model):

@@ -21,7 +21,7 @@ from django.db import transaction
 from experiments.dataset_models import Dataset
 from experiments.models import Checkpoint, Run
 from experiments.refusals import Refused
-from evaluations.models import DatasetKind, EvaluateOnEnd, EvaluationJob
+from evaluations.models import PENDING_STATUSES, DatasetKind, EvaluateOnEnd, EvaluationJob, JobStatus
 
 RUN_JOB_TASK = "evaluations.run_job"  # evaluations.tasks.run_job, sent by name
 MAX_K = 64
@@ -152,10 +152,82 @@ def create_job(user, data: dict[str, Any], requested_by_run: Run | None = None) 
         max_new_tokens=_bounded_int(data.get("max_new_tokens"), "max_new_tokens", 0, 0, MAX_NEW_TOKENS) or None,
         requested_by_run=requested_by_run,
     )
+    job.tokens = job_tokens(job)
     with transaction.atomic():
+        check_room(user, job)
         job.save()
         send_when_committed(job)
     return job
+
+
+# -- per-user limits: queued and running jobs, and their tokens ------------------------------------
+
+
+def job_tokens(job: EvaluationJob) -> int:
+    """The completion tokens `job` may generate: prompts x k x max_new_tokens. Where a figure is not
+    known before the job runs, its bound: the whole dataset (prompts 0) is its rows for an uploaded
+    dataset, else MAX_PROMPTS; an empty budget is the run's rollout.max_new_tokens, else MAX_NEW_TOKENS."""
+    prompts = job.prompts
+    if job.dataset_kind == DatasetKind.DATASET and job.dataset is not None:
+        prompts = min(prompts, job.dataset.rows) if prompts else job.dataset.rows
+    prompts = prompts or MAX_PROMPTS
+    budget = job.max_new_tokens
+    if not budget and job.run is not None:
+        budget = ((job.run.config or {}).get("rollout") or {}).get("max_new_tokens")
+    budget = budget if isinstance(budget, int) and budget > 0 else MAX_NEW_TOKENS
+    return prompts * job.k * budget
+
+
+@dataclasses.dataclass(frozen=True)
+class Usage:
+    """A user's queued and running evaluation jobs and their tokens together."""
+
+    jobs: int
+    tokens: int
+
+    def as_json(self) -> dict[str, int]:
+        return {"jobs": self.jobs, "tokens": self.tokens}
+
+
+def usage_for(user) -> Usage:
+    from django.db.models import Count, Sum
+
+    found = EvaluationJob.objects.filter(owner_id=user.pk, status__in=PENDING_STATUSES).aggregate(
+        jobs=Count("id"), tokens=Sum("tokens"))
+    return Usage(found["jobs"] or 0, found["tokens"] or 0)
+
+
+def check_room(user, job: EvaluationJob) -> None:
+    """Inside the transaction that saves `job`: lock the owner's row (concurrent creates of one user
+    take turns until commit), then EvaluationRefused(429) naming the limit when one more job, or its
+    tokens, would go over the owner's limits (runner.limits: PLATFORM_MAX_EVALUATION_JOBS_PER_USER,
+    PLATFORM_MAX_EVALUATION_TOKENS_PER_USER)."""
+    from django.contrib.auth import get_user_model
+    from runner.limits import limits_for
+
+    get_user_model().objects.select_for_update().filter(pk=user.pk).first()
+    limits, usage = limits_for(user), usage_for(user)
+    if usage.jobs + 1 > limits.max_evaluation_jobs:
+        raise EvaluationRefused(429, f"evaluation jobs: you have {usage.jobs} queued or running, the limit is "
+                                     f"{limits.max_evaluation_jobs} (PLATFORM_MAX_EVALUATION_JOBS_PER_USER); wait for "
+                                     "one to finish or cancel one")
+    if usage.tokens + job.tokens > limits.max_evaluation_tokens:
+        budget = job.max_new_tokens or "(the run's budget)"
+        raise EvaluationRefused(429, f"evaluation tokens: this job's prompts x k x max_new_tokens = {job.tokens:,} "
+                                     f"(k {job.k}, max_new_tokens {budget}), with your queued and running jobs' "
+                                     f"{usage.tokens:,} that is {usage.tokens + job.tokens:,}, the limit is "
+                                     f"{limits.max_evaluation_tokens:,} (PLATFORM_MAX_EVALUATION_TOKENS_PER_USER); "
+                                     "lower prompts, k or max_new_tokens, or cancel a job")
+
+
+def cancel_job(job: EvaluationJob) -> bool:
+    """Cancel a queued or running job: True when it was one. A queued job never starts; a running
+    job's worker sees the status within PLATFORM_HEARTBEAT_S and stops its child process
+    (evaluations.jobs)."""
+    from django.utils import timezone
+
+    return bool(EvaluationJob.objects.filter(pk=job.pk, status__in=PENDING_STATUSES).update(
+        status=JobStatus.CANCELLED, finished_at=timezone.now(), error="cancelled"))
 
 
 def send_when_committed(job: EvaluationJob) -> None:

@@ -153,9 +153,9 @@ def run_attempt(run_id: int, attempt: int, parent_pid: int | None = None) -> int
         return 1
     # the owner's step caps and a worker's memory as they are now (runner.step_limits): the config may
     # have been stored before them, or the owner's limits lowered since it was queued
-    too_large = step_check(config, run.experiment.owner).refusal
+    too_large = step_check(config, run.experiment.owner).message
     if too_large:
-        fail_run(run, attempt, f"a step of this run is too large: {too_large}")
+        fail_run(run, attempt, too_large)
         return 1
     run_dir = run_directory(run)
     # compiled steps are kept on disk: a later run of the same shapes, or this run's next attempt, skips compiling

@@ -40,6 +40,10 @@ class RunLimits:
     max_tokens_per_step: int
     storage_quota_bytes: int  # runner.storage applies it
     max_active_sweeps: int  # sweeps.services: running sweeps (settings only)
+    max_hosts_per_run: int  # runner.step_limits: cluster.hosts
+    max_devices_per_run: int  # runner.step_limits: cluster.hosts x cluster.devices_per_host
+    max_evaluation_jobs: int  # evaluations.services: queued + running jobs
+    max_evaluation_tokens: int  # evaluations.services: their prompts x k x max_new_tokens together
 
 
 # UserLimits field (and RunLimits field) -> the setting that gives its default
@@ -50,6 +54,11 @@ LIMIT_SETTINGS = {
     "max_tokens_per_step": "PLATFORM_MAX_TOKENS_PER_STEP",
     "storage_quota_bytes": "PLATFORM_STORAGE_QUOTA_BYTES",
     "max_active_sweeps": "PLATFORM_MAX_ACTIVE_SWEEPS_PER_USER",  # no UserLimits column: settings only
+    # settings only (no UserLimits column): the same number for every user
+    "max_hosts_per_run": "PLATFORM_MAX_HOSTS_PER_RUN",
+    "max_devices_per_run": "PLATFORM_MAX_DEVICES_PER_RUN",
+    "max_evaluation_jobs": "PLATFORM_MAX_EVALUATION_JOBS_PER_USER",
+    "max_evaluation_tokens": "PLATFORM_MAX_EVALUATION_TOKENS_PER_USER",
 }
 
 

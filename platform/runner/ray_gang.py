@@ -53,6 +53,7 @@ from django.utils import timezone
 from experiments.models import ACTIVE_STATUSES, Run, RunStatus
 from runner.attempt import error_path, fail_run
 from runner.procs import SUPERVISOR_PID_ENV, tail_text
+from runner.step_limits import start_refusal
 from runner.storage import run_directory
 
 log = logging.getLogger(__name__)
@@ -436,6 +437,11 @@ def run_gang(run_id: int, attempt: int) -> int:
     if run is None or run.attempt != attempt or run.status not in ACTIVE_STATUSES:
         log.warning("run %s attempt %s is not active; nothing to do", run_id, attempt)
         return 0
+    refusal = start_refusal(run.config, run.experiment.owner)  # before a local Ray starts a process per host
+    if refusal:
+        print(refusal, flush=True)
+        fail_run(run, attempt, refusal)
+        return 1
     gang = Gang(run, attempt)
 
     def on_signal(signum, frame):

@@ -8,6 +8,10 @@ The figures are the trainer's own: sequences and tokens per step come from the b
 (data.max_prompt_tokens + rollout.max_new_tokens or the task's budget)), the memory from the plan and
 the model shape.
 
+The cluster a run asks for counts too (`cluster_refusals`): cluster.hosts against
+PLATFORM_MAX_HOSTS_PER_RUN and hosts x cluster.devices_per_host against PLATFORM_MAX_DEVICES_PER_RUN (a
+local Ray starts one process per host on the worker).
+
 Checked wherever a run goes on the queue (runner.services: launch, resume, retry; runner.forks: fork),
 next to `check_queued_room`: `check_step_room` raises LaunchRefused(429) naming the fields, their
 values, the limit and who can raise it; the transaction rolls back and nothing is queued. Checked
@@ -54,6 +58,19 @@ def tokens_refusal(plan: BatchPlan, limit: int) -> str | None:
                        "batch.prompts_per_step, grpo.num_generations, rollout.max_new_tokens or data.max_prompt_tokens")
 
 
+def cluster_refusals(config: ExperimentConfig, limits: RunLimits) -> tuple[str, ...]:
+    """Why a run asks the cluster for more hosts, or hosts x devices, than `limits` allow (a local Ray
+    starts one process per host on the worker itself), or ()."""
+    hosts, per_host = config.cluster.hosts, config.cluster.devices_per_host
+    found = [cap_refusal("cluster.hosts", f"cluster.hosts {hosts}", hosts, limits.max_hosts_per_run,
+                         "cluster.hosts (PLATFORM_MAX_HOSTS_PER_RUN)")]
+    devices = hosts * (per_host or 1)
+    found.append(cap_refusal("cluster devices", f"cluster.hosts {hosts} x cluster.devices_per_host {per_host or 1}"
+                             + ("" if per_host else " (empty: counted as 1)"), devices, limits.max_devices_per_run,
+                             "cluster.hosts or cluster.devices_per_host (PLATFORM_MAX_DEVICES_PER_RUN)"))
+    return tuple(r for r in found if r)
+
+
 def memory_refusal(memory: StepMemory, worker_memory_bytes: int) -> str | None:
     """Why a step estimated at `memory` cannot fit a worker's memory, or None."""
     if memory.total_bytes <= worker_memory_bytes:
@@ -73,18 +90,33 @@ class StepCheck:
     memory: StepMemory | None
     limits: RunLimits
     worker_memory_bytes: int
+    cluster: tuple[str, ...] = ()  # cluster_refusals: hosts and devices over the limits
 
     @property
-    def refusals(self) -> tuple[str, ...]:
+    def step_refusals(self) -> tuple[str, ...]:
         found = (sequences_refusal(self.plan, self.limits.max_sequences_per_step),
                  tokens_refusal(self.plan, self.limits.max_tokens_per_step),
                  None if self.memory is None else memory_refusal(self.memory, self.worker_memory_bytes))
         return tuple(r for r in found if r)
 
     @property
+    def refusals(self) -> tuple[str, ...]:
+        return (*self.cluster, *self.step_refusals)
+
+    @property
     def refusal(self) -> str | None:
-        """One message for every limit the step is over, or None."""
+        """One message for every limit the run is over, or None."""
         return "; ".join(self.refusals) or None
+
+    @property
+    def message(self) -> str | None:
+        """What a refused launch (or the worker failing the run at start) says, or None."""
+        parts = []
+        if self.cluster:
+            parts.append(f"this run asks too much of the cluster: {'; '.join(self.cluster)}")
+        if self.step_refusals:
+            parts.append(f"a step of this run is too large: {'; '.join(self.step_refusals)}")
+        return "; ".join(parts) or None
 
 
 def step_check(config: ExperimentConfig, owner, plan: BatchPlan | None = None) -> StepCheck:
@@ -95,7 +127,19 @@ def step_check(config: ExperimentConfig, owner, plan: BatchPlan | None = None) -
         memory = step_memory(config, plan)
     except ValueError:  # ModelFolderError: the folder went away; the config's own check says so
         memory = None
-    return StepCheck(plan, memory, limits_for(owner), settings.PLATFORM_WORKER_MEMORY_BYTES)
+    limits = limits_for(owner)
+    return StepCheck(plan, memory, limits, settings.PLATFORM_WORKER_MEMORY_BYTES, cluster_refusals(config, limits))
+
+
+def start_refusal(raw_config: dict, owner) -> str | None:
+    """What the worker fails a run with before starting anything (runner.ray_gang, before its Ray
+    starts one process per host; runner.attempt): the run is over `owner`'s limits now. None when it
+    is within them, or when the config no longer validates (the trainer's start reports that)."""
+    try:
+        config = configs.parse(raw_config, owner)
+    except configs.ConfigError:
+        return None
+    return step_check(config, owner).message
 
 
 def check_step_room(raw_config: dict, owner) -> None:
@@ -106,6 +150,6 @@ def check_step_room(raw_config: dict, owner) -> None:
         config = configs.parse(raw_config, owner)
     except configs.ConfigError:
         return
-    refusal = step_check(config, owner).refusal
-    if refusal:
-        raise LaunchRefused(429, f"a step of this run is too large: {refusal}")
+    check = step_check(config, owner)
+    if check.message:
+        raise LaunchRefused(429, check.message)

@@ -7,6 +7,7 @@ from django.contrib.auth.decorators import login_required
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
+from evaluations.services import usage_for as evaluation_usage
 from runner import account as accounts
 from runner.storage import format_bytes
 
@@ -18,13 +19,17 @@ LIMIT_ROWS = (("max_active_runs", "Active runs", "runs a worker holds at once"),
               ("max_sequences_per_step", "Sequences per step", "prompts per step x G"),
               ("max_tokens_per_step", "Tokens per step", "sequences x (prompt + completion tokens)"),
               ("max_active_sweeps", "Active sweeps", "sweeps running at once"),
-              ("storage_quota_bytes", "Storage quota", "datasets, checkpoints and exports together"))
+              ("storage_quota_bytes", "Storage quota", "datasets, checkpoints and exports together"),
+              ("max_hosts_per_run", "Hosts per run", "cluster.hosts"),
+              ("max_devices_per_run", "Devices per run", "cluster.hosts x cluster.devices_per_host"),
+              ("max_evaluation_jobs", "Evaluation jobs", "queued or running at once"),
+              ("max_evaluation_tokens", "Evaluation tokens", "prompts x k x max_new_tokens of those jobs together"))
 
 
 @login_required
 @require_GET
 def account(request):
-    summary = accounts.account_summary(request.user)
+    summary = {**accounts.account_summary(request.user), "evaluations": evaluation_usage(request.user).as_json()}
     storage, limits = summary["storage"], summary["limits"]
     context = {
         "summary": summary,

@@ -14,7 +14,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 from evaluations import leaderboard as boards
 from evaluations import services
 from evaluations.models import EvaluationJob
-from experiments.access import get_for_user
+from experiments.access import get_for_user, may_change
 from experiments.dataset_models import Dataset
 from experiments.shown_paths import shown
 
@@ -123,8 +123,22 @@ def evaluation_detail(request, pk: int):
     page = list(samples.filter(index__gt=after)[:SAMPLES_PAGE + 1])
     next_after = page[SAMPLES_PAGE - 1].index if len(page) > SAMPLES_PAGE else None
     context = {"job": job, "error": shown(job.error), "samples": page[:SAMPLES_PAGE], "next_after": next_after,
-               "correct": shown_filter, "poll": not job.finished}
+               "correct": shown_filter, "poll": not job.finished,
+               "may_cancel": not job.finished and may_change(request.user, job)}
     return render(request, "web/evaluation_detail.html", context)
+
+
+@login_required
+@require_http_methods(["POST"])
+def evaluation_cancel(request, pk: int):
+    """The page's Cancel button: stop a queued or running job (evaluations.services.cancel_job)."""
+    job = get_for_user(EvaluationJob.objects.all(), request.user, pk, change=True)
+    if services.cancel_job(job):
+        messages.success(request, f"Evaluation {job.pk} cancelled.")
+    else:
+        job.refresh_from_db(fields=["status"])
+        messages.error(request, f"Cannot cancel evaluation {job.pk}: it is {job.status}.")
+    return redirect("evaluation-detail", pk=job.pk)
 
 
 @login_required

@@ -68,6 +68,7 @@ urlpatterns: list = [
     path("evaluations/new/", evaluation_views.evaluation_new, name="evaluation-new"),
     path("evaluations/leaderboard/", evaluation_views.leaderboard, name="leaderboard"),
     path("evaluations/<web_id:pk>/", evaluation_views.evaluation_detail, name="evaluation-detail"),
+    path("evaluations/<web_id:pk>/cancel/", evaluation_views.evaluation_cancel, name="evaluation-cancel"),
     path("tokens/", token_views.token_list, name="api-tokens"),
     path("tokens/<web_id:pk>/revoke/", token_views.token_revoke, name="api-token-revoke"),
 ]

@@ -56,5 +56,5 @@ def test_evaluate_list_and_leaderboard(client_as_alice, alice, bob):
     board = client_as_alice("leaderboard", "task:reverse")
     assert board.returncode == 0
     assert board.stdout.splitlines()[1].split() == ["1", f"#{run.pk}", "step", "2", "0.625", "0.75", "2", "0.5",
-                                                    str(job.pk)]
+                                                    str(job.pk), "64"]
     assert checkpoint.evaluations.count() == 1

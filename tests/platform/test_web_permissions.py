@@ -57,8 +57,9 @@ AUTH_VIEWS = {"login", "logout", "signup"}  # signup: off by default, tests/plat
 OWN_TOKEN_VIEWS = {"api-token-revoke"}  # only the token's owner, staff too: tests/platform/test_api_tokens.py
 # a dataset's pages have a permission of their own (experiments.view_dataset): test_dataset_views below
 DATASET_VIEWS = {"dataset-detail", "dataset-share", "dataset-delete"}
-# an evaluation job's page: its owner's (and the view permission's): tests/platform/test_evaluation_api.py
-EVALUATION_VIEWS = {"evaluation-detail"}
+# an evaluation job's page: its owner's (and the view permission's): tests/platform/test_evaluation_api.py;
+# its Cancel: its owner's (and the change permission's): tests/platform/test_probe_uncounted_caps.py
+EVALUATION_VIEWS = {"evaluation-detail", "evaluation-cancel"}
 # a sweep's page and Cancel: the experiment's rule, for a sweep: tests/platform/test_sweep_pages.py
 SWEEP_VIEWS = {"sweep-detail", "sweep-cancel"}
 # an alert rule's Enable/Disable and Delete: its owner's only, staff too: tests/platform/test_alert_pages.py

@@ -8,6 +8,11 @@ episode. An episode ends when the environment says done, at `env.max_turns` assi
 the next reply would not fit in the token budget (`max_total_tokens`), or when the environment
 raises (`env_error`, with the message: the run goes on). `Episodes.finish` closes the episodes the
 budget cut mid-turn and returns what scoring and display need.
+
+A reply is bounded before it is tokenized: its messages' text together keeps at most
+`max_reply_chars` characters (MAX_REPLY_CHARS by default); the rest is cut and the last kept message
+ends with a note saying how much was cut (`bound_reply`). An environment that answers with a
+megabyte costs one slice, not a tokenizer pass over all of it.
 """
 
 from __future__ import annotations
@@ -24,6 +29,40 @@ from trainers.envs.base import Environment, EpisodeState
 END_DONE, END_MAX_TURNS, END_MAX_TOKENS, END_ERROR = "done", "max_turns", "max_total_tokens", "env_error"
 END_REASONS = (END_DONE, END_MAX_TURNS, END_MAX_TOKENS, END_ERROR)
 ERROR_CHARS = 500  # an environment's error message is kept up to this many characters
+MAX_REPLY_CHARS = 16_384  # an environment's reply (its messages' text together) is cut beyond this
+
+
+def bound_reply(messages: list[dict[str, str]], limit: int) -> tuple[list[dict[str, str]], int]:
+    """`messages` with their text together cut to `limit` characters, and how many were cut (0: the
+    messages as given). The message where the cut falls ends with a note saying so; the messages after
+    it are dropped. Content that is not text is left for the encoder to refuse."""
+    def is_text(message: Any) -> bool:
+        return isinstance(message, dict) and isinstance(message.get("content"), str)
+
+    if sum(len(m["content"]) for m in messages if is_text(m)) <= limit:
+        return messages, 0
+    kept: list[dict[str, str]] = []
+    room, cut = limit, 0
+    for message in messages:
+        if not is_text(message):
+            kept.append(message)
+            continue
+        content = message["content"]
+        if room <= 0:
+            cut += len(content)
+            continue
+        if len(content) > room:
+            cut += len(content) - room
+            content = content[:room]
+        room -= len(content)
+        kept.append({**message, "content": content})
+    note = f"\n[reply cut: {cut} more characters over the limit of {limit}]"
+    last = next((i for i in range(len(kept) - 1, -1, -1) if is_text(kept[i])), None)
+    if last is None:
+        kept.append({"role": next(m["role"] for m in messages if is_text(m)), "content": note.lstrip()})
+    else:
+        kept[last] = {**kept[last], "content": kept[last]["content"] + note}
+    return kept, cut
 
 
 @dataclasses.dataclass
@@ -63,9 +102,11 @@ class Episodes:
     """The episodes of one generation call's rows (row i plays `examples[i]`)."""
 
     def __init__(self, env: Environment, tokenizer: Any, examples: list[dict[str, Any]], prompts: list[Any], *,
-                 chat: bool, system_prompt: str | None, max_turns: int, max_total_tokens: int) -> None:
+                 chat: bool, system_prompt: str | None, max_turns: int, max_total_tokens: int,
+                 max_reply_chars: int = MAX_REPLY_CHARS) -> None:
         self.env, self.tokenizer, self.chat = env, tokenizer, chat
         self.max_turns, self.max_total_tokens = max_turns, max_total_tokens
+        self.max_reply_chars = max_reply_chars
         self.eos_ids = frozenset(getattr(tokenizer, "eos_ids", (tokenizer.eos_id,)))
         self.episodes = [Episode(state=EpisodeState(example=example),
                                  history=conversation(prompt, system_prompt) if chat else [])
@@ -99,16 +140,17 @@ class Episodes:
         ended_by = self.tokenizer.token_text(last) if self.chat and last in self.eos_ids else ""
         episode.history.append({"role": "assistant", "content": text})
         try:
-            reply_ids = np.asarray(encode_reply(self.tokenizer, episode.history, result.messages, chat=self.chat,
+            messages, _ = bound_reply(result.messages, self.max_reply_chars)  # before any tokenizing
+            reply_ids = np.asarray(encode_reply(self.tokenizer, episode.history, messages, chat=self.chat,
                                                 ended_by=ended_by), np.int32)
         except (ValueError, KeyError, TypeError) as error:
             return self._end(episode, END_ERROR, f"the reply could not be rendered: {error}"[:ERROR_CHARS])
         if step + len(reply_ids) >= self.max_total_tokens:
             return self._end(episode, END_MAX_TOKENS)
-        episode.history.extend(result.messages)
-        for message in result.messages:
+        episode.history.extend(messages)
+        for message in messages:
             episode.turns.append({"role": message["role"], "text": message["content"], "tokens": 0})
-        if result.messages:  # the reply's tokens (template markers included) are counted on its last message
+        if messages:  # the reply's tokens (template markers included) are counted on its last message
             episode.turns[-1]["tokens"] = int(len(reply_ids))
         episode.turn_start = step + len(reply_ids)
         return reply_ids
