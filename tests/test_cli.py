@@ -41,6 +41,21 @@ def test_validate_reports_each_problem_with_field_and_fix_and_exits_2(tmp_path):
             "use 1, 2, 3, 4, 6 or 12") in out.stderr
 
 
+def test_validate_refuses_a_prompt_the_run_would_refuse_at_start(tmp_path):
+    """Issue 30, B5: a guess_number episode starts with the game's rules (the environment's reset),
+    longer than the example's own prompt; validate passed such a config that then failed at start.
+    It now encodes every prompt as its episode starts and exits 2 naming data.max_prompt_tokens."""
+    config = {"data": {"task": "guess_number", "max_prompt_tokens": 64}, "env": {"name": "guess_number"}}
+    path = tmp_path / "game.yaml"
+    path.write_text(yaml.safe_dump(config))
+    out = cli("validate", str(path))
+    assert out.returncode == 2, out.stdout
+    assert "data.max_prompt_tokens: training data: prompt 0 is 116 tokens" in out.stderr
+    assert "over the limit max_prompt_tokens=64" in out.stderr
+    roomy = cli("validate", str(path), "--set", "data.max_prompt_tokens=2048")
+    assert roomy.returncode == 0, roomy.stderr
+
+
 def test_every_shipped_config_validates(smollm2_dir):
     # configs/r1.yaml and smollm2-arith.yaml name var/models/smollm2-135m-instruct: the fixture fetches it
     for name in sorted(os.listdir(os.path.join(ROOT, "configs"))):

@@ -30,12 +30,7 @@ from trainers.parallel.mesh import mesh_context
 from trainers.parallel.rules import batch_sharding
 from trainers.rollout.batch import Rollout
 from trainers.rollout.episodes import END_ERROR, END_MAX_TOKENS, Episode, Episodes
-from trainers.rollout.spec import RolloutSpec, Weights
-
-
-def prompts_of(spec: RolloutSpec, examples: list[dict[str, Any]]) -> list[Any]:
-    """The prompt each example starts its episode with: the environment's `reset`, or its "prompt"."""
-    return [spec.env.reset(e) for e in examples] if spec.env is not None else [e["prompt"] for e in examples]
+from trainers.rollout.spec import RolloutSpec, Weights, prompts_of
 
 
 def encode_examples(spec: RolloutSpec, examples: list[dict[str, Any]], first_prompt: int,

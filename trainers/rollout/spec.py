@@ -105,14 +105,20 @@ def reward_specs(config: ExperimentConfig) -> list[tuple[str, float]]:
     return list(TASKS[config.data.task].default_rewards)
 
 
+def prompts_of(spec: RolloutSpec, examples: list[dict[str, Any]]) -> list[Any]:
+    """The prompt each example starts its episode with: the environment's `reset`, or its "prompt"."""
+    return [spec.env.reset(e) for e in examples] if spec.env is not None else [e["prompt"] for e in examples]
+
+
 def check_prompts_fit(spec: RolloutSpec, examples: list[dict[str, Any]], dataset: str) -> None:
-    """Encode every prompt of `examples` once, so a prompt over data.max_prompt_tokens (or one the
-    tokenizer cannot take) stops the run before its first step, not at the step that meets it.
-    Raises DataError naming the dataset ("training", "eval") and the field to change."""
+    """Encode every prompt of `examples` once, as its episode starts (the environment's `reset`: a
+    game's rules, a worked example), so a prompt over data.max_prompt_tokens (or one the tokenizer
+    cannot take) stops the run before its first step, not at the step that meets it; `validate`
+    checks the same. Raises DataError naming the dataset ("training", "eval") and the field to change."""
     from trainers.data.examples import DataError
 
     try:
-        encode_prompts(spec.tokenizer, [e["prompt"] for e in examples], spec.max_prompt_tokens, chat=spec.chat,
+        encode_prompts(spec.tokenizer, prompts_of(spec, examples), spec.max_prompt_tokens, chat=spec.chat,
                        system_prompt=spec.system_prompt, cache=spec.prompt_ids)
     except DataError as error:
         raise DataError(f"{dataset} data: {error} (data.max_prompt_tokens sets the limit)") from None
