@@ -19,6 +19,7 @@ from typing import Any
 from django.db import transaction
 
 from experiments.dataset_models import Dataset
+from experiments.whole_numbers import NotAWholeNumber, whole_number
 from experiments.models import Checkpoint, Run
 from experiments.refusals import Refused
 from evaluations.models import PENDING_STATUSES, DatasetKind, EvaluateOnEnd, EvaluationJob, JobStatus
@@ -73,9 +74,13 @@ def parse_dataset(user, spec: Any) -> DatasetChoice:
             raise EvaluationRefused(400, f"unknown task {value!r}; known: {', '.join(TASK_NAMES)}", "dataset")
         return DatasetChoice(DatasetKind.TASK, task=value)
     if kind == "dataset":
-        if not value.isdigit() or len(value) > 18:
+        try:
+            dataset_id = whole_number(value, 1)
+        except NotAWholeNumber:
+            dataset_id = None
+        if dataset_id is None:
             raise EvaluationRefused(400, f"'dataset:ID' needs a dataset id, got {value!r}", "dataset")
-        dataset = Dataset.objects.visible_to(user).select_related("owner").filter(pk=int(value)).first()
+        dataset = Dataset.objects.visible_to(user).select_related("owner").filter(pk=dataset_id).first()
         if dataset is None:
             raise EvaluationRefused(404, f"no dataset {value} that you may use")
         return DatasetChoice(DatasetKind.DATASET, dataset=dataset)
@@ -83,24 +88,20 @@ def parse_dataset(user, spec: Any) -> DatasetChoice:
 
 
 def _bounded_int(value: Any, field: str, default: int, low: int, high: int) -> int:
-    if value is None or value == "":
-        return default
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise EvaluationRefused(400, f"{field} must be an integer", field)
     try:
-        number = int(value)
-    except ValueError:
-        raise EvaluationRefused(400, f"{field} must be an integer, got {value!r}", field) from None
-    if not low <= number <= high:
-        raise EvaluationRefused(400, f"{field} must be between {low} and {high}, got {number}", field)
-    return number
+        return whole_number(value, low, high, default=default)
+    except NotAWholeNumber as exc:
+        raise EvaluationRefused(400, f"{field} must be {exc}", field) from None
 
 
 def _visible_run(user, run_id: Any) -> Run:
-    if isinstance(run_id, bool) or not isinstance(run_id, (int, str)) or not str(run_id).isdigit() \
-            or len(str(run_id)) > 18:
+    try:
+        pk = whole_number(run_id, 1)
+    except NotAWholeNumber:
+        pk = None
+    if pk is None:
         raise EvaluationRefused(400, "run must be a run id", "run")
-    run = Run.objects.visible_to(user).select_related("experiment__owner").filter(pk=int(run_id)).first()
+    run = Run.objects.visible_to(user).select_related("experiment__owner").filter(pk=pk).first()
     if run is None:
         raise EvaluationRefused(404, f"no run {run_id}")
     return run

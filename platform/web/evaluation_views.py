@@ -17,6 +17,7 @@ from evaluations.models import EvaluationJob
 from experiments.access import get_for_user, may_change
 from experiments.dataset_models import Dataset
 from experiments.shown_paths import shown
+from experiments.whole_numbers import NotAWholeNumber, whole_number
 
 SAMPLES_PAGE = 50
 
@@ -117,8 +118,8 @@ def evaluation_detail(request, pk: int):
     if shown_filter in ("true", "false"):
         samples = samples.filter(correct=shown_filter == "true")
     try:
-        after = int(request.GET.get("after", "-1"))
-    except ValueError:
+        after = whole_number(request.GET.get("after"), -1, 2**31 - 1, default=-1)
+    except NotAWholeNumber:
         after = -1
     page = list(samples.filter(index__gt=after)[:SAMPLES_PAGE + 1])
     next_after = page[SAMPLES_PAGE - 1].index if len(page) > SAMPLES_PAGE else None
