@@ -239,6 +239,28 @@ def test_a_sample_shows_its_turns_and_every_reward_part(tmp_path):
     assert sample["completion"] == "\n".join(t["text"] for t in sample["turns"])
 
 
+class Ruled(TwoTurns):
+    """TwoTurns whose episodes start with a rule before the example's question (its reset)."""
+
+    name = "ruled"
+
+    def reset(self, example):
+        return "RULE: " + example["prompt"]
+
+
+def test_a_sample_shows_the_prompt_the_model_saw(tmp_path):
+    """Issue 30, B4: the sample's prompt is the episode's first prompt (the environment's reset: a
+    worked example, a game's rules), not the dataset example's."""
+    raw = {**RAW, "env": {**RAW["env"], "name": "tests.test_episodes:Ruled"}, "data": {**RAW["data"],
+                                                                                     "max_prompt_tokens": 64}}
+    trainer = GRPOTrainer(parse_config(raw), str(tmp_path))
+    trainer.source.start(trainer.policy_params(), 0, 0)
+    rollout = trainer.source.next(0)
+    for i, sample in enumerate(rollout.samples(8)):
+        example = rollout.examples[i // rollout.num_generations]
+        assert sample["prompt"] == "RULE: " + example["prompt"]
+
+
 class Flood(Environment):
     """The issue's calculator with `times: 10**6`: every reply is a megabyte (two messages)."""
 

@@ -71,6 +71,7 @@ class Episode:
 
     state: EpisodeState
     history: list[dict[str, str]]          # the conversation rendered so far (chat runs)
+    prompt: Any = None                      # what the model saw first: the environment's reset (text or messages)
     turns: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     turn_start: int = 0                     # completion index where the current assistant turn began
     reward_parts: dict[str, float] = dataclasses.field(default_factory=dict)
@@ -93,6 +94,8 @@ class Episode:
         """The keys a multi-turn sample adds to its display dict (`Rollout.samples`)."""
         out = {"env": env_name, "turns": [dict(t) for t in self.turns], "reward_parts": dict(self.reward_parts),
                "end_reason": self.end_reason, "tool_calls": self.tool_calls, "tool_errors": self.tool_errors}
+        if self.prompt is not None:
+            out["prompt"] = self.prompt  # replaces the example's prompt in the sample: a worked example, a game's rules
         if self.error is not None:
             out["error"] = self.error
         return out
@@ -109,7 +112,7 @@ class Episodes:
         self.max_reply_chars = max_reply_chars
         self.eos_ids = frozenset(getattr(tokenizer, "eos_ids", (tokenizer.eos_id,)))
         self.episodes = [Episode(state=EpisodeState(example=example),
-                                 history=conversation(prompt, system_prompt) if chat else [])
+                                 history=conversation(prompt, system_prompt) if chat else [], prompt=prompt)
                          for example, prompt in zip(examples, prompts)]
 
     def on_turn_end(self, row: int, step: int, tokens: np.ndarray) -> np.ndarray | None:
