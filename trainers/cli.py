@@ -119,12 +119,13 @@ def cmd_validate(args) -> int:
     from trainers.data.examples import load_examples
     from trainers.loop.memory_estimate import step_memory
     from trainers.loop.plan import make_plan
+    from trainers.rollout.prompt_fit import config_prompt_problem
 
     d = config.data
     train_examples, eval_examples = load_examples(d.task, d.train_path, d.eval_path, d.train_prompts,
                                                   d.eval_prompts, config.seed)
     plan = make_plan(config, len(train_examples))
-    problem = _prompt_length_problem(config, plan, train_examples, eval_examples)
+    problem = config_prompt_problem(config, train_examples, eval_examples)
     if problem is not None:
         print(f"{args.config}: invalid\n  data.max_prompt_tokens: {problem}", file=sys.stderr)
         return EXIT_INVALID
@@ -135,23 +136,6 @@ def cmd_validate(args) -> int:
     if args.print_config:
         print("\nResolved config:\n" + config.to_yaml())
     return 0
-
-
-def _prompt_length_problem(config, plan, train_examples, eval_examples) -> str | None:
-    """Why a prompt of the run's data does not fit data.max_prompt_tokens as its episode starts (the
-    check the trainer makes at start, `check_prompts_fit`), or None."""
-    from trainers.data.examples import DataError
-    from trainers.loop.policy import tokenizer_for
-    from trainers.rollout.spec import RolloutSpec, check_prompts_fit
-
-    spec = RolloutSpec.from_config(config, tokenizer_for(config), plan.rollout_micro_batch_sequences)
-    try:
-        check_prompts_fit(spec, train_examples, "training")
-        if eval_examples:
-            check_prompts_fit(spec, eval_examples[: config.eval.prompts or None], "eval")
-    except DataError as error:
-        return str(error)
-    return None
 
 
 def cmd_run(args) -> int:

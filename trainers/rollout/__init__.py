@@ -2,6 +2,7 @@
 
   batch.py            `Rollout`: prompts, their G sequences each, rewards and advantages (host arrays)
   spec.py             `RolloutSpec`: how a run samples, renders prompts and scores (fixed for the run)
+  prompt_fit.py       the prompts as episodes start, and whether they fit data.max_prompt_tokens (JAX-free)
   collect.py          `collect_rollout`: encode -> generate -> decode -> score -> advantages, in steps
   dynamic_sampling.py DAPO dynamic sampling: a step made of informative groups only
   source.py           where a step's rollout comes from: the interface and the synchronous source

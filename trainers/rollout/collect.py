@@ -30,14 +30,15 @@ from trainers.parallel.mesh import mesh_context
 from trainers.parallel.rules import batch_sharding
 from trainers.rollout.batch import Rollout
 from trainers.rollout.episodes import END_ERROR, END_MAX_TOKENS, Episode, Episodes
-from trainers.rollout.spec import RolloutSpec, Weights, prompts_of
+from trainers.rollout.prompt_fit import prompts_of
+from trainers.rollout.spec import RolloutSpec, Weights
 
 
 def encode_examples(spec: RolloutSpec, examples: list[dict[str, Any]], first_prompt: int,
                     count: int) -> tuple[np.ndarray, np.ndarray]:
     """Step 1: the prompts of examples[first_prompt : first_prompt + count], each repeated G times
     (prompt-major), left-padded as all of `examples`: (tokens [N, Lp] int32, valid [N, Lp] bool)."""
-    tokens, valid = encode_prompts(spec.tokenizer, prompts_of(spec, examples), spec.max_prompt_tokens,
+    tokens, valid = encode_prompts(spec.tokenizer, prompts_of(spec.env, examples), spec.max_prompt_tokens,
                                    chat=spec.chat, system_prompt=spec.system_prompt,
                                    bucket_tokens=spec.prompt_bucket_tokens, cache=spec.prompt_ids)
     g = spec.num_generations
@@ -67,7 +68,7 @@ def generate_sequences(graphdef: Any, weights: Weights, prompt_tokens: np.ndarra
         with mesh_context(mesh):
             if spec.env is not None:
                 played = [chosen[i // g] for i in range(s.start, s.stop)]
-                call = Episodes(spec.env, spec.tokenizer, played, prompts_of(spec, played), chat=spec.chat,
+                call = Episodes(spec.env, spec.tokenizer, played, prompts_of(spec.env, played), chat=spec.chat,
                                 system_prompt=spec.system_prompt, max_turns=spec.max_turns,
                                 max_total_tokens=sampling.max_new_tokens)
                 result = generate_turns(graphdef, weights, call_tokens, call_valid, call_key, sampling,

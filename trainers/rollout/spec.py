@@ -10,9 +10,10 @@ from typing import Any, Callable
 
 from trainers.config import ExperimentConfig
 from trainers.config.budgets import completion_token_budget
-from trainers.data.encoding import PromptIdCache, encode_prompts
+from trainers.data.encoding import PromptIdCache
 from trainers.data.tasks import TASKS
 from trainers.models.generate import SamplingParams, TurnStops, eos_settings
+from trainers.rollout import prompt_fit
 
 PROMPT_BUCKET_TOKENS = 16
 """A pretrained model's prompts are left-padded to the next of 16 x (1, 2, 3, 4, 6, 8, 12, ...) tokens
@@ -63,7 +64,7 @@ class RolloutSpec:
             max_new_tokens=completion_token_budget(config), temperature=r.temperature, top_k=r.top_k, top_p=r.top_p,
             stop_at_eos=r.stop_at_eos, **eos_settings(tokenizer),
         )
-        chat = tokenizer.has_chat_template if d.chat_template is None else d.chat_template
+        chat = prompt_fit.renders_chat(config, tokenizer)
         env, turn_stops = environment(config, tokenizer)
         return cls(tokenizer=tokenizer, sampling=sampling, num_generations=config.grpo.num_generations,
                    rollout_micro_batch_sequences=rollout_micro_batch_sequences,
@@ -105,20 +106,10 @@ def reward_specs(config: ExperimentConfig) -> list[tuple[str, float]]:
     return list(TASKS[config.data.task].default_rewards)
 
 
-def prompts_of(spec: RolloutSpec, examples: list[dict[str, Any]]) -> list[Any]:
-    """The prompt each example starts its episode with: the environment's `reset`, or its "prompt"."""
-    return [spec.env.reset(e) for e in examples] if spec.env is not None else [e["prompt"] for e in examples]
-
-
 def check_prompts_fit(spec: RolloutSpec, examples: list[dict[str, Any]], dataset: str) -> None:
-    """Encode every prompt of `examples` once, as its episode starts (the environment's `reset`: a
-    game's rules, a worked example), so a prompt over data.max_prompt_tokens (or one the tokenizer
-    cannot take) stops the run before its first step, not at the step that meets it; `validate`
-    checks the same. Raises DataError naming the dataset ("training", "eval") and the field to change."""
-    from trainers.data.examples import DataError
-
-    try:
-        encode_prompts(spec.tokenizer, prompts_of(spec, examples), spec.max_prompt_tokens, chat=spec.chat,
-                       system_prompt=spec.system_prompt, cache=spec.prompt_ids)
-    except DataError as error:
-        raise DataError(f"{dataset} data: {error} (data.max_prompt_tokens sets the limit)") from None
+    """`prompt_fit.check_prompts_fit` with the spec's tokenizer, environment and rendering, so a prompt
+    over data.max_prompt_tokens (as its episode starts) stops the run before its first step, not at
+    the step that meets it. Raises DataError naming the dataset and the field to change."""
+    prompt_fit.check_prompts_fit(spec.tokenizer, spec.env, examples, dataset,
+                                 max_prompt_tokens=spec.max_prompt_tokens, chat=spec.chat,
+                                 system_prompt=spec.system_prompt, cache=spec.prompt_ids)
