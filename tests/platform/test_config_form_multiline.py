@@ -5,6 +5,8 @@ breaks are stored as LF. The flag comes from the schema: the template and forms 
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import yaml
 from browser_testlib import logged_in_page  # noqa: F401 (fixture)
@@ -46,6 +48,8 @@ def test_the_form_shows_a_text_area_whose_line_breaks_reach_the_yaml_and_come_ba
     page.click("#tab-yaml")
     yaml_box = page.locator("#id_config_yaml")
     expect(yaml_box).to_be_visible()
+    # the tab switch fills the YAML from the server's answer (the plan preview's sync): wait for it
+    expect(yaml_box).to_have_value(re.compile("Never apologise"))
     assert yaml.safe_load(yaml_box.input_value())["data"]["system_prompt"] == PROMPT
     changed = yaml.safe_load(yaml_box.input_value())
     changed["data"]["system_prompt"] = PROMPT + "\nLast line."

@@ -282,25 +282,24 @@ def _spy_on_training(monkeypatch) -> list:
 
 
 @pytest.mark.parametrize("route", ["api", "page"])
-def test_retry_of_a_stored_config_fails_at_start_naming_the_field(alice, victim, tiny_config, sent_messages,
-                                                                 monkeypatch, restore_signals, client, route,
-                                                                 django_capture_on_commit_callbacks):
+def test_retry_of_a_stored_config_is_refused_naming_the_field(alice, victim, tiny_config, sent_messages, client,
+                                                             route, django_capture_on_commit_callbacks):
+    """A retry checks the stored config for its owner on request (issue 30, A6): 400 naming the field
+    (the page says so), nothing queued, nothing read. The worker's own check at start is the next test."""
     path = str(victim.path)
     run = stored_run(alice, attack_config(tiny_config, path), status="failed", error="worker lost")
     with django_capture_on_commit_callbacks(execute=True):
         if route == "api":
             response = post_json(token_client(alice), f"/api/runs/{run.pk}/retry", {})
-            assert response.status_code == 202
+            assert response.status_code == 400
+            assert answer(response)["errors"]["data.train_path"].startswith(
+                f"the run's config is no longer valid here (data.train_path: {refused(path)['data.train_path']})")
         else:
             client.force_login(alice)
             response = client.post(reverse("run-control", args=[run.pk, "retry"]), follow=True)
+            assert escape(f"data.train_path: {refused(path)['data.train_path']}") in unshown(response.content.decode())
     run.refresh_from_db()
-    assert run.status == "queued" and [m[:2] for m in sent_messages] == [(run.pk, run.attempt)]
-    trained = _spy_on_training(monkeypatch)
-    assert start_as_the_worker(run) == 1
-    run.refresh_from_db()
-    assert run.status == "failed" and trained == []
-    assert f"data.train_path: {refused(path)['data.train_path']}" in unshown(run.error)
+    assert run.status == "failed" and sent_messages == []
     api = token_client(alice)
     shown = [api.get(f"/api/runs/{run.pk}"), api.get(f"/api/runs/{run.pk}/samples"),
              api.get(f"/api/runs/{run.pk}/events")]
@@ -340,8 +339,11 @@ def test_a_dataset_unshared_after_a_run_used_it_fails_the_retry(alice, bob, vict
 
     assert post_json(bob_api, f"/api/datasets/{secret_id}/unshare", {"users": ["alice"]}).status_code == 200
     victim.opened.clear()  # from here on, nothing of alice's may open it
-    retried = post_json(alice_api, f"/api/runs/{run.pk}/retry", {})
-    assert retried.status_code == 202
+    retried = post_json(alice_api, f"/api/runs/{run.pk}/retry", {})  # refused on request (issue 30, A6)
+    assert retried.status_code == 400
+    assert "no dataset named 'bob/secret' that you may use" in retried.json()["errors"]["data.train_dataset"]
+    # a retry queued while it was still shared, started by a worker after the unshare
+    Run.objects.filter(pk=run.pk).update(status="queued", attempt=run.attempt + 1)
     trained = _spy_on_training(monkeypatch)
     assert start_as_the_worker(run) == 1
     run.refresh_from_db()
