@@ -86,7 +86,9 @@ def test_a_run_ending_advances_its_sweep_without_a_tick(alice, sent_messages, dj
     assert [t.status for t in trials(sweep)] == [S.SUCCEEDED, S.QUEUED]
 
 
-def test_the_median_pruner_prunes_a_weak_running_trial(alice, sent_messages):
+def two_finished_trials_and_a_running_third(alice):
+    """A median-pruned sweep whose first two trials finished at 0.004 and 0.003 over steps 1-3, and
+    whose third is running: (the sweep, the third trial)."""
     experiment = make_experiment(alice)
     sweep = services.create_sweep(experiment, sweep_input())
     t0, t1 = trials(sweep)
@@ -96,6 +98,11 @@ def test_the_median_pruner_prunes_a_weak_running_trial(alice, sent_messages):
     scheduler.tick()
     t2 = trials(sweep)[2]
     Run.objects.filter(pk=t2.run.pk).update(status=S.RUNNING)
+    return sweep, t2
+
+
+def test_the_median_pruner_prunes_a_weak_running_trial(alice, sent_messages):
+    sweep, t2 = two_finished_trials_and_a_running_third(alice)
     add_points(t2.run, {"learning_rate": [(1, 0.002), (2, 0.002)]})    # below the median 0.0035
     scheduler.tick()
     t2.run.refresh_from_db()
@@ -227,15 +234,7 @@ def test_a_trial_is_judged_when_its_trainer_writes_the_metric_not_a_tick_later(a
     process) have the pruner judge that trial at once: no scheduler tick runs here."""
     from runner.db_hooks import DatabaseHooks
 
-    experiment = make_experiment(alice)
-    sweep = services.create_sweep(experiment, sweep_input())
-    t0, t1 = trials(sweep)
-    for t, lr in ((t0, 0.004), (t1, 0.003)):
-        add_points(t.run, {"learning_rate": [(s, lr) for s in (1, 2, 3)]})
-        finish(t.run)
-    scheduler.tick()
-    t2 = trials(sweep)[2]
-    Run.objects.filter(pk=t2.run.pk).update(status=S.RUNNING)
+    sweep, t2 = two_finished_trials_and_a_running_third(alice)
     hooks = DatabaseHooks(t2.run.pk, t2.run.attempt, background_flush=False)
     hooks.on_step(1, {"loss/policy": 0.5})                  # not the sweep's metric: nothing judged
     assert Run.objects.get(pk=t2.run.pk).status == S.RUNNING
