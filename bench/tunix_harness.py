@@ -244,7 +244,7 @@ def last_json_with(lines: list[str], key: str) -> dict | None:
   return None
 
 
-def _wait_with_rusage(proc: subprocess.Popen) -> tuple[int, int | None]:
+def wait_with_peak_rss(proc: subprocess.Popen) -> tuple[int, int | None]:
   """Reaps `proc` with wait4: (exit status as Popen reports it, peak RSS in bytes or None)."""
   try:
     _, status, usage = os.wait4(proc.pid, 0)
@@ -288,7 +288,7 @@ def run_and_parse(label: str, cmd: list[str], timeout: float,
       lines.append(line)
       sys.stdout.write(f"[{label}] {line}")
       sys.stdout.flush()
-    rc, peak_rss = _wait_with_rusage(proc)
+    rc, peak_rss = wait_with_peak_rss(proc)
   finally:
     watchdog.cancel()
   wall = time.time() - t0

@@ -21,7 +21,7 @@ from tests.tiny_models import write_tiny_model
 from trainers.config import parse_config
 from trainers.data.hf_tokenizer import HFTokenizer
 from trainers.loop.policy import load_policy
-from trainers.rollout.spec import PROMPT_BUCKET_TOKENS
+from trainers.data.encoding import PROMPT_BUCKET_TOKENS
 from trainers.loop.run_files import RunFilesHooks
 from trainers.loop.trainer import GRPOTrainer, train
 from trainers.models import transformer as model_lib

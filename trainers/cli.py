@@ -119,20 +119,20 @@ def cmd_validate(args) -> int:
     from trainers.data.examples import load_examples
     from trainers.loop.memory_estimate import step_memory
     from trainers.loop.plan import make_plan
-    from trainers.rollout.prompt_fit import config_prompt_problem
+    from trainers.rollout.prompt_fit import config_prompt_fit
 
     d = config.data
     train_examples, eval_examples = load_examples(d.task, d.train_path, d.eval_path, d.train_prompts,
                                                   d.eval_prompts, config.seed)
     plan = make_plan(config, len(train_examples))
-    problem = config_prompt_problem(config, train_examples, eval_examples)
-    if problem is not None:
-        print(f"{args.config}: invalid\n  data.max_prompt_tokens: {problem}", file=sys.stderr)
+    fit = config_prompt_fit(config, train_examples, eval_examples)
+    if fit.problem is not None:
+        print(f"{args.config}: invalid\n  data.max_prompt_tokens: {fit.problem}", file=sys.stderr)
         return EXIT_INVALID
     print(f"{args.config}: valid")
     print(plan.describe())
     print(f"  eval prompts                  {len(eval_examples)}")
-    print(step_memory(config, plan).describe())
+    print(step_memory(config, plan, fit.longest_training_tokens).describe())
     if args.print_config:
         print("\nResolved config:\n" + config.to_yaml())
     return 0

@@ -72,7 +72,8 @@ def test_a_step_that_cannot_fit_a_worker_is_refused_with_the_estimate_and_the_li
     settings.PLATFORM_WORKER_MEMORY_BYTES = 512 * 1024 ** 2
     experiment = make_experiment(alice)
     error = token_client(alice).post(f"/api/experiments/{experiment.pk}/runs").json()["error"]
-    assert error.startswith("a step of this run is too large: memory: a step needs about 1.")
+    # the tiny config: the runtime's 0.78 GiB and a step's 0.01 GiB
+    assert error.startswith("a step of this run is too large: memory: a step needs about 0.79 GiB")
     assert "more than a worker's 0.50 GiB (PLATFORM_WORKER_MEMORY_BYTES); lower " in error
     assert experiment.runs.count() == 0 and sent_messages == []
 

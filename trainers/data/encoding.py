@@ -83,6 +83,19 @@ def encode_prompts(
     return tokens, valid
 
 
+PROMPT_BUCKET_TOKENS = 16
+"""A pretrained model's prompts are left-padded to the next of 16 x (1, 2, 3, 4, 6, 8, 12, ...) tokens
+(`bucket_width`), so steps whose longest prompts differ share one compiled generation and update:
+about two widths per doubling of the prompt length (the toy tasks' prompts keep their exact length,
+`prompt_bucket_tokens`)."""
+
+
+def prompt_bucket_tokens(pretrained: bool) -> int:
+    """The bucket a run's prompt widths round up to: PROMPT_BUCKET_TOKENS for a pretrained model
+    (model.path), 1 (the exact length) for a preset's toy tokenizer."""
+    return PROMPT_BUCKET_TOKENS if pretrained else 1
+
+
 def bucket_width(tokens: int, bucket_tokens: int) -> int:
     """The smallest width >= tokens among bucket_tokens x (1, 2, 3, 4, 6, 8, 12, 16, 24, ...) (each
     step x 1.5 or x 4/3: powers of two and 1.5 x powers of two), so lengths up to L meet about

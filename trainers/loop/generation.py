@@ -7,9 +7,8 @@ from typing import Any
 
 import jax
 
-from trainers.data.encoding import encode_prompts
+from trainers.data.encoding import PROMPT_BUCKET_TOKENS, encode_prompts
 from trainers.loop.policy import LoadedPolicy
-from trainers.rollout.spec import PROMPT_BUCKET_TOKENS
 from trainers.models.generate import SamplingParams, eos_settings, generate
 
 BATCH_PROMPTS = 16

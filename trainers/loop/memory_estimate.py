@@ -1,7 +1,9 @@
 """The memory one training step needs, estimated before the run starts from its batch plan and its
 model shape: `python -m trainers validate` prints it, and the platform refuses a run whose estimate
-is above a worker's memory. JAX-free and cheap. It is an estimate of the process's host memory on a
-CPU (XLA fuses, reuses and sometimes copies buffers): the right order of magnitude, on the high side.
+is above a worker's memory. JAX-free and cheap. It is an estimate of the process's peak host memory
+on a CPU (XLA fuses, reuses and sometimes copies buffers), kept within 1.0-1.3x of the peak RSS
+measured on the demo, W1, SmolLM2 and R1 configs (`bench/memory_estimate.py` measures them,
+`docs/perf/memory-peaks.json` keeps the figures, `tests/test_memory_estimate.py` checks the ratio).
 
 Held for the whole run (float32, whatever `model.dtype`; P = parameters, T = trained parameters:
 P, or with model.lora the adapters' rank x (in + out) per targeted projection, and P + T held):
@@ -13,29 +15,41 @@ P, or with model.lora the adapters' rank x (in + out) per targeted projection, a
   step arrays       the step's rollout on the host, for every sequence of the step: prompt tokens and
                     valid flags (5 bytes a token), completion tokens, mask, generator / old /
                     reference log-probs and loss weights (25 bytes a token)
-  runtime           RUNTIME_BYTES: the Python process, JAX / XLA and the compiled programs
+  runtime           RUNTIME_BYTES (the Python process with JAX and XLA loaded, the dataset and the
+                    tokenizer: a tiny preset's run peaks at 0.69 GiB) and 4 P more, fitted: the
+                    compiler's own memory, the compiled programs and what a step fetches to the host
+                    grow with the model
 
-The phases of a step run one after another, so the peak adds the largest of them (with
-async.enabled the collector generates while the trainer trains: rollout adds to the largest other):
+Then every phase of a step, added together: a phase's buffers stay with the process when it ends
+(the allocator keeps freed memory for the next one). Measured: held parts + a tiny run's 0.64 GiB +
+all three phases (the update at its compiled size) come within 0.15 GiB of the peak RSS of W1, the
+SmolLM2 demo and R1, where the largest phase alone left up to 0.55 GiB unexplained:
   rollout   one rollout micro-batch of B sequences: its KV cache (2 x layers x B x KV heads x head
             dim x (prompt + completion budget), in the compute dtype), the prefill of its distinct
             prompts (one layer live) and the sampler's SAMPLER_BUFFERS [B, V] buffers
   log-prob  one log-prob micro-batch's forward (only when the plan has log-prob passes): one layer
-            live for every position, and the LM head's chunk
+            live, and the LM head's chunk
   update    one train micro-batch: gradients (4 T; 8 T with accumulation, the running sum and the
-            micro-batch's own), the values every layer keeps for the backward pass at every
-            position, and the LM head's chunk
+            micro-batch's own), the values every layer keeps for the backward pass, and the LM
+            head's chunk
 
-A position is one token of a sequence laid out whole (prompt budget + completion budget, S tokens):
-a step whose groups were reordered runs whole sequences (`plan.shared_prompt_group`), which is the
-larger program. What a layer keeps per position (`layer_elements`), fitted to XLA:CPU's compiled
-update (`memory_analysis()` of SmolLM2-135M's update at 24 sequences of 64 + 48 and 128 + 48 tokens:
-59.5 and 67.6 KB a position and layer, against 61.4 and 70.7 here): the residual stream, the two norms'
-inputs and outputs and the mid-block residual (5 H), q, k, v before and after RoPE and the attention
-output (3 NH D + 3 KVH D), the MLP's gate, up, silu(gate) and down input (4 M), and
-ATTENTION_BUFFERS [NH, S] rows of scores and probabilities. Everything but the KV cache is counted in
-float32: XLA:CPU keeps bfloat16 compute's activations at float32 size (the README's update memory is
-the same in both), and `model.remat` saves almost nothing there.
+The prompt width is the data's longest prompt rounded up to its bucket (`encoding.bucket_width`),
+what the trainer pads a step's prompts to, when the caller knows it (`validate` encodes every
+prompt); otherwise data.max_prompt_tokens, an upper bound for any data (the platform's check).
+The completion width is the completion budget: a step may use all of it.
+
+A micro-batch of whole groups of G (train / log-prob micro-batch sequences a multiple of G) runs
+each group's prompt once and its G completions over it (`plan.shared_prompt_group`,
+`forward_elements`); otherwise every sequence runs whole. What a layer keeps per position
+(`layer_elements`), fitted to XLA:CPU's compiled update (`memory_analysis()` of SmolLM2-135M's
+update at 24 sequences of 64 + 48 and 128 + 48 tokens: 59.5 and 67.6 KB a position and layer,
+against 61.4 and 70.7 here; R1's update, 32 sequences sharing prompts per group of 4, 4.50 GiB
+compiled against 4.71 here): the residual stream, the two norms' inputs and outputs and the
+mid-block residual (5 H), q, k, v before and after RoPE and the attention output (3 NH D + 3 KVH
+D), the MLP's gate, up, silu(gate) and down input (4 M), and ATTENTION_BUFFERS [NH, S] rows of
+scores and probabilities. Everything but the KV cache is counted in float32: XLA:CPU keeps bfloat16
+compute's activations at float32 size (the README's update memory is the same in both), and
+`model.remat` saves almost nothing there.
 The LM head goes through `LOGITS_CHUNK_ELEMENTS` float32 logits at a time (`transformer`), with
 LOGITS_BUFFERS such buffers alive in the backward pass.
 """
@@ -46,15 +60,17 @@ import dataclasses
 
 from trainers.config import ExperimentConfig
 from trainers.config.schema import OptimizerSection
+from trainers.data.encoding import bucket_width, prompt_bucket_tokens
 from trainers.loop.plan import BatchPlan
 from trainers.models.hf_config import parameter_count
 from trainers.models.presets import LOGITS_CHUNK_ELEMENTS, ModelConfig
 
 GIB = 1024 ** 3
 FLOAT32_BYTES = 4
-RUNTIME_BYTES = 1 * GIB
-"""The Python process with JAX and XLA loaded, the dataset and tokenizer, and the compiled programs:
-a tiny-preset run peaks at about 0.6 GiB of RSS on this project's CPU machine."""
+RUNTIME_BYTES = 800 * 1024 ** 2
+"""The Python process with JAX and XLA loaded, the dataset and the tokenizer: a tiny-preset run (the
+demo) peaks at 0.68 GiB of RSS on this project's CPU machine; the runtime part adds one parameters'
+size to it (see the module docstring)."""
 PROMPT_BYTES_PER_TOKEN = 5          # int32 token + bool valid
 COMPLETION_BYTES_PER_TOKEN = 25     # int32 token + bool mask + 5 float32 (generator, old, reference log-probs, weights)
 SAMPLER_BUFFERS = 5                 # [B, V] float32: logits, filtered, log-probs, probs, cdf
@@ -73,29 +89,22 @@ class MemoryPart:
 
 @dataclasses.dataclass(frozen=True)
 class StepMemory:
-    """The estimate: `held` parts last the whole run; of `phases` (rollout, log-prob, update) the
-    largest adds to them, or with `concurrent_rollout` (async) the rollout plus the largest other."""
+    """The estimate: `held` parts last the whole run and the `phases` (rollout, log-prob, update) add
+    to them, each kept by the process once it has run. `prompt_tokens`: the prompt width it counts,
+    the data's longest prompt bucketed (`from_data`) or data.max_prompt_tokens."""
 
     held: tuple[MemoryPart, ...]
     phases: tuple[MemoryPart, ...]
-    concurrent_rollout: bool = False
-
-    @property
-    def peak_phases(self) -> tuple[MemoryPart, ...]:
-        """The phases alive at the step's peak."""
-        rollout = [p for p in self.phases if p.name == "rollout"]
-        others = [p for p in self.phases if p.name != "rollout"]
-        if self.concurrent_rollout and rollout and others:
-            return (rollout[0], max(others, key=lambda p: p.bytes))
-        return (max(self.phases, key=lambda p: p.bytes),)
+    prompt_tokens: int = 0
+    from_data: bool = False
 
     @property
     def total_bytes(self) -> int:
-        return sum(p.bytes for p in self.held) + sum(p.bytes for p in self.peak_phases)
+        return sum(p.bytes for p in self.held + self.phases)
 
     def largest_parts(self) -> tuple[MemoryPart, ...]:
-        """The parts at the peak, largest first."""
-        return tuple(sorted(self.held + self.peak_phases, key=lambda p: -p.bytes))
+        """Every part, largest first."""
+        return tuple(sorted(self.held + self.phases, key=lambda p: -p.bytes))
 
     def fields_to_lower(self, count: int = 2) -> tuple[str, ...]:
         """The config fields of the `count` largest parts at the peak, each once, in that order."""
@@ -105,14 +114,15 @@ class StepMemory:
         return tuple(fields)
 
     def describe(self) -> str:
-        """Lines for `validate` and the plan preview: the total, then every part in GiB."""
-        at_peak = {p.name for p in self.peak_phases}
-        lines = [f"Memory of a step (estimate)     {gib(self.total_bytes)} GiB"]
+        """Lines for `validate` and the plan preview: the total and the prompt width it counts, then
+        every part in GiB."""
+        width = "the data's longest prompt, bucketed" if self.from_data else "data.max_prompt_tokens"
+        lines = [f"Memory of a step (estimate)     {gib(self.total_bytes)} GiB  "
+                 f"(prompts of {self.prompt_tokens} tokens: {width})"]
         for part in self.held:
             lines.append(f"  {part.name:<30}{gib(part.bytes)} GiB")
         for part in self.phases:
-            note = "" if part.name in at_peak else "  (not at the peak)"
-            lines.append(f"  {part.name + ' phase':<30}{gib(part.bytes)} GiB{note}")
+            lines.append(f"  {part.name + ' phase':<30}{gib(part.bytes)} GiB")
         return "\n".join(lines)
 
 
@@ -137,6 +147,19 @@ def layer_elements(model: ModelConfig, sequence_tokens: int) -> int:
             + ATTENTION_BUFFERS * m.num_heads * sequence_tokens)
 
 
+def forward_elements(model: ModelConfig, rows: int, group: int, prompt_tokens: int, completion_tokens: int) -> int:
+    """float32 values one layer keeps for the backward pass over `rows` sequences of `prompt_tokens` +
+    `completion_tokens` positions. group = G > 1 when the rows come as whole groups of G sharing a
+    prompt (`plan.shared_prompt_group`): each prompt then runs once (attending over itself) and the
+    G completions attend over it and themselves, holding the prompt's keys and values repeated G
+    times (`transformer._grouped_hidden`); otherwise every row runs whole."""
+    m, lp, lc = model, prompt_tokens, completion_tokens
+    if group <= 1 or rows % group:
+        return rows * (lp + lc) * layer_elements(m, lp + lc)
+    repeated_kv = rows * lp * 2 * m.num_kv_heads * m.head_dim
+    return rows // group * lp * layer_elements(m, lp) + rows * lc * layer_elements(m, lp + lc) + repeated_kv
+
+
 def logits_chunk_bytes(model: ModelConfig, positions: int, chunk_elements: int = LOGITS_CHUNK_ELEMENTS) -> int:
     """The LM head's live buffers for `positions` positions taken in chunks (`transformer`)."""
     chunk_positions = max(1, min(positions, chunk_elements // model.vocab_size))
@@ -144,13 +167,16 @@ def logits_chunk_bytes(model: ModelConfig, positions: int, chunk_elements: int =
 
 
 def estimate_step_memory(plan: BatchPlan, model: ModelConfig, moments: int, concurrent_rollout: bool = False,
-                         chunk_elements: int = LOGITS_CHUNK_ELEMENTS, adapter_parameters: int = 0) -> StepMemory:
+                         chunk_elements: int = LOGITS_CHUNK_ELEMENTS, adapter_parameters: int = 0,
+                         prompt_tokens: int | None = None) -> StepMemory:
     """The estimate for `plan` on `model` with an optimizer of `moments` float32 buffers per
-    parameter; `concurrent_rollout`: async.enabled; `adapter_parameters`: the LoRA adapters' size
-    (0: full fine-tuning). See the module docstring for every part."""
+    parameter; `concurrent_rollout`: async.enabled (the collector's own weights); `adapter_parameters`:
+    the LoRA adapters' size (0: full fine-tuning); `prompt_tokens`: the width a step's prompts are
+    padded to (None: the plan's prompt budget; never more). See the module docstring for every part."""
     params_bytes = (parameter_count(model) + adapter_parameters) * FLOAT32_BYTES
     trained_bytes = adapter_parameters * FLOAT32_BYTES if adapter_parameters else params_bytes
-    lp, lc = plan.prompt_token_budget, plan.completion_token_budget
+    lc = plan.completion_token_budget
+    lp = plan.prompt_token_budget if prompt_tokens is None else min(prompt_tokens, plan.prompt_token_budget)
     seq = lp + lc
     held = [
         MemoryPart("parameters", params_bytes, ("model.preset / model.path (a smaller model)",)),
@@ -164,7 +190,7 @@ def estimate_step_memory(plan: BatchPlan, model: ModelConfig, moments: int, conc
         MemoryPart("step arrays", plan.sequences_per_step * (lp * PROMPT_BYTES_PER_TOKEN
                                                              + lc * COMPLETION_BYTES_PER_TOKEN),
                    ("batch.prompts_per_step", "grpo.num_generations", "rollout.max_new_tokens")),
-        MemoryPart("runtime", RUNTIME_BYTES, ()),
+        MemoryPart("runtime", RUNTIME_BYTES + params_bytes, ()),
     ]
     lengths = ("rollout.max_new_tokens", "data.max_prompt_tokens")
 
@@ -176,23 +202,28 @@ def estimate_step_memory(plan: BatchPlan, model: ModelConfig, moments: int, conc
     sampler = SAMPLER_BUFFERS * rows * model.vocab_size * FLOAT32_BYTES
     phases = [MemoryPart("rollout", kv_cache + prefill + sampler, ("batch.rollout_micro_batch_sequences",) + lengths)]
 
+    g = plan.num_generations
     if plan.needs_old_logprobs or plan.needs_reference:
-        positions = plan.logprob_micro_batch_sequences * seq
-        forward = positions * layer_elements(model, seq) * FLOAT32_BYTES
+        rows = plan.logprob_micro_batch_sequences
+        positions = rows * lc  # the LM head runs on completion positions only
+        forward = forward_elements(model, rows, g, lp, lc) * FLOAT32_BYTES  # one layer live
         phases.append(MemoryPart("log-prob", forward + logits_chunk_bytes(model, positions, chunk_elements),
                                  ("batch.logprob_micro_batch_sequences",) + lengths))
 
-    positions = plan.train_micro_batch_sequences * seq
+    rows = plan.train_micro_batch_sequences
+    positions = rows * lc
     gradients = trained_bytes * (2 if plan.accumulation_steps > 1 else 1)
-    activations = positions * model.num_layers * layer_elements(model, seq) * FLOAT32_BYTES
+    activations = model.num_layers * forward_elements(model, rows, g, lp, lc) * FLOAT32_BYTES
     phases.append(MemoryPart("update", gradients + activations + logits_chunk_bytes(model, positions, chunk_elements),
                              ("batch.train_micro_batch_sequences",) + lengths))
-    return StepMemory(tuple(held), tuple(phases), concurrent_rollout)
+    return StepMemory(tuple(held), tuple(phases), lp, prompt_tokens is not None)
 
 
-def step_memory(config: ExperimentConfig, plan: BatchPlan) -> StepMemory:
+def step_memory(config: ExperimentConfig, plan: BatchPlan, longest_prompt_tokens: int | None = None) -> StepMemory:
     """The estimate for a validated config and its plan; the model shape comes from model.path's
-    config.json or the preset (`policy.model_config_for`: raises ModelFolderError for a bad folder)."""
+    config.json or the preset (`policy.model_config_for`: raises ModelFolderError for a bad folder).
+    `longest_prompt_tokens`: the data's longest prompt as its episode starts (`prompt_fit`), rounded
+    up to the run's bucket as the trainer pads it; None counts data.max_prompt_tokens."""
     from trainers.loop.policy import model_config_for
     from trainers.models.lora_targets import targeted
 
@@ -200,7 +231,10 @@ def step_memory(config: ExperimentConfig, plan: BatchPlan) -> StepMemory:
     lora = config.model.lora
     adapters = sum(lora.rank * (fan_in + fan_out) for fan_in, fan_out in
                    targeted(model, lora.target_modules).values()) if lora.rank else 0
+    width = None if longest_prompt_tokens is None else bucket_width(
+        longest_prompt_tokens, prompt_bucket_tokens(bool(config.model.path)))
     return estimate_step_memory(plan, model, optimizer_moments(config.optimizer),
-                                concurrent_rollout=config.async_.enabled, adapter_parameters=adapters)
+                                concurrent_rollout=config.async_.enabled, adapter_parameters=adapters,
+                                prompt_tokens=width)
 
 

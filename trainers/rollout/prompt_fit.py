@@ -8,6 +8,7 @@ which can be much longer than the dataset example's own prompt; that is what is 
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from trainers.config import ExperimentConfig
@@ -29,22 +30,32 @@ def renders_chat(config: ExperimentConfig, tokenizer: Any) -> bool:
 
 def check_prompts_fit(tokenizer: Any, env: Any, examples: list[dict[str, Any]], dataset: str, *,
                       max_prompt_tokens: int, chat: bool, system_prompt: str | None,
-                      cache: PromptIdCache | None = None) -> None:
-    """Encode every example's episode prompt once (into `cache`). Raises DataError naming the dataset
-    ("training", "eval") and the field to change when one is over `max_prompt_tokens` (or the
-    tokenizer cannot take it)."""
+                      cache: PromptIdCache | None = None) -> int:
+    """Encode every example's episode prompt once (into `cache`) and return the longest one's token
+    count. Raises DataError naming the dataset ("training", "eval") and the field to change when one
+    is over `max_prompt_tokens` (or the tokenizer cannot take it)."""
     try:
-        encode_prompts(tokenizer, prompts_of(env, examples), max_prompt_tokens, chat=chat,
-                       system_prompt=system_prompt, cache=cache)
+        tokens, _ = encode_prompts(tokenizer, prompts_of(env, examples), max_prompt_tokens, chat=chat,
+                                   system_prompt=system_prompt, cache=cache)
     except DataError as error:
         raise DataError(f"{dataset} data: {error} (data.max_prompt_tokens sets the limit)") from None
+    return int(tokens.shape[1])  # no bucket: the width is the longest prompt
 
 
-def config_prompt_problem(config: ExperimentConfig, train_examples: list[dict[str, Any]],
-                          eval_examples: list[dict[str, Any]]) -> str | None:
-    """Why a prompt of the run's data does not fit as its episode starts (what the trainer would
-    refuse at start), or None: the run's tokenizer and environment, the training prompts and the
-    eval prompts it evaluates."""
+@dataclasses.dataclass(frozen=True)
+class PromptFit:
+    """What `config_prompt_fit` found: `problem`, why a prompt does not fit (None: they all do), and
+    `longest_training_tokens`, the longest training prompt as its episode starts (None with a problem)."""
+
+    problem: str | None
+    longest_training_tokens: int | None
+
+
+def config_prompt_fit(config: ExperimentConfig, train_examples: list[dict[str, Any]],
+                      eval_examples: list[dict[str, Any]]) -> PromptFit:
+    """Whether every prompt of the run's data fits as its episode starts (what the trainer would
+    refuse at start), with the run's tokenizer and environment, over the training prompts and the
+    eval prompts it evaluates; and the longest training prompt (what a step's memory depends on)."""
     from trainers.envs.registry import make_environment
     from trainers.loop.policy import tokenizer_for
 
@@ -54,9 +65,9 @@ def config_prompt_problem(config: ExperimentConfig, train_examples: list[dict[st
     fit = dict(max_prompt_tokens=config.data.max_prompt_tokens, chat=renders_chat(config, tokenizer),
                system_prompt=config.data.system_prompt, cache=PromptIdCache())
     try:
-        check_prompts_fit(tokenizer, env, train_examples, "training", **fit)
+        longest = check_prompts_fit(tokenizer, env, train_examples, "training", **fit)
         if eval_examples:
             check_prompts_fit(tokenizer, env, eval_examples[: config.eval.prompts or None], "eval", **fit)
     except DataError as error:
-        return str(error)
-    return None
+        return PromptFit(str(error), None)
+    return PromptFit(None, longest)

@@ -10,16 +10,10 @@ from typing import Any, Callable
 
 from trainers.config import ExperimentConfig
 from trainers.config.budgets import completion_token_budget
-from trainers.data.encoding import PromptIdCache
+from trainers.data.encoding import PromptIdCache, prompt_bucket_tokens
 from trainers.data.tasks import TASKS
 from trainers.models.generate import SamplingParams, TurnStops, eos_settings
 from trainers.rollout import prompt_fit
-
-PROMPT_BUCKET_TOKENS = 16
-"""A pretrained model's prompts are left-padded to the next of 16 x (1, 2, 3, 4, 6, 8, 12, ...) tokens
-(`encoding.bucket_width`), so steps whose longest prompts differ share one compiled generation and
-update: about two widths per doubling of the prompt length (the toy tasks' prompts keep their exact
-length)."""
 
 Weights = Callable[[], tuple[Any, int]]
 """weights() -> (params, version): the weights to generate with and their version (optimizer steps
@@ -71,7 +65,7 @@ class RolloutSpec:
                    max_prompt_tokens=d.max_prompt_tokens, reward_specs=tuple(reward_specs(config)),
                    advantage=config.grpo.advantage, advantage_eps=config.grpo.advantage_eps,
                    chat=chat, system_prompt=d.system_prompt,
-                   prompt_bucket_tokens=PROMPT_BUCKET_TOKENS if config.model.path else 1,
+                   prompt_bucket_tokens=prompt_bucket_tokens(bool(config.model.path)),
                    overlong_buffer_tokens=r.overlong_buffer_tokens, overlong_penalty=r.overlong_penalty,
                    overlong_filter=r.overlong_filter, env=env, env_name=config.env.name,
                    max_turns=config.env.max_turns, turn_stops=turn_stops)
