@@ -3,6 +3,11 @@
 asynchronous loops with exact resume."""
 
 import copy
+import io
+import os
+import subprocess
+import sys
+import tarfile
 
 import jax
 import numpy as np
@@ -208,21 +213,52 @@ def test_episodes_train_and_resume_exactly(tmp_path, asynchronous):
 # The parameters digest the trainer at commit e750c79 (before environments existed) gives for the
 # config of the test below, one per CPU it was computed on: XLA compiles different code for different
 # vector units, so the last bits differ from one CPU family to another, while on one machine the digest
-# never changes. To add a machine: `git worktree add /tmp/old e750c79`, then run the same config there
-# (train(parse_config(raw), dir).params_digest with /tmp/old first on sys.path).
+# never changes. Where the repository's history holds e750c79 the test computes that commit's digest on
+# this machine instead (`_digest_at_commit`), so a new CPU needs no entry here.
+BEFORE_ENVIRONMENTS_COMMIT = "e750c79"
 DIGESTS_BEFORE_ENVIRONMENTS = {
     "43e2807ee7d45c6cb1d411fcbd24ecdfa339ff0defcc962ed825f71ffd0f792b",  # the CI machine of 2026-11-26 16:00
     "5900c5f9a7e83c53b6c5907093cff419078b5648c516fd316a68306c519c84ab",  # AMD EPYC, 2026-11-26 21:30
+    "7a2b580376b0c92e60e1f343664fd2192cb001810bbfc2334976d3a391164a82",  # AMD EPYC, 2026-11-27 21:00
 }
+DIGEST_PROGRAM = """
+import sys, tempfile
+from trainers.config import parse_config
+from trainers.loop.trainer import train
+raw = {raw!r}
+with tempfile.TemporaryDirectory() as out:
+    print(train(parse_config(raw), out).params_digest)
+"""
+
+
+def _digest_at_commit(commit, raw, tmp_path):
+    """The params digest of `raw` under the trainer of `commit` (its `trainers/` unpacked from git into
+    tmp_path, run in a subprocess), or None when this checkout's history does not hold the commit."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    archive = subprocess.run(["git", "archive", "--format=tar", commit, "trainers"], cwd=root, capture_output=True)
+    if archive.returncode != 0:
+        return None
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(tmp_path / "old", filter="data")
+    run = subprocess.run([sys.executable, "-c", DIGEST_PROGRAM.format(raw=raw)], cwd=tmp_path / "old",
+                         capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "PYTHONPATH": str(tmp_path / "old")})
+    assert run.returncode == 0, run.stderr[-2000:]
+    return run.stdout.split()[-1]
 
 
 def test_single_turn_is_bit_identical_to_the_trainer_before_environments(tmp_path):
     """env single_turn takes the plain sampler: the parameters after two steps are those the trainer
-    gave before environments existed (digests computed at commit e750c79 with the same config, above)."""
+    gave before environments existed (commit e750c79, with the same config and no env section)."""
     raw = {k: copy.deepcopy(v) for k, v in RAW.items() if k not in ("env", "eval")}
-    raw["env"] = {"name": "single_turn"}
     raw["checkpoint"] = {"every_steps": 0}
-    assert _digest(raw, tmp_path) in DIGESTS_BEFORE_ENVIRONMENTS
+    before = _digest_at_commit(BEFORE_ENVIRONMENTS_COMMIT, raw, tmp_path)
+    raw["env"] = {"name": "single_turn"}
+    digest = _digest(raw, tmp_path / "now")
+    if before is not None:
+        assert digest == before
+    else:  # a checkout without that history: the digests recorded on the machines it was computed on
+        assert digest in DIGESTS_BEFORE_ENVIRONMENTS
 
 
 def test_a_sample_shows_its_turns_and_every_reward_part(tmp_path):
