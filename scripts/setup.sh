@@ -4,12 +4,18 @@
 #   --tests   also install what only the tests need: requirements-tests.txt (transformers on PyTorch's
 #             CPU build, the reference of the model parity tests) and Debian's Chromium (the browser
 #             test drives it with Playwright; Playwright's own browser download is never used).
+#   --cuda    also install the NVIDIA GPU build of the same JAX (requirements-cuda.txt: CUDA 12 from
+#             pip, about 3 GB; needs only the driver), then print the devices JAX finds.
+#   --tpu     also install the TPU build of the same JAX (requirements-tpu.txt), then print the devices.
 set -euo pipefail
 with_tests=0
+accelerator=""
 for arg in "$@"; do
   case "$arg" in
     --tests) with_tests=1 ;;
-    -h|--help) sed -n '2,6p' "$0"; exit 0 ;;
+    --cuda) accelerator=cuda ;;
+    --tpu) accelerator=tpu ;;
+    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
     *) echo "setup: unknown option $arg (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -38,5 +44,17 @@ if [ "$with_tests" = 1 ] && ! command -v chromium >/dev/null 2>&1; then
   echo "setup: installing Debian's chromium for the browser test"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
   $SUDO apt-get install -y -q chromium >/dev/null 2>&1 || { $SUDO apt-get update -q >/dev/null && $SUDO apt-get install -y -q chromium >/dev/null; }
+fi
+if [ -n "$accelerator" ]; then
+  acc_stamp=.venv/.requirements-$accelerator.sha256
+  acc_want=$(sha256sum "requirements-$accelerator.txt" | cut -d' ' -f1)
+  if [ "$(cat "$acc_stamp" 2>/dev/null)" != "$acc_want" ]; then
+    echo "setup: installing requirements-$accelerator.txt into .venv (the $accelerator build of JAX)"
+    sed 's/\[[^]]*\]//' requirements.txt > .venv/constraints.txt  # every pin kept (pip's constraints take no extras)
+    .venv/bin/python -m pip install --disable-pip-version-check -q -r "requirements-$accelerator.txt" \
+      -c .venv/constraints.txt
+    echo "$acc_want" > "$acc_stamp"
+  fi
+  .venv/bin/python -m trainers devices
 fi
 echo "setup: ready (.venv/bin/python)"

@@ -22,6 +22,8 @@ generate --model DIR [--chat] [--json] [--max-new-tokens N] [--prompts-file F] P
                                   folder or a run directory (its newest checkpoint, or --step N)
 export RUN_DIR --out DIR [--step N] [--dtype bfloat16]
                                   write a run's trained policy as a Hugging Face model folder
+devices [--json]                  print the JAX build, its devices and their memory, and the setup
+                                  command for a GPU or TPU that JAX did not find
 evaluate MODEL_OR_RUN_DIR [--config CFG] [--step N] [--dataset TASK_OR_JSONL] --out FILE.jsonl
                                   score a model folder or a run's checkpoint: greedy accuracy, mean
                                   reward, pass@k; one row per prompt in FILE, the metrics printed
@@ -301,6 +303,17 @@ def cmd_export(args) -> int:
     return 0
 
 
+def cmd_devices(args) -> int:
+    import dataclasses
+    import json
+
+    from trainers import devices
+
+    found = devices.probe()
+    print(json.dumps(dataclasses.asdict(found)) if args.json else "\n".join(devices.describe(found)))
+    return 0
+
+
 def cmd_evaluate(args) -> int:
     import json
 
@@ -458,6 +471,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json-progress", action="store_true",
                    help="print {\"progress\": {\"done\", \"total\"}} lines on stdout instead of a bar")
     p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("devices", help="print the JAX build, its devices and their memory",
+                       description="Print the JAX version, the backend it chose (cpu, gpu, tpu), every device "
+                                   "with its memory and the host's CPUs and memory; on a machine with a GPU or TPU "
+                                   "that JAX did not find, the setup command that installs the matching build.")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
+    p.set_defaults(func=cmd_devices)
     return parser
 
 

@@ -8,19 +8,19 @@ accelerator it says that figure is a CPU's.
 
 `accelerator_present` decides the demos' order (runner.demo.demo_rank): settings.PLATFORM_ACCELERATOR
 ("auto", "cpu", "gpu" or "tpu"); "auto" looks, once per process and without JAX, for an NVIDIA GPU
-(NVML, from nvidia-ml-py) or a TPU (/dev/accel0) on the web server's host, which with
-`serve` is the workers' host too.
+or a TPU on the web server's host (`trainers.devices.host_accelerator`), which with `serve` is the
+workers' host too.
 """
 
 from __future__ import annotations
 
-import functools
-import os
 import statistics
 
 from django.conf import settings
 
 from experiments.models import MetricPoint, Run
+
+from trainers.devices import host_accelerator
 
 from runner.demo import CPU_MEASURED_ON, DEMO_USERNAME, cpu_step_s, is_demo_name
 
@@ -33,23 +33,7 @@ def accelerator_present() -> bool:
         return True
     if setting == "cpu":
         return False
-    return _detected()
-
-
-@functools.lru_cache(maxsize=1)
-def _detected() -> bool:
-    if os.path.exists("/dev/accel0"):  # a TPU VM (newer ones: set PLATFORM_ACCELERATOR=tpu)
-        return True
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            return pynvml.nvmlDeviceGetCount() > 0
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # noqa: BLE001 - no driver, no library: no GPU
-        return False
+    return host_accelerator() is not None
 
 
 def measured_step_s(experiment) -> tuple[float, Run, int] | None:
