@@ -1,0 +1,123 @@
+"""The paged KV cache: the page pool's bookkeeping (trainers/engine/pages.py) worked through by hand,
+and decode attention over pages (trainers/engine/attention.py) against attention computed in numpy
+over each slot's tokens laid out densely, for the pure-JAX gather and for JAX's Pallas GPU kernel in
+interpret mode."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from trainers.engine.attention import paged_decode_attention
+from trainers.engine.pages import PageCopy, PagePool, PoolExhausted
+
+
+def test_a_prompt_takes_the_pages_its_tokens_need():
+    pool = PagePool(num_pages=8, page_tokens=4, num_slots=3, max_pages_per_slot=4)
+    assert pool.admit(0, 10) == [0, 1, 2]  # 10 tokens: 3 pages of 4, the lowest free first
+    assert pool.slot_pages(0) == [0, 1, 2] and pool.lengths[0] == 10
+    assert (pool.pages_in_use, pool.free_pages) == (3, 5)
+    assert pool.tables[0].tolist() == [0, 1, 2, 0]  # 0 past its pages: masked by its length
+
+
+def test_a_group_shares_its_prompt_and_copies_only_the_partial_last_page():
+    """Prompt of 10 tokens (pages 0, 1 full; page 2 holds 2 of 4). Three completions: slots 1 and 2
+    fork slot 0. Each writes its first token at position 10, inside page 2: the first two writers
+    get their own copy of it, the last holder keeps the original. Pages 0 and 1 stay shared."""
+    pool = PagePool(num_pages=8, page_tokens=4, num_slots=3, max_pages_per_slot=4)
+    pool.admit(0, 10)
+    pool.fork(0, 1)
+    pool.fork(0, 2)
+    assert pool.references[:3].tolist() == [3, 3, 3] and pool.pages_in_use == 3
+    assert pool.reserve(1, 11) == [PageCopy(source=2, target=3)]
+    assert pool.slot_pages(1) == [0, 1, 3] and pool.references[:4].tolist() == [3, 3, 2, 1]
+    assert pool.reserve(2, 11) == [PageCopy(source=2, target=4)]
+    assert pool.reserve(0, 11) == []  # slot 0 is page 2's last holder: it writes in place
+    assert pool.slot_pages(0) == [0, 1, 2] and pool.slot_pages(2) == [0, 1, 4]
+    assert pool.references[:5].tolist() == [3, 3, 1, 1, 1]
+    # 3 sequences of 11 tokens in 5 pages (20 positions), not 3 x 3 = 9 pages
+    assert pool.pages_in_use == 5
+
+
+def test_growing_past_a_page_takes_a_new_page_and_release_returns_them():
+    pool = PagePool(num_pages=6, page_tokens=4, num_slots=2, max_pages_per_slot=3)
+    pool.admit(0, 4)  # page 0, full
+    pool.fork(0, 1)
+    assert pool.reserve(1, 5) == []  # position 4 starts page position 1: nothing shared to copy
+    assert pool.slot_pages(1) == [0, 1]
+    pool.advance(1, 5)
+    assert pool.reserve(1, 8) == [] and pool.slot_pages(1) == [0, 1]  # still inside page 1
+    pool.advance(1, 8)
+    with pytest.raises(ValueError, match="more than a slot's 3"):
+        pool.reserve(1, 13)
+    pool.release(0)
+    assert pool.references[:2].tolist() == [1, 1] and pool.pages_in_use == 2  # page 0 still slot 1's
+    pool.release(1)
+    assert pool.pages_in_use == 0 and pool.lengths.tolist() == [0, 0]
+    assert pool.admit(0, 1) == [0]  # freed pages come back, lowest first
+
+
+def test_an_exhausted_pool_refuses_and_changes_nothing():
+    pool = PagePool(num_pages=3, page_tokens=2, num_slots=2, max_pages_per_slot=3)
+    pool.admit(0, 3)  # pages 0 and 1, page 1 holding 1 token of 2
+    pool.fork(0, 1)
+    with pytest.raises(PoolExhausted, match="2 pages asked for, 1 of 3 free"):
+        pool.reserve(1, 6)  # positions 3..5: a copy of the shared page 1, and one page more
+    assert pool.slot_pages(1) == [0, 1] and pool.references[:3].tolist() == [2, 2, 0]
+    assert pool.reserve(1, 4) == [PageCopy(source=1, target=2)]  # the copy alone fits
+    with pytest.raises(ValueError, match="slot 0 is not free"):
+        pool.admit(0, 1)
+
+
+def dense_reference(q, k_pages, v_pages, tables, lengths):
+    """numpy: each slot's first `length` tokens read page by page into [S, KVH, D], then softmax
+    attention of its NH query heads (head h on KV head h // (NH / KVH)), scaled by 1 / sqrt(D)."""
+    q, k_pages, v_pages = (np.asarray(a, np.float64) for a in (q, k_pages, v_pages))
+    batch, heads, dim = q.shape
+    kv_heads, _, page_tokens, _ = k_pages.shape
+    out = np.zeros_like(q)
+    for b in range(batch):
+        positions = range(int(lengths[b]))
+        keys = np.stack([k_pages[:, tables[b][t // page_tokens], t % page_tokens] for t in positions])
+        values = np.stack([v_pages[:, tables[b][t // page_tokens], t % page_tokens] for t in positions])
+        for h in range(heads):
+            kv = h // (heads // kv_heads)
+            scores = keys[:, kv] @ q[b, h] / np.sqrt(dim)
+            weights = np.exp(scores - scores.max())
+            out[b, h] = (weights / weights.sum()) @ values[:, kv]
+    return out
+
+
+def attention_case(seed=0):
+    """3 slots on a pool of 12 pages of 4 tokens: 13 tokens (4 pages), 6 (2; its table's tail points at
+    page 0, never read), 9 (3, the first shared with slot 0). 4 query heads on 2 KV heads of 16."""
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((3, 4, 16)).astype(np.float32)
+    k_pages = rng.standard_normal((2, 12, 4, 16)).astype(np.float32)
+    v_pages = rng.standard_normal((2, 12, 4, 16)).astype(np.float32)
+    tables = np.array([[5, 1, 2, 3], [4, 9, 0, 0], [5, 7, 8, 0]], np.int32)
+    lengths = np.array([13, 6, 9], np.int32)
+    return q, k_pages, v_pages, tables, lengths
+
+
+@pytest.mark.parametrize("implementation", ["gather", "pallas_gpu"])
+def test_paged_attention_matches_dense_attention_over_each_slots_tokens(implementation):
+    q, k_pages, v_pages, tables, lengths = attention_case()
+    expected = dense_reference(q, k_pages, v_pages, tables, lengths)
+    got = paged_decode_attention(jnp.asarray(q), jnp.asarray(k_pages), jnp.asarray(v_pages), jnp.asarray(tables),
+                                 jnp.asarray(lengths), implementation=implementation, interpret=True)
+    np.testing.assert_allclose(np.asarray(got), expected, rtol=2e-5, atol=2e-5)
+
+
+def test_what_lies_past_a_slots_length_never_reaches_it():
+    q, k_pages, v_pages, tables, lengths = attention_case()
+    before = paged_decode_attention(*(jnp.asarray(a) for a in (q, k_pages, v_pages, tables, lengths)))
+    k_pages[:, 3, 1:] = 1e4  # slot 0's positions 13..15 (page 3 offsets 1..3): past its 13 tokens
+    k_pages[:, 0] = 1e4  # page 0: only in the unused tails of slots 1 and 2
+    after = paged_decode_attention(*(jnp.asarray(a) for a in (q, k_pages, v_pages, tables, lengths)))
+    np.testing.assert_array_equal(np.asarray(before), np.asarray(after))
+
+
+def test_an_unknown_implementation_is_named():
+    q, k_pages, v_pages, tables, lengths = attention_case()
+    with pytest.raises(ValueError, match="expected one of gather, pallas_gpu"):
+        paged_decode_attention(*(jnp.asarray(a) for a in (q, k_pages, v_pages, tables, lengths)), implementation="x")
