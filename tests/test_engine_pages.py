@@ -1,5 +1,5 @@
 """The paged KV cache: the page pool's bookkeeping (trainers/engine/pages.py) worked through by hand,
-and decode attention over pages (trainers/engine/attention.py) against attention computed in numpy
+and decode attention over pages (trainers/models/paged_attention.py) against attention computed in numpy
 over each slot's tokens laid out densely, for the pure-JAX gather and for JAX's Pallas GPU kernel in
 interpret mode."""
 
@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from trainers.engine.attention import paged_decode_attention
+from trainers.models.paged_attention import paged_decode_attention
 from trainers.engine.pages import PageCopy, PagePool, PoolExhausted
 
 

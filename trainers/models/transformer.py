@@ -37,6 +37,7 @@ import numpy as np
 from flax import nnx
 
 from trainers.parallel.rules import active_axis_size, constrain, is_variable, logical_axes
+from trainers.models.paged_attention import PagedKV, default_implementation, paged_decode_attention, write_token_kv
 from trainers.models.presets import (  # the chunk sizes live with the shapes: the JAX-free memory estimate reads them
     ACCELERATOR_LOGITS_CHUNK_ELEMENTS,
     LOGITS_CHUNK_ELEMENTS,
@@ -212,7 +213,9 @@ class Attention(nnx.Module):
         call's (keys [B,KVH,D,T], values [B,KVH,T,D]). With kv_cache (keys [B,KVH,D,S], values
         [B,KVH,S,D]) this call's keys/values are written at slots cache_index .. cache_index+T-1
         (cache_index a scalar) and attention runs over all S slots; the updated cache is returned.
-        Returns (output [B,T,H], kv pair).
+        With a `PagedKV` (a decode step of the engine, T = 1, attn_mask unused) each row's key and
+        value go into its pages and it attends over its own tokens (`paged_attention`).
+        Returns (output [B,T,H], kv pair or PagedKV).
         """
         batch, num_tokens, _ = x.shape
         groups = self.num_heads // self.num_kv_heads
@@ -227,6 +230,12 @@ class Attention(nnx.Module):
             k = self.k_norm(k)
         q = apply_rope(q, sin, cos)
         k = apply_rope(k, sin, cos)
+
+        if isinstance(kv_cache, PagedKV):
+            paged = write_token_kv(kv_cache, k[:, 0], v[:, 0])
+            out = paged_decode_attention(q[:, 0], paged.k_pages, paged.v_pages, paged.block_tables,
+                                         paged.lengths + 1, implementation=default_implementation())
+            return self.o_proj(out.reshape(batch, 1, self.num_heads * self.head_dim)), paged
 
         keys = k.transpose(0, 2, 3, 1)  # [B,KVH,D,T]
         values = v.transpose(0, 2, 1, 3)  # [B,KVH,T,D]
@@ -320,7 +329,8 @@ class Transformer(nnx.Module):
         x = constrain(jnp.take(table, tokens, axis=0).astype(self.cfg.dtype), _BATCH_HIDDEN)  # [B,T,H]
         inv_freq = rope_inv_freq(self.cfg.head_dim, self.cfg.rope_theta, self.cfg.rope_scaling)
         sin, cos = rope_sin_cos(positions, inv_freq)
-        if _scan_layers(decode_step=kv_cache is not None and tokens.shape[1] == 1):
+        paged = kv_cache is not None and isinstance(kv_cache[0], PagedKV)  # the engine's decode: layer by layer
+        if not paged and _scan_layers(decode_step=kv_cache is not None and tokens.shape[1] == 1):
             x, new_cache = self._scan_blocks(x, sin, cos, attn_mask, kv_cache, cache_index, remat)
             return self.final_norm(x), new_cache
         new_cache: KVCache = []

@@ -1,5 +1,7 @@
 """Decode attention over a paged KV cache: one new query token per slot attends to the tokens its
-block table points at (`pages.PagePool`). One function, two implementations so far:
+block table points at (`trainers.engine.pages.PagePool`), and the cache those pages form
+(`PagedKV`, which `transformer.Attention` takes in place of a dense cache for a decode step).
+One attention function, two implementations so far:
 
   "gather"      pure JAX: the slot's pages gathered into a dense [KVH, S, D] view, then the same
                 grouped-query einsum, float32 scores and softmax as `transformer.Attention`. Any
@@ -19,12 +21,37 @@ head h reads KV head h // (NH / KVH), as in `transformer.Attention`. Returns [B,
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
+
+class PagedKV(NamedTuple):
+    """One layer's paged cache for a decode step of B slots: k_pages, v_pages [KVH, P, page_tokens, D];
+    block_tables [B, max_pages] int32; lengths [B] int32, the tokens each slot holds before this
+    step. The step writes each slot's new key and value at position lengths (page
+    block_tables[b, lengths // page_tokens]) and attends over positions 0 .. lengths. A slot that must
+    not write (free, or ended) points its table at a scratch page no slot reads."""
+
+    k_pages: jax.Array
+    v_pages: jax.Array
+    block_tables: jax.Array
+    lengths: jax.Array
+
+
+def write_token_kv(cache: PagedKV, keys: jax.Array, values: jax.Array) -> PagedKV:
+    """keys, values [B, KVH, D]: each slot's new token's, written at position cache.lengths."""
+    page_tokens = cache.k_pages.shape[2]
+    rows = jnp.arange(cache.block_tables.shape[0])
+    pages = cache.block_tables[rows, cache.lengths // page_tokens]
+    offsets = cache.lengths % page_tokens
+    k_pages = cache.k_pages.at[:, pages, offsets].set(keys.transpose(1, 0, 2).astype(cache.k_pages.dtype))
+    v_pages = cache.v_pages.at[:, pages, offsets].set(values.transpose(1, 0, 2).astype(cache.v_pages.dtype))
+    return cache._replace(k_pages=k_pages, v_pages=v_pages)
+
 IMPLEMENTATIONS = ("gather", "pallas_gpu")
-MASKED_SCORE = -1e30  # a score no query may attend to: exp() of it minus the row's max is 0
+MASKED_SCORE = float(jnp.finfo(jnp.float32).min)  # as `transformer`'s dense attention masks
 
 
 def default_implementation() -> str:

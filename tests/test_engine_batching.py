@@ -1,0 +1,92 @@
+"""Continuous batching over the paged KV cache (trainers/engine/batching.py) against today's static
+sampler (`models.generate.generate`), the reference: the same prompts, key and sampling settings
+give the same tokens, the same stops and the same log-probs (to float rounding), whether the
+slots are fewer than the rows (refilled as sequences end), groups share their prompt's pages or
+not, and whatever the chunk length. Tiny random model, CPU."""
+
+import jax
+import numpy as np
+import pytest
+
+from trainers.engine.batching import EngineSettings, generate_paged, step_uniforms
+from trainers.models import transformer
+from trainers.models.generate import SamplingParams, generate
+from trainers.models.presets import PRESETS
+
+CFG = PRESETS["tiny"]
+G = 3
+PROMPT_LENGTHS = (7, 3, 5, 1)  # left-padded to 7: the engine stores only the valid tokens
+
+
+@pytest.fixture(scope="module")
+def model():
+    return transformer.init_params(CFG, 0)
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    rng = np.random.default_rng(0)
+    width = max(PROMPT_LENGTHS)
+    tokens = np.zeros((len(PROMPT_LENGTHS) * G, width), np.int32)
+    valid = np.zeros_like(tokens, bool)
+    for p, length in enumerate(PROMPT_LENGTHS):
+        prompt = rng.integers(3, CFG.vocab_size, length)
+        for g in range(G):
+            tokens[p * G + g, width - length:], valid[p * G + g, width - length:] = prompt, True
+    return tokens, valid
+
+
+@pytest.fixture(scope="module")
+def frequent_token(model, prompts):
+    """A token the reference samples early in several rows: as EOS it ends rows at different steps."""
+    reference = generate(*model, *prompts, jax.random.key(5), SamplingParams(max_new_tokens=12, prompt_group=G))
+    values, counts = np.unique(reference.tokens[:, 1:6], return_counts=True)
+    return int(values[np.argmax(counts)])
+
+
+def compare(model, prompts, sampling, settings, key=5):
+    reference = generate(*model, *prompts, jax.random.key(key), sampling)
+    got, stats = generate_paged(*model, *prompts, jax.random.key(key), sampling, settings)
+    np.testing.assert_array_equal(got.tokens, reference.tokens)
+    np.testing.assert_array_equal(got.mask, reference.mask)
+    np.testing.assert_array_equal(got.lengths, reference.lengths)
+    np.testing.assert_allclose(got.logprobs, reference.logprobs, atol=2e-6)
+    return reference, stats
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_same_samples_as_the_static_sampler_with_fewer_slots_than_rows(model, prompts, temperature):
+    """12 rows (4 prompts x G 3) on 6 slots: two groups at a time, the others admitted as slots free."""
+    sampling = SamplingParams(max_new_tokens=10, temperature=temperature, prompt_group=G)
+    _, stats = compare(model, prompts, sampling, EngineSettings(num_slots=6, page_tokens=4, chunk_tokens=3))
+    assert stats.prefills == 2 and stats.decode_tokens == 12 * 9  # token 0 of each row comes from its prefill
+    # each group's prompt is stored once: 2 groups of prompts of <= 7 tokens + 3 x 9 new tokens each
+    assert stats.peak_pages_in_use < 6 * (-(-(7 + 10) // 4))
+
+
+@pytest.mark.parametrize("group, slots, chunk", [(G, 6, 3), (G, 4, 5), (1, 5, 2), (1, 12, 16)])
+def test_rows_that_stop_early_free_their_slot_for_the_next(model, prompts, frequent_token, group, slots, chunk):
+    sampling = SamplingParams(max_new_tokens=12, temperature=1.0, eos_id=frequent_token, prompt_group=group)
+    reference, stats = compare(model, prompts, sampling,
+                               EngineSettings(num_slots=slots, page_tokens=4, chunk_tokens=chunk))
+    assert reference.lengths.min() < 12  # some rows did stop early
+    assert stats.decode_tokens == int(reference.lengths.sum()) - 12  # every useful decode step, no other
+    assert 0 < stats.slot_utilisation <= 1
+
+
+def test_the_uniforms_are_the_static_samplers():
+    """Row r's step-i uniform is the one `generate` draws: a key per step, split up front."""
+    key = jax.random.key(7)
+    step_keys = jax.random.split(key, 4)
+    expected = np.stack([np.asarray(jax.random.uniform(k, (5,))) for k in step_keys])
+    np.testing.assert_array_equal(step_uniforms(key, 5, 4), expected)
+
+
+def test_bad_batches_are_named(model, prompts):
+    tokens, valid = prompts
+    with pytest.raises(ValueError, match="LEFT-padded"):
+        generate_paged(*model, tokens, valid[:, ::-1], jax.random.key(0), SamplingParams(max_new_tokens=2),
+                       EngineSettings(num_slots=2))
+    with pytest.raises(ValueError, match="a group must fit the slots"):
+        generate_paged(*model, tokens, valid, jax.random.key(0), SamplingParams(max_new_tokens=2, prompt_group=G),
+                       EngineSettings(num_slots=2))
