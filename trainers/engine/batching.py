@@ -53,7 +53,9 @@ class EngineSettings:
 @dataclasses.dataclass
 class EngineStats:
     """What one `generate_paged` call did: decode slot-steps run and the useful tokens among them
-    (`slot_utilisation`), chunks, prefill calls, and the most pages in use at once of the pool."""
+    (`slot_utilisation`), chunks, prefill calls, the most pages in use at once of the pool, and
+    summed over the chunks' ends the KV positions the pages in use hold against the tokens stored
+    in them (`kv_overhead`: 1.0 when every page is full; a shared page counts once)."""
 
     slot_steps: int = 0
     decode_tokens: int = 0
@@ -61,10 +63,26 @@ class EngineStats:
     prefills: int = 0
     peak_pages_in_use: int = 0
     pool_pages: int = 0
+    kv_positions_held: int = 0
+    kv_tokens_stored: int = 0
 
     @property
     def slot_utilisation(self) -> float:
         return self.decode_tokens / self.slot_steps if self.slot_steps else 0.0
+
+    @property
+    def kv_overhead(self) -> float:
+        return self.kv_positions_held / self.kv_tokens_stored if self.kv_tokens_stored else 0.0
+
+
+def tokens_stored(pool: PagePool) -> int:
+    """The token positions written in the pages in use: each slot's tokens, a shared page once."""
+    filled: dict[int, int] = {}
+    for slot in np.flatnonzero(pool.pages_held):
+        length = int(pool.lengths[slot])
+        for i, page in enumerate(pool.slot_pages(int(slot))):
+            filled[page] = max(filled.get(page, 0), min(max(length - i * pool.page_tokens, 0), pool.page_tokens))
+    return sum(filled.values())
 
 
 def step_uniforms(rng_key: jax.Array, rows: int, max_new_tokens: int) -> np.ndarray:
@@ -164,9 +182,12 @@ def _first_tokens_jit(logits, uniforms, sampling: SamplingParams):
 
 
 def generate_paged(graphdef: nnx.GraphDef, params: nnx.State, prompt_tokens, prompt_valid, rng_key: jax.Array,
-                   sampling: SamplingParams, settings: EngineSettings) -> tuple[GenerationResult, EngineStats]:
+                   sampling: SamplingParams, settings: EngineSettings,
+                   uniforms: np.ndarray | None = None) -> tuple[GenerationResult, EngineStats]:
     """`generate`'s samples (see its docstring for the arguments and the result), generated with
-    continuous batching over settings.num_slots slots and a paged KV cache (the module docstring)."""
+    continuous batching over settings.num_slots slots and a paged KV cache (the module docstring).
+    uniforms [N, rows]: the draws to sample with, instead of those `generate` makes from `rng_key`
+    (rows that came from several `generate` calls keep their own)."""
     prompt_tokens, prompt_valid = np.asarray(prompt_tokens, np.int32), np.asarray(prompt_valid, bool)
     rows, prompt_width = prompt_tokens.shape
     max_new, group = sampling.max_new_tokens, sampling.prompt_group
@@ -183,7 +204,10 @@ def generate_paged(graphdef: nnx.GraphDef, params: nnx.State, prompt_tokens, pro
     dtype = model_cfg.dtype
     shape = (model_cfg.num_kv_heads, scratch + 1, page, model_cfg.head_dim)
     kv_pages = [(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)) for _ in range(model_cfg.num_layers)]
-    uniforms = step_uniforms(rng_key, rows, max_new)  # [N, rows]
+    if uniforms is None:
+        uniforms = step_uniforms(rng_key, rows, max_new)  # [N, rows]
+    elif uniforms.shape != (max_new, rows):
+        raise ValueError(f"uniforms of shape {uniforms.shape}: expected (max_new_tokens, rows) = {(max_new, rows)}")
     prompt_lengths = prompt_valid.sum(axis=1).astype(np.int32)
     slots = settings.num_slots
     slot_row = np.full(slots, -1, np.int64)
@@ -260,12 +284,14 @@ def generate_paged(graphdef: nnx.GraphDef, params: nnx.State, prompt_tokens, pro
             mask[row, start:start + count] = True
         lengths, last_token = np.array(lengths_d), np.array(last_d)
         generated, still = np.array(generated_d), np.array(active_d)
+        for slot in np.flatnonzero(active):
+            pool.advance(int(slot), int(lengths[slot]))
+        stats.kv_positions_held += pool.pages_in_use * pool.page_tokens
+        stats.kv_tokens_stored += tokens_stored(pool)
         # 4. retire ended slots
         for slot in np.flatnonzero(active & ~still):
             pool.release(int(slot))
             slot_row[slot] = -1
-        for slot in np.flatnonzero(still):
-            pool.advance(int(slot), int(lengths[slot]))
         active = still
     lengths_out = mask.sum(axis=1).astype(np.int32)
     result = GenerationResult(tokens=tokens, logprobs=logprobs, mask=mask, lengths=lengths_out,
