@@ -10,11 +10,13 @@ The host loop, between jitted chunks of `chunk_tokens` decode steps:
      stored and prefilled once); token 0 of each completion is sampled from the prompt's logits;
   2. reserve: every active slot gets the pages its next chunk writes (`PagePool.reserve`; the
      copies of a shared partly filled page are made on the device first, `_copy_pages_jit`);
-  3. decode a chunk (`_decode_chunk_jit`): each step feeds every active slot's last token at its
-     position, writes its key and value into its pages, attends over its own tokens
-     (`paged_attention`), samples with `generate`'s sampler and the uniform `generate` would use
-     for that row and step, and ends the slot at EOS or at max_new_tokens; ended slots write to a
-     scratch page no slot reads;
+  3. decode a chunk (`_decode_chunk_jit`) over the active slots, gathered into the smallest
+     power-of-two bucket that holds them (their block tables are all that moves: the pages stay
+     where they are), so the last long sequences of a step run in a small program rather than
+     among idle slots: each step feeds every active slot's last token at its position, writes its
+     key and value into its pages, attends over its own tokens (`paged_attention`), samples with
+     `generate`'s sampler and the uniform `generate` would use for that row and step, and ends the
+     slot at EOS or at max_new_tokens; ended slots write to a scratch page no slot reads;
   4. retire: ended slots give their pages back and take the next arrivals at step 1.
 
 Same samples: every completion gets the uniforms `generate` draws for its row and step, and the
@@ -257,34 +259,46 @@ def generate_paged(graphdef: nnx.GraphDef, params: nnx.State, prompt_tokens, pro
             most = prompt_lengths[slot_row[slot]] + max_new - 1
             copies += pool.reserve(int(slot), int(min(lengths[slot] + chunk, most)))
         if copies:
-            padded = np.full((2, slots * 2), scratch, np.int32)
+            # a fixed count (one program): a slot copies at most the pages its chunk writes into
+            padded = np.full((2, slots * (chunk // page + 2)), scratch, np.int32)
             padded[0, :len(copies)] = [c.source for c in copies]
             padded[1, :len(copies)] = [c.target for c in copies]
             kv_pages = _copy_pages_jit(kv_pages, jnp.asarray(padded[0]), jnp.asarray(padded[1]))
         stats.peak_pages_in_use = max(stats.peak_pages_in_use, pool.pages_in_use)
-        # 3. decode a chunk
-        chunk_uniforms = np.zeros((slots, chunk), np.float32)
-        for slot in np.flatnonzero(active):
+        # 3. decode a chunk over the active slots, gathered into the smallest bucket that holds them:
+        #    when the queue runs dry the last long sequences run in a small program, not among idle slots
+        running = np.flatnonzero(active)
+        bucket = min(slots, 1 << (len(running) - 1).bit_length())
+        chunk_uniforms = np.zeros((bucket, chunk), np.float32)
+        for i, slot in enumerate(running):
             row, start = slot_row[slot], generated[slot]
             steps = uniforms[start:start + chunk, row]
-            chunk_uniforms[slot, :len(steps)] = steps
+            chunk_uniforms[i, :len(steps)] = steps
+        picked = np.zeros(bucket, np.int64)
+        picked[:len(running)] = running
+        in_bucket = np.zeros(bucket, bool)
+        in_bucket[:len(running)] = True
         (kv_pages, lengths_d, last_d, active_d, generated_d, chunk_tokens_d, chunk_logprobs_d, emitted_d,
-         steps_run) = _decode_chunk_jit(graph, params, kv_pages, jnp.asarray(pool.tables), jnp.asarray(lengths),
-                                        jnp.asarray(last_token), jnp.asarray(active), jnp.asarray(generated),
+         steps_run) = _decode_chunk_jit(graph, params, kv_pages, jnp.asarray(pool.tables[picked]),
+                                        jnp.asarray(lengths[picked]), jnp.asarray(last_token[picked]),
+                                        jnp.asarray(in_bucket), jnp.asarray(generated[picked]),
                                         jnp.asarray(chunk_uniforms), sampling, chunk, scratch)
-        emitted = np.asarray(emitted_d)
+        emitted = np.asarray(emitted_d)[:len(running)]
         chunk_tokens_h, chunk_logprobs_h = np.asarray(chunk_tokens_d), np.asarray(chunk_logprobs_d)
         stats.chunks += 1
-        stats.slot_steps += slots * int(steps_run)
+        stats.slot_steps += bucket * int(steps_run)
         stats.decode_tokens += int(emitted.sum())
-        for slot in np.flatnonzero(active):
-            row, start, count = slot_row[slot], generated[slot], int(emitted[slot].sum())
-            tokens[row, start:start + count] = chunk_tokens_h[slot, :count]
-            logprobs[row, start:start + count] = chunk_logprobs_h[slot, :count]
+        for i, slot in enumerate(running):
+            row, start, count = slot_row[slot], generated[slot], int(emitted[i].sum())
+            tokens[row, start:start + count] = chunk_tokens_h[i, :count]
+            logprobs[row, start:start + count] = chunk_logprobs_h[i, :count]
             mask[row, start:start + count] = True
-        lengths, last_token = np.array(lengths_d), np.array(last_d)
-        generated, still = np.array(generated_d), np.array(active_d)
-        for slot in np.flatnonzero(active):
+        still = np.zeros(slots, bool)
+        still[running] = np.asarray(active_d)[:len(running)]
+        lengths[running] = np.asarray(lengths_d)[:len(running)]
+        last_token[running] = np.asarray(last_d)[:len(running)]
+        generated[running] = np.asarray(generated_d)[:len(running)]
+        for slot in running:
             pool.advance(int(slot), int(lengths[slot]))
         stats.kv_positions_held += pool.pages_in_use * pool.page_tokens
         stats.kv_tokens_stored += tokens_stored(pool)
