@@ -2,7 +2,7 @@
 on one rollout of the SmolLM2 demo's prompts.
 
     .venv/bin/python bench/engine.py [--config configs/smollm2-arith.yaml] [--prompts 32] [--group 8]
-        [--max-new 256] [--slots 64] [--micro-batch 64] [--page-tokens 16] [--chunk-tokens 16]
+        [--max-new 256] [--slots 64] [--micro-batch 64] [--page-tokens 16] [--chunk-tokens 8]
         [--temperature 0.7] [--set dotted.path=value ...]
 
 One rollout of --prompts prompts x G = --group completions (the config's data, tokenizer, chat
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--micro-batch", type=int, default=64,
                         help="the static sampler's rollout micro-batch, sequences (default %(default)s)")
     parser.add_argument("--page-tokens", type=int, default=16)
-    parser.add_argument("--chunk-tokens", type=int, default=16)
+    parser.add_argument("--chunk-tokens", type=int, default=8)
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--set", action="append", default=[], metavar="dotted.path=value")
     args = parser.parse_args(argv)

@@ -102,3 +102,11 @@ def test_tokens_stored_counts_a_shared_page_once():
     pool.reserve(1, 8)  # slot 1 copies page 1 into page 2
     pool.advance(1, 8)
     assert tokens_stored(pool) == 4 + 2 + 4  # page 0 once, slot 0's page 1, slot 1's full copy
+
+
+def test_slot_buckets_grow_by_at_most_half():
+    from trainers.engine.batching import slot_bucket
+
+    assert [slot_bucket(n, 64) for n in (1, 2, 3, 5, 8, 9, 17, 25, 33, 49, 64)] == [1, 2, 4, 8, 8, 16, 24, 32, 48,
+                                                                                      64, 64]
+    assert slot_bucket(40, 40) == 40 and slot_bucket(3, 2) == 2

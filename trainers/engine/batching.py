@@ -11,7 +11,7 @@ The host loop, between jitted chunks of `chunk_tokens` decode steps:
   2. reserve: every active slot gets the pages its next chunk writes (`PagePool.reserve`; the
      copies of a shared partly filled page are made on the device first, `_copy_pages_jit`);
   3. decode a chunk (`_decode_chunk_jit`) over the active slots, gathered into the smallest
-     power-of-two bucket that holds them (their block tables are all that moves: the pages stay
+     bucket of slots that holds them (`slot_bucket`; their block tables are all that moves: the pages stay
      where they are), so the last long sequences of a step run in a small program rather than
      among idle slots: each step feeds every active slot's last token at its position, writes its
      key and value into its pages, attends over its own tokens (`paged_attention`), samples with
@@ -36,6 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from trainers.data.encoding import bucket_width
 from trainers.engine.pages import PagePool
 from trainers.models import transformer as model_lib
 from trainers.models.generate import GenerationResult, SamplingParams, sample_token
@@ -268,7 +269,7 @@ def generate_paged(graphdef: nnx.GraphDef, params: nnx.State, prompt_tokens, pro
         # 3. decode a chunk over the active slots, gathered into the smallest bucket that holds them:
         #    when the queue runs dry the last long sequences run in a small program, not among idle slots
         running = np.flatnonzero(active)
-        bucket = min(slots, 1 << (len(running) - 1).bit_length())
+        bucket = slot_bucket(len(running), slots)
         chunk_uniforms = np.zeros((bucket, chunk), np.float32)
         for i, slot in enumerate(running):
             row, start = slot_row[slot], generated[slot]
@@ -311,6 +312,15 @@ def generate_paged(graphdef: nnx.GraphDef, params: nnx.State, prompt_tokens, pro
     result = GenerationResult(tokens=tokens, logprobs=logprobs, mask=mask, lengths=lengths_out,
                               decode_steps=int(lengths_out.max()) if rows else 0)
     return result, stats
+
+
+def slot_bucket(active: int, slots: int) -> int:
+    """The decode program's slot count for `active` active slots: the next power of two up to 8, then
+    the next of 8 x (2, 3, 4, 6, 8, 12, ...) (`encoding.bucket_width`: about two sizes per doubling,
+    each under 1.5x what it holds), never more than `slots`."""
+    if active <= 8:
+        return min(slots, 1 << max(active - 1, 0).bit_length())
+    return min(slots, bucket_width(active, 8))
 
 
 def _is_eos(token: int, sampling: SamplingParams) -> bool:
