@@ -39,7 +39,7 @@ from flax import nnx
 from trainers.data.encoding import bucket_width
 from trainers.engine.pages import PagePool
 from trainers.models import transformer as model_lib
-from trainers.models.generate import GenerationResult, SamplingParams, sample_token
+from trainers.models.generate import GenerationResult, SamplingParams, StaticGraph, sample_token, static_graph
 from trainers.models.paged_attention import PagedKV
 
 
@@ -101,10 +101,10 @@ def _uniforms_jit(rng_key, rows, max_new_tokens):
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef",))
-def _prefill_jit(graphdef, params, prompt_tokens, prompt_valid):
+def _prefill_jit(graphdef: StaticGraph, params, prompt_tokens, prompt_valid):
     """Dense forward of left-padded prompts [n, Lp]: (last position's logits [n, V], per layer keys
     [n, KVH, D, Lp] and values [n, KVH, Lp, D])."""
-    model = nnx.merge(graphdef, params)
+    model = nnx.merge(graphdef.graphdef, params)
     valid = prompt_valid.astype(jnp.bool_)
     hidden, prompt_kv = model(prompt_tokens, model_lib.positions_from_valid(valid),
                               model_lib.causal_padding_mask(valid))
@@ -132,14 +132,14 @@ def _copy_pages_jit(kv_pages, sources, targets):
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "sampling", "chunk_tokens", "scratch_page"),
                    donate_argnames=("kv_pages",))
-def _decode_chunk_jit(graphdef, params, kv_pages, tables, lengths, last_token, active, generated, uniforms,
+def _decode_chunk_jit(graphdef: StaticGraph, params, kv_pages, tables, lengths, last_token, active, generated, uniforms,
                       sampling: SamplingParams, chunk_tokens: int, scratch_page: int):
     """Up to `chunk_tokens` decode steps of every slot (fewer once none is active). Per slot: tables
     [S, max_pages], lengths (tokens in its cache), last_token (sampled, not yet fed), active,
     generated (tokens sampled so far), uniforms [S, K] (its next K steps'). Returns the new
     kv_pages, lengths, last_token, active, generated, and per step j < K: tokens, logprobs [S, K]
     and emitted [S, K] (a token sampled at step j), and the steps run."""
-    model = nnx.merge(graphdef, params)
+    model = nnx.merge(graphdef.graphdef, params)
     slots = tables.shape[0]
     tokens_out = jnp.full((slots, chunk_tokens), sampling.pad_id, jnp.int32)
     logprobs_out = jnp.zeros((slots, chunk_tokens), jnp.float32)
@@ -221,7 +221,7 @@ def generate_paged(graphdef: nnx.GraphDef, params: nnx.State, prompt_tokens, pro
     mask = np.zeros((rows, max_new), bool)
     stats = EngineStats(pool_pages=pool.num_pages)
     waiting = list(range(0, rows, group))  # the first row of each group, in order
-    graph = graphdef
+    graph = static_graph(graphdef)  # hashed once, not at every chunk's call
 
     while True:
         # 1. admit whole groups into free slots
