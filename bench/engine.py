@@ -76,14 +76,9 @@ def run_static(graphdef, params, tokens, valid, key, sampling, micro_batch: int)
 def run_engine(graphdef, params, tokens, valid, key, sampling, settings, micro_batch: int):
     """`generate_paged` with the static side's keys: the micro-batches' rows share one call, each
     row keeping the uniforms of its own micro-batch (so the samples are the static side's)."""
-    import jax
-    import numpy as np
-
     from trainers.engine import batching
 
-    uniforms = np.concatenate([batching.step_uniforms(jax.random.fold_in(key, index), min(micro_batch, len(tokens) - start),
-                                                      sampling.max_new_tokens)
-                               for index, start in enumerate(range(0, len(tokens), micro_batch))], axis=1)
+    uniforms = batching.micro_batch_uniforms(key, 0, len(tokens), micro_batch, sampling.max_new_tokens)
     result, stats = batching.generate_paged(graphdef, params, tokens, valid, key, sampling, settings, uniforms=uniforms)
     return result.tokens, result.mask, stats
 
@@ -98,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--micro-batch", type=int, default=64,
                         help="the static sampler's rollout micro-batch, sequences (default %(default)s)")
     parser.add_argument("--page-tokens", type=int, default=16)
-    parser.add_argument("--chunk-tokens", type=int, default=8)
+    parser.add_argument("--chunk-tokens", type=int, default=16, help="decode steps per chunk (default %(default)s, "
+                        "rollout.decode_chunk_tokens's)")
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--set", action="append", default=[], metavar="dotted.path=value")
     args = parser.parse_args(argv)

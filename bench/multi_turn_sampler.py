@@ -1,12 +1,13 @@
-"""Multi-turn sampler benchmark: what the turn loop costs against the plain sampler.
+"""Multi-turn generation benchmark: what turns cost the engine against the plain static sampler.
 
 Three runs of the same batch, model and token budget, each timed after a compile run:
   plain   `generate`: one prefill + decode loop, no turns (the anchor);
-  turns   `generate_turns` with no stop ever met: the turn loop's own cost (the forced / sampled
-          bookkeeping in the decode step);
-  tools   `generate_turns` where a row's turn ends whenever it samples one of the plain run's
-          `--stop-tokens` most frequent tokens, and every pause gets a `--reply-tokens` forced reply, as a tool's result
-          would: the cost of leaving the device for the host at each pause and of feeding the replies.
+  turns   the engine (`generate_paged`, every row its own slot) with turns that no row ever ends:
+          the turn bookkeeping's own cost (forced / sampled tokens, stop checks, chunks);
+  tools   the engine where a row's turn ends whenever it samples one of the plain run's
+          `--stop-tokens` most frequent tokens, and every pause gets a `--reply-tokens` forced reply,
+          as a tool's result would: the paused slot waits for the host at the chunk's end while the
+          others decode on, and the replies are fed as forced tokens.
 Decoded tokens per second count every completion slot the rows fill (sampled or forced), so the
 three runs are compared on the work the model does per slot.
 
@@ -46,7 +47,8 @@ def main() -> None:
     import numpy as np
 
     from trainers.models import transformer as model_lib
-    from trainers.models.generate import SamplingParams, TurnStops, generate, generate_turns
+    from trainers.engine.batching import EngineSettings, generate_paged
+    from trainers.models.generate import SamplingParams, TurnStops, generate
     from trainers.models.presets import PRESETS
 
     device = jax.devices()[0]
@@ -59,7 +61,11 @@ def main() -> None:
     # A stop_at_eos run whose EOS id no row samples (a pad-like id): every row fills the budget.
     sampling = SamplingParams(max_new_tokens=args.max_new, temperature=1.0, eos_id=config.vocab_size - 1, pad_id=0)
     key = jax.random.key(0)
-    weights = lambda: (params, 0)  # noqa: E731
+    settings = EngineSettings(num_slots=args.batch)
+
+    def generate_turns(turns, on_turn_end):
+        return generate_paged(graphdef, params, prompts, valid, key, sampling, settings, turns=turns,
+                              on_turn_end=on_turn_end)[0]
 
     def best_of(run) -> tuple[float, object]:
         run()  # compile
@@ -76,8 +82,7 @@ def main() -> None:
     values, counts = np.unique(plain.tokens[plain.mask], return_counts=True)
     frequent = tuple((int(v),) for v in values[np.argsort(-counts)[:args.stop_tokens]])
     never = TurnStops(((config.vocab_size - 1, config.vocab_size - 1),))  # a pair no row samples
-    turns_s, turns = best_of(lambda: generate_turns(graphdef, weights, prompts, valid, key, sampling, never,
-                                                    lambda *a: None))
+    turns_s, turns = best_of(lambda: generate_turns(never, lambda *a: None))
     reply = np.arange(3, 3 + args.reply_tokens, dtype=np.int32)
     pauses = []
 
@@ -87,7 +92,7 @@ def main() -> None:
 
     def tools_run():
         pauses.clear()
-        return generate_turns(graphdef, weights, prompts, valid, key, sampling, TurnStops(frequent), on_turn_end)
+        return generate_turns(TurnStops(frequent), on_turn_end)
 
     tools_s, tools = best_of(tools_run)
     rows = [("plain", plain_s, slots), ("turns", turns_s, int(turns.mask.sum())),

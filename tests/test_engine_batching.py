@@ -110,3 +110,67 @@ def test_slot_buckets_grow_by_at_most_half():
     assert [slot_bucket(n, 64) for n in (1, 2, 3, 5, 8, 9, 17, 25, 33, 49, 64)] == [1, 2, 4, 8, 8, 16, 24, 32, 48,
                                                                                       64, 64]
     assert slot_bucket(40, 40) == 40 and slot_bucket(3, 2) == 2
+
+
+def _episode_replies(row, step, so_far):
+    """A reply that depends on the row, the step and the tokens so far (so a wrong step or history
+    changes it); every third pause ends the row."""
+    if (row + step) % 3 == 0:
+        return None
+    return np.array([3 + (row + int(so_far.sum())) % 7, 4 + step % 5][: 1 + row % 2], np.int32)
+
+
+@pytest.mark.parametrize("slots, chunk", [(12, 5), (6, 3), (3, 16)])
+def test_multi_turn_episodes_are_the_turn_samplers(model, prompts, frequent_token, slots, chunk):
+    """Turns end at EOS or at a stop sequence; each reply enters its slot as forced tokens
+    while the other slots decode on. However the slots interleave the rows (fewer slots than rows,
+    replies arriving mid-chunk), every row gets the tokens, forced/sampled marks, log-probs and pause
+    calls (row, step, history) it gets alone in its slot for the whole budget (tests/test_generate_turns.py
+    checks that against the static sampler)."""
+    from trainers.models.generate import TurnStops
+
+    graphdef, params = model
+    tokens, valid = prompts
+    sampling = SamplingParams(max_new_tokens=14, temperature=1.0, eos_id=frequent_token, prompt_group=G)
+    turns = TurnStops(((41, 42), *((t,) for t in range(20, 40))))  # a turn ends at about one token in six
+    calls_reference, calls_engine = [], []
+
+    def recorder(calls):
+        def on_turn_end(row, step, so_far):
+            calls.append((row, step, tuple(so_far.tolist())))
+            return _episode_replies(row, step, so_far)
+        return on_turn_end
+
+    reference, _ = generate_paged(graphdef, params, tokens, valid, jax.random.key(4), sampling,
+                                  EngineSettings(num_slots=len(tokens), chunk_tokens=14), turns=turns,
+                                  on_turn_end=recorder(calls_reference))
+    got, _ = generate_paged(graphdef, params, tokens, valid, jax.random.key(4), sampling,
+                            EngineSettings(num_slots=slots, page_tokens=4, chunk_tokens=chunk), turns=turns,
+                            on_turn_end=recorder(calls_engine))
+    assert len(calls_reference) >= 6  # several pauses, some answered, some ending the row
+    assert sorted(calls_engine) == sorted(calls_reference)
+    np.testing.assert_array_equal(got.tokens, reference.tokens)
+    np.testing.assert_array_equal(got.mask, reference.mask)
+    np.testing.assert_array_equal(got.sampled, reference.sampled)
+    np.testing.assert_allclose(got.logprobs, reference.logprobs, atol=2e-6)
+    assert not got.sampled.all(where=got.mask)  # some forced tokens
+
+
+def test_in_flight_weights_apply_from_the_next_chunk(model, prompts):
+    """Weights fetched before every admission and chunk: with unchanged parameters the samples are
+    the static sampler's, and each token carries the version of the weights that sampled it (a
+    version per visit of the host, so chunk k's tokens carry a later version than chunk k-1's)."""
+    graphdef, params = model
+    tokens, valid = prompts
+    sampling = SamplingParams(max_new_tokens=10, temperature=1.0, prompt_group=G)
+    versions = iter(range(1000))
+    reference = generate(graphdef, params, tokens, valid, jax.random.key(3), sampling)
+    got, stats = generate_paged(graphdef, lambda: (params, next(versions)), tokens, valid, jax.random.key(3),
+                                sampling, EngineSettings(num_slots=6, page_tokens=4, chunk_tokens=3), in_flight=True)
+    np.testing.assert_array_equal(got.tokens, reference.tokens)
+    v = got.token_versions
+    assert v[0, 0] == 0  # the first admission prefills with the weights taken at the start
+    assert (np.diff(v[0, :10]) >= 0).all() and v[0, 9] > v[0, 1] > v[0, 0]
+    assert v[0, 1] == v[0, 3] != v[0, 4]  # tokens 1-3 from one chunk, token 4 from the next
+    assert v[-1, 0] > v[0, -1] - 4  # the second pair of groups is admitted later, with newer weights
+    assert stats.decode_s > 0 and stats.prefill_s > 0

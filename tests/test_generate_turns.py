@@ -1,5 +1,6 @@
-"""Multi-turn decoding (`generate.generate_turns`): a row that ends a turn pauses, gets the host's
-reply as forced tokens and goes on, while the other rows keep decoding.
+"""Multi-turn decoding in the engine (`engine.batching.generate_paged` with turns): a row that ends
+a turn pauses, gets the host's reply as forced tokens and goes on, while the other rows keep
+decoding.
 
 The reference is the plain sampler: greedily, what a row writes after a reply must be exactly what
 `generate` writes from a fresh prompt made of the prompt, the row's turn and the reply (the forced
@@ -12,9 +13,19 @@ import jax
 
 from tests.test_generate import CFG, EOS, PAD, random_prompts as _prompts, sharpen
 from trainers.models import transformer as model_lib
-from trainers.models.generate import SamplingParams, TurnStops, generate, generate_turns
+from trainers.engine.batching import EngineSettings, generate_paged
+from trainers.models.generate import SamplingParams, TurnStops, generate
 
 MAX_NEW = 24
+
+
+def generate_turns(graphdef, weights, tokens, valid, key, sampling, turns, on_turn_end, chunk_tokens=0):
+    """Every row in its own slot; chunk_tokens > 0: the newest weights before each chunk of that many
+    decode steps."""
+    result, _ = generate_paged(graphdef, weights, tokens, valid, key, sampling,
+                               EngineSettings(num_slots=len(tokens), chunk_tokens=chunk_tokens or 16),
+                               in_flight=chunk_tokens > 0, turns=turns, on_turn_end=on_turn_end)
+    return result
 
 
 @pytest.fixture(scope="module")

@@ -74,10 +74,11 @@ def test_every_part_of_a_tiny_step_by_hand():
     assert held == {"parameters": P_BYTES, "optimizer state": 2 * P_BYTES, "reference model": P_BYTES,
                     "step arrays": 16 * (12 * 5 + 4 * 25), "runtime": RUNTIME_BYTES + P_BYTES}
     phases = {p.name: p.bytes for p in memory.phases}
-    kv_cache = 2 * 2 * 8 * 2 * 16 * 16 * 4          # K and V x layers x rows x KV heads x head dim x S x float32
+    pages = 2 * 2 * 8 * 2 * 16 * 16 * 4             # K and V x layers x slots x KV heads x head dim x S (one page) x float32
+    view = 2 * 2 * 8 * 2 * 16 * (16 + 16) * 4        # the CPU's dense view: S + a chunk of 16 positions
     prefill = 2 * 12 * (1632 + 16 * 12) * 4          # 2 distinct prompts x 12 positions x one layer
     sampler = 5 * 8 * 128 * 4                        # 5 [rows, V] float32 buffers
-    assert phases["rollout"] == kv_cache + prefill + sampler == 261120
+    assert phases["rollout"] == pages + view + prefill + sampler == 392192
     # log-prob: 1 prompt x 12 positions (S 12) + 4 completions x 4 (S 16) + 4 x 12 repeated K/V pairs, one
     # layer; the LM head on 16 completion positions: 4 buffers of 16 x V
     assert phases["log-prob"] == (12 * 1824 + 16 * 1888 + 4 * 12 * 64) * 4 + 4 * 16 * 128 * 4 == 253440
@@ -85,8 +86,8 @@ def test_every_part_of_a_tiny_step_by_hand():
     activations = 2 * (2 * 12 * 1824 + 32 * 1888 + 8 * 12 * 64) * 4  # 2 layers
     assert phases["update"] == gradients + activations + 4 * 32 * 128 * 4
     # every phase adds: the process keeps each one's buffers once it has run
-    assert memory.total_bytes == P_BYTES * 5 + 2560 + RUNTIME_BYTES + 261120 + 253440 + phases["update"]
-    assert memory.total_bytes == 800 * 2**20 + 5 * 558592 + 2560 + 261120 + 253440 + 2 * 558592 + 882688 + 65536
+    assert memory.total_bytes == P_BYTES * 5 + 2560 + RUNTIME_BYTES + 392192 + 253440 + phases["update"]
+    assert memory.total_bytes == 800 * 2**20 + 5 * 558592 + 2560 + 392192 + 253440 + 2 * 558592 + 882688 + 65536
     assert memory.prompt_tokens == 12 and not memory.from_data
     assert memory.fields_to_lower() == ("batch.train_micro_batch_sequences", "rollout.max_new_tokens",
                                         "data.max_prompt_tokens")  # runtime (largest) names no field
@@ -102,9 +103,13 @@ def test_what_changes_the_estimate():
     assert "log-prob" not in parts(estimate_step_memory(no_kl, TINY, 2))
     # SGD without momentum keeps no optimizer state
     assert parts(estimate_step_memory(plan, TINY, 0))["optimizer state"] == 0
-    # bfloat16 halves the KV cache only
+    # bfloat16 halves the KV pages and the CPU's dense view of them only (16 + 32 positions a slot)
     bf16 = estimate_step_memory(plan, PRESETS["tiny"].__class__(**{**TINY.__dict__, "dtype": "bfloat16"}), 2)
-    assert parts(base)["rollout"] - parts(bf16)["rollout"] == 2 * 2 * 8 * 2 * 16 * 16 * 2
+    assert parts(base)["rollout"] - parts(bf16)["rollout"] == 2 * 2 * 8 * 2 * 16 * (16 + 32) * 2
+    # more decode slots than the rollout micro-batch: pages and view for each
+    slots = estimate_step_memory(plan, TINY, 2, decode_slots=16)
+    assert parts(slots)["rollout"] - parts(base)["rollout"] == (2 * 2 * 8 * 2 * 16 * (16 + 32) * 4
+                                                                + 2 * 12 * (1632 + 16 * 12) * 4 + 5 * 8 * 128 * 4)
     # async: the collector's weights (generation already counts: every phase adds)
     concurrent = estimate_step_memory(plan, TINY, 2, concurrent_rollout=True)
     assert concurrent.total_bytes == base.total_bytes + P_BYTES
@@ -123,7 +128,9 @@ def test_the_prompt_width_is_the_datas_longest_prompt_when_known():
     parts = lambda memory: {p.name: p.bytes for p in memory.held + memory.phases}  # noqa: E731
     assert (narrow.prompt_tokens, narrow.from_data) == (4, True)
     assert parts(narrow)["step arrays"] == 16 * (4 * 5 + 4 * 25)
-    assert parts(narrow)["rollout"] == 2 * 2 * 8 * 2 * 16 * 8 * 4 + 2 * 4 * (1632 + 16 * 4) * 4 + 5 * 8 * 128 * 4
+    # S = 4 + 4: one page of 16 positions a slot, and a view of S + a chunk of 16
+    assert parts(narrow)["rollout"] == (2 * 2 * 8 * 2 * 16 * (16 + 24) * 4 + 2 * 4 * (1632 + 16 * 4) * 4
+                                        + 5 * 8 * 128 * 4)
     assert parts(narrow)["update"] < parts(budget)["update"]
     assert estimate_step_memory(plan, TINY, 2, prompt_tokens=500).total_bytes == budget.total_bytes
     # step_memory rounds the data's longest prompt up to the run's bucket: exact for a preset's tokenizer

@@ -86,3 +86,28 @@ def test_a_step_generated_in_parts_equals_the_step_generated_at_once():
     with pytest.raises(ValueError, match="multiple of the rollout micro-batch"):
         collect_rollout(graphdef, lambda: (params, 7), examples, dataclasses.replace(spec, rollout_micro_batch_sequences=4),
                         key, first_prompt=1, prompt_count=1)
+
+
+def test_generation_figures_reach_the_step_metrics():
+    """8 sequences (4 prompts x G 2) of exactly 6 tokens on 4 decode slots: token 0 of each comes from
+    its prompt's prefill, so 8 x 5 = 40 decode tokens, in two rounds of two groups that fill all 4
+    slots for 5 steps: 40 slot-steps, utilisation 1. A group keeps a 1/P share of the counts and
+    the groups joined back give the step's figures."""
+    tokenizer = get_tokenizer("char")
+    examples = [{"prompt": p, "answer": p} for p in ("ab", "abcdef", "b", "abc")]
+    spec = RolloutSpec(tokenizer=tokenizer, num_generations=2, rollout_micro_batch_sequences=4,
+                       sampling=SamplingParams(max_new_tokens=6, temperature=1.0, stop_at_eos=False,
+                                               eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id),
+                       max_prompt_tokens=16, reward_specs=tuple(TASKS["copy"].default_rewards), advantage="grpo")
+    graphdef, params = init_params(PRESETS["tiny"], 0)
+    rollout = collect_rollout(graphdef, lambda: (params, 0), examples, spec, jax.random.key(0))
+    assert rollout.generation["decode_tokens"] == 40 and rollout.generation["slot_steps"] == 40
+    metrics = rollout.metrics()
+    assert metrics["generation/slot_utilisation"] == 1.0
+    assert 0 < metrics["generation/kv_pages_peak_fraction"] <= 1
+    assert metrics["generation/tokens_per_s"] > 0 and metrics["timing/generation_decode_s"] > 0
+    joined = Rollout.concat([rollout.group(j) for j in range(4)])
+    assert joined.generation["decode_tokens"] == 40 and joined.generation["pool_pages"] == rollout.generation["pool_pages"]
+    from trainers.config.metric_names import is_metric_name
+
+    assert all(is_metric_name(name) for name in metrics)

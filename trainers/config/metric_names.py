@@ -40,6 +40,16 @@ ALGORITHM_METRICS = (
 )
 """Reported only when their feature is on: grpo.entropy_coef, rollout.dynamic_sampling,
 rollout.overlong_buffer_tokens / overlong_filter (the truncated fraction is always reported)."""
+GENERATION_METRICS = (
+    "generation/slot_utilisation",
+    "generation/kv_pages_peak_fraction",
+    "generation/tokens_per_s",
+    "timing/generation_prefill_s",
+    "timing/generation_decode_s",
+)
+"""The generation engine's (trainers.rollout.batch.generation_metrics): useful decode tokens / decode
+slot-steps, the most KV pages in use / the pool, decode tokens per second of prefill and decode, and
+the seconds spent in prefills and in decode chunks (on the timing chart)."""
 EVAL_METRICS = ("eval/reward_mean", "eval/accuracy", "eval/pass@1")
 PASS_AT_K_PATTERN = r"eval/pass@[1-9][0-9]*"
 """eval/pass@k carries its k in the name (eval.pass_k): every such name is a metric."""
@@ -72,7 +82,7 @@ ENV_METRICS = (
 step, and per evaluation as eval/env/<...>. An environment's reward parts are reward/env/<part>."""
 ENV_REWARD_PART_PATTERN = r"reward/env/[A-Za-z0-9_]+"
 
-METRIC_NAMES = (TRAIN_METRICS + ASYNC_METRICS + ALGORITHM_METRICS + EVAL_METRICS + SYSTEM_METRICS + ENV_METRICS
+METRIC_NAMES = (TRAIN_METRICS + ASYNC_METRICS + ALGORITHM_METRICS + GENERATION_METRICS + EVAL_METRICS + SYSTEM_METRICS + ENV_METRICS
                 + tuple(f"eval/{name}" for name in ENV_METRICS))
 
 

@@ -157,6 +157,15 @@ class RolloutSection(_Section):
     overlong_filter: bool = Field(
         False, description="Leave truncated completions (no end of sequence within max_new_tokens) out of the "
         "loss: their reward says nothing about an answer they never finished.")
+    decode_slots: int | None = Field(
+        None, ge=1, le=MAX_SEQUENCES, description="Sequences the generation engine decodes at once; a slot is refilled "
+        "from the waiting sequences as soon as its sequence ends. null = batch.rollout_micro_batch_sequences (the "
+        "memory plan's size)."
+    )
+    decode_chunk_tokens: int = Field(
+        16, ge=1, le=MAX_TOKENS, description="Decode steps between two visits of the engine's host loop, which "
+        "refills ended slots (smaller = slots refilled sooner, more host round trips)."
+    )
 
 
 class BatchSection(_Section):

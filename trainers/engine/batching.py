@@ -1,56 +1,69 @@
-"""Continuous batching over a paged KV cache: `generate_paged`, today's `models.generate.generate`
-(same arguments, same samples) run as a fixed number of decode slots that are refilled as
-sequences end, instead of one static batch that decodes until its longest completion ends.
+"""Continuous batching over a paged KV cache: `generate_paged`, the one way the trainer generates
+(rollouts sync and async, dynamic-sampling refills, multi-turn episodes, evaluation, the `generate`
+command). A fixed number of decode slots is refilled as sequences end, instead of a static batch
+that decodes until its longest completion ends. Same arguments and samples as the static reference
+sampler `models.generate.generate` (and `generate_in_flight`, `generate_turns`).
 
-The host loop, between jitted chunks of `chunk_tokens` decode steps:
+The host loop, between jitted chunks of `chunk_tokens` decode steps (`engine.programs`):
   1. admit: while slots are free and groups wait, take the next group (its G = prompt_group
-     completions need G free slots); the arrivals' distinct prompts are prefilled together
-     (`_prefill_jit`, the dense forward `generate` uses), their keys and values written into fresh
-     pages of the group's first slot, which the other G - 1 fork (`PagePool.fork`: the prompt is
-     stored and prefilled once); token 0 of each completion is sampled from the prompt's logits;
-  2. reserve: every active slot gets the pages its next chunk writes (`PagePool.reserve`; the
-     copies of a shared partly filled page are made on the device first, `_copy_pages_jit`);
-  3. decode a chunk (`_decode_chunk_jit`) over the active slots, gathered into the smallest
-     bucket of slots that holds them (`slot_bucket`; their block tables are all that moves: the pages stay
-     where they are), so the last long sequences of a step run in a small program rather than
-     among idle slots: each step feeds every active slot's last token at its position, writes its
-     key and value into its pages, attends over its own tokens (`paged_attention`), samples with
-     `generate`'s sampler and the uniform `generate` would use for that row and step, and ends the
-     slot at EOS or at max_new_tokens; ended slots write to a scratch page no slot reads;
-  4. retire: ended slots give their pages back and take the next arrivals at step 1.
+     completions need G free slots); the arrivals' distinct prompts are prefilled together (the
+     dense forward `generate` uses), their keys and values written into fresh pages of the group's
+     first slot, which the other G - 1 fork (`PagePool.fork`: the prompt is stored and prefilled
+     once); token 0 of each completion is sampled from the prompt's logits;
+  2. answer turns (multi-turn only): a slot that sampled a turn's end (EOS or a stop sequence)
+     waits, holding its pages, while the host asks `on_turn_end` for the environment's reply; the
+     reply enters the slot as forced tokens over its next steps (the other slots decode on), or the
+     slot ends;
+  3. reserve: every active slot gets the pages its next chunk writes (`PagePool.reserve`; the
+     copies of a shared partly filled page are made on the device first);
+  4. decode a chunk over the active slots, gathered into the smallest bucket of slots that holds
+     them (`slot_bucket`; only their block tables move, the pages stay where they are), so the last
+     long sequences of a step run in a small program rather than among idle slots. With in-flight
+     weights the newest weights are taken before each chunk (and each admission);
+  5. retire: ended slots give their pages back and take the next arrivals at step 1.
 
 Same samples: every completion gets the uniforms `generate` draws for its row and step, and the
 sampler, RoPE positions and attention of `generate` over the same tokens, so greedy output is the
 same tokens and sampled output the same draws (log-probs equal up to float rounding: the sums run
 over a paged rather than a left-padded layout). `EngineStats` reports slot utilisation (useful
-decode tokens / slot-steps run) and the pages in use.
+decode tokens / slot-steps run), the pages in use, and prefill and decode time.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
+import time
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from jax.sharding import NamedSharding, PartitionSpec
 
 from trainers.data.encoding import bucket_width
-from trainers.engine.pages import PagePool
-from trainers.models import transformer as model_lib
-from trainers.models.generate import GenerationResult, SamplingParams, StaticGraph, sample_token, static_graph
-from trainers.models.paged_attention import PagedKV
+from trainers.engine import programs
+from trainers.engine.pages import PAGE_TOKENS, PagePool
+from trainers.models.paged_attention import default_implementation
+from trainers.models.generate import GenerationResult, SamplingParams, TurnEnd, TurnStops, static_graph
+from trainers.parallel.host import to_host
+
+Weights = Callable[[], tuple[Any, int]]  # () -> (params, version): see `rollout.spec.Weights`
 
 
 @dataclasses.dataclass(frozen=True)
 class EngineSettings:
     """num_slots: decode lanes run together; page_tokens: token positions a page holds;
-    chunk_tokens: decode steps between two visits of the host (admit, retire)."""
+    chunk_tokens: decode steps between two visits of the host (admit, retire, turns, weights)."""
 
     num_slots: int
-    page_tokens: int = 16
-    chunk_tokens: int = 8
+    page_tokens: int = PAGE_TOKENS
+    chunk_tokens: int = 16
+
+    def __post_init__(self) -> None:
+        for name in ("num_slots", "page_tokens", "chunk_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
 
 
 @dataclasses.dataclass
@@ -58,7 +71,8 @@ class EngineStats:
     """What one `generate_paged` call did: decode slot-steps run and the useful tokens among them
     (`slot_utilisation`), chunks, prefill calls, the most pages in use at once of the pool, and
     summed over the chunks' ends the KV positions the pages in use hold against the tokens stored
-    in them (`kv_overhead`: 1.0 when every page is full; a shared page counts once)."""
+    in them (`kv_overhead`: 1.0 when every page is full; a shared page counts once); the wall time
+    spent in prefills and in decode chunks (each until its results reached the host)."""
 
     slot_steps: int = 0
     decode_tokens: int = 0
@@ -68,6 +82,8 @@ class EngineStats:
     pool_pages: int = 0
     kv_positions_held: int = 0
     kv_tokens_stored: int = 0
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
 
     @property
     def slot_utilisation(self) -> float:
@@ -76,6 +92,13 @@ class EngineStats:
     @property
     def kv_overhead(self) -> float:
         return self.kv_positions_held / self.kv_tokens_stored if self.kv_tokens_stored else 0.0
+
+    def add(self, other: "EngineStats") -> None:
+        """Sum another call's figures into these (the peak is the larger of the two)."""
+        for field in dataclasses.fields(self):
+            mine, theirs = getattr(self, field.name), getattr(other, field.name)
+            setattr(self, field.name, max(mine, theirs) if field.name in ("peak_pages_in_use", "pool_pages")
+                    else mine + theirs)
 
 
 def tokens_stored(pool: PagePool) -> int:
@@ -91,227 +114,299 @@ def tokens_stored(pool: PagePool) -> int:
 def step_uniforms(rng_key: jax.Array, rows: int, max_new_tokens: int) -> np.ndarray:
     """[N, rows] float32: the uniform `generate` draws for each sampling step and row (one key per
     step, split up front, each giving the step's [rows] uniforms)."""
-    return np.asarray(_uniforms_jit(rng_key, rows, max_new_tokens))
+    return np.asarray(programs.uniforms_jit(rng_key, rows, max_new_tokens))
 
 
-@functools.partial(jax.jit, static_argnames=("rows", "max_new_tokens"))
-def _uniforms_jit(rng_key, rows, max_new_tokens):
-    step_keys = jax.random.split(rng_key, max_new_tokens)
-    return jax.vmap(lambda key: jax.random.uniform(key, (rows,), jnp.float32))(step_keys)
+def micro_batch_uniforms(rng_key: jax.Array, first_call: int, rows: int, micro_batch: int,
+                         max_new_tokens: int) -> np.ndarray:
+    """[N, rows]: the uniforms of `rows` rows cut into micro-batches of `micro_batch` rows, the k-th
+    drawing as `generate` does from fold_in(rng_key, first_call + k): the samples of a rollout whose
+    micro-batch k has that key, whichever way the engine groups the rows."""
+    return np.concatenate([step_uniforms(jax.random.fold_in(rng_key, first_call + k), min(micro_batch, rows - start),
+                                         max_new_tokens)
+                           for k, start in enumerate(range(0, rows, micro_batch))], axis=1)
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef",))
-def _prefill_jit(graphdef: StaticGraph, params, prompt_tokens, prompt_valid):
-    """Dense forward of left-padded prompts [n, Lp]: (last position's logits [n, V], per layer keys
-    [n, KVH, D, Lp] and values [n, KVH, Lp, D])."""
-    model = nnx.merge(graphdef.graphdef, params)
-    valid = prompt_valid.astype(jnp.bool_)
-    hidden, prompt_kv = model(prompt_tokens, model_lib.positions_from_valid(valid),
-                              model_lib.causal_padding_mask(valid))
-    return model.logits(hidden[:, -1, :]), prompt_kv
+def _fixed(params) -> Weights:
+    return lambda: (params, 0)
 
 
-@functools.partial(jax.jit, donate_argnames=("kv_pages",))
-def _write_prompts_jit(kv_pages, prompt_kv, pages, offsets):
-    """Write prefilled keys/values into pages: pages, offsets [n, Lp] int32 give each prompt column's
-    page and offset (the scratch page for padding and unused rows)."""
-    out = []
-    for (k_pages, v_pages), (keys, values) in zip(kv_pages, prompt_kv):
-        k_new = keys.transpose(1, 0, 3, 2)  # [KVH, n, Lp, D]
-        v_new = values.transpose(1, 0, 2, 3)  # [KVH, n, Lp, D]
-        out.append((k_pages.at[:, pages, offsets].set(k_new.astype(k_pages.dtype)),
-                    v_pages.at[:, pages, offsets].set(v_new.astype(v_pages.dtype))))
-    return out
-
-
-@functools.partial(jax.jit, donate_argnames=("kv_pages",))
-def _copy_pages_jit(kv_pages, sources, targets):
-    """Copy page sources[i] to targets[i] in every layer (pairs of the scratch page do nothing useful)."""
-    return [(k.at[:, targets].set(k[:, sources]), v.at[:, targets].set(v[:, sources])) for k, v in kv_pages]
-
-
-@functools.partial(jax.jit, static_argnames=("graphdef", "sampling", "chunk_tokens", "scratch_page"),
-                   donate_argnames=("kv_pages",))
-def _decode_chunk_jit(graphdef: StaticGraph, params, kv_pages, tables, lengths, last_token, active, generated, uniforms,
-                      sampling: SamplingParams, chunk_tokens: int, scratch_page: int):
-    """Up to `chunk_tokens` decode steps of every slot (fewer once none is active). Per slot: tables
-    [S, max_pages], lengths (tokens in its cache), last_token (sampled, not yet fed), active,
-    generated (tokens sampled so far), uniforms [S, K] (its next K steps'). Returns the new
-    kv_pages, lengths, last_token, active, generated, and per step j < K: tokens, logprobs [S, K]
-    and emitted [S, K] (a token sampled at step j), and the steps run."""
-    model = nnx.merge(graphdef.graphdef, params)
-    slots = tables.shape[0]
-    tokens_out = jnp.full((slots, chunk_tokens), sampling.pad_id, jnp.int32)
-    logprobs_out = jnp.zeros((slots, chunk_tokens), jnp.float32)
-    emitted_out = jnp.zeros((slots, chunk_tokens), jnp.bool_)
-
-    def cond(carry):
-        return (carry["j"] < chunk_tokens) & jnp.any(carry["active"])
-
-    def body(carry):
-        j, active = carry["j"], carry["active"]
-        write_tables = jnp.where(active[:, None], tables, scratch_page)
-        write_lengths = jnp.where(active, carry["lengths"], 0)
-        caches = [PagedKV(k, v, write_tables, write_lengths) for k, v in carry["kv_pages"]]
-        hidden, caches = model(carry["last_token"][:, None], carry["lengths"][:, None], None, caches)
-        token, logprob = sample_token(model.logits(hidden[:, 0, :]), uniforms[:, j], sampling)
-        token = jnp.where(active, token, sampling.pad_id)
-        generated = carry["generated"] + active.astype(jnp.int32)
-        ended = generated >= sampling.max_new_tokens
-        if sampling.stop_at_eos:
-            is_eos = token == sampling.eos_id
-            for extra in sampling.extra_eos_ids:
-                is_eos = is_eos | (token == extra)
-            ended = ended | is_eos
-        return dict(
-            j=j + 1, kv_pages=[(c.k_pages, c.v_pages) for c in caches],
-            lengths=carry["lengths"] + active.astype(jnp.int32),
-            last_token=jnp.where(active, token, carry["last_token"]),
-            active=active & ~ended, generated=generated,
-            tokens=carry["tokens"].at[:, j].set(token),
-            logprobs=carry["logprobs"].at[:, j].set(jnp.where(active, logprob, 0.0)),
-            emitted=carry["emitted"].at[:, j].set(active))
-
-    carry = jax.lax.while_loop(cond, body, dict(
-        j=jnp.zeros((), jnp.int32), kv_pages=kv_pages, lengths=lengths, last_token=last_token, active=active,
-        generated=generated, tokens=tokens_out, logprobs=logprobs_out, emitted=emitted_out))
-    return (carry["kv_pages"], carry["lengths"], carry["last_token"], carry["active"], carry["generated"],
-            carry["tokens"], carry["logprobs"], carry["emitted"], carry["j"])
-
-
-@functools.partial(jax.jit, static_argnames=("sampling",))
-def _first_tokens_jit(logits, uniforms, sampling: SamplingParams):
-    return sample_token(logits, uniforms, sampling)
-
-
-def generate_paged(graphdef: nnx.GraphDef, params: nnx.State, prompt_tokens, prompt_valid, rng_key: jax.Array,
-                   sampling: SamplingParams, settings: EngineSettings,
-                   uniforms: np.ndarray | None = None) -> tuple[GenerationResult, EngineStats]:
+def generate_paged(graphdef: nnx.GraphDef, weights: Weights | nnx.State, prompt_tokens, prompt_valid,
+                   rng_key: jax.Array, sampling: SamplingParams, settings: EngineSettings, *,
+                   uniforms: np.ndarray | None = None, in_flight: bool = False, turns: TurnStops | None = None,
+                   on_turn_end: TurnEnd | None = None, mesh: Any = None) -> tuple[GenerationResult, EngineStats]:
     """`generate`'s samples (see its docstring for the arguments and the result), generated with
     continuous batching over settings.num_slots slots and a paged KV cache (the module docstring).
+
+    weights: the parameters, or a `Weights` callable () -> (params, version), called once, or with
+    in_flight=True before every admission and chunk (new weights apply from the next token on; the
+    keys and values already cached stay as the older weights computed them, as in
+    `generate_in_flight`); `token_versions` says which weights sampled each token.
     uniforms [N, rows]: the draws to sample with, instead of those `generate` makes from `rng_key`
-    (rows that came from several `generate` calls keep their own)."""
-    prompt_tokens, prompt_valid = np.asarray(prompt_tokens, np.int32), np.asarray(prompt_valid, bool)
+    (rows that came from several `generate` calls keep their own: `micro_batch_uniforms`).
+    turns, on_turn_end: multi-turn episodes, as `generate_turns` (its docstring: a turn's end pauses
+    the row, the reply is fed as forced tokens; `sampled` marks the sampled tokens).
+    mesh: the device mesh the weights live on; the pages are placed on it, KV heads split over its
+    `tensor` axis where they divide. Host reads gather across processes (`host.to_host`)."""
+    prompt_tokens, prompt_valid = to_host(prompt_tokens).astype(np.int32), to_host(prompt_valid).astype(bool)
     rows, prompt_width = prompt_tokens.shape
     max_new, group = sampling.max_new_tokens, sampling.prompt_group
-    if not prompt_valid[:, -1].all():
-        raise ValueError("prompts must be LEFT-padded: prompt_valid[:, -1] is False for some rows")
+    if max_new < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new}")
+    if rows and not prompt_valid[:, -1].all():
+        raise ValueError("prompts must be LEFT-padded: prompt_valid[:, -1] is False for rows "
+                         f"{np.flatnonzero(~prompt_valid[:, -1]).tolist()}")
     if rows % group or settings.num_slots < group:
         raise ValueError(f"{rows} rows in groups of {group} on {settings.num_slots} slots: the rows must be whole "
                          "groups and a group must fit the slots")
-    model_cfg = nnx.merge(graphdef, params).cfg
-    page = settings.page_tokens
-    max_pages = -(-(prompt_width + max_new) // page)
-    pool = PagePool(settings.num_slots * max_pages, page, settings.num_slots, max_pages)
-    scratch = pool.num_pages  # one page past the pool: where free and ended slots write
-    dtype = model_cfg.dtype
-    shape = (model_cfg.num_kv_heads, scratch + 1, page, model_cfg.head_dim)
-    kv_pages = [(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)) for _ in range(model_cfg.num_layers)]
+    if turns is not None and (on_turn_end is None or not sampling.stop_at_eos):
+        raise ValueError("multi-turn generation needs on_turn_end and stop_at_eos (a turn ends at the end-of-turn "
+                         "token)")
     if uniforms is None:
         uniforms = step_uniforms(rng_key, rows, max_new)  # [N, rows]
     elif uniforms.shape != (max_new, rows):
         raise ValueError(f"uniforms of shape {uniforms.shape}: expected (max_new_tokens, rows) = {(max_new, rows)}")
-    prompt_lengths = prompt_valid.sum(axis=1).astype(np.int32)
-    slots = settings.num_slots
-    slot_row = np.full(slots, -1, np.int64)
-    lengths, last_token = np.zeros(slots, np.int32), np.zeros(slots, np.int32)
-    active, generated = np.zeros(slots, bool), np.zeros(slots, np.int32)
-    tokens = np.full((rows, max_new), sampling.pad_id, np.int32)
-    logprobs = np.zeros((rows, max_new), np.float32)
-    mask = np.zeros((rows, max_new), bool)
-    stats = EngineStats(pool_pages=pool.num_pages)
-    waiting = list(range(0, rows, group))  # the first row of each group, in order
-    graph = static_graph(graphdef)  # hashed once, not at every chunk's call
+    run = _Run(graphdef, weights if callable(weights) else _fixed(weights), prompt_tokens, prompt_valid, uniforms,
+               sampling, settings, in_flight, turns, on_turn_end, mesh)
+    return run.generate()
 
-    while True:
-        # 1. admit whole groups into free slots
-        free = [s for s in range(slots) if slot_row[s] < 0]
+
+class _Run:
+    """One `generate_paged` call: the pool, the slots' host state and the outputs."""
+
+    def __init__(self, graphdef, weights: Weights, prompt_tokens, prompt_valid, uniforms, sampling: SamplingParams,
+                 settings: EngineSettings, in_flight: bool, turns: TurnStops | None, on_turn_end, mesh) -> None:
+        self.weights, self.in_flight, self.turns, self.on_turn_end = weights, in_flight, turns, on_turn_end
+        self.prompt_tokens, self.prompt_valid, self.uniforms = prompt_tokens, prompt_valid, uniforms
+        self.sampling, self.settings = sampling, settings
+        self.graph = static_graph(graphdef)  # hashed once, not at every chunk's call
+        self.params, self.version = weights()
+        self.fetched = True  # the weights just taken serve the first admission
+        model_cfg = nnx.merge(graphdef, self.params).cfg
+        rows, prompt_width = prompt_tokens.shape
+        max_new, page, slots = sampling.max_new_tokens, settings.page_tokens, settings.num_slots
+        max_pages = -(-(prompt_width + max_new) // page)
+        self.pool = PagePool(slots * max_pages, page, slots, max_pages)
+        self.scratch = self.pool.num_pages  # one page past the pool: where free and ended slots write
+        shape = (model_cfg.num_kv_heads, self.scratch + 1, page, model_cfg.head_dim)
+        self.kv_pages = _zero_pages(shape, model_cfg.dtype, model_cfg.num_layers, mesh)
+        self.attention = "paged" if default_implementation() != "gather" else "view"
+        self.window = max((len(s) for s in turns.sequences), default=0) if turns is not None else 0
+        self.prompt_lengths = prompt_valid.sum(axis=1).astype(np.int32)
+        self.slot_row = np.full(slots, -1, np.int64)
+        self.lengths, self.last_token = np.zeros(slots, np.int32), np.zeros(slots, np.int32)
+        self.active, self.paused = np.zeros(slots, bool), np.zeros(slots, bool)
+        self.generated = np.zeros(slots, np.int32)
+        self.pending: dict[int, np.ndarray] = {}  # slot -> reply tokens not yet fed
+        self.tokens = np.full((rows, max_new), sampling.pad_id, np.int32)
+        self.logprobs = np.zeros((rows, max_new), np.float32)
+        self.mask = np.zeros((rows, max_new), bool)
+        self.sampled = np.zeros((rows, max_new), bool)
+        self.versions = np.zeros((rows, max_new), np.int32)
+        self.stats = EngineStats(pool_pages=self.pool.num_pages)
+        self.waiting = list(range(0, rows, sampling.prompt_group))  # the first row of each group, in order
+
+    def generate(self) -> tuple[GenerationResult, EngineStats]:
+        while True:
+            self.admit()
+            if self.turns is not None:
+                self.answer_turns()
+            if not self.active.any():
+                if not self.waiting:
+                    break
+                continue
+            self.reserve()
+            self.decode()
+        lengths = self.mask.sum(axis=1).astype(np.int32)
+        result = GenerationResult(tokens=self.tokens, logprobs=self.logprobs, mask=self.mask, lengths=lengths,
+                                  decode_steps=int(lengths.max()) if len(lengths) else 0,
+                                  token_versions=self.versions,
+                                  sampled=self.sampled if self.turns is not None else None)
+        return result, self.stats
+
+    def newest_weights(self) -> None:
+        """In flight: take the newest weights (before an admission's prefill or a chunk)."""
+        if self.in_flight and not self.fetched:
+            self.params, self.version = self.weights()
+        self.fetched = False
+
+    def end(self, slot: int) -> None:
+        self.pool.release(slot)
+        self.slot_row[slot], self.active[slot], self.paused[slot] = -1, False, False
+        self.pending.pop(slot, None)
+
+    # 1. admit whole groups into free slots
+    def admit(self) -> None:
+        group, sampling = self.sampling.prompt_group, self.sampling
+        free = [s for s in range(self.settings.num_slots) if self.slot_row[s] < 0]
         arrivals = []
-        while waiting and len(free) >= group:
-            arrivals.append((waiting.pop(0), free[:group]))
+        while self.waiting and len(free) >= group:
+            arrivals.append((self.waiting.pop(0), free[:group]))
             free = free[group:]
-        if arrivals:
-            stats.prefills += 1
-            kv_pages, logits = _admit(graph, params, kv_pages, pool, arrivals, prompt_tokens, prompt_valid,
-                                      prompt_lengths, scratch)
-            first_rows = [row for first, _ in arrivals for row in range(first, first + group)]
-            first_slots = [s for _, taken in arrivals for s in taken]
-            token0, logprob0 = _first_tokens_jit(jnp.repeat(logits, group, axis=0),
-                                                 jnp.asarray(uniforms[0, first_rows]), sampling)
-            token0, logprob0 = np.asarray(token0), np.asarray(logprob0)
-            for i, (row, slot) in enumerate(zip(first_rows, first_slots)):
-                tokens[row, 0], logprobs[row, 0], mask[row, 0] = token0[i], logprob0[i], True
-                slot_row[slot], lengths[slot], last_token[slot] = row, prompt_lengths[row], token0[i]
-                generated[slot] = 1
-                ended = max_new <= 1 or (sampling.stop_at_eos and _is_eos(int(token0[i]), sampling))
-                active[slot] = not ended
-                if ended:
-                    pool.release(slot)
-                    slot_row[slot] = -1
-        if not active.any():
-            if not waiting:
-                break
-            continue
-        # 2. reserve the pages the chunk writes; copy shared partly filled pages first
-        chunk = settings.chunk_tokens
+        if not arrivals:
+            return
+        start = time.perf_counter()
+        self.newest_weights()
+        self.stats.prefills += 1
+        logits = self.prefill(arrivals)
+        rows = [row for first, _ in arrivals for row in range(first, first + group)]
+        slots = [s for _, taken in arrivals for s in taken]
+        token0, logprob0 = programs.first_tokens(jnp.repeat(logits, group, axis=0),
+                                                 jnp.asarray(self.uniforms[0, rows]), sampling)
+        token0, logprob0 = to_host(token0), to_host(logprob0)
+        self.stats.prefill_s += time.perf_counter() - start
+        for i, (row, slot) in enumerate(zip(rows, slots)):
+            token = int(token0[i])
+            self.tokens[row, 0], self.logprobs[row, 0], self.mask[row, 0] = token, logprob0[i], True
+            self.sampled[row, 0], self.versions[row, 0] = True, self.version
+            self.slot_row[slot], self.lengths[slot], self.last_token[slot] = row, self.prompt_lengths[row], token
+            self.generated[slot] = 1
+            if self.turns is not None and (_is_eos(token, sampling) or (token,) in self.turns.sequences):
+                self.paused[slot] = True
+            elif self.sampling.max_new_tokens <= 1 or (sampling.stop_at_eos and _is_eos(token, sampling)):
+                self.end(slot)
+            else:
+                self.active[slot] = True
+
+    def prefill(self, arrivals) -> jax.Array:
+        """Prefill the arrivals' prompts into fresh pages of each group's first slot and fork the
+        rest; returns the prompts' last logits [arrivals, V]."""
+        pool = self.pool
+        padded = 1 << (len(arrivals) - 1).bit_length()  # power-of-two prefill batches: few compiled shapes
+        width = self.prompt_tokens.shape[1]
+        pages = np.full((padded, width), self.scratch, np.int32)
+        offsets = np.zeros((padded, width), np.int32)
+        for i, (first, taken) in enumerate(arrivals):
+            length = int(self.prompt_lengths[first])
+            table = pool.admit(taken[0], length)
+            for t in range(length):
+                column = width - length + t
+                pages[i, column], offsets[i, column] = table[t // pool.page_tokens], t % pool.page_tokens
+            for slot in taken[1:]:
+                pool.fork(taken[0], slot)
+        firsts = [first for first, _ in arrivals]
+        firsts += [firsts[0]] * (padded - len(firsts))  # padding rows repeat a real prompt, written nowhere
+        logits, prompt_kv = programs.prefill(self.graph, self.params, jnp.asarray(self.prompt_tokens[firsts]),
+                                             jnp.asarray(self.prompt_valid[firsts]))
+        self.kv_pages = programs.write_prompts(self.kv_pages, prompt_kv, jnp.asarray(pages), jnp.asarray(offsets))
+        return logits[:len(arrivals)]
+
+    # 2. the host's side of a turn's end
+    def answer_turns(self) -> None:
+        max_new = self.sampling.max_new_tokens
+        for slot in np.flatnonzero(self.paused):
+            row, step = int(self.slot_row[slot]), int(self.generated[slot])
+            reply = self.on_turn_end(row, step, self.tokens[row, :step].copy())
+            self.paused[slot] = False
+            if reply is None or step + len(reply) >= max_new:
+                self.end(int(slot))
+                continue
+            if len(reply):
+                self.pending[int(slot)] = np.asarray(reply, np.int32)
+            self.active[slot] = True
+
+    # 3. reserve the pages the chunk writes; copy shared partly filled pages first
+    def reserve(self) -> None:
+        chunk, max_new, page = self.settings.chunk_tokens, self.sampling.max_new_tokens, self.pool.page_tokens
         copies = []
-        for slot in np.flatnonzero(active):
+        for slot in np.flatnonzero(self.active):
             # the cache never holds the last sampled token: at most prompt + max_new - 1 tokens
-            most = prompt_lengths[slot_row[slot]] + max_new - 1
-            copies += pool.reserve(int(slot), int(min(lengths[slot] + chunk, most)))
+            most = self.prompt_lengths[self.slot_row[slot]] + max_new - 1
+            copies += self.pool.reserve(int(slot), int(min(self.lengths[slot] + chunk, most)))
         if copies:
             # a fixed count (one program): a slot copies at most the pages its chunk writes into
-            padded = np.full((2, slots * (chunk // page + 2)), scratch, np.int32)
+            padded = np.full((2, self.settings.num_slots * (chunk // page + 2)), self.scratch, np.int32)
             padded[0, :len(copies)] = [c.source for c in copies]
             padded[1, :len(copies)] = [c.target for c in copies]
-            kv_pages = _copy_pages_jit(kv_pages, jnp.asarray(padded[0]), jnp.asarray(padded[1]))
-        stats.peak_pages_in_use = max(stats.peak_pages_in_use, pool.pages_in_use)
-        # 3. decode a chunk over the active slots, gathered into the smallest bucket that holds them:
-        #    when the queue runs dry the last long sequences run in a small program, not among idle slots
-        running = np.flatnonzero(active)
-        bucket = slot_bucket(len(running), slots)
+            self.kv_pages = programs.copy_pages(self.kv_pages, jnp.asarray(padded[0]), jnp.asarray(padded[1]))
+        self.stats.peak_pages_in_use = max(self.stats.peak_pages_in_use, self.pool.pages_in_use)
+
+    def view_tokens(self, running: np.ndarray) -> int:
+        """The dense view's width for a "view" chunk: the running slots' longest length, bucketed (a
+        few compiled widths: `bucket_width` in pages), at most a table's worth of pages."""
+        if self.attention != "view":
+            return 0
+        page, longest = self.pool.page_tokens, int(self.lengths[running].max())
+        return min(bucket_width(longest, page), self.pool.max_pages_per_slot * page)
+
+    # 4. decode a chunk over the active slots, gathered into the smallest bucket that holds them
+    def decode(self) -> None:
+        start_s = time.perf_counter()
+        chunk, window = self.settings.chunk_tokens, self.window
+        self.newest_weights()
+        running = np.flatnonzero(self.active)
+        bucket = slot_bucket(len(running), self.settings.num_slots)
         chunk_uniforms = np.zeros((bucket, chunk), np.float32)
+        forced_tokens, forced = np.zeros((bucket, chunk), np.int32), np.zeros((bucket, chunk), bool)
+        recent_tokens = np.full((bucket, window), self.sampling.pad_id, np.int32)
+        recent_sampled = np.zeros((bucket, window), bool)
         for i, slot in enumerate(running):
-            row, start = slot_row[slot], generated[slot]
-            steps = uniforms[start:start + chunk, row]
+            row, start = self.slot_row[slot], self.generated[slot]
+            steps = self.uniforms[start:start + chunk, row]
             chunk_uniforms[i, :len(steps)] = steps
+            reply = self.pending.get(int(slot))
+            if reply is not None:
+                forced_tokens[i, :len(reply[:chunk])], forced[i, :len(reply[:chunk])] = reply[:chunk], True
+            if window:
+                first = max(start - window, 0)
+                recent_tokens[i, window - (start - first):] = self.tokens[row, first:start]
+                recent_sampled[i, window - (start - first):] = self.sampled[row, first:start]
         picked = np.zeros(bucket, np.int64)
         picked[:len(running)] = running
         in_bucket = np.zeros(bucket, bool)
         in_bucket[:len(running)] = True
-        (kv_pages, lengths_d, last_d, active_d, generated_d, chunk_tokens_d, chunk_logprobs_d, emitted_d,
-         steps_run) = _decode_chunk_jit(graph, params, kv_pages, jnp.asarray(pool.tables[picked]),
-                                        jnp.asarray(lengths[picked]), jnp.asarray(last_token[picked]),
-                                        jnp.asarray(in_bucket), jnp.asarray(generated[picked]),
-                                        jnp.asarray(chunk_uniforms), sampling, chunk, scratch)
-        emitted = np.asarray(emitted_d)[:len(running)]
-        chunk_tokens_h, chunk_logprobs_h = np.asarray(chunk_tokens_d), np.asarray(chunk_logprobs_d)
-        stats.chunks += 1
-        stats.slot_steps += bucket * int(steps_run)
-        stats.decode_tokens += int(emitted.sum())
+        out = programs.decode_chunk(
+            self.graph, self.params, self.kv_pages, jnp.asarray(self.pool.tables[picked]),
+            jnp.asarray(self.lengths[picked]), jnp.asarray(self.last_token[picked]), jnp.asarray(in_bucket),
+            jnp.asarray(self.generated[picked]), jnp.asarray(chunk_uniforms), jnp.asarray(forced_tokens),
+            jnp.asarray(forced), jnp.asarray(recent_tokens), jnp.asarray(recent_sampled), self.sampling, chunk,
+            self.scratch, self.turns, self.attention, self.view_tokens(running))
+        self.kv_pages = out.pop("kv_pages")
+        host = {name: to_host(value) for name, value in out.items()}
+        n = len(running)
+        emitted = host["emitted"][:n]
+        self.stats.chunks += 1
+        self.stats.slot_steps += bucket * int(host["steps"])
+        self.stats.decode_tokens += int(emitted.sum())
         for i, slot in enumerate(running):
-            row, start, count = slot_row[slot], generated[slot], int(emitted[i].sum())
-            tokens[row, start:start + count] = chunk_tokens_h[i, :count]
-            logprobs[row, start:start + count] = chunk_logprobs_h[i, :count]
-            mask[row, start:start + count] = True
-        still = np.zeros(slots, bool)
-        still[running] = np.asarray(active_d)[:len(running)]
-        lengths[running] = np.asarray(lengths_d)[:len(running)]
-        last_token[running] = np.asarray(last_d)[:len(running)]
-        generated[running] = np.asarray(generated_d)[:len(running)]
+            row, start, count = self.slot_row[slot], self.generated[slot], int(emitted[i].sum())
+            self.tokens[row, start:start + count] = host["tokens"][i, :count]
+            self.logprobs[row, start:start + count] = host["logprobs"][i, :count]
+            self.mask[row, start:start + count] = True
+            self.sampled[row, start:start + count] = host["sampled"][i, :count]
+            self.versions[row, start:start + count] = self.version
+            reply = self.pending.get(int(slot))
+            if reply is not None:
+                if count >= len(reply):
+                    del self.pending[int(slot)]
+                else:
+                    self.pending[int(slot)] = reply[count:]
+        self.lengths[running] = host["lengths"][:n]
+        self.last_token[running] = host["last_token"][:n]
+        self.generated[running] = host["generated"][:n]
+        self.paused[running] = host["paused"][:n]
+        still = host["active"][:n]
         for slot in running:
-            pool.advance(int(slot), int(lengths[slot]))
-        stats.kv_positions_held += pool.pages_in_use * pool.page_tokens
-        stats.kv_tokens_stored += tokens_stored(pool)
-        # 4. retire ended slots
-        for slot in np.flatnonzero(active & ~still):
-            pool.release(int(slot))
-            slot_row[slot] = -1
-        active = still
-    lengths_out = mask.sum(axis=1).astype(np.int32)
-    result = GenerationResult(tokens=tokens, logprobs=logprobs, mask=mask, lengths=lengths_out,
-                              decode_steps=int(lengths_out.max()) if rows else 0)
-    return result, stats
+            self.pool.advance(int(slot), int(self.lengths[slot]))
+        self.stats.kv_positions_held += self.pool.pages_in_use * self.pool.page_tokens
+        self.stats.kv_tokens_stored += tokens_stored(self.pool)
+        self.stats.decode_s += time.perf_counter() - start_s
+        # 5. retire ended slots (a paused slot keeps its pages until its turn is answered)
+        for i, slot in enumerate(running):
+            self.active[slot] = still[i]
+            if not still[i] and not self.paused[slot]:
+                self.end(int(slot))
+
+
+def _zero_pages(shape: tuple[int, ...], dtype, num_layers: int, mesh: Any) -> list[tuple[jax.Array, jax.Array]]:
+    """Each layer's (keys, values) pages [KVH, P, page_tokens, D], zero; on `mesh` (if any) with the
+    KV heads split over its `tensor` axis where they divide, else replicated."""
+    if mesh is None:
+        return [(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)) for _ in range(num_layers)]
+    tensor = dict(zip(mesh.axis_names, mesh.devices.shape)).get("tensor", 1)
+    spec = PartitionSpec("tensor") if tensor > 1 and shape[0] % tensor == 0 else PartitionSpec()
+    zeros = jax.jit(lambda: jnp.zeros(shape, dtype), out_shardings=NamedSharding(mesh, spec))
+    return [(zeros(), zeros()) for _ in range(num_layers)]
 
 
 def slot_bucket(active: int, slots: int) -> int:
@@ -327,32 +422,3 @@ def _is_eos(token: int, sampling: SamplingParams) -> bool:
     return token == sampling.eos_id or token in sampling.extra_eos_ids
 
 
-def _arrival_prompts(prompt_tokens, prompt_valid, arrivals, padded_count):
-    firsts = [first for first, _ in arrivals]
-    firsts += [firsts[0]] * (padded_count - len(firsts))  # padding rows repeat a real prompt, written nowhere
-    return prompt_tokens[firsts], prompt_valid[firsts]
-
-
-def _padded_count(count: int) -> int:
-    return 1 << (count - 1).bit_length()  # arrivals prefill in power-of-two batches: few compiled shapes
-
-
-def _admit(graphdef, params, kv_pages, pool: PagePool, arrivals, prompt_tokens, prompt_valid, prompt_lengths,
-           scratch: int):
-    """Prefill the arrivals' prompts into fresh pages of each group's first slot and fork the rest;
-    returns the new kv_pages and the prompts' last logits [arrivals, V]."""
-    padded = _padded_count(len(arrivals))
-    width = prompt_tokens.shape[1]
-    pages = np.full((padded, width), scratch, np.int32)
-    offsets = np.zeros((padded, width), np.int32)
-    for i, (first, taken) in enumerate(arrivals):
-        length = int(prompt_lengths[first])
-        table = pool.admit(taken[0], length)
-        for t in range(length):
-            column = width - length + t
-            pages[i, column], offsets[i, column] = table[t // pool.page_tokens], t % pool.page_tokens
-        for slot in taken[1:]:
-            pool.fork(taken[0], slot)
-    tokens, valid = _arrival_prompts(prompt_tokens, prompt_valid, arrivals, padded)
-    logits, prompt_kv = _prefill_jit(graphdef, params, jnp.asarray(tokens), jnp.asarray(valid))
-    return _write_prompts_jit(kv_pages, prompt_kv, jnp.asarray(pages), jnp.asarray(offsets)), logits[:len(arrivals)]

@@ -24,6 +24,10 @@ import dataclasses
 import numpy as np
 
 
+PAGE_TOKENS = 16
+"""The engine's default page size in token positions (`batching.EngineSettings.page_tokens`)."""
+
+
 class PoolExhausted(RuntimeError):
     """More pages were asked for than the pool has free."""
 

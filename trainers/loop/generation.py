@@ -1,15 +1,19 @@
 """Completions of a loaded policy for a list of prompts (the `generate` command): encode with the
-policy's tokenizer (and chat template), generate in batches, decode up to the first EOS."""
+policy's tokenizer (and chat template), generate with the engine (continuous batching over
+BATCH_PROMPTS slots; every prompt its own draws, from fold_in(seed key, its batch's first index)),
+decode up to the first EOS."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import jax
+import numpy as np
 
 from trainers.data.encoding import PROMPT_BUCKET_TOKENS, encode_prompts
 from trainers.loop.policy import LoadedPolicy
-from trainers.models.generate import SamplingParams, eos_settings, generate
+from trainers.engine.batching import EngineSettings, generate_paged, step_uniforms
+from trainers.models.generate import SamplingParams, eos_settings
 
 BATCH_PROMPTS = 16
 MAX_PROMPT_TOKENS = 32_768
@@ -21,11 +25,14 @@ def complete(policy: LoadedPolicy, prompts: list[Any], *, chat: bool, system_pro
     tokenizer = policy.tokenizer
     sampling = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, **eos_settings(tokenizer))
     key = jax.random.key(seed)
-    out: list[str] = []
-    for first in range(0, len(prompts), BATCH_PROMPTS):
-        batch = prompts[first:first + BATCH_PROMPTS]
-        tokens, valid = encode_prompts(tokenizer, batch, MAX_PROMPT_TOKENS, chat=chat, system_prompt=system_prompt,
-                                       bucket_tokens=PROMPT_BUCKET_TOKENS)
-        result = generate(policy.graphdef, policy.params, tokens, valid, jax.random.fold_in(key, first), sampling)
-        out.extend(tokenizer.decode_completion(row[mask]) for row, mask in zip(result.tokens, result.mask))
-    return out
+    if not prompts:
+        return []
+    tokens, valid = encode_prompts(tokenizer, prompts, MAX_PROMPT_TOKENS, chat=chat, system_prompt=system_prompt,
+                                   bucket_tokens=PROMPT_BUCKET_TOKENS)
+    # batch k of BATCH_PROMPTS prompts draws from fold_in(key, k x BATCH_PROMPTS), as before the engine
+    uniforms = np.concatenate([step_uniforms(jax.random.fold_in(key, first), min(BATCH_PROMPTS, len(prompts) - first),
+                                             max_new_tokens)
+                               for first in range(0, len(prompts), BATCH_PROMPTS)], axis=1)
+    result, _ = generate_paged(policy.graphdef, policy.params, tokens, valid, key, sampling,
+                               EngineSettings(num_slots=min(BATCH_PROMPTS, len(prompts))), uniforms=uniforms)
+    return [tokenizer.decode_completion(row[mask]) for row, mask in zip(result.tokens, result.mask)]

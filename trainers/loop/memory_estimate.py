@@ -24,9 +24,11 @@ Then every phase of a step, added together: a phase's buffers stay with the proc
 (the allocator keeps freed memory for the next one). Measured: held parts + a tiny run's 0.64 GiB +
 all three phases (the update at its compiled size) come within 0.15 GiB of the peak RSS of W1, the
 SmolLM2 demo and R1, where the largest phase alone left up to 0.55 GiB unexplained:
-  rollout   one rollout micro-batch of B sequences: its KV cache (2 x layers x B x KV heads x head
-            dim x (prompt + completion budget), in the compute dtype), the prefill of its distinct
-            prompts (one layer live) and the sampler's SAMPLER_BUFFERS [B, V] buffers
+  rollout   the engine's B decode slots (rollout.decode_slots, default the rollout micro-batch):
+            its page pool (2 x layers x B x KV heads x head dim x (prompt + completion budget,
+            rounded up to whole pages), in the compute dtype), the dense view a CPU's decode chunk
+            gathers from it (the same per slot, plus a chunk's positions), the prefill of B / G
+            distinct prompts (one layer live) and the sampler's SAMPLER_BUFFERS [B, V] buffers
   log-prob  one log-prob micro-batch's forward (only when the plan has log-prob passes): one layer
             live, and the LM head's chunk
   update    one train micro-batch: gradients (4 T; 8 T with accumulation, the running sum and the
@@ -61,6 +63,7 @@ import dataclasses
 from trainers.config import ExperimentConfig
 from trainers.config.schema import OptimizerSection
 from trainers.data.encoding import bucket_width, prompt_bucket_tokens
+from trainers.engine.pages import PAGE_TOKENS
 from trainers.loop.plan import BatchPlan
 from trainers.models.hf_config import parameter_count
 from trainers.models.presets import LOGITS_CHUNK_ELEMENTS, ModelConfig
@@ -168,11 +171,13 @@ def logits_chunk_bytes(model: ModelConfig, positions: int, chunk_elements: int =
 
 def estimate_step_memory(plan: BatchPlan, model: ModelConfig, moments: int, concurrent_rollout: bool = False,
                          chunk_elements: int = LOGITS_CHUNK_ELEMENTS, adapter_parameters: int = 0,
-                         prompt_tokens: int | None = None) -> StepMemory:
+                         prompt_tokens: int | None = None, decode_slots: int | None = None,
+                         decode_chunk_tokens: int = 16) -> StepMemory:
     """The estimate for `plan` on `model` with an optimizer of `moments` float32 buffers per
     parameter; `concurrent_rollout`: async.enabled (the collector's own weights); `adapter_parameters`:
     the LoRA adapters' size (0: full fine-tuning); `prompt_tokens`: the width a step's prompts are
-    padded to (None: the plan's prompt budget; never more). See the module docstring for every part."""
+    padded to (None: the plan's prompt budget; never more); `decode_slots`, `decode_chunk_tokens`:
+    the engine's (None: the rollout micro-batch). See the module docstring for every part."""
     params_bytes = (parameter_count(model) + adapter_parameters) * FLOAT32_BYTES
     trained_bytes = adapter_parameters * FLOAT32_BYTES if adapter_parameters else params_bytes
     lc = plan.completion_token_budget
@@ -194,13 +199,16 @@ def estimate_step_memory(plan: BatchPlan, model: ModelConfig, moments: int, conc
     ]
     lengths = ("rollout.max_new_tokens", "data.max_prompt_tokens")
 
-    rows = plan.rollout_micro_batch_sequences
-    distinct_prompts = rows // plan.num_generations if rows % plan.num_generations == 0 else rows  # generate's prompt_group
-    kv_cache = 2 * model.num_layers * rows * model.num_kv_heads * model.head_dim * seq * (
+    rows = max(decode_slots or plan.rollout_micro_batch_sequences, plan.num_generations)
+    distinct_prompts = max(rows // plan.num_generations, 1)  # the engine admits whole groups
+    kv_position = 2 * model.num_layers * rows * model.num_kv_heads * model.head_dim * (
         2 if model.dtype == "bfloat16" else FLOAT32_BYTES)
+    pages = kv_position * -(-seq // PAGE_TOKENS) * PAGE_TOKENS
+    view = kv_position * (seq + decode_chunk_tokens)
     prefill = distinct_prompts * lp * layer_elements(model, lp) * FLOAT32_BYTES
     sampler = SAMPLER_BUFFERS * rows * model.vocab_size * FLOAT32_BYTES
-    phases = [MemoryPart("rollout", kv_cache + prefill + sampler, ("batch.rollout_micro_batch_sequences",) + lengths)]
+    phases = [MemoryPart("rollout", pages + view + prefill + sampler,
+                         ("rollout.decode_slots", "batch.rollout_micro_batch_sequences") + lengths)]
 
     g = plan.num_generations
     if plan.needs_old_logprobs or plan.needs_reference:
@@ -235,6 +243,7 @@ def step_memory(config: ExperimentConfig, plan: BatchPlan, longest_prompt_tokens
         longest_prompt_tokens, prompt_bucket_tokens(bool(config.model.path)))
     return estimate_step_memory(plan, model, optimizer_moments(config.optimizer),
                                 concurrent_rollout=config.async_.enabled, adapter_parameters=adapters,
-                                prompt_tokens=width)
+                                prompt_tokens=width, decode_slots=config.rollout.decode_slots,
+                                decode_chunk_tokens=config.rollout.decode_chunk_tokens)
 
 

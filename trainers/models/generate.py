@@ -1,11 +1,13 @@
-"""jit-compiled KV-cache sampling for the transformer in `trainers.models.transformer`.
+"""Sampling for the transformer in `trainers.models.transformer`: what a generator is given and
+returns (`SamplingParams`, `GenerationResult`, `TurnStops`), the sampler every generator draws with
+(`sample_token`), and `generate`, the static-batch sampler: the reference the generation engine
+(`trainers.engine.batching.generate_paged`, which the trainer generates with) is checked against
+token for token, and the benchmarks' baseline.
 
 `generate` runs one prefill over the (left-padded) prompts, filling a KV cache of
 Lp + max_new_tokens slots, then a `jax.lax.while_loop` of single-token decode steps that exits
 early once every sequence has emitted EOS. Prefill and loop are one jitted function, compiled once
 per (graphdef, sampling params, B, Lp) and cached by `jax.jit` (graphdef and sampling are static).
-`generate_in_flight` runs the same prefill and loop as separate programs, the loop in chunks of a
-few tokens, so that asynchronous GRPO can swap in new weights mid-generation.
 
 Shape letters: B batch, Lp prompt length, N = max_new_tokens, S = Lp + N cache slots, V vocab.
 """
@@ -22,7 +24,7 @@ import numpy as np
 from flax import nnx
 
 from trainers.models import transformer as model_lib
-from trainers.parallel.host import put, to_host
+from trainers.parallel.host import to_host
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,8 +44,8 @@ class SamplingParams:
 class StaticGraph:
     """A GraphDef as a `jax.jit` static argument whose hash is computed once: jit hashes its static
     arguments at every call, and hashing a model's GraphDef walks the whole graph (about 1.3 ms for a
-    4-layer model on a CPU), which the chunked decoders (`generate_in_flight`, `generate_turns`)
-    would pay at every chunk. One per GraphDef object (`static_graph`)."""
+    4-layer model on a CPU), which the engine's chunked decode would pay at every chunk. One per
+    GraphDef object (`static_graph`)."""
 
     __slots__ = ("graphdef", "_hash")
 
@@ -70,13 +72,9 @@ def static_graph(graphdef: nnx.GraphDef | StaticGraph) -> StaticGraph:
     return held
 
 
-def _merge(graphdef: nnx.GraphDef | StaticGraph, params: nnx.State):
-    return nnx.merge(graphdef.graphdef if isinstance(graphdef, StaticGraph) else graphdef, params)
-
-
 @dataclasses.dataclass(frozen=True)
 class TurnStops:
-    """Multi-turn decoding (`generate_turns`; static, hashable). A row's turn ends at an EOS id or when
+    """Multi-turn decoding (the engine's `turns`; static, hashable). A row's turn ends at an EOS id or when
     its newest generated tokens spell one of `sequences` (token ids, e.g. those of "</tool_call>");
     the row then pauses for the host, which either ends it or writes the environment's reply into
     it as forced tokens (`forced`: context, not sampled) and lets it go on."""
@@ -101,9 +99,9 @@ class GenerationResult:  # numpy arrays
     lengths: np.ndarray  # [B] int32 number of generated tokens (incl. EOS)
     decode_steps: int  # token-sampling steps actually run (<= N; < N after an early exit); the prefill
     #                    feeds step 0, each later step is one decode forward
-    token_versions: np.ndarray | None = None  # [B, N] int32, `generate_in_flight` only: the version of
-    #                    the weights that sampled each token (meaningful where mask is True)
-    sampled: np.ndarray | None = None  # [B, N] bool, `generate_turns` only: True where the model sampled
+    token_versions: np.ndarray | None = None  # [B, N] int32, the engine only: the version of the
+    #                    weights that sampled each token (meaningful where mask is True)
+    sampled: np.ndarray | None = None  # [B, N] bool, multi-turn only: True where the model sampled
     #                    the token, False on forced tokens (an environment's reply); None = mask
 
 
@@ -170,7 +168,7 @@ def sample_token(logits: jax.Array, uniform: jax.Array, sampling: SamplingParams
 
 
 def _prefill(model, prompt_tokens: jax.Array, prompt_valid: jax.Array, rng_key: jax.Array,
-             sampling: SamplingParams, turns: TurnStops | None = None) -> dict[str, jax.Array]:
+             sampling: SamplingParams) -> dict[str, jax.Array]:
     """Run the prompt through `model`, fill the first Lp cache slots and sample token 0. Returns the
     decode state (a dict of arrays, the while-loop carry) that `_decode` continues.
 
@@ -204,72 +202,37 @@ def _prefill(model, prompt_tokens: jax.Array, prompt_valid: jax.Array, rng_key: 
         logprobs=jnp.zeros((batch, max_new), jnp.float32),
         mask=jnp.zeros((batch, max_new), jnp.bool_),
     )
-    if turns is not None:
-        state.update(forced=jnp.zeros((batch, max_new), jnp.bool_), sampled=jnp.zeros((batch, max_new), jnp.bool_),
-                     paused=jnp.zeros((batch,), jnp.bool_))
     # The last prompt slot is always valid (left padding), so its logits predict token 0.
-    return _record(state, 0, last_logits, sampling, turns)
+    return _record(state, 0, last_logits, sampling)
 
 
-def _record(state: dict[str, jax.Array], step, logits: jax.Array, sampling: SamplingParams,
-            turns: TurnStops | None = None) -> dict[str, jax.Array]:
-    """Sample token `step` from logits [B,V] and write it into the outputs.
-
-    With `turns`: a row whose token `step` is forced keeps it (log-prob 0, not sampled), and a row
-    whose sampled token ends its turn (EOS, or a stop sequence completed) pauses instead of ending."""
+def _record(state: dict[str, jax.Array], step, logits: jax.Array, sampling: SamplingParams) -> dict[str, jax.Array]:
+    """Sample token `step` from logits [B,V] and write it into the outputs."""
     token, token_logprob = sample_token(logits, state["uniforms"][step], sampling)
     active = ~state["done"]
-    batch = token.shape[0]
-    if turns is not None:
-        forced = jax.lax.dynamic_slice(state["forced"], (0, step), (batch, 1))[:, 0]
-        given = jax.lax.dynamic_slice(state["tokens"], (0, step), (batch, 1))[:, 0]
-        token = jnp.where(forced, given, token)
-        token_logprob = jnp.where(forced, 0.0, token_logprob)
     token = jnp.where(active, token, sampling.pad_id)
     state = dict(state)
     state["tokens"] = jax.lax.dynamic_update_slice(state["tokens"], token[:, None], (0, step))
     state["logprobs"] = jax.lax.dynamic_update_slice(
         state["logprobs"], jnp.where(active, token_logprob, 0.0)[:, None], (0, step))
     state["mask"] = jax.lax.dynamic_update_slice(state["mask"], active[:, None], (0, step))
-    if turns is not None:
-        sampled = active & ~forced
-        state["sampled"] = jax.lax.dynamic_update_slice(state["sampled"], sampled[:, None], (0, step))
     if sampling.stop_at_eos:
         is_eos = token == sampling.eos_id
         for extra_id in sampling.extra_eos_ids:
             is_eos = is_eos | (token == extra_id)
-        if turns is None:
-            state["done"] = state["done"] | (active & is_eos)
-        else:
-            ended = is_eos
-            for sequence in turns.sequences:
-                ended = ended | _spells(state["tokens"], state["sampled"], step, sequence)
-            state["paused"] = state["paused"] | (sampled & ended)
+        state["done"] = state["done"] | (active & is_eos)
     return state
 
 
-def _spells(tokens: jax.Array, sampled: jax.Array, step, sequence: tuple[int, ...]) -> jax.Array:
-    """[B] bool: tokens [step - m + 1, step] of each row are `sequence` (m = its length), all sampled."""
-    m = len(sequence)
-    start = jnp.maximum(step - m + 1, 0)
-    window = jax.lax.dynamic_slice(tokens, (0, start), (tokens.shape[0], m))
-    window_sampled = jax.lax.dynamic_slice(sampled, (0, start), (tokens.shape[0], m))
-    return (step >= m - 1) & jnp.all(window == jnp.asarray(sequence, jnp.int32), axis=1) & jnp.all(window_sampled, axis=1)
-
-
-def _decode(model, state: dict[str, jax.Array], stop_step, sampling: SamplingParams,
-            turns: TurnStops | None = None) -> dict[str, jax.Array]:
+def _decode(model, state: dict[str, jax.Array], stop_step, sampling: SamplingParams) -> dict[str, jax.Array]:
     """Decode single tokens with `model` until token index `stop_step` (exclusive, <= N) is reached
-    or every row has emitted EOS (with `turns`: or a row has paused at the end of a turn). The KV
-    cache in `state` is used as it is, whichever weights filled it."""
+    or every row has emitted EOS."""
     batch, prompt_len = state["slot_valid"].shape[0], state["slot_valid"].shape[1] - sampling.max_new_tokens
 
     def cond(state):
         keep_going = state["step"] < stop_step
         if sampling.stop_at_eos:
             keep_going = keep_going & ~jnp.all(state["done"])
-        if turns is not None:
-            keep_going = keep_going & ~jnp.any(state["paused"])
         return keep_going
 
     def body(state):
@@ -281,7 +244,7 @@ def _decode(model, state: dict[str, jax.Array], stop_step, sampling: SamplingPar
         positions = (state["prompt_lengths"] + step - 1)[:, None]  # [B,1]
         hidden, kv_cache = model(previous_token, positions, slot_valid[:, None, :], state["kv_cache"], slot)
         state = dict(state, kv_cache=kv_cache, slot_valid=slot_valid, step=step + 1)
-        return _record(state, step, model.logits(hidden[:, 0, :]), sampling, turns)
+        return _record(state, step, model.logits(hidden[:, 0, :]), sampling)
 
     return jax.lax.while_loop(cond, body, state)
 
@@ -299,25 +262,6 @@ def _generate_jit(graphdef: nnx.GraphDef, params: nnx.State, prompt_tokens: jax.
     model = nnx.merge(graphdef, params)
     state = _prefill(model, prompt_tokens, prompt_valid, rng_key, sampling)
     return _outputs(_decode(model, state, sampling.max_new_tokens, sampling))
-
-
-@functools.partial(jax.jit, static_argnames=("graphdef", "sampling", "turns"))
-def _prefill_jit(graphdef: nnx.GraphDef, params: nnx.State, prompt_tokens: jax.Array, prompt_valid: jax.Array,
-                 rng_key: jax.Array, sampling: SamplingParams, turns: TurnStops | None = None):
-    return _prefill(_merge(graphdef, params), prompt_tokens, prompt_valid, rng_key, sampling, turns)
-
-
-@functools.partial(jax.jit, static_argnames=("graphdef", "sampling", "turns"), donate_argnames=("state",))
-def _decode_chunk_jit(graphdef: nnx.GraphDef, params: nnx.State, state: dict[str, jax.Array], chunk_tokens,
-                      sampling: SamplingParams, turns: TurnStops | None = None):
-    """Up to `chunk_tokens` more decode steps (with `turns`: fewer if a row pauses); returns (state,
-    all_done [] bool)."""
-    stop_step = jnp.minimum(state["step"] + chunk_tokens, sampling.max_new_tokens)
-    state = _decode(_merge(graphdef, params), state, stop_step, sampling, turns)
-    finished = state["step"] >= sampling.max_new_tokens
-    if sampling.stop_at_eos:
-        finished = finished | jnp.all(state["done"])
-    return state, finished
 
 
 def _check_prompts(sampling: SamplingParams, prompt_valid, prompt_tokens=None) -> None:
@@ -354,116 +298,9 @@ def generate(graphdef: nnx.GraphDef, params: nnx.State, prompt_tokens, prompt_va
                             lengths=to_host(lengths), decode_steps=int(to_host(decode_steps)))
 
 
-def generate_in_flight(graphdef: nnx.GraphDef, weights: Callable[[], tuple[nnx.State, int]], prompt_tokens,
-                       prompt_valid, rng_key: jax.Array, sampling: SamplingParams,
-                       chunk_tokens: int) -> GenerationResult:
-    """`generate`, in chunks of `chunk_tokens` decode steps, taking the newest weights between chunks.
-
-    `weights()` returns (params, version) and is called before the prefill and before each chunk
-    (after an early EOS exit, one chunk more than needed may be dispatched: it does nothing); new
-    weights apply from the next token on. The KV cache is kept across a swap: the keys and
-    values of tokens already processed stay as the older weights computed them (they are not
-    recomputed), so after a swap the new weights attend over a cache partly filled by old ones.
-    Each token's log-prob in `logprobs` is the one it was actually sampled with (new weights,
-    mixed cache), so importance weights pi_old / pi_gen stay exact per token, and
-    `token_versions` [B,N] says which weights sampled each token. Same keys as `generate`: with
-    weights that never change the samples are those of `generate`.
-    """
-    if chunk_tokens < 1:
-        raise ValueError(f"chunk_tokens must be >= 1, got {chunk_tokens}")
-    _check_prompts(sampling, prompt_valid, prompt_tokens)
-    batch, max_new = np.shape(prompt_tokens)[0], sampling.max_new_tokens
-    graphdef = static_graph(graphdef)
-    params, version = weights()
-    state = _prefill_jit(graphdef, params, jnp.asarray(prompt_tokens, jnp.int32),
-                         jnp.asarray(prompt_valid, jnp.bool_), rng_key, sampling)
-    token_versions = np.full((batch, max_new), version, np.int32)
-    # Chunk k samples tokens [1 + k * chunk_tokens, 1 + (k + 1) * chunk_tokens) unless every row
-    # stopped before. The host reads chunk k's `finished` only after dispatching chunk k + 1, so the
-    # device never idles on a host round trip; a chunk dispatched after the end does nothing.
-    previous_finished = jnp.all(state["done"]) if sampling.stop_at_eos else None  # after the prefill
-    for first in range(1, max_new, chunk_tokens):
-        params, version = weights()
-        state, finished = _decode_chunk_jit(graphdef, params, state, chunk_tokens, sampling)
-        token_versions[:, first:first + chunk_tokens] = version
-        if previous_finished is not None and bool(previous_finished):
-            break  # the chunk just dispatched has nothing to do
-        previous_finished = finished
-    tokens, logprobs, mask, lengths, decode_steps = _outputs(state)
-    return GenerationResult(tokens=to_host(tokens), logprobs=to_host(logprobs), mask=to_host(mask),
-                            lengths=to_host(lengths), decode_steps=int(to_host(decode_steps)),
-                            token_versions=token_versions)
-
-
 TurnEnd = Callable[[int, int, np.ndarray], "np.ndarray | None"]
 """on_turn_end(row, step, tokens) -> the reply's token ids, or None to end the row. Called on the host
 when row `row` has ended a turn at token index step - 1; tokens [step] int32 are the row's tokens so
 far (forced and sampled). The reply is written at [step, step + len(reply)) as forced tokens; it
 must leave room for one more sampled token (step + len(reply) < max_new_tokens), else the row ends.
 An empty reply lets the row go on sampling (the pause was no turn's end)."""
-
-
-def generate_turns(graphdef: nnx.GraphDef, weights: Callable[[], tuple[nnx.State, int]], prompt_tokens,
-                   prompt_valid, rng_key: jax.Array, sampling: SamplingParams, turns: TurnStops,
-                   on_turn_end: TurnEnd, chunk_tokens: int = 0) -> GenerationResult:
-    """`generate` for multi-turn episodes: a row that ends a turn (EOS or one of `turns.sequences`)
-    pauses; the host asks `on_turn_end` for the environment's reply and writes it into the row as
-    forced tokens, which the decode loop feeds through the model one per step (filling that row's
-    KV cache) while the other rows keep sampling: no row waits for another's tool call. The loop
-    returns to the host only when a row pauses (or every `chunk_tokens` decode steps, taking the
-    newest weights from `weights()` then, as `generate_in_flight` does; 0 = only on pauses).
-
-    The completion columns hold every token after the prompt: `mask` marks them all (the context
-    the model saw), `sampled` only those the model sampled (what a loss may train on); forced
-    tokens have log-prob 0. Same keys as `generate`: until the first pause the samples are those of
-    `generate`, except that EOS pauses a row instead of ending it.
-    """
-    if not sampling.stop_at_eos:
-        raise ValueError("multi-turn generation needs stop_at_eos: a turn ends at the end-of-turn token")
-    _check_prompts(sampling, prompt_valid, prompt_tokens)
-    batch, max_new = np.shape(prompt_tokens)[0], sampling.max_new_tokens
-    chunk = chunk_tokens if chunk_tokens > 0 else max_new
-    graphdef = static_graph(graphdef)
-    params, version = weights()
-    state = _prefill_jit(graphdef, params, jnp.asarray(prompt_tokens, jnp.int32),
-                         jnp.asarray(prompt_valid, jnp.bool_), rng_key, sampling, turns)
-    token_versions = np.full((batch, max_new), version, np.int32)
-    chunk_start = 0
-    while True:
-        # One small fetch per return to the host: (next token index, a row paused, every row done).
-        step, paused, done = (int(v) for v in to_host(_turn_status(state)))
-        token_versions[:, chunk_start:step] = version  # the chunk just run sampled with `version`
-        if paused:
-            state = _answer_turns(state, on_turn_end, max_new, step)
-            done = bool(to_host(jnp.all(state["done"])))
-        if step >= max_new or done:
-            break
-        params, version = weights()
-        chunk_start = step
-        state, _ = _decode_chunk_jit(graphdef, params, state, chunk, sampling, turns)
-    tokens, logprobs, mask, lengths, decode_steps = _outputs(state)
-    return GenerationResult(tokens=to_host(tokens), logprobs=to_host(logprobs), mask=to_host(mask),
-                            lengths=to_host(lengths), decode_steps=int(to_host(decode_steps)),
-                            token_versions=token_versions, sampled=to_host(state["sampled"]))
-
-
-@jax.jit
-def _turn_status(state: dict[str, jax.Array]) -> jax.Array:
-    """[3] int32: the next token index, whether a row has paused, whether every row is done."""
-    return jnp.stack([state["step"], jnp.any(state["paused"]), jnp.all(state["done"])]).astype(jnp.int32)
-
-
-def _answer_turns(state: dict[str, jax.Array], on_turn_end: TurnEnd, max_new: int, step: int) -> dict[str, jax.Array]:
-    """The host's side of a pause at token index `step`: each paused row gets its reply as forced
-    tokens, or ends."""
-    tokens, forced = to_host(state["tokens"]).copy(), to_host(state["forced"]).copy()
-    done, paused = to_host(state["done"]).copy(), to_host(state["paused"])
-    for row in np.flatnonzero(paused):
-        reply = on_turn_end(int(row), step, tokens[row, :step])
-        if reply is None or step + len(reply) >= max_new:
-            done[row] = True
-            continue
-        tokens[row, step:step + len(reply)] = reply
-        forced[row, step:step + len(reply)] = True
-    return dict(state, tokens=put(tokens, state["tokens"].sharding), forced=put(forced, state["forced"].sharding),
-                done=put(done, state["done"].sharding), paused=put(np.zeros_like(paused), state["paused"].sharding))

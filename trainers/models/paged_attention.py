@@ -59,13 +59,11 @@ def default_implementation() -> str:
     return "pallas_gpu" if jax.default_backend() == "gpu" else "gather"
 
 
-def gathered_kv(pages: jax.Array, block_tables: jax.Array) -> jax.Array:
-    """pages [KVH, P, page_tokens, D], block_tables [B, max_pages] -> [B, KVH, max_pages x page_tokens, D]:
-    each slot's pages laid end to end (positions past its length hold whatever those pages hold)."""
+def _taken(pages: jax.Array, block_tables: jax.Array) -> jax.Array:
+    """[KVH, B, max_pages x page_tokens, D]: each slot's pages laid end to end, heads first."""
     kv_heads, _, page_tokens, head_dim = pages.shape
     batch, max_pages = block_tables.shape
-    taken = pages[:, block_tables]  # [KVH, B, max_pages, page_tokens, D]
-    return taken.reshape(kv_heads, batch, max_pages * page_tokens, head_dim).transpose(1, 0, 2, 3)
+    return pages[:, block_tables].reshape(kv_heads, batch, max_pages * page_tokens, head_dim)
 
 
 def paged_decode_attention(q: jax.Array, k_pages: jax.Array, v_pages: jax.Array, block_tables: jax.Array,
@@ -77,14 +75,15 @@ def paged_decode_attention(q: jax.Array, k_pages: jax.Array, v_pages: jax.Array,
     scale = 1.0 / math.sqrt(head_dim)
     if implementation == "gather":
         groups = num_heads // kv_heads
-        keys, values = gathered_kv(k_pages, block_tables), gathered_kv(v_pages, block_tables)  # [B,KVH,S,D]
+        # [KVH, B, S, D]: the pages as gathered, not transposed (a copy the einsums need not)
+        keys, values = _taken(k_pages, block_tables), _taken(v_pages, block_tables)
         grouped = q.reshape(batch, kv_heads, groups, head_dim)
-        scores = jnp.einsum("bkgd,bksd->bkgs", grouped, keys.astype(q.dtype), preferred_element_type=jnp.float32)
+        scores = jnp.einsum("bkgd,kbsd->bkgs", grouped, keys.astype(q.dtype), preferred_element_type=jnp.float32)
         scores = scores * scale
         attended = jnp.arange(keys.shape[2])[None, :] < lengths[:, None]  # [B,S]
         scores = jnp.where(attended[:, None, None, :], scores, MASKED_SCORE)
         probs = jax.nn.softmax(scores, axis=-1).astype(values.dtype)
-        out = jnp.einsum("bkgs,bksd->bkgd", probs, values)
+        out = jnp.einsum("bkgs,kbsd->bkgd", probs, values)
         return out.reshape(batch, num_heads, head_dim).astype(q.dtype)
     if implementation == "pallas_gpu":
         from jax.experimental.pallas.ops.gpu import paged_attention as kernel
@@ -100,3 +99,43 @@ def paged_decode_attention(q: jax.Array, k_pages: jax.Array, v_pages: jax.Array,
 def _divisor_at_most(total: int, most: int) -> int:
     """The largest divisor of `total` not above `most` (the kernels take whole compute blocks of pages)."""
     return max(d for d in range(1, min(total, most) + 1) if total % d == 0)
+
+
+def dense_view(k_pages: jax.Array, v_pages: jax.Array, block_tables: jax.Array, lengths: jax.Array,
+               width: int, extra: int) -> tuple[list, jax.Array]:
+    """Each slot's cached tokens gathered once into the dense layout of `transformer.Attention`,
+    right-aligned: slot b's token t sits at column width - lengths[b] + t, so that its next `extra`
+    tokens all go to columns width .. width + extra - 1, the same column for every slot (the static
+    sampler's layout, whose decode step then runs unchanged). width >= every length.
+
+    Returns ((keys [B, KVH, D, width + extra], values [B, KVH, width + extra, D]), valid [B, width + extra]
+    bool: the columns holding a cached token)."""
+    page_tokens = k_pages.shape[2]
+    token = jnp.arange(width)[None, :] - (width - lengths[:, None])  # [B, width]: the token a column holds
+    valid = token >= 0
+    token = jnp.maximum(token, 0)
+    pages = jnp.take_along_axis(block_tables, token // page_tokens, axis=1)
+    offsets = token % page_tokens
+    keys = k_pages[:, pages, offsets].transpose(1, 0, 3, 2)  # [B, KVH, D, width]
+    values = v_pages[:, pages, offsets].transpose(1, 0, 2, 3)  # [B, KVH, width, D]
+    keys = jnp.pad(keys, ((0, 0), (0, 0), (0, 0), (0, extra)))
+    values = jnp.pad(values, ((0, 0), (0, 0), (0, extra), (0, 0)))
+    return (keys, values), jnp.pad(valid, ((0, 0), (0, extra)))
+
+
+def write_view_tokens(k_pages: jax.Array, v_pages: jax.Array, view: tuple[jax.Array, jax.Array],
+                      block_tables: jax.Array, lengths: jax.Array, counts: jax.Array, width: int,
+                      scratch_page: int) -> tuple[jax.Array, jax.Array]:
+    """Write back the tokens a `dense_view` gained: slot b's columns width .. width + counts[b] - 1
+    become its tokens lengths[b] .. lengths[b] + counts[b] - 1 (the rest go to the scratch page)."""
+    keys, values = view
+    page_tokens, extra = k_pages.shape[2], keys.shape[3] - width
+    step = jnp.arange(extra)[None, :]
+    token = lengths[:, None] + step  # [B, extra]
+    page_index = jnp.minimum(token // page_tokens, block_tables.shape[1] - 1)
+    pages = jnp.where(step < counts[:, None], jnp.take_along_axis(block_tables, page_index, axis=1), scratch_page)
+    offsets = token % page_tokens
+    new_keys = keys[:, :, :, width:].transpose(1, 0, 3, 2)  # [KVH, B, extra, D]
+    new_values = values[:, :, width:, :].transpose(1, 0, 2, 3)
+    return (k_pages.at[:, pages, offsets].set(new_keys.astype(k_pages.dtype)),
+            v_pages.at[:, pages, offsets].set(new_values.astype(v_pages.dtype)))

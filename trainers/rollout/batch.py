@@ -22,6 +22,41 @@ def reward_metrics(names: tuple[str, ...], values: np.ndarray) -> dict[str, floa
     return {f"reward/{name}": float(means[k]) for k, name in enumerate(names)}
 
 
+_LARGEST = ("peak_pages", "pool_pages")
+
+
+def generation_figures(stats: Any) -> dict[str, float]:
+    """The figures of an `engine.batching.EngineStats` a rollout keeps (see `Rollout.generation`)."""
+    return {"slot_steps": float(stats.slot_steps), "decode_tokens": float(stats.decode_tokens),
+            "prefill_s": stats.prefill_s, "decode_s": stats.decode_s,
+            "peak_pages": float(stats.peak_pages_in_use), "pool_pages": float(stats.pool_pages)}
+
+
+def join_generation(figures: list[dict[str, float] | None]) -> dict[str, float] | None:
+    """Several rollouts' generation figures as one: counts and times add, peaks take the largest."""
+    recorded = [f for f in figures if f is not None]
+    if not recorded:
+        return None
+    return {name: (max if name in _LARGEST else sum)(f.get(name, 0.0) for f in recorded) for name in recorded[0]}
+
+
+def generation_metrics(figures: dict[str, float] | None) -> dict[str, float]:
+    """generation/slot_utilisation (useful decode tokens / decode slot-steps run),
+    generation/kv_pages_peak_fraction (the most KV pages in use / the pool), generation/tokens_per_s
+    (decode tokens per second of prefill and decode), timing/generation_prefill_s and
+    timing/generation_decode_s (`metric_names.GENERATION_METRICS`)."""
+    if not figures or not figures.get("slot_steps"):
+        return {}
+    busy_s = figures["prefill_s"] + figures["decode_s"]
+    return {
+        "generation/slot_utilisation": figures["decode_tokens"] / figures["slot_steps"],
+        "generation/kv_pages_peak_fraction": figures["peak_pages"] / max(figures["pool_pages"], 1.0),
+        "generation/tokens_per_s": figures["decode_tokens"] / busy_s if busy_s else 0.0,
+        "timing/generation_prefill_s": figures["prefill_s"],
+        "timing/generation_decode_s": figures["decode_s"],
+    }
+
+
 @dataclasses.dataclass
 class Rollout:
     """Prompts, their G completions each, rewards and advantages: per-sequence host arrays.
@@ -63,6 +98,10 @@ class Rollout:
     # loss covers completion_mask and there are no episodes.
     loss_mask: np.ndarray | None = None
     episodes: list[dict[str, Any]] | None = None
+    # What the generation engine did for these sequences (`generation_figures`): slot_steps,
+    # decode_tokens, prefill_s, decode_s (they add up over rollouts; a group gets a 1 / P share) and
+    # peak_pages, pool_pages (the largest). None = not recorded.
+    generation: dict[str, float] | None = None
 
     def __post_init__(self) -> None:
         n = len(self.completions)
@@ -106,6 +145,8 @@ class Rollout:
             reward_names=self.reward_names, reward_values=self.reward_values[rows],
             loss_mask=None if self.loss_mask is None else self.loss_mask[rows],
             episodes=None if self.episodes is None else self.episodes[rows],
+            generation=None if self.generation is None else {
+                name: value if name in _LARGEST else value / self.prompts for name, value in self.generation.items()},
         )
 
     @property
@@ -156,6 +197,7 @@ class Rollout:
             reward_names=rollouts[0].reward_names, reward_values=cat("reward_values"),
             loss_mask=cat("loss_mask") if multi_turn else None,
             episodes=[e for r in rollouts for e in r.episodes] if multi_turn else None,
+            generation=join_generation([r.generation for r in rollouts]),
         )
 
     # -- weight versions -----------------------------------------------------------------------------
@@ -191,6 +233,7 @@ class Rollout:
         out.update(reward_metrics(self.reward_names, self.reward_values))
         if self.episodes is not None:
             out.update(episode_metrics(self.episodes))
+        out.update(generation_metrics(self.generation))
         return out
 
     def samples(self, count: int) -> list[dict[str, Any]]:

@@ -9,7 +9,7 @@ Weight swaps. By default new weights are picked up at unit boundaries ("group-bo
 unit is generated entirely by one weight version, and every generation call builds its KV cache
 from scratch with those weights. With `async.in_flight_weight_updates` the collector instead asks
 for the newest published weights before every `async.in_flight_chunk_tokens` decode steps
-(`generate.generate_in_flight`), so a long generation switches to new weights mid-sequence instead
+(the engine's `in_flight`), so a long generation switches to new weights mid-sequence instead
 of finishing on old ones. The KV cache is kept across such a swap (keys and values of tokens
 already processed stay as the older weights computed them; nothing is recomputed), and each
 token's recorded log-prob pi_gen is the one it was actually sampled with, so the trainer's

@@ -25,7 +25,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from trainers.algo.sampling_filters import dynamic_sampling_values, informative_groups
-from trainers.rollout.batch import Rollout, reward_metrics
+from trainers.rollout.batch import Rollout, join_generation, reward_metrics
 
 ROUND_KEY_OFFSET = 1 << 21
 """Round k >= 1 of step s samples with fold_in(fold_in(key(seed), s), ROUND_KEY_OFFSET + k): apart from
@@ -143,6 +143,7 @@ def fill_informative(sample_round: Callable[[int, int], Rollout], prompts: int, 
             break
     step = assemble(groups, selection, pad_id)
     step.generate_s = sum(r.generate_s for r in rounds)
+    step.generation = join_generation([r.generation for r in rounds])
     metrics = step_metrics(selection, len(rounds) - 1, sum(r.prompts for r in rounds),
                            np.concatenate([r.rewards for r in rounds]), np.concatenate([r.correct for r in rounds]),
                            rounds)

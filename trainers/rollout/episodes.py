@@ -1,5 +1,6 @@
 """The host side of the turn loop: a batch of episodes, one per sequence, each talking to the run's
-environment (`trainers.envs`) while `generate.generate_turns` decodes them all together.
+environment (`trainers.envs`) while the engine (`engine.batching.generate_paged` with turns)
+decodes them all together.
 
 When a sequence ends an assistant turn, `Episodes.on_turn_end` decodes the turn's text, asks the
 environment for its reply (`Environment.step`), and returns the reply's token ids, rendered with

@@ -48,6 +48,10 @@ class RolloutSpec:
     env_name: str = "single_turn"
     max_turns: int = 1
     turn_stops: TurnStops | None = None
+    # The generation engine: decode slots (0 = rollout_micro_batch_sequences) and decode steps per
+    # chunk (`engine.batching.EngineSettings`).
+    decode_slots: int = 0
+    decode_chunk_tokens: int = 16
     # Token ids of the prompts already encoded, shared by the copies `for_evaluation` makes.
     prompt_ids: PromptIdCache = dataclasses.field(default_factory=PromptIdCache, compare=False, repr=False)
 
@@ -68,7 +72,8 @@ class RolloutSpec:
                    prompt_bucket_tokens=prompt_bucket_tokens(bool(config.model.path)),
                    overlong_buffer_tokens=r.overlong_buffer_tokens, overlong_penalty=r.overlong_penalty,
                    overlong_filter=r.overlong_filter, env=env, env_name=config.env.name,
-                   max_turns=config.env.max_turns, turn_stops=turn_stops)
+                   max_turns=config.env.max_turns, turn_stops=turn_stops, decode_slots=r.decode_slots or 0,
+                   decode_chunk_tokens=r.decode_chunk_tokens)
 
     def for_evaluation(self, temperature: float, samples_per_prompt: int = 1) -> "RolloutSpec":
         """`samples_per_prompt` completions per prompt at `temperature` (0 = greedy), no advantages and no

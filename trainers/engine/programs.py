@@ -1,0 +1,182 @@
+"""The engine's device programs, each jitted once per shape: prefill a batch of prompts, write their
+keys and values into pages, copy pages (copy-on-write), sample the first tokens, and decode a chunk
+of K tokens over a bucket of slots. The host loop that calls them is `engine.batching`.
+
+Decode chunk (`decode_chunk`), per slot and step: feed the slot's last token at its position, write
+its key and value into the slot's pages, attend over the slot's tokens (`paged_attention`), sample
+with `generate`'s sampler and the slot's uniform for that step, and stop the slot at EOS or at
+max_new_tokens. With `turns` (multi-turn episodes) a step may instead take a forced token (an
+environment's reply the host wrote; log-prob 0, not sampled), and a sampled EOS or stop sequence
+pauses the slot for the host rather than ending it. A stopped or paused slot writes to the scratch
+page, which no slot reads.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from trainers.models import transformer as model_lib
+from trainers.models.generate import SamplingParams, StaticGraph, TurnStops, sample_token
+from trainers.models.paged_attention import PagedKV, dense_view, write_view_tokens
+
+
+@functools.partial(jax.jit, static_argnames=("rows", "max_new_tokens"))
+def uniforms_jit(rng_key, rows, max_new_tokens):
+    """[N, rows]: the uniform `generate` draws for each sampling step and row (one key per step,
+    split up front, each giving the step's [rows] uniforms)."""
+    step_keys = jax.random.split(rng_key, max_new_tokens)
+    return jax.vmap(lambda key: jax.random.uniform(key, (rows,), jnp.float32))(step_keys)
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef",))
+def prefill(graphdef: StaticGraph, params, prompt_tokens, prompt_valid):
+    """Dense forward of left-padded prompts [n, Lp]: (last position's logits [n, V], per layer keys
+    [n, KVH, D, Lp] and values [n, KVH, Lp, D])."""
+    model = nnx.merge(graphdef.graphdef, params)
+    valid = prompt_valid.astype(jnp.bool_)
+    hidden, prompt_kv = model(prompt_tokens, model_lib.positions_from_valid(valid),
+                              model_lib.causal_padding_mask(valid))
+    return model.logits(hidden[:, -1, :]), prompt_kv
+
+
+@functools.partial(jax.jit, donate_argnames=("kv_pages",))
+def write_prompts(kv_pages, prompt_kv, pages, offsets):
+    """Write prefilled keys/values into pages: pages, offsets [n, Lp] int32 give each prompt column's
+    page and offset (the scratch page for padding and unused rows)."""
+    out = []
+    for (k_pages, v_pages), (keys, values) in zip(kv_pages, prompt_kv):
+        k_new = keys.transpose(1, 0, 3, 2)  # [KVH, n, Lp, D]
+        v_new = values.transpose(1, 0, 2, 3)  # [KVH, n, Lp, D]
+        out.append((k_pages.at[:, pages, offsets].set(k_new.astype(k_pages.dtype)),
+                    v_pages.at[:, pages, offsets].set(v_new.astype(v_pages.dtype))))
+    return out
+
+
+@functools.partial(jax.jit, donate_argnames=("kv_pages",))
+def copy_pages(kv_pages, sources, targets):
+    """Copy page sources[i] to targets[i] in every layer (pairs of the scratch page do nothing useful)."""
+    return [(k.at[:, targets].set(k[:, sources]), v.at[:, targets].set(v[:, sources])) for k, v in kv_pages]
+
+
+@functools.partial(jax.jit, static_argnames=("sampling",))
+def first_tokens(logits, uniforms, sampling: SamplingParams):
+    return sample_token(logits, uniforms, sampling)
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "sampling", "chunk_tokens", "scratch_page", "turns",
+                                             "attention", "view_tokens"),
+                   donate_argnames=("kv_pages",))
+def decode_chunk(graphdef: StaticGraph, params, kv_pages, tables, lengths, last_token, active, generated, uniforms,
+                 forced_tokens, forced, recent_tokens, recent_sampled, sampling: SamplingParams, chunk_tokens: int,
+                 scratch_page: int, turns: TurnStops | None, attention: str = "view", view_tokens: int = 0):
+    """Up to `chunk_tokens` decode steps of every slot (fewer once none is active). Per slot: tables
+    [S, max_pages], lengths (tokens in its cache), last_token (sampled, not yet fed), active,
+    generated (tokens emitted so far), uniforms [S, K] (its next K steps'). With `turns`:
+    forced_tokens, forced [S, K] (the host's reply tokens for the next steps) and the slot's last W
+    tokens and whether each was sampled, recent_tokens, recent_sampled [S, W] (W = the longest stop
+    sequence); without, these are ignored (pass [S, 0] arrays).
+
+    Returns a dict: kv_pages, lengths, last_token, active, generated, paused [S] (turns: the slot
+    sampled a turn's end), and per step j < K: tokens, logprobs, emitted [S, K] (a token was taken
+    at step j) and sampled [S, K] (the model sampled it), and steps (the steps run).
+
+    attention: "paged", every step attends over the slot's pages (`paged_decode_attention`: the
+    Pallas kernel on a GPU); "view", the slots' tokens are gathered once into a dense right-aligned
+    view of `view_tokens` + K columns (`dense_view`; view_tokens >= every slot's length), the K
+    steps run the static sampler's dense decode over it, and the chunk's new keys and values are
+    written to the pages at the end: on a CPU a gather per step costs more than the step's
+    attention, one per chunk does not, and the view is only as wide as the bucket's longest slot."""
+    model = nnx.merge(graphdef.graphdef, params)
+    slots = tables.shape[0]
+    window = recent_tokens.shape[1]
+    width = view_tokens
+    if attention == "view":
+        views = [dense_view(k, v, tables, lengths, width, chunk_tokens) for k, v in kv_pages]
+        cache, view_valid = [kv for kv, _ in views], views[0][1]
+    else:
+        cache, view_valid = kv_pages, jnp.zeros((slots, 0), jnp.bool_)
+
+    def cond(carry):
+        return (carry["j"] < chunk_tokens) & jnp.any(carry["active"])
+
+    def body(carry):
+        j, active = carry["j"], carry["active"]
+        if attention == "view":
+            valid = _set_column(carry["view_valid"], width + j, jnp.ones((slots,), jnp.bool_))
+            hidden, cache = model(carry["last_token"][:, None], carry["lengths"][:, None], valid[:, None, :],
+                                  carry["cache"], width + j)
+        else:
+            valid = carry["view_valid"]
+            write_tables = jnp.where(active[:, None], tables, scratch_page)
+            write_lengths = jnp.where(active, carry["lengths"], 0)
+            caches = [PagedKV(k, v, write_tables, write_lengths) for k, v in carry["cache"]]
+            hidden, caches = model(carry["last_token"][:, None], carry["lengths"][:, None], None, caches)
+            cache = [(c.k_pages, c.v_pages) for c in caches]
+        token, logprob = sample_token(model.logits(hidden[:, 0, :]), uniforms[:, j], sampling)
+        sampled = active
+        if turns is not None:
+            is_forced = forced[:, j]
+            token = jnp.where(is_forced, forced_tokens[:, j], token)
+            logprob = jnp.where(is_forced, 0.0, logprob)
+            sampled = active & ~is_forced
+        token = jnp.where(active, token, sampling.pad_id)
+        generated = carry["generated"] + active.astype(jnp.int32)
+        ended = generated >= sampling.max_new_tokens
+        paused = carry["paused"]
+        recent, recent_s = carry["recent_tokens"], carry["recent_sampled"]
+        if sampling.stop_at_eos:
+            is_eos = token == sampling.eos_id
+            for extra in sampling.extra_eos_ids:
+                is_eos = is_eos | (token == extra)
+            if turns is None:
+                ended = ended | is_eos
+            else:
+                stop = is_eos
+                if window:
+                    recent = jnp.where(active[:, None], jnp.concatenate([recent[:, 1:], token[:, None]], axis=1),
+                                       recent)
+                    recent_s = jnp.where(active[:, None],
+                                         jnp.concatenate([recent_s[:, 1:], sampled[:, None]], axis=1), recent_s)
+                    for sequence in turns.sequences:
+                        m = len(sequence)
+                        stop = stop | (jnp.all(recent[:, window - m:] == jnp.asarray(sequence, jnp.int32), axis=1)
+                                       & jnp.all(recent_s[:, window - m:], axis=1))
+                paused = paused | (sampled & stop)
+        return dict(
+            j=j + 1, cache=cache, view_valid=valid,
+            lengths=carry["lengths"] + active.astype(jnp.int32),
+            last_token=jnp.where(active, token, carry["last_token"]),
+            active=active & ~ended & ~paused, generated=generated, paused=paused,
+            recent_tokens=recent, recent_sampled=recent_s,
+            tokens=_set_column(carry["tokens"], j, token),
+            logprobs=_set_column(carry["logprobs"], j, jnp.where(active, logprob, 0.0)),
+            emitted=_set_column(carry["emitted"], j, active),
+            sampled=_set_column(carry["sampled"], j, sampled))
+
+    carry = jax.lax.while_loop(cond, body, dict(
+        j=jnp.zeros((), jnp.int32), cache=cache, view_valid=view_valid, lengths=lengths, last_token=last_token, active=active,
+        generated=generated, paused=jnp.zeros((slots,), jnp.bool_),
+        recent_tokens=recent_tokens, recent_sampled=recent_sampled,
+        tokens=jnp.full((slots, chunk_tokens), sampling.pad_id, jnp.int32),
+        logprobs=jnp.zeros((slots, chunk_tokens), jnp.float32),
+        emitted=jnp.zeros((slots, chunk_tokens), jnp.bool_), sampled=jnp.zeros((slots, chunk_tokens), jnp.bool_)))
+    carry["steps"] = carry.pop("j")
+    cache = carry.pop("cache")
+    if attention == "view":
+        counts = carry["lengths"] - lengths  # the tokens each slot fed in this chunk
+        cache = [write_view_tokens(k, v, view, tables, lengths, counts, width, scratch_page)
+                 for (k, v), view in zip(kv_pages, cache)]
+    carry["kv_pages"] = cache
+    for name in ("recent_tokens", "recent_sampled", "view_valid"):
+        carry.pop(name)
+    return carry
+
+
+def _set_column(array: jax.Array, column, values: jax.Array) -> jax.Array:
+    """array [S, C] with column `column` (traced) set to values [S]: an in-place slice update, which
+    XLA's CPU backend runs much faster inside a loop than the scatter `.at[:, column].set` becomes."""
+    return jax.lax.dynamic_update_slice(array, values[:, None].astype(array.dtype), (0, column))
