@@ -148,13 +148,13 @@ def main(argv: list[str] | None = None) -> int:
 
     # The prompt_group each phase runs with (G: the G completions of a prompt share its prefill).
     groups: dict[str, set[int]] = {"generation": set(), "logprob": set(), "update": set()}
-    generate = rollout_module.generate
+    generate_paged = rollout_module.generate_paged
 
-    def recording_generate(graphdef, params, prompt_tokens, prompt_valid, rng_key, sampling):
+    def recording_generate(graphdef, weights, prompt_tokens, prompt_valid, rng_key, sampling, *args, **kwargs):
         groups["generation"].add(sampling.prompt_group)
-        return generate(graphdef, params, prompt_tokens, prompt_valid, rng_key, sampling)
+        return generate_paged(graphdef, weights, prompt_tokens, prompt_valid, rng_key, sampling, *args, **kwargs)
 
-    rollout_module.generate = recording_generate  # collect_rollout looks `generate` up at each call
+    rollout_module.generate_paged = recording_generate  # collect_rollout looks it up at each call
 
     rows: list[dict[str, float]] = []
 

@@ -148,8 +148,9 @@ def update_memory(trainer: Any, batch_shapes: Any, mode: str, prompt_group: int 
 
 
 class GenerateTimer:
-    """Stands in for `trainers.rollout.collect.generate` (what `collect_rollout` calls): times each call
-    and counts its generated tokens; `prompt_group`, when set, replaces the sampling's."""
+    """Stands in for `trainers.rollout.collect.generate_paged` (the engine, what `collect_rollout`
+    calls): times each call and counts its generated tokens; `prompt_group`, when set, replaces the
+    sampling's (1: every completion prefills its own prompt)."""
 
     def __init__(self, generate: Any) -> None:
         self.generate = generate
@@ -159,16 +160,17 @@ class GenerateTimer:
     def reset(self) -> None:
         self.seconds, self.tokens, self.decode_steps, self.groups = 0.0, 0, [], set()
 
-    def __call__(self, graphdef, params, prompt_tokens, prompt_valid, rng_key, sampling):
+    def __call__(self, graphdef, weights, prompt_tokens, prompt_valid, rng_key, sampling, *args, **kwargs):
         if self.prompt_group is not None:
             sampling = dataclasses.replace(sampling, prompt_group=self.prompt_group)
         t0 = time.perf_counter()
-        result = self.generate(graphdef, params, prompt_tokens, prompt_valid, rng_key, sampling)
-        self.seconds += time.perf_counter() - t0  # generate returns numpy arrays: the work is done
+        result, stats = self.generate(graphdef, weights, prompt_tokens, prompt_valid, rng_key, sampling, *args,
+                                      **kwargs)
+        self.seconds += time.perf_counter() - t0  # the engine returns numpy arrays: the work is done
         self.tokens += int(result.mask.sum())
         self.decode_steps.append(result.decode_steps)
         self.groups.add(sampling.prompt_group)
-        return result
+        return result, stats
 
 
 def time_generation(trainer: Any, timer: GenerateTimer, examples: list, prompt_group: int | None,
@@ -247,8 +249,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"train {metrics['timing/train_s']:.3f} s, {metrics['response_length/mean']:.1f} tokens/completion)",
                   file=sys.stderr, flush=True)
 
-    timer = GenerateTimer(rollout_module.generate)
-    rollout_module.generate = timer  # collect_rollout looks `generate` up in its module at each call
+    timer = GenerateTimer(rollout_module.generate_paged)
+    rollout_module.generate_paged = timer  # collect_rollout looks the engine up in its module at each call
 
     with CompileCounter() as counter, tempfile.TemporaryDirectory() as run_dir:
         trainer = GRPOTrainer(config, run_dir, Collect())

@@ -19,7 +19,8 @@ The host loop, between jitted chunks of `chunk_tokens` decode steps (`engine.pro
   4. decode a chunk over the active slots, gathered into the smallest bucket of slots that holds
      them (`slot_bucket`; only their block tables move, the pages stay where they are), so the last
      long sequences of a step run in a small program rather than among idle slots. With in-flight
-     weights the newest weights are taken before each chunk (and each admission);
+     weights the newest weights are taken before each chunk (and each admission). Once no group
+     waits (and no weights or turns need the host), chunks are twice as long;
   5. retire: ended slots give their pages back and take the next arrivals at step 1.
 
 Same samples: every completion gets the uniforms `generate` draws for its row and step, and the
@@ -307,7 +308,7 @@ class _Run:
 
     # 3. reserve the pages the chunk writes; copy shared partly filled pages first
     def reserve(self) -> None:
-        chunk, max_new, page = self.settings.chunk_tokens, self.sampling.max_new_tokens, self.pool.page_tokens
+        chunk, max_new, page = self.chunk_tokens(), self.sampling.max_new_tokens, self.pool.page_tokens
         copies = []
         for slot in np.flatnonzero(self.active):
             # the cache never holds the last sampled token: at most prompt + max_new - 1 tokens
@@ -321,6 +322,13 @@ class _Run:
             self.kv_pages = programs.copy_pages(self.kv_pages, jnp.asarray(padded[0]), jnp.asarray(padded[1]))
         self.stats.peak_pages_in_use = max(self.stats.peak_pages_in_use, self.pool.pages_in_use)
 
+    def chunk_tokens(self) -> int:
+        """settings.chunk_tokens; twice that while the host has nothing to do between chunks but shrink
+        the slot bucket (no group waits, no weights arrive in flight, no turns): fewer host round
+        trips as a step drains, one more compiled chunk length."""
+        idle = not self.waiting and not self.in_flight and self.turns is None
+        return self.settings.chunk_tokens * (2 if idle else 1)
+
     def view_tokens(self, running: np.ndarray) -> int:
         """The dense view's width for a "view" chunk: the running slots' longest length, bucketed (a
         few compiled widths: `bucket_width` in pages), at most a table's worth of pages."""
@@ -332,7 +340,7 @@ class _Run:
     # 4. decode a chunk over the active slots, gathered into the smallest bucket that holds them
     def decode(self) -> None:
         start_s = time.perf_counter()
-        chunk, window = self.settings.chunk_tokens, self.window
+        chunk, window = self.chunk_tokens(), self.window
         self.newest_weights()
         running = np.flatnonzero(self.active)
         bucket = slot_bucket(len(running), self.settings.num_slots)
