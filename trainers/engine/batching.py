@@ -2,7 +2,7 @@
 (rollouts sync and async, dynamic-sampling refills, multi-turn episodes, evaluation, the `generate`
 command). A fixed number of decode slots is refilled as sequences end, instead of a static batch
 that decodes until its longest completion ends. Same arguments and samples as the static reference
-sampler `models.generate.generate` (and `generate_in_flight`, `generate_turns`).
+sampler `models.generate.generate`.
 
 The host loop, between jitted chunks of `chunk_tokens` decode steps (`engine.programs`):
   1. admit: while slots are free and groups wait, take the next group (its G = prompt_group
@@ -140,13 +140,16 @@ def generate_paged(graphdef: nnx.GraphDef, weights: Weights | nnx.State, prompt_
     continuous batching over settings.num_slots slots and a paged KV cache (the module docstring).
 
     weights: the parameters, or a `Weights` callable () -> (params, version), called once, or with
-    in_flight=True before every admission and chunk (new weights apply from the next token on; the
-    keys and values already cached stay as the older weights computed them, as in
-    `generate_in_flight`); `token_versions` says which weights sampled each token.
+    in_flight=True before every chunk and every admission but the first (new weights apply from the
+    next token on; the keys and values already cached stay as the older weights computed them, not
+    recomputed, so each token's log-prob is the one it was sampled with); `token_versions` says
+    which weights sampled each token.
     uniforms [N, rows]: the draws to sample with, instead of those `generate` makes from `rng_key`
     (rows that came from several `generate` calls keep their own: `micro_batch_uniforms`).
-    turns, on_turn_end: multi-turn episodes, as `generate_turns` (its docstring: a turn's end pauses
-    the row, the reply is fed as forced tokens; `sampled` marks the sampled tokens).
+    turns, on_turn_end: multi-turn episodes. A row whose sampled tokens end a turn (EOS, or one of
+    turns.sequences, all its tokens sampled) pauses; the host calls on_turn_end (`generate.TurnEnd`)
+    and feeds the reply as forced tokens (log-prob 0), or ends the row. `mask` then marks every
+    token after the prompt, `sampled` those the model sampled.
     mesh: the device mesh the weights live on; the pages are placed on it, KV heads split over its
     `tensor` axis where they divide. Host reads gather across processes (`host.to_host`)."""
     prompt_tokens, prompt_valid = to_host(prompt_tokens).astype(np.int32), to_host(prompt_valid).astype(bool)
@@ -325,8 +328,11 @@ class _Run:
     def chunk_tokens(self) -> int:
         """settings.chunk_tokens; twice that while the host has nothing to do between chunks but shrink
         the slot bucket (no group waits, no weights arrive in flight, no turns): fewer host round
-        trips as a step drains, one more compiled chunk length."""
+        trips as a step drains, one more compiled chunk length. Without EOS stops (every sequence
+        runs to the budget, so no slot frees early) such a chunk runs to the end."""
         idle = not self.waiting and not self.in_flight and self.turns is None
+        if idle and not self.sampling.stop_at_eos:
+            return self.sampling.max_new_tokens  # every sequence runs to the budget: nothing to refill or shrink
         return self.settings.chunk_tokens * (2 if idle else 1)
 
     def view_tokens(self, running: np.ndarray) -> int:
