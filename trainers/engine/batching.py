@@ -33,6 +33,7 @@ decode tokens / slot-steps run), the pages in use, and prefill and decode time.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from typing import Any, Callable
 
@@ -186,7 +187,7 @@ class _Run:
         self.graph = static_graph(graphdef)  # hashed once, not at every chunk's call
         self.params, self.version = weights()
         self.fetched = True  # the weights just taken serve the first admission
-        model_cfg = nnx.merge(graphdef, self.params).cfg
+        model_cfg = _model_config(self.graph, self.params)
         rows, prompt_width = prompt_tokens.shape
         max_new, page, slots = sampling.max_new_tokens, settings.page_tokens, settings.num_slots
         max_pages = -(-(prompt_width + max_new) // page)
@@ -252,48 +253,50 @@ class _Run:
         start = time.perf_counter()
         self.newest_weights()
         self.stats.prefills += 1
-        logits = self.prefill(arrivals)
-        rows = [row for first, _ in arrivals for row in range(first, first + group)]
-        slots = [s for _, taken in arrivals for s in taken]
-        token0, logprob0 = programs.first_tokens(jnp.repeat(logits, group, axis=0),
-                                                 jnp.asarray(self.uniforms[0, rows]), sampling)
-        token0, logprob0 = to_host(token0), to_host(logprob0)
+        rows = np.array([row for first, _ in arrivals for row in range(first, first + group)], np.int64)
+        slots = np.array([s for _, taken in arrivals for s in taken], np.int64)
+        token0, logprob0 = self.prefill(arrivals)
+        token0, logprob0 = token0[:len(rows)], logprob0[:len(rows)]
         self.stats.prefill_s += time.perf_counter() - start
-        for i, (row, slot) in enumerate(zip(rows, slots)):
-            token = int(token0[i])
-            self.tokens[row, 0], self.logprobs[row, 0], self.mask[row, 0] = token, logprob0[i], True
-            self.sampled[row, 0], self.versions[row, 0] = True, self.version
-            self.slot_row[slot], self.lengths[slot], self.last_token[slot] = row, self.prompt_lengths[row], token
-            self.generated[slot] = 1
-            if self.turns is not None and (_is_eos(token, sampling) or (token,) in self.turns.sequences):
-                self.paused[slot] = True
-            elif self.sampling.max_new_tokens <= 1 or (sampling.stop_at_eos and _is_eos(token, sampling)):
-                self.end(slot)
-            else:
-                self.active[slot] = True
+        self.tokens[rows, 0], self.logprobs[rows, 0], self.mask[rows, 0] = token0, logprob0, True
+        self.sampled[rows, 0], self.versions[rows, 0] = True, self.version
+        self.slot_row[slots], self.lengths[slots], self.last_token[slots] = rows, self.prompt_lengths[rows], token0
+        self.generated[slots] = 1
+        is_eos = np.isin(token0, (sampling.eos_id, *sampling.extra_eos_ids))
+        if self.turns is not None:
+            one_token_stops = [s[0] for s in self.turns.sequences if len(s) == 1]
+            self.paused[slots] = is_eos | np.isin(token0, one_token_stops)
+            self.active[slots] = ~self.paused[slots]
+            return
+        ended = is_eos & sampling.stop_at_eos if sampling.max_new_tokens > 1 else np.ones(len(slots), bool)
+        self.active[slots] = ~ended
+        for slot in slots[ended]:
+            self.end(int(slot))
 
-    def prefill(self, arrivals) -> jax.Array:
+    def prefill(self, arrivals) -> tuple[np.ndarray, np.ndarray]:
         """Prefill the arrivals' prompts into fresh pages of each group's first slot and fork the
-        rest; returns the prompts' last logits [arrivals, V]."""
-        pool = self.pool
+        rest; returns token 0 of each arrival's completions and its log-prob (padded rows after)."""
+        pool, group = self.pool, self.sampling.prompt_group
         padded = 1 << (len(arrivals) - 1).bit_length()  # power-of-two prefill batches: few compiled shapes
         width = self.prompt_tokens.shape[1]
         pages = np.full((padded, width), self.scratch, np.int32)
         offsets = np.zeros((padded, width), np.int32)
+        uniforms = np.zeros(padded * group, np.float32)
         for i, (first, taken) in enumerate(arrivals):
             length = int(self.prompt_lengths[first])
-            table = pool.admit(taken[0], length)
-            for t in range(length):
-                column = width - length + t
-                pages[i, column], offsets[i, column] = table[t // pool.page_tokens], t % pool.page_tokens
+            table = np.asarray(pool.admit(taken[0], length))
+            t = np.arange(length)
+            pages[i, width - length:], offsets[i, width - length:] = table[t // pool.page_tokens], t % pool.page_tokens
             for slot in taken[1:]:
                 pool.fork(taken[0], slot)
+            uniforms[i * group:(i + 1) * group] = self.uniforms[0, first:first + group]
         firsts = [first for first, _ in arrivals]
         firsts += [firsts[0]] * (padded - len(firsts))  # padding rows repeat a real prompt, written nowhere
-        logits, prompt_kv = programs.prefill(self.graph, self.params, jnp.asarray(self.prompt_tokens[firsts]),
-                                             jnp.asarray(self.prompt_valid[firsts]))
-        self.kv_pages = programs.write_prompts(self.kv_pages, prompt_kv, jnp.asarray(pages), jnp.asarray(offsets))
-        return logits[:len(arrivals)]
+        self.kv_pages, token0, logprob0 = programs.admit(
+            self.graph, self.params, self.kv_pages, jnp.asarray(self.prompt_tokens[firsts]),
+            jnp.asarray(self.prompt_valid[firsts]), jnp.asarray(pages), jnp.asarray(offsets), jnp.asarray(uniforms),
+            self.sampling)
+        return to_host(token0), to_host(logprob0)
 
     # 2. the host's side of a turn's end
     def answer_turns(self) -> None:
@@ -349,26 +352,30 @@ class _Run:
         chunk, window = self.chunk_tokens(), self.window
         self.newest_weights()
         running = np.flatnonzero(self.active)
-        bucket = slot_bucket(len(running), self.settings.num_slots)
+        n = len(running)
+        bucket = slot_bucket(n, self.settings.num_slots)
+        rows, starts = self.slot_row[running], self.generated[running]
+        steps = starts[:, None] + np.arange(chunk)[None, :]  # [n, K]: the token index each step samples
         chunk_uniforms = np.zeros((bucket, chunk), np.float32)
+        chunk_uniforms[:n] = np.where(steps < self.sampling.max_new_tokens,
+                                      self.uniforms[np.minimum(steps, self.sampling.max_new_tokens - 1),
+                                                    rows[:, None]], 0.0)
         forced_tokens, forced = np.zeros((bucket, chunk), np.int32), np.zeros((bucket, chunk), bool)
         recent_tokens = np.full((bucket, window), self.sampling.pad_id, np.int32)
         recent_sampled = np.zeros((bucket, window), bool)
         for i, slot in enumerate(running):
-            row, start = self.slot_row[slot], self.generated[slot]
-            steps = self.uniforms[start:start + chunk, row]
-            chunk_uniforms[i, :len(steps)] = steps
             reply = self.pending.get(int(slot))
             if reply is not None:
                 forced_tokens[i, :len(reply[:chunk])], forced[i, :len(reply[:chunk])] = reply[:chunk], True
             if window:
+                row, start = rows[i], starts[i]
                 first = max(start - window, 0)
                 recent_tokens[i, window - (start - first):] = self.tokens[row, first:start]
                 recent_sampled[i, window - (start - first):] = self.sampled[row, first:start]
         picked = np.zeros(bucket, np.int64)
-        picked[:len(running)] = running
+        picked[:n] = running
         in_bucket = np.zeros(bucket, bool)
-        in_bucket[:len(running)] = True
+        in_bucket[:n] = True
         out = programs.decode_chunk(
             self.graph, self.params, self.kv_pages, jnp.asarray(self.pool.tables[picked]),
             jnp.asarray(self.lengths[picked]), jnp.asarray(self.last_token[picked]), jnp.asarray(in_bucket),
@@ -377,24 +384,24 @@ class _Run:
             self.scratch, self.turns, self.attention, self.view_tokens(running))
         self.kv_pages = out.pop("kv_pages")
         host = {name: to_host(value) for name, value in out.items()}
-        n = len(running)
-        emitted = host["emitted"][:n]
+        emitted = host["emitted"][:n]  # a prefix of each slot's steps: a slot that stops stays stopped
         self.stats.chunks += 1
         self.stats.slot_steps += bucket * int(host["steps"])
         self.stats.decode_tokens += int(emitted.sum())
-        for i, slot in enumerate(running):
-            row, start, count = self.slot_row[slot], self.generated[slot], int(emitted[i].sum())
-            self.tokens[row, start:start + count] = host["tokens"][i, :count]
-            self.logprobs[row, start:start + count] = host["logprobs"][i, :count]
-            self.mask[row, start:start + count] = True
-            self.sampled[row, start:start + count] = host["sampled"][i, :count]
-            self.versions[row, start:start + count] = self.version
+        counts = emitted.sum(axis=1)
+        out_rows, out_columns = np.repeat(rows, counts), steps[emitted]
+        self.tokens[out_rows, out_columns] = host["tokens"][:n][emitted]
+        self.logprobs[out_rows, out_columns] = host["logprobs"][:n][emitted]
+        self.mask[out_rows, out_columns] = True
+        self.sampled[out_rows, out_columns] = host["sampled"][:n][emitted]
+        self.versions[out_rows, out_columns] = self.version
+        for i, slot in enumerate(running if self.pending else ()):
             reply = self.pending.get(int(slot))
             if reply is not None:
-                if count >= len(reply):
+                if counts[i] >= len(reply):
                     del self.pending[int(slot)]
                 else:
-                    self.pending[int(slot)] = reply[count:]
+                    self.pending[int(slot)] = reply[counts[i]:]
         self.lengths[running] = host["lengths"][:n]
         self.last_token[running] = host["last_token"][:n]
         self.generated[running] = host["generated"][:n]
@@ -406,21 +413,39 @@ class _Run:
         self.stats.kv_tokens_stored += tokens_stored(self.pool)
         self.stats.decode_s += time.perf_counter() - start_s
         # 5. retire ended slots (a paused slot keeps its pages until its turn is answered)
-        for i, slot in enumerate(running):
-            self.active[slot] = still[i]
-            if not still[i] and not self.paused[slot]:
-                self.end(int(slot))
+        self.active[running] = still
+        for slot in running[~still & ~self.paused[running]]:
+            self.end(int(slot))
+
+
+_MODEL_CONFIGS: dict[Any, Any] = {}
+
+
+def _model_config(graph, params):
+    """The model's config (its layers, KV heads, head size, dtype), kept per graph: merging a model
+    to read it costs milliseconds, which every generation would pay."""
+    if graph not in _MODEL_CONFIGS:
+        _MODEL_CONFIGS[graph] = nnx.merge(graph.graphdef, params).cfg
+    return _MODEL_CONFIGS[graph]
 
 
 def _zero_pages(shape: tuple[int, ...], dtype, num_layers: int, mesh: Any) -> list[tuple[jax.Array, jax.Array]]:
-    """Each layer's (keys, values) pages [KVH, P, page_tokens, D], zero; on `mesh` (if any) with the
-    KV heads split over its `tensor` axis where they divide, else replicated."""
-    if mesh is None:
-        return [(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)) for _ in range(num_layers)]
-    tensor = dict(zip(mesh.axis_names, mesh.devices.shape)).get("tensor", 1)
-    spec = PartitionSpec("tensor") if tensor > 1 and shape[0] % tensor == 0 else PartitionSpec()
-    zeros = jax.jit(lambda: jnp.zeros(shape, dtype), out_shardings=NamedSharding(mesh, spec))
-    return [(zeros(), zeros()) for _ in range(num_layers)]
+    """Each layer's (keys, values) pages [KVH, P, page_tokens, D], zero, made by one program; on
+    `mesh` (if any) with the KV heads split over its `tensor` axis where they divide, else replicated."""
+    sharding = None
+    if mesh is not None:
+        tensor = dict(zip(mesh.axis_names, mesh.devices.shape)).get("tensor", 1)
+        sharding = NamedSharding(mesh, PartitionSpec("tensor") if tensor > 1 and shape[0] % tensor == 0
+                                 else PartitionSpec())
+    return _zeros_jit(shape, jnp.dtype(dtype), num_layers, sharding)
+
+
+@functools.partial(jax.jit, static_argnames=("shape", "dtype", "num_layers", "sharding"))
+def _zeros_jit(shape, dtype, num_layers, sharding):
+    zeros = [(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)) for _ in range(num_layers)]
+    if sharding is None:
+        return zeros
+    return jax.lax.with_sharding_constraint(zeros, sharding)
 
 
 def slot_bucket(active: int, slots: int) -> int:
@@ -430,9 +455,3 @@ def slot_bucket(active: int, slots: int) -> int:
     if active <= 8:
         return min(slots, 1 << max(active - 1, 0).bit_length())
     return min(slots, bucket_width(active, 8))
-
-
-def _is_eos(token: int, sampling: SamplingParams) -> bool:
-    return token == sampling.eos_id or token in sampling.extra_eos_ids
-
-

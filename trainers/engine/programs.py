@@ -1,6 +1,6 @@
-"""The engine's device programs, each jitted once per shape: prefill a batch of prompts, write their
-keys and values into pages, copy pages (copy-on-write), sample the first tokens, and decode a chunk
-of K tokens over a bucket of slots. The host loop that calls them is `engine.batching`.
+"""The engine's device programs, each jitted once per shape: admit arrivals (prefill their prompts,
+write the keys and values into pages, sample each completion's first token), copy pages
+(copy-on-write), and decode a chunk of K tokens over a bucket of slots. The host loop that calls them is `engine.batching`.
 
 Decode chunk (`decode_chunk`), per slot and step: feed the slot's last token at its position, write
 its key and value into the slot's pages, attend over the slot's tokens (`paged_attention`), sample
@@ -32,19 +32,16 @@ def uniforms_jit(rng_key, rows, max_new_tokens):
     return jax.vmap(lambda key: jax.random.uniform(key, (rows,), jnp.float32))(step_keys)
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef",))
-def prefill(graphdef: StaticGraph, params, prompt_tokens, prompt_valid):
+def _prefill(model, prompt_tokens, prompt_valid):
     """Dense forward of left-padded prompts [n, Lp]: (last position's logits [n, V], per layer keys
     [n, KVH, D, Lp] and values [n, KVH, Lp, D])."""
-    model = nnx.merge(graphdef.graphdef, params)
     valid = prompt_valid.astype(jnp.bool_)
     hidden, prompt_kv = model(prompt_tokens, model_lib.positions_from_valid(valid),
                               model_lib.causal_padding_mask(valid))
     return model.logits(hidden[:, -1, :]), prompt_kv
 
 
-@functools.partial(jax.jit, donate_argnames=("kv_pages",))
-def write_prompts(kv_pages, prompt_kv, pages, offsets):
+def _write_prompts(kv_pages, prompt_kv, pages, offsets):
     """Write prefilled keys/values into pages: pages, offsets [n, Lp] int32 give each prompt column's
     page and offset (the scratch page for padding and unused rows)."""
     out = []
@@ -56,15 +53,22 @@ def write_prompts(kv_pages, prompt_kv, pages, offsets):
     return out
 
 
+@functools.partial(jax.jit, static_argnames=("graphdef", "sampling"), donate_argnames=("kv_pages",))
+def admit(graphdef: StaticGraph, params, kv_pages, prompt_tokens, prompt_valid, pages, offsets, uniforms,
+          sampling: SamplingParams):
+    """One program for arrivals: prefill n distinct prompts [n, Lp], write their keys and values
+    into pages (`_write_prompts`), and sample token 0 of each of their G = sampling.prompt_group
+    completions from the prompt's last logits with uniforms [n x G]. Returns (kv_pages, tokens,
+    logprobs [n x G])."""
+    logits, prompt_kv = _prefill(nnx.merge(graphdef.graphdef, params), prompt_tokens, prompt_valid)
+    token, logprob = sample_token(jnp.repeat(logits, sampling.prompt_group, axis=0), uniforms, sampling)
+    return _write_prompts(kv_pages, prompt_kv, pages, offsets), token, logprob
+
+
 @functools.partial(jax.jit, donate_argnames=("kv_pages",))
 def copy_pages(kv_pages, sources, targets):
     """Copy page sources[i] to targets[i] in every layer (pairs of the scratch page do nothing useful)."""
     return [(k.at[:, targets].set(k[:, sources]), v.at[:, targets].set(v[:, sources])) for k, v in kv_pages]
-
-
-@functools.partial(jax.jit, static_argnames=("sampling",))
-def first_tokens(logits, uniforms, sampling: SamplingParams):
-    return sample_token(logits, uniforms, sampling)
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "sampling", "chunk_tokens", "scratch_page", "turns",
