@@ -92,18 +92,6 @@ def test_bad_batches_are_named(model, prompts):
                        EngineSettings(num_slots=2))
 
 
-def test_tokens_stored_counts_a_shared_page_once():
-    from trainers.engine.pages import PagePool
-    from trainers.engine.batching import tokens_stored
-
-    pool = PagePool(num_pages=8, page_tokens=4, num_slots=3, max_pages_per_slot=4)
-    pool.admit(0, 6)  # pages 0 (4 tokens), 1 (2 tokens)
-    pool.fork(0, 1)
-    pool.reserve(1, 8)  # slot 1 copies page 1 into page 2
-    pool.advance(1, 8)
-    assert tokens_stored(pool) == 4 + 2 + 4  # page 0 once, slot 0's page 1, slot 1's full copy
-
-
 def test_slot_buckets_grow_by_at_most_half():
     from trainers.engine.batching import slot_bucket
 

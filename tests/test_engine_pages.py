@@ -8,64 +8,77 @@ import numpy as np
 import pytest
 
 from trainers.models.paged_attention import paged_decode_attention
-from trainers.engine.pages import PageCopy, PagePool, PoolExhausted
+from trainers.engine.pages import GroupPages, PagePool, PoolExhausted
 
 
 def test_a_prompt_takes_the_pages_its_tokens_need():
     pool = PagePool(num_pages=8, page_tokens=4, num_slots=3, max_pages_per_slot=4)
-    assert pool.admit(0, 10) == [0, 1, 2]  # 10 tokens: 3 pages of 4, the lowest free first
+    assert pool.admit_group([0], 10) == GroupPages([0, 1, 2], [])  # 10 tokens: 3 pages of 4, the lowest free first
     assert pool.slot_pages(0) == [0, 1, 2] and pool.lengths[0] == 10
     assert (pool.pages_in_use, pool.free_pages) == (3, 5)
     assert pool.tables[0].tolist() == [0, 1, 2, 0]  # 0 past its pages: masked by its length
 
 
-def test_a_group_shares_its_prompt_and_copies_only_the_partial_last_page():
-    """Prompt of 10 tokens (pages 0, 1 full; page 2 holds 2 of 4). Three completions: slots 1 and 2
-    fork slot 0. Each writes its first token at position 10, inside page 2: the first two writers
-    get their own copy of it, the last holder keeps the original. Pages 0 and 1 stay shared."""
+def test_a_group_shares_its_prompts_full_pages_and_each_slot_has_its_own_partial_page():
+    """Prompt of 10 tokens (pages 0, 1 full; page 2 holds 2 of 4) for three completions in slots
+    0, 1, 2. Each writes its first token at position 10, inside the partly filled page: slots 1 and 2
+    get their own page for it (3 and 4) at admission; pages 0 and 1 stay shared by all three."""
     pool = PagePool(num_pages=8, page_tokens=4, num_slots=3, max_pages_per_slot=4)
-    pool.admit(0, 10)
-    pool.fork(0, 1)
-    pool.fork(0, 2)
-    assert pool.references[:3].tolist() == [3, 3, 3] and pool.pages_in_use == 3
-    assert pool.reserve(1, 11) == [PageCopy(source=2, target=3)]
-    assert pool.slot_pages(1) == [0, 1, 3] and pool.references[:4].tolist() == [3, 3, 2, 1]
-    assert pool.reserve(2, 11) == [PageCopy(source=2, target=4)]
-    assert pool.reserve(0, 11) == []  # slot 0 is page 2's last holder: it writes in place
-    assert pool.slot_pages(0) == [0, 1, 2] and pool.slot_pages(2) == [0, 1, 4]
-    assert pool.references[:5].tolist() == [3, 3, 1, 1, 1]
-    # 3 sequences of 11 tokens in 5 pages (20 positions), not 3 x 3 = 9 pages
-    assert pool.pages_in_use == 5
+    assert pool.admit_group([0, 1, 2], 10) == GroupPages(prompt_pages=[0, 1, 2], tail_pages=[3, 4])
+    assert [pool.slot_pages(s) for s in range(3)] == [[0, 1, 2], [0, 1, 3], [0, 1, 4]]
+    assert pool.references[:6].tolist() == [3, 3, 1, 1, 1, 0] and pool.lengths.tolist() == [10, 10, 10]
+    pool.grow([0, 1, 2], 12)  # positions 10, 11: inside each slot's own page, no new page
+    assert pool.pages_in_use == 5  # 3 sequences of 12 tokens in 5 pages, not 3 x 3 = 9
+    pool.grow([1], 13)  # position 12 starts a 4th page
+    assert pool.slot_pages(1) == [0, 1, 3, 5] and pool.pages_in_use == 6
+
+
+def test_a_prompt_that_fills_its_pages_is_shared_whole():
+    pool = PagePool(num_pages=8, page_tokens=4, num_slots=2, max_pages_per_slot=3)
+    assert pool.admit_group([1, 0], 8) == GroupPages([0, 1], [])
+    assert pool.slot_pages(0) == pool.slot_pages(1) == [0, 1] and pool.references[:2].tolist() == [2, 2]
+    pool.grow([1, 0], [10, 9])  # each writes from position 8: a page of its own, in the order named
+    assert pool.slot_pages(1) == [0, 1, 2] and pool.slot_pages(0) == [0, 1, 3]
 
 
 def test_growing_past_a_page_takes_a_new_page_and_release_returns_them():
     pool = PagePool(num_pages=6, page_tokens=4, num_slots=2, max_pages_per_slot=3)
-    pool.admit(0, 4)  # page 0, full
-    pool.fork(0, 1)
-    assert pool.reserve(1, 5) == []  # position 4 starts page position 1: nothing shared to copy
+    pool.admit_group([0, 1], 4)  # page 0, full, shared
+    pool.grow([1], 5)  # position 4 starts page position 1
     assert pool.slot_pages(1) == [0, 1]
-    pool.advance(1, 5)
-    assert pool.reserve(1, 8) == [] and pool.slot_pages(1) == [0, 1]  # still inside page 1
-    pool.advance(1, 8)
+    pool.advance([1], 5)
+    pool.grow([1], 8)
+    assert pool.slot_pages(1) == [0, 1]  # still inside page 1
+    pool.advance([1], 8)
     with pytest.raises(ValueError, match="more than a slot's 3"):
-        pool.reserve(1, 13)
-    pool.release(0)
+        pool.grow([1], 13)
+    with pytest.raises(ValueError, match="slot 1: 9 tokens, but its pages hold 8"):
+        pool.advance([1], 9)
+    pool.release([0])
     assert pool.references[:2].tolist() == [1, 1] and pool.pages_in_use == 2  # page 0 still slot 1's
-    pool.release(1)
+    pool.release([1])
     assert pool.pages_in_use == 0 and pool.lengths.tolist() == [0, 0]
-    assert pool.admit(0, 1) == [0]  # freed pages come back, lowest first
+    assert pool.admit_group([0], 1) == GroupPages([0], [])  # freed pages come back, lowest first
 
 
 def test_an_exhausted_pool_refuses_and_changes_nothing():
-    pool = PagePool(num_pages=3, page_tokens=2, num_slots=2, max_pages_per_slot=3)
-    pool.admit(0, 3)  # pages 0 and 1, page 1 holding 1 token of 2
-    pool.fork(0, 1)
-    with pytest.raises(PoolExhausted, match="2 pages asked for, 1 of 3 free"):
-        pool.reserve(1, 6)  # positions 3..5: a copy of the shared page 1, and one page more
-    assert pool.slot_pages(1) == [0, 1] and pool.references[:3].tolist() == [2, 2, 0]
-    assert pool.reserve(1, 4) == [PageCopy(source=1, target=2)]  # the copy alone fits
+    pool = PagePool(num_pages=4, page_tokens=2, num_slots=2, max_pages_per_slot=3)
+    pool.admit_group([0, 1], 3)  # pages 0 (shared) and 1 (slot 0's tail), 2 (slot 1's tail)
+    with pytest.raises(PoolExhausted, match="2 pages asked for, 1 of 4 free"):
+        pool.grow([0, 1], 5)  # positions 3, 4: one page more each
+    assert pool.slot_pages(0) == [0, 1] and pool.slot_pages(1) == [0, 2] and pool.free_pages == 1
+    pool.grow([1], 5)  # one fits
+    assert pool.slot_pages(1) == [0, 2, 3] and pool.free_pages == 0
     with pytest.raises(ValueError, match="slot 0 is not free"):
-        pool.admit(0, 1)
+        pool.admit_group([0], 1)
+
+
+def test_tokens_stored_counts_a_shared_page_once():
+    pool = PagePool(num_pages=8, page_tokens=4, num_slots=3, max_pages_per_slot=4)
+    pool.admit_group([0, 1], 6)  # page 0 (4 tokens, shared), pages 1 and 2 (2 tokens each)
+    pool.grow([1], 8)
+    pool.advance([1], 8)
+    assert pool.tokens_stored() == 4 + 2 + 4  # page 0 once, slot 0's page 1, slot 1's full page 2
 
 
 def dense_reference(q, k_pages, v_pages, tables, lengths):

@@ -8,14 +8,14 @@ The host loop, between jitted chunks of `chunk_tokens` decode steps (`engine.pro
   1. admit: while slots are free and groups wait, take the next group (its G = prompt_group
      completions need G free slots); the arrivals' distinct prompts are prefilled together (the
      dense forward `generate` uses), their keys and values written into fresh pages of the group's
-     first slot, which the other G - 1 fork (`PagePool.fork`: the prompt is stored and prefilled
-     once); token 0 of each completion is sampled from the prompt's logits;
+     first slot, whose full pages the other G - 1 share (`PagePool.admit_group`: the prompt is
+     stored and prefilled once; a partly filled last page is written once per slot, the one page
+     each completion writes into); token 0 of each completion is sampled from the prompt's logits;
   2. answer turns (multi-turn only): a slot that sampled a turn's end (EOS or a stop sequence)
      waits, holding its pages, while the host asks `on_turn_end` for the environment's reply; the
      reply enters the slot as forced tokens over its next steps (the other slots decode on), or the
      slot ends;
-  3. reserve: every active slot gets the pages its next chunk writes (`PagePool.reserve`; the
-     copies of a shared partly filled page are made on the device first);
+  3. reserve: every active slot gets the pages its next chunk writes (`PagePool.grow`);
   4. decode a chunk over the active slots, gathered into the smallest bucket of slots that holds
      them (`slot_bucket`; only their block tables move, the pages stay where they are), so the last
      long sequences of a step run in a small program rather than among idle slots. With in-flight
@@ -48,7 +48,7 @@ from trainers.engine import programs
 from trainers.engine.pages import PAGE_TOKENS, PagePool
 from trainers.models.paged_attention import default_implementation
 from trainers.models.generate import GenerationResult, SamplingParams, TurnEnd, TurnStops, static_graph
-from trainers.parallel.host import to_host
+from trainers.parallel.host import to_host, tree_to_host
 
 Weights = Callable[[], tuple[Any, int]]  # () -> (params, version): see `rollout.spec.Weights`
 
@@ -103,16 +103,6 @@ class EngineStats:
                     else mine + theirs)
 
 
-def tokens_stored(pool: PagePool) -> int:
-    """The token positions written in the pages in use: each slot's tokens, a shared page once."""
-    filled: dict[int, int] = {}
-    for slot in np.flatnonzero(pool.pages_held):
-        length = int(pool.lengths[slot])
-        for i, page in enumerate(pool.slot_pages(int(slot))):
-            filled[page] = max(filled.get(page, 0), min(max(length - i * pool.page_tokens, 0), pool.page_tokens))
-    return sum(filled.values())
-
-
 def step_uniforms(rng_key: jax.Array, rows: int, max_new_tokens: int) -> np.ndarray:
     """[N, rows] float32: the uniform `generate` draws for each sampling step and row (one key per
     step, split up front, each giving the step's [rows] uniforms)."""
@@ -120,12 +110,12 @@ def step_uniforms(rng_key: jax.Array, rows: int, max_new_tokens: int) -> np.ndar
 
 
 def micro_batch_uniforms(rng_key: jax.Array, first_call: int, rows: int, micro_batch: int,
-                         max_new_tokens: int) -> np.ndarray:
+                         max_new_tokens: int, call_stride: int = 1) -> np.ndarray:
     """[N, rows]: the uniforms of `rows` rows cut into micro-batches of `micro_batch` rows, the k-th
-    drawing as `generate` does from fold_in(rng_key, first_call + k): the samples of a rollout whose
-    micro-batch k has that key, whichever way the engine groups the rows."""
-    return np.concatenate([step_uniforms(jax.random.fold_in(rng_key, first_call + k), min(micro_batch, rows - start),
-                                         max_new_tokens)
+    drawing as `generate` does from fold_in(rng_key, first_call + k x call_stride): the samples of a
+    rollout whose micro-batch k has that key, whichever way the engine groups the rows."""
+    return np.concatenate([step_uniforms(jax.random.fold_in(rng_key, first_call + k * call_stride),
+                                         min(micro_batch, rows - start), max_new_tokens)
                            for k, start in enumerate(range(0, rows, micro_batch))], axis=1)
 
 
@@ -235,15 +225,19 @@ class _Run:
             self.params, self.version = self.weights()
         self.fetched = False
 
-    def end(self, slot: int) -> None:
-        self.pool.release(slot)
-        self.slot_row[slot], self.active[slot], self.paused[slot] = -1, False, False
-        self.pending.pop(slot, None)
+    def end(self, slots: np.ndarray) -> None:
+        """The sequences of `slots` ended: their pages go back, the slots take arrivals."""
+        if not len(slots):
+            return
+        self.pool.release(slots)
+        self.slot_row[slots], self.active[slots], self.paused[slots] = -1, False, False
+        for slot in slots if self.pending else ():
+            self.pending.pop(int(slot), None)
 
     # 1. admit whole groups into free slots
     def admit(self) -> None:
         group, sampling = self.sampling.prompt_group, self.sampling
-        free = [s for s in range(self.settings.num_slots) if self.slot_row[s] < 0]
+        free = np.flatnonzero(self.slot_row < 0)
         arrivals = []
         while self.waiting and len(free) >= group:
             arrivals.append((self.waiting.pop(0), free[:group]))
@@ -270,33 +264,38 @@ class _Run:
             return
         ended = is_eos & sampling.stop_at_eos if sampling.max_new_tokens > 1 else np.ones(len(slots), bool)
         self.active[slots] = ~ended
-        for slot in slots[ended]:
-            self.end(int(slot))
+        self.end(slots[ended])
 
     def prefill(self, arrivals) -> tuple[np.ndarray, np.ndarray]:
-        """Prefill the arrivals' prompts into fresh pages of each group's first slot and fork the
-        rest; returns token 0 of each arrival's completions and its log-prob (padded rows after)."""
-        pool, group = self.pool, self.sampling.prompt_group
+        """Prefill the arrivals' prompts into fresh pages of each group's slots (`PagePool.admit_group`:
+        the full pages shared, the partly filled last one written once per slot); returns token 0
+        of each arrival's completions and its log-prob (padded rows after)."""
+        pool, group, page = self.pool, self.sampling.prompt_group, self.pool.page_tokens
         padded = 1 << (len(arrivals) - 1).bit_length()  # power-of-two prefill batches: few compiled shapes
         width = self.prompt_tokens.shape[1]
         pages = np.full((padded, width), self.scratch, np.int32)
         offsets = np.zeros((padded, width), np.int32)
+        tail_columns = np.zeros((padded, page), np.int32)
+        tail_pages = np.full((padded, group - 1, page), self.scratch, np.int32)
         uniforms = np.zeros(padded * group, np.float32)
         for i, (first, taken) in enumerate(arrivals):
             length = int(self.prompt_lengths[first])
-            table = np.asarray(pool.admit(taken[0], length))
+            given = pool.admit_group(taken, length)
+            table = np.asarray(given.prompt_pages, np.int32)
             t = np.arange(length)
-            pages[i, width - length:], offsets[i, width - length:] = table[t // pool.page_tokens], t % pool.page_tokens
-            for slot in taken[1:]:
-                pool.fork(taken[0], slot)
+            pages[i, width - length:], offsets[i, width - length:] = table[t // page], t % page
+            if given.tail_pages:
+                full = length // page * page  # the tail: tokens full .. length - 1, at offsets 0 ..
+                tail = length - full
+                tail_columns[i, :tail] = width - length + full + np.arange(tail)
+                tail_pages[i, :, :tail] = np.asarray(given.tail_pages, np.int32)[:, None]
             uniforms[i * group:(i + 1) * group] = self.uniforms[0, first:first + group]
         firsts = [first for first, _ in arrivals]
         firsts += [firsts[0]] * (padded - len(firsts))  # padding rows repeat a real prompt, written nowhere
         self.kv_pages, token0, logprob0 = programs.admit(
-            self.graph, self.params, self.kv_pages, jnp.asarray(self.prompt_tokens[firsts]),
-            jnp.asarray(self.prompt_valid[firsts]), jnp.asarray(pages), jnp.asarray(offsets), jnp.asarray(uniforms),
-            self.sampling)
-        return to_host(token0), to_host(logprob0)
+            self.graph, self.params, self.kv_pages, self.prompt_tokens[firsts], self.prompt_valid[firsts], pages,
+            offsets, tail_columns, tail_pages, uniforms, self.sampling)
+        return tree_to_host((token0, logprob0))
 
     # 2. the host's side of a turn's end
     def answer_turns(self) -> None:
@@ -306,26 +305,18 @@ class _Run:
             reply = self.on_turn_end(row, step, self.tokens[row, :step].copy())
             self.paused[slot] = False
             if reply is None or step + len(reply) >= max_new:
-                self.end(int(slot))
+                self.end(np.array([slot]))
                 continue
             if len(reply):
                 self.pending[int(slot)] = np.asarray(reply, np.int32)
             self.active[slot] = True
 
-    # 3. reserve the pages the chunk writes; copy shared partly filled pages first
+    # 3. grow every active slot's pages to hold what its chunk writes
     def reserve(self) -> None:
-        chunk, max_new, page = self.chunk_tokens(), self.sampling.max_new_tokens, self.pool.page_tokens
-        copies = []
-        for slot in np.flatnonzero(self.active):
-            # the cache never holds the last sampled token: at most prompt + max_new - 1 tokens
-            most = self.prompt_lengths[self.slot_row[slot]] + max_new - 1
-            copies += self.pool.reserve(int(slot), int(min(self.lengths[slot] + chunk, most)))
-        if copies:
-            # a fixed count (one program): a slot copies at most the pages its chunk writes into
-            padded = np.full((2, self.settings.num_slots * (chunk // page + 2)), self.scratch, np.int32)
-            padded[0, :len(copies)] = [c.source for c in copies]
-            padded[1, :len(copies)] = [c.target for c in copies]
-            self.kv_pages = programs.copy_pages(self.kv_pages, jnp.asarray(padded[0]), jnp.asarray(padded[1]))
+        running = np.flatnonzero(self.active)
+        # the cache never holds the last sampled token: at most prompt + max_new - 1 tokens
+        most = self.prompt_lengths[self.slot_row[running]] + self.sampling.max_new_tokens - 1
+        self.pool.grow(running, np.minimum(self.lengths[running] + self.chunk_tokens(), most))
         self.stats.peak_pages_in_use = max(self.stats.peak_pages_in_use, self.pool.pages_in_use)
 
     def chunk_tokens(self) -> int:
@@ -363,8 +354,8 @@ class _Run:
         forced_tokens, forced = np.zeros((bucket, chunk), np.int32), np.zeros((bucket, chunk), bool)
         recent_tokens = np.full((bucket, window), self.sampling.pad_id, np.int32)
         recent_sampled = np.zeros((bucket, window), bool)
-        for i, slot in enumerate(running):
-            reply = self.pending.get(int(slot))
+        for i in (range(n) if self.turns is not None else ()):
+            reply = self.pending.get(int(running[i]))
             if reply is not None:
                 forced_tokens[i, :len(reply[:chunk])], forced[i, :len(reply[:chunk])] = reply[:chunk], True
             if window:
@@ -374,16 +365,15 @@ class _Run:
                 recent_sampled[i, window - (start - first):] = self.sampled[row, first:start]
         picked = np.zeros(bucket, np.int64)
         picked[:n] = running
-        in_bucket = np.zeros(bucket, bool)
-        in_bucket[:n] = True
+        in_bucket = np.arange(bucket) < n
+        # numpy arguments go to the device with the call (no separate transfer per array)
         out = programs.decode_chunk(
-            self.graph, self.params, self.kv_pages, jnp.asarray(self.pool.tables[picked]),
-            jnp.asarray(self.lengths[picked]), jnp.asarray(self.last_token[picked]), jnp.asarray(in_bucket),
-            jnp.asarray(self.generated[picked]), jnp.asarray(chunk_uniforms), jnp.asarray(forced_tokens),
-            jnp.asarray(forced), jnp.asarray(recent_tokens), jnp.asarray(recent_sampled), self.sampling, chunk,
-            self.scratch, self.turns, self.attention, self.view_tokens(running))
+            self.graph, self.params, self.kv_pages, self.pool.tables[picked], self.lengths[picked],
+            self.last_token[picked], in_bucket, self.generated[picked], chunk_uniforms, forced_tokens, forced,
+            recent_tokens, recent_sampled, self.sampling, chunk, self.scratch, self.turns, self.attention,
+            self.view_tokens(running))
         self.kv_pages = out.pop("kv_pages")
-        host = {name: to_host(value) for name, value in out.items()}
+        host = tree_to_host(out)
         emitted = host["emitted"][:n]  # a prefix of each slot's steps: a slot that stops stays stopped
         self.stats.chunks += 1
         self.stats.slot_steps += bucket * int(host["steps"])
@@ -407,15 +397,13 @@ class _Run:
         self.generated[running] = host["generated"][:n]
         self.paused[running] = host["paused"][:n]
         still = host["active"][:n]
-        for slot in running:
-            self.pool.advance(int(slot), int(self.lengths[slot]))
+        self.pool.advance(running, self.lengths[running])
         self.stats.kv_positions_held += self.pool.pages_in_use * self.pool.page_tokens
-        self.stats.kv_tokens_stored += tokens_stored(self.pool)
+        self.stats.kv_tokens_stored += self.pool.tokens_stored()
         self.stats.decode_s += time.perf_counter() - start_s
         # 5. retire ended slots (a paused slot keeps its pages until its turn is answered)
         self.active[running] = still
-        for slot in running[~still & ~self.paused[running]]:
-            self.end(int(slot))
+        self.end(running[~still & ~self.paused[running]])
 
 
 _MODEL_CONFIGS: dict[Any, Any] = {}

@@ -6,15 +6,16 @@ holds a sequence's tokens 0 .. length - 1 in the pages of its block table, in or
 in page `table[slot, t // page_tokens]` at offset `t % page_tokens`. A slot holds only the pages
 its tokens use, so memory follows the tokens generated, not the longest possible completion.
 
-Pages are reference-counted, so the G completions of a prompt share its pages: `fork` gives a slot
-the block table of another (every page's count + 1), and a slot about to write into a page that
-another slot also holds gets its own copy first (copy-on-write: `reserve` returns the copies the
-device must make before the write). Only the prompt's partly filled last page is ever copied; the
-full pages stay shared until the last holder releases them.
+Pages are reference-counted, so the G completions of a prompt share its pages: `admit_group` gives
+the group's first slot fresh pages for the prompt and the others the same full pages (every
+page's count + G - 1). A prompt's partly filled last page is the one page a completion writes
+into: each other slot gets its own page for it at once (`GroupPages.tail_pages`), which the
+device fills with the same prompt tokens when it writes the prompt (copied at admission, not on
+the first write), so no write ever lands in a shared page.
 
-Pure Python and numpy: the engine calls it between decode chunks (admit, grow, retire) and hands
-the device the block tables and the page copies. Raises PoolExhausted when a reservation needs more
-free pages than there are; the pool is then unchanged.
+Pure Python and numpy, every operation over many slots at once: the engine calls it between
+decode chunks (admit, grow, retire) and hands the device the block tables. Raises PoolExhausted
+when an operation needs more free pages than there are; the pool is then unchanged.
 """
 
 from __future__ import annotations
@@ -33,11 +34,14 @@ class PoolExhausted(RuntimeError):
 
 
 @dataclasses.dataclass(frozen=True)
-class PageCopy:
-    """Copy page `source` into page `target` (every layer, keys and values) before writing to it."""
+class GroupPages:
+    """What `admit_group` gave a group: `prompt_pages`, the first slot's pages in order (the prompt's
+    tokens; the last one partly filled when the prompt does not end on a page boundary), and
+    `tail_pages`, each other slot's own page in place of that partly filled one (empty when the
+    prompt fills its pages)."""
 
-    source: int
-    target: int
+    prompt_pages: list[int]
+    tail_pages: list[int]
 
 
 class PagePool:
@@ -57,97 +61,109 @@ class PagePool:
         self.tables = np.zeros((num_slots, max_pages_per_slot), np.int32)
         self.pages_held = np.zeros(num_slots, np.int32)  # the leading entries of each table in use
         self.lengths = np.zeros(num_slots, np.int32)
-        self._free = list(range(num_pages - 1, -1, -1))  # a stack: the lowest free page is taken first
+        self._free_count = num_pages
 
     # -- what the pool holds ----------------------------------------------------------------
 
     @property
     def free_pages(self) -> int:
-        return len(self._free)
+        return self._free_count
 
     @property
     def pages_in_use(self) -> int:
-        return self.num_pages - len(self._free)
+        return self.num_pages - self._free_count
 
-    def pages_for(self, tokens: int) -> int:
-        """Pages that hold `tokens` token positions."""
+    def pages_for(self, tokens):
+        """Pages that hold `tokens` token positions (an int or an array of them)."""
         return -(-tokens // self.page_tokens)
 
     def slot_pages(self, slot: int) -> list[int]:
         return self.tables[slot, :self.pages_held[slot]].tolist()
 
+    def tokens_stored(self) -> int:
+        """The token positions written in the pages in use: each slot's tokens, a shared page once."""
+        slots = np.flatnonzero(self.pages_held)
+        if not len(slots):
+            return 0
+        held = self.pages_held[slots]
+        index = np.arange(self.max_pages_per_slot)[None, :]
+        in_use = index < held[:, None]  # [n, max_pages]
+        filled = np.clip(self.lengths[slots, None] - index * self.page_tokens, 0, self.page_tokens)
+        per_page = np.zeros(self.num_pages, np.int64)
+        np.maximum.at(per_page, self.tables[slots][in_use], filled[in_use])
+        return int(per_page.sum())
+
     # -- changes ------------------------------------------------------------------------------
 
-    def _take(self, count: int) -> list[int]:
-        if count > len(self._free):
-            raise PoolExhausted(f"{count} pages asked for, {len(self._free)} of {self.num_pages} free")
-        taken = [self._free.pop() for _ in range(count)]
+    def _take(self, count: int) -> np.ndarray:
+        """`count` free pages, the lowest first, each with one reference."""
+        if count > self._free_count:
+            raise PoolExhausted(f"{count} pages asked for, {self._free_count} of {self.num_pages} free")
+        taken = np.flatnonzero(self.references == 0)[:count]
         self.references[taken] = 1
-        return taken
+        self._free_count -= count
+        return taken.astype(np.int32)
 
-    def _drop(self, page: int) -> None:
-        self.references[page] -= 1
-        if self.references[page] == 0:
-            self._free.append(page)
-            self._free.sort(reverse=True)
+    def admit_group(self, slots, tokens: int) -> GroupPages:
+        """Free slots `slots` take a prompt of `tokens` tokens about to be prefilled, for the
+        completions of one group: slots[0] gets fresh pages for it; the others share its full pages
+        and each gets its own page for a partly filled last one (the module docstring)."""
+        slots = np.asarray(slots, np.int64)
+        if self.pages_held[slots].any():
+            raise ValueError(f"slot {int(slots[self.pages_held[slots] > 0][0])} is not free")
+        pages = self._check_fits(tokens)
+        full = tokens // self.page_tokens
+        tails = (len(slots) - 1) * (pages - full)
+        taken = self._take(pages + tails)
+        prompt, tail = taken[:pages], taken[pages:]
+        self.references[prompt[:full]] += len(slots) - 1
+        self.tables[slots, :pages] = prompt
+        if tails:
+            self.tables[slots[1:], full] = tail
+        self.pages_held[slots], self.lengths[slots] = pages, tokens
+        return GroupPages(prompt.tolist(), tail.tolist())
 
-    def admit(self, slot: int, tokens: int) -> list[int]:
-        """Give free slot `slot` fresh pages for a sequence of `tokens` tokens (a prompt about to be
-        prefilled); returns them, in order."""
-        if self.pages_held[slot]:
-            raise ValueError(f"slot {slot} is not free")
-        pages = self._take(self._check_fits(tokens))
-        self.tables[slot, :len(pages)] = pages
-        self.pages_held[slot], self.lengths[slot] = len(pages), tokens
-        return pages
-
-    def fork(self, source: int, slot: int) -> None:
-        """Free slot `slot` shares every page of `source` (its tokens too): the next completion of the
-        same prompt, which then writes its own tokens after them (`reserve` copies the shared last
-        page first)."""
-        if self.pages_held[slot]:
-            raise ValueError(f"slot {slot} is not free")
-        held = int(self.pages_held[source])
-        pages = self.tables[source, :held]
-        self.references[pages] += 1
-        self.tables[slot, :held] = pages
-        self.pages_held[slot], self.lengths[slot] = held, self.lengths[source]
-
-    def reserve(self, slot: int, tokens: int) -> list[PageCopy]:
-        """Make slot `slot` able to write positions lengths[slot] .. tokens - 1: new pages where its
-        pages end, and its own copy of a page it shares that those positions fall in. Returns the
-        copies the device must make before writing (none when nothing is shared). On PoolExhausted
+    def grow(self, slots, tokens) -> None:
+        """Make each of `slots` able to hold tokens[i] tokens: new pages where its pages end (its
+        positions lengths .. tokens - 1 then fall in pages it alone holds). On PoolExhausted
         nothing changes."""
-        length, held = int(self.lengths[slot]), int(self.pages_held[slot])
-        needed = self._check_fits(tokens)
-        if tokens <= length:
-            return []
-        first_written = length // self.page_tokens  # the page position `length` falls in
-        shared = [i for i in range(first_written, held) if self.references[self.tables[slot, i]] > 1]
-        fresh = self._take(max(0, needed - held) + len(shared))
-        copies = []
-        for i in shared:
-            target = fresh.pop()
-            copies.append(PageCopy(int(self.tables[slot, i]), target))
-            self._drop(int(self.tables[slot, i]))
-            self.tables[slot, i] = target
-        self.tables[slot, held:held + len(fresh)] = fresh
-        self.pages_held[slot] = max(held, needed)
-        return copies
+        slots = np.asarray(slots, np.int64)
+        tokens = np.broadcast_to(np.asarray(tokens, np.int64), slots.shape)
+        needed = self.pages_for(tokens)
+        if len(slots) and needed.max() > self.max_pages_per_slot:
+            self._check_fits(int(tokens.max()))
+        held = self.pages_held[slots].astype(np.int64)
+        extra = np.maximum(needed - held, 0)
+        total = int(extra.sum())
+        if not total:
+            return
+        fresh = self._take(total)
+        rows = np.repeat(slots, extra)
+        columns = np.repeat(held, extra) + np.arange(total) - np.repeat(np.cumsum(extra) - extra, extra)
+        self.tables[rows, columns] = fresh
+        self.pages_held[slots] = np.maximum(held, needed)
 
-    def advance(self, slot: int, tokens: int) -> None:
-        """Slot `slot` now holds `tokens` tokens (within the pages `reserve` gave it)."""
-        if tokens > self.pages_held[slot] * self.page_tokens:
-            raise ValueError(f"slot {slot}: {tokens} tokens, but its pages hold {self.pages_held[slot] * self.page_tokens}")
-        self.lengths[slot] = tokens
+    def advance(self, slots, tokens) -> None:
+        """`slots` now hold tokens[i] tokens each (within the pages `grow` gave them)."""
+        slots = np.asarray(slots, np.int64)
+        tokens = np.broadcast_to(np.asarray(tokens, np.int32), slots.shape)
+        over = tokens > self.pages_held[slots] * self.page_tokens
+        if over.any():
+            slot = int(slots[over][0])
+            raise ValueError(f"slot {slot}: {int(tokens[over][0])} tokens, but its pages hold "
+                             f"{self.pages_held[slot] * self.page_tokens}")
+        self.lengths[slots] = tokens
 
-    def release(self, slot: int) -> None:
-        """Slot `slot`'s sequence ended: its pages go back to the pool (a shared one when its last
-        holder releases it)."""
-        for page in self.tables[slot, :self.pages_held[slot]].tolist():
-            self._drop(page)
-        self.tables[slot] = 0
-        self.pages_held[slot], self.lengths[slot] = 0, 0
+    def release(self, slots) -> None:
+        """The sequences of `slots` ended: their pages go back to the pool (a shared one when its
+        last holder releases it)."""
+        slots = np.atleast_1d(np.asarray(slots, np.int64))
+        held = self.pages_held[slots]
+        pages = self.tables[slots][np.arange(self.max_pages_per_slot)[None, :] < held[:, None]]
+        np.subtract.at(self.references, pages, 1)
+        self._free_count += int(np.count_nonzero(self.references[np.unique(pages)] == 0))
+        self.tables[slots] = 0
+        self.pages_held[slots], self.lengths[slots] = 0, 0
 
     def _check_fits(self, tokens: int) -> int:
         pages = self.pages_for(tokens)

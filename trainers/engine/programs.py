@@ -1,6 +1,6 @@
 """The engine's device programs, each jitted once per shape: admit arrivals (prefill their prompts,
-write the keys and values into pages, sample each completion's first token), copy pages
-(copy-on-write), and decode a chunk of K tokens over a bucket of slots. The host loop that calls them is `engine.batching`.
+write the keys and values into pages, sample each completion's first token) and decode a chunk of
+K tokens over a bucket of slots. The host loop that calls them is `engine.batching`.
 
 Decode chunk (`decode_chunk`), per slot and step: feed the slot's last token at its position, write
 its key and value into the slot's pages, attend over the slot's tokens (`paged_attention`), sample
@@ -41,34 +41,42 @@ def _prefill(model, prompt_tokens, prompt_valid):
     return model.logits(hidden[:, -1, :]), prompt_kv
 
 
-def _write_prompts(kv_pages, prompt_kv, pages, offsets):
+def _write_prompts(kv_pages, prompt_kv, pages, offsets, tail_columns, tail_pages):
     """Write prefilled keys/values into pages: pages, offsets [n, Lp] int32 give each prompt column's
-    page and offset (the scratch page for padding and unused rows)."""
+    page and offset (the scratch page for padding and unused rows); the tail (the tokens of a
+    partly filled last page) goes again into each other completion's own page: tail_columns [n, T]
+    the prompt columns of its tokens, tail_pages [n, G - 1, T] their pages (offsets 0 .. T - 1,
+    T = page_tokens; the scratch page past the tail)."""
     out = []
+    offsets_tail = jnp.broadcast_to(jnp.arange(tail_pages.shape[2]), tail_pages.shape)
     for (k_pages, v_pages), (keys, values) in zip(kv_pages, prompt_kv):
         k_new = keys.transpose(1, 0, 3, 2)  # [KVH, n, Lp, D]
         v_new = values.transpose(1, 0, 2, 3)  # [KVH, n, Lp, D]
-        out.append((k_pages.at[:, pages, offsets].set(k_new.astype(k_pages.dtype)),
-                    v_pages.at[:, pages, offsets].set(v_new.astype(v_pages.dtype))))
+        k_pages = k_pages.at[:, pages, offsets].set(k_new.astype(k_pages.dtype))
+        v_pages = v_pages.at[:, pages, offsets].set(v_new.astype(v_pages.dtype))
+        if tail_pages.shape[1]:
+            columns = tail_columns[None, :, :, None]  # [1, n, T, 1]
+            k_tail = jnp.take_along_axis(k_new, columns, axis=2)[:, :, None]  # [KVH, n, 1, T, D]
+            v_tail = jnp.take_along_axis(v_new, columns, axis=2)[:, :, None]
+            tail_shape = (k_tail.shape[0], *tail_pages.shape, k_tail.shape[-1])  # [KVH, n, G - 1, T, D]
+            k_pages = k_pages.at[:, tail_pages, offsets_tail].set(
+                jnp.broadcast_to(k_tail, tail_shape).astype(k_pages.dtype))
+            v_pages = v_pages.at[:, tail_pages, offsets_tail].set(
+                jnp.broadcast_to(v_tail, tail_shape).astype(v_pages.dtype))
+        out.append((k_pages, v_pages))
     return out
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "sampling"), donate_argnames=("kv_pages",))
-def admit(graphdef: StaticGraph, params, kv_pages, prompt_tokens, prompt_valid, pages, offsets, uniforms,
-          sampling: SamplingParams):
+def admit(graphdef: StaticGraph, params, kv_pages, prompt_tokens, prompt_valid, pages, offsets, tail_columns,
+          tail_pages, uniforms, sampling: SamplingParams):
     """One program for arrivals: prefill n distinct prompts [n, Lp], write their keys and values
     into pages (`_write_prompts`), and sample token 0 of each of their G = sampling.prompt_group
     completions from the prompt's last logits with uniforms [n x G]. Returns (kv_pages, tokens,
     logprobs [n x G])."""
     logits, prompt_kv = _prefill(nnx.merge(graphdef.graphdef, params), prompt_tokens, prompt_valid)
     token, logprob = sample_token(jnp.repeat(logits, sampling.prompt_group, axis=0), uniforms, sampling)
-    return _write_prompts(kv_pages, prompt_kv, pages, offsets), token, logprob
-
-
-@functools.partial(jax.jit, donate_argnames=("kv_pages",))
-def copy_pages(kv_pages, sources, targets):
-    """Copy page sources[i] to targets[i] in every layer (pairs of the scratch page do nothing useful)."""
-    return [(k.at[:, targets].set(k[:, sources]), v.at[:, targets].set(v[:, sources])) for k, v in kv_pages]
+    return _write_prompts(kv_pages, prompt_kv, pages, offsets, tail_columns, tail_pages), token, logprob
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "sampling", "chunk_tokens", "scratch_page", "turns",

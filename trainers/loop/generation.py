@@ -8,11 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 import jax
-import numpy as np
 
 from trainers.data.encoding import PROMPT_BUCKET_TOKENS, encode_prompts
 from trainers.loop.policy import LoadedPolicy
-from trainers.engine.batching import EngineSettings, generate_paged, step_uniforms
+from trainers.engine.batching import EngineSettings, generate_paged, micro_batch_uniforms
 from trainers.models.generate import SamplingParams, eos_settings
 
 BATCH_PROMPTS = 16
@@ -30,9 +29,7 @@ def complete(policy: LoadedPolicy, prompts: list[Any], *, chat: bool, system_pro
     tokens, valid = encode_prompts(tokenizer, prompts, MAX_PROMPT_TOKENS, chat=chat, system_prompt=system_prompt,
                                    bucket_tokens=PROMPT_BUCKET_TOKENS)
     # batch k of BATCH_PROMPTS prompts draws from fold_in(key, k x BATCH_PROMPTS), as before the engine
-    uniforms = np.concatenate([step_uniforms(jax.random.fold_in(key, first), min(BATCH_PROMPTS, len(prompts) - first),
-                                             max_new_tokens)
-                               for first in range(0, len(prompts), BATCH_PROMPTS)], axis=1)
+    uniforms = micro_batch_uniforms(key, 0, len(prompts), BATCH_PROMPTS, max_new_tokens, call_stride=BATCH_PROMPTS)
     result, _ = generate_paged(policy.graphdef, policy.params, tokens, valid, key, sampling,
                                EngineSettings(num_slots=min(BATCH_PROMPTS, len(prompts))), uniforms=uniforms)
     return [tokenizer.decode_completion(row[mask]) for row, mask in zip(result.tokens, result.mask)]

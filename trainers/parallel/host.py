@@ -26,3 +26,12 @@ def to_host(array: jax.Array | np.ndarray) -> np.ndarray:
 
         return np.asarray(multihost_utils.process_allgather(array, tiled=True))
     return np.asarray(array)
+
+
+def tree_to_host(tree):
+    """`to_host` of every array of a pytree, the transfers started together (one wait, not one per
+    array) when this process holds them all."""
+    leaves = jax.tree_util.tree_leaves(tree)
+    if all(not isinstance(leaf, jax.Array) or leaf.is_fully_addressable for leaf in leaves):
+        return jax.device_get(tree)
+    return jax.tree_util.tree_map(to_host, tree)
