@@ -4,6 +4,8 @@ this tests the pages and their scripts, not the runner."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from browser_testlib import logged_in_page  # noqa: F401 (fixture)
 from django.urls import reverse
@@ -74,7 +76,9 @@ def test_compact_checkpoint_rows_and_the_leaderboard(logged_in_page, alice, monk
     page.click("#leaderboard-link")
     expect(page.locator("#leaderboard-dataset")).to_have_value("task:copy")
     expect(page.locator("#leaderboard tbody tr")).to_have_count(1)
+    page.wait_for_load_state("load")  # autosubmit.js has bound the select: picking a dataset submits
     page.select_option("#leaderboard-dataset", "task:reverse")
+    expect(page).to_have_url(re.compile(r"dataset=task%3Areverse"))
     expect(page.locator("#leaderboard-dataset")).to_have_value("task:reverse")
     board = page.locator("#leaderboard tbody tr")
     expect(board).to_have_count(2)  # the queued job is not on it
