@@ -2,7 +2,7 @@
 on one rollout of the SmolLM2 demo's prompts.
 
     .venv/bin/python bench/engine.py [--config configs/smollm2-arith.yaml] [--prompts 32] [--group 8]
-        [--max-new 256] [--slots 64] [--micro-batch 64] [--page-tokens 16] [--chunk-tokens 8]
+        [--max-new 256] [--slots 64] [--micro-batch 64] [--page-tokens 16] [--chunk-tokens 16]
         [--temperature 0.7] [--set dotted.path=value ...]
 
 One rollout of --prompts prompts x G = --group completions (the config's data, tokenizer, chat
