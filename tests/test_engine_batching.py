@@ -8,7 +8,7 @@ import jax
 import numpy as np
 import pytest
 
-from trainers.engine.batching import EngineSettings, generate_paged, step_uniforms
+from trainers.engine.batching import EngineSettings, generate_paged, micro_batch_uniforms, step_uniforms
 from trainers.models import transformer
 from trainers.models.generate import SamplingParams, generate
 from trainers.models.presets import PRESETS
@@ -74,12 +74,27 @@ def test_rows_that_stop_early_free_their_slot_for_the_next(model, prompts, frequ
     assert 0 < stats.slot_utilisation <= 1
 
 
-def test_the_uniforms_are_the_static_samplers():
-    """Row r's step-i uniform is the one `generate` draws: a key per step, split up front."""
-    key = jax.random.key(7)
-    step_keys = jax.random.split(key, 4)
-    expected = np.stack([np.asarray(jax.random.uniform(k, (5,))) for k in step_keys])
-    np.testing.assert_array_equal(step_uniforms(key, 5, 4), expected)
+def test_a_chunk_ends_as_soon_as_a_slot_can_be_refilled(model, prompts, frequent_token):
+    """Groups of 1 on 2 slots with chunks of 16: while rows wait, a chunk ends at the step a row ends
+    and its slot takes the next row at once, so no slot-step idles; once none waits, the last row
+    leaves its bucket of 2 for one of 1 only with at least half a chunk (8 steps) to go, so fewer
+    than 8 slot-steps idle in all. Without the early end a slot idles until the chunk's end."""
+    sampling = SamplingParams(max_new_tokens=12, temperature=1.0, eos_id=frequent_token, prompt_group=1)
+    reference, stats = compare(model, prompts, sampling, EngineSettings(num_slots=2, page_tokens=4, chunk_tokens=16))
+    assert len(set(reference.lengths.tolist())) > 1  # rows end at different steps
+    assert stats.decode_tokens == int(reference.lengths.sum()) - 12
+    assert stats.decode_tokens <= stats.slot_steps < stats.decode_tokens + 8
+
+
+def test_micro_batch_uniforms_are_each_micro_batch_keys():
+    """10 rows in micro-batches of 4 (4, 4, 2), the k-th drawn from fold_in(key, 5 + 3k)."""
+    key = jax.random.key(3)
+    expected = []
+    for k, size in enumerate((4, 4, 2)):
+        step_keys = jax.random.split(jax.random.fold_in(key, 5 + 3 * k), 6)
+        expected.append(np.stack([np.asarray(jax.random.uniform(s, (size,))) for s in step_keys]))
+    np.testing.assert_array_equal(micro_batch_uniforms(key, 5, 10, 4, 6, call_stride=3),
+                                  np.concatenate(expected, axis=1))
 
 
 def test_bad_batches_are_named(model, prompts):

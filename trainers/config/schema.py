@@ -163,8 +163,10 @@ class RolloutSection(_Section):
         "memory plan's size)."
     )
     decode_chunk_tokens: int = Field(
-        16, ge=1, le=MAX_TOKENS, description="Decode steps between two visits of the engine's host loop, which "
-        "refills ended slots (smaller = slots refilled sooner, more host round trips)."
+        16, ge=1, le=MAX_TOKENS, description="Most decode steps between two visits of the engine's host loop, which "
+        "refills ended slots; a chunk ends sooner once a waiting group fits the slots freed, or the slots still "
+        "running fit a smaller bucket (smaller = weights in flight and turns reach the slots sooner, more host "
+        "round trips)."
     )
 
 

@@ -10,7 +10,11 @@ The host loop, between jitted chunks of `chunk_tokens` decode steps (`engine.pro
      dense forward `generate` uses), their keys and values written into fresh pages of the group's
      first slot, whose full pages the other G - 1 share (`PagePool.admit_group`: the prompt is
      stored and prefilled once; a partly filled last page is written once per slot, the one page
-     each completion writes into); token 0 of each completion is sampled from the prompt's logits;
+     each completion writes into); token 0 of each completion is sampled from the prompt's logits.
+     When every group fits the slots at once (the call's only admission) and neither weights in
+     flight nor turns need the host, the prefill runs in the first chunk's program: one dispatch
+     and no host read between them (with later admissions it stays a program of its own, which
+     those reuse: fewer programs to compile);
   2. answer turns (multi-turn only): a slot that sampled a turn's end (EOS or a stop sequence)
      waits, holding its pages, while the host asks `on_turn_end` for the environment's reply; the
      reply enters the slot as forced tokens over its next steps (the other slots decode on), or the
@@ -19,8 +23,10 @@ The host loop, between jitted chunks of `chunk_tokens` decode steps (`engine.pro
   4. decode a chunk over the active slots, gathered into the smallest bucket of slots that holds
      them (`slot_bucket`; only their block tables move, the pages stay where they are), so the last
      long sequences of a step run in a small program rather than among idle slots. With in-flight
-     weights the newest weights are taken before each chunk (and each admission). Once no group
-     waits (and no weights or turns need the host), chunks are twice as long;
+     weights the newest weights are taken before each chunk (and each admission). A chunk ends
+     early once enough of its slots have ended for the next waiting group to enter, or, when none
+     waits, for the rest to fit a smaller bucket with half a chunk or more to go (`exit_rule`): a
+     slot that ends mid-chunk idles a few steps, not until the chunk's end;
   5. retire: ended slots give their pages back and take the next arrivals at step 1.
 
 Same samples: every completion gets the uniforms `generate` draws for its row and step, and the
@@ -72,9 +78,11 @@ class EngineSettings:
 class EngineStats:
     """What one `generate_paged` call did: decode slot-steps run and the useful tokens among them
     (`slot_utilisation`), chunks, prefill calls, the most pages in use at once of the pool, and
-    summed over the chunks' ends the KV positions the pages in use hold against the tokens stored
-    in them (`kv_overhead`: 1.0 when every page is full; a shared page counts once); the wall time
-    spent in prefills and in decode chunks (each until its results reached the host)."""
+    summed over every decode step the KV positions the pages in use hold (those reserved for the
+    chunk included) against the tokens stored in them (`kv_overhead`: 1.0 when every page is full;
+    a shared page counts once); the wall time spent in prefills and in decode chunks (each until
+    its results reached the host; a call's only admission runs in its first chunk's program, and
+    its time is that chunk's)."""
 
     slot_steps: int = 0
     decode_tokens: int = 0
@@ -114,9 +122,10 @@ def micro_batch_uniforms(rng_key: jax.Array, first_call: int, rows: int, micro_b
     """[N, rows]: the uniforms of `rows` rows cut into micro-batches of `micro_batch` rows, the k-th
     drawing as `generate` does from fold_in(rng_key, first_call + k x call_stride): the samples of a
     rollout whose micro-batch k has that key, whichever way the engine groups the rows."""
-    return np.concatenate([step_uniforms(jax.random.fold_in(rng_key, first_call + k * call_stride),
-                                         min(micro_batch, rows - start), max_new_tokens)
-                           for k, start in enumerate(range(0, rows, micro_batch))], axis=1)
+    if not rows:
+        return np.zeros((max_new_tokens, 0), np.float32)
+    return np.asarray(programs.micro_batch_uniforms_jit(rng_key, np.uint32(first_call), rows, micro_batch,
+                                                        max_new_tokens, call_stride))
 
 
 def _fixed(params) -> Weights:
@@ -203,7 +212,13 @@ class _Run:
 
     def generate(self) -> tuple[GenerationResult, EngineStats]:
         while True:
-            self.admit()
+            arrivals = self.admit()
+            fused = None  # a call's only admission runs in one program with the first chunk
+            if arrivals is not None:
+                if not self.waiting and self.turns is None and not self.in_flight and not self.active.any():
+                    fused = self.start(arrivals)
+                else:
+                    self.prefill(arrivals)
             if self.turns is not None:
                 self.answer_turns()
             if not self.active.any():
@@ -211,7 +226,7 @@ class _Run:
                     break
                 continue
             self.reserve()
-            self.decode()
+            self.decode(fused)
         lengths = self.mask.sum(axis=1).astype(np.int32)
         result = GenerationResult(tokens=self.tokens, logprobs=self.logprobs, mask=self.mask, lengths=lengths,
                                   decode_steps=int(lengths.max()) if len(lengths) else 0,
@@ -235,52 +250,29 @@ class _Run:
             self.pending.pop(int(slot), None)
 
     # 1. admit whole groups into free slots
-    def admit(self) -> None:
-        group, sampling = self.sampling.prompt_group, self.sampling
+    def admit(self) -> _Arrivals | None:
+        """Take the waiting groups the free slots hold and give them their pages: the prefill
+        program's arguments (`prefill` runs it; `start` leaves it to the first chunk)."""
+        group, pool, page = self.sampling.prompt_group, self.pool, self.pool.page_tokens
         free = np.flatnonzero(self.slot_row < 0)
-        arrivals = []
-        while self.waiting and len(free) >= group:
-            arrivals.append((self.waiting.pop(0), free[:group]))
-            free = free[group:]
-        if not arrivals:
-            return
-        start = time.perf_counter()
-        self.newest_weights()
+        count = min(len(self.waiting), len(free) // group)
+        if not count:
+            return None
+        firsts, self.waiting = self.waiting[:count], self.waiting[count:]
+        slots = free[:count * group]
+        rows = (np.asarray(firsts, np.int64)[:, None] + np.arange(group)).reshape(-1)
         self.stats.prefills += 1
-        rows = np.array([row for first, _ in arrivals for row in range(first, first + group)], np.int64)
-        slots = np.array([s for _, taken in arrivals for s in taken], np.int64)
-        token0, logprob0 = self.prefill(arrivals)
-        token0, logprob0 = token0[:len(rows)], logprob0[:len(rows)]
-        self.stats.prefill_s += time.perf_counter() - start
-        self.tokens[rows, 0], self.logprobs[rows, 0], self.mask[rows, 0] = token0, logprob0, True
-        self.sampled[rows, 0], self.versions[rows, 0] = True, self.version
-        self.slot_row[slots], self.lengths[slots], self.last_token[slots] = rows, self.prompt_lengths[rows], token0
-        self.generated[slots] = 1
-        is_eos = np.isin(token0, (sampling.eos_id, *sampling.extra_eos_ids))
-        if self.turns is not None:
-            one_token_stops = [s[0] for s in self.turns.sequences if len(s) == 1]
-            self.paused[slots] = is_eos | np.isin(token0, one_token_stops)
-            self.active[slots] = ~self.paused[slots]
-            return
-        ended = is_eos & sampling.stop_at_eos if sampling.max_new_tokens > 1 else np.ones(len(slots), bool)
-        self.active[slots] = ~ended
-        self.end(slots[ended])
-
-    def prefill(self, arrivals) -> tuple[np.ndarray, np.ndarray]:
-        """Prefill the arrivals' prompts into fresh pages of each group's slots (`PagePool.admit_group`:
-        the full pages shared, the partly filled last one written once per slot); returns token 0
-        of each arrival's completions and its log-prob (padded rows after)."""
-        pool, group, page = self.pool, self.sampling.prompt_group, self.pool.page_tokens
-        padded = 1 << (len(arrivals) - 1).bit_length()  # power-of-two prefill batches: few compiled shapes
+        padded = 1 << (count - 1).bit_length()  # power-of-two prefill batches: few compiled shapes
         width = self.prompt_tokens.shape[1]
         pages = np.full((padded, width), self.scratch, np.int32)
         offsets = np.zeros((padded, width), np.int32)
         tail_columns = np.zeros((padded, page), np.int32)
         tail_pages = np.full((padded, group - 1, page), self.scratch, np.int32)
         uniforms = np.zeros(padded * group, np.float32)
-        for i, (first, taken) in enumerate(arrivals):
+        uniforms[:len(rows)] = self.uniforms[0, rows]
+        for i, first in enumerate(firsts):
             length = int(self.prompt_lengths[first])
-            given = pool.admit_group(taken, length)
+            given = pool.admit_group(slots[i * group:(i + 1) * group], length)
             table = np.asarray(given.prompt_pages, np.int32)
             t = np.arange(length)
             pages[i, width - length:], offsets[i, width - length:] = table[t // page], t % page
@@ -289,13 +281,46 @@ class _Run:
                 tail = length - full
                 tail_columns[i, :tail] = width - length + full + np.arange(tail)
                 tail_pages[i, :, :tail] = np.asarray(given.tail_pages, np.int32)[:, None]
-            uniforms[i * group:(i + 1) * group] = self.uniforms[0, first:first + group]
-        firsts = [first for first, _ in arrivals]
-        firsts += [firsts[0]] * (padded - len(firsts))  # padding rows repeat a real prompt, written nowhere
-        self.kv_pages, token0, logprob0 = programs.admit(
-            self.graph, self.params, self.kv_pages, self.prompt_tokens[firsts], self.prompt_valid[firsts], pages,
-            offsets, tail_columns, tail_pages, uniforms, self.sampling)
-        return tree_to_host((token0, logprob0))
+        firsts = firsts + [firsts[0]] * (padded - count)  # padding rows repeat a real prompt, written nowhere
+        args = (self.prompt_tokens[firsts], self.prompt_valid[firsts], pages, offsets, tail_columns, tail_pages,
+                uniforms)
+        return _Arrivals(rows, slots, args)
+
+    def prefill(self, arrivals: _Arrivals) -> None:
+        """Run the admission program on its own (while other slots decode, or with turns): prefill
+        the arrivals' prompts into their pages (`PagePool.admit_group`: the full pages shared, the
+        partly filled last one written once per slot) and sample token 0 of each completion."""
+        start = time.perf_counter()
+        self.newest_weights()
+        self.kv_pages, token0, logprob0 = programs.admit(self.graph, self.params, self.kv_pages, *arrivals.args,
+                                                         self.sampling)
+        token0, logprob0 = tree_to_host((token0, logprob0))
+        self.stats.prefill_s += time.perf_counter() - start
+        rows, slots, sampling = arrivals.rows, arrivals.slots, self.sampling
+        self.start(arrivals)
+        self.took_first_tokens(rows, token0[:len(rows)], logprob0[:len(rows)])
+        self.last_token[slots] = token0[:len(rows)]
+        is_eos = np.isin(token0[:len(rows)], (sampling.eos_id, *sampling.extra_eos_ids))
+        if self.turns is not None:
+            one_token_stops = [s[0] for s in self.turns.sequences if len(s) == 1]
+            self.paused[slots] = is_eos | np.isin(token0[:len(rows)], one_token_stops)
+            self.active[slots] = ~self.paused[slots]
+            return
+        ended = is_eos & sampling.stop_at_eos if sampling.max_new_tokens > 1 else np.ones(len(slots), bool)
+        self.active[slots] = ~ended
+        self.end(slots[ended])
+
+    def start(self, arrivals: _Arrivals) -> _Arrivals:
+        """The arrivals' slots hold their rows, each with its prompt and token 0 taken (active until
+        token 0 says otherwise)."""
+        rows, slots = arrivals.rows, arrivals.slots
+        self.slot_row[slots], self.lengths[slots] = rows, self.prompt_lengths[rows]
+        self.generated[slots], self.active[slots] = 1, True
+        return arrivals
+
+    def took_first_tokens(self, rows: np.ndarray, token0: np.ndarray, logprob0: np.ndarray) -> None:
+        self.tokens[rows, 0], self.logprobs[rows, 0], self.mask[rows, 0] = token0, logprob0, True
+        self.sampled[rows, 0], self.versions[rows, 0] = True, self.version
 
     # 2. the host's side of a turn's end
     def answer_turns(self) -> None:
@@ -320,14 +345,12 @@ class _Run:
         self.stats.peak_pages_in_use = max(self.stats.peak_pages_in_use, self.pool.pages_in_use)
 
     def chunk_tokens(self) -> int:
-        """settings.chunk_tokens; twice that while the host has nothing to do between chunks but shrink
-        the slot bucket (no group waits, no weights arrive in flight, no turns): fewer host round
-        trips as a step drains, one more compiled chunk length. Without EOS stops (every sequence
-        runs to the budget, so no slot frees early) such a chunk runs to the end."""
-        idle = not self.waiting and not self.in_flight and self.turns is None
-        if idle and not self.sampling.stop_at_eos:
-            return self.sampling.max_new_tokens  # every sequence runs to the budget: nothing to refill or shrink
-        return self.settings.chunk_tokens * (2 if idle else 1)
+        """settings.chunk_tokens; without EOS stops, once no group waits and nothing else needs the
+        host between chunks (weights in flight, turns), the whole budget: every sequence runs to
+        max_new_tokens, so no slot frees early and one chunk finishes the call."""
+        if not self.waiting and not self.in_flight and self.turns is None and not self.sampling.stop_at_eos:
+            return self.sampling.max_new_tokens
+        return self.settings.chunk_tokens
 
     def view_tokens(self, running: np.ndarray) -> int:
         """The dense view's width for a "view" chunk: the running slots' longest length, bucketed (a
@@ -337,8 +360,27 @@ class _Run:
         page, longest = self.pool.page_tokens, int(self.lengths[running].max())
         return min(bucket_width(longest, page), self.pool.max_pages_per_slot * page)
 
+    def exit_rule(self, running: int, bucket: int) -> tuple[int, int]:
+        """(exit_active, exit_steps_left) for `decode_chunk`: the chunk ends once at most exit_active
+        of its `running` slots are still active, if exit_steps_left steps would still be left.
+        While groups wait: as soon as enough slots are free for the next group to enter. Once none
+        waits: once the rest fit a smaller bucket (`slot_bucket`), with half a chunk or more left
+        (a shorter tail is not worth a host round trip and another compiled program). So a slot that
+        ends mid-chunk idles a few steps, not until the chunk's end. (0, 0): run the whole chunk."""
+        if self.waiting:
+            short = self.sampling.prompt_group - int((self.slot_row < 0).sum())  # > 0: admission just ran
+            return max(running - short, 0), 0
+        if not self.sampling.stop_at_eos and self.turns is None:
+            return 0, 0  # every sequence runs to the budget: none ends early
+        smaller = bucket - 1
+        while smaller > 0 and slot_bucket(smaller, self.settings.num_slots) == bucket:
+            smaller -= 1
+        return smaller, max(self.settings.chunk_tokens // 2, 1)
+
     # 4. decode a chunk over the active slots, gathered into the smallest bucket that holds them
-    def decode(self) -> None:
+    def decode(self, arrivals: _Arrivals | None = None) -> None:
+        """arrivals: the call's only admission, prefilled by the chunk's own program
+        (`programs.admit_and_decode`)."""
         start_s = time.perf_counter()
         chunk, window = self.chunk_tokens(), self.window
         self.newest_weights()
@@ -366,14 +408,26 @@ class _Run:
         picked = np.zeros(bucket, np.int64)
         picked[:n] = running
         in_bucket = np.arange(bucket) < n
+        exit_active, exit_steps_left = map(np.int32, self.exit_rule(n, bucket))
         # numpy arguments go to the device with the call (no separate transfer per array)
-        out = programs.decode_chunk(
-            self.graph, self.params, self.kv_pages, self.pool.tables[picked], self.lengths[picked],
-            self.last_token[picked], in_bucket, self.generated[picked], chunk_uniforms, forced_tokens, forced,
-            recent_tokens, recent_sampled, self.sampling, chunk, self.scratch, self.turns, self.attention,
-            self.view_tokens(running))
+        if arrivals is None:
+            out = programs.decode_chunk(
+                self.graph, self.params, self.kv_pages, self.pool.tables[picked], self.lengths[picked],
+                self.last_token[picked], in_bucket, self.generated[picked], chunk_uniforms, forced_tokens, forced,
+                recent_tokens, recent_sampled, exit_active, exit_steps_left, self.sampling, chunk, self.scratch,
+                self.turns, self.attention, self.view_tokens(running))
+        else:
+            positions = np.full(len(arrivals.args[-1]), bucket, np.int32)  # padding rows: out of range, dropped
+            positions[:len(arrivals.slots)] = np.searchsorted(running, arrivals.slots)
+            out = programs.admit_and_decode(
+                self.graph, self.params, self.kv_pages, *arrivals.args, positions, self.pool.tables[picked],
+                self.lengths[picked], self.generated[picked], chunk_uniforms, exit_active, exit_steps_left,
+                self.sampling, chunk, self.scratch, self.attention, self.view_tokens(running))
         self.kv_pages = out.pop("kv_pages")
         host = tree_to_host(out)
+        if arrivals is not None:
+            rows0 = arrivals.rows
+            self.took_first_tokens(rows0, host["token0"][:len(rows0)], host["logprob0"][:len(rows0)])
         emitted = host["emitted"][:n]  # a prefix of each slot's steps: a slot that stops stays stopped
         self.stats.chunks += 1
         self.stats.slot_steps += bucket * int(host["steps"])
@@ -397,13 +451,27 @@ class _Run:
         self.generated[running] = host["generated"][:n]
         self.paused[running] = host["paused"][:n]
         still = host["active"][:n]
+        # KV memory through the chunk, step by step: the pages held (reserved before it) against the
+        # tokens they store, which grow by the tokens each step feeds
+        steps_run = int(host["steps"])
+        fed = np.cumsum(emitted.sum(axis=0)[:steps_run])
+        self.stats.kv_positions_held += steps_run * self.pool.pages_in_use * self.pool.page_tokens
+        self.stats.kv_tokens_stored += steps_run * self.pool.tokens_stored() + int(fed.sum())
         self.pool.advance(running, self.lengths[running])
-        self.stats.kv_positions_held += self.pool.pages_in_use * self.pool.page_tokens
-        self.stats.kv_tokens_stored += self.pool.tokens_stored()
         self.stats.decode_s += time.perf_counter() - start_s
         # 5. retire ended slots (a paused slot keeps its pages until its turn is answered)
         self.active[running] = still
         self.end(running[~still & ~self.paused[running]])
+
+
+@dataclasses.dataclass(frozen=True)
+class _Arrivals:
+    """Groups admitted together: their rows and slots (G consecutive per group) and the admission
+    program's arguments (`programs.admit`)."""
+
+    rows: np.ndarray
+    slots: np.ndarray
+    args: tuple
 
 
 _MODEL_CONFIGS: dict[Any, Any] = {}

@@ -24,12 +24,24 @@ from trainers.models.generate import SamplingParams, StaticGraph, TurnStops, sam
 from trainers.models.paged_attention import PagedKV, dense_view, write_view_tokens
 
 
-@functools.partial(jax.jit, static_argnames=("rows", "max_new_tokens"))
-def uniforms_jit(rng_key, rows, max_new_tokens):
+def _step_uniforms(rng_key, rows: int, max_new_tokens: int):
     """[N, rows]: the uniform `generate` draws for each sampling step and row (one key per step,
     split up front, each giving the step's [rows] uniforms)."""
     step_keys = jax.random.split(rng_key, max_new_tokens)
     return jax.vmap(lambda key: jax.random.uniform(key, (rows,), jnp.float32))(step_keys)
+
+
+uniforms_jit = jax.jit(_step_uniforms, static_argnames=("rows", "max_new_tokens"))
+
+
+@functools.partial(jax.jit, static_argnames=("rows", "micro_batch", "max_new_tokens", "call_stride"))
+def micro_batch_uniforms_jit(rng_key, first_call, rows: int, micro_batch: int, max_new_tokens: int,
+                             call_stride: int):
+    """[N, rows]: `_step_uniforms` of each micro-batch of `micro_batch` rows, the k-th drawn from
+    fold_in(rng_key, first_call + k x call_stride) (first_call traced: one program for every call)."""
+    return jnp.concatenate([_step_uniforms(jax.random.fold_in(rng_key, first_call + k * call_stride),
+                                           min(micro_batch, rows - start), max_new_tokens)
+                            for k, start in enumerate(range(0, rows, micro_batch))], axis=1)
 
 
 def _prefill(model, prompt_tokens, prompt_valid):
@@ -74,18 +86,59 @@ def admit(graphdef: StaticGraph, params, kv_pages, prompt_tokens, prompt_valid, 
     into pages (`_write_prompts`), and sample token 0 of each of their G = sampling.prompt_group
     completions from the prompt's last logits with uniforms [n x G]. Returns (kv_pages, tokens,
     logprobs [n x G])."""
-    logits, prompt_kv = _prefill(nnx.merge(graphdef.graphdef, params), prompt_tokens, prompt_valid)
+    return _admit(nnx.merge(graphdef.graphdef, params), kv_pages, prompt_tokens, prompt_valid, pages, offsets,
+                  tail_columns, tail_pages, uniforms, sampling)
+
+
+def _admit(model, kv_pages, prompt_tokens, prompt_valid, pages, offsets, tail_columns, tail_pages, uniforms,
+           sampling: SamplingParams):
+    logits, prompt_kv = _prefill(model, prompt_tokens, prompt_valid)
     token, logprob = sample_token(jnp.repeat(logits, sampling.prompt_group, axis=0), uniforms, sampling)
     return _write_prompts(kv_pages, prompt_kv, pages, offsets, tail_columns, tail_pages), token, logprob
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "sampling", "chunk_tokens", "scratch_page", "attention",
+                                             "view_tokens"),
+                   donate_argnames=("kv_pages",))
+def admit_and_decode(graphdef: StaticGraph, params, kv_pages, prompt_tokens, prompt_valid, pages, offsets,
+                     tail_columns, tail_pages, admit_uniforms, positions, tables, lengths, generated, uniforms,
+                     exit_active, exit_steps_left, sampling: SamplingParams, chunk_tokens: int, scratch_page: int,
+                     attention: str = "view", view_tokens: int = 0):
+    """`admit` and then `decode_chunk` in one program, for a call whose groups all fit its slots at
+    once (its only admission): no host read between the two. The admitted completions sit at
+    `positions` [n x G] of the chunk's slots (out of range: a padding row, dropped); each starts
+    from its token 0, or stays inactive if token 0 ended it (EOS, or a budget of one token).
+    Returns decode_chunk's dict plus token0, logprob0 [n x G]. Single-turn only."""
+    model = nnx.merge(graphdef.graphdef, params)
+    kv_pages, token0, logprob0 = _admit(model, kv_pages, prompt_tokens, prompt_valid, pages, offsets, tail_columns,
+                                        tail_pages, admit_uniforms, sampling)
+    ended = jnp.full(token0.shape, sampling.max_new_tokens <= 1)
+    if sampling.stop_at_eos:
+        for eos in (sampling.eos_id, *sampling.extra_eos_ids):
+            ended = ended | (token0 == eos)
+    slots = tables.shape[0]
+    last_token = jnp.zeros((slots,), jnp.int32).at[positions].set(token0, mode="drop")
+    active = jnp.zeros((slots,), jnp.bool_).at[positions].set(~ended, mode="drop")
+    empty = jnp.zeros((slots, 0), jnp.int32)
+    out = _decode(model, kv_pages, tables, lengths, last_token, active, generated, uniforms, empty,
+                  empty.astype(jnp.bool_), empty, empty.astype(jnp.bool_), exit_active, exit_steps_left, sampling,
+                  chunk_tokens,
+                  scratch_page, None, attention, view_tokens)
+    out["token0"], out["logprob0"] = token0, logprob0
+    return out
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "sampling", "chunk_tokens", "scratch_page", "turns",
                                              "attention", "view_tokens"),
                    donate_argnames=("kv_pages",))
 def decode_chunk(graphdef: StaticGraph, params, kv_pages, tables, lengths, last_token, active, generated, uniforms,
-                 forced_tokens, forced, recent_tokens, recent_sampled, sampling: SamplingParams, chunk_tokens: int,
-                 scratch_page: int, turns: TurnStops | None, attention: str = "view", view_tokens: int = 0):
-    """Up to `chunk_tokens` decode steps of every slot (fewer once none is active). Per slot: tables
+                 forced_tokens, forced, recent_tokens, recent_sampled, exit_active, exit_steps_left,
+                 sampling: SamplingParams, chunk_tokens: int, scratch_page: int, turns: TurnStops | None,
+                 attention: str = "view", view_tokens: int = 0):
+    """Up to `chunk_tokens` decode steps of every slot, fewer once at most `exit_active` slots are
+    still active while at least `exit_steps_left` steps would be left (of the chunk, and of the
+    longest budget left): the host can then refill or shrink the bucket while it still pays (both
+    traced int32 scalars, no recompilation; exit_active 0: run until none is active). Per slot: tables
     [S, max_pages], lengths (tokens in its cache), last_token (sampled, not yet fed), active,
     generated (tokens emitted so far), uniforms [S, K] (its next K steps'). With `turns`:
     forced_tokens, forced [S, K] (the host's reply tokens for the next steps) and the slot's last W
@@ -102,7 +155,14 @@ def decode_chunk(graphdef: StaticGraph, params, kv_pages, tables, lengths, last_
     steps run the static sampler's dense decode over it, and the chunk's new keys and values are
     written to the pages at the end: on a CPU a gather per step costs more than the step's
     attention, one per chunk does not, and the view is only as wide as the bucket's longest slot."""
-    model = nnx.merge(graphdef.graphdef, params)
+    return _decode(nnx.merge(graphdef.graphdef, params), kv_pages, tables, lengths, last_token, active, generated,
+                   uniforms, forced_tokens, forced, recent_tokens, recent_sampled, exit_active, exit_steps_left,
+                   sampling, chunk_tokens, scratch_page, turns, attention, view_tokens)
+
+
+def _decode(model, kv_pages, tables, lengths, last_token, active, generated, uniforms, forced_tokens, forced,
+            recent_tokens, recent_sampled, exit_active, exit_steps_left, sampling: SamplingParams, chunk_tokens: int,
+            scratch_page: int, turns: TurnStops | None, attention: str, view_tokens: int):
     slots = tables.shape[0]
     window = recent_tokens.shape[1]
     width = view_tokens
@@ -113,7 +173,11 @@ def decode_chunk(graphdef: StaticGraph, params, kv_pages, tables, lengths, last_
         cache, view_valid = kv_pages, jnp.zeros((slots, 0), jnp.bool_)
 
     def cond(carry):
-        return (carry["j"] < chunk_tokens) & jnp.any(carry["active"])
+        j, active = carry["j"], carry["active"]
+        running = jnp.sum(active.astype(jnp.int32))
+        budget_left = jnp.max(jnp.where(active, sampling.max_new_tokens - carry["generated"], 0))
+        left = jnp.minimum(chunk_tokens - j, budget_left)
+        return (j < chunk_tokens) & (running > 0) & ((running > exit_active) | (left < exit_steps_left))
 
     def body(carry):
         j, active = carry["j"], carry["active"]
@@ -170,8 +234,8 @@ def decode_chunk(graphdef: StaticGraph, params, kv_pages, tables, lengths, last_
             sampled=_set_column(carry["sampled"], j, sampled))
 
     carry = jax.lax.while_loop(cond, body, dict(
-        j=jnp.zeros((), jnp.int32), cache=cache, view_valid=view_valid, lengths=lengths, last_token=last_token, active=active,
-        generated=generated, paused=jnp.zeros((slots,), jnp.bool_),
+        j=jnp.zeros((), jnp.int32), cache=cache, view_valid=view_valid, lengths=lengths, last_token=last_token,
+        active=active, generated=generated, paused=jnp.zeros((slots,), jnp.bool_),
         recent_tokens=recent_tokens, recent_sampled=recent_sampled,
         tokens=jnp.full((slots, chunk_tokens), sampling.pad_id, jnp.int32),
         logprobs=jnp.zeros((slots, chunk_tokens), jnp.float32),
