@@ -19,6 +19,20 @@ def test_a_prompt_takes_the_pages_its_tokens_need():
     assert pool.tables[0].tolist() == [0, 1, 2, 0]  # 0 past its pages: masked by its length
 
 
+def test_several_groups_are_admitted_at_once_group_by_group():
+    """Two groups of 2 in one call: 6 tokens (page 0 full and shared, page 1 slot 0's partial
+    page, page 2 slot 1's own) in slots 0, 1; then 8 tokens (pages 3, 4, both full and shared)
+    in slots 2, 3."""
+    pool = PagePool(num_pages=12, page_tokens=4, num_slots=6, max_pages_per_slot=4)
+    prompt, tail = pool.admit_groups([[0, 1], [2, 3]], [6, 8])
+    assert prompt.tolist() == [[0, 1], [3, 4]] and tail.tolist() == [[2], [-1]]
+    assert [pool.slot_pages(s) for s in range(4)] == [[0, 1], [0, 2], [3, 4], [3, 4]]
+    assert pool.references[:6].tolist() == [2, 1, 1, 2, 2, 0] and pool.lengths.tolist() == [6, 6, 8, 8, 0, 0]
+    assert pool.free_pages == 7
+    with pytest.raises(ValueError, match="twice"):
+        pool.admit_groups([[4, 4]], [1])
+
+
 def test_a_group_shares_its_prompts_full_pages_and_each_slot_has_its_own_partial_page():
     """Prompt of 10 tokens (pages 0, 1 full; page 2 holds 2 of 4) for three completions in slots
     0, 1, 2. Each writes its first token at position 10, inside the partly filled page: slots 1 and 2

@@ -8,7 +8,7 @@ The host loop, between jitted chunks of `chunk_tokens` decode steps (`engine.pro
   1. admit: while slots are free and groups wait, take the next group (its G = prompt_group
      completions need G free slots); the arrivals' distinct prompts are prefilled together (the
      dense forward `generate` uses), their keys and values written into fresh pages of the group's
-     first slot, whose full pages the other G - 1 share (`PagePool.admit_group`: the prompt is
+     first slot, whose full pages the other G - 1 share (`PagePool.admit_groups`: the prompt is
      stored and prefilled once; a partly filled last page is written once per slot, the one page
      each completion writes into); token 0 of each completion is sampled from the prompt's logits.
      When every group fits the slots at once (the call's only admission) and neither weights in
@@ -264,23 +264,24 @@ class _Run:
         self.stats.prefills += 1
         padded = 1 << (count - 1).bit_length()  # power-of-two prefill batches: few compiled shapes
         width = self.prompt_tokens.shape[1]
+        lengths = self.prompt_lengths[firsts].astype(np.int64)
+        prompt_pages, own_tails = pool.admit_groups(slots.reshape(count, group), lengths)
+        token = np.arange(width)[None, :] - (width - lengths)[:, None]  # each column's token; < 0: padding
+        valid = token >= 0
+        token = np.maximum(token, 0)
         pages = np.full((padded, width), self.scratch, np.int32)
         offsets = np.zeros((padded, width), np.int32)
+        pages[:count] = np.where(valid, np.take_along_axis(prompt_pages, token // page, axis=1), self.scratch)
+        offsets[:count] = np.where(valid, token % page, 0)
+        # the tail (tokens full .. length - 1 of a partly filled last page) again in each other slot's own page
+        full = lengths // page * page
+        in_tail = np.arange(page)[None, :] < (lengths - full)[:, None]  # [count, T]
         tail_columns = np.zeros((padded, page), np.int32)
+        tail_columns[:count] = np.where(in_tail, width - lengths[:, None] + full[:, None] + np.arange(page), 0)
         tail_pages = np.full((padded, group - 1, page), self.scratch, np.int32)
+        tail_pages[:count] = np.where(in_tail[:, None, :], own_tails[:, :, None], self.scratch)
         uniforms = np.zeros(padded * group, np.float32)
         uniforms[:len(rows)] = self.uniforms[0, rows]
-        for i, first in enumerate(firsts):
-            length = int(self.prompt_lengths[first])
-            given = pool.admit_group(slots[i * group:(i + 1) * group], length)
-            table = np.asarray(given.prompt_pages, np.int32)
-            t = np.arange(length)
-            pages[i, width - length:], offsets[i, width - length:] = table[t // page], t % page
-            if given.tail_pages:
-                full = length // page * page  # the tail: tokens full .. length - 1, at offsets 0 ..
-                tail = length - full
-                tail_columns[i, :tail] = width - length + full + np.arange(tail)
-                tail_pages[i, :, :tail] = np.asarray(given.tail_pages, np.int32)[:, None]
         firsts = firsts + [firsts[0]] * (padded - count)  # padding rows repeat a real prompt, written nowhere
         args = (self.prompt_tokens[firsts], self.prompt_valid[firsts], pages, offsets, tail_columns, tail_pages,
                 uniforms)
@@ -288,7 +289,7 @@ class _Run:
 
     def prefill(self, arrivals: _Arrivals) -> None:
         """Run the admission program on its own (while other slots decode, or with turns): prefill
-        the arrivals' prompts into their pages (`PagePool.admit_group`: the full pages shared, the
+        the arrivals' prompts into their pages (`PagePool.admit_groups`: the full pages shared, the
         partly filled last one written once per slot) and sample token 0 of each completion."""
         start = time.perf_counter()
         self.newest_weights()

@@ -108,20 +108,45 @@ class PagePool:
         """Free slots `slots` take a prompt of `tokens` tokens about to be prefilled, for the
         completions of one group: slots[0] gets fresh pages for it; the others share its full pages
         and each gets its own page for a partly filled last one (the module docstring)."""
+        prompt, tail = self.admit_groups(np.asarray(slots, np.int64)[None, :], np.array([tokens]))
+        pages = self.pages_for(tokens)
+        return GroupPages(prompt[0, :pages].tolist(), tail[0].tolist() if pages > tokens // self.page_tokens else [])
+
+    def admit_groups(self, slots, tokens) -> tuple[np.ndarray, np.ndarray]:
+        """`admit_group` for n groups at once: slots [n, G] (free, distinct), tokens [n] -> (prompt
+        pages [n, most pages] (-1 past each group's), tail pages [n, G - 1] (-1 for a group whose
+        prompt fills its pages)). Pages are taken lowest first, group by group: its prompt pages,
+        then its tail pages. On PoolExhausted nothing changes."""
         slots = np.asarray(slots, np.int64)
+        tokens = np.asarray(tokens, np.int64)
+        n, group = slots.shape
         if self.pages_held[slots].any():
             raise ValueError(f"slot {int(slots[self.pages_held[slots] > 0][0])} is not free")
-        pages = self._check_fits(tokens)
+        if len(np.unique(slots)) != slots.size:
+            raise ValueError("a slot appears twice among the groups admitted")
+        pages = self.pages_for(tokens)
+        if n and pages.max() > self.max_pages_per_slot:
+            self._check_fits(int(tokens.max()))
         full = tokens // self.page_tokens
-        tails = (len(slots) - 1) * (pages - full)
-        taken = self._take(pages + tails)
-        prompt, tail = taken[:pages], taken[pages:]
-        self.references[prompt[:full]] += len(slots) - 1
-        self.tables[slots, :pages] = prompt
-        if tails:
-            self.tables[slots[1:], full] = tail
-        self.pages_held[slots], self.lengths[slots] = pages, tokens
-        return GroupPages(prompt.tolist(), tail.tolist())
+        tails = (group - 1) * (pages > full)
+        counts = pages + tails
+        taken = self._take(int(counts.sum()))
+        starts = np.cumsum(counts) - counts  # each group's pages: prompt pages, then tail pages
+        columns = np.arange(int(pages.max()) if n else 0)
+        in_prompt = columns[None, :] < pages[:, None]  # [n, most pages]
+        prompt = np.where(in_prompt, taken[np.minimum(starts[:, None] + columns[None, :], len(taken) - 1)], -1)
+        shared = columns[None, :] < full[:, None]
+        np.add.at(self.references, prompt[shared], group - 1)
+        rows, cols = np.nonzero(in_prompt)
+        self.tables[slots[rows], cols[:, None]] = prompt[rows, cols][:, None]
+        has_tail = tails > 0
+        tail = np.full((n, group - 1), -1, np.int64)
+        if has_tail.any():
+            offsets = starts[has_tail, None] + pages[has_tail, None] + np.arange(group - 1)[None, :]
+            tail[has_tail] = taken[offsets]
+            self.tables[slots[has_tail, 1:], full[has_tail, None]] = tail[has_tail]
+        self.pages_held[slots], self.lengths[slots] = pages[:, None], tokens[:, None]
+        return prompt, tail
 
     def grow(self, slots, tokens) -> None:
         """Make each of `slots` able to hold tokens[i] tokens: new pages where its pages end (its
