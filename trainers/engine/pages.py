@@ -109,8 +109,7 @@ class PagePool:
         completions of one group: slots[0] gets fresh pages for it; the others share its full pages
         and each gets its own page for a partly filled last one (the module docstring)."""
         prompt, tail = self.admit_groups(np.asarray(slots, np.int64)[None, :], np.array([tokens]))
-        pages = self.pages_for(tokens)
-        return GroupPages(prompt[0, :pages].tolist(), tail[0].tolist() if pages > tokens // self.page_tokens else [])
+        return GroupPages(prompt[0][prompt[0] >= 0].tolist(), tail[0][tail[0] >= 0].tolist())
 
     def admit_groups(self, slots, tokens) -> tuple[np.ndarray, np.ndarray]:
         """`admit_group` for n groups at once: slots [n, G] (free, distinct), tokens [n] -> (prompt

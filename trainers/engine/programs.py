@@ -114,16 +114,14 @@ def admit_and_decode(graphdef: StaticGraph, params, kv_pages, prompt_tokens, pro
                                         tail_pages, admit_uniforms, sampling)
     ended = jnp.full(token0.shape, sampling.max_new_tokens <= 1)
     if sampling.stop_at_eos:
-        for eos in (sampling.eos_id, *sampling.extra_eos_ids):
-            ended = ended | (token0 == eos)
+        ended = ended | _is_eos(token0, sampling)
     slots = tables.shape[0]
     last_token = jnp.zeros((slots,), jnp.int32).at[positions].set(token0, mode="drop")
     active = jnp.zeros((slots,), jnp.bool_).at[positions].set(~ended, mode="drop")
     empty = jnp.zeros((slots, 0), jnp.int32)
     out = _decode(model, kv_pages, tables, lengths, last_token, active, generated, uniforms, empty,
                   empty.astype(jnp.bool_), empty, empty.astype(jnp.bool_), exit_active, exit_steps_left, sampling,
-                  chunk_tokens,
-                  scratch_page, None, attention, view_tokens)
+                  chunk_tokens, scratch_page, None, attention, view_tokens)
     out["token0"], out["logprob0"] = token0, logprob0
     return out
 
@@ -205,9 +203,7 @@ def _decode(model, kv_pages, tables, lengths, last_token, active, generated, uni
         paused = carry["paused"]
         recent, recent_s = carry["recent_tokens"], carry["recent_sampled"]
         if sampling.stop_at_eos:
-            is_eos = token == sampling.eos_id
-            for extra in sampling.extra_eos_ids:
-                is_eos = is_eos | (token == extra)
+            is_eos = _is_eos(token, sampling)
             if turns is None:
                 ended = ended | is_eos
             else:
@@ -250,6 +246,14 @@ def _decode(model, kv_pages, tables, lengths, last_token, active, generated, uni
     for name in ("recent_tokens", "recent_sampled", "view_valid"):
         carry.pop(name)
     return carry
+
+
+def _is_eos(token: jax.Array, sampling: SamplingParams) -> jax.Array:
+    """token [S] is an end of sequence (sampling.eos_id or one of extra_eos_ids)."""
+    is_eos = token == sampling.eos_id
+    for extra in sampling.extra_eos_ids:
+        is_eos = is_eos | (token == extra)
+    return is_eos
 
 
 def _set_column(array: jax.Array, column, values: jax.Array) -> jax.Array:
