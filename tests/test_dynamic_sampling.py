@@ -7,13 +7,17 @@ rollout.overlong_filter; the overlong penalty is part of the reward."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+
 import jax
 import numpy as np
 import pytest
 
 from trainers.algo.sampling_filters import dynamic_sampling_values, informative_groups, overlong_penalty, truncated
 from trainers.config import ConfigError, parse_config
-from trainers.rollout.dynamic_sampling import fill_informative
+from trainers.rollout.dynamic_sampling import (InformativeGate, carry_state, fill_informative, groups_from_carry_state,
+                                               select_admitted)
 from trainers.loop.hooks import Hooks
 from trainers.rollout.batch import Rollout
 from trainers.loop.trainer import GRPOTrainer, params_digest, train
@@ -58,45 +62,95 @@ def _fake_round(rewards: list[list[float]], first_prompt: int) -> Rollout:
     )
 
 
-def test_fill_informative_keeps_informative_groups_in_data_order_and_counts_consumed_prompts():
-    # 3 prompts per step, G = 2. Data: p0 flat, p1 informative, p2 flat | p3 informative, p4 flat,
-    # p5 informative (the step is full after p5; nothing of the round is left over).
-    data = [[1, 1], [1, 0], [0, 0], [0, 1], [1, 1], [1, 0], [0, 1], [1, 0], [0, 1]]
-    calls = []
+def test_the_gate_admits_until_enough_groups_are_informative_and_bounds_the_surplus():
+    gate = InformativeGate(need=2, surplus=3)
+    assert gate.admit_limit(0) == 5 and gate.admit_limit(3) == 2 and gate.admit_limit(6) == 0
+    gate.scored(_fake_round([[1, 0]], 0))  # informative
+    assert gate.admit_limit(3) == 1
+    gate.scored(_fake_round([[1, 1]], 1))  # flat: changes nothing
+    assert gate.admit_limit(3) == 1
+    gate.scored(_fake_round([[0, 1]], 2))  # the second informative group: no more admissions
+    assert gate.admit_limit(0) == 0
+    with pytest.raises(ValueError, match="need >= 1"):
+        InformativeGate(need=0, surplus=1)
 
-    def sample_round(round_index, offset):
-        calls.append((round_index, offset))
-        return _fake_round(data[offset:offset + 3], offset)
 
-    step, metrics = fill_informative(sample_round, prompts=3, max_rounds=4, pad_id=0)
-    assert calls == [(0, 0), (1, 3)]
-    assert [e["prompt"] for e in step.examples] == ["p1", "p3", "p5"]
+def test_select_admitted_carries_the_informative_groups_past_the_step():
+    flags = [False, True, False, True, True, False, True]
+    selection = select_admitted(flags, prompts=2, max_prompts=20)
+    assert selection.kept == (1, 3) and selection.dropped == (0, 2, 5) and selection.carried == (4, 6)
+    assert selection.left_out == () and selection.consumed == 7
+    with pytest.raises(ValueError, match="2 groups admitted hold 1 informative"):
+        select_admitted([True, False], prompts=2, max_prompts=20)
+
+
+def _fill(data, carried_in=(), prompts=3, max_prompts=20, metric="reward"):
+    """fill_informative over a fake engine that admitted the groups `data` (prompts p0, p1, ...)."""
+    gates = []
+
+    def generate(gate):
+        gates.append(gate)
+        return _fake_round(data, 0)
+
+    step, carried, metrics = fill_informative(generate, list(carried_in), prompts, max_prompts, 0,
+                                              lambda r: r.with_prompt_width(1), metric)
+    return step, carried, metrics, gates
+
+
+def test_fill_informative_trains_carried_groups_first_and_carries_the_surplus():
+    # 3 prompts a step, 1 carried in: 2 needed. p0 flat, p1 informative, p2 flat, p3 informative
+    # (the step is full), then p4 informative (carried out) and p5 flat (dropped): all 6 consumed.
+    data = [[1, 1], [1, 0], [0, 0], [0, 1], [1, 0], [1, 1]]
+    carried_in = _fake_round([[0, 1]], 100)
+    carried_in.examples = [{"prompt": "px"}]
+    step, carried, metrics, gates = _fill(data, [carried_in])
+    assert gates[0].need == 2 and gates[0].surplus == 3
+    assert [e["prompt"] for e in step.examples] == ["px", "p1", "p3"]
+    assert [e["prompt"] for g in carried for e in g.examples] == ["p4"]
     assert step.in_loss.all() and step.prompts_consumed == 6
-    assert step.prompt_tokens.shape == (6, 3)  # padded to the widest round
+    assert step.prompt_tokens.shape == (6, 2)  # cut to the width its own prompts need
+    assert metrics["dynamic/groups_carried"] == 1 and metrics["dynamic/prompts_sampled"] == 6
     assert metrics["dynamic/dropped_group_fraction"] == pytest.approx(3 / 6)
-    assert metrics["dynamic/refill_rounds"] == 1 and metrics["dynamic/prompts_sampled"] == 6
-    assert metrics["reward/mean"] == pytest.approx(7 / 12)  # every completion sampled: 2+1+0+1+2+1 of 12
+    assert metrics["dynamic/refill_rounds"] == pytest.approx((6 - 2) / 3)
+    assert metrics["reward/mean"] == pytest.approx(7 / 12)  # every completion generated: 2+1+0+1+1+2 of 12
 
 
-def test_fill_informative_stops_mid_round_and_leaves_the_rest_unconsumed():
-    # p0 and p2 informative, p1 flat; round 1 starts at p3
-    data = [[1, 0], [1, 1], [0, 1], [1, 0], [0, 1], [1, 0]]
-    step, metrics = fill_informative(lambda r, offset: _fake_round(data[offset:offset + 3], offset),
-                                     prompts=3, max_rounds=2, pad_id=0)
-    # round 0: p0 kept, p1 dropped, p2 kept; round 1 (p3, p4, p5): p3 fills the step; p4, p5 unconsumed
-    assert [e["prompt"] for e in step.examples] == ["p0", "p2", "p3"]
-    assert step.prompts_consumed == 4
-    assert metrics["dynamic/prompts_sampled"] == 6 and metrics["dynamic/dropped_group_fraction"] == 0.25
-
-
-def test_fill_informative_completes_a_short_step_with_groups_out_of_the_loss():
-    data = [[1, 1], [0, 0], [1, 0], [1, 1], [0, 0], [1, 1]]
-    step, metrics = fill_informative(lambda r, offset: _fake_round(data[offset:offset + 3], offset),
-                                     prompts=3, max_rounds=1, pad_id=0)
-    # 2 rounds, 1 informative group (p2); the step is completed by the first two dropped, p0 and p1
-    assert [e["prompt"] for e in step.examples] == ["p2", "p0", "p1"]
+def test_fill_informative_completes_a_capped_step_with_groups_out_of_the_loss():
+    data = [[1, 1], [0, 0], [1, 0], [1, 1]]
+    step, carried, metrics, _ = _fill(data, max_prompts=4)
+    # 1 informative group (p2) in the 4 the cap allows; the step is completed by the first two dropped
+    assert [e["prompt"] for e in step.examples] == ["p2", "p0", "p1"] and carried == []
     assert step.in_loss.tolist() == [True, True, False, False, False, False]
-    assert step.prompts_consumed == 6 and metrics["dynamic/refill_rounds"] == 1
+    assert step.prompts_consumed == 4
+
+
+def test_a_step_that_its_carried_groups_fill_generates_nothing():
+    carried_in = [_fake_round([[1, 0]], j) for j in range(3)]
+    step, carried, metrics, gates = _fill([[1, 0]], carried_in)
+    assert gates == [] and carried == [] and step.prompts_consumed == 0 and step.prompts == 3
+    assert metrics["dynamic/groups_carried"] == 3 and metrics["dynamic/prompts_sampled"] == 0
+
+
+def test_carried_groups_survive_a_checkpoint_as_json():
+    group = _fake_round([[0.25, 1.0]], 3)
+    group.reward_names, group.reward_values = ("math",), np.array([[0.1], [0.7]], np.float32)
+    group.sample_logprobs = np.array([[-0.1234567, -2.5, -13.0]] * 2, np.float32)
+    back, = groups_from_carry_state(json.loads(json.dumps(carry_state([group]))))
+    for name in ("prompt_tokens", "prompt_valid", "completion_tokens", "sample_logprobs", "rewards", "correct",
+                 "reward_values", "in_loss"):
+        np.testing.assert_array_equal(getattr(back, name), getattr(group, name))
+        assert getattr(back, name).dtype == getattr(group, name).dtype
+    assert back.examples == group.examples and back.reward_names == ("math",) and back.completions == ["c", "c"]
+
+
+def test_with_prompt_width_cuts_the_padding_a_longer_prompt_needed():
+    group = _fake_round([[1, 0]], 0)
+    valid = np.zeros((2, 12), bool)
+    valid[0, -3:], valid[1, -5:] = True, True
+    group = dataclasses.replace(group, prompt_tokens=np.arange(24).reshape(2, 12), prompt_valid=valid)
+    assert group.with_prompt_width(4).prompt_tokens.tolist() == [list(range(4, 12)), list(range(16, 24))]
+    assert group.with_prompt_width(1).prompt_valid.shape == (2, 5)
+    assert group.with_prompt_width(16) is group  # 16 > 12: nothing to cut
 
 
 def test_dynamic_sampling_values_by_hand():
@@ -116,14 +170,11 @@ def test_fill_informative_on_correctness_drops_groups_set_apart_only_by_other_te
     # _fake_round: correct = reward > 0.5. p0 all wrong (0, -0.5: a penalty apart), p1 mixed, p2 all
     # right (1, 0.9) | p3 mixed, p4 all right, p5 mixed.
     data = [[0, -0.5], [1, 0], [1, 0.9], [0, 1], [1, 1], [1, 0]]
-
-    def sample_round(round_index, offset):
-        return _fake_round(data[offset:offset + 3], offset)
-
-    by_reward, _ = fill_informative(sample_round, prompts=3, max_rounds=1, pad_id=0)
-    assert [e["prompt"] for e in by_reward.examples] == ["p0", "p1", "p2"] and by_reward.prompts_consumed == 3
-    by_correct, metrics = fill_informative(sample_round, prompts=3, max_rounds=1, pad_id=0, metric="correct")
-    assert [e["prompt"] for e in by_correct.examples] == ["p1", "p3", "p5"] and by_correct.prompts_consumed == 6
+    by_reward, carried, _, _ = _fill(data)
+    assert [e["prompt"] for e in by_reward.examples] == ["p0", "p1", "p2"]
+    assert [e["prompt"] for g in carried for e in g.examples] == ["p3", "p5"]
+    by_correct, carried, metrics, _ = _fill(data, metric="correct")
+    assert [e["prompt"] for e in by_correct.examples] == ["p1", "p3", "p5"] and carried == []
     assert by_correct.in_loss.all() and metrics["dynamic/dropped_group_fraction"] == pytest.approx(3 / 6)
 
 
@@ -168,7 +219,12 @@ def test_dynamic_sampling_resumes_exactly(tmp_path):
     assert again.params_digest == whole.params_digest
     consumed = sum(straight.steps[s]["dynamic/prompts_consumed"] for s in (1, 2, 3))
     assert consumed >= 12
-    assert resumed.steps[3]["dynamic/prompts_consumed"] == straight.steps[3]["dynamic/prompts_consumed"]
+    # step 3 trains groups step 2 generated: the checkpoint at step 2 carried them over the restart,
+    # and the trainer weighed them by pi_old / pi_gen
+    assert straight.steps[3]["dynamic/groups_carried"] > 0
+    for name in ("dynamic/prompts_consumed", "dynamic/groups_carried", "is/weight_mean"):
+        assert resumed.steps[3][name] == straight.steps[3][name]
+    assert straight.steps[3]["is/weight_mean"] != 1.0
 
 
 def test_overlong_filter_takes_truncated_completions_out_of_the_loss(tmp_path):

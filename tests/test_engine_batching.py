@@ -97,6 +97,39 @@ def test_micro_batch_uniforms_are_each_micro_batch_keys():
                                   np.concatenate(expected, axis=1))
 
 
+class StopAfter:
+    """A gate that admits one group at a time and none once `groups` have ended."""
+
+    def __init__(self, groups):
+        self.groups, self.ended_rows, self.seen = groups, [], {}
+
+    def admit_limit(self, in_flight_groups):
+        return 0 if len(self.ended_rows) >= self.groups else 1
+
+    def ended(self, first_row, tokens, mask):
+        self.ended_rows.append(first_row)
+        self.seen[first_row] = (tokens, mask)
+
+
+def test_a_gate_decides_admission_from_the_groups_that_ended(model, prompts, frequent_token):
+    """4 groups of 3 on 6 slots, a gate that lets one group in at a time and closes once 2 have
+    ended: the engine generates groups 0 and 1 only (admission in order), exactly as without the
+    gate, hands each to the gate with its tokens as it ends, and leaves the others' rows empty."""
+    sampling = SamplingParams(max_new_tokens=12, temperature=1.0, eos_id=frequent_token, prompt_group=G)
+    settings = EngineSettings(num_slots=6, page_tokens=4, chunk_tokens=3)
+    whole, _ = generate_paged(*model, *prompts, jax.random.key(5), sampling, settings)
+    gate = StopAfter(2)
+    got, stats = generate_paged(*model, *prompts, jax.random.key(5), sampling, settings, gate=gate)
+    assert sorted(gate.ended_rows) == [0, G]
+    assert stats.prefills == 2  # one group at a time: the gate allowed no more
+    np.testing.assert_array_equal(got.tokens[:2 * G], whole.tokens[:2 * G])
+    np.testing.assert_array_equal(got.mask[:2 * G], whole.mask[:2 * G])
+    assert not got.mask[2 * G:].any()
+    for first, (tokens, mask) in gate.seen.items():
+        np.testing.assert_array_equal(tokens, whole.tokens[first:first + G])
+        np.testing.assert_array_equal(mask, whole.mask[first:first + G])
+
+
 def test_bad_batches_are_named(model, prompts):
     tokens, valid = prompts
     with pytest.raises(ValueError, match="LEFT-padded"):

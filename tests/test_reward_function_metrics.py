@@ -69,16 +69,14 @@ def test_a_rollout_without_recorded_rewards_reports_none():
 
 
 def test_dynamic_sampling_reports_reward_functions_over_every_completion_sampled():
-    # 2 prompts a step, G = 2. Round 0: prompt "1" flat (both exact), prompt "2" informative
-    # (one exact); round 1 (offset 2): prompt "3" informative, "4" flat (both exact).
-    # Sampled: 8 completions, 6 exact -> 0.75, though the step keeps only prompts "2" and "3".
-    rounds = {0: (["1", "1", "2", "x"], ["1", "2"]), 2: (["3", "y", "4", "4"], ["3", "4"])}
+    # 2 prompts a step, G = 2, the engine admitted 4: prompt "1" flat (both exact), prompt "2"
+    # informative (one exact), prompt "3" informative, "4" flat (both exact).
+    # Generated: 8 completions, 6 exact -> 0.75, though the step keeps only prompts "2" and "3".
+    def generate(gate):
+        return scored_rollout(["1", "1", "2", "x", "3", "y", "4", "4"], ["1", "2", "3", "4"])
 
-    def sample_round(round_index, offset):
-        completions, answers = rounds[offset]
-        return scored_rollout(completions, answers, offset)
-
-    step, metrics = fill_informative(sample_round, prompts=2, max_rounds=2, pad_id=0)
+    step, _, metrics = fill_informative(generate, [], prompts=2, max_prompts=6, pad_id=0,
+                                        prompt_width=lambda r: r)
     assert step.prompts == 2
     assert [e["prompt"] for e in step.examples] == ["p1", "p2"]
     assert metrics["reward/exact_match"] == 0.75

@@ -35,10 +35,12 @@ ALGORITHM_METRICS = (
     "dynamic/refill_rounds",
     "dynamic/prompts_consumed",
     "dynamic/prompts_sampled",
+    "dynamic/groups_carried",
     "rollout/truncated_fraction",
     "rollout/overlong_penalty_mean",
 )
-"""Reported only when their feature is on: grpo.entropy_coef, rollout.dynamic_sampling,
+"""Reported only when their feature is on: grpo.entropy_coef, rollout.dynamic_sampling (with it a
+synchronous run also reports is/*: the groups carried from the step before are weighed),
 rollout.overlong_buffer_tokens / overlong_filter (the truncated fraction is always reported)."""
 GENERATION_METRICS = (
     "generation/slot_utilisation",

@@ -137,13 +137,15 @@ class RolloutSection(_Section):
     stop_at_eos: bool = Field(True, description="Stop a sequence at its EOS token (false: always max_new_tokens).")
     dynamic_sampling: bool = Field(
         False, description="DAPO dynamic sampling: drop every group whose G rewards are all equal (it teaches "
-        "nothing) and sample more prompts until the step holds batch.prompts_per_step informative groups, or "
-        "rollout.dynamic_sampling_max_rounds extra rounds are spent (the rest of the step is then left out of "
-        "the loss). The data position counts every prompt consumed. Asynchronous runs filter their buffered "
+        "nothing) and keep generating prompts, without rounds, until the step holds batch.prompts_per_step "
+        "informative groups, or batch.prompts_per_step x (1 + rollout.dynamic_sampling_max_rounds) prompts are "
+        "consumed (the rest of the step is then left out of the loss). Informative groups still generating "
+        "when the step is full carry over to the next step, weighed by async.importance_sampling as one step "
+        "stale. The data position counts every prompt consumed. Asynchronous runs filter their buffered "
         "groups the same way.")
     dynamic_sampling_max_rounds: int = Field(
-        4, ge=0, le=MAX_STEPS, description="With dynamic sampling: extra sampling rounds per step at most, "
-        "each of batch.prompts_per_step prompts (rounded up to whole rollout micro-batches).")
+        4, ge=0, le=MAX_STEPS, description="With dynamic sampling: a step consumes at most batch.prompts_per_step "
+        "x (1 + this) prompts, in steps' worth of prompts beyond its own.")
     dynamic_sampling_metric: Literal[DYNAMIC_SAMPLING_METRICS] = Field(
         "reward", description="With dynamic sampling: what makes a group flat. reward: its G rewards are all "
         "equal (advantage 0 everywhere); correct: its answers are all right or all wrong, whatever other reward "

@@ -41,7 +41,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -57,6 +57,17 @@ from trainers.models.generate import GenerationResult, SamplingParams, TurnEnd, 
 from trainers.parallel.host import to_host, tree_to_host
 
 Weights = Callable[[], tuple[Any, int]]  # () -> (params, version): see `rollout.spec.Weights`
+
+
+class GroupGate(Protocol):
+    """Admission driven by finished groups (dynamic sampling without rounds): the engine asks how many
+    more waiting groups may enter, and reports each group that ended (all its G rows)."""
+
+    def admit_limit(self, in_flight_groups: int) -> int:
+        """How many more groups may be admitted now, with `in_flight_groups` admitted and not ended."""
+
+    def ended(self, first_row: int, tokens: np.ndarray, mask: np.ndarray) -> None:
+        """The group of rows first_row .. first_row + G - 1 ended; tokens / mask [G, max_new_tokens]."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,7 +146,8 @@ def _fixed(params) -> Weights:
 def generate_paged(graphdef: nnx.GraphDef, weights: Weights | nnx.State, prompt_tokens, prompt_valid,
                    rng_key: jax.Array, sampling: SamplingParams, settings: EngineSettings, *,
                    uniforms: np.ndarray | None = None, in_flight: bool = False, turns: TurnStops | None = None,
-                   on_turn_end: TurnEnd | None = None, mesh: Any = None) -> tuple[GenerationResult, EngineStats]:
+                   on_turn_end: TurnEnd | None = None, mesh: Any = None,
+                   gate: GroupGate | None = None) -> tuple[GenerationResult, EngineStats]:
     """`generate`'s samples (see its docstring for the arguments and the result), generated with
     continuous batching over settings.num_slots slots and a paged KV cache (the module docstring).
 
@@ -151,7 +163,10 @@ def generate_paged(graphdef: nnx.GraphDef, weights: Weights | nnx.State, prompt_
     and feeds the reply as forced tokens (log-prob 0), or ends the row. `mask` then marks every
     token after the prompt, `sampled` those the model sampled.
     mesh: the device mesh the weights live on; the pages are placed on it, KV heads split over its
-    `tensor` axis where they divide. Host reads gather across processes (`host.to_host`)."""
+    `tensor` axis where they divide. Host reads gather across processes (`host.to_host`).
+    gate: admission decided by the groups that ended (`GroupGate`): groups still enter in order, so
+    the groups generated are a prefix of the rows (as many as `gate.ended` was called); the rows of
+    groups never admitted keep an empty mask."""
     prompt_tokens, prompt_valid = to_host(prompt_tokens).astype(np.int32), to_host(prompt_valid).astype(bool)
     rows, prompt_width = prompt_tokens.shape
     max_new, group = sampling.max_new_tokens, sampling.prompt_group
@@ -171,7 +186,7 @@ def generate_paged(graphdef: nnx.GraphDef, weights: Weights | nnx.State, prompt_
     elif uniforms.shape != (max_new, rows):
         raise ValueError(f"uniforms of shape {uniforms.shape}: expected (max_new_tokens, rows) = {(max_new, rows)}")
     run = _Run(graphdef, weights if callable(weights) else _fixed(weights), prompt_tokens, prompt_valid, uniforms,
-               sampling, settings, in_flight, turns, on_turn_end, mesh)
+               sampling, settings, in_flight, turns, on_turn_end, mesh, gate)
     return run.generate()
 
 
@@ -179,8 +194,10 @@ class _Run:
     """One `generate_paged` call: the pool, the slots' host state and the outputs."""
 
     def __init__(self, graphdef, weights: Weights, prompt_tokens, prompt_valid, uniforms, sampling: SamplingParams,
-                 settings: EngineSettings, in_flight: bool, turns: TurnStops | None, on_turn_end, mesh) -> None:
+                 settings: EngineSettings, in_flight: bool, turns: TurnStops | None, on_turn_end, mesh,
+                 gate: GroupGate | None = None) -> None:
         self.weights, self.in_flight, self.turns, self.on_turn_end = weights, in_flight, turns, on_turn_end
+        self.gate = gate
         self.prompt_tokens, self.prompt_valid, self.uniforms = prompt_tokens, prompt_valid, uniforms
         self.sampling, self.settings = sampling, settings
         self.graph = static_graph(graphdef)  # hashed once, not at every chunk's call
@@ -209,20 +226,21 @@ class _Run:
         self.versions = np.zeros((rows, max_new), np.int32)
         self.stats = EngineStats(pool_pages=self.pool.num_pages)
         self.waiting = list(range(0, rows, sampling.prompt_group))  # the first row of each group, in order
+        self.rows_left: dict[int, int] = {}  # with a gate: a group in flight (its first row) -> rows not ended
 
     def generate(self) -> tuple[GenerationResult, EngineStats]:
         while True:
             arrivals = self.admit()
             fused = None  # a call's only admission runs in one program with the first chunk
             if arrivals is not None:
-                if not self.waiting and self.turns is None and not self.in_flight and not self.active.any():
+                if not self.queue_open() and self.turns is None and not self.in_flight and not self.active.any():
                     fused = self.start(arrivals)
                 else:
                     self.prefill(arrivals)
             if self.turns is not None:
                 self.answer_turns()
             if not self.active.any():
-                if not self.waiting:
+                if not self.queue_open():
                     break
                 continue
             self.reserve()
@@ -240,10 +258,25 @@ class _Run:
             self.params, self.version = self.weights()
         self.fetched = False
 
+    def queue_open(self) -> bool:
+        """Groups wait that may still enter: the gate (if any) allows more once the groups in flight
+        have ended."""
+        return bool(self.waiting) and (self.gate is None or self.gate.admit_limit(0) > 0)
+
     def end(self, slots: np.ndarray) -> None:
-        """The sequences of `slots` ended: their pages go back, the slots take arrivals."""
+        """The sequences of `slots` ended: their pages go back, the slots take arrivals; a group
+        whose rows have all ended goes to the gate."""
         if not len(slots):
             return
+        if self.gate is not None:
+            group = self.sampling.prompt_group
+            for row in self.slot_row[slots]:
+                first = int(row) - int(row) % group
+                self.rows_left[first] -= 1
+                if not self.rows_left[first]:
+                    del self.rows_left[first]
+                    rows = slice(first, first + group)
+                    self.gate.ended(first, self.tokens[rows].copy(), self.mask[rows].copy())
         self.pool.release(slots)
         self.slot_row[slots], self.active[slots], self.paused[slots] = -1, False, False
         for slot in slots if self.pending else ():
@@ -256,9 +289,13 @@ class _Run:
         group, pool, page = self.sampling.prompt_group, self.pool, self.pool.page_tokens
         free = np.flatnonzero(self.slot_row < 0)
         count = min(len(self.waiting), len(free) // group)
+        if self.gate is not None and count:
+            count = min(count, self.gate.admit_limit(len(self.rows_left)))
         if not count:
             return None
         firsts, self.waiting = self.waiting[:count], self.waiting[count:]
+        if self.gate is not None:
+            self.rows_left.update((first, group) for first in firsts)
         slots = free[:count * group]
         rows = (np.asarray(firsts, np.int64)[:, None] + np.arange(group)).reshape(-1)
         self.stats.prefills += 1
@@ -349,7 +386,7 @@ class _Run:
         """settings.chunk_tokens; without EOS stops, once no group waits and nothing else needs the
         host between chunks (weights in flight, turns), the whole budget: every sequence runs to
         max_new_tokens, so no slot frees early and one chunk finishes the call."""
-        if not self.waiting and not self.in_flight and self.turns is None and not self.sampling.stop_at_eos:
+        if not self.queue_open() and not self.in_flight and self.turns is None and not self.sampling.stop_at_eos:
             return self.sampling.max_new_tokens
         return self.settings.chunk_tokens
 
@@ -364,11 +401,12 @@ class _Run:
     def exit_rule(self, running: int, bucket: int) -> tuple[int, int]:
         """(exit_active, exit_steps_left) for `decode_chunk`: the chunk ends once at most exit_active
         of its `running` slots are still active, if exit_steps_left steps would still be left.
-        While groups wait: as soon as enough slots are free for the next group to enter. Once none
-        waits: once the rest fit a smaller bucket (`slot_bucket`), with half a chunk or more left
-        (a shorter tail is not worth a host round trip and another compiled program). So a slot that
-        ends mid-chunk idles a few steps, not until the chunk's end. (0, 0): run the whole chunk."""
-        if self.waiting:
+        While groups wait (that the gate, if any, lets in): as soon as enough slots are free for the
+        next group to enter. Otherwise: once the rest fit a smaller bucket (`slot_bucket`), with half a
+        chunk or more left (a shorter tail is not worth a host round trip and another compiled
+        program). So a slot that ends mid-chunk idles a few steps, not until the chunk's end.
+        (0, 0): run the whole chunk."""
+        if self.waiting and (self.gate is None or self.gate.admit_limit(len(self.rows_left)) > 0):
             short = self.sampling.prompt_group - int((self.slot_row < 0).sum())  # > 0: admission just ran
             return max(running - short, 0), 0
         if not self.sampling.stop_at_eos and self.turns is None:

@@ -258,6 +258,7 @@ class GRPOTrainer:
                 f"{self.config.model.path or self.config.model.preset}'s (digest {saved_base[:12]} vs "
                 f"{(self.base_digest or 'none')[:12]}); point model.path at the base model the run started from")
         self.state = _State(params, opt_state, int(meta["step"]), int(meta["data_position"]))
+        self.source.restore_state(meta.get("rollout_source", {}))
         self._place_training_state()
         self.last_metrics = dict(meta.get("metrics", {}))
         return step
@@ -274,6 +275,9 @@ class GRPOTrainer:
             "params_digest": params_digest(s.params),
             "metrics": self.last_metrics,
         }
+        source_state = self.source.saved_state()
+        if source_state:  # dynamic sampling's groups carried into the next step
+            meta["rollout_source"] = source_state
         if self.base_digest is not None:  # the checkpoint holds adapters: name the base they belong to
             meta["lora_base"] = {"model": self.config.model.path or self.config.model.preset,
                                  "digest": self.base_digest}

@@ -38,14 +38,14 @@ uninterrupted run, so the resumed run is not bitwise equal to it (with max age 0
 
 Dynamic sampling (rollout.dynamic_sampling): step s consumes buffered groups in data order, in runs
 (`ReplayBuffer.peek_run` / `take_run`: each group fresh at step s, as above), walking them with
-`dynamic_sampling.select_informative` exactly as the synchronous loop does: flat groups are consumed
+`dynamic_sampling.select_informative` (the synchronous loop's walk too): flat groups are consumed
 and dropped, until the step holds prompts_per_step informative groups or has consumed
 prompts_per_step x (1 + rollout.dynamic_sampling_max_rounds) prompts, when the first dropped groups
 complete it out of the loss (`dynamic_sampling.assemble`). The returned rollout's `prompts_consumed`
 is the prompts consumed, so the trainer's data position stays the first prompt not consumed and
 resume is exact as above (a resumed position may lie inside a collector unit: the unit is
 regenerated and its consumed groups are not put). Generation keys follow the prompt's block
-i // prompts_per_step (see `collector`), not the round structure of the synchronous loop, so async
+i // prompts_per_step (see `collector`), not the synchronous loop's (its step's candidates), so async
 dynamic sampling at max age 0 is deterministic and resumes bit for bit, but is not the synchronous
 dynamic-sampling run. Extra metrics: dynamic/dropped_group_fraction, dynamic/refill_rounds (extra
 prompts_per_step blocks consumed, (consumed - prompts_per_step) / prompts_per_step),
@@ -163,6 +163,12 @@ class AsyncRolloutSource:
         self._metrics = {**buffer_metrics, "async/wait_s": wait_s,
                          "async/token_age_mean": rollout.token_age_mean(step), **dynamic}
         return rollout
+
+    def saved_state(self) -> dict[str, Any]:
+        return {}  # the buffer is regenerated from the data position on resume
+
+    def restore_state(self, state: dict[str, Any]) -> None:
+        pass
 
     def publish(self, params: Any, version: int) -> None:
         self.collector.publish(self.context.placement.rollout_copy(params), version)

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from trainers.data.encoding import bucket_width
 from trainers.rollout.episodes import episode_metrics
 
 
@@ -126,6 +127,17 @@ class Rollout:
 
     def total_tokens(self) -> int:
         return int(self.prompt_valid.sum() + self.completion_mask.sum())
+
+    def with_prompt_width(self, bucket_tokens: int) -> "Rollout":
+        """The rollout with its prompts' leading padding cut to the width its own longest prompt
+        needs, in buckets of `bucket_tokens` (`encoding.bucket_width`, as `encode_prompts` pads), or
+        itself when no column can go: prompts padded together with longer ones lose their extra."""
+        width = self.prompt_tokens.shape[1]
+        needed = min(bucket_width(int(self.prompt_valid.sum(axis=1).max()), bucket_tokens), width)
+        if needed == width:
+            return self
+        return dataclasses.replace(self, prompt_tokens=self.prompt_tokens[:, width - needed:],
+                                   prompt_valid=self.prompt_valid[:, width - needed:])
 
     # -- groups ------------------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any
+from typing import Any, Callable, Protocol
 
 import jax
 import numpy as np
@@ -24,7 +24,7 @@ from trainers.algo.advantages import compute_advantages
 from trainers.algo.sampling_filters import overlong_penalty, truncated
 from trainers.data.encoding import encode_prompts
 from trainers.data.rewards import accuracy, score
-from trainers.engine.batching import EngineSettings, EngineStats, generate_paged, micro_batch_uniforms
+from trainers.engine.batching import EngineSettings, EngineStats, GroupGate, generate_paged, micro_batch_uniforms
 from trainers.models.generate import GenerationResult
 from trainers.parallel.mesh import mesh_context
 from trainers.rollout.batch import Rollout, generation_figures
@@ -47,8 +47,9 @@ def encode_examples(spec: RolloutSpec, examples: list[dict[str, Any]], first_pro
 
 def generate_sequences(graphdef: Any, weights: Weights, prompt_tokens: np.ndarray, prompt_valid: np.ndarray,
                        spec: RolloutSpec, key: jax.Array, first_call: int, in_flight_chunk_tokens: int,
-                       mesh: Any, chosen: list[dict[str, Any]]) -> tuple[GenerationResult, list[Episode] | None,
-                                                                         EngineStats]:
+                       mesh: Any, chosen: list[dict[str, Any]],
+                       finish_group: Callable[[int, np.ndarray, np.ndarray, Episodes | None], None] | None = None,
+                       gate: GroupGate | None = None) -> tuple[GenerationResult, Episodes | None, EngineStats]:
     """Step 2: generate the sequences with the engine (`engine.batching.generate_paged`: continuous
     batching over spec's decode slots and a paged KV cache), sequence i with the uniforms of rollout
     micro-batch k = i // micro-batch, drawn from fold_in(key, first_call + k) (so the samples do not
@@ -56,7 +57,9 @@ def generate_sequences(graphdef: Any, weights: Weights, prompt_tokens: np.ndarra
     that sampled each token (`token_versions`); with a multi-turn environment each sequence also has
     its episode (None for single-turn). in_flight_chunk_tokens > 0: the newest weights are taken
     between chunks of that many decode steps. chosen: the prompts' examples (G sequences each),
-    which the episodes play."""
+    which the episodes play. gate: admission decided by the groups that ended (`GroupGate`), each
+    handed to finish_group(first_row, tokens, mask, episodes) as it ends (rows not admitted keep an
+    empty mask). The episodes are returned open: `Episodes.finish` closes those the budget cut."""
     g, micro = spec.num_generations, spec.rollout_micro_batch_sequences
     rows = prompt_tokens.shape[0]
     sampling = dataclasses.replace(spec.sampling, prompt_group=g)  # whole groups share a prompt's pages
@@ -71,11 +74,27 @@ def generate_sequences(graphdef: Any, weights: Weights, prompt_tokens: np.ndarra
                             system_prompt=spec.system_prompt, max_turns=spec.max_turns,
                             max_total_tokens=sampling.max_new_tokens)
         turn_args = dict(turns=spec.turn_stops, on_turn_end=episodes.on_turn_end)
+    if gate is not None:
+        turn_args["gate"] = _GroupsEnded(gate, lambda first, tokens, mask: finish_group(first, tokens, mask, episodes))
     with mesh_context(mesh):
         result, stats = generate_paged(graphdef, weights, prompt_tokens, prompt_valid, key, sampling, settings,
                                        uniforms=uniforms, in_flight=in_flight_chunk_tokens > 0, mesh=mesh, **turn_args)
-    played_episodes = episodes.finish(result.tokens, result.mask) if episodes is not None else None
-    return result, played_episodes, stats
+    return result, episodes, stats
+
+
+@dataclasses.dataclass
+class _GroupsEnded:
+    """The engine's `GroupGate`: the caller's gate decides admission; each ended group is finished
+    (decoded, scored) first, then the gate hears of it."""
+
+    gate: GroupGate
+    finish: Callable[[int, np.ndarray, np.ndarray], None]
+
+    def admit_limit(self, in_flight_groups: int) -> int:
+        return self.gate.admit_limit(in_flight_groups)
+
+    def ended(self, first_row: int, tokens: np.ndarray, mask: np.ndarray) -> None:
+        self.finish(first_row, tokens, mask)
 
 
 def score_sequences(spec: RolloutSpec, chosen: list[dict[str, Any]], completions: list[str],
@@ -121,6 +140,16 @@ def score_sequences(spec: RolloutSpec, chosen: list[dict[str, Any]], completions
                 reward_names=reward_names, reward_values=reward_values)
 
 
+class RolloutGate(Protocol):
+    """Admission by scored groups (dynamic sampling without rounds, `dynamic_sampling.InformativeGate`):
+    `admit_limit` as `engine.batching.GroupGate`'s; `scored(group)` hears of each group's scored
+    `Rollout` as it ends."""
+
+    def admit_limit(self, in_flight_groups: int) -> int: ...
+
+    def scored(self, group: Rollout) -> None: ...
+
+
 def collect_rollout(
     graphdef: Any,
     weights: Weights,
@@ -132,6 +161,7 @@ def collect_rollout(
     prompt_count: int | None = None,
     in_flight_chunk_tokens: int = 0,
     mesh: Any = None,
+    gate: RolloutGate | None = None,
 ) -> Rollout:
     """Encode -> generate -> decode -> score -> advantages for prompts
     examples[first_prompt : first_prompt + prompt_count] (default: all), padded as all of `examples`.
@@ -143,6 +173,9 @@ def collect_rollout(
     newest weights before each (`engine.batching.generate_paged`). mesh: the device mesh the
     weights live on (`Placement.generation_mesh`): each call's sequences are split over its data
     axes and generation is traced under it; None = the default device.
+    gate: the prompts enter generation in order while `gate.admit_limit` allows, and each group is
+    scored as it ends and handed to `gate.scored`; the rollout then holds the groups admitted (a
+    prefix of the prompts; `prompts_consumed` = their count).
     `generate_s` is the wall time of this call.
     """
     t0 = time.perf_counter()
@@ -152,19 +185,52 @@ def collect_rollout(
         raise ValueError(f"first_prompt={first_prompt} x G={g} is not a multiple of the rollout micro-batch ({micro})")
     chosen = examples[first_prompt:first_prompt + count]
     prompt_tokens, prompt_valid = encode_examples(spec, examples, first_prompt, count)
+    groups: dict[int, Rollout] = {}
+
+    def finish_rows(first_row: int, tokens: np.ndarray, mask: np.ndarray, sampled: np.ndarray | None,
+                    logprobs: np.ndarray, versions: np.ndarray, episodes: Episodes | None) -> Rollout:
+        """The rollout of whole groups: rows first_row .. first_row + len(tokens) - 1, decoded and scored."""
+        rows = slice(first_row, first_row + len(tokens))
+        played = episodes.finish(tokens, mask, first_row) if episodes is not None else None
+        if played is None:
+            completions = [spec.tokenizer.decode_completion(row[m]) for row, m in zip(tokens, mask)]
+        else:
+            completions = [e.text for e in played]
+        prompts = chosen[first_row // g:(first_row + len(tokens)) // g]
+        scored = score_sequences(spec, prompts, completions, tokens, mask, played)
+        return Rollout(
+            examples=list(prompts), num_generations=g, prompt_tokens=prompt_tokens[rows],
+            prompt_valid=prompt_valid[rows], completion_tokens=tokens, completion_mask=mask,
+            sample_logprobs=logprobs, token_versions=versions, completions=completions, generate_s=0.0,
+            loss_mask=sampled, episodes=None if played is None else [e.display(spec.env_name) for e in played],
+            **scored,
+        )
+
+    def finish_group(first_row: int, tokens: np.ndarray, mask: np.ndarray, episodes: Episodes | None) -> None:
+        # the group's log-probs and versions are final too, but only the result holds them: they are
+        # filled in when the call returns; scoring needs the tokens only
+        group = finish_rows(first_row, tokens, mask, None, np.zeros(tokens.shape, np.float32),
+                            np.zeros(tokens.shape, np.int32), episodes)
+        groups[first_row] = group
+        gate.scored(group)
+
     result, episodes, engine_stats = generate_sequences(graphdef, weights, prompt_tokens, prompt_valid, spec, key,
                                                         first_prompt * g // micro, in_flight_chunk_tokens, mesh,
-                                                        chosen)
-    if episodes is None:
-        completions = [spec.tokenizer.decode_completion(row[m]) for row, m in zip(result.tokens, result.mask)]
+                                                        chosen, finish_group if gate is not None else None, gate)
+    if gate is None:
+        rollout = finish_rows(0, result.tokens, result.mask, result.sampled, result.logprobs, result.token_versions,
+                              episodes)
     else:
-        completions = [e.text for e in episodes]
-    scored = score_sequences(spec, chosen, completions, result.tokens, result.mask, episodes)
-    return Rollout(
-        examples=list(chosen), num_generations=g, prompt_tokens=prompt_tokens, prompt_valid=prompt_valid,
-        completion_tokens=result.tokens, completion_mask=result.mask, sample_logprobs=result.logprobs,
-        token_versions=result.token_versions, completions=completions, generation=generation_figures(engine_stats),
-        generate_s=time.perf_counter() - t0,
-        loss_mask=result.sampled, episodes=None if episodes is None else [e.display(spec.env_name) for e in episodes],
-        **scored,
-    )
+        firsts = sorted(groups)
+        if not firsts or firsts != list(range(0, len(firsts) * g, g)):
+            raise RuntimeError(f"the gate must admit a prefix of the groups, one at least: first rows {firsts}")
+        for first in firsts:
+            rows = slice(first, first + g)
+            groups[first].sample_logprobs = result.logprobs[rows]
+            groups[first].token_versions = result.token_versions[rows]
+            groups[first].loss_mask = None if result.sampled is None else result.sampled[rows]
+        rollout = Rollout.concat([groups[first] for first in firsts])
+        rollout.prompts_consumed = len(firsts)
+    rollout.generation = generation_figures(engine_stats)
+    rollout.generate_s = time.perf_counter() - t0
+    return rollout

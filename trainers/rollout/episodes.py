@@ -159,17 +159,19 @@ class Episodes:
         episode.turn_start = step + len(reply_ids)
         return reply_ids
 
-    def finish(self, tokens: np.ndarray, mask: np.ndarray) -> list[Episode]:
-        """Close the episodes still going when generation stopped: the budget cut them mid-turn (their
-        last turn is kept as written). tokens / mask [B, N]: the generation's rows."""
-        for row, episode in enumerate(self.episodes):
+    def finish(self, tokens: np.ndarray, mask: np.ndarray, first_row: int = 0) -> list[Episode]:
+        """Close the episodes of rows first_row .. first_row + len(tokens) - 1 that were still going when
+        generation stopped: the budget cut them mid-turn (their last turn is kept as written).
+        tokens / mask [rows, N]: those rows of the generation. Returns their episodes."""
+        episodes = self.episodes[first_row:first_row + len(tokens)]
+        for row, episode in enumerate(episodes):
             if episode.end_reason is None:
                 end = int(mask[row].sum())
                 turn_ids = tokens[row, episode.turn_start:end]
                 episode.turns.append({"role": "assistant", "text": self.tokenizer.decode_completion(turn_ids),
                                       "tokens": int(len(turn_ids))})
                 episode.end_reason = END_MAX_TOKENS
-        return self.episodes
+        return episodes
 
     @staticmethod
     def _end(episode: Episode, reason: str, error: str | None = None) -> None:

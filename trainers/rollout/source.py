@@ -20,7 +20,7 @@ from trainers.config import ExperimentConfig
 from trainers.data.prompt_stream import PromptStream
 from trainers.loop.hooks import Action, Control, Hooks
 from trainers.loop.placement import Placement
-from trainers.rollout.dynamic_sampling import ROUND_KEY_OFFSET, fill_informative
+from trainers.rollout.dynamic_sampling import InformativeGate, carry_state, fill_informative, groups_from_carry_state
 from trainers.loop.plan import BatchPlan
 from trainers.rollout.batch import Rollout
 from trainers.rollout.collect import collect_rollout
@@ -69,6 +69,13 @@ class RolloutSource(Protocol):
     def publish(self, params: Any, version: int) -> None:
         """The trainer's new weights after step version - 1 (so of version `version`)."""
 
+    def saved_state(self) -> dict[str, Any]:
+        """What a checkpoint must hold, besides the data position, for `restore_state` to resume the
+        source exactly (JSON values; {} when nothing: the data position is enough)."""
+
+    def restore_state(self, state: dict[str, Any]) -> None:
+        """Take back `saved_state` from a checkpoint, before `start`."""
+
     def metrics(self) -> dict[str, float]:
         """The source's own metrics about the rollout `next` returned last (async/*, dynamic/*); they
         override the rollout's own of the same name (dynamic sampling's reward/mean and accuracy
@@ -84,9 +91,11 @@ SourceFactory = Callable[[RolloutContext], RolloutSource]
 class SyncRolloutSource:
     """Generates step s's rollout when asked, with the weights published last (the trainer's own,
     version s: on-policy, so no importance correction). With rollout.dynamic_sampling, flat groups
-    are dropped and replaced (`dynamic_sampling.fill_informative`)."""
+    are dropped and replaced without rounds (`dynamic_sampling.fill_informative`); the informative
+    groups generated past the step's need are carried to the next step (`carried`, in checkpoints),
+    which weighs them by pi_old / pi_gen as `async.importance_sampling` says (`importance`; rows
+    sampled by the step's own weights weigh exactly 1)."""
 
-    importance = None
     interrupted_by = None
 
     def __init__(self, context: RolloutContext):
@@ -94,7 +103,12 @@ class SyncRolloutSource:
         self.params: Any = None
         self.version = -1
         self.position = 0
+        self.carried: list[Rollout] = []
         self._metrics: dict[str, float] = {}
+        self.importance = None
+        if context.config.rollout.dynamic_sampling:
+            i = context.config.async_.importance_sampling
+            self.importance = ImportanceConfig(i.level, i.mode, i.max, i.min)
 
     def start(self, params: Any, step: int, data_position: int | None = None) -> None:
         self.params, self.version = params, step
@@ -108,24 +122,31 @@ class SyncRolloutSource:
         step_key = jax.random.fold_in(c.base_key, step)
         prompts = c.plan.prompts_per_step
 
-        def sample_round(round_index: int, offset: int) -> Rollout:
-            examples = c.stream.take(self.position + offset, prompts)
-            key = step_key if round_index == 0 else jax.random.fold_in(step_key, ROUND_KEY_OFFSET + round_index)
-            return collect_rollout(c.graphdef, lambda: (params, self.version), examples, c.spec, key,
-                                   mesh=c.placement.train_mesh)
+        def generate(count: int, gate: InformativeGate | None = None) -> Rollout:
+            return collect_rollout(c.graphdef, lambda: (params, self.version), c.stream.take(self.position, count),
+                                   c.spec, step_key, mesh=c.placement.train_mesh, gate=gate)
 
         r = c.config.rollout
         if r.dynamic_sampling:
-            rollout, self._metrics = fill_informative(sample_round, prompts, r.dynamic_sampling_max_rounds,
-                                                      c.spec.sampling.pad_id, r.dynamic_sampling_metric)
+            max_prompts = prompts * (1 + r.dynamic_sampling_max_rounds)
+            rollout, self.carried, self._metrics = fill_informative(
+                lambda gate: generate(max_prompts, gate), self.carried, prompts, max_prompts, c.spec.sampling.pad_id,
+                lambda step_rollout: step_rollout.with_prompt_width(c.spec.prompt_bucket_tokens),
+                r.dynamic_sampling_metric)
         else:
-            rollout = sample_round(0, 0)
+            rollout = generate(prompts)
         self.position += rollout.prompts_consumed
         self.params = None  # the next update donates these buffers
         return rollout
 
     def publish(self, params: Any, version: int) -> None:
         self.params, self.version = params, version
+
+    def saved_state(self) -> dict[str, Any]:
+        return {"carried_groups": carry_state(self.carried)} if self.carried else {}
+
+    def restore_state(self, state: dict[str, Any]) -> None:
+        self.carried = groups_from_carry_state(state.get("carried_groups", []))
 
     def metrics(self) -> dict[str, float]:
         return dict(self._metrics)
