@@ -9,7 +9,7 @@ CISPO, then LoRA against full fine-tuning, same seed, same budget of sampled com
     .venv/bin/python bench/learning_curves.py --from-runs var/curves/algo-grpo var/curves/algo-dapo
 
 Completions sampled. A step samples dynamic/prompts_sampled x G completions (every prompt dynamic
-sampling generated, its refill rounds and the unconsumed rest of its last round included: what the step
+sampling generated, those carried to the next step included: what the step
 cost); without that metric dynamic/prompts_consumed x G, and without either (no dynamic sampling)
 batch.prompts_per_step x G (G = grpo.num_generations, both read from the run dir's config.yaml).
 An evaluation at step s is placed at the cumulative count after step s (step 0, before training, at 0).

@@ -280,7 +280,7 @@ class Sample(BaseModel):
     advantage: float | None
     truncated: bool | None = Field(None, description="the completion ran into rollout.max_new_tokens")
     in_loss: bool | None = Field(None, description="false: kept out of the loss (overlong filter, or a "
-                                 "dynamic-sampling step that ran out of refill rounds)")
+                                 "dynamic-sampling step that consumed its most prompts)")
     overlong_penalty: float | None = Field(None, description="the soft overlong reward added (0 to -penalty)")
     episode: Episode | None = Field(None, description="a multi-turn sample's turns, reward parts and end reason; "
                                     "absent for a single-turn sample")
