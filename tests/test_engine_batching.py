@@ -8,7 +8,9 @@ import jax
 import numpy as np
 import pytest
 
-from trainers.engine.batching import EngineSettings, generate_paged, micro_batch_uniforms, step_uniforms
+from trainers.engine import batching
+from trainers.engine.batching import (EngineSettings, generate_paged, memory_slots, micro_batch_uniforms,
+                                      step_uniforms)
 from trainers.models import transformer
 from trainers.models.generate import SamplingParams, generate
 from trainers.models.presets import PRESETS
@@ -128,6 +130,29 @@ def test_a_gate_decides_admission_from_the_groups_that_ended(model, prompts, fre
     for first, (tokens, mask) in gate.seen.items():
         np.testing.assert_array_equal(tokens, whole.tokens[first:first + G])
         np.testing.assert_array_equal(mask, whole.mask[first:first + G])
+
+
+def test_memory_slots_by_hand():
+    # 1 GiB free, half of it for pages, 16 MiB a slot: 32 slots fit; in groups of 3, 30
+    mib = 1 << 20
+    assert memory_slots(8, 96, 3, 16 * mib, 1024 * mib, 0.5) == 30
+    assert memory_slots(8, 12, 3, 16 * mib, 1024 * mib, 0.5) == 12    # no more than the call's rows
+    assert memory_slots(8, 96, 3, 16 * mib, 64 * mib, 0.5) == 8        # 2 fit: never below the setting
+    assert memory_slots(8, 96, 3, 16 * mib, None, 0.5) == 8            # the CPU reports no memory
+    assert memory_slots(8, 96, 3, 16 * mib, 1024 * mib, 0.0) == 8
+
+
+def test_slots_grow_to_what_a_device_s_free_memory_holds(model, prompts, monkeypatch):
+    """With memory_fraction and a device that reports ample free memory, 6 slots become the call's
+    12 rows: one admission of all 4 groups instead of two, and the same tokens."""
+    monkeypatch.setattr(batching, "free_device_bytes", lambda mesh=None: 1 << 30)
+    sampling = SamplingParams(max_new_tokens=10, temperature=1.0, prompt_group=G)
+    settings = EngineSettings(num_slots=6, page_tokens=4, chunk_tokens=3, memory_fraction=0.5)
+    reference, stats = compare(model, prompts, sampling, settings)
+    assert stats.prefills == 1
+    monkeypatch.setattr(batching, "free_device_bytes", lambda mesh=None: None)
+    _, stats = compare(model, prompts, sampling, settings)
+    assert stats.prefills == 2
 
 
 def test_bad_batches_are_named(model, prompts):

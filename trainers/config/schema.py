@@ -162,7 +162,8 @@ class RolloutSection(_Section):
     decode_slots: int | None = Field(
         None, ge=1, le=MAX_SEQUENCES, description="Sequences the generation engine decodes at once; a slot is refilled "
         "from the waiting sequences as soon as its sequence ends. null = batch.rollout_micro_batch_sequences (the "
-        "memory plan's size)."
+        "memory plan's size), and on an accelerator more, in whole groups up to a generation's sequences, as "
+        "long as the KV pages fit in half the device's free memory."
     )
     decode_chunk_tokens: int = Field(
         16, ge=1, le=MAX_TOKENS, description="Most decode steps between two visits of the engine's host loop, which "

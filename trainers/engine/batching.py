@@ -70,19 +70,52 @@ class GroupGate(Protocol):
         """The group of rows first_row .. first_row + G - 1 ended; tokens / mask [G, max_new_tokens]."""
 
 
+KV_MEMORY_FRACTION = 0.5
+"""The share of a device's free memory the KV pool may take when the slots follow the memory
+(`EngineSettings.memory_fraction` in rollouts that leave rollout.decode_slots unset)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class EngineSettings:
     """num_slots: decode lanes run together; page_tokens: token positions a page holds;
-    chunk_tokens: decode steps between two visits of the host (admit, retire, turns, weights)."""
+    chunk_tokens: decode steps between two visits of the host (admit, retire, turns, weights);
+    memory_fraction > 0: on a device that reports its memory (an accelerator; not the CPU), the
+    slots grow past num_slots, in whole groups up to the call's rows, as long as the KV pool stays
+    within this share of the device's free memory (`memory_slots`)."""
 
     num_slots: int
     page_tokens: int = PAGE_TOKENS
     chunk_tokens: int = 16
+    memory_fraction: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("num_slots", "page_tokens", "chunk_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not 0.0 <= self.memory_fraction < 1.0:
+            raise ValueError(f"memory_fraction must be in [0, 1), got {self.memory_fraction}")
+
+
+def memory_slots(num_slots: int, rows: int, group: int, slot_bytes: int, free_bytes: int | None,
+                 fraction: float) -> int:
+    """The decode slots of a call of `rows` rows in groups of `group`: num_slots, or more where the
+    device's free memory allows: the most whole groups, up to `rows`, whose slots' KV pages
+    (`slot_bytes` each: a slot can hold a whole sequence) fit in fraction x free_bytes. Never fewer
+    than num_slots; free_bytes None (the device does not say) or fraction 0: num_slots."""
+    if free_bytes is None or fraction <= 0:
+        return num_slots
+    fit = int(fraction * free_bytes) // slot_bytes // group * group
+    return max(num_slots, min(fit, rows))
+
+
+def free_device_bytes(mesh: Any = None) -> int | None:
+    """Free memory of the device the pages go to (the mesh's first, or the default device): its
+    bytes_limit less bytes_in_use; None where the backend keeps no such figures (the CPU)."""
+    device = mesh.devices.flat[0] if mesh is not None else jax.local_devices()[0]
+    stats = device.memory_stats() or {}
+    if "bytes_limit" not in stats:
+        return None
+    return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
 
 
 @dataclasses.dataclass
@@ -205,8 +238,16 @@ class _Run:
         self.fetched = True  # the weights just taken serve the first admission
         model_cfg = _model_config(self.graph, self.params)
         rows, prompt_width = prompt_tokens.shape
-        max_new, page, slots = sampling.max_new_tokens, settings.page_tokens, settings.num_slots
+        max_new, page = sampling.max_new_tokens, settings.page_tokens
         max_pages = -(-(prompt_width + max_new) // page)
+        if settings.memory_fraction:
+            slot_bytes = (2 * model_cfg.num_layers * model_cfg.num_kv_heads * max_pages * page * model_cfg.head_dim
+                          * jnp.dtype(model_cfg.dtype).itemsize)
+            settings = dataclasses.replace(settings, num_slots=memory_slots(
+                settings.num_slots, rows, sampling.prompt_group, slot_bytes, free_device_bytes(mesh),
+                settings.memory_fraction))
+            self.settings = settings
+        slots = settings.num_slots
         self.pool = PagePool(slots * max_pages, page, slots, max_pages)
         self.scratch = self.pool.num_pages  # one page past the pool: where free and ended slots write
         shape = (model_cfg.num_kv_heads, self.scratch + 1, page, model_cfg.head_dim)

@@ -24,7 +24,9 @@ Then every phase of a step, added together: a phase's buffers stay with the proc
 (the allocator keeps freed memory for the next one). Measured: held parts + a tiny run's 0.64 GiB +
 all three phases (the update at its compiled size) come within 0.15 GiB of the peak RSS of W1, the
 SmolLM2 demo and R1, where the largest phase alone left up to 0.55 GiB unexplained:
-  rollout   the engine's B decode slots (rollout.decode_slots, default the rollout micro-batch):
+  rollout   the engine's B decode slots (rollout.decode_slots, default the rollout micro-batch; on
+            an accelerator that default grows into half the free memory at generation time, which
+            this estimate leaves out: it is memory the step does not otherwise use):
             its page pool (2 x layers x B x KV heads x head dim x (prompt + completion budget,
             rounded up to whole pages), in the compute dtype), the dense view a CPU's decode chunk
             gathers from it (the same per slot, plus a chunk's positions), the prefill of B / G

@@ -24,7 +24,8 @@ from trainers.algo.advantages import compute_advantages
 from trainers.algo.sampling_filters import overlong_penalty, truncated
 from trainers.data.encoding import encode_prompts
 from trainers.data.rewards import accuracy, score
-from trainers.engine.batching import EngineSettings, EngineStats, GroupGate, generate_paged, micro_batch_uniforms
+from trainers.engine.batching import (KV_MEMORY_FRACTION, EngineSettings, EngineStats, GroupGate, generate_paged,
+                                      micro_batch_uniforms)
 from trainers.models.generate import GenerationResult
 from trainers.parallel.mesh import mesh_context
 from trainers.rollout.batch import Rollout, generation_figures
@@ -64,8 +65,10 @@ def generate_sequences(graphdef: Any, weights: Weights, prompt_tokens: np.ndarra
     rows = prompt_tokens.shape[0]
     sampling = dataclasses.replace(spec.sampling, prompt_group=g)  # whole groups share a prompt's pages
     uniforms = micro_batch_uniforms(key, first_call, rows, micro, sampling.max_new_tokens)
+    # rollout.decode_slots unset: the micro-batch, or more where an accelerator's free memory holds them
     settings = EngineSettings(num_slots=max(min(spec.decode_slots or micro, rows), g),
-                              chunk_tokens=in_flight_chunk_tokens or spec.decode_chunk_tokens)
+                              chunk_tokens=in_flight_chunk_tokens or spec.decode_chunk_tokens,
+                              memory_fraction=0.0 if spec.decode_slots else KV_MEMORY_FRACTION)
     episodes = None
     turn_args = {}
     if spec.env is not None:
