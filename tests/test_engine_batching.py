@@ -142,6 +142,19 @@ def test_memory_slots_by_hand():
     assert memory_slots(8, 96, 3, 16 * mib, 1024 * mib, 0.0) == 8
 
 
+def test_free_memory_is_read_from_one_process_s_own_device(monkeypatch):
+    """A device that reports 10 GiB, 4 in use: 6 GiB free; none in a run of several processes,
+    whose slot counts must agree (and whose mesh holds devices another process owns)."""
+    class Device:
+        def memory_stats(self):
+            return {"bytes_limit": 10 << 30, "bytes_in_use": 4 << 30}
+
+    monkeypatch.setattr(jax, "local_devices", lambda: [Device()])
+    assert batching.free_device_bytes() == 6 << 30
+    monkeypatch.setattr(jax, "process_count", lambda: 2)
+    assert batching.free_device_bytes() is None
+
+
 def test_slots_grow_to_what_a_device_s_free_memory_holds(model, prompts, monkeypatch):
     """With memory_fraction and a device that reports ample free memory, 6 slots become the call's
     12 rows: one admission of all 4 groups instead of two, and the same tokens."""

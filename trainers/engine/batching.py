@@ -109,8 +109,12 @@ def memory_slots(num_slots: int, rows: int, group: int, slot_bytes: int, free_by
 
 
 def free_device_bytes(mesh: Any = None) -> int | None:
-    """Free memory of the device the pages go to (the mesh's first, or the default device): its
-    bytes_limit less bytes_in_use; None where the backend keeps no such figures (the CPU)."""
+    """Free memory of a device the pages go to (the mesh's first of this process, or the default
+    device): its bytes_limit less bytes_in_use; None where the backend keeps no such figures (the
+    CPU), and in a run of several processes, whose slot counts must agree while their free memory
+    need not (each keeps the configured slots)."""
+    if jax.process_count() > 1:
+        return None
     device = mesh.devices.flat[0] if mesh is not None else jax.local_devices()[0]
     stats = device.memory_stats() or {}
     if "bytes_limit" not in stats:
