@@ -194,13 +194,13 @@ def _episode_replies(row, step, so_far):
     return np.array([3 + (row + int(so_far.sum())) % 7, 4 + step % 5][: 1 + row % 2], np.int32)
 
 
-@pytest.mark.parametrize("slots, chunk", [(12, 5), (6, 3), (3, 16)])
-def test_multi_turn_episodes_are_the_turn_samplers(model, prompts, frequent_token, slots, chunk):
+@pytest.mark.parametrize("slots, chunk, piece", [(12, 5, 0), (6, 3, 0), (3, 16, 0), (6, 3, 2)])
+def test_multi_turn_episodes_are_the_turn_samplers(model, prompts, frequent_token, slots, chunk, piece):
     """Turns end at EOS or at a stop sequence; each reply enters its slot as forced tokens
     while the other slots decode on. However the slots interleave the rows (fewer slots than rows,
-    replies arriving mid-chunk), every row gets the tokens, forced/sampled marks, log-probs and pause
-    calls (row, step, history) it gets alone in its slot for the whole budget (tests/test_generate_turns.py
-    checks that against the static sampler)."""
+    replies arriving mid-chunk, prompts prefilled in pieces), every row gets the tokens, forced/sampled
+    marks, log-probs and pause calls (row, step, history) it gets alone in its slot for the whole
+    budget (tests/test_generate_turns.py checks that against the static sampler)."""
     from trainers.models.generate import TurnStops
 
     graphdef, params = model
@@ -219,7 +219,8 @@ def test_multi_turn_episodes_are_the_turn_samplers(model, prompts, frequent_toke
                                   EngineSettings(num_slots=len(tokens), chunk_tokens=14), turns=turns,
                                   on_turn_end=recorder(calls_reference))
     got, _ = generate_paged(graphdef, params, tokens, valid, jax.random.key(4), sampling,
-                            EngineSettings(num_slots=slots, page_tokens=4, chunk_tokens=chunk), turns=turns,
+                            EngineSettings(num_slots=slots, page_tokens=4, chunk_tokens=chunk,
+                                           prefill_chunk_tokens=piece), turns=turns,
                             on_turn_end=recorder(calls_engine))
     assert len(calls_reference) >= 6  # several pauses, some answered, some ending the row
     assert sorted(calls_engine) == sorted(calls_reference)
@@ -248,3 +249,26 @@ def test_in_flight_weights_apply_from_the_next_chunk(model, prompts):
     assert v[0, 1] == v[0, 3] != v[0, 4]  # tokens 1-3 from one chunk, token 4 from the next
     assert v[-1, 0] > v[0, -1] - 4  # the second pair of groups is admitted later, with newer weights
     assert stats.decode_s > 0 and stats.prefill_s > 0
+
+
+@pytest.mark.parametrize("temperature, group, slots, piece", [(0.0, G, 6, 2), (1.0, G, 6, 3), (1.0, 1, 5, 2),
+                                                               (1.0, G, 12, 4)])
+def test_long_prompts_are_prefilled_in_pieces_between_decode_chunks(model, prompts, frequent_token, monkeypatch,
+                                                                    temperature, group, slots, piece):
+    """Prompts of 7, 3, 5 and 1 tokens prefilled `piece` tokens at a time (pages of 4: a piece may end
+    mid-page and a prompt's partly filled last page is copied to the group's other slots once its
+    last piece has run): the static sampler's samples all the same, and a group whose prompt is
+    done decodes while a longer prompt admitted with it still takes pieces."""
+    calls = []
+    for name in ("prefill_piece", "decode_chunk", "admit_and_decode"):
+        original = getattr(batching.programs, name)
+        monkeypatch.setattr(batching.programs, name,
+                            lambda *args, _name=name, _original=original, **kw: calls.append(_name) or _original(
+                                *args, **kw))
+    sampling = SamplingParams(max_new_tokens=12, temperature=temperature, eos_id=frequent_token, prompt_group=group)
+    _, stats = compare(model, prompts, sampling, EngineSettings(num_slots=slots, page_tokens=4, chunk_tokens=3,
+                                                                prefill_chunk_tokens=piece))
+    assert "admit_and_decode" not in calls  # prompts longer than a piece are never prefilled whole
+    pieces = [i for i, name in enumerate(calls) if name == "prefill_piece"]
+    assert len(pieces) >= -(-7 // piece)  # the 7-token prompt alone takes this many
+    assert "decode_chunk" in calls[pieces[0]:pieces[-1]]  # decoding went on between pieces

@@ -1,13 +1,14 @@
 """The paged KV cache: the page pool's bookkeeping (trainers/engine/pages.py) worked through by hand,
 and decode attention over pages (trainers/models/paged_attention.py) against attention computed in numpy
-over each slot's tokens laid out densely, for the pure-JAX gather and for JAX's Pallas GPU kernel in
-interpret mode."""
+over each slot's tokens laid out densely, for the pure-JAX gather and for JAX's Pallas GPU and TPU
+kernels in their interpret modes."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from trainers.models.paged_attention import paged_decode_attention
+from trainers.models.paged_attention import default_implementation, paged_decode_attention
 from trainers.engine.pages import GroupPages, PagePool, PoolExhausted
 
 
@@ -126,13 +127,32 @@ def attention_case(seed=0):
     return q, k_pages, v_pages, tables, lengths
 
 
-@pytest.mark.parametrize("implementation", ["gather", "pallas_gpu"])
-def test_paged_attention_matches_dense_attention_over_each_slots_tokens(implementation):
-    q, k_pages, v_pages, tables, lengths = attention_case()
+def tpu_tiled_case():
+    """`attention_case`'s slots on the TPU kernel's tiles: 3 slots of 29, 9 and 17 tokens on a pool
+    of 12 pages of 8; 4 query heads on 2 KV heads of 128."""
+    rng = np.random.default_rng(1)
+    q = rng.standard_normal((3, 4, 128)).astype(np.float32)
+    k_pages = rng.standard_normal((2, 12, 8, 128)).astype(np.float32)
+    v_pages = rng.standard_normal((2, 12, 8, 128)).astype(np.float32)
+    tables = np.array([[5, 1, 2, 3], [4, 9, 0, 0], [5, 7, 8, 0]], np.int32)
+    lengths = np.array([29, 9, 17], np.int32)
+    return q, k_pages, v_pages, tables, lengths
+
+
+@pytest.mark.parametrize("implementation, case", [("gather", attention_case), ("pallas_gpu", attention_case),
+                                                  ("gather", tpu_tiled_case), ("pallas_tpu", tpu_tiled_case)])
+def test_paged_attention_matches_dense_attention_over_each_slots_tokens(implementation, case):
+    """Each implementation against numpy; the Pallas kernels in their interpret modes (the TPU's
+    simulates its memories on the CPU), the TPU's on its tiles (heads of 128, pages of 8). The TPU
+    interpreter runs the kernel's float32 dots as the TPU's matrix unit does by default, in bfloat16
+    passes: its scores and outputs come within 4e-3 here, so it is held to 1e-2; a token read from a
+    wrong page or past a slot's length moves the outputs by tenths (all three slots are checked)."""
+    q, k_pages, v_pages, tables, lengths = case()
     expected = dense_reference(q, k_pages, v_pages, tables, lengths)
     got = paged_decode_attention(jnp.asarray(q), jnp.asarray(k_pages), jnp.asarray(v_pages), jnp.asarray(tables),
                                  jnp.asarray(lengths), implementation=implementation, interpret=True)
-    np.testing.assert_allclose(np.asarray(got), expected, rtol=2e-5, atol=2e-5)
+    tolerance = 1e-2 if implementation == "pallas_tpu" else 2e-5
+    np.testing.assert_allclose(np.asarray(got), expected, rtol=tolerance, atol=tolerance)
 
 
 def test_what_lies_past_a_slots_length_never_reaches_it():
@@ -144,7 +164,18 @@ def test_what_lies_past_a_slots_length_never_reaches_it():
     np.testing.assert_array_equal(np.asarray(before), np.asarray(after))
 
 
+def test_a_tpu_uses_its_kernel_only_on_whole_tiles(monkeypatch):
+    monkeypatch.setattr(jax, "default_backend", lambda: "tpu")
+    assert default_implementation(128, 16) == "pallas_tpu"
+    assert default_implementation(64, 16) == "gather"  # SmolLM2's heads of 64
+    assert default_implementation(128, 4) == "gather"
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    assert default_implementation(64, 4) == "pallas_gpu"
+    monkeypatch.setattr(jax, "default_backend", lambda: "cpu")
+    assert default_implementation(128, 16) == "gather"
+
+
 def test_an_unknown_implementation_is_named():
     q, k_pages, v_pages, tables, lengths = attention_case()
-    with pytest.raises(ValueError, match="expected one of gather, pallas_gpu"):
+    with pytest.raises(ValueError, match="expected one of gather, pallas_gpu, pallas_tpu"):
         paged_decode_attention(*(jnp.asarray(a) for a in (q, k_pages, v_pages, tables, lengths)), implementation="x")

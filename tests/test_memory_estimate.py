@@ -110,6 +110,10 @@ def test_what_changes_the_estimate():
     slots = estimate_step_memory(plan, TINY, 2, decode_slots=16)
     assert parts(slots)["rollout"] - parts(base)["rollout"] == (2 * 2 * 8 * 2 * 16 * (16 + 32) * 4
                                                                 + 2 * 12 * (1632 + 16 * 12) * 4 + 5 * 8 * 128 * 4)
+    # prompts of 12 prefilled in pieces of 4: a piece's 4 positions of each of 2 prompts, over 12 keys
+    pieces = estimate_step_memory(plan, TINY, 2, prefill_chunk_tokens=4)
+    assert parts(base)["rollout"] - parts(pieces)["rollout"] == 2 * (12 - 4) * (1632 + 16 * 12) * 4
+    assert parts(estimate_step_memory(plan, TINY, 2, prefill_chunk_tokens=12)) == parts(base)  # no longer than one
     # async: the collector's weights (generation already counts: every phase adds)
     concurrent = estimate_step_memory(plan, TINY, 2, concurrent_rollout=True)
     assert concurrent.total_bytes == base.total_bytes + P_BYTES

@@ -171,6 +171,12 @@ class RolloutSection(_Section):
         "running fit a smaller bucket (smaller = weights in flight and turns reach the slots sooner, more host "
         "round trips)."
     )
+    prefill_chunk_tokens: int = Field(
+        512, ge=0, le=MAX_TOKENS, description="When a step's prompts are padded wider than this, the engine "
+        "prefills them in pieces of at most this many tokens, one piece between two decode chunks, so the "
+        "sequences already decoding never wait for a whole long prompt, short prompts do not pay for the long "
+        "ones' width, and a prefill's memory stays bounded (0 = every prompt at once)."
+    )
 
 
 class BatchSection(_Section):

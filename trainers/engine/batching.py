@@ -14,7 +14,12 @@ The host loop, between jitted chunks of `chunk_tokens` decode steps (`engine.pro
      When every group fits the slots at once (the call's only admission) and neither weights in
      flight nor turns need the host, the prefill runs in the first chunk's program: one dispatch
      and no host read between them (with later admissions it stays a program of its own, which
-     those reuse: fewer programs to compile);
+     those reuse: fewer programs to compile). In a call whose prompts are padded wider than
+     prefill_chunk_tokens, arrivals are prefilled in pieces instead (`programs.prefill_piece`),
+     one piece per visit of the host, each at most that wide and a last one only as wide as its
+     tokens need, so the slots already decoding wait one piece between two chunks, never a whole
+     long prompt, and a short prompt does not pay for the padded width of a long one; each group
+     starts once its prompt's last piece has run;
   2. answer turns (multi-turn only): a slot that sampled a turn's end (EOS or a stop sequence)
      waits, holding its pages, while the host asks `on_turn_end` for the environment's reply; the
      reply enters the slot as forced tokens over its next steps (the other slots decode on), or the
@@ -75,23 +80,32 @@ KV_MEMORY_FRACTION = 0.5
 (`EngineSettings.memory_fraction` in rollouts that leave rollout.decode_slots unset)."""
 
 
+PREFILL_CHUNK_TOKENS = 512
+"""Prompts longer than this are prefilled in pieces (`EngineSettings.prefill_chunk_tokens`)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class EngineSettings:
     """num_slots: decode lanes run together; page_tokens: token positions a page holds;
     chunk_tokens: decode steps between two visits of the host (admit, retire, turns, weights);
     memory_fraction > 0: on a device that reports its memory (an accelerator; not the CPU), the
     slots grow past num_slots, in whole groups up to the call's rows, as long as the KV pool stays
-    within this share of the device's free memory (`memory_slots`)."""
+    within this share of the device's free memory (`memory_slots`); prefill_chunk_tokens > 0:
+    in a call whose prompts are padded wider than this, arrivals are prefilled in pieces of at most
+    this many tokens, one piece between two decode chunks (0: every prompt at once)."""
 
     num_slots: int
     page_tokens: int = PAGE_TOKENS
     chunk_tokens: int = 16
     memory_fraction: float = 0.0
+    prefill_chunk_tokens: int = PREFILL_CHUNK_TOKENS
 
     def __post_init__(self) -> None:
         for name in ("num_slots", "page_tokens", "chunk_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.prefill_chunk_tokens < 0:
+            raise ValueError(f"prefill_chunk_tokens must be >= 0, got {self.prefill_chunk_tokens}")
         if not 0.0 <= self.memory_fraction < 1.0:
             raise ValueError(f"memory_fraction must be in [0, 1), got {self.memory_fraction}")
 
@@ -130,7 +144,8 @@ class EngineStats:
     chunk included) against the tokens stored in them (`kv_overhead`: 1.0 when every page is full;
     a shared page counts once); the wall time spent in prefills and in decode chunks (each until
     its results reached the host; a call's only admission runs in its first chunk's program, and
-    its time is that chunk's)."""
+    its time is that chunk's), and the longest of those prefill programs (`longest_prefill_s`: the
+    longest the slots already decoding waited between two chunks for arrivals)."""
 
     slot_steps: int = 0
     decode_tokens: int = 0
@@ -142,6 +157,7 @@ class EngineStats:
     kv_tokens_stored: int = 0
     prefill_s: float = 0.0
     decode_s: float = 0.0
+    longest_prefill_s: float = 0.0
 
     @property
     def slot_utilisation(self) -> float:
@@ -155,7 +171,8 @@ class EngineStats:
         """Sum another call's figures into these (the peak is the larger of the two)."""
         for field in dataclasses.fields(self):
             mine, theirs = getattr(self, field.name), getattr(other, field.name)
-            setattr(self, field.name, max(mine, theirs) if field.name in ("peak_pages_in_use", "pool_pages")
+            setattr(self, field.name, max(mine, theirs) if field.name in ("peak_pages_in_use", "pool_pages",
+                                                                          "longest_prefill_s")
                     else mine + theirs)
 
 
@@ -256,7 +273,7 @@ class _Run:
         self.scratch = self.pool.num_pages  # one page past the pool: where free and ended slots write
         shape = (model_cfg.num_kv_heads, self.scratch + 1, page, model_cfg.head_dim)
         self.kv_pages = _zero_pages(shape, model_cfg.dtype, model_cfg.num_layers, mesh)
-        self.attention = "paged" if default_implementation() != "gather" else "view"
+        self.attention = "paged" if default_implementation(model_cfg.head_dim, page) != "gather" else "view"
         self.window = max((len(s) for s in turns.sequences), default=0) if turns is not None else 0
         self.prompt_lengths = prompt_valid.sum(axis=1).astype(np.int32)
         self.slot_row = np.full(slots, -1, np.int64)
@@ -271,6 +288,7 @@ class _Run:
         self.versions = np.zeros((rows, max_new), np.int32)
         self.stats = EngineStats(pool_pages=self.pool.num_pages)
         self.waiting = list(range(0, rows, sampling.prompt_group))  # the first row of each group, in order
+        self.prefilling: list[_Prefill] = []  # arrivals whose long prompts are prefilled piece by piece, oldest first
         self.rows_left: dict[int, int] = {}  # with a gate: a group in flight (its first row) -> rows not ended
 
     def generate(self) -> tuple[GenerationResult, EngineStats]:
@@ -278,14 +296,18 @@ class _Run:
             arrivals = self.admit()
             fused = None  # a call's only admission runs in one program with the first chunk
             if arrivals is not None:
-                if not self.queue_open() and self.turns is None and not self.in_flight and not self.active.any():
-                    fused = self.start(arrivals)
+                if (not self.queue_open() and self.turns is None and not self.in_flight and not self.active.any()
+                        and not self.prefilling):
+                    self.start(arrivals.rows, arrivals.slots)
+                    fused = arrivals
                 else:
                     self.prefill(arrivals)
+            if self.prefilling:
+                self.prefill_piece()
             if self.turns is not None:
                 self.answer_turns()
             if not self.active.any():
-                if not self.queue_open():
+                if not self.queue_open() and not self.prefilling:
                     break
                 continue
             self.reserve()
@@ -348,6 +370,13 @@ class _Run:
         width = self.prompt_tokens.shape[1]
         lengths = self.prompt_lengths[firsts].astype(np.int64)
         prompt_pages, own_tails = pool.admit_groups(slots.reshape(count, group), lengths)
+        piece = self.settings.prefill_chunk_tokens
+        if piece and width > piece:  # prompts this long in the call: every arrival's prefill goes in pieces
+            self.slot_row[slots] = rows  # taken: they start once their prompt's last piece has run
+            last_pages = np.take_along_axis(prompt_pages, ((lengths - 1) // page)[:, None], axis=1)[:, 0]
+            self.prefilling.append(_Prefill(rows, slots, np.asarray(firsts, np.int64), lengths.astype(np.int32),
+                                            np.where(lengths % page > 0, last_pages, -1), own_tails, padded))
+            return None
         token = np.arange(width)[None, :] - (width - lengths)[:, None]  # each column's token; < 0: padding
         valid = token >= 0
         token = np.maximum(token, 0)
@@ -378,28 +407,83 @@ class _Run:
         self.kv_pages, token0, logprob0 = programs.admit(self.graph, self.params, self.kv_pages, *arrivals.args,
                                                          self.sampling)
         token0, logprob0 = tree_to_host((token0, logprob0))
-        self.stats.prefill_s += time.perf_counter() - start
-        rows, slots, sampling = arrivals.rows, arrivals.slots, self.sampling
-        self.start(arrivals)
-        self.took_first_tokens(rows, token0[:len(rows)], logprob0[:len(rows)])
-        self.last_token[slots] = token0[:len(rows)]
-        is_eos = np.isin(token0[:len(rows)], (sampling.eos_id, *sampling.extra_eos_ids))
+        self.took_prefill_time(time.perf_counter() - start)
+        rows = arrivals.rows
+        self.took_token0(rows, arrivals.slots, token0[:len(rows)], logprob0[:len(rows)])
+
+    def prefill_piece(self) -> None:
+        """The next piece of the oldest chunked prefill (`programs.prefill_piece`): each of its prompts'
+        next prefill_chunk_tokens tokens (the piece as wide as the most of them left, bucketed),
+        after those already in its pages; the groups whose prompt
+        ends in it take token 0 and start decoding at the next chunk, the others wait for more pieces.
+        So the slots already decoding wait one piece between two chunks, not a whole long prompt."""
+        start = time.perf_counter()
+        self.newest_weights()
+        job, piece, page, group = self.prefilling[0], self.settings.prefill_chunk_tokens, self.pool.page_tokens, \
+            self.sampling.prompt_group
+        count, width = len(job.firsts), self.prompt_tokens.shape[1]
+        counts = np.zeros(job.padded, np.int32)
+        counts[:count] = np.clip(job.lengths - job.done, 0, piece)
+        step_tokens = piece
+        piece = min(piece, bucket_width(int(counts.max()), page))  # a last piece only as wide as it needs
+        done = np.zeros(job.padded, np.int32)
+        done[:count] = np.where(counts[:count] > 0, job.done, 0)  # a prompt already prefilled reads nothing
+        token = done[:count, None] + np.arange(piece)[None, :]  # [count, C]: the prompt token of each column
+        columns = np.clip(width - job.lengths[:, None] + token, 0, width - 1)
+        piece_tokens = np.zeros((job.padded, piece), np.int32)
+        piece_tokens[:count] = np.where(np.arange(piece)[None, :] < counts[:count, None],
+                                        np.take_along_axis(self.prompt_tokens[job.firsts], columns, axis=1), 0)
+        tables = np.zeros((job.padded, self.pool.max_pages_per_slot), np.int32)
+        tables[:count] = self.pool.tables[job.slots[::group]]
+        ends = (counts[:count] > 0) & (job.done + counts[:count] == job.lengths)
+        copies = ends & (job.tail_source >= 0)
+        tail_source = np.full(job.padded, self.scratch, np.int32)
+        tail_source[:count] = np.where(copies, job.tail_source, self.scratch)
+        tail_pages = np.full((job.padded, group - 1), self.scratch, np.int32)
+        tail_pages[:count] = np.where(copies[:, None], job.own_tails, self.scratch)
+        uniforms = np.zeros(job.padded * group, np.float32)
+        uniforms[:len(job.rows)] = self.uniforms[0, job.rows]
+        longest = int(done.max())
+        view = min(bucket_width(longest, page), self.pool.max_pages_per_slot * page) if longest else 0
+        self.kv_pages, token0, logprob0 = programs.prefill_piece(
+            self.graph, self.params, self.kv_pages, piece_tokens, tables, done, counts, tail_source, tail_pages,
+            uniforms, self.sampling, view, self.scratch)
+        token0, logprob0 = tree_to_host((token0, logprob0))
+        self.took_prefill_time(time.perf_counter() - start)
+        job.done += step_tokens
+        if (job.done >= job.lengths).all():
+            self.prefilling.pop(0)
+        if ends.any():
+            starting = np.repeat(ends, group)
+            self.took_token0(job.rows[starting], job.slots[starting], token0[:len(job.rows)][starting],
+                             logprob0[:len(job.rows)][starting])
+
+    def took_prefill_time(self, seconds: float) -> None:
+        self.stats.prefill_s += seconds
+        self.stats.longest_prefill_s = max(self.stats.longest_prefill_s, seconds)
+
+    def took_token0(self, rows: np.ndarray, slots: np.ndarray, token0: np.ndarray, logprob0: np.ndarray) -> None:
+        """Prefilled rows start in their slots with token 0 taken: active, or paused (a turn's end) or
+        ended by it."""
+        sampling = self.sampling
+        self.start(rows, slots)
+        self.took_first_tokens(rows, token0, logprob0)
+        self.last_token[slots] = token0
+        is_eos = np.isin(token0, (sampling.eos_id, *sampling.extra_eos_ids))
         if self.turns is not None:
             one_token_stops = [s[0] for s in self.turns.sequences if len(s) == 1]
-            self.paused[slots] = is_eos | np.isin(token0[:len(rows)], one_token_stops)
+            self.paused[slots] = is_eos | np.isin(token0, one_token_stops)
             self.active[slots] = ~self.paused[slots]
             return
         ended = is_eos & sampling.stop_at_eos if sampling.max_new_tokens > 1 else np.ones(len(slots), bool)
         self.active[slots] = ~ended
         self.end(slots[ended])
 
-    def start(self, arrivals: _Arrivals) -> _Arrivals:
-        """The arrivals' slots hold their rows, each with its prompt and token 0 taken (active until
-        token 0 says otherwise)."""
-        rows, slots = arrivals.rows, arrivals.slots
+    def start(self, rows: np.ndarray, slots: np.ndarray) -> None:
+        """The slots hold their rows, each with its prompt and token 0 taken (active until token 0
+        says otherwise)."""
         self.slot_row[slots], self.lengths[slots] = rows, self.prompt_lengths[rows]
         self.generated[slots], self.active[slots] = 1, True
-        return arrivals
 
     def took_first_tokens(self, rows: np.ndarray, token0: np.ndarray, logprob0: np.ndarray) -> None:
         self.tokens[rows, 0], self.logprobs[rows, 0], self.mask[rows, 0] = token0, logprob0, True
@@ -431,7 +515,8 @@ class _Run:
         """settings.chunk_tokens; without EOS stops, once no group waits and nothing else needs the
         host between chunks (weights in flight, turns), the whole budget: every sequence runs to
         max_new_tokens, so no slot frees early and one chunk finishes the call."""
-        if not self.queue_open() and not self.in_flight and self.turns is None and not self.sampling.stop_at_eos:
+        if (not self.queue_open() and not self.prefilling and not self.in_flight and self.turns is None
+                and not self.sampling.stop_at_eos):
             return self.sampling.max_new_tokens
         return self.settings.chunk_tokens
 
@@ -546,6 +631,24 @@ class _Run:
         # 5. retire ended slots (a paused slot keeps its pages until its turn is answered)
         self.active[running] = still
         self.end(running[~still & ~self.paused[running]])
+
+
+@dataclasses.dataclass
+class _Prefill:
+    """Arrivals whose prompts are prefilled in pieces: their rows and slots (G consecutive per group),
+    each group's first row, prompt length, partly filled last page (-1: the prompt fills its pages)
+    and the other slots' own pages for it [n, G - 1]; the prefill batch (n padded to a power of two)
+    and the prompt tokens prefilled so far (`done`, the same for every prompt: pieces start at token
+    0 of each)."""
+
+    rows: np.ndarray
+    slots: np.ndarray
+    firsts: np.ndarray
+    lengths: np.ndarray
+    tail_source: np.ndarray
+    own_tails: np.ndarray
+    padded: int
+    done: int = 0
 
 
 @dataclasses.dataclass(frozen=True)

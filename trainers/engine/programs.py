@@ -1,5 +1,6 @@
 """The engine's device programs, each jitted once per shape: admit arrivals (prefill their prompts,
-write the keys and values into pages, sample each completion's first token) and decode a chunk of
+write the keys and values into pages, sample each completion's first token), or prefill one piece
+of long prompts (`prefill_piece`, a chunked prefill between decode chunks), and decode a chunk of
 K tokens over a bucket of slots. The host loop that calls them is `engine.batching`.
 
 Decode chunk (`decode_chunk`), per slot and step: feed the slot's last token at its position, write
@@ -95,6 +96,43 @@ def _admit(model, kv_pages, prompt_tokens, prompt_valid, pages, offsets, tail_co
     logits, prompt_kv = _prefill(model, prompt_tokens, prompt_valid)
     token, logprob = sample_token(jnp.repeat(logits, sampling.prompt_group, axis=0), uniforms, sampling)
     return _write_prompts(kv_pages, prompt_kv, pages, offsets, tail_columns, tail_pages), token, logprob
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "sampling", "view_tokens"), donate_argnames=("kv_pages",))
+def prefill_piece(graphdef: StaticGraph, params, kv_pages, piece_tokens, tables, done, counts, tail_source, tail_pages,
+                  uniforms, sampling: SamplingParams, view_tokens: int, scratch_page: int):
+    """One piece of a chunked prefill: n prompts' next C tokens, piece_tokens [n, C] (prompt token
+    done[i] + j at column j, the first counts[i] columns real), attend to the tokens 0 .. done[i] - 1
+    already in their pages (tables [n, max_pages], the group's first slot: gathered into a dense view
+    `view_tokens` wide, `dense_view`) and causally to each other; their keys and values are written
+    into the pages after the others. Token 0 of each of the G completions is sampled from the logits
+    at the piece's last real column, with uniforms [n x G] (the host keeps those of the prompts whose
+    last token is in this piece). A prompt that ends here with a partly filled last page has that page,
+    tail_source [n], copied into each other completion's own page, tail_pages [n, G - 1] (the
+    scratch page for the rest). Returns (kv_pages, tokens, logprobs [n x G])."""
+    model = nnx.merge(graphdef.graphdef, params)
+    rows, piece = piece_tokens.shape
+    views = [dense_view(k, v, tables, done, view_tokens, piece) for k, v in kv_pages]
+    new = jnp.arange(piece)[None, :] < counts[:, None]  # [n, C]
+    valid = views[0][1].at[:, view_tokens:].set(new)  # [n, W + C]: the columns holding a token
+    column = jnp.arange(view_tokens + piece)[None, :] - view_tokens  # < 0: the view's, else the piece's column
+    mask = valid[:, None, :] & (column <= jnp.arange(piece)[:, None])[None]  # [n, C, W + C]: causal
+    positions = done[:, None] + jnp.arange(piece)[None, :]
+    hidden, cache = model(piece_tokens, positions, mask, [kv for kv, _ in views], view_tokens)
+    last = hidden[jnp.arange(rows), jnp.maximum(counts - 1, 0)]
+    token, logprob = sample_token(jnp.repeat(model.logits(last), sampling.prompt_group, axis=0), uniforms, sampling)
+    out = []
+    for (k_pages, v_pages), view in zip(kv_pages, cache):
+        k_pages, v_pages = write_view_tokens(k_pages, v_pages, view, tables, done, counts, view_tokens, scratch_page)
+        if tail_pages.shape[1]:
+            k_pages = k_pages.at[:, tail_pages].set(
+                jnp.broadcast_to(k_pages[:, tail_source][:, :, None], (k_pages.shape[0], *tail_pages.shape,
+                                                                       *k_pages.shape[2:])))
+            v_pages = v_pages.at[:, tail_pages].set(
+                jnp.broadcast_to(v_pages[:, tail_source][:, :, None], (v_pages.shape[0], *tail_pages.shape,
+                                                                       *v_pages.shape[2:])))
+        out.append((k_pages, v_pages))
+    return out, token, logprob
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "sampling", "chunk_tokens", "scratch_page", "attention",

@@ -30,7 +30,8 @@ SmolLM2 demo and R1, where the largest phase alone left up to 0.55 GiB unexplain
             its page pool (2 x layers x B x KV heads x head dim x (prompt + completion budget,
             rounded up to whole pages), in the compute dtype), the dense view a CPU's decode chunk
             gathers from it (the same per slot, plus a chunk's positions), the prefill of B / G
-            distinct prompts (one layer live) and the sampler's SAMPLER_BUFFERS [B, V] buffers
+            distinct prompts (one layer live; of rollout.prefill_chunk_tokens positions each when
+            the prompts are longer, a piece at a time) and the sampler's SAMPLER_BUFFERS [B, V] buffers
   log-prob  one log-prob micro-batch's forward (only when the plan has log-prob passes): one layer
             live, and the LM head's chunk
   update    one train micro-batch: gradients (4 T; 8 T with accumulation, the running sum and the
@@ -174,12 +175,13 @@ def logits_chunk_bytes(model: ModelConfig, positions: int, chunk_elements: int =
 def estimate_step_memory(plan: BatchPlan, model: ModelConfig, moments: int, concurrent_rollout: bool = False,
                          chunk_elements: int = LOGITS_CHUNK_ELEMENTS, adapter_parameters: int = 0,
                          prompt_tokens: int | None = None, decode_slots: int | None = None,
-                         decode_chunk_tokens: int = 16) -> StepMemory:
+                         decode_chunk_tokens: int = 16, prefill_chunk_tokens: int = 0) -> StepMemory:
     """The estimate for `plan` on `model` with an optimizer of `moments` float32 buffers per
     parameter; `concurrent_rollout`: async.enabled (the collector's own weights); `adapter_parameters`:
     the LoRA adapters' size (0: full fine-tuning); `prompt_tokens`: the width a step's prompts are
-    padded to (None: the plan's prompt budget; never more); `decode_slots`, `decode_chunk_tokens`:
-    the engine's (None: the rollout micro-batch). See the module docstring for every part."""
+    padded to (None: the plan's prompt budget; never more); `decode_slots`, `decode_chunk_tokens`,
+    `prefill_chunk_tokens`: the engine's (None: the rollout micro-batch; 0: prompts prefilled whole).
+    See the module docstring for every part."""
     params_bytes = (parameter_count(model) + adapter_parameters) * FLOAT32_BYTES
     trained_bytes = adapter_parameters * FLOAT32_BYTES if adapter_parameters else params_bytes
     lc = plan.completion_token_budget
@@ -207,7 +209,8 @@ def estimate_step_memory(plan: BatchPlan, model: ModelConfig, moments: int, conc
         2 if model.dtype == "bfloat16" else FLOAT32_BYTES)
     pages = kv_position * -(-seq // PAGE_TOKENS) * PAGE_TOKENS
     view = kv_position * (seq + decode_chunk_tokens)
-    prefill = distinct_prompts * lp * layer_elements(model, lp) * FLOAT32_BYTES
+    piece = min(lp, prefill_chunk_tokens) if prefill_chunk_tokens else lp  # a long prompt's prefill runs in pieces
+    prefill = distinct_prompts * piece * layer_elements(model, lp) * FLOAT32_BYTES
     sampler = SAMPLER_BUFFERS * rows * model.vocab_size * FLOAT32_BYTES
     phases = [MemoryPart("rollout", pages + view + prefill + sampler,
                          ("rollout.decode_slots", "batch.rollout_micro_batch_sequences") + lengths)]
@@ -246,6 +249,7 @@ def step_memory(config: ExperimentConfig, plan: BatchPlan, longest_prompt_tokens
     return estimate_step_memory(plan, model, optimizer_moments(config.optimizer),
                                 concurrent_rollout=config.async_.enabled, adapter_parameters=adapters,
                                 prompt_tokens=width, decode_slots=config.rollout.decode_slots,
-                                decode_chunk_tokens=config.rollout.decode_chunk_tokens)
+                                decode_chunk_tokens=config.rollout.decode_chunk_tokens,
+                                prefill_chunk_tokens=config.rollout.prefill_chunk_tokens)
 
 

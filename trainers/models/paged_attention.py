@@ -9,8 +9,14 @@ One attention function, two implementations so far:
   "pallas_gpu"  the paged-attention Pallas kernel JAX ships for GPUs
                 (`jax.experimental.pallas.ops.gpu.paged_attention`); `interpret=True` runs it on the
                 CPU (the tests check it against the gather path that way).
-The TPU kernels (`pallas.ops.tpu.paged_attention`, `ragged_paged_attention`) take the same layout
-but have no interpreter on a CPU, so they wait until they can be checked; a TPU uses the gather.
+  "pallas_tpu"  the one JAX ships for TPUs (`jax.experimental.pallas.ops.tpu.paged_attention`, the
+                same layout); `interpret=True` runs it in Pallas's TPU interpret mode, which
+                simulates a TPU's memories and DMAs on the CPU (how the tests check it). Its
+                float32 dots run as a TPU's matrix unit runs them by default, in bfloat16 passes.
+A TPU's kernel needs whole tiles: a head size that is a multiple of 128 and pages of a multiple of
+8 tokens (`tpu_kernel_fits`); a model whose heads are smaller (SmolLM2's 64) decodes with the gather
+on a TPU. The ragged kernel (`ragged_paged_attention`) also takes prompt pieces; the engine's
+prefill pieces run as a dense forward over a gathered view (`dense_view`) instead.
 
 Layouts: q [B, NH, D] (RoPE applied); k_pages, v_pages [KVH, P, page_tokens, D] (the Pallas
 kernels' layout; keys stored after RoPE); block_tables [B, max_pages] int32; lengths [B] int32, the
@@ -50,13 +56,25 @@ def write_token_kv(cache: PagedKV, keys: jax.Array, values: jax.Array) -> PagedK
     v_pages = cache.v_pages.at[:, pages, offsets].set(values.transpose(1, 0, 2).astype(cache.v_pages.dtype))
     return cache._replace(k_pages=k_pages, v_pages=v_pages)
 
-IMPLEMENTATIONS = ("gather", "pallas_gpu")
+IMPLEMENTATIONS = ("gather", "pallas_gpu", "pallas_tpu")
+TPU_HEAD_DIM, TPU_PAGE_TOKENS = 128, 8  # the TPU kernel's tiles: head size and page size multiples
 MASKED_SCORE = float(jnp.finfo(jnp.float32).min)  # as `transformer`'s dense attention masks
 
 
-def default_implementation() -> str:
-    """The implementation for JAX's default backend: the Pallas kernel on a GPU, else the gather."""
-    return "pallas_gpu" if jax.default_backend() == "gpu" else "gather"
+def default_implementation(head_dim: int = TPU_HEAD_DIM, page_tokens: int = TPU_PAGE_TOKENS) -> str:
+    """The implementation for JAX's default backend: the Pallas kernel on a GPU, on a TPU when the
+    model's head size and the page size fit its tiles (`tpu_kernel_fits`), else the gather."""
+    backend = jax.default_backend()
+    if backend == "gpu":
+        return "pallas_gpu"
+    if backend == "tpu" and tpu_kernel_fits(head_dim, page_tokens):
+        return "pallas_tpu"
+    return "gather"
+
+
+def tpu_kernel_fits(head_dim: int, page_tokens: int) -> bool:
+    """The TPU kernel takes heads of a multiple of 128 and pages of a multiple of 8 tokens."""
+    return head_dim % TPU_HEAD_DIM == 0 and page_tokens % TPU_PAGE_TOKENS == 0
 
 
 def _taken(pages: jax.Array, block_tables: jax.Array) -> jax.Array:
@@ -93,6 +111,17 @@ def paged_decode_attention(q: jax.Array, k_pages: jax.Array, v_pages: jax.Array,
                                       lengths.astype(jnp.int32), interpret=interpret,
                                       pages_per_compute_block=_divisor_at_most(pages_per_slot, 8),
                                       k_splits=1).astype(q.dtype)
+    if implementation == "pallas_tpu":
+        import contextlib
+
+        from jax.experimental.pallas import tpu as pltpu
+        from jax.experimental.pallas.ops.tpu.paged_attention import paged_attention as tpu_kernel
+
+        pages_per_slot = block_tables.shape[1]
+        with pltpu.force_tpu_interpret_mode() if interpret else contextlib.nullcontext():
+            return tpu_kernel(q * jnp.asarray(scale, q.dtype), k_pages, v_pages, lengths.astype(jnp.int32),
+                              block_tables, pages_per_compute_block=_divisor_at_most(pages_per_slot, 8)
+                              ).astype(q.dtype)
     raise ValueError(f"attention implementation {implementation!r}: expected one of {', '.join(IMPLEMENTATIONS)}")
 
 

@@ -234,7 +234,8 @@ class Attention(nnx.Module):
         if isinstance(kv_cache, PagedKV):
             paged = write_token_kv(kv_cache, k[:, 0], v[:, 0])
             out = paged_decode_attention(q[:, 0], paged.k_pages, paged.v_pages, paged.block_tables,
-                                         paged.lengths + 1, implementation=default_implementation())
+                                         paged.lengths + 1,
+                                         implementation=default_implementation(self.head_dim, paged.k_pages.shape[2]))
             return self.o_proj(out.reshape(batch, 1, self.num_heads * self.head_dim)), paged
 
         keys = k.transpose(0, 2, 3, 1)  # [B,KVH,D,T]

@@ -68,7 +68,8 @@ def generate_sequences(graphdef: Any, weights: Weights, prompt_tokens: np.ndarra
     # rollout.decode_slots unset: the micro-batch, or more where an accelerator's free memory holds them
     settings = EngineSettings(num_slots=max(min(spec.decode_slots or micro, rows), g),
                               chunk_tokens=in_flight_chunk_tokens or spec.decode_chunk_tokens,
-                              memory_fraction=0.0 if spec.decode_slots else KV_MEMORY_FRACTION)
+                              memory_fraction=0.0 if spec.decode_slots else KV_MEMORY_FRACTION,
+                              prefill_chunk_tokens=spec.prefill_chunk_tokens)
     episodes = None
     turn_args = {}
     if spec.env is not None:

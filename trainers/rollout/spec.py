@@ -12,6 +12,7 @@ from trainers.config import ExperimentConfig
 from trainers.config.budgets import completion_token_budget
 from trainers.data.encoding import PromptIdCache, prompt_bucket_tokens
 from trainers.data.tasks import TASKS
+from trainers.engine.batching import PREFILL_CHUNK_TOKENS
 from trainers.models.generate import SamplingParams, TurnStops, eos_settings
 from trainers.rollout import prompt_fit
 
@@ -48,10 +49,11 @@ class RolloutSpec:
     env_name: str = "single_turn"
     max_turns: int = 1
     turn_stops: TurnStops | None = None
-    # The generation engine: decode slots (0 = rollout_micro_batch_sequences) and decode steps per
-    # chunk (`engine.batching.EngineSettings`).
+    # The generation engine: decode slots (0 = rollout_micro_batch_sequences), decode steps per
+    # chunk and prompt tokens per prefill piece (`engine.batching.EngineSettings`).
     decode_slots: int = 0
     decode_chunk_tokens: int = 16
+    prefill_chunk_tokens: int = PREFILL_CHUNK_TOKENS
     # Token ids of the prompts already encoded, shared by the copies `for_evaluation` makes.
     prompt_ids: PromptIdCache = dataclasses.field(default_factory=PromptIdCache, compare=False, repr=False)
 
@@ -73,7 +75,7 @@ class RolloutSpec:
                    overlong_buffer_tokens=r.overlong_buffer_tokens, overlong_penalty=r.overlong_penalty,
                    overlong_filter=r.overlong_filter, env=env, env_name=config.env.name,
                    max_turns=config.env.max_turns, turn_stops=turn_stops, decode_slots=r.decode_slots or 0,
-                   decode_chunk_tokens=r.decode_chunk_tokens)
+                   decode_chunk_tokens=r.decode_chunk_tokens, prefill_chunk_tokens=r.prefill_chunk_tokens)
 
     def for_evaluation(self, temperature: float, samples_per_prompt: int = 1) -> "RolloutSpec":
         """`samples_per_prompt` completions per prompt at `temperature` (0 = greedy), no advantages and no
