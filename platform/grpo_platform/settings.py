@@ -2,7 +2,7 @@
 
 Embedded default (nothing to run but this project): SQLite and a Celery broker kept in files, both
 under PLATFORM_DATA_DIR (default ./var). Production: DATABASE_URL (PostgreSQL) and CELERY_BROKER_URL
-(Redis or RabbitMQ). See the README's "Running in production".
+(Redis or RabbitMQ). See docs/production.md.
 """
 
 from __future__ import annotations

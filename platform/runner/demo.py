@@ -62,14 +62,14 @@ MODEL_DEMO_DESCRIPTION = ("Start here: SmolLM2-135M-Instruct learns arithmetic w
                           "best on a GPU).")
 
 
-# Seconds a step, (fastest, slowest) as measured on a 2-core CPU (README: "The SmolLM2 demo",
+# Seconds a step, (fastest, slowest) as measured on a 2-core CPU (the docs: "The SmolLM2 demo",
 # "Algorithms", "Environments and tool use"): what a demo shows before this platform has run it.
 CPU_STEP_S: dict[str, tuple[float, float]] = {
     DEMO_EXPERIMENT: (0.2, 0.4),  # after the first step's compile (about a minute)
     MODEL_DEMO_EXPERIMENT: (55, 132),
     TOOL_DEMO_PREFIX + "arith": (150, 350),
     TOOL_DEMO_PREFIX + "arith-notool": (60, 80),
-    ALGO_DEMO_PREFIX: (12, 23),  # every algo-*.yaml (README's table: median s/step 12.4 to 23.2)
+    ALGO_DEMO_PREFIX: (12, 23),  # every algo-*.yaml (docs/algorithms.md's table: median s/step 12.4 to 23.2)
 }
 CPU_MEASURED_ON = "a 2-core CPU"
 

@@ -1,7 +1,7 @@
 """Self-service sign-up (`accounts/signup/`), off unless settings.PLATFORM_ALLOW_SIGNUP: then anyone
 who can reach the site may create an account with Django's UserCreationForm (username, password
 twice, the password validators) and is logged in. Off, the page is a 404 and the login page does
-not link it; accounts are then made by an admin (README: Users)."""
+not link it; accounts are then made by an admin (docs/platform.md: Users)."""
 
 from __future__ import annotations
 

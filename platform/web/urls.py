@@ -8,6 +8,7 @@ from web import (account_views, alert_views, compare_views, dataset_views, fork_
 from web import evaluation_views
 from web import sweep_views
 from web import signup_views
+from web import docs_site
 
 
 class IdConverter:
@@ -30,6 +31,8 @@ urlpatterns: list = [
     path("accounts/signup/", signup_views.signup, name="signup"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", views.index, name="index"),
+    path("docs/", docs_site.docs_page, name="docs"),
+    path("docs/<path:path>", docs_site.docs_page, name="docs-page"),
     path("experiments/", views.experiment_list, name="experiment-list"),
     path("experiments/new/", views.experiment_create, name="experiment-new"),
     path("experiments/import/", views.experiment_import, name="experiment-import"),

@@ -100,3 +100,84 @@ def is_metric_name(name: str) -> bool:
     if re.fullmatch(ENV_REWARD_PART_PATTERN, name) is not None:
         return True
     return re.fullmatch(REWARD_FUNCTION_PATTERN, name) is not None and name.split("/", 1)[1] in REWARD_NAMES
+
+
+METRIC_GROUPS = (
+    ("Every step", TRAIN_METRICS),
+    ("Async runs (and synchronous dynamic sampling's is/*)", ASYNC_METRICS),
+    ("With an algorithm feature on", ALGORITHM_METRICS),
+    ("The generation engine", GENERATION_METRICS),
+    ("Evaluation", EVAL_METRICS),
+    ("System", SYSTEM_METRICS),
+    ("Multi-turn episodes (also as eval/env/...)", ENV_METRICS),
+)
+"""The metric names in the groups the docs' metric reference lists them by."""
+
+METRIC_DESCRIPTIONS = {
+    "reward/mean": "mean total reward of the step's completions (with dynamic sampling: over every completion "
+                   "sampled, not only the groups kept)",
+    "reward/std": "standard deviation of those rewards",
+    "accuracy": "share of completions whose answer is right (the task's check)",
+    "loss/policy": "the policy loss, mean over the step's updates",
+    "loss/kl": "the KL term of the loss (grpo.beta x kl)",
+    "kl": "KL estimate between the policy and the reference model",
+    "clip_fraction": "share of tokens whose ratio was clipped",
+    "entropy": "mean token entropy of the policy on the completions",
+    "response_length/mean": "mean completion length, tokens",
+    "grad_norm": "global gradient norm before clipping",
+    "param_norm": "norm of the trained parameters after the step's updates",
+    "learning_rate": "the optimizer's rate at the step",
+    "timing/step_s": "the whole step, seconds (async: includes async/wait_s)",
+    "timing/rollout_s": "encoding, generating, decoding and scoring the step's sequences, seconds (async: the "
+                        "collector's time, overlapping training)",
+    "timing/train_s": "from the rollout in hand to the new weights published: log-prob passes and updates, seconds",
+    "throughput/tokens_per_s": "tokens (prompt and completion) of the step per second of the step",
+    "train/trained_sequence_fraction": "share of the step's sequences the updates trained (without a KL term the "
+                                       "sequences of all-equal groups are skipped)",
+    "async/trajectory_age_mean": "mean age of the step's groups, in steps",
+    "async/token_age_mean": "mean age of the step's tokens, in steps (lower than the groups' with in-flight updates)",
+    "async/buffer_size": "groups waiting in the buffer",
+    "async/wait_s": "seconds the step waited for its groups",
+    "async/dropped_stale": "groups dropped as older than async.max_staleness",
+    "is/weight_mean": "mean importance weight pi_old / pi_generator",
+    "is/weight_max": "largest importance weight over the step's updates",
+    "is/truncated_fraction": "share of weights truncated or masked",
+    "loss/entropy_bonus": "the entropy bonus term (grpo.entropy_coef)",
+    "dynamic/dropped_group_fraction": "flat groups among the prompts consumed (dynamic sampling)",
+    "dynamic/refill_rounds": "prompts generated beyond those the step needed, in steps' worth",
+    "dynamic/prompts_consumed": "how far the data position moved",
+    "dynamic/prompts_sampled": "prompts the step generated",
+    "dynamic/groups_carried": "informative groups the step before generated, trained by this one",
+    "rollout/truncated_fraction": "completions cut off by the budget (no end of sequence)",
+    "rollout/overlong_penalty_mean": "mean DAPO overlong penalty (rollout.overlong_buffer_tokens)",
+    "generation/slot_utilisation": "useful decode tokens / decode slot-steps run",
+    "generation/kv_pages_peak_fraction": "the most KV pages in use at once / the pool",
+    "generation/tokens_per_s": "decode tokens per second of prefill and decode",
+    "timing/generation_prefill_s": "seconds spent in prefills",
+    "timing/generation_decode_s": "seconds spent in decode chunks",
+    "eval/reward_mean": "mean reward on the held-out prompts",
+    "eval/accuracy": "held-out accuracy at eval.temperature (greedy by default)",
+    "eval/pass@1": "with eval.samples_per_prompt n > 1: pass@1 from n samples (unbiased estimator)",
+    "system/cpu_percent": "the host's CPU use since the previous sample",
+    "system/host_memory_used_bytes": "the host's memory in use",
+    "system/process_rss_bytes": "the trainer process's resident memory",
+    "system/device_memory_bytes": "device memory in use, summed over the process's devices (not on CPU)",
+    "system/device_memory_peak_bytes": "peak device memory, summed likewise (not on CPU)",
+    "system/gpu_utilization": "mean GPU utilisation, percent (with a GPU and nvidia-ml-py)",
+    "env/turns_mean": "assistant turns per episode",
+    "env/tool_calls_mean": "tool calls per episode",
+    "env/tool_errors_mean": "tool errors per episode",
+    "env/tool_use_fraction": "episodes with a tool call",
+    "env/max_turns_fraction": "episodes ended by env.max_turns",
+    "env/max_total_tokens_fraction": "episodes ended by env.max_total_tokens",
+    "env/error_fraction": "episodes ended by an environment error",
+}
+"""One line per metric name of METRIC_GROUPS (eval/env/<x> means what env/<x> means, for the
+evaluation's episodes): the docs' metric reference is generated from these."""
+
+METRIC_PATTERNS = (
+    ("eval/pass@<k>", PASS_AT_K_PATTERN, "pass@k from eval.samples_per_prompt samples, k = eval.pass_k"),
+    ("reward/<name>", REWARD_FUNCTION_PATTERN, "mean raw score of each reward function the run lists (rewards)"),
+    ("reward/env/<part>", ENV_REWARD_PART_PATTERN, "mean of each reward part of a multi-turn environment"),
+)
+"""Families of names, each with its pattern and a line for the docs."""
