@@ -60,7 +60,7 @@ def workload(args: argparse.Namespace) -> dict:
 
 def timed_run(raw: dict, warmup: int) -> tuple[float, dict]:
     from trainers.config import parse_config
-    from trainers.loop.hooks import Hooks
+    from trainers.step.hooks import Hooks
     from trainers.loop.trainer import train
 
     ends: dict[int, float] = {}
@@ -126,7 +126,7 @@ def moving_mean(values: list[float], window: int = 10) -> list[float]:
 
 def parity(steps: int) -> str:
     from trainers.config import load_config
-    from trainers.loop.hooks import Hooks
+    from trainers.step.hooks import Hooks
     from trainers.loop.trainer import train
 
     def rewards(extra: list[str], max_steps: int) -> list[float]:

@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from trainers.config import load_config
     from trainers.rollout import collect as rollout_module
-    from trainers.loop.hooks import Hooks
+    from trainers.step.hooks import Hooks
     from trainers.rollout.collect import collect_rollout
     from trainers.loop.trainer import GRPOTrainer
 

@@ -335,7 +335,7 @@ def run_config(config_path: str, run_dir: str, sets: list[str], max_completions:
     from trainers.cli import ProgressBarHooks, SignalControl
     from trainers.config import load_config
     from trainers.loop.compile_cache import enable_compilation_cache
-    from trainers.loop.hooks import Action, Control, Hooks, MultiHooks
+    from trainers.step.hooks import Action, Control, Hooks, MultiHooks
     from trainers.loop.run_files import RunFilesHooks
     from trainers.loop.trainer import train
 

@@ -47,7 +47,7 @@ def estimate_of(config_path: str, overrides: tuple[str, ...] = ()):
     from trainers.config import load_config
     from trainers.data.examples import load_examples
     from trainers.loop.memory_estimate import step_memory
-    from trainers.loop.plan import make_plan
+    from trainers.step.plan import make_plan
     from trainers.rollout.prompt_fit import config_prompt_fit
 
     config = load_config(config_path, list(overrides))

@@ -367,7 +367,7 @@ def child_hooks(args) -> dict:
     from experiments.models import MetricPoint, RolloutSample
     from runner.db_hooks import DatabaseHooks
     from trainers.config import load_config
-    from trainers.loop.hooks import Hooks
+    from trainers.step.hooks import Hooks
     from trainers.loop.trainer import GRPOTrainer
 
     _, _, run = bench_objects("bench-hooks")

@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from trainers.config import load_config
     from trainers.rollout import collect as rollout_module
-    from trainers.loop.hooks import Hooks
+    from trainers.step.hooks import Hooks
     from trainers.loop.trainer import GRPOTrainer
 
     overrides = [f"train.max_steps={args.steps}", "checkpoint.every_steps=0", "eval.every_steps=0", *args.set]

@@ -116,7 +116,7 @@ def build_update(cfg, devices: list, seed: int = 0) -> tuple[Any, Any, Any, Any]
     from trainers.algo.loss import LossConfig
     from trainers.algo.optim import make_optimizer
     from trainers.config.schema import OptimizerSection
-    from trainers.loop.placement import Placement
+    from trainers.step.placement import Placement
     from trainers.loop.update import make_update_fn
     from trainers.models.transformer import init_params
     from trainers.parallel.mesh import make_mesh

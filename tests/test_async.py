@@ -22,8 +22,8 @@ from trainers.config import load_config, parse_config
 from trainers.data.examples import load_examples
 from trainers.data.prompt_stream import PromptStream
 from trainers.rollout import collect as rollout_lib
-from trainers.loop.hooks import Action, Control, Hooks
-from trainers.loop.placement import Placement
+from trainers.step.hooks import Action, Control, Hooks
+from trainers.step.placement import Placement
 from trainers.loop.trainer import GRPOTrainer, train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -440,7 +440,7 @@ FOUR_DEVICES = textwrap.dedent("""
     import jax
     import numpy as np
     from trainers.config import parse_config
-    from trainers.loop.hooks import Hooks
+    from trainers.step.hooks import Hooks
     from trainers.loop.trainer import GRPOTrainer
 
     class Rewards(Hooks):

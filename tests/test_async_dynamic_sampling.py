@@ -24,7 +24,7 @@ from trainers.data.examples import load_examples
 from trainers.data.prompt_stream import PromptStream
 from trainers.rollout import collect as rollout_lib
 from trainers.rollout.dynamic_sampling import select_informative
-from trainers.loop.hooks import Hooks
+from trainers.step.hooks import Hooks
 from trainers.loop.trainer import train
 
 P, G, ROUNDS = 4, 2, 2

@@ -3,7 +3,7 @@
 import pytest
 
 from trainers.config import ConfigError, ExperimentConfig, parse_config, parse_yaml
-from trainers.loop.plan import make_plan
+from trainers.step.plan import make_plan
 
 
 def problems(raw, overrides=()):

@@ -189,7 +189,7 @@ def test_warmup_first_update_learns():
 def test_validate_never_imports_jax():
     code = ("import sys; from trainers.cli import main; rc = main(['validate', 'configs/demo.yaml']); "
             "from trainers.config import field_specs; field_specs(); "
-            "from trainers.loop.plan import make_plan; from trainers.config import load_config; "
+            "from trainers.step.plan import make_plan; from trainers.config import load_config; "
             "make_plan(load_config('configs/demo.yaml')); "
             "assert rc == 0; loaded = [m for m in ('jax', 'flax', 'optax', 'orbax', 'grain') if m in sys.modules]; "
             "assert not loaded, loaded")

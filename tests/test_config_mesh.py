@@ -6,7 +6,7 @@ import pytest
 
 from trainers.cli import main
 from trainers.config import ConfigError, parse_config, parse_yaml
-from trainers.loop.plan import make_plan
+from trainers.step.plan import make_plan
 from trainers.parallel.sizes import MeshError, resolve_axis_sizes
 
 

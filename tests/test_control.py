@@ -5,7 +5,7 @@ import os
 import pytest
 
 from trainers.config import parse_config
-from trainers.loop.hooks import Action, Control, Hooks
+from trainers.step.hooks import Action, Control, Hooks
 from trainers.loop.trainer import train
 
 RAW = {"model": {"preset": "tiny"}, "data": {"task": "copy", "train_prompts": 32, "eval_prompts": 0},

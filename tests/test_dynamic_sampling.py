@@ -18,7 +18,7 @@ from trainers.algo.sampling_filters import dynamic_sampling_values, informative_
 from trainers.config import ConfigError, parse_config
 from trainers.rollout.dynamic_sampling import (InformativeGate, carry_state, fill_informative, groups_from_carry_state,
                                                select_admitted)
-from trainers.loop.hooks import Hooks
+from trainers.step.hooks import Hooks
 from trainers.rollout.batch import Rollout
 from trainers.loop.trainer import GRPOTrainer, params_digest, train
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from trainers.config import parse_config
-from trainers.loop.plan import (
+from trainers.step.plan import (
     OptimizerUpdate,
     SequenceSlice,
     informative_first,

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from trainers.config import parse_config
-from trainers.loop.placement import Placement
+from trainers.step.placement import Placement
 from trainers.loop.trainer import GRPOTrainer
 from trainers.models.generate import SamplingParams, cast_for_generation, generate
 from trainers.models.presets import PRESETS

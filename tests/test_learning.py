@@ -10,7 +10,7 @@ policy does by chance. Measured on this machine: 0.03 -> 0.21 (seed 0), about 20
 import numpy as np
 
 from trainers.config import load_config
-from trainers.loop.hooks import Hooks
+from trainers.step.hooks import Hooks
 from trainers.loop.trainer import train
 
 

@@ -144,7 +144,7 @@ def test_bad_lora_settings_are_refused_with_the_field_named(lora, field):
 
 def test_the_memory_estimate_counts_the_optimizer_and_gradients_of_the_adapters_only():
     from trainers.loop.memory_estimate import step_memory
-    from trainers.loop.plan import make_plan
+    from trainers.step.plan import make_plan
 
     lora, full = config(), config(model={"lora": {"rank": 0}})
     per_layer = sum(4 * (i + o) for i, o in ((64, 64), (64, 32), (64, 32), (64, 64), (64, 256), (64, 256), (256, 64)))

@@ -128,7 +128,7 @@ def test_make_dataset_command(tmp_path):
 def test_a_run_on_word_problems_reports_math_accuracy_and_pass_at_k(tmp_path):
     from trainers.config import parse_config
     from trainers.data.word_problems import write_jsonl
-    from trainers.loop.hooks import Hooks
+    from trainers.step.hooks import Hooks
     from trainers.loop.trainer import train
 
     train_rows, eval_rows = make_train_eval(0, 16, 4)

@@ -17,7 +17,7 @@ from trainers.loop.memory_estimate import (
     optimizer_moments,
     step_memory,
 )
-from trainers.loop.plan import make_plan
+from trainers.step.plan import make_plan
 from trainers.models.presets import PRESETS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from trainers.config import parse_config
-from trainers.loop.hooks import Action, Control, ProcessSharedControl, most_urgent, shared_control
+from trainers.step.hooks import Action, Control, ProcessSharedControl, most_urgent, shared_control
 from trainers.loop.run_files import RunFilesHooks
 from trainers.loop.trainer import GRPOTrainer, params_digest, train
 from trainers.parallel import distributed
@@ -185,7 +185,7 @@ MESH_SCRIPT = textwrap.dedent("""
     index, count = initialize_from_environment()
     import jax, numpy as np
     from jax.sharding import NamedSharding, PartitionSpec as P
-    from trainers.loop.hooks import Action, Control, shared_control
+    from trainers.step.hooks import Action, Control, shared_control
     from trainers.parallel.host import put, to_host
     from trainers.parallel.mesh import make_mesh
 
@@ -309,7 +309,7 @@ PAUSE_SCRIPT = textwrap.dedent("""
     index, count = initialize_from_environment()
     import yaml
     from trainers.config import parse_config
-    from trainers.loop.hooks import Action, Control
+    from trainers.step.hooks import Action, Control
     from trainers.loop.run_files import RunFilesHooks
     from trainers.loop.trainer import train
 

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from trainers.config import parse_config
-from trainers.loop.hooks import Hooks, MultiHooks
+from trainers.step.hooks import Hooks, MultiHooks
 from trainers.loop.run_files import RunFilesHooks
 from trainers.loop.trainer import TrainingDiverged, divergence, train
 

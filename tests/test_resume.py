@@ -15,7 +15,7 @@ import yaml
 from trainers.config import parse_config
 from trainers.data.examples import load_examples
 from trainers.data.prompt_stream import PromptStream
-from trainers.loop.hooks import Hooks
+from trainers.step.hooks import Hooks
 from trainers.loop.trainer import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -35,7 +35,7 @@ RAW = {
 SLOW_RUN = textwrap.dedent("""
     import sys, time
     from trainers.config import load_config
-    from trainers.loop.hooks import Hooks, MultiHooks
+    from trainers.step.hooks import Hooks, MultiHooks
     from trainers.loop.run_files import RunFilesHooks
     from trainers.loop.trainer import train
 

@@ -19,7 +19,7 @@ import pytest
 from trainers.config import parse_config
 from trainers.loop.checkpoint import (Checkpointer, IncompatibleCheckpoint, abstract_like, describe_model_shapes,
                                       restore_params_at, saved_shapes)
-from trainers.loop.hooks import Action, Control, Hooks
+from trainers.step.hooks import Action, Control, Hooks
 from trainers.loop.trainer import GRPOTrainer
 from trainers.models.hf_weights import abstract_params
 from trainers.models.presets import PRESETS

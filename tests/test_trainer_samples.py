@@ -3,7 +3,7 @@ place in the step) and generation (its place among the prompt's G completions), 
 samples with "kind": "eval" at the step evaluated."""
 
 from trainers.config import parse_config
-from trainers.loop.hooks import Hooks
+from trainers.step.hooks import Hooks
 from trainers.loop.trainer import train
 
 RAW = {

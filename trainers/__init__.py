@@ -12,7 +12,7 @@ from trainers.config import (
     parse_config,
     parse_yaml,
 )
-from trainers.loop.hooks import Action, Control, Hooks, RunInfo, TrainResult
+from trainers.step.hooks import Action, Control, Hooks, RunInfo, TrainResult
 
 
 def train(config, run_dir, hooks=None, control=None, init_checkpoint=None):

@@ -36,7 +36,7 @@ import signal
 import sys
 
 from trainers.config import ConfigError, ExperimentConfig, load_config
-from trainers.loop.hooks import Action, Control, Hooks, MultiHooks, RunInfo, TrainResult
+from trainers.step.hooks import Action, Control, Hooks, MultiHooks, RunInfo, TrainResult
 
 EXIT_INVALID = 2
 EXIT_FAILED = 1  # the run started but could not go on (e.g. it diverged: a NaN loss)
@@ -120,7 +120,7 @@ def cmd_validate(args) -> int:
         return EXIT_INVALID
     from trainers.data.examples import load_examples
     from trainers.loop.memory_estimate import step_memory
-    from trainers.loop.plan import make_plan
+    from trainers.step.plan import make_plan
     from trainers.rollout.prompt_fit import config_prompt_fit
 
     d = config.data

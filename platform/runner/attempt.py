@@ -124,7 +124,7 @@ def run_attempt(run_id: int, attempt: int, parent_pid: int | None = None) -> int
 
     from trainers import train
     from trainers.loop.compile_cache import enable_compilation_cache
-    from trainers.loop.hooks import Control, Hooks, MultiHooks
+    from trainers.step.hooks import Control, Hooks, MultiHooks
     from trainers.loop.trainer import TrainingDiverged
 
     run = Run.objects.filter(pk=run_id).first()

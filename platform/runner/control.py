@@ -23,7 +23,7 @@ from django.conf import settings
 from django.db import DatabaseError, close_old_connections
 
 from experiments.models import ACTIVE_STATUSES, Run, RunStatus
-from trainers.loop.hooks import Action, Control
+from trainers.step.hooks import Action, Control
 
 log = logging.getLogger(__name__)
 

@@ -44,7 +44,7 @@ from experiments.signals import metrics_reported
 from experiments.sample_episodes import json_safe
 from experiments.sample_query import prompt_hash
 from experiments.sample_text import stored_prompt
-from trainers.loop.hooks import Hooks, RunInfo, TrainResult
+from trainers.step.hooks import Hooks, RunInfo, TrainResult
 
 log = logging.getLogger(__name__)
 SAMPLE_FIELDS = ("prompt", "completion", "answer", "reward", "advantage", "kind", "group")

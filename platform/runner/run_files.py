@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 from experiments.models import Run
-from trainers.loop.hooks import TrainResult
+from trainers.step.hooks import TrainResult
 from trainers.loop.run_files import RunFilesHooks
 
 

@@ -4,7 +4,7 @@ row overrides them) and the memory a worker has (settings.PLATFORM_WORKER_MEMORY
 trainer's estimate of one step (trainers.loop.memory_estimate).
 
 The figures are the trainer's own: sequences and tokens per step come from the batch plan
-(`trainers.loop.plan`: sequences = batch.prompts_per_step x grpo.num_generations; tokens = sequences x
+(`trainers.step.plan`: sequences = batch.prompts_per_step x grpo.num_generations; tokens = sequences x
 (data.max_prompt_tokens + rollout.max_new_tokens or the task's budget)), the memory from the plan and
 the model shape.
 
@@ -30,7 +30,7 @@ from experiments import configs
 from runner.limits import LaunchRefused, RunLimits, limits_for
 from trainers.config import ExperimentConfig
 from trainers.loop.memory_estimate import StepMemory, gib, step_memory
-from trainers.loop.plan import BatchPlan, make_plan
+from trainers.step.plan import BatchPlan, make_plan
 
 ADMIN_HINT = "an admin can raise your limit (admin: Run execution > User limits)"
 

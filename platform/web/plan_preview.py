@@ -1,6 +1,6 @@
 """The batch plan of a validated config, as the form's live preview shows it.
 
-The figures are `trainers.loop.plan.make_plan`'s own, and the step's size against the owner's
+The figures are `trainers.step.plan.make_plan`'s own, and the step's size against the owner's
 limits is runner.step_limits' (tokens per step, the trainer's memory estimate, whether a launch
 would be refused); this module only finds the dataset size (for epochs) cheaply enough to run on
 every keystroke, and turns both into JSON and text.
@@ -16,7 +16,7 @@ from typing import Any
 from runner.step_limits import StepCheck, step_check
 from trainers.config import ExperimentConfig
 from trainers.loop.memory_estimate import GIB, gib
-from trainers.loop.plan import BatchPlan, make_plan
+from trainers.step.plan import BatchPlan, make_plan
 
 
 @functools.lru_cache(maxsize=32)

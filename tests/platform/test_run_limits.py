@@ -40,7 +40,7 @@ def test_step_cap_arithmetic():
     rollout.max_new_tokens, else the task's own); the refusal names the fields, values and limit."""
     from runner.step_limits import sequences_refusal, tokens_refusal
     from trainers.config import ExperimentConfig, parse_config
-    from trainers.loop.plan import make_plan
+    from trainers.step.plan import make_plan
 
     plan = make_plan(parse_config({"batch": {"prompts_per_step": 12}, "grpo": {"num_generations": 5},
                                    "data": {"task": "arithmetic", "max_prompt_tokens": 30}}))

@@ -36,7 +36,7 @@ from runner.recovery import reap_stale_runs
 from runner.services import request_cancel
 from runner_testlib import alive, wait_for
 
-from trainers.loop.hooks import Action, RunInfo, TrainResult
+from trainers.step.hooks import Action, RunInfo, TrainResult
 
 
 @pytest.fixture(autouse=True)

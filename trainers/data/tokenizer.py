@@ -117,6 +117,16 @@ def get_tokenizer(name: str = "char") -> CharTokenizer:
     raise ValueError(f"unknown tokenizer {name!r}; known: 'char'")
 
 
+def model_tokenizer(model_path: str | None, name: str = "char"):
+    """A run's tokenizer: the model folder's own with a `model_path` (unless `name`, data.tokenizer,
+    is "char"), else the built-in character tokenizer."""
+    if model_path is not None and name != "char":
+        from trainers.data.hf_tokenizer import HFTokenizer
+
+        return HFTokenizer.from_folder(model_path)
+    return get_tokenizer("char")
+
+
 def load_tokenizer(name_or_folder: str):
     """Returns the tokenizer for `name_or_folder`: "char" gives CharTokenizer; a path to a Hugging
     Face model folder (with tokenizer.json) gives its HFTokenizer. No hub downloads: a folder must

@@ -1,11 +1,9 @@
-"""The training loop: what a run does step after step (its rollouts come from `trainers.rollout`).
+"""The training loop: what a run does step after step (its rollouts come from `trainers.rollout`;
+its batch plan, device placement and hooks from `trainers.step`).
 
-  plan.py            the batch plan the loop walks (JAX-free: `validate` and the web preview print it)
-  placement.py       which devices hold the training state and the rollout weights
   update.py          jitted log-prob passes and one optimizer update (accumulation, IS weights)
   trainer.py         `GRPOTrainer` and `train`: the loop, evaluation, checkpoints, reporting
   checkpoint.py      Orbax checkpoints (params, optimizer state, data position)
-  hooks.py           the seam to whoever runs the trainer: `Hooks`, `Control`, `RunInfo`, `TrainResult`
   run_files.py       hooks that write a run directory (metrics.jsonl, samples.jsonl, summary.json)
   policy.py          the policy a run starts from (model folder or preset), and a trained one from a run dir
   generation.py      completions of a loaded policy for a list of prompts (the `generate` command)

@@ -67,7 +67,7 @@ from trainers.config import ExperimentConfig
 from trainers.config.schema import OptimizerSection
 from trainers.data.encoding import bucket_width, prompt_bucket_tokens
 from trainers.engine.pages import PAGE_TOKENS
-from trainers.loop.plan import BatchPlan
+from trainers.step.plan import BatchPlan
 from trainers.models.hf_config import parameter_count
 from trainers.models.presets import LOGITS_CHUNK_ELEMENTS, ModelConfig
 

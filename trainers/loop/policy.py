@@ -24,13 +24,9 @@ def model_config_for(config: ExperimentConfig) -> ModelConfig:
 
 def tokenizer_for(config: ExperimentConfig) -> Any:
     """The model folder's own tokenizer with `model.path`, else the built-in character tokenizer."""
-    if config.model.path is not None and config.data.tokenizer != "char":
-        from trainers.data.hf_tokenizer import HFTokenizer
+    from trainers.data.tokenizer import model_tokenizer
 
-        return HFTokenizer.from_folder(config.model.path)
-    from trainers.data.tokenizer import get_tokenizer
-
-    return get_tokenizer("char")
+    return model_tokenizer(config.model.path, config.data.tokenizer)
 
 
 def model_field(config: ExperimentConfig) -> str:

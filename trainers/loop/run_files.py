@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from trainers.loop.hooks import Hooks, RunInfo, TrainResult
+from trainers.step.hooks import Hooks, RunInfo, TrainResult
 
 
 def _rewrite_keeping(path: str, max_step: int) -> None:

@@ -12,7 +12,7 @@ Each step walks the batch plan:
   4. publish the new weights to the source; report metrics and samples, evaluate and checkpoint
      when due.
 
-Where arrays live is the trainer's `Placement` (`trainers.loop.placement`): the default device, or the
+Where arrays live is the trainer's `Placement` (`trainers.step.placement`): the default device, or the
 train and rollout device meshes of the config's `mesh` section, with parameters, optimizer state and
 batches split by the logical-axis rules of `trainers.parallel.rules`.
 
@@ -43,9 +43,9 @@ from trainers.data.examples import load_examples
 from trainers.data.prompt_stream import PromptStream
 from trainers.loop.evaluate import pass_at_k, score_prompts  # noqa: F401 - pass_at_k: its old home
 from trainers.loop.checkpoint import Checkpointer, IncompatibleCheckpoint, restore_params_at
-from trainers.loop.hooks import Action, Control, Hooks, RunInfo, TrainResult, shared_control
-from trainers.loop.placement import Placement
-from trainers.loop.plan import BatchPlan, informative_first, make_plan, shared_prompt_group
+from trainers.step.hooks import Action, Control, Hooks, RunInfo, TrainResult, shared_control
+from trainers.step.placement import Placement
+from trainers.step.plan import BatchPlan, informative_first, make_plan, shared_prompt_group
 from trainers.rollout.batch import Rollout
 from trainers.rollout.spec import RolloutSpec, check_prompts_fit
 from trainers.rollout.source import (

@@ -25,7 +25,7 @@ computes the same rollout; a batch becomes a global array through `host.put`, wh
 transfers only the slices its own devices hold (`jax.make_array_from_callback`, the same global
 array as `jax.make_array_from_process_local_data` with each process's slice); results come back whole
 to every process through `host.to_host` (generated tokens, log-probs, `params_digest`), and metrics
-are replicated scalars. Only process 0 reports (`trainers.loop.hooks`); checkpoints are written by
+are replicated scalars. Only process 0 reports (`trainers.step.hooks`); checkpoints are written by
 all processes together, each its own shards (Orbax), into the one run directory (a filesystem all
 hosts share), and restore onto any process count.
 

@@ -26,7 +26,7 @@ The trainer (`trainers.loop.trainer.GRPOTrainer`, with this source) holds weight
      generation and training share it (updates donate the trainer's buffers, so the collector always
      holds its own copy).
 
-Devices: see `trainers.loop.placement` (mesh.train_devices, mesh.rollout_devices); without rollout
+Devices: see `trainers.step.placement` (mesh.train_devices, mesh.rollout_devices); without rollout
 devices, generation shares the train mesh (or the default device).
 
 Checkpoint and resume: a checkpoint saves the trainer's weights and `data_position` = the first
@@ -74,7 +74,7 @@ from trainers.rollout.replay_buffer import (
 )
 from trainers.algo.sampling_filters import dynamic_sampling_values, informative_groups
 from trainers.rollout.dynamic_sampling import Selection, assemble, select_informative, step_metrics
-from trainers.loop.hooks import Action
+from trainers.step.hooks import Action
 from trainers.rollout.batch import Rollout
 from trainers.rollout.source import RolloutContext
 

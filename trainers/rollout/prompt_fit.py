@@ -56,10 +56,10 @@ def config_prompt_fit(config: ExperimentConfig, train_examples: list[dict[str, A
     """Whether every prompt of the run's data fits as its episode starts (what the trainer would
     refuse at start), with the run's tokenizer and environment, over the training prompts and the
     eval prompts it evaluates; and the longest training prompt (what a step's memory depends on)."""
+    from trainers.data.tokenizer import model_tokenizer
     from trainers.envs.registry import make_environment
-    from trainers.loop.policy import tokenizer_for
 
-    tokenizer = tokenizer_for(config)
+    tokenizer = model_tokenizer(config.model.path, config.data.tokenizer)
     env = make_environment(config.env.name, config.env.settings)
     env = env if env.multi_turn else None
     fit = dict(max_prompt_tokens=config.data.max_prompt_tokens, chat=renders_chat(config, tokenizer),

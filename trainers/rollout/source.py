@@ -18,10 +18,10 @@ import jax
 from trainers.algo.importance import ImportanceConfig
 from trainers.config import ExperimentConfig
 from trainers.data.prompt_stream import PromptStream
-from trainers.loop.hooks import Action, Control, Hooks
-from trainers.loop.placement import Placement
+from trainers.step.hooks import Action, Control, Hooks
+from trainers.step.placement import Placement
 from trainers.rollout.dynamic_sampling import InformativeGate, carry_state, fill_informative, groups_from_carry_state
-from trainers.loop.plan import BatchPlan
+from trainers.step.plan import BatchPlan
 from trainers.rollout.batch import Rollout
 from trainers.rollout.collect import collect_rollout
 from trainers.rollout.spec import RolloutSpec
