@@ -1,5 +1,6 @@
 """Every web view: anonymous -> the login page; another user's experiment or run -> 404 (and
-nothing changes); staff -> allowed. The table must name every URL of web.urls."""
+nothing changes); staff -> allowed. The table must name every URL of web.urls (the docs site's
+pages are public: tests/platform/test_docs_site.py)."""
 
 from __future__ import annotations
 
@@ -54,6 +55,7 @@ VIEWS = {
     "alert-list": ("get", None, 200),
 }
 AUTH_VIEWS = {"login", "logout", "signup"}  # signup: off by default, tests/platform/test_signup.py
+PUBLIC_VIEWS = {"docs", "docs-page"}  # the docs site, no login: tests/platform/test_docs_site.py
 OWN_TOKEN_VIEWS = {"api-token-revoke"}  # only the token's owner, staff too: tests/platform/test_api_tokens.py
 # a dataset's pages have a permission of their own (experiments.view_dataset): test_dataset_views below
 DATASET_VIEWS = {"dataset-detail", "dataset-share", "dataset-delete"}
@@ -69,7 +71,7 @@ ALERT_VIEWS = {"alert-toggle", "alert-delete"}
 def test_every_web_view_is_in_the_table():
     names = {p.name for p in web_urls.urlpatterns}
     own_pages = OWN_TOKEN_VIEWS | DATASET_VIEWS | EVALUATION_VIEWS | SWEEP_VIEWS | ALERT_VIEWS
-    assert names - AUTH_VIEWS - own_pages == set(VIEWS)
+    assert names - AUTH_VIEWS - PUBLIC_VIEWS - own_pages == set(VIEWS)
 
 
 @pytest.fixture
