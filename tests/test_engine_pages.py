@@ -115,28 +115,21 @@ def dense_reference(q, k_pages, v_pages, tables, lengths):
     return out
 
 
-def attention_case(seed=0):
+def attention_case(seed=0, head_dim=16, page_tokens=4, lengths=(13, 6, 9)):
     """3 slots on a pool of 12 pages of 4 tokens: 13 tokens (4 pages), 6 (2; its table's tail points at
     page 0, never read), 9 (3, the first shared with slot 0). 4 query heads on 2 KV heads of 16."""
     rng = np.random.default_rng(seed)
-    q = rng.standard_normal((3, 4, 16)).astype(np.float32)
-    k_pages = rng.standard_normal((2, 12, 4, 16)).astype(np.float32)
-    v_pages = rng.standard_normal((2, 12, 4, 16)).astype(np.float32)
+    q = rng.standard_normal((3, 4, head_dim)).astype(np.float32)
+    k_pages = rng.standard_normal((2, 12, page_tokens, head_dim)).astype(np.float32)
+    v_pages = rng.standard_normal((2, 12, page_tokens, head_dim)).astype(np.float32)
     tables = np.array([[5, 1, 2, 3], [4, 9, 0, 0], [5, 7, 8, 0]], np.int32)
-    lengths = np.array([13, 6, 9], np.int32)
-    return q, k_pages, v_pages, tables, lengths
+    return q, k_pages, v_pages, tables, np.array(lengths, np.int32)
 
 
 def tpu_tiled_case():
     """`attention_case`'s slots on the TPU kernel's tiles: 3 slots of 29, 9 and 17 tokens on a pool
     of 12 pages of 8; 4 query heads on 2 KV heads of 128."""
-    rng = np.random.default_rng(1)
-    q = rng.standard_normal((3, 4, 128)).astype(np.float32)
-    k_pages = rng.standard_normal((2, 12, 8, 128)).astype(np.float32)
-    v_pages = rng.standard_normal((2, 12, 8, 128)).astype(np.float32)
-    tables = np.array([[5, 1, 2, 3], [4, 9, 0, 0], [5, 7, 8, 0]], np.int32)
-    lengths = np.array([29, 9, 17], np.int32)
-    return q, k_pages, v_pages, tables, lengths
+    return attention_case(seed=1, head_dim=128, page_tokens=8, lengths=(29, 9, 17))
 
 
 @pytest.mark.parametrize("implementation, case", [("gather", attention_case), ("pallas_gpu", attention_case),

@@ -81,7 +81,8 @@ KV_MEMORY_FRACTION = 0.5
 
 
 PREFILL_CHUNK_TOKENS = 512
-"""Prompts longer than this are prefilled in pieces (`EngineSettings.prefill_chunk_tokens`)."""
+"""In a call whose prompts are padded wider than this, they are prefilled in pieces of at most this
+many tokens (`EngineSettings.prefill_chunk_tokens`)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -413,10 +414,10 @@ class _Run:
 
     def prefill_piece(self) -> None:
         """The next piece of the oldest chunked prefill (`programs.prefill_piece`): each of its prompts'
-        next prefill_chunk_tokens tokens (the piece as wide as the most of them left, bucketed),
-        after those already in its pages; the groups whose prompt
-        ends in it take token 0 and start decoding at the next chunk, the others wait for more pieces.
-        So the slots already decoding wait one piece between two chunks, not a whole long prompt."""
+        next prefill_chunk_tokens tokens (the piece as wide as the most of them left, bucketed), after
+        those already in its pages; the groups whose prompt ends in it take token 0 and start decoding
+        at the next chunk, the others wait for more pieces. So the slots already decoding wait one
+        piece between two chunks, not a whole long prompt."""
         start = time.perf_counter()
         self.newest_weights()
         job, piece, page, group = self.prefilling[0], self.settings.prefill_chunk_tokens, self.pool.page_tokens, \
@@ -443,11 +444,9 @@ class _Run:
         tail_pages[:count] = np.where(copies[:, None], job.own_tails, self.scratch)
         uniforms = np.zeros(job.padded * group, np.float32)
         uniforms[:len(job.rows)] = self.uniforms[0, job.rows]
-        longest = int(done.max())
-        view = min(bucket_width(longest, page), self.pool.max_pages_per_slot * page) if longest else 0
         self.kv_pages, token0, logprob0 = programs.prefill_piece(
             self.graph, self.params, self.kv_pages, piece_tokens, tables, done, counts, tail_source, tail_pages,
-            uniforms, self.sampling, view, self.scratch)
+            uniforms, self.sampling, self.view_width(int(done.max())), self.scratch)
         token0, logprob0 = tree_to_host((token0, logprob0))
         self.took_prefill_time(time.perf_counter() - start)
         job.done += step_tokens
@@ -525,8 +524,13 @@ class _Run:
         few compiled widths: `bucket_width` in pages), at most a table's worth of pages."""
         if self.attention != "view":
             return 0
-        page, longest = self.pool.page_tokens, int(self.lengths[running].max())
-        return min(bucket_width(longest, page), self.pool.max_pages_per_slot * page)
+        return self.view_width(int(self.lengths[running].max()))
+
+    def view_width(self, longest: int) -> int:
+        """A dense view's width for slots of at most `longest` tokens: bucketed in pages (a few
+        compiled widths), at most a table's worth of pages; 0 for none."""
+        page = self.pool.page_tokens
+        return min(bucket_width(longest, page), self.pool.max_pages_per_slot * page) if longest else 0
 
     def exit_rule(self, running: int, bucket: int) -> tuple[int, int]:
         """(exit_active, exit_steps_left) for `decode_chunk`: the chunk ends once at most exit_active
