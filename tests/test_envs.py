@@ -8,7 +8,7 @@ import pytest
 from pydantic import BaseModel, ConfigDict
 
 from trainers.config import ConfigError, parse_config
-from trainers.config.errors import FieldError
+from trainers.errors import FieldError
 from trainers.data import rewards, tasks
 from trainers.envs.base import Environment, EpisodeState, NoSettings, StepResult
 from trainers.envs.calculator import Calculator, CalculatorSettings

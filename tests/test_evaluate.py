@@ -1,4 +1,4 @@
-"""trainers.loop.evaluate and `python -m trainers evaluate` on the tiny Hugging Face model: accuracy and
+"""trainers.commands.evaluate and `python -m trainers evaluate` on the tiny Hugging Face model: accuracy and
 pass@k against values computed by hand from answers chosen to match (or not) the model's own greedy
 completions; a dataset of the wrong shape fails with a clear message before any weight is read."""
 
@@ -13,7 +13,7 @@ from tests.tiny_models import write_tiny_model
 from trainers import cli
 from trainers.config import parse_config
 from trainers.data.examples import DataError
-from trainers.loop.evaluate import evaluate_policy_on, evaluation_examples
+from trainers.commands.evaluate import evaluate_policy_on, evaluation_examples
 
 PROMPTS = ["What is 12+34?", "Tom has 3 apples.", "Anna reads 7 pages"]
 WRONG = "no completion of the model ends like this 123"

@@ -91,7 +91,7 @@ def test_export_folds_the_adapters_in_and_transformers_gives_the_lora_logits(tmp
     import torch
     import transformers
 
-    from trainers.loop.export import export_run
+    from trainers.commands.export import export_run
     from trainers.models import transformer as model_lib
 
     model_dir = write_tiny_model(tmp_path / "tiny")

@@ -13,7 +13,7 @@ from trainers.data.examples import read_jsonl
 from trainers.data.rewards import (accuracy, boxed_answer, final_answer_text, is_correct, math_answer, math_format,
                                    score, strip_thousands_separators)
 from trainers.data.word_problems import make_problems, make_train_eval
-from trainers.loop.trainer import pass_at_k
+from trainers.loop.scoring import pass_at_k
 
 
 @pytest.mark.parametrize("completion, answer, expected", [

@@ -42,12 +42,12 @@ def test_resolve_axis_sizes():
 
 
 def test_default_config_has_no_mesh_and_too_many_devices_name_the_field():
-    assert meshes_for(parse_config({})) == (None, None)
+    assert meshes_for(parse_config({}).mesh) == (None, None)
     with pytest.raises(MeshError) as error:
-        meshes_for(parse_config({"mesh": {"fsdp": 16}}))
+        meshes_for(parse_config({"mesh": {"fsdp": 16}}).mesh)
     assert "16 devices" in str(error.value)
     with pytest.raises(MeshError) as error:
-        meshes_for(parse_config({"mesh": {"fsdp": 2, "train_devices": [0, 9]}}))
+        meshes_for(parse_config({"mesh": {"fsdp": 2, "train_devices": [0, 9]}}).mesh)
     assert error.value.field == "mesh.train_devices"
 
 

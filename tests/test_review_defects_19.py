@@ -11,7 +11,7 @@ import yaml
 
 from tests.tiny_models import model_config as tiny_config_json
 from tests.tiny_models import write_tiny_model
-from trainers.config.errors import ConfigError, FieldError
+from trainers.errors import ConfigError, FieldError
 from trainers.data.tokenizer import CharTokenizer
 from trainers.loop.policy import check_tokenizer_fits, load_policy, model_field
 from trainers.models.hf_config import model_config_from_json

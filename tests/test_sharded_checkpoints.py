@@ -319,7 +319,7 @@ def sharded_run(tmp_path_factory):
 
 def test_export_groups_tensors_into_bounded_files():
     """Pure packing: consecutive tensors, at most the bound per file, an oversized tensor alone."""
-    from trainers.loop.export import ExportTensor, file_names, group_into_files
+    from trainers.commands.export import ExportTensor, file_names, group_into_files
 
     sizes = [30, 50, 20, 120, 10, 10]
     tensors = [ExportTensor(("t", str(i)), f"t{i}", (n,), False, n) for i, n in enumerate(sizes)]
@@ -338,7 +338,7 @@ def test_export_writes_bounded_shards_with_an_index_that_load_back(sharded_run, 
     import orbax.checkpoint as ocp
     import safetensors.numpy
 
-    from trainers.loop.export import export_run
+    from trainers.commands.export import export_run
     from trainers.models import transformer as model_lib
     from trainers.models.hf_weights import load_pretrained
 
@@ -359,7 +359,7 @@ def test_export_writes_bounded_shards_with_an_index_that_load_back(sharded_run, 
     monkeypatch.setattr(safetensors.numpy, "save_file", spy_save)
     monkeypatch.setattr(ocp.PyTreeCheckpointer, "restore", spy_restore)
     out = tmp_path / "export"
-    monkeypatch.setattr("trainers.loop.export.READ_BYTES", 16 * 1024)
+    monkeypatch.setattr("trainers.commands.export.READ_BYTES", 16 * 1024)
     assert export_run(str(run_dir), str(out), max_file_bytes=bound) == (str(out), 1)
 
     count = len(written)
@@ -398,7 +398,7 @@ def test_a_model_under_the_bound_is_one_file_in_bfloat16(sharded_run, tmp_path):
     import ml_dtypes
     from safetensors.numpy import load_file
 
-    from trainers.loop.export import export_run
+    from trainers.commands.export import export_run
     from trainers.models.hf_weights import hf_state_dict
 
     run_dir, _, _, params = sharded_run
@@ -414,7 +414,7 @@ def test_a_model_under_the_bound_is_one_file_in_bfloat16(sharded_run, tmp_path):
 
 
 def test_export_of_a_missing_step_names_the_steps(sharded_run, tmp_path):
-    from trainers.loop.export import export_run
+    from trainers.commands.export import export_run
 
     run_dir, _, _, _ = sharded_run
     with pytest.raises(FileNotFoundError, match="no checkpoint at step 7; it has steps 1"):

@@ -19,6 +19,7 @@ def train(config, run_dir, hooks=None, control=None, init_checkpoint=None):
     """Train under `config` in `run_dir` (resuming from its newest checkpoint; else, given
     `init_checkpoint`, a checkpoint directory, from its weights with a new optimizer state).
     See trainers.loop.trainer."""
+    # lazy: `import trainers` stays JAX-free (the CLI's validate, the web server)
     from trainers.loop.trainer import train as _train
 
     return _train(config, run_dir, hooks, control, init_checkpoint=init_checkpoint)

@@ -37,6 +37,19 @@ import sys
 
 from trainers.config import ConfigError, ExperimentConfig, load_config
 from trainers.step.hooks import Action, Control, Hooks, MultiHooks, RunInfo, TrainResult
+import dataclasses
+import json
+import os
+from tqdm import tqdm
+from trainers import devices
+from trainers.data import word_problems
+from trainers.data.examples import DataError, load_examples
+from trainers.loop.memory_estimate import step_memory
+from trainers.models import fetch
+from trainers.models.fetch import KNOWN_MODELS
+from trainers.models.gguf_import import import_gguf
+from trainers.rollout.prompt_fit import config_prompt_fit
+from trainers.step.plan import make_plan
 
 EXIT_INVALID = 2
 EXIT_FAILED = 1  # the run started but could not go on (e.g. it diverged: a NaN loss)
@@ -44,12 +57,10 @@ EXIT_FAILED = 1  # the run started but could not go on (e.g. it diverged: a NaN 
 
 class ProgressBarHooks(Hooks):
     """A tqdm bar: step, reward, tokens/s and ETA; log lines printed above it."""
-
     def __init__(self):
         self.bar = None
 
     def on_start(self, info: RunInfo) -> None:
-        from tqdm import tqdm
 
         self.bar = tqdm(total=info.max_steps, initial=info.start_step, unit="step", dynamic_ncols=True,
                         desc="train", file=sys.stderr)
@@ -65,7 +76,6 @@ class ProgressBarHooks(Hooks):
         self.bar.update(step - self.bar.n)
 
     def on_log(self, message: str, level: str = "info") -> None:
-        from tqdm import tqdm
 
         tqdm.write(f"[{level}] {message}", file=sys.stderr)
 
@@ -76,7 +86,6 @@ class ProgressBarHooks(Hooks):
 
 class SignalControl(Control):
     """First SIGINT/SIGTERM asks for a pause (checkpoint and return); a second one exits at once."""
-
     def __init__(self):
         self.requested = False
         signal.signal(signal.SIGINT, self._handle)
@@ -118,10 +127,6 @@ def cmd_validate(args) -> int:
     config = _load(args)
     if config is None:
         return EXIT_INVALID
-    from trainers.data.examples import load_examples
-    from trainers.loop.memory_estimate import step_memory
-    from trainers.step.plan import make_plan
-    from trainers.rollout.prompt_fit import config_prompt_fit
 
     d = config.data
     train_examples, eval_examples = load_examples(d.task, d.train_path, d.eval_path, d.train_prompts,
@@ -153,9 +158,11 @@ def cmd_run(args) -> int:
     config = _load(args) if main else _load_quietly(args)
     if config is None:
         return EXIT_INVALID
+    # lazy: JAX loads only for a command that runs a model (--help and validate stay JAX-free)
     from trainers.loop.compile_cache import enable_compilation_cache
 
     enable_compilation_cache()  # compiled steps are kept on disk for later runs (~/.cache/grpo-trainers)
+    # lazy: JAX loads only for a command that runs a model (--help and validate stay JAX-free)
     from trainers.loop.run_files import RunFilesHooks
     from trainers.loop.trainer import TrainingDiverged, train
 
@@ -186,7 +193,6 @@ DATASETS = ("arithmetic-words",)
 
 
 def cmd_make_dataset(args) -> int:
-    from trainers.data import word_problems
 
     if args.count < 1 or args.eval_count < 0:
         print("make-dataset: --count must be >= 1 and --eval-count >= 0", file=sys.stderr)
@@ -206,12 +212,10 @@ def cmd_make_dataset(args) -> int:
 
 
 def cmd_import_gguf(args) -> int:
-    import os
 
     if not os.path.isfile(args.file):
         print(f"import-gguf: {args.file}: no such file", file=sys.stderr)
         return EXIT_INVALID
-    from trainers.models.gguf_import import import_gguf
 
     try:
         out = import_gguf(args.file, args.out)
@@ -223,7 +227,6 @@ def cmd_import_gguf(args) -> int:
 
 
 def cmd_fetch_model(args) -> int:
-    from trainers.models import fetch
 
     try:
         out = fetch.fetch_model(args.name, args.out, force=args.force)
@@ -239,8 +242,6 @@ def cmd_fetch_model(args) -> int:
 
 def _read_prompts_file(path: str) -> list:
     """Prompts of a JSONL file: each line {"prompt": text or [{role, content}, ...]} (or a bare string)."""
-    import json
-
     prompts = []
     with open(path, encoding="utf-8") as f:
         for number, line in enumerate(f, 1):
@@ -258,7 +259,6 @@ def _read_prompts_file(path: str) -> list:
 
 
 def cmd_generate(args) -> int:
-    import json
 
     try:
         prompts = list(args.prompts) + (_read_prompts_file(args.prompts_file) if args.prompts_file else [])
@@ -271,7 +271,8 @@ def cmd_generate(args) -> int:
     if args.max_new_tokens < 1 or args.temperature < 0:
         print("generate: --max-new-tokens must be >= 1 and --temperature >= 0", file=sys.stderr)
         return EXIT_INVALID
-    from trainers.loop.generation import complete
+    # lazy: JAX loads only for a command that runs a model (--help and validate stay JAX-free)
+    from trainers.commands.generate import complete
     from trainers.loop.policy import load_policy
 
     try:
@@ -292,7 +293,8 @@ def cmd_generate(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from trainers.loop.export import export_run
+    # lazy: JAX loads only for a command that runs a model (--help and validate stay JAX-free)
+    from trainers.commands.export import export_run
 
     try:
         out, step = export_run(args.run_dir, args.out, args.step, args.dtype)
@@ -304,10 +306,7 @@ def cmd_export(args) -> int:
 
 
 def cmd_devices(args) -> int:
-    import dataclasses
-    import json
 
-    from trainers import devices
 
     found = devices.probe()
     print(json.dumps(dataclasses.asdict(found)) if args.json else "\n".join(devices.describe(found)))
@@ -315,10 +314,9 @@ def cmd_devices(args) -> int:
 
 
 def cmd_evaluate(args) -> int:
-    import json
 
-    from trainers.data.examples import DataError
-    from trainers.loop.evaluate import evaluate_policy_on
+    # lazy: JAX loads only for a command that runs a model (--help and validate stay JAX-free)
+    from trainers.commands.evaluate import evaluate_policy_on
 
     config = None
     if args.config is not None:
@@ -332,7 +330,6 @@ def cmd_evaluate(args) -> int:
         if args.json_progress:
             print(json.dumps({"progress": {"done": done, "total": total}}), flush=True)
             return
-        from tqdm import tqdm
 
         if bar is None:
             bar = tqdm(total=total, unit="prompt", desc="evaluate", dynamic_ncols=True, file=sys.stderr)
@@ -356,7 +353,6 @@ def cmd_evaluate(args) -> int:
 
 
 def _known_models_help() -> str:
-    from trainers.models.fetch import KNOWN_MODELS
 
     return "; ".join(f"{name}: {model.description} (PyPI {model.package}=={model.version})"
                      for name, model in KNOWN_MODELS.items())

@@ -50,6 +50,7 @@ def host_accelerator() -> str | None:
     if os.path.exists("/dev/accel0"):
         return "tpu"
     try:
+        # lazy: NVML only where a GPU may be; absent on CPU-only installs
         import pynvml
 
         pynvml.nvmlInit()
@@ -89,6 +90,7 @@ def describe(found: Found) -> list[str]:
 
 def probe() -> Found:
     """Import JAX and report its devices (the first call starts the backend: a second or two)."""
+    # lazy: JAX starts its backends on import; `devices` reports the host first
     import jax
     import jaxlib
 

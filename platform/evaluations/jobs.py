@@ -1,7 +1,7 @@
 """Running one evaluation job (the Celery task `evaluations.run_job` calls `run_job`).
 
 The work runs in a child process, `python -m trainers evaluate ... --json-progress` (the trainer's
-own command, `trainers.loop.evaluate`), like runner/exports.py: the worker never imports JAX and
+own command, `trainers.commands.evaluate`), like runner/exports.py: the worker never imports JAX and
 holds no accelerator memory afterwards; the child does not preallocate it (a run may be training on
 the same device). Its stdout brings `{"progress": {"done", "total"}}` lines (written to the job's
 row as they come) and a last `{"summary": {...}}`; its per-prompt rows land in a temporary JSONL

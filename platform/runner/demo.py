@@ -248,7 +248,7 @@ def config_demo_config(text: str) -> dict[str, Any]:
 
     from experiments import configs
 
-    from trainers.config.errors import FieldError
+    from trainers.errors import FieldError
 
     raw = configs.load_yaml(text)
     if not isinstance(raw, dict):

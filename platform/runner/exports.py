@@ -11,7 +11,7 @@ quota (runner.storage): while the owner is at or over it, an export is refused (
 
 Synchronous, in the request: for a 135M model (SmolLM2-135M-Instruct) the export takes seconds
 (12 s measured on a busy 2-core CPU, about a third of it starting JAX). The work runs in a child process (`python -m trainers export`,
-the trainer's own command, `trainers.loop.export.export_run`), so the web server never imports
+the trainer's own command, `trainers.commands.export.export_run`), so the web server never imports
 JAX and never holds the checkpoint or accelerator memory after the answer; the child is told not to
 preallocate accelerator memory (a run may be training on the same device). Much larger models would
 want this moved to a Celery task with a status to poll.

@@ -112,7 +112,7 @@ def test_shown_rewrites_known_roots_as_whole_paths(data_dir, settings, tmp_path)
 
 
 def test_trained_by_names_the_run_and_model_without_paths():
-    from trainers.loop.export import trained_by
+    from trainers.commands.export import trained_by
 
     assert trained_by("/srv/platform/runs/run-12/", 4, "/srv/platform/models/smollm2-135m", "bfloat16") == {
         "run": "run-12", "step": 4, "base_model": "smollm2-135m", "dtype": "bfloat16"}

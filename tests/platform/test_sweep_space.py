@@ -107,7 +107,7 @@ def test_an_extreme_the_schema_refuses_is_named_before_any_trial():
 
 
 def driver_problem(field, message):
-    from trainers.config.errors import Problem
+    from trainers.errors import Problem
 
     return Problem(field, message)
 

@@ -1,17 +1,16 @@
 """Optax optimizer and learning-rate schedule from the config.
 
 Schedules count optimizer updates; the config speaks in steps, so warmup and decay lengths are
-converted with the batch plan's updates per step.
+converted with the batch plan's updates per step. `opt` is the config's `optimizer` section
+(`trainers.config.schema.OptimizerSection`); this package stands below the config and does not import it.
 """
 
 from __future__ import annotations
 
 import optax
 
-from trainers.config import OptimizerSection
 
-
-def make_schedule(opt: OptimizerSection, updates_per_step: int, max_steps: int) -> optax.Schedule:
+def make_schedule(opt, updates_per_step: int, max_steps: int) -> optax.Schedule:
     """Linear warmup over `warmup_steps`, then constant, cosine or linear decay to 0 at max_steps.
 
     Warmup update k (0-based, of W) uses peak x (k + 1) / W: the first update already learns (a
@@ -35,7 +34,7 @@ def make_schedule(opt: OptimizerSection, updates_per_step: int, max_steps: int) 
     return optax.join_schedules([warmup, after], [warmup_updates])
 
 
-def make_optimizer(opt: OptimizerSection, schedule: optax.Schedule) -> optax.GradientTransformation:
+def make_optimizer(opt, schedule: optax.Schedule) -> optax.GradientTransformation:
     """Gradient clipping by global norm (if max_grad_norm > 0) chained with the named optimizer."""
     if opt.name == "adamw":
         base = optax.adamw(schedule, b1=opt.b1, b2=opt.b2, weight_decay=opt.weight_decay)

@@ -10,7 +10,7 @@
 """
 
 from trainers.config.checks import check_config
-from trainers.config.errors import ConfigError, Problem
+from trainers.errors import ConfigError, Problem
 from trainers.config.form_specs import (
     FieldSpec,
     SectionSpec,

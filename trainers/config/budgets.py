@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from trainers.config.schema import ExperimentConfig
+from trainers.data.tasks import TASKS
+from trainers.envs.single_turn import SingleTurn
 
 DEFAULT_MAX_NEW_TOKENS = 64
 """The completion budget of JSONL data when `rollout.max_new_tokens` is null."""
-
-SINGLE_TURN = "single_turn"
-"""The default environment: one prompt, one completion (`trainers.envs`)."""
 
 
 def completion_token_budget(config: ExperimentConfig) -> int:
@@ -16,9 +15,8 @@ def completion_token_budget(config: ExperimentConfig) -> int:
     turns and the environment's replies together), else `rollout.max_new_tokens`, else the built-in
     task's own, else DEFAULT_MAX_NEW_TOKENS (JSONL data). An unknown task (refused by the checks)
     counts as JSONL."""
-    from trainers.data.tasks import TASKS
 
-    if config.env.name != SINGLE_TURN and config.env.max_total_tokens is not None:
+    if config.env.name != SingleTurn.name and config.env.max_total_tokens is not None:
         return config.env.max_total_tokens
     if config.rollout.max_new_tokens is not None:
         return config.rollout.max_new_tokens

@@ -1,16 +1,29 @@
 """Cross-field checks: everything pydantic's per-field types cannot say. Each returns `Problem`s
-naming the dotted field and what would fix it. The checks that need the model presets, the task
-list, reward or metric names import those registries lazily (none imports JAX)."""
+naming the dotted field and what would fix it. The config stands above the packages whose names and
+rules it checks against (model presets and folders, tasks, rewards, environments, mesh sizes) and
+imports their JAX-free modules; none of them imports the config."""
 
 from __future__ import annotations
 
 import difflib
 import math
+import re
 from collections.abc import Collection
 
 from trainers.algo.names import SEQUENCE_LEVEL_LOSSES
-from trainers.config.errors import Problem
+from trainers.config.budgets import completion_token_budget
+from trainers.config.metric_names import METRIC_NAMES, is_metric_name
 from trainers.config.schema import ExperimentConfig
+from trainers.data.examples import READ_CHUNK_BYTES, DataError, jsonl_lines, parse_jsonl_line
+from trainers.data.rewards import REWARD_NAMES
+from trainers.data.tasks import TASKS
+from trainers.data.tokenizer import get_tokenizer
+from trainers.envs.registry import EnvError, resolve, settings_problems
+from trainers.errors import Problem
+from trainers.models.hf_config import ModelFolderError, read_model_config
+from trainers.models.lora_targets import projection_shapes, targeted
+from trainers.models.presets import PRESETS
+from trainers.parallel.sizes import MeshError, check_one_unknown, resolve_axis_sizes
 
 
 def _divisors(n: int) -> list[int]:
@@ -57,7 +70,6 @@ def _check_env(config: ExperimentConfig, env_modules: Collection[str] | None) ->
     name before any import), env.settings validate against
     its Settings, a multi-turn environment ends turns at EOS, and the guess_number task is played in
     its game."""
-    from trainers.envs.registry import EnvError, resolve, settings_problems
 
     e = config.env
     try:
@@ -150,7 +162,6 @@ def _check_mesh(config: ExperimentConfig, check_micro_batches: bool = True) -> l
     """Mesh-section rules that need no devices (the run checks the rest when it starts:
     `trainers.parallel.mesh.meshes_for`): sizes, device lists, the model's split by tensor, and the
     micro-batches' split over data x fsdp (when the sizes are known: no -1, or mesh.train_devices)."""
-    from trainers.parallel.sizes import MeshError, check_one_unknown, resolve_axis_sizes
 
     m = config.mesh
     sizes = {"data": m.data, "fsdp": m.fsdp, "tensor": m.tensor}
@@ -246,11 +257,9 @@ def _check_cluster(config: ExperimentConfig) -> list[Problem]:
 def _model_shape(config: ExperimentConfig):
     """The model's `ModelConfig` (preset, or model.path's config.json) as `policy.model_config_for`
     reads it; None when it cannot be read (the folder's own problem is reported by `loading`)."""
-    from trainers.models.presets import PRESETS
 
     if config.model.path is None:
         return PRESETS.get(config.model.preset)
-    from trainers.models.hf_config import ModelFolderError, read_model_config
 
     try:
         return read_model_config(config.model.path)
@@ -375,7 +384,6 @@ def _check_dynamic_sampling(config: ExperimentConfig) -> list[Problem]:
 
 
 def _check_overlong(config: ExperimentConfig) -> list[Problem]:
-    from trainers.config.budgets import completion_token_budget
 
     r = config.rollout
     problems = []
@@ -396,9 +404,7 @@ def _check_overlong(config: ExperimentConfig) -> list[Problem]:
 
 def _check_lora(config: ExperimentConfig) -> list[Problem]:
     """model.lora: a regex that matches a projection of this model, a rank no layer is too small for."""
-    import re
 
-    from trainers.models.lora_targets import projection_shapes, targeted
 
     lora = config.model.lora
     if lora.rank == 0:
@@ -426,8 +432,6 @@ def _check_lora(config: ExperimentConfig) -> list[Problem]:
 
 
 def _check_data_and_rewards(config: ExperimentConfig) -> list[Problem]:
-    from trainers.data.rewards import REWARD_NAMES
-    from trainers.data.tasks import TASKS
 
     d = config.data
     problems = []
@@ -453,8 +457,6 @@ def _check_data_and_rewards(config: ExperimentConfig) -> list[Problem]:
 
 
 def _check_model(config: ExperimentConfig) -> list[Problem]:
-    from trainers.data.tokenizer import get_tokenizer
-    from trainers.models.presets import PRESETS
 
     m, d = config.model, config.data
     if d.system_prompt is not None and (m.path is None or d.chat_template is False):
@@ -511,7 +513,6 @@ def check_prompt_format(config: ExperimentConfig) -> list[Problem]:
 
 def _first_prompt(path: str):
     """The "prompt" of the file's first example, or None (no file, no example, a bad line)."""
-    from trainers.data.examples import READ_CHUNK_BYTES, DataError, jsonl_lines, parse_jsonl_line
 
     try:
         with open(path, "rb") as stream:
@@ -526,7 +527,6 @@ def _first_prompt(path: str):
 
 
 def _check_checkpoint(config: ExperimentConfig) -> list[Problem]:
-    from trainers.config.metric_names import METRIC_NAMES, is_metric_name
 
     metric = config.checkpoint.keep_best_metric
     if metric is not None and not is_metric_name(metric):

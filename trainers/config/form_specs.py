@@ -12,7 +12,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel
 
+from trainers.config.metric_names import METRIC_NAMES
 from trainers.config.schema import ExperimentConfig
+from trainers.data.rewards import REWARD_NAMES
+from trainers.data.tasks import TASKS
+from trainers.envs.registry import ENVIRONMENTS
+from trainers.models.presets import PRESETS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,12 +79,7 @@ class SectionSpec:
 
 
 def _known_values() -> dict[str, tuple[str, ...]]:
-    """Dotted path -> the names its cross-field check accepts (imported lazily, as the checks do)."""
-    from trainers.config.metric_names import METRIC_NAMES
-    from trainers.data.rewards import REWARD_NAMES
-    from trainers.data.tasks import TASKS
-    from trainers.envs.registry import ENVIRONMENTS
-    from trainers.models.presets import PRESETS
+    """Dotted path -> the names its cross-field check accepts."""
 
     return {
         "model.preset": tuple(PRESETS),

@@ -13,7 +13,6 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from trainers.config.checks import check_config, check_prompt_format
-from trainers.config.errors import ConfigError, Problem
 from trainers.config.schema import MOVED_TO_MESH, AsyncSection, ExperimentConfig, parse_device_list
 from trainers.config.yaml_guard import (
     MAX_NESTING,
@@ -21,6 +20,8 @@ from trainers.config.yaml_guard import (
     guarded_yaml,
     load_yaml_data,
 )
+from trainers.errors import ConfigError, Problem
+from trainers.models.hf_config import ModelFolderError, describe_folder
 
 RAW_MAX_VALUES = 100_000     # values a raw (JSON) config may hold
 
@@ -232,7 +233,6 @@ def _resolve_model_path(config: ExperimentConfig, model_dirs: list[str] | tuple[
     """Check `model.path` (see `parse_config`): inside a root when model_dirs are given (then replaced by
     its resolved absolute path), a Hugging Face folder of a supported architecture, and with a chat
     template when data.chat_template is true."""
-    from trainers.models.hf_config import ModelFolderError, describe_folder
 
     path = config.model.path
     if path is None:

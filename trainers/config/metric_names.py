@@ -1,5 +1,9 @@
 """Metric names reported per step. The dashboard, CLI and benchmarks rely on these exact strings."""
 
+import re
+
+from trainers.data.rewards import REWARD_NAMES
+
 TRAIN_METRICS = (
     "reward/mean",
     "reward/std",
@@ -91,9 +95,7 @@ METRIC_NAMES = (TRAIN_METRICS + ASYNC_METRICS + ALGORITHM_METRICS + GENERATION_M
 def is_metric_name(name: str) -> bool:
     """A name the trainer reports: one of METRIC_NAMES, eval/pass@<k>, reward/<a reward function> or
     reward/env/<an environment's reward part>."""
-    import re
 
-    from trainers.data.rewards import REWARD_NAMES
 
     if name in METRIC_NAMES or re.fullmatch(PASS_AT_K_PATTERN, name) is not None:
         return True

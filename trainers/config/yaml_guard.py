@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from trainers.config.errors import ConfigError, Problem
+from trainers.errors import ConfigError, Problem
 
 YAML_MAX_CHARS = 1_000_000   # longest YAML text accepted
 YAML_MAX_VALUES = 10_000     # values a document may stand for once aliases are expanded

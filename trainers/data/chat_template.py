@@ -119,6 +119,7 @@ def render_chat_template(
         {_plain_data(key): _plain_data(value) for key, value in message.items() if value is not None}
         for message in messages
     ]
+    # lazy: jinja2 only when a model folder's chat template is rendered
     import jinja2
 
     try:
@@ -132,6 +133,7 @@ def render_chat_template(
 @functools.lru_cache(maxsize=16)
 def _compile(template: str):
     """The compiled template (cached per template text). Raises ValueError if it does not parse."""
+    # lazy: jinja2 only when a model folder's chat template is compiled
     import jinja2
     import jinja2.ext
     import jinja2.nodes

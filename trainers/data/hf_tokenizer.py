@@ -33,6 +33,7 @@ from typing import Any
 from trainers.data.chat_template import (
     TOOL_RESPONSE_CLOSE, TOOL_RESPONSE_OPEN, conversation, render_chat_template, validate_messages,
 )
+from tokenizers import AddedToken, Tokenizer
 
 # The named special tokens transformers passes to chat templates (its SPECIAL_TOKENS_ATTRIBUTES).
 SPECIAL_TOKEN_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
@@ -121,7 +122,6 @@ class HFTokenizer:
         and the problem: no folder, no tokenizer.json, a file that does not load or is not a JSON
         object, an added token whose declared id disagrees, an EOS id outside the vocabulary, no EOS.
         """
-        from tokenizers import AddedToken, Tokenizer
 
         folder = Path(path)
         if not folder.is_dir():

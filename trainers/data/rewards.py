@@ -22,6 +22,7 @@ from collections.abc import Callable
 from fractions import Fraction
 
 import numpy as np
+import logging
 
 RewardFn = Callable[[str, dict], float]
 
@@ -340,8 +341,8 @@ def final_answer_text(completion: str) -> str | None:
 def _math_verify():
     """The math_verify module, imported on first use. Its warning that a timeout is disabled (printed
     on every call) is silenced: running without one is this module's choice, explained above."""
-    import logging
 
+    # lazy: math-verify imports SymPy (seconds); only the math rewards need it
     import math_verify
 
     for name in ("math_verify.parser", "math_verify.grader"):

@@ -121,6 +121,7 @@ def model_tokenizer(model_path: str | None, name: str = "char"):
     """A run's tokenizer: the model folder's own with a `model_path` (unless `name`, data.tokenizer,
     is "char"), else the built-in character tokenizer."""
     if model_path is not None and name != "char":
+        # lazy: `tokenizers` only for a model folder (validation imports this module)
         from trainers.data.hf_tokenizer import HFTokenizer
 
         return HFTokenizer.from_folder(model_path)
@@ -137,6 +138,7 @@ def load_tokenizer(name_or_folder: str):
     if name_or_folder == "char":
         return CharTokenizer()
     if os.path.isdir(name_or_folder):
+        # lazy: `tokenizers` only for a model folder (validation imports this module)
         from trainers.data.hf_tokenizer import HFTokenizer
 
         return HFTokenizer.from_folder(name_or_folder)

@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from trainers.config.errors import FieldError
+from trainers.errors import FieldError
 from trainers.envs.base import Environment
 from trainers.envs.calculator import Calculator
 from trainers.envs.guess_number import GuessNumber

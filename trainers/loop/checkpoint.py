@@ -26,7 +26,7 @@ import jax
 import orbax.checkpoint as ocp
 from orbax.checkpoint.checkpoint_managers import AnyPreservationPolicy, BestN, LatestN
 
-from trainers.config.errors import FieldError
+from trainers.errors import FieldError
 
 
 class IncompatibleCheckpoint(FieldError):

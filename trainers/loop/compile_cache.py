@@ -11,6 +11,7 @@ TRAINERS_COMPILATION_CACHE=0 turns it off.
 from __future__ import annotations
 
 import os
+import jax
 
 MIN_COMPILE_TIME_S = 0.5
 """Only programs that took at least this long to compile are written (not every small eager op)."""
@@ -25,7 +26,6 @@ def enable_compilation_cache(directory: str | None = None, min_compile_time_s: f
     TRAINERS_COMPILATION_CACHE=0). Call before the first compile; safe to call again."""
     if os.environ.get("TRAINERS_COMPILATION_CACHE", "1").strip().lower() in ("0", "false", "no", "off"):
         return None
-    import jax
 
     folder = os.environ.get("JAX_COMPILATION_CACHE_DIR") or directory or default_directory()
     os.makedirs(folder, exist_ok=True)

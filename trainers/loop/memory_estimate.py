@@ -70,6 +70,8 @@ from trainers.engine.pages import PAGE_TOKENS
 from trainers.step.plan import BatchPlan
 from trainers.models.hf_config import parameter_count
 from trainers.models.presets import LOGITS_CHUNK_ELEMENTS, ModelConfig
+from trainers.loop.policy import model_config_for
+from trainers.models.lora_targets import targeted
 
 GIB = 1024 ** 3
 FLOAT32_BYTES = 4
@@ -87,7 +89,6 @@ ATTENTION_BUFFERS = 4               # [NH, S] float32 per position and layer (XL
 @dataclasses.dataclass(frozen=True)
 class MemoryPart:
     """One part of the estimate: `name`, its size and the config fields that make it smaller."""
-
     name: str
     bytes: int
     lower: tuple[str, ...]
@@ -237,8 +238,6 @@ def step_memory(config: ExperimentConfig, plan: BatchPlan, longest_prompt_tokens
     config.json or the preset (`policy.model_config_for`: raises ModelFolderError for a bad folder).
     `longest_prompt_tokens`: the data's longest prompt as its episode starts (`prompt_fit`), rounded
     up to the run's bucket as the trainer pads it; None counts data.max_prompt_tokens."""
-    from trainers.loop.policy import model_config_for
-    from trainers.models.lora_targets import targeted
 
     model = model_config_for(config)
     lora = config.model.lora

@@ -8,15 +8,18 @@ import dataclasses
 from typing import Any
 
 from trainers.config import ExperimentConfig
-from trainers.config.errors import FieldError
+from trainers.errors import FieldError
 from trainers.models.presets import PRESETS, ModelConfig
+import os
+from trainers.config import load_config
+from trainers.data.tokenizer import model_tokenizer
+from trainers.models.hf_config import read_model_config
 
 
 def model_config_for(config: ExperimentConfig) -> ModelConfig:
     """The model's shape and numerics (dtype, remat) under `config`."""
     m = config.model
     if m.path is not None:
-        from trainers.models.hf_config import read_model_config
 
         return read_model_config(m.path, dtype=m.dtype, remat=m.remat)
     return dataclasses.replace(PRESETS[m.preset], dtype=m.dtype, remat=m.remat)
@@ -24,8 +27,6 @@ def model_config_for(config: ExperimentConfig) -> ModelConfig:
 
 def tokenizer_for(config: ExperimentConfig) -> Any:
     """The model folder's own tokenizer with `model.path`, else the built-in character tokenizer."""
-    from trainers.data.tokenizer import model_tokenizer
-
     return model_tokenizer(config.model.path, config.data.tokenizer)
 
 
@@ -61,9 +62,11 @@ def initial_params(config: ExperimentConfig, model_config: ModelConfig, progress
     (`Placement.state_shardings(abstract_params(model_config)[1])`): the params are made with them
     directly, each device reading or drawing only its own shards, never the whole model on one device."""
     if config.model.path is not None:
+        # lazy: keeps this module JAX-free (the memory estimate and the platform import it)
         from trainers.models.hf_weights import load_pretrained
 
         return load_pretrained(config.model.path, model_config, progress=progress, shardings=shardings)
+    # lazy: keeps this module JAX-free (the memory estimate and the platform import it)
     from trainers.models.transformer import init_params
 
     if shardings is None:
@@ -75,8 +78,10 @@ def _init_params_sharded(model_config: ModelConfig, seed: int, shardings: Any) -
     """`init_params(model_config, seed)` traced once and compiled with `out_shardings`, so each device
     computes only its shards (threefry random bits are partitionable: the values are those of the
     unsharded init)."""
+    # lazy: keeps this module JAX-free (the memory estimate and the platform import it)
     import jax
 
+    # lazy: keeps this module JAX-free (the memory estimate and the platform import it)
     from trainers.models.hf_weights import abstract_params
     from trainers.models.transformer import init_params
 
@@ -88,7 +93,6 @@ def _init_params_sharded(model_config: ModelConfig, seed: int, shardings: Any) -
 @dataclasses.dataclass
 class LoadedPolicy:
     """A policy ready to generate with: from a Hugging Face folder or a run's checkpoint."""
-
     model_config: ModelConfig
     graphdef: Any
     params: Any
@@ -99,16 +103,13 @@ class LoadedPolicy:
 
 
 def is_run_dir(path: str) -> bool:
-    import os
 
     return os.path.isfile(os.path.join(path, "config.yaml")) and os.path.isdir(os.path.join(path, "checkpoints"))
 
 
 def run_config(run_dir: str) -> ExperimentConfig:
     """The config a run directory was trained under (its config.yaml)."""
-    import os
 
-    from trainers.config import load_config
 
     return load_config(os.path.join(run_dir, "config.yaml"))
 
@@ -119,6 +120,7 @@ def restore_run_params(config: ExperimentConfig, run_dir: str, model_config: Mod
     whatever mesh wrote it. No weights are loaded from the model folder: the checkpoint is restored into
     the model's abstract structure. Read-only (no checkpoint manager is opened over a run that may be
     live); a checkpoint of another model raises IncompatibleCheckpoint naming model.preset / model.path."""
+    # lazy: keeps this module JAX-free (the memory estimate and the platform import it)
     from trainers.loop.checkpoint import checkpoint_step_dir, restore_params_at
     from trainers.models.hf_weights import abstract_params
 
@@ -134,8 +136,10 @@ def _merged_lora_params(config: ExperimentConfig, model_config: ModelConfig, ste
     """A LoRA run's checkpoint holds its adapters only: the base weights (model.path, or the preset's
     init from the seed) with the restored adapters folded in (W + alpha/r A B), as the plain model's
     (graphdef, params)."""
+    # lazy: keeps this module JAX-free (the memory estimate and the platform import it)
     from flax import nnx
 
+    # lazy: keeps this module JAX-free (the memory estimate and the platform import it)
     from trainers.loop.checkpoint import restore_params_at
     from trainers.models.lora import add_lora, lora_settings, merge_into_base, split_adapters
 
@@ -150,7 +154,6 @@ def load_policy(path: str, step: int | None = None, progress: bool = True) -> Lo
     """A Hugging Face folder (its weights and tokenizer) or a run directory (the newest checkpoint,
     or `step`, with the run's model and tokenizer). FileNotFoundError / ValueError say which it is not;
     FieldError (`check_tokenizer_fits`) when the tokenizer's ids do not fit the model, before any weight is read."""
-    import os
 
     if is_run_dir(path):
         config = run_config(path)
@@ -164,8 +167,8 @@ def load_policy(path: str, step: int | None = None, progress: bool = True) -> Lo
     if os.path.isfile(os.path.join(path, "config.json")):
         if step is not None:
             raise ValueError(f"--step applies to a run directory; {path} is a model folder")
+        # lazy: keeps this module JAX-free (the memory estimate and the platform import it)
         from trainers.data.hf_tokenizer import HFTokenizer
-        from trainers.models.hf_config import read_model_config
         from trainers.models.hf_weights import load_pretrained
 
         model_config = read_model_config(path)

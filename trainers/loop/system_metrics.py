@@ -23,6 +23,8 @@ import logging
 import os
 import time
 from typing import Any, Callable, Iterable
+import jax
+import psutil
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +86,7 @@ def visible_gpu_indexes(device_count: int, cuda_visible_devices: str | None) -> 
 def _nvml() -> tuple[Any, list[int]] | None:
     """pynvml (from nvidia-ml-py) initialised, and the visible GPUs' indexes; None without a GPU."""
     try:
+        # lazy: NVML only where a GPU may be; absent on CPU-only installs
         import pynvml
 
         pynvml.nvmlInit()
@@ -104,15 +107,10 @@ class SystemMetricsSampler:
                  clock: Callable[[], float] = time.monotonic):
         self.every_s = every_s
         self.clock = clock
-        if psutil_module is None:
-            import psutil as psutil_module
+        psutil_module = psutil if psutil_module is None else psutil_module
         self.psutil = psutil_module
         self.process = process if process is not None else psutil_module.Process()
-        if devices is None:
-            import jax
-
-            devices = jax.local_devices
-        self.devices = devices
+        self.devices = jax.local_devices if devices is None else devices
         self.nvml = _nvml() if nvml == "auto" else nvml
         self.last_sample_at: float | None = None
         self.last_step: int | None = None

@@ -41,7 +41,7 @@ from trainers.rollout.async_source import AsyncRolloutSource
 from trainers.config import ExperimentConfig
 from trainers.data.examples import load_examples
 from trainers.data.prompt_stream import PromptStream
-from trainers.loop.evaluate import pass_at_k, score_prompts  # noqa: F401 - pass_at_k: its old home
+from trainers.loop.scoring import score_prompts
 from trainers.loop.checkpoint import Checkpointer, IncompatibleCheckpoint, restore_params_at
 from trainers.step.hooks import Action, Control, Hooks, RunInfo, TrainResult, shared_control
 from trainers.step.placement import Placement
@@ -67,6 +67,7 @@ from trainers.loop.policy import check_tokenizer_fits, initial_params, model_con
 from trainers.models.hf_weights import abstract_params
 from trainers.models.transformer import param_count
 from trainers.parallel.host import to_host
+from trainers.models.lora import adapters_off, add_lora, lora_settings, split_adapters
 
 
 def params_digest(params: Any) -> str:
@@ -184,7 +185,6 @@ class GRPOTrainer:
         # shared by the policy and the reference, and never donated (`policy_params` joins them).
         self.frozen_params, self.base_digest = None, None
         if config.model.lora.rank:
-            from trainers.models.lora import add_lora, lora_settings, split_adapters
 
             self.graphdef, params = add_lora(self.graphdef, params, lora_settings(config.model.lora), config.seed)
             params, self.frozen_params = split_adapters(params)
@@ -198,7 +198,6 @@ class GRPOTrainer:
         if self.plan.needs_reference:
             self.ref_params = jax.tree.map(jnp.copy, params)
             if self.frozen_params is not None:
-                from trainers.models.lora import adapters_off
 
                 self.ref_params = adapters_off(self.policy_params(self.ref_params))
         self.schedule = make_schedule(config.optimizer, self.plan.optimizer_updates_per_step, config.train.max_steps)

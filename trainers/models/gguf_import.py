@@ -24,6 +24,8 @@ import sys
 from typing import Any
 
 import numpy as np
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
+from tqdm import tqdm
 
 CHATML_TEMPLATE = (
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
@@ -155,6 +157,7 @@ def _tensor_plan(reader, num_layers: int) -> list[tuple[str, Any, tuple[int, ...
 
 def _float32_tensor(tensor, shape: tuple[int, ...], config: dict[str, Any], unpermute_qk: bool) -> np.ndarray:
     """One GGUF tensor dequantized to a C-contiguous float32 array of numpy `shape`, q/k rows unpermuted."""
+    # lazy: the optional `gguf` package, only to import a GGUF file
     import gguf
 
     values = np.asarray(gguf.quants.dequantize(tensor.data, tensor.tensor_type), dtype=np.float32)
@@ -174,7 +177,6 @@ def write_weights(reader, config: dict[str, Any], path: pathlib.Path, *, progres
     The safetensors layout: 8-byte little-endian header size, a JSON header {name: {dtype, shape,
     data_offsets}} padded with spaces to a multiple of 8 bytes, then the tensors' bytes back to back.
     """
-    from tqdm import tqdm
 
     plan = _tensor_plan(reader, config["num_hidden_layers"])
     names = {hf_name for hf_name, _, _ in plan}
@@ -206,8 +208,6 @@ def write_weights(reader, config: dict[str, Any], path: pathlib.Path, *, progres
 
 def build_tokenizer(reader):
     """A `tokenizers.Tokenizer` rebuilt from the GGUF vocabulary (ValueError unless byte-level BPE)."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
-
     kind = _field(reader, "tokenizer.ggml.model")
     if kind != "gpt2":
         raise ValueError(f"GGUF tokenizer.ggml.model is {kind!r}; only 'gpt2' (byte-level BPE) is supported")
@@ -298,6 +298,7 @@ def import_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, *, pro
     ValueError when the architecture, tokenizer or a tensor is not supported.
     `_unpermute_qk=False` keeps llama.cpp's q/k row order: a broken model, for tests only.
     """
+    # lazy: the optional `gguf` package, only to import a GGUF file
     import gguf
 
     gguf_path = pathlib.Path(gguf_path)

@@ -36,6 +36,10 @@ from flax import nnx
 from trainers.models.hf_config import ModelFolderError
 from trainers.models.presets import ModelConfig
 from trainers.models.transformer import Transformer
+import ml_dtypes
+from safetensors import safe_open
+import safetensors.numpy
+from tqdm import tqdm
 
 _NORM_NAMES = {"attn_norm": "input_layernorm", "mlp_norm": "post_attention_layernorm"}
 
@@ -93,8 +97,6 @@ def _weight_files(folder: str) -> list[str]:
 
 def _tensors(folder: str) -> Iterator[tuple[str, np.ndarray]]:
     """(name, float32 array) for every tensor of the folder, one at a time, shard by shard."""
-    from safetensors import safe_open
-
     for file_name in _weight_files(folder):
         with safe_open(os.path.join(folder, file_name), framework="flax") as f:
             for name in f.keys():
@@ -162,7 +164,6 @@ def _load_sharded(folder: str, cfg: ModelConfig, slot_of_name: dict, filled: lis
     device's shard is read straight from the file (`get_slice`), so this process reads only the
     blocks its own devices hold and no device holds more than its shard. Names and shapes are
     checked from the files' headers before any tensor is read."""
-    from safetensors import safe_open
 
     with contextlib.ExitStack() as stack:
         handle_of_name: dict[str, Any] = {}
@@ -211,7 +212,6 @@ def load_pretrained(folder: str, cfg: ModelConfig, progress: bool = True,
     filled: list[Any] = [None] * len(leaves_with_paths)
     bar = None
     if progress:
-        from tqdm import tqdm
 
         bar = tqdm(total=len(slot_of_name), unit="tensor", desc=f"loading {os.path.basename(folder.rstrip('/'))}",
                    dynamic_ncols=True, file=__import__("sys").stderr)
@@ -231,8 +231,6 @@ def load_pretrained(folder: str, cfg: ModelConfig, progress: bool = True,
 
 def hf_state_dict(params: Any, dtype: str = "float32") -> dict[str, np.ndarray]:
     """Our params -> {Hugging Face name: array in PyTorch layout}, cast to `dtype` (float32 / bfloat16)."""
-    import ml_dtypes
-
     target = np.float32 if dtype == "float32" else ml_dtypes.bfloat16
     out = {}
     for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
@@ -244,9 +242,7 @@ def hf_state_dict(params: Any, dtype: str = "float32") -> dict[str, np.ndarray]:
 
 def save_pretrained_weights(params: Any, folder: str, dtype: str = "float32") -> str:
     """Write `folder/model.safetensors` (Hugging Face names and layout, `dtype`); returns its path."""
-    from safetensors.numpy import save_file
-
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, "model.safetensors")
-    save_file(hf_state_dict(params, dtype), path, metadata={"format": "pt"})
+    safetensors.numpy.save_file(hf_state_dict(params, dtype), path, metadata={"format": "pt"})
     return path

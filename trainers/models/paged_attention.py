@@ -31,6 +31,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import contextlib
 
 
 class PagedKV(NamedTuple):
@@ -104,6 +105,7 @@ def paged_decode_attention(q: jax.Array, k_pages: jax.Array, v_pages: jax.Array,
         out = jnp.einsum("bkgs,kbsd->bkgd", probs, values)
         return out.reshape(batch, num_heads, head_dim).astype(q.dtype)
     if implementation == "pallas_gpu":
+        # lazy: the Pallas kernels load only on their accelerator
         from jax.experimental.pallas.ops.gpu import paged_attention as kernel
 
         pages_per_slot = block_tables.shape[1]
@@ -112,8 +114,8 @@ def paged_decode_attention(q: jax.Array, k_pages: jax.Array, v_pages: jax.Array,
                                       pages_per_compute_block=_divisor_at_most(pages_per_slot, 8),
                                       k_splits=1).astype(q.dtype)
     if implementation == "pallas_tpu":
-        import contextlib
 
+        # lazy: the Pallas kernels load only on their accelerator
         from jax.experimental.pallas import tpu as pltpu
         from jax.experimental.pallas.ops.tpu.paged_attention import paged_attention as tpu_kernel
 

@@ -100,6 +100,7 @@ def explicit_settings() -> dict | None:
 def detected_cluster() -> tuple[str, int] | None:
     """(name, process count) of the cluster environment `jax.distributed.initialize()` would pick
     without arguments (the same search: JAX's ClusterEnv types that are not opt-in), or None."""
+    # lazy: JAX internals, read only when a multi-process run starts
     from jax._src import clusters
 
     for env in clusters.ClusterEnv._cluster_types:
@@ -142,6 +143,7 @@ def initialize_from_environment() -> tuple[int, int]:
         if cluster is None or cluster[1] <= 1:
             return 0, 1
         settings, where = {}, f"the {cluster[0]} environment's coordinator ({cluster[1]} processes)"
+    # lazy: JAX internals, read only when a multi-process run starts
     from jax._src import xla_bridge
 
     if xla_bridge.backends_are_initialized():

@@ -19,7 +19,6 @@ import jax
 import numpy as np
 from jax.sharding import AxisType, Mesh
 
-from trainers.config import ExperimentConfig
 from trainers.parallel.rules import MESH_AXES
 from trainers.parallel.sizes import MeshError, resolve_axis_sizes
 
@@ -40,10 +39,9 @@ def _pick(indices: list[int], devices: list, field: str) -> list:
     return [devices[i] for i in indices]
 
 
-def meshes_for(config: ExperimentConfig, devices: list | None = None) -> tuple[Mesh | None, Mesh | None]:
-    """(train mesh, rollout mesh) for `config` over `devices` (default: all of `jax.devices()`, every
+def meshes_for(m, devices: list | None = None) -> tuple[Mesh | None, Mesh | None]:
+    """(train mesh, rollout mesh) for the config's `mesh` section `m` over `devices` (default: all of `jax.devices()`, every
     process's). None = the default device (train) / the train mesh (rollout)."""
-    m = config.mesh
     sizes = {"data": m.data, "fsdp": m.fsdp, "tensor": m.tensor}
     if all(n == 1 for n in sizes.values()) and not m.train_devices and not m.rollout_devices:
         return None, None

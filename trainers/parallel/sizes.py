@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from trainers.config.errors import FieldError
+from trainers.errors import FieldError
 
 
 class MeshError(FieldError):

@@ -14,6 +14,8 @@ from typing import Any
 from trainers.config import ExperimentConfig
 from trainers.data.encoding import PromptIdCache, encode_prompts
 from trainers.data.examples import DataError
+from trainers.data.tokenizer import model_tokenizer
+from trainers.envs.registry import make_environment
 
 
 def prompts_of(env: Any, examples: list[dict[str, Any]]) -> list[Any]:
@@ -56,8 +58,6 @@ def config_prompt_fit(config: ExperimentConfig, train_examples: list[dict[str, A
     """Whether every prompt of the run's data fits as its episode starts (what the trainer would
     refuse at start), with the run's tokenizer and environment, over the training prompts and the
     eval prompts it evaluates; and the longest training prompt (what a step's memory depends on)."""
-    from trainers.data.tokenizer import model_tokenizer
-    from trainers.envs.registry import make_environment
 
     tokenizer = model_tokenizer(config.model.path, config.data.tokenizer)
     env = make_environment(config.env.name, config.env.settings)

@@ -15,6 +15,7 @@ from trainers.data.tasks import TASKS
 from trainers.engine.batching import PREFILL_CHUNK_TOKENS
 from trainers.models.generate import SamplingParams, TurnStops, eos_settings
 from trainers.rollout import prompt_fit
+from trainers.envs.registry import make_environment
 
 Weights = Callable[[], tuple[Any, int]]
 """weights() -> (params, version): the weights to generate with and their version (optimizer steps
@@ -88,7 +89,6 @@ class RolloutSpec:
 def environment(config: ExperimentConfig, tokenizer: Any) -> tuple[Any, TurnStops | None]:
     """The run's multi-turn environment and the token ids of its stop strings, or (None, None) for a
     single-turn one (`env.name` single_turn: the plain sampler, exactly as without environments)."""
-    from trainers.envs.registry import make_environment
 
     env = make_environment(config.env.name, config.env.settings)
     if not env.multi_turn:

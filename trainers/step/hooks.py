@@ -130,6 +130,7 @@ class ProcessSharedControl(Control):
         self.inner = inner
 
     def poll(self) -> Action:
+        # lazy: keeps this module JAX-free (`import trainers` exports the hooks)
         import numpy as np
         from jax.experimental import multihost_utils
 
@@ -141,6 +142,7 @@ class ProcessSharedControl(Control):
 def shared_control(control: Control) -> Control:
     """`control` as the one decision of all processes (`ProcessSharedControl`); itself in a run of
     one process."""
+    # lazy: keeps this module JAX-free (`import trainers` exports the hooks)
     import jax
 
     if jax.process_count() == 1 or isinstance(control, ProcessSharedControl):

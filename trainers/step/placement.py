@@ -41,7 +41,7 @@ class Placement:
     def from_config(cls, config: ExperimentConfig) -> "Placement":
         """The meshes of the config's `mesh` section (MeshError names the field when the devices
         cannot form them)."""
-        return cls(*meshes_for(config), generation_dtype=config.model.dtype)
+        return cls(*meshes_for(config.mesh), generation_dtype=config.model.dtype)
 
     @property
     def generation_mesh(self) -> Mesh | None:

@@ -1,5 +1,8 @@
 """What is wrong with a config: `Problem(field, message)`, `ConfigError` listing them, and
-`FieldError`, one of them found only when the run starts."""
+`FieldError`, one of them found only when the run starts.
+
+A leaf (it imports nothing of `trainers`): every package may raise these, including those that
+the config itself imports to check names (envs, parallel)."""
 
 from __future__ import annotations
 

@@ -25,6 +25,13 @@ import numpy as np
 
 from trainers.config import ExperimentConfig
 from trainers.loop.policy import model_config_for, run_config
+import jax
+import ml_dtypes
+import orbax.checkpoint as ocp
+import safetensors.numpy
+from trainers.loop.checkpoint import check_fits, checkpoint_step_dir, key_name
+from trainers.loop.policy import restore_run_params
+from trainers.models.hf_weights import abstract_params, hf_name
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
                    "chat_template.jinja", "vocab.json", "merges.txt", "added_tokens.json")
@@ -57,10 +64,7 @@ class ExportTensor:
 def export_tensors(params_like: Any, dtype: str) -> list[ExportTensor]:
     """The tensors of params (arrays or jax.ShapeDtypeStructs, e.g. `abstract_params(cfg)[1]`), in
     parameter order, with their Hugging Face names (`hf_weights.hf_name`) and sizes in `dtype`."""
-    import jax
 
-    from trainers.loop.checkpoint import key_name
-    from trainers.models.hf_weights import hf_name
 
     out = []
     for path, leaf in jax.tree_util.tree_flatten_with_path(params_like)[0]:
@@ -117,10 +121,7 @@ def write_weights(step_dir: str, params_like: Any, folder: str, dtype: str = "fl
     returns the file names written (with the index, when several). `params_like`: the model's
     structure (`abstract_params(cfg)[1]`); a checkpoint of another shape raises IncompatibleCheckpoint
     first."""
-    import ml_dtypes
-    import orbax.checkpoint as ocp
 
-    from trainers.loop.checkpoint import check_fits
 
     if dtype not in DTYPE_BYTES:
         raise ValueError(f"dtype must be float32 or bfloat16, got {dtype!r}")
@@ -145,13 +146,10 @@ def write_weights(step_dir: str, params_like: Any, folder: str, dtype: str = "fl
 def write_params(params: Any, folder: str, dtype: str = "float32", max_file_bytes: int = MAX_FILE_BYTES) -> list[str]:
     """`write_weights` for params already in memory (a LoRA run's base with its adapters folded in):
     the same names, layout, files and index."""
-    import ml_dtypes
 
     if dtype not in DTYPE_BYTES:
         raise ValueError(f"dtype must be float32 or bfloat16, got {dtype!r}")
-    import jax
 
-    from trainers.loop.checkpoint import key_name
 
     target = np.float32 if dtype == "float32" else ml_dtypes.bfloat16
     groups = group_into_files(export_tensors(params, dtype), max_file_bytes)
@@ -165,7 +163,6 @@ def _write_files(groups: list[list[ExportTensor]], read: Any, folder: str, targe
     """Each group of tensors as one safetensors file (transformers' names when several, with the
     index); read(paths) -> nested arrays at those key paths, called for at most `read_bytes` (default
     READ_BYTES) of tensors at a time."""
-    from safetensors.numpy import save_file
 
     names = file_names(len(groups))
     weight_map: dict[str, str] = {}
@@ -178,7 +175,7 @@ def _write_files(groups: list[list[ExportTensor]], read: Any, folder: str, targe
                 tensors[tensor.name] = np.ascontiguousarray(array.T if tensor.transposed else array).astype(target)
                 weight_map[tensor.name] = file_name
             del restored
-        save_file(tensors, os.path.join(folder, file_name), metadata={"format": "pt"})
+        safetensors.numpy.save_file(tensors, os.path.join(folder, file_name), metadata={"format": "pt"})
         del tensors
     if len(names) > 1:
         total = sum(tensor.nbytes for group in groups for tensor in group)
@@ -211,8 +208,6 @@ def export_run(run_dir: str, out_dir: str, step: int | None = None, dtype: str =
                          f"'{config.model.preset}' with the character tokenizer")
     if os.path.exists(out_dir) and os.listdir(out_dir):
         raise FileExistsError(f"{out_dir} exists and is not empty; choose a new --out")
-    from trainers.loop.checkpoint import checkpoint_step_dir
-    from trainers.models.hf_weights import abstract_params
 
     step_dir, step = checkpoint_step_dir(run_dir, step)
     _, params_like = abstract_params(model_config_for(config))
@@ -231,7 +226,6 @@ def export_run(run_dir: str, out_dir: str, step: int | None = None, dtype: str =
             if os.path.isfile(os.path.join(source, name)):
                 shutil.copyfile(os.path.join(source, name), os.path.join(staging, name))
         if config.model.lora.rank:  # the checkpoint holds adapters: fold them into the base weights
-            from trainers.loop.policy import restore_run_params
 
             _, merged, _ = restore_run_params(config, run_dir, model_config_for(config), step)
             write_params(merged, staging, dtype, max_file_bytes)
