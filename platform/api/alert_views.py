@@ -36,7 +36,8 @@ def delivery_shape(d: AlertDelivery) -> shapes.DeliveryOut:
 
 @operations(
     GET=Op(responses={200: shapes.AlertRuleList}, summary="List your alert rules"),
-    POST=Op(body=shapes.AlertRuleInput, responses={201: shapes.AlertRuleOut, 400: Errors}, summary="Create an alert rule"),
+    POST=Op(body=shapes.AlertRuleInput, responses={201: shapes.AlertRuleOut, 400: Errors},
+            summary="Create an alert rule"),
 )
 @api_endpoint("GET", "POST")
 def alert_rules(request):

@@ -24,7 +24,7 @@ How to declare an endpoint (every route under /api/ must; a test fails otherwise
   Error` (an over-long URL, api/long_urls.py) and `404: Error` (unknown id, or any path with ids);
   list the others the view can answer. Errors are always the shared `Error` ({"error"}) or
   `Errors` ({"errors": {field: message}, "error"?}).
-- Summary and description come from the view's docstring (first line, then the rest), so keep the
+- Summary and description come from the view's docstring (its first sentence, then all of it), so keep the
   docstring the reference for the shapes. A resource's shapes live in api/<resource>_shapes.py next
   to its api/<resource>_views.py (the shared pieces in api/shapes.py); pydantic's JSON schema for
   each model lands under components/schemas by the model's class name (keep names unique).

@@ -43,14 +43,15 @@ def _run(request, pk: int) -> Run:
 
 
 def sample_fields(sample: RolloutSample) -> dict[str, Any]:
-    """A rollout sample's fields of shapes.Sample; `prompt_segments` / `completion_segments` are the text cut into plain text,
-    special tokens and role names for display (experiments.sample_text), `prompt_messages` the chat
-    messages behind the prompt when it had any. `truncated` (the completion ran into max_new_tokens),
-    `in_loss` (False: out of the loss, by the overlong filter or a capped dynamic-sampling step) and
-    `overlong_penalty` (the soft overlong reward) are null where the trainer wrote no such key.
-    A multi-turn sample adds `episode` (experiments.sample_episodes.episode: env, turns with role,
-    text and tokens, reward_parts, end_reason, error (server paths shown relative to their root),
-    tool_calls, tool_errors); a single-turn one has no such key, as before."""
+    """A rollout sample's fields of shapes.Sample (as keywords: `episode` only for a multi-turn one).
+    `prompt_segments` / `completion_segments` are the text cut into plain text, special tokens and
+    role names for display (experiments.sample_text), `prompt_messages` the chat messages behind the
+    prompt when it had any. `truncated` (the completion ran into max_new_tokens), `in_loss` (False:
+    out of the loss, by the overlong filter or a capped dynamic-sampling step) and `overlong_penalty`
+    (the soft overlong reward) are null where the trainer wrote no such key. A multi-turn sample
+    adds `episode` (experiments.sample_episodes.episode: env, turns with role, text and tokens,
+    reward_parts, end_reason, error (server paths shown relative to their root), tool_calls,
+    tool_errors); a single-turn one has no such key, as before."""
     extra = sample.extra if isinstance(sample.extra, dict) else {}
     messages = extra.get("prompt_messages")
     penalty = extra.get("overlong_penalty")
