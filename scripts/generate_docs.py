@@ -2,6 +2,8 @@
 
   docs/reference/config.md    every config field, from the schema (`trainers.config.field_specs`)
   docs/reference/metrics.md   every metric name, from `trainers.config.metric_names`
+  docs/reference/api.md       every API endpoint (method, path, summary), from the OpenAPI document
+                              (`api.openapi.build`, with Django set up on grpo_platform.settings)
 
     .venv/bin/python scripts/generate_docs.py           # write them
     .venv/bin/python scripts/generate_docs.py --check   # exit 1 if a checked-in page is stale
@@ -12,6 +14,7 @@ tests/test_docs.py runs the check, and builds the site with `mkdocs build --stri
 from __future__ import annotations
 
 import argparse
+import html
 import json
 import os
 import sys
@@ -100,7 +103,49 @@ def metrics_reference() -> str:
     return "\n".join(lines)
 
 
-PAGES = {"docs/reference/config.md": config_reference, "docs/reference/metrics.md": metrics_reference}
+def _markdown_text(text: str) -> str:
+    """A table cell of prose that may hold `code`: `<id>` outside backticks escaped, else Markdown
+    would read it as an HTML tag (inside backticks it is shown as written)."""
+    parts = _cell(text).split("`")
+    return "`".join(part if i % 2 else html.escape(part, quote=False) for i, part in enumerate(parts))
+
+
+def api_document() -> dict:
+    """The API's OpenAPI document, as GET /api/schema serves it (needs Django: the routes and views)."""
+    sys.path.insert(0, str(ROOT / "platform"))
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "grpo_platform.settings")
+    import django
+
+    django.setup()
+    from api import openapi
+
+    return openapi.build()
+
+
+def api_reference() -> str:
+    """docs/reference/api.md: every operation of the API's OpenAPI document by resource (its tag, in
+    the document's order), with its method, path and summary."""
+    document = api_document()
+    by_tag: dict[str, list[tuple[str, str, str]]] = {tag["name"]: [] for tag in document["tags"]}
+    for path, item in document["paths"].items():
+        for method, operation in item.items():
+            by_tag[operation["tags"][0]].append((method.upper(), path, operation["summary"]))
+    lines = [GENERATED, "", "# API endpoints", "",
+             "Every endpoint of the JSON API, by resource, from its OpenAPI 3.1 document: `GET /api/schema` on a "
+             "running platform, generated from the code (`platform/api/openapi.py` reads the routes of "
+             "`api/urls.py` and each view's declared shapes). `/api/docs/` shows the same document with every "
+             "parameter and answer (Swagger UI). Authenticate with `Authorization: Token <key>` (the **API "
+             "tokens** page); errors are `{\"error\"}` or `{\"errors\": {field: message}}` with a 4xx. "
+             "[The platform](../platform.md#http-api) shows the command-line client and `curl` examples.", ""]
+    for tag, operations in by_tag.items():
+        lines += [f"## {tag}", "", "| method | path | summary |", "| --- | --- | --- |"]
+        lines += [f"| `{method}` | `{path}` | {_markdown_text(summary)} |" for method, path, summary in operations]
+        lines.append("")
+    return "\n".join(lines)
+
+
+PAGES = {"docs/reference/config.md": config_reference, "docs/reference/metrics.md": metrics_reference,
+         "docs/reference/api.md": api_reference}
 
 
 def stale_pages() -> list[str]:

@@ -43,12 +43,25 @@ def test_the_metric_reference_describes_every_metric():
         assert metric_names.METRIC_DESCRIPTIONS[base]
 
 
+def test_the_api_reference_lists_every_operation_of_the_openapi_document():
+    from api import openapi
+
+    page = (ROOT / "docs" / "reference" / "api.md").read_text()
+    for path, item in openapi.build()["paths"].items():
+        for method, operation in item.items():
+            assert f"| `{method.upper()}` | `{path}` |" in page, (method, path)
+    assert "| `GET` | `/api/runs/{pk}` | A run: status, progress, config and lineage |" in page
+    assert "POST /api/runs/&lt;id&gt;/&lt;cancel\\|pause" in page  # prose escaped, the pipe too
+
+
 def test_a_stale_page_is_named(tmp_path, monkeypatch):
     module = generator()
     monkeypatch.setattr(module, "ROOT", tmp_path)
     (tmp_path / "docs" / "reference").mkdir(parents=True)
     (tmp_path / "docs" / "reference" / "config.md").write_text(module.config_reference())
     (tmp_path / "docs" / "reference" / "metrics.md").write_text("# Metrics\n")
+    assert module.stale_pages() == ["docs/reference/metrics.md", "docs/reference/api.md"]
+    (tmp_path / "docs" / "reference" / "api.md").write_text(module.api_reference())
     assert module.stale_pages() == ["docs/reference/metrics.md"]
 
 

@@ -1,14 +1,16 @@
-"""The account endpoint's shape (api/account_views.py), for the generated OpenAPI schema (see
-api/contract.py). What the view answers is runner.account.account_summary."""
+"""The account endpoint's shapes (api/account_views.py; see api/contract.py). What the view answers is
+runner.account.account_summary and evaluations.services.usage_for, checked against these."""
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
+
+from api.contract import Shape
 
 
-class AccountStorage(BaseModel):
+class AccountStorage(Shape):
     datasets_bytes: int = Field(description="your uploaded datasets")
     checkpoints_bytes: int = Field(description="your runs' directories: checkpoints, logs, run files")
     exports_bytes: int = Field(description="your runs' Hugging Face exports")
@@ -17,12 +19,12 @@ class AccountStorage(BaseModel):
     over_quota: bool = Field(description="at or over the quota: uploads, exports and launches are refused")
 
 
-class AccountLimit(BaseModel):
+class AccountLimit(Shape):
     value: int
     source: Literal["yours", "default"] = Field(description="set for you by an admin, or the server's default")
 
 
-class AccountLimits(BaseModel):
+class AccountLimits(Shape):
     max_active_runs: AccountLimit
     max_queued_runs: AccountLimit
     max_sequences_per_step: AccountLimit
@@ -35,17 +37,17 @@ class AccountLimits(BaseModel):
     max_evaluation_tokens: AccountLimit
 
 
-class AccountRuns(BaseModel):
+class AccountRuns(Shape):
     active: int = Field(description="runs a worker holds now (running, pausing, cancelling)")
     queued: int
 
 
-class AccountEvaluations(BaseModel):
+class AccountEvaluations(Shape):
     jobs: int = Field(description="your evaluation jobs queued or running now")
     tokens: int = Field(description="their completion tokens together (prompts x k x max_new_tokens each)")
 
 
-class Account(BaseModel):
+class Account(Shape):
     username: str
     storage: AccountStorage
     limits: AccountLimits

@@ -22,4 +22,5 @@ def account(request):
     "yours" | "default"}, "runs": {"active", "queued"}, "evaluations": {"jobs", "tokens"} (queued or
     running). Over the quota, dataset uploads answer 413
     and exports, launches, resumes, retries and forks 429 (runner.storage)."""
-    return {**accounts.account_summary(request.user), "evaluations": evaluation_usage(request.user).as_json()}
+    return shapes.Account.model_validate({**accounts.account_summary(request.user),
+                                          "evaluations": evaluation_usage(request.user).as_json()})

@@ -1,4 +1,4 @@
-"""The alert endpoints' shapes (api/alert_views.py), for the generated OpenAPI schema (api/contract.py)."""
+"""The alert endpoints' shapes (api/alert_views.py): what they take and answer (see api/contract.py)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ from datetime import datetime
 from typing import Literal
 
 from pydantic import BaseModel, Field
+
+from api.contract import Shape
 
 Event = Literal["failed", "succeeded", "pruned", "stalled", "metric"]
 
@@ -29,7 +31,7 @@ class AlertRulePatch(BaseModel):
     enabled: bool
 
 
-class AlertRuleOut(BaseModel):
+class AlertRuleOut(Shape):
     id: int
     name: str
     experiment: int | None
@@ -44,7 +46,7 @@ class AlertRuleOut(BaseModel):
     created_at: datetime
 
 
-class AlertRuleList(BaseModel):
+class AlertRuleList(Shape):
     rules: list[AlertRuleOut]
     count: int
 
@@ -55,7 +57,7 @@ class DeliveryQuery(BaseModel):
     limit: int | None = Field(None, description="default 50, at most 500")
 
 
-class DeliveryOut(BaseModel):
+class DeliveryOut(Shape):
     id: int
     rule: int
     rule_name: str
@@ -69,6 +71,6 @@ class DeliveryOut(BaseModel):
     sent_at: datetime | None
 
 
-class DeliveryList(BaseModel):
+class DeliveryList(Shape):
     deliveries: list[DeliveryOut]
     count: int

@@ -8,34 +8,36 @@ A webhook target is answered masked. Someone else's rule answers 404."""
 
 from __future__ import annotations
 
-from django.http import HttpResponse, JsonResponse
+from django.http import HttpResponse
 from django.shortcuts import get_object_or_404
 
 from alerts.forms import AlertRuleForm
 from alerts.models import AlertDelivery, AlertRule, DeliveryStatus
 from api import alert_shapes as shapes
 from api.contract import Error, Errors, Op, operations
-from api.endpoint import ApiError, api_endpoint, int_param, json_body
+from api.endpoint import ApiError, api_endpoint, int_param, json_body, send
 
 DEFAULT_LIMIT, MAX_LIMIT = 50, 500
 
 
-def rule_json(rule: AlertRule) -> dict:
-    return {"id": rule.pk, "name": rule.name, "experiment": rule.experiment_id, "events": list(rule.events),
-            "metric_name": rule.metric_name, "comparison": rule.comparison, "threshold": rule.threshold,
-            "channel": rule.channel, "target": rule.masked_target, "enabled": rule.enabled,
-            "min_interval_s": rule.min_interval_s, "created_at": rule.created_at}
+def rule_shape(rule: AlertRule) -> shapes.AlertRuleOut:
+    return shapes.AlertRuleOut(
+        id=rule.pk, name=rule.name, experiment=rule.experiment_id, events=list(rule.events),
+        metric_name=rule.metric_name, comparison=rule.comparison, threshold=rule.threshold, channel=rule.channel,
+        target=rule.masked_target, enabled=rule.enabled, min_interval_s=rule.min_interval_s,
+        created_at=rule.created_at)
 
 
-def delivery_json(d: AlertDelivery) -> dict:
-    return {"id": d.pk, "rule": d.rule_id, "rule_name": d.rule.label, "run": d.run_id, "event": d.event,
-            "status": d.status, "message": d.message, "error": d.error, "attempts": d.attempts,
-            "created_at": d.created_at, "sent_at": d.sent_at}
+def delivery_shape(d: AlertDelivery) -> shapes.DeliveryOut:
+    return shapes.DeliveryOut(id=d.pk, rule=d.rule_id, rule_name=d.rule.label, run=d.run_id, event=d.event,
+                              status=d.status, message=d.message, error=d.error, attempts=d.attempts,
+                              created_at=d.created_at, sent_at=d.sent_at)
 
 
 @operations(
     GET=Op(responses={200: shapes.AlertRuleList}, summary="List your alert rules"),
-    POST=Op(body=shapes.AlertRuleInput, responses={201: shapes.AlertRuleOut, 400: Errors}, summary="Create an alert rule"),
+    POST=Op(body=shapes.AlertRuleInput, responses={201: shapes.AlertRuleOut, 400: Errors},
+            summary="Create an alert rule"),
 )
 @api_endpoint("GET", "POST")
 def alert_rules(request):
@@ -44,17 +46,15 @@ def alert_rules(request):
     target masked), or 400 {"errors": {field: message}} (a webhook URL in a local or private
     network is refused unless the admin allows it in PLATFORM_ALERT_WEBHOOK_ALLOW)."""
     if request.method == "GET":
-        rules = [rule_json(r) for r in AlertRule.objects.filter(owner=request.user)]
-        return {"rules": rules, "count": len(rules)}
+        rules = [rule_shape(r) for r in AlertRule.objects.filter(owner=request.user)]
+        return shapes.AlertRuleList(rules=rules, count=len(rules))
     data = json_body(request)
     data.setdefault("enabled", True)
     form = AlertRuleForm(request.user, data)
     if not form.is_valid():
         raise ApiError(400, errors=form.error_dict())
     rule = form.save()
-    response = JsonResponse(rule_json(rule), status=201)
-    response["Location"] = f"/api/alerts/{rule.pk}"
-    return response
+    return send(rule_shape(rule), 201, location=f"/api/alerts/{rule.pk}")
 
 
 @operations(
@@ -77,7 +77,7 @@ def alert_rule_detail(request, pk: int):
             raise ApiError(400, errors={"enabled": "true or false"})
         rule.enabled = enabled
         rule.save(update_fields=["enabled"])
-    return rule_json(rule)
+    return rule_shape(rule)
 
 
 @operations(GET=Op(query=shapes.DeliveryQuery, responses={200: shapes.DeliveryList, 400: Error}))
@@ -95,5 +95,5 @@ def alert_deliveries(request):
             raise ApiError(400, f"status must be one of {', '.join(DeliveryStatus.values)}, got {status!r}")
         rows = rows.filter(status=status)
     limit = int_param(request, "limit", DEFAULT_LIMIT, minimum=1, maximum=MAX_LIMIT)
-    deliveries = [delivery_json(d) for d in rows[:limit]]
-    return {"deliveries": deliveries, "count": len(deliveries)}
+    deliveries = [delivery_shape(d) for d in rows[:limit]]
+    return shapes.DeliveryList(deliveries=deliveries, count=len(deliveries))

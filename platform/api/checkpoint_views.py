@@ -1,25 +1,45 @@
-"""The JSON API's checkpoint endpoints: download one as a Hugging Face folder (runner.downloads)
-and fork a run from one (runner.forks). Thin, like api/views.py.
+"""The JSON API's checkpoint endpoints: a run's checkpoints, export one as a Hugging Face folder
+(runner.exports) or download it as one (runner.downloads), and fork a run from one (runner.forks).
+Thin, like api/run_views.py; the shapes are api/checkpoint_shapes.py.
 
+    GET   runs/<id>/checkpoints                 the run's checkpoints by step
     GET   runs/<id>/checkpoints/<step>/hf.zip   the checkpoint's Hugging Face folder as a zip
+    POST  runs/<id>/export                      {"step"?, "dtype"?} -> a Hugging Face folder on the server
     POST  runs/<id>/fork                        {"step", "optimizer"?, "max_steps"?, "queue"?} -> 201 {"id"}
 """
 
 from __future__ import annotations
 
-from django.http import FileResponse, JsonResponse
+from django.http import FileResponse
 
 from experiments.access import get_for_user
-from experiments.models import Run
-from runner import downloads, forks
+from experiments.models import Checkpoint, Run
+from experiments.shown_paths import shown
+from experiments.whole_numbers import NotAWholeNumber, whole_number
+from runner import downloads, exports, forks
 
-from api import shapes
+from api import checkpoint_shapes as shapes
 from api.contract import Error, Errors, Op, operations
-from api.endpoint import ApiError, api_endpoint, json_body, refused
+from api.endpoint import ApiError, api_endpoint, json_body, refused, send
 
 
 def _run(request, pk: int, change: bool = False) -> Run:
     return get_for_user(Run.objects.select_related("experiment__owner"), request.user, pk, change=change)
+
+
+def checkpoint_entry(checkpoint: Checkpoint) -> shapes.CheckpointEntry:
+    return shapes.CheckpointEntry(step=checkpoint.step, path=checkpoint.path, size_bytes=checkpoint.size_bytes,
+                                  metrics=checkpoint.metrics, created_at=checkpoint.created_at)
+
+
+@operations(
+    GET=Op(responses={200: shapes.Checkpoints}),
+)
+@api_endpoint("GET")
+def run_checkpoints(request, pk: int):
+    """The run's checkpoints by step: {"checkpoints": [{"step", "path", "size_bytes", "metrics", "created_at"}]}."""
+    run = _run(request, pk)
+    return shapes.Checkpoints(checkpoints=[checkpoint_entry(c) for c in run.checkpoints.order_by("step")])
 
 
 @operations(
@@ -59,8 +79,35 @@ def run_fork(request, pk: int):
         child = forks.fork_run(parent, forks.parse_fork_input(json_body(request)))
     except forks.ForkRefused as exc:
         raise refused(exc) from None
-    body = {"id": child.pk, "status": child.status, "queue": child.queue, "forked_from": parent.pk,
-            "forked_from_step": child.forked_from_step, "fork_optimizer": child.fork_optimizer}
-    response = JsonResponse(body, status=201)
-    response["Location"] = f"/api/runs/{child.pk}"
-    return response
+    forked = shapes.Forked(id=child.pk, status=child.status, queue=child.queue, forked_from=parent.pk,
+                           forked_from_step=child.forked_from_step, fork_optimizer=child.fork_optimizer)
+    return send(forked, 201, location=f"/api/runs/{child.pk}")
+
+
+@operations(
+    POST=Op(body=shapes.ExportInput, responses={201: shapes.Exported, 400: Errors, 403: Error, 409: Error, 429: Error}),
+)
+@api_endpoint("POST")
+def run_export(request, pk: int):
+    """POST /api/runs/<id>/export {"step"?: N (default: the newest checkpoint), "dtype"?: "float32" |
+    "bfloat16"}: writes that checkpoint as a Hugging Face folder under PLATFORM_DATA_DIR/exports/ and
+    answers 201 {"path" (shown as `<data>/exports/run-<id>-step-<N>`), "step", "dtype"} once it is
+    written (synchronous: about 10 s for a 135M model; see runner.exports). 400 for a toy-preset run,
+    a run without checkpoints or a bad step/dtype; 404 for a step without a checkpoint; 409 when that
+    checkpoint is already exported (the message says where); 429 while the run's owner is at or over
+    their storage quota (runner.storage)."""
+    run = _run(request, pk, change=True)
+    data = json_body(request)
+    try:
+        step = whole_number(data.get("step"), 0, 2**31 - 1)
+    except NotAWholeNumber:
+        raise ApiError(400, errors={"step": "a checkpoint's step: a whole number (or leave it out for the newest)"}) \
+            from None
+    dtype = data.get("dtype") or "float32"
+    if dtype not in exports.DTYPES:
+        raise ApiError(400, errors={"dtype": f"one of {', '.join(exports.DTYPES)}"})
+    try:
+        done = exports.export_checkpoint(run, step=step, dtype=dtype)
+    except exports.ExportRefused as exc:
+        raise ApiError(exc.status, exc.message) from None
+    return send(shapes.Exported(path=shown(done.path), step=done.step, dtype=done.dtype), 201)

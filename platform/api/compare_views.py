@@ -1,5 +1,6 @@
 """GET /api/runs/compare?runs=1,2,3&max_points=N: several runs' metric series and configs in one
-answer, for the compare page (experiments.run_compare does the work)."""
+answer, for the compare page (experiments.run_compare does the work; the shapes are
+api/compare_shapes.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from django.http import HttpResponse
 from experiments import metric_series, run_compare
 from experiments.models import Run
 
-from api import shapes
+from api import compare_shapes as shapes
 from api.contract import Error, Op, operations
 from api.endpoint import ApiError, api_endpoint, int_param
 
@@ -39,4 +40,5 @@ def runs_compare(request):
     max_points = int_param(request, "max_points", run_compare.DEFAULT_MAX_POINTS, minimum=1,
                            maximum=metric_series.DEFAULT_MAX_POINTS)
     body = run_compare.compare_json(visible_runs(request, run_ids), max_points)
+    shapes.Compare.model_validate_json(body)  # checked against its shape, sent as encoded (run_compare caches it)
     return HttpResponse(body, content_type="application/json")

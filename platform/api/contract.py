@@ -4,15 +4,15 @@
 
 How to declare an endpoint (every route under /api/ must; a test fails otherwise):
 
-    from api import shapes
-    from api.contract import Op, operations
+    from api import experiment_shapes as shapes
+    from api.contract import Errors, Op, operations
 
     @operations(
-        GET=Op(query=shapes.RunListQuery, responses={200: shapes.RunList}),
-        POST=Op(body=shapes.LaunchInput, responses={201: shapes.Launched, 400: Errors, 429: Error}),
+        GET=Op(query=shapes.ExperimentPage, responses={200: shapes.ExperimentList}),
+        POST=Op(body=shapes.ExperimentInput, responses={201: shapes.ExperimentCreated, 400: Errors}),
     )
     @api_endpoint("GET", "POST")
-    def runs(request): ...
+    def experiments(request): ...
 
 - `operations` goes ABOVE `api_endpoint` and has one `Op` per method `api_endpoint` serves.
 - `query`: a pydantic model whose fields are the query parameters (a `list[str]` field is a
@@ -24,14 +24,18 @@ How to declare an endpoint (every route under /api/ must; a test fails otherwise
   Error` (an over-long URL, api/long_urls.py) and `404: Error` (unknown id, or any path with ids);
   list the others the view can answer. Errors are always the shared `Error` ({"error"}) or
   `Errors` ({"errors": {field: message}, "error"?}).
-- Summary and description come from the view's docstring (first line, then the rest), so keep the
-  docstring the reference for the shapes. Shapes live in api/shapes.py; pydantic's JSON schema for
+- Summary and description come from the view's docstring (its first sentence, then all of it), so keep the
+  docstring the reference for the shapes. A resource's shapes live in api/<resource>_shapes.py next
+  to its api/<resource>_views.py (the shared pieces in api/shapes.py); pydantic's JSON schema for
   each model lands under components/schemas by the model's class name (keep names unique).
-- `api_endpoint(*methods)` without `operations` keeps working at runtime; only the schema (and the
+- `api_endpoint(*methods)` without `operations` keeps working at run time; only the schema (and the
   coverage test) miss the endpoint until it is declared.
 
-Declarations change nothing at run time: the view answers exactly as before. A response model is
-the contract the fuzzing checks the answers against, so keep it true to what payloads.py builds.
+A response model is a `Shape` (below), and the view answers with an instance of it (api.endpoint
+sends it): a key the view adds that the shape lacks, or a required field it leaves out, fails at
+once instead of drifting from the document. tests/platform/test_api_shapes.py calls every operation
+and checks each JSON answer against the model its `Op` names. Declarations otherwise change nothing
+at run time: the views check their inputs themselves (with their own messages).
 """
 
 from __future__ import annotations
@@ -42,14 +46,23 @@ from typing import Callable
 from pydantic import BaseModel, ConfigDict
 
 
-class Error(BaseModel):
+class Shape(BaseModel):
+    """An answer's shape: the views build their JSON answers as these (api.endpoint sends them), so
+    a key the shape does not declare is an error (a 500 the tests meet), as is a required field left
+    out. A field with a default may be left out of the answer (`exclude_unset`): the schema lists it
+    as optional."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class Error(Shape):
     """Every refusal: a message for people."""
 
     model_config = ConfigDict(title="Error")
     error: str
 
 
-class Errors(BaseModel):
+class Errors(Shape):
     """Invalid input: {field or parameter: message}, sometimes with an overall message."""
 
     model_config = ConfigDict(title="Errors")

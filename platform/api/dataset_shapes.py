@@ -1,5 +1,5 @@
-"""The dataset endpoints' shapes (api/dataset_views.py), for the generated OpenAPI schema (see
-api/contract.py). What the views build is api/dataset_views.py's `dataset_summary` / `dataset_detail`."""
+"""The dataset endpoints' shapes (api/dataset_views.py): what they take and answer (see
+api/contract.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from typing import Any
 
 from experiments import dataset_files
 from pydantic import BaseModel, Field
+
+from api.contract import Shape
 
 DatasetName = Field(pattern=f"^(?:{dataset_files.NAME_PATTERN.pattern})$", description=dataset_files.NAME_RULE)
 
@@ -20,7 +22,7 @@ class DatasetUpload(BaseModel):
     description: str | None = None
 
 
-class DatasetSummary(BaseModel):
+class DatasetSummary(Shape):
     id: int
     name: str
     owner: str
@@ -33,7 +35,7 @@ class DatasetSummary(BaseModel):
     shared_with: list[str] | None = Field(description="usernames it is shared with (null unless it is yours)")
 
 
-class DatasetList(BaseModel):
+class DatasetList(Shape):
     datasets: list[DatasetSummary]
     count: int
 
@@ -42,7 +44,7 @@ class DatasetDetail(DatasetSummary):
     preview: list[dict[str, Any]] = Field(description="the first rows (strings cut at 2,000 characters)")
 
 
-class DatasetCreated(BaseModel):
+class DatasetCreated(Shape):
     id: int
     name: str
     reference: str
@@ -56,5 +58,5 @@ class ShareInput(BaseModel):
     users: list[str] = Field(min_length=1, description="usernames")
 
 
-class Shared(BaseModel):
+class Shared(Shape):
     shared_with: list[str]

@@ -10,12 +10,12 @@ a delete, share or unshare."""
 
 from __future__ import annotations
 
-from django.http import HttpResponse, JsonResponse
+from django.http import HttpResponse
 from django.shortcuts import get_object_or_404
 
 from api import dataset_shapes as shapes
 from api.contract import Error, Errors, Op, operations
-from api.endpoint import ApiError, api_endpoint, json_body, refused
+from api.endpoint import ApiError, api_endpoint, json_body, refused, send
 from experiments import datasets
 from experiments.dataset_models import Dataset
 from runner import storage
@@ -23,20 +23,21 @@ from runner import storage
 UPLOAD_FORM_OVERHEAD_BYTES = 1024 * 1024  # the multipart framing and the other fields of an upload
 
 
-def dataset_summary(dataset: Dataset, user) -> dict:
+def dataset_summary(dataset: Dataset, user) -> shapes.DatasetSummary:
+    """The dataset as `user` sees it in the list (who it is shared with only for its owner)."""
     is_owner = dataset.owner_id == user.pk
-    return {
-        "id": dataset.pk,
-        "name": dataset.name,
-        "owner": dataset.owner.get_username(),
-        "reference": dataset.reference_for(user),
-        "rows": dataset.rows,
-        "size_bytes": dataset.size_bytes,
-        "sha256": dataset.sha256,
-        "description": dataset.description,
-        "created_at": dataset.created_at,
-        "shared_with": datasets.shared_usernames(dataset) if is_owner else None,
-    }
+    return shapes.DatasetSummary(
+        id=dataset.pk,
+        name=dataset.name,
+        owner=dataset.owner.get_username(),
+        reference=dataset.reference_for(user),
+        rows=dataset.rows,
+        size_bytes=dataset.size_bytes,
+        sha256=dataset.sha256,
+        description=dataset.description,
+        created_at=dataset.created_at,
+        shared_with=datasets.shared_usernames(dataset) if is_owner else None,
+    )
 
 
 def _visible(request, pk: int) -> Dataset:
@@ -67,7 +68,7 @@ def dataset_list(request):
     if request.method == "GET":
         rows = Dataset.objects.visible_to(request.user).select_related("owner").order_by("owner__username", "name")
         entries = [dataset_summary(d, request.user) for d in rows]
-        return {"datasets": entries, "count": len(entries)}
+        return shapes.DatasetList(datasets=entries, count=len(entries))
     limit = datasets.max_upload_bytes()
     if int(request.META.get("CONTENT_LENGTH") or 0) > limit + UPLOAD_FORM_OVERHEAD_BYTES:
         raise ApiError(413, f"the upload is larger than this server's limit of {limit} bytes")
@@ -92,12 +93,10 @@ def dataset_list(request):
         raise refused(exc) from None
     if dataset is None:
         raise ApiError(400, errors={"file": check.error_text()})
-    body = {"id": dataset.pk, "name": dataset.name, "reference": dataset.reference_for(request.user),
-            "rows": dataset.rows, "size_bytes": dataset.size_bytes, "sha256": dataset.sha256,
-            "preview": dataset.preview}
-    response = JsonResponse(body, status=201)
-    response["Location"] = f"/api/datasets/{dataset.pk}"
-    return response
+    created = shapes.DatasetCreated(id=dataset.pk, name=dataset.name, reference=dataset.reference_for(request.user),
+                                    rows=dataset.rows, size_bytes=dataset.size_bytes, sha256=dataset.sha256,
+                                    preview=dataset.preview)
+    return send(created, 201, location=f"/api/datasets/{dataset.pk}")
 
 
 @operations(
@@ -116,7 +115,7 @@ def dataset_detail(request, pk: int):
             raise refused(exc) from None
         return HttpResponse(status=204)
     dataset = _visible(request, pk)
-    return {**dataset_summary(dataset, request.user), "preview": dataset.preview}
+    return shapes.DatasetDetail(**dict(dataset_summary(dataset, request.user)), preview=dataset.preview)
 
 
 @operations(POST=Op(body=shapes.ShareInput, responses={200: shapes.Shared, 400: Errors, 403: Error}))
@@ -129,4 +128,4 @@ def dataset_share(request, pk: int, action: str):
         names = datasets.share(dataset, json_body(request).get("users"), share_with=action == "share")
     except datasets.DatasetRefused as exc:
         raise refused(exc) from None
-    return {"shared_with": names}
+    return shapes.Shared(shared_with=names)

@@ -1,6 +1,10 @@
 """The API's plumbing: one decorator that authenticates, checks the method, parses the body and
 turns every failure into a JSON answer, so views only do their one thing.
 
+A view answers with the shape its contract declares (an api.contract.Shape instance: `send`
+writes it), or with an HttpResponse of another kind (a file, a stream, 204); a plain dict is a bug
+(a 500), so no answer bypasses its shape.
+
 Errors are `{"error": "message"}` (or `{"errors": {field: message}}` for invalid input) with a 4xx
 status: 400 bad input, 401 not authenticated, 403 CSRF, 404 unknown or someone else's object, 405
 wrong method, 409 an action the run's status does not allow. An unexpected exception is logged and
@@ -16,11 +20,14 @@ from typing import Any, Callable
 
 from django.core.exceptions import PermissionDenied, RequestDataTooBig, SuspiciousOperation, ValidationError
 from django.db import DataError
-from django.http import Http404, HttpRequest, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponseBase, JsonResponse
 from django.http.multipartparser import MultiPartParserError
 from django.views.decorators.csrf import csrf_exempt
 
+from pydantic import BaseModel
+
 from api.auth import AuthError, authenticate
+from api.contract import Error, Errors
 from experiments.refusals import Refused
 from experiments.shown_paths import shown, shown_errors
 from experiments.whole_numbers import MAX_DIGITS, NotAWholeNumber, whole_number
@@ -28,6 +35,8 @@ from experiments.whole_numbers import MAX_DIGITS, NotAWholeNumber, whole_number
 log = logging.getLogger(__name__)
 
 INT_PARAM_LIMIT = 2**53  # query integers beyond this would overflow the databases' integers
+LIST_LIMIT = 100           # default page size of the lists (?limit=)
+LIST_LIMIT_MAX = 1000
 
 
 class ApiError(Exception):
@@ -40,12 +49,11 @@ class ApiError(Exception):
         self.errors = errors
 
     def response(self) -> JsonResponse:
-        body: dict[str, Any] = {}
-        if self.errors is not None:
-            body["errors"] = shown_errors(self.errors)
-        if self.message or self.errors is None:
-            body["error"] = shown(self.message or "error")
-        return JsonResponse(body, status=self.status)
+        if self.errors is None:
+            return send(Error(error=shown(self.message or "error")), self.status)
+        if self.message:
+            return send(Errors(errors=shown_errors(self.errors), error=shown(self.message)), self.status)
+        return send(Errors(errors=shown_errors(self.errors)), self.status)
 
 
 def refused(exc: Refused, field_prefix: str = "") -> ApiError:
@@ -58,15 +66,27 @@ def refused(exc: Refused, field_prefix: str = "") -> ApiError:
 
 def error(status: int, message: str) -> JsonResponse:
     """The API's error answer; server paths in `message` shown relative to their root (shown_paths)."""
-    return JsonResponse({"error": shown(message)}, status=status)
+    return send(Error(error=shown(message)), status)
+
+
+def send(answer: BaseModel, status: int = 200, location: str | None = None) -> JsonResponse:
+    """`answer` (a shape, api.contract) as the JSON response: the fields the view set, so a field
+    with a default that it left out stays out (`exclude_unset`: "warning" only when there is one).
+    Dumped in Python mode and encoded by Django's JSON encoder, so dates read as they always did
+    (milliseconds, "Z"). `location`: the Location header of a 201."""
+    response = JsonResponse(answer.model_dump(exclude_unset=True), status=status)
+    if location is not None:
+        response["Location"] = location
+    return response
 
 
 def api_endpoint(*methods: str) -> Callable:
-    """Decorate a view `f(request, **url_kwargs) -> JsonResponse | dict` serving `methods`.
+    """Decorate a view `f(request, **url_kwargs) -> Shape | HttpResponse` serving `methods`.
 
     Authentication comes first (401 before anything else, so an anonymous caller learns nothing
-    about which ids exist), then the method (405 with an Allow header). A dict result is sent as
-    JSON with status 200.
+    about which ids exist), then the method (405 with an Allow header). A shape (a pydantic model,
+    api.contract.Shape) is sent as JSON with status 200 (`send`; other statuses: return
+    `send(shape, status)`); anything else but an HttpResponse is a TypeError, answered 500.
     """
     allowed = {m.upper() for m in methods}
     if "GET" in allowed:
@@ -77,33 +97,7 @@ def api_endpoint(*methods: str) -> Callable:
         @functools.wraps(view)
         def wrapper(request: HttpRequest, *args, **kwargs):
             try:
-                authenticate(request)
-                if request.method not in allowed:
-                    response = error(405, f"method {request.method} not allowed here; use {', '.join(sorted(allowed))}")
-                    response["Allow"] = ", ".join(sorted(allowed))
-                    return response
-                result = view(request, *args, **kwargs)
-                return JsonResponse(result) if isinstance(result, dict) else result
-            except AuthError as exc:
-                response = error(exc.status, exc.message)
-                if exc.status == 401:
-                    response["WWW-Authenticate"] = 'Token realm="api"'
-                return response
-            except ApiError as exc:
-                return exc.response()
-            except Http404 as exc:
-                return error(404, str(exc) or "not found")
-            except PermissionDenied as exc:
-                return error(403, str(exc) or "permission denied")
-            except RequestDataTooBig:
-                return error(413, "request body too large")
-            except (SuspiciousOperation, MultiPartParserError) as exc:
-                return error(400, f"bad request: {exc}")
-            except ValidationError as exc:  # a model's own check (Experiment.clean) refused the input
-                errors = exc.message_dict if hasattr(exc, "error_dict") else {"(input)": exc.messages}
-                return ApiError(400, errors={k: " ".join(v) for k, v in errors.items()}).response()
-            except DataError as exc:  # a value the database cannot hold (e.g. an integer out of range)
-                return error(400, f"a value is out of the database's range: {str(exc).splitlines()[0]}")
+                return _respond(view, allowed, request, *args, **kwargs)
             except Exception:  # noqa: BLE001 - an API answers JSON even for its own bugs
                 log.exception("API error on %s %s", request.method, request.path)
                 return error(500, "internal error (logged on the server)")
@@ -112,6 +106,45 @@ def api_endpoint(*methods: str) -> Callable:
         return wrapper
 
     return decorate
+
+
+def _respond(view: Callable, allowed: set[str], request: HttpRequest, *args, **kwargs) -> HttpResponseBase:
+    """The view's answer, or the JSON answer to what it raised (a bug raises on, to `api_endpoint`)."""
+    try:
+        authenticate(request)
+        if request.method not in allowed:
+            response = error(405, f"method {request.method} not allowed here; use {', '.join(sorted(allowed))}")
+            response["Allow"] = ", ".join(sorted(allowed))
+            return response
+        return _answer(view, view(request, *args, **kwargs))
+    except AuthError as exc:
+        response = error(exc.status, exc.message)
+        if exc.status == 401:
+            response["WWW-Authenticate"] = 'Token realm="api"'
+        return response
+    except ApiError as exc:
+        return exc.response()
+    except Http404 as exc:
+        return error(404, str(exc) or "not found")
+    except PermissionDenied as exc:
+        return error(403, str(exc) or "permission denied")
+    except RequestDataTooBig:
+        return error(413, "request body too large")
+    except (SuspiciousOperation, MultiPartParserError) as exc:
+        return error(400, f"bad request: {exc}")
+    except ValidationError as exc:  # a model's own check (Experiment.clean) refused the input
+        errors = exc.message_dict if hasattr(exc, "error_dict") else {"(input)": exc.messages}
+        return ApiError(400, errors={k: " ".join(v) for k, v in errors.items()}).response()
+    except DataError as exc:  # a value the database cannot hold (e.g. an integer out of range)
+        return error(400, f"a value is out of the database's range: {str(exc).splitlines()[0]}")
+
+
+def _answer(view: Callable, result: Any) -> HttpResponseBase:
+    if isinstance(result, BaseModel):
+        return send(result)
+    if isinstance(result, HttpResponseBase):
+        return result
+    raise TypeError(f"{view.__name__} answered a {type(result).__name__}: answer its declared shape (api.contract)")
 
 
 def json_body(request: HttpRequest) -> dict[str, Any]:
@@ -154,6 +187,13 @@ def int_param(request: HttpRequest, name: str, default: int | None, minimum: int
     if maximum is not None:
         value = min(value, maximum)
     return value
+
+
+def page(request: HttpRequest, queryset) -> tuple[list, int]:
+    """?limit= (LIST_LIMIT, at most LIST_LIMIT_MAX) &offset=: that page of `queryset`, and its whole count."""
+    limit = int_param(request, "limit", LIST_LIMIT, minimum=1, maximum=LIST_LIMIT_MAX)
+    offset = int_param(request, "offset", 0, minimum=0)
+    return list(queryset[offset:offset + limit]), queryset.count()
 
 
 @csrf_exempt  # it changes nothing; without this a POST to a wrong path got CSRF's HTML 403

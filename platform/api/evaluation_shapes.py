@@ -1,10 +1,12 @@
-"""The evaluation endpoints' shapes (api/evaluation_views.py), for the generated OpenAPI schema (see
-api/contract.py). What the views build is api/evaluation_views.py's `job_json` / `sample_json`."""
+"""The evaluation endpoints' shapes (api/evaluation_views.py): what they take and answer (see
+api/contract.py)."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from pydantic import BaseModel, Field
+
+from api.contract import Shape
 
 DATASET_SPEC = "'task:NAME' (a built-in task's held-out prompts), 'dataset:ID' (an uploaded dataset) or 'run_eval'"
 
@@ -21,7 +23,7 @@ class EvaluationInput(BaseModel):
     max_new_tokens: int | None = Field(None, ge=1, le=4096, description="completion budget (default the run's)")
 
 
-class EvaluationJobJson(BaseModel):
+class EvaluationJobJson(Shape):
     id: int
     url: str
     status: str = Field(description="queued, running, succeeded, failed or cancelled")
@@ -45,7 +47,7 @@ class EvaluationJobJson(BaseModel):
     finished_at: datetime | None
 
 
-class EvaluationList(BaseModel):
+class EvaluationList(Shape):
     evaluations: list[EvaluationJobJson]
     count: int
 
@@ -57,7 +59,7 @@ class EvaluationListQuery(BaseModel):
     limit: int | None = Field(None, ge=1, description="default 100, at most 500")
 
 
-class EvaluationSampleJson(BaseModel):
+class EvaluationSampleJson(Shape):
     index: int
     prompt: str
     completion: str
@@ -73,12 +75,12 @@ class EvaluationSamplesQuery(BaseModel):
     correct: bool | None = Field(None, description="only correct (true) or wrong (false) ones")
 
 
-class EvaluationSamples(BaseModel):
+class EvaluationSamples(Shape):
     samples: list[EvaluationSampleJson]
     next_after: int | None = Field(description="the next page's `after`, null at the end")
 
 
-class Cancelled(BaseModel):
+class Cancelled(Shape):
     id: int
     status: str = Field(description="cancelled")
 
@@ -89,12 +91,12 @@ class LeaderboardQuery(BaseModel):
     k: int | None = Field(None, ge=1, description="only the board of jobs with this k")
 
 
-class LeaderboardMeasure(BaseModel):
+class LeaderboardMeasure(Shape):
     prompts: int = Field(description="prompts scored (0 = the whole dataset)")
     k: int
 
 
-class LeaderboardEntry(BaseModel):
+class LeaderboardEntry(Shape):
     key: str
     label: str
     jobs: int
@@ -105,7 +107,7 @@ class LeaderboardRow(EvaluationJobJson):
     rank: int = Field(description="1 = the best of the rows with its prompts and k")
 
 
-class Leaderboard(BaseModel):
+class Leaderboard(Shape):
     dataset: str | None
     boards: list[LeaderboardEntry]
     rows: list[LeaderboardRow] = Field(description="by (prompts, k), more prompts first; within each, best first: "
@@ -118,7 +120,7 @@ class OnEndInput(BaseModel):
     k: int | None = Field(None, ge=1, le=64)
 
 
-class OnEnd(BaseModel):
+class OnEnd(Shape):
     run: int
     dataset: str
     prompts: int

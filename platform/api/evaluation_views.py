@@ -10,12 +10,11 @@
 
 from __future__ import annotations
 
-from django.http import JsonResponse
 from django.urls import reverse
 
 from api import evaluation_shapes as shapes
 from api.contract import Error, Errors, Op, operations
-from api.endpoint import ApiError, api_endpoint, int_param, json_body
+from api.endpoint import ApiError, api_endpoint, int_param, json_body, send
 from evaluations import leaderboard as boards
 from evaluations import services
 from evaluations.models import EvaluationJob, JobStatus
@@ -26,21 +25,22 @@ from experiments.shown_paths import shown
 LIST_LIMIT, LIST_LIMIT_MAX = 100, 500
 
 
-def job_json(job: EvaluationJob) -> dict:
-    return {
-        "id": job.pk, "url": reverse("evaluation-detail", args=[job.pk]), "status": job.status,
-        "run": job.run_id, "step": job.step, "model": job.model_path, "policy": job.policy_label,
-        "dataset": job.dataset_key, "dataset_label": job.dataset_label, "prompts": job.prompts, "k": job.k,
-        "progress_done": job.progress_done, "progress_total": job.progress_total, "accuracy": job.accuracy,
-        "pass_at_1": job.pass_at_1, "pass_at_k": job.pass_at_k, "reward_mean": job.reward_mean,
-        "error": shown(job.error), "created_at": job.created_at, "started_at": job.started_at,
-        "finished_at": job.finished_at,
-    }
+def job_shape(job: EvaluationJob) -> shapes.EvaluationJobJson:
+    return shapes.EvaluationJobJson(
+        id=job.pk, url=reverse("evaluation-detail", args=[job.pk]), status=job.status,
+        run=job.run_id, step=job.step, model=job.model_path, policy=job.policy_label,
+        dataset=job.dataset_key, dataset_label=job.dataset_label, prompts=job.prompts, k=job.k,
+        progress_done=job.progress_done, progress_total=job.progress_total, accuracy=job.accuracy,
+        pass_at_1=job.pass_at_1, pass_at_k=job.pass_at_k, reward_mean=job.reward_mean,
+        error=shown(job.error), created_at=job.created_at, started_at=job.started_at,
+        finished_at=job.finished_at,
+    )
 
 
-def sample_json(sample) -> dict:
-    return {"index": sample.index, "prompt": sample.prompt, "completion": sample.completion, "answer": sample.answer,
-            "reward": sample.reward, "correct": sample.correct, "samples_correct": sample.samples_correct}
+def sample_shape(sample) -> shapes.EvaluationSampleJson:
+    return shapes.EvaluationSampleJson(index=sample.index, prompt=sample.prompt, completion=sample.completion,
+                                       answer=sample.answer, reward=sample.reward, correct=sample.correct,
+                                       samples_correct=sample.samples_correct)
 
 
 def _refused(exc: services.EvaluationRefused) -> ApiError:
@@ -70,9 +70,7 @@ def evaluations(request):
             job = services.create_job(request.user, json_body(request))
         except services.EvaluationRefused as exc:
             raise _refused(exc) from None
-        response = JsonResponse(job_json(job), status=201)
-        response["Location"] = f"/api/evaluations/{job.pk}"
-        return response
+        return send(job_shape(job), 201, location=f"/api/evaluations/{job.pk}")
     jobs = _jobs(request)
     run = int_param(request, "run", None, minimum=0)
     if run is not None:
@@ -85,15 +83,15 @@ def evaluations(request):
             raise ApiError(400, f"status must be one of {', '.join(JobStatus.values)}, got {status!r}")
         jobs = jobs.filter(status=status)
     limit = int_param(request, "limit", LIST_LIMIT, minimum=1, maximum=LIST_LIMIT_MAX)
-    rows = [job_json(j) for j in jobs.order_by("-created_at", "-id")[:limit]]
-    return {"evaluations": rows, "count": len(rows)}
+    rows = [job_shape(j) for j in jobs.order_by("-created_at", "-id")[:limit]]
+    return shapes.EvaluationList(evaluations=rows, count=len(rows))
 
 
 @operations(GET=Op(responses={200: shapes.EvaluationJobJson}))
 @api_endpoint("GET")
 def evaluation_detail(request, pk: int):
     """One job: status, progress (prompts done of total), results, error. Another user's: 404."""
-    return job_json(get_for_user(_jobs(request), request.user, pk))
+    return job_shape(get_for_user(_jobs(request), request.user, pk))
 
 
 @operations(POST=Op(responses={202: shapes.Cancelled, 403: Error, 409: Error}))
@@ -105,7 +103,7 @@ def evaluation_cancel(request, pk: int):
     if not services.cancel_job(job):
         job.refresh_from_db(fields=["status"])
         raise ApiError(409, f"cannot cancel evaluation {job.pk}: it is {job.status}")
-    return JsonResponse({"id": job.pk, "status": JobStatus.CANCELLED.value}, status=202)
+    return send(shapes.Cancelled(id=job.pk, status=JobStatus.CANCELLED.value), 202)
 
 
 @operations(GET=Op(query=shapes.EvaluationSamplesQuery, responses={200: shapes.EvaluationSamples, 400: Error}))
@@ -124,7 +122,8 @@ def evaluation_samples(request, pk: int):
     page = list(samples.order_by("index")[:limit + 1])
     more = len(page) > limit
     page = page[:limit]
-    return {"samples": [sample_json(s) for s in page], "next_after": page[-1].index if more else None}
+    return shapes.EvaluationSamples(samples=[sample_shape(s) for s in page],
+                                    next_after=page[-1].index if more else None)
 
 
 @operations(GET=Op(query=shapes.LeaderboardQuery, responses={200: shapes.Leaderboard}))
@@ -138,11 +137,12 @@ def evaluation_leaderboard(request):
     key = request.GET.get("dataset", "")[:80] or None
     prompts = int_param(request, "prompts", None, minimum=0)
     k = int_param(request, "k", None, minimum=1)
-    listed = [{"key": b.key, "label": b.label, "jobs": b.jobs,
-               "measures": [{"prompts": p, "k": n} for p, n in b.measures]} for b in boards.boards(request.user)]
-    rows = ([{**job_json(j), "rank": j.rank} for j in boards.leaderboard(request.user, key, prompts, k)]
-            if key else [])
-    return {"dataset": key, "boards": listed, "rows": rows}
+    listed = [shapes.LeaderboardEntry(key=b.key, label=b.label, jobs=b.jobs,
+                                      measures=[shapes.LeaderboardMeasure(prompts=p, k=n) for p, n in b.measures])
+              for b in boards.boards(request.user)]
+    rows = ([shapes.LeaderboardRow(**dict(job_shape(j)), rank=j.rank)
+             for j in boards.leaderboard(request.user, key, prompts, k)] if key else [])
+    return shapes.Leaderboard(dataset=key, boards=listed, rows=rows)
 
 
 @operations(POST=Op(body=shapes.OnEndInput, responses={201: shapes.OnEnd, 400: Errors, 403: Error}))
@@ -156,6 +156,6 @@ def run_evaluate_on_end(request, pk: int):
         asked = services.request_on_end(request.user, run, json_body(request))
     except services.EvaluationRefused as exc:
         raise _refused(exc) from None
-    body = {"run": run.pk, "dataset": json_body(request).get("dataset"), "prompts": asked.prompts, "k": asked.k,
-            "job": asked.job_id}
-    return JsonResponse(body, status=201)
+    asked_on_end = shapes.OnEnd(run=run.pk, dataset=json_body(request).get("dataset"), prompts=asked.prompts,
+                                k=asked.k, job=asked.job_id)
+    return send(asked_on_end, 201)

@@ -144,9 +144,17 @@ def build(patterns=None, title: str = "GRPO platform API", version: str = "1") -
 
 
 def _doc(view: Callable) -> tuple[str, str]:
+    """(summary, description): the docstring's first sentence (see short_summary), and all of it."""
     doc = inspect.getdoc(view) or ""
-    first, _, rest = doc.partition("\n")
-    return first.strip(), doc
+    return short_summary(" ".join(doc.split())), doc
+
+
+def short_summary(text: str) -> str:
+    """`text`'s first sentence (see _first_sentence), cut at a word to SUMMARY_MAX_CHARS with " …"."""
+    part = _first_sentence(text)
+    if len(part) > SUMMARY_MAX_CHARS:
+        part = part[:SUMMARY_MAX_CHARS].rsplit(" ", 1)[0] + " …"
+    return part
 
 
 def method_summary(doc: str, method: str) -> str:
@@ -160,10 +168,7 @@ def method_summary(doc: str, method: str) -> str:
         if name != method:
             continue
         end = starts[k + 1][0] if k + 1 < len(starts) else len(text)
-        part = _first_sentence(text[start:end].strip().removesuffix("/").strip())
-        if len(part) > SUMMARY_MAX_CHARS:
-            part = part[:SUMMARY_MAX_CHARS].rsplit(" ", 1)[0] + " …"
-        return part
+        return short_summary(text[start:end].strip().removesuffix("/").strip())
     return ""
 
 

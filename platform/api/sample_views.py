@@ -1,4 +1,5 @@
-"""The rollout browser's API (query logic in experiments.sample_query):
+"""The JSON API's rollout sample endpoints, the rollout browser's (query logic in
+experiments.sample_query; shapes in api/sample_shapes.py):
 
     GET runs/<id>/samples?kind=&step=&step_min=&step_max=&group=&reward_min=&reward_max=
                          &advantage_min=&advantage_max=&q=&prompt_hash=&end_reason=&tool=
@@ -10,7 +11,7 @@
         sample_query.SEARCH_SCAN_ROWS rows a request:
         when it stopped before `limit` matches, `scanned_to_step` is where, and `next_after` continues
         from there)
-        (with none of these parameters but `step`, the older answer of api.views.run_samples)
+        (with none of these parameters but `step`: one step's train samples, see `run_samples`)
     GET runs/<id>/samples.jsonl?<the same filters>
         -> every matching sample, one JSON object a line, streamed
 
@@ -24,33 +25,70 @@ from typing import Any, Iterator
 
 from django.http import StreamingHttpResponse
 
-from experiments import sample_query
+from experiments import sample_episodes, sample_query, sample_text
 from experiments.access import get_for_user
-from experiments.models import RolloutSample, Run
+from experiments.models import RolloutSample, Run, SampleKind
 from experiments.shown_paths import shown
 
-from api import payloads, shapes
+from api import sample_shapes as shapes
 from api.contract import Op, operations
-from api.endpoint import ApiError, api_endpoint
+from api.endpoint import ApiError, api_endpoint, int_param
+from api.shapes import finite
+
+SAMPLE_STEPS_LISTED = 50   # recent steps with samples that /samples names
 
 
 def _run(request, pk: int) -> Run:
     return get_for_user(Run.objects.select_related("experiment"), request.user, pk)
 
 
-def browse_json(sample: RolloutSample) -> dict[str, Any]:
+def sample_fields(sample: RolloutSample) -> dict[str, Any]:
+    """A rollout sample's fields of shapes.Sample (as keywords: `episode` only for a multi-turn one).
+    `prompt_segments` / `completion_segments` are the text cut into plain text, special tokens and
+    role names for display (experiments.sample_text), `prompt_messages` the chat messages behind the
+    prompt when it had any. `truncated` (the completion ran into max_new_tokens), `in_loss` (False:
+    out of the loss, by the overlong filter or a capped dynamic-sampling step) and `overlong_penalty`
+    (the soft overlong reward) are null where the trainer wrote no such key. A multi-turn sample
+    adds `episode` (experiments.sample_episodes.episode: env, turns with role, text and tokens,
+    reward_parts, end_reason, error (server paths shown relative to their root), tool_calls,
+    tool_errors); a single-turn one has no such key, as before."""
+    extra = sample.extra if isinstance(sample.extra, dict) else {}
+    messages = extra.get("prompt_messages")
+    penalty = extra.get("overlong_penalty")
+    shown_episode = sample_episodes.episode(extra)
+    if shown_episode is not None and shown_episode["error"] is not None:
+        shown_episode["error"] = shown(shown_episode["error"])  # an environment's traceback: no server paths
+    return {
+        "index": sample.index,
+        "prompt": sample.prompt,
+        "prompt_messages": messages if isinstance(messages, list) else None,
+        "prompt_segments": sample_text.prompt_segments(sample.prompt, extra),
+        "completion": sample.completion,
+        "completion_segments": sample_text.segments(sample.completion),
+        "answer": sample.answer,
+        "reward": finite(sample.reward),
+        "advantage": finite(sample.advantage),
+        "truncated": extra.get("truncated") if isinstance(extra.get("truncated"), bool) else None,
+        "in_loss": extra.get("in_loss") if isinstance(extra.get("in_loss"), bool) else None,
+        "overlong_penalty": (finite(penalty) if isinstance(penalty, (int, float)) and not isinstance(penalty, bool)
+                             else None),
+        **({"episode": shown_episode} if shown_episode is not None else {}),
+    }
+
+
+def browsed_sample(sample: RolloutSample) -> shapes.BrowsedSample:
     """A sample as the browser shows it: the run page's fields plus where it sits in the run."""
     extra = sample.extra if isinstance(sample.extra, dict) else {}
     generation = extra.get("generation")
-    return {
-        "id": sample.pk,
-        "kind": sample.kind,
-        "step": sample.step,
-        "group": sample.group,
-        "generation": generation if isinstance(generation, int) else None,
-        "prompt_hash": sample.prompt_hash,
-        **payloads.sample_json(sample),
-    }
+    return shapes.BrowsedSample(
+        id=sample.pk,
+        kind=sample.kind,
+        step=sample.step,
+        group=sample.group,
+        generation=generation if isinstance(generation, int) else None,
+        prompt_hash=sample.prompt_hash,
+        **sample_fields(sample),
+    )
 
 
 def export_json(sample: RolloutSample) -> dict[str, Any]:
@@ -65,8 +103,8 @@ def export_json(sample: RolloutSample) -> dict[str, Any]:
         "prompt": sample.prompt,
         "completion": sample.completion,
         "answer": sample.answer,
-        "reward": payloads.finite(sample.reward),
-        "advantage": payloads.finite(sample.advantage),
+        "reward": finite(sample.reward),
+        "advantage": finite(sample.advantage),
         "extra": _shown_error(sample.extra),
     }
 
@@ -86,13 +124,31 @@ def _parsed(parse, params):
         raise ApiError(400, errors={exc.name: exc.message}) from None
 
 
-def browse(request, run: Run) -> dict[str, Any]:
-    """One page of the run's samples (called by api.views.run_samples when a browse parameter is given)."""
+def browse(request, run: Run) -> shapes.SamplePage:
+    """One page of the run's samples (run_samples' answer when a browse parameter is given)."""
     filters = _parsed(sample_query.parse_filters, request.GET)
     page_request = _parsed(sample_query.parse_page, request.GET)
     page = _parsed(lambda _: sample_query.page(run, filters, page_request), None)
-    return {"samples": [browse_json(s) for s in page.samples], "next_after": page.next_after,
-            "prev_before": page.prev_before, "scanned_to_step": page.scanned_to_step, "limit": page_request.limit}
+    return shapes.SamplePage(samples=[browsed_sample(s) for s in page.samples], next_after=page.next_after,
+                             prev_before=page.prev_before, scanned_to_step=page.scanned_to_step,
+                             limit=page_request.limit)
+
+
+@operations(
+    GET=Op(query=shapes.SamplesQuery, responses={200: shapes.SamplesAnswer}),
+)
+@api_endpoint("GET")
+def run_samples(request, pk: int):
+    """?step=S (default: the newest step with samples): {"steps": [recent steps with samples,
+    newest first], "step": S, "samples": [...]}. With a browse parameter: a page (`browse`)."""
+    run = _run(request, pk)
+    if sample_query.is_browse(request.GET):
+        return browse(request, run)
+    trained = RolloutSample.objects.filter(run=run, kind=SampleKind.TRAIN)
+    steps = list(trained.order_by("-step").values_list("step", flat=True).distinct()[:SAMPLE_STEPS_LISTED])
+    step = int_param(request, "step", steps[0] if steps else None)
+    samples = trained.filter(step=step).order_by("index") if step is not None else []
+    return shapes.Samples(steps=steps, step=step, samples=[shapes.Sample(**sample_fields(s)) for s in samples])
 
 
 def _lines(samples: Iterator[RolloutSample]) -> Iterator[bytes]:

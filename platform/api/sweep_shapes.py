@@ -1,14 +1,16 @@
-"""The sweep endpoints' shapes (api/sweep_views.py), for the generated OpenAPI schema (see
-api/contract.py). What the views answer is sweeps.summary; what they take, sweeps.services checks."""
+"""The sweep endpoints' shapes (api/sweep_views.py): what they take (sweeps.services checks it) and
+answer (sweeps.summary builds it; see api/contract.py)."""
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from sweeps.models import Direction, Pruner, Sampler, SweepStatus
+
+from api.contract import Shape
+from api.shapes import IsoDateTime
 
 SamplerName = Literal[tuple(Sampler.values)]
 PrunerName = Literal[tuple(Pruner.values)]
@@ -47,7 +49,7 @@ class SweepInput(BaseModel):
                                   description="train.max_steps of every trial (default: the experiment's config's)")
 
 
-class TrialEntry(BaseModel):
+class TrialEntry(Shape):
     number: int
     params: dict[str, Any]
     status: str = Field(description="waiting (no run yet), or its run's status; failed without a run: an invalid config")
@@ -58,7 +60,7 @@ class TrialEntry(BaseModel):
     error: str
 
 
-class SweepSummary(BaseModel):
+class SweepSummary(Shape):
     id: int
     name: str
     experiment_id: int
@@ -73,8 +75,8 @@ class SweepSummary(BaseModel):
     seed: int
     status: SweepStatusName
     note: str
-    created_at: datetime
-    finished_at: datetime | None
+    created_at: IsoDateTime
+    finished_at: IsoDateTime | None
     trial_count: int
     best: TrialEntry | None
 
@@ -86,7 +88,7 @@ class SweepDetail(SweepSummary):
     trials: list[TrialEntry]
 
 
-class SweepList(BaseModel):
+class SweepList(Shape):
     sweeps: list[SweepSummary]
     count: int
 
@@ -97,6 +99,6 @@ class SweepListQuery(BaseModel):
     offset: int | None = Field(None, ge=0)
 
 
-class SweepCancelled(BaseModel):
+class SweepCancelled(Shape):
     id: int
     status: SweepStatusName

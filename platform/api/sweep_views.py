@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from api import sweep_shapes as shapes
 from api.contract import Error, Errors, Op, operations
-from api.endpoint import ApiError, api_endpoint, int_param, json_body, refused
-from django.http import JsonResponse
+from api.endpoint import ApiError, api_endpoint, int_param, json_body, refused, send
 from experiments.access import get_for_user
 from experiments.models import Experiment
 from sweeps import services, summary
@@ -28,7 +27,7 @@ def _sweep(request, pk: int, change: bool = False) -> Sweep:
     return get_for_user(Sweep.objects.select_related("experiment__owner"), request.user, pk, change=change)
 
 
-def _list(request, queryset) -> dict:
+def _list(request, queryset) -> shapes.SweepList:
     status = request.GET.get("status", "")
     if status:
         if status not in SweepStatus.values:
@@ -37,7 +36,8 @@ def _list(request, queryset) -> dict:
     limit = int_param(request, "limit", LIST_LIMIT, minimum=1, maximum=LIST_LIMIT_MAX)
     offset = int_param(request, "offset", 0, minimum=0)
     rows = list(queryset.select_related("experiment__owner")[offset:offset + limit])
-    return {"sweeps": [summary.sweep_summary(s) for s in rows], "count": queryset.count()}
+    return shapes.SweepList(sweeps=[shapes.SweepSummary.model_validate(summary.sweep_summary(s)) for s in rows],
+                            count=queryset.count())
 
 
 @operations(
@@ -61,9 +61,8 @@ def experiment_sweeps(request, pk: int):
             raise ApiError(400, errors=exc.errors) from None
         except services.SweepRefused as exc:
             raise refused(exc) from None
-        response = JsonResponse(summary.sweep_detail(sweep), status=201)
-        response["Location"] = f"/api/sweeps/{sweep.pk}"
-        return response
+        return send(shapes.SweepDetail.model_validate(summary.sweep_detail(sweep)), 201,
+                    location=f"/api/sweeps/{sweep.pk}")
     return _list(request, Sweep.objects.filter(experiment=experiment))
 
 
@@ -78,7 +77,7 @@ def sweeps(request):
 @api_endpoint("GET")
 def sweep_detail(request, pk: int):
     """GET: the sweep, its space and its trials (number, params, status, best value of the metric, run)."""
-    return summary.sweep_detail(_sweep(request, pk))
+    return shapes.SweepDetail.model_validate(summary.sweep_detail(_sweep(request, pk)))
 
 
 @operations(POST=Op(responses={202: shapes.SweepCancelled, 403: Error, 409: Error}))
@@ -90,4 +89,4 @@ def sweep_cancel(request, pk: int):
     if not services.cancel_sweep(sweep):
         raise ApiError(409, f"cannot cancel sweep {sweep.pk}: it is {sweep.status}")
     sweep.refresh_from_db()
-    return JsonResponse({"id": sweep.pk, "status": sweep.status}, status=202)
+    return send(shapes.SweepCancelled(id=sweep.pk, status=sweep.status), 202)

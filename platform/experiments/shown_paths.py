@@ -12,7 +12,7 @@ platform lives on the server's disk:
 The most specific root wins (a dataset root inside the data dir is `<datasets>`). Each root is
 matched as configured and as its real path (symlinks resolved), only as a whole path: `/srv/data`
 is not rewritten inside `/srv/database` or `/x/srv/data`. Paths outside every root are left as they
-are. Apply it where text leaves the server (api.payloads, api.endpoint, the web views), not where it
+are. Apply it where text leaves the server (the api/*_views.py, api.endpoint, the web views), not where it
 is stored: the stored text stays whole for admins and logs, and old rows are covered too.
 """
 

@@ -1,0 +1,110 @@
+"""The rollout sample endpoints' shapes (api/sample_views.py): one step's samples, a browsed page
+and the filters. See api/contract.py for how endpoints declare them."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, RootModel
+
+from api.contract import Shape
+
+
+class Segment(Shape):
+    model_config = ConfigDict(extra="allow")
+    text: str
+
+
+class EpisodeTurn(Shape):
+    role: str = Field(description='"assistant" for a turn the model wrote, else the environment\'s reply role '
+                      '("tool", "user")')
+    label: str = Field(description='how the browser names the turn: "tool call" (an assistant turn holding '
+                       '<tool_call>), "tool response" (role tool), else its role')
+    text: str
+    tokens: int | None = Field(description="the turn's tokens in the sequence")
+
+
+class Episode(Shape):
+    """A multi-turn sample's episode (experiments.sample_episodes)."""
+
+    env: str | None
+    turns: list[EpisodeTurn]
+    reward_parts: dict[str, float | str | None] = Field(
+        description='raw reward-function scores and the environment\'s parts; a non-finite one as "NaN", '
+        '"Infinity" or "-Infinity"')
+    end_reason: str | None = Field(description="done, max_turns, max_total_tokens or env_error")
+    error: str | None = Field(description="the environment's error (end_reason env_error)")
+    tool_calls: int | None
+    tool_errors: int | None
+
+
+class Sample(Shape):
+    index: int
+    prompt: str
+    prompt_messages: list[Any] | None
+    prompt_segments: list[Segment]
+    completion: str
+    completion_segments: list[Segment]
+    answer: str
+    reward: float | None
+    advantage: float | None
+    truncated: bool | None = Field(None, description="the completion ran into rollout.max_new_tokens")
+    in_loss: bool | None = Field(None, description="false: kept out of the loss (overlong filter, or a "
+                                 "dynamic-sampling step that consumed its most prompts)")
+    overlong_penalty: float | None = Field(None, description="the soft overlong reward added (0 to -penalty)")
+    episode: Episode | None = Field(None, description="a multi-turn sample's turns, reward parts and end reason; "
+                                    "absent for a single-turn sample")
+
+
+class Samples(Shape):
+    steps: list[int]
+    step: int | None
+    samples: list[Sample]
+
+
+class SampleFiltersQuery(BaseModel):
+    kind: Literal["train", "eval"] | None = Field(None, description="default train")
+    step: int | None = None
+    step_min: int | None = None
+    step_max: int | None = None
+    group: int | None = Field(None, description="one prompt's completions within `step` (needs step)")
+    reward_min: float | None = None
+    reward_max: float | None = None
+    advantage_min: float | None = None
+    advantage_max: float | None = None
+    q: str | None = Field(None, description="text in the prompt or completion (case-insensitive)")
+    prompt_hash: str | None = Field(None, description="32 hex digits: one prompt across steps")
+    end_reason: Literal["done", "max_turns", "max_total_tokens", "env_error"] | None = Field(
+        None, description="multi-turn episodes that ended so")
+    tool: Literal["yes", "no"] | None = Field(None, description="multi-turn episodes with (yes) or without (no) a "
+                                             "tool call")
+
+
+class SamplesQuery(SampleFiltersQuery):
+    """`step` alone (or nothing): one step's samples (Samples); any other parameter: a page (SamplePage)."""
+
+    limit: int | None = Field(None, ge=1, description="page size")
+    after: int | None = Field(None, ge=1, description="the page starts after this sample id")
+    before: int | None = Field(None, ge=1, description="the page ends before this sample id")
+
+
+class BrowsedSample(Sample):
+    id: int
+    kind: Literal["train", "eval"]
+    step: int
+    group: int
+    generation: int | None
+    prompt_hash: str
+
+
+class SamplePage(Shape):
+    samples: list[BrowsedSample]
+    next_after: int | None
+    prev_before: int | None
+    scanned_to_step: int | None = Field(None, description="where a text, reward or advantage search stopped reading "
+                                   "(api/sample_views.py)")
+    limit: int
+
+
+class SamplesAnswer(RootModel[Samples | SamplePage]):
+    """One step's samples, or a browsed page (see SamplesQuery)."""
