@@ -1,5 +1,6 @@
 #!/usr/bin/env python
 """Django's command-line entry point for the platform (serve, worker, apitoken, migrate, ...)."""
+
 import os
 import sys
 

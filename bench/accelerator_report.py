@@ -85,16 +85,26 @@ def extra_presets():
 
     return {
         # Qwen2-1.5B's shape (Qwen/Qwen2-1.5B config.json), randomly initialised.
-        "qwen2-1.5b": ModelConfig(vocab_size=151936, num_layers=28, hidden_size=1536, mlp_size=8960,
-                                  num_heads=12, head_dim=128, num_kv_heads=2, rope_theta=1_000_000.0,
-                                  qk_norm=False, tie_embeddings=True, qkv_bias=True),
+        "qwen2-1.5b": ModelConfig(
+            vocab_size=151936,
+            num_layers=28,
+            hidden_size=1536,
+            mlp_size=8960,
+            num_heads=12,
+            head_dim=128,
+            num_kv_heads=2,
+            rope_theta=1_000_000.0,
+            qk_norm=False,
+            tie_embeddings=True,
+            qkv_bias=True,
+        ),
     }
 
 
 def model_shape(name: str, dtype: str, quick: bool):
-    from trainers.models.presets import PRESETS
-
     from scale import quick_shape
+
+    from trainers.models.presets import PRESETS
 
     cfg = dataclasses.replace({**PRESETS, **extra_presets()}[name], dtype=dtype)
     return quick_shape(cfg) if quick else cfg
@@ -120,11 +130,17 @@ def section_env(save, quick):
         stats = device.memory_stats() or {}
     except Exception as exc:  # noqa: BLE001 - not every backend has memory stats
         stats = {"error": repr(exc)}
-    save(jax_version=jax.__version__, jaxlib_version=_jaxlib_version(),
-         backend=jax.default_backend(), device_count=jax.device_count(),
-         devices=[f"{d.platform}:{d.id} {d.device_kind}" for d in jax.devices()],
-         device_kind=device.device_kind, platform=device.platform,
-         memory_bytes_limit=stats.get("bytes_limit"), python=sys.version.split()[0])
+    save(
+        jax_version=jax.__version__,
+        jaxlib_version=_jaxlib_version(),
+        backend=jax.default_backend(),
+        device_count=jax.device_count(),
+        devices=[f"{d.platform}:{d.id} {d.device_kind}" for d in jax.devices()],
+        device_kind=device.device_kind,
+        platform=device.platform,
+        memory_bytes_limit=stats.get("bytes_limit"),
+        python=sys.version.split()[0],
+    )
     try:
         import flax
 
@@ -133,9 +149,16 @@ def section_env(save, quick):
         pass
     if device.platform == "gpu":
         try:
-            out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.max.sm,"
-                                  "clocks.max.mem,power.limit", "--format=csv,noheader"],
-                                 capture_output=True, text=True, timeout=20).stdout.strip()
+            out = subprocess.run(
+                [
+                    "nvidia-smi",
+                    "--query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem,power.limit",
+                    "--format=csv,noheader",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=20,
+            ).stdout.strip()
             save(nvidia_smi=out)
         except Exception as exc:  # noqa: BLE001
             save(nvidia_smi=f"unavailable: {exc!r}")
@@ -153,7 +176,6 @@ def _jaxlib_version():
 def section_ceilings(save, quick):
     import jax
     import jax.numpy as jnp
-
     from grpo_step import matmul_peak_flops
 
     elements = (16 << 20) if quick else (512 << 20)  # float32: 64 MiB / 2 GiB
@@ -186,7 +208,10 @@ def decode_figures(cfg, batch: int, prompt_tokens: int, new_tokens: int, param_b
     steps = max(new_tokens - 1, 1)
     mean_position = prompt_tokens + (new_tokens - 2) / 2
     return {
-        "rows": batch, "prompt_tokens": prompt_tokens, "new_tokens": new_tokens, "decode_steps": steps,
+        "rows": batch,
+        "prompt_tokens": prompt_tokens,
+        "new_tokens": new_tokens,
+        "decode_steps": steps,
         "param_bytes": param_bytes,
         "kv_bytes_per_step": batch * per_token_kv * mean_context,
         "dense_kv_bytes_per_step": batch * per_token_kv * (prompt_tokens + new_tokens),
@@ -209,9 +234,17 @@ def section_decode(save, quick, preset: str):
     graphdef, params = model_lib.init_params(cfg, seed=0)
     params = cast_for_generation(params, dtype)  # as the trainer samples: matrices in the compute dtype
     param_bytes = int(sum(leaf.nbytes for leaf in jax.tree.leaves(params)))
-    save(model=preset, dtype=dtype, params=model_lib.param_count(params), param_bytes=param_bytes,
-         shape={k: v for k, v in dataclasses.asdict(cfg).items() if k in ("num_layers", "hidden_size",
-                                                                          "vocab_size", "num_kv_heads")})
+    save(
+        model=preset,
+        dtype=dtype,
+        params=model_lib.param_count(params),
+        param_bytes=param_bytes,
+        shape={
+            k: v
+            for k, v in dataclasses.asdict(cfg).items()
+            if k in ("num_layers", "hidden_size", "vocab_size", "num_kv_heads")
+        },
+    )
     rng = np.random.default_rng(0)
     # No EOS stop: every row decodes all its tokens (pad_id 0, never sampled as a stop).
     sampling = SamplingParams(max_new_tokens=new_tokens, temperature=1.0, stop_at_eos=False, pad_id=0)
@@ -230,15 +263,23 @@ def section_decode(save, quick, preset: str):
                 result = generate(graphdef, params, prompts, valid, key, sampling)
                 best = min(best, time.perf_counter() - t0)
             tokens = int(result.mask.sum())
-            runs[str(batch)] = {**decode_figures(cfg, batch, prompt_tokens, new_tokens, param_bytes),
-                                "seconds": best, "compile_and_first_s": first_s, "tokens": tokens,
-                                "tokens_per_s": tokens / best,
-                                "ms_per_step": best / max(new_tokens - 1, 1) * 1e3}
-            print(f"  decode {preset} rows {batch}: {best:.3f} s, {tokens / best:,.0f} tokens/s "
-                  f"(first call {first_s:.1f} s)", flush=True)
+            runs[str(batch)] = {
+                **decode_figures(cfg, batch, prompt_tokens, new_tokens, param_bytes),
+                "seconds": best,
+                "compile_and_first_s": first_s,
+                "tokens": tokens,
+                "tokens_per_s": tokens / best,
+                "ms_per_step": best / max(new_tokens - 1, 1) * 1e3,
+            }
+            print(
+                f"  decode {preset} rows {batch}: {best:.3f} s, {tokens / best:,.0f} tokens/s "
+                f"(first call {first_s:.1f} s)",
+                flush=True,
+            )
             save(runs=runs)
-            runs[str(batch)]["engine"] = engine_decode(graphdef, params, prompts, valid, key, sampling, batch,
-                                                       repeats, result.tokens)
+            runs[str(batch)]["engine"] = engine_decode(
+                graphdef, params, prompts, valid, key, sampling, batch, repeats, result.tokens
+            )
             print(f"  decode {preset} rows {batch}, engine: {runs[str(batch)]['engine']}", flush=True)
         except Exception as exc:  # noqa: BLE001
             traceback.print_exc()
@@ -266,8 +307,13 @@ def engine_decode(graphdef, params, prompts, valid, key, sampling, slots: int, r
         traceback.print_exc()
         return {"error": f"{type(exc).__name__}: {exc}"[:300]}
     tokens = int(result.mask.sum())
-    return {"seconds": best, "compile_and_first_s": first_s, "tokens_per_s": tokens / best,
-            "slot_utilisation": stats.slot_utilisation, "same_tokens": bool((result.tokens == static_tokens).all())}
+    return {
+        "seconds": best,
+        "compile_and_first_s": first_s,
+        "tokens_per_s": tokens / best,
+        "slot_utilisation": stats.slot_utilisation,
+        "same_tokens": bool((result.tokens == static_tokens).all()),
+    }
 
 
 class _Tee(io.TextIOBase):
@@ -305,9 +351,22 @@ def section_w1(save, quick, dtype: str | None = None):
 def section_multi_turn(save, quick):
     import multi_turn_sampler
 
-    argv = (["--preset", "tiny", "--batch", "8", "--prompt-tokens", "16", "--max-new", "48", "--repeats", "2"]
-            if quick else ["--preset", "smollm2-135m", "--batch", "64", "--prompt-tokens", "64", "--max-new",
-                           "256", "--repeats", "2"])
+    argv = (
+        ["--preset", "tiny", "--batch", "8", "--prompt-tokens", "16", "--max-new", "48", "--repeats", "2"]
+        if quick
+        else [
+            "--preset",
+            "smollm2-135m",
+            "--batch",
+            "64",
+            "--prompt-tokens",
+            "64",
+            "--max-new",
+            "256",
+            "--repeats",
+            "2",
+        ]
+    )
     save(argv=" ".join(argv))
     tee = _Tee(sys.stdout)
     saved_argv = sys.argv
@@ -332,16 +391,20 @@ def section_multi_turn(save, quick):
 
 def section_update(save, quick):
     import jax
-
     from scale import measure
 
     dtype = compute_dtype()
     cfg = model_shape("qwen2-0.5b", dtype, quick)
     sequences, group, prompt_tokens, completion_tokens = (8, 4, 16, 16) if quick else (32, 4, 64, 128)
-    save(model="qwen2-0.5b", dtype=dtype, sequences=sequences, group=group, prompt_tokens=prompt_tokens,
-         completion_tokens=completion_tokens)
-    save(**measure(cfg, jax.devices()[:1], sequences, group, prompt_tokens, completion_tokens,
-                   steps=2 if quick else 3))
+    save(
+        model="qwen2-0.5b",
+        dtype=dtype,
+        sequences=sequences,
+        group=group,
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+    )
+    save(**measure(cfg, jax.devices()[:1], sequences, group, prompt_tokens, completion_tokens, steps=2 if quick else 3))
 
 
 SECTION_FUNCTIONS = {
@@ -422,23 +485,48 @@ def table_rows(results: dict) -> list[tuple[str, str, str]]:
 
     env = status_row("env", "environment") or {}
     if env:
-        rows.append(("JAX / jaxlib / Flax", f"{env.get('jax_version')} / {env.get('jaxlib_version')} / "
-                     f"{env.get('flax_version', '-')}", f"Python {env.get('python')}, backend {env.get('backend')}"))
+        rows.append(
+            (
+                "JAX / jaxlib / Flax",
+                f"{env.get('jax_version')} / {env.get('jaxlib_version')} / {env.get('flax_version', '-')}",
+                f"Python {env.get('python')}, backend {env.get('backend')}",
+            )
+        )
         memory = env.get("memory_bytes_limit")
-        rows.append(("devices", f"{env.get('device_count')} x {env.get('device_kind')}",
-                     f"JAX memory limit {memory / 2**30:.1f} GiB" if memory else "memory not reported"))
+        rows.append(
+            (
+                "devices",
+                f"{env.get('device_count')} x {env.get('device_kind')}",
+                f"JAX memory limit {memory / 2**30:.1f} GiB" if memory else "memory not reported",
+            )
+        )
         if env.get("nvidia_smi"):
-            rows.append(("card (nvidia-smi)", env["nvidia_smi"].replace("\n", "; "),
-                         "name, driver, memory, max SM / memory clocks, power limit"))
+            rows.append(
+                (
+                    "card (nvidia-smi)",
+                    env["nvidia_smi"].replace("\n", "; "),
+                    "name, driver, memory, max SM / memory clocks, power limit",
+                )
+            )
     ceilings = status_row("ceilings", "ceilings") or {}
     bandwidth = ceilings.get("copy_gb_per_s")
     peak_tflops = ceilings.get("matmul_tflops")
     if bandwidth:
-        rows.append(("copy bandwidth", f"{bandwidth:,.0f} GB/s",
-                     f"jit(x + 1) over {ceilings['copy_bytes'] / 2 / 2**30:.2g} GiB float32, read + write, best of 10"))
+        rows.append(
+            (
+                "copy bandwidth",
+                f"{bandwidth:,.0f} GB/s",
+                f"jit(x + 1) over {ceilings['copy_bytes'] / 2 / 2**30:.2g} GiB float32, read + write, best of 10",
+            )
+        )
     if peak_tflops:
-        rows.append(("bf16 matmul peak", f"{peak_tflops:,.1f} TFLOP/s",
-                     f"{ceilings['matmul_n']}^3 bfloat16, random data, best of 10"))
+        rows.append(
+            (
+                "bf16 matmul peak",
+                f"{peak_tflops:,.1f} TFLOP/s",
+                f"{ceilings['matmul_n']}^3 bfloat16, random data, best of 10",
+            )
+        )
     if ceilings.get("matmul_f32_tflops"):
         rows.append(("f32 matmul peak", f"{ceilings['matmul_f32_tflops'] * 1e3:,.0f} GFLOP/s", "CPU only"))
     for name, _, _ in SECTIONS:
@@ -454,9 +542,12 @@ def table_rows(results: dict) -> list[tuple[str, str, str]]:
                 rows.append((label, "**error**", run["error"][:160].replace("|", "/")))
                 continue
             bytes_step = run["param_bytes"] + run["kv_bytes_per_step"]
-            how = (f"{figures['dtype']}, prompt {run['prompt_tokens']} + {run['new_tokens']} new, "
-                   f"{run['ms_per_step']:.2f} ms/step; weights {run['param_bytes'] / MIB:,.0f} MiB + KV "
-                   f"{run['kv_bytes_per_step'] / MIB:,.0f} MiB/step (dense cache {run['dense_kv_bytes_per_step'] / MIB:,.0f})")
+            how = (
+                f"{figures['dtype']}, prompt {run['prompt_tokens']} + {run['new_tokens']} new, "
+                f"{run['ms_per_step']:.2f} ms/step; weights {run['param_bytes'] / MIB:,.0f} MiB + KV "
+                f"{run['kv_bytes_per_step'] / MIB:,.0f} MiB/step "
+                f"(dense cache {run['dense_kv_bytes_per_step'] / MIB:,.0f})"
+            )
             value = f"{run['tokens_per_s']:,.0f} tokens/s"
             if bandwidth:
                 roof = run["rows"] / (bytes_step / (bandwidth * GB))
@@ -473,9 +564,14 @@ def table_rows(results: dict) -> list[tuple[str, str, str]]:
                 value = f"{engine['tokens_per_s']:,.0f} tokens/s ({engine['tokens_per_s'] / run['tokens_per_s']:.2f}x)"
                 if bandwidth:
                     value += f"; {engine['tokens_per_s'] / roof:.0%} of HBM roofline"
-                rows.append((label + ", engine", value,
-                             f"continuous batching over paged KV, {batch} slots, pages of 16, chunks of 32; "
-                             f"same tokens as the static sampler: {engine['same_tokens']}"))
+                rows.append(
+                    (
+                        label + ", engine",
+                        value,
+                        f"continuous batching over paged KV, {batch} slots, pages of 16, chunks of 32; "
+                        f"same tokens as the static sampler: {engine['same_tokens']}",
+                    )
+                )
     for name, label in (("w1", "GRPO step W1"), ("w1_f32", "GRPO step W1 float32")):
         figures = status_row(name, label)
         if not figures or "seconds_per_step" not in figures:
@@ -489,15 +585,24 @@ def table_rows(results: dict) -> list[tuple[str, str, str]]:
                 against = " of the bf16 peak"
         if peak:
             value += f", MFU {figures['model_gflops_per_step'] * 1e9 / figures['seconds_per_step'] / peak:.1%}{against}"
-        rows.append((label, value, f"{figures.get('dtype')}, rollout {figures['rollout_s'] * 1e3:.1f} ms + train "
-                     f"{figures['train_s'] * 1e3:.1f} ms; {figures['model_gflops_per_step']:.1f} GFLOP executed; "
-                     f"median of {figures['steps_timed']}; grpo_step's own MFU {figures['mfu']:.1%} vs "
-                     f"{figures['peak_source']}"))
+        rows.append(
+            (
+                label,
+                value,
+                f"{figures.get('dtype')}, rollout {figures['rollout_s'] * 1e3:.1f} ms + train "
+                f"{figures['train_s'] * 1e3:.1f} ms; {figures['model_gflops_per_step']:.1f} GFLOP executed; "
+                f"median of {figures['steps_timed']}; grpo_step's own MFU {figures['mfu']:.1%} vs "
+                f"{figures['peak_source']}",
+            )
+        )
     figures = status_row("multi_turn", "multi-turn pause")
     if figures and figures.get("runs"):
         runs = figures["runs"]
-        value = (f"{figures['pause_cost_ms']:.2f} ms per pause" if figures.get("pause_cost_ms") is not None
-                 else "no pause cost")
+        value = (
+            f"{figures['pause_cost_ms']:.2f} ms per pause"
+            if figures.get("pause_cost_ms") is not None
+            else "no pause cost"
+        )
         how = ", ".join(f"{k} {v['tokens_per_s']:,.0f} tokens/s" for k, v in runs.items())
         rows.append(("multi-turn pause cost", value, f"{figures.get('pauses')} pauses; {how}; {figures['argv']}"))
     figures = status_row("update", "update qwen2-0.5b")
@@ -505,33 +610,56 @@ def table_rows(results: dict) -> list[tuple[str, str, str]]:
         value = f"{figures['step_s'] * 1e3:.0f} ms/update, {figures['tokens_per_s']:,.0f} tokens/s"
         if peak_tflops:
             value += f", MFU {figures['gflops_per_step'] * 1e9 / figures['step_s'] / (peak_tflops * 1e12):.1%}"
-        rows.append(("update qwen2-0.5b, 1 device", value,
-                     f"{figures['dtype']}, {figures['sequences']} seqs (G {figures['group']}), "
-                     f"{figures['prompt_tokens']} + {figures['completion_tokens']} tokens, "
-                     f"{figures['gflops_per_step']:.0f} GFLOP; compile {figures['compile_s']:.0f} s; "
-                     f"compiled {figures['compiled_bytes'] / 2**30:.1f} GiB"))
+        rows.append(
+            (
+                "update qwen2-0.5b, 1 device",
+                value,
+                f"{figures['dtype']}, {figures['sequences']} seqs (G {figures['group']}), "
+                f"{figures['prompt_tokens']} + {figures['completion_tokens']} tokens, "
+                f"{figures['gflops_per_step']:.0f} GFLOP; compile {figures['compile_s']:.0f} s; "
+                f"compiled {figures['compiled_bytes'] / 2**30:.1f} GiB",
+            )
+        )
     return rows
 
 
 def markdown(results: dict, meta: dict) -> str:
     env = (results.get("env") or {}).get("figures", {})
     rows = table_rows(results)
-    lines = [f"# Accelerator report: {meta['device']} ({meta['date']})", "",
-             f"Card: {env.get('nvidia_smi') or env.get('device_kind', '?')}. "
-             f"JAX {env.get('jax_version', '?')} ({env.get('backend', '?')}). "
-             "Today's sampler and training step (the \"old sampler\" column of issue 31; the engine does not "
-             "exist yet). Random weights; one run of each figure.", "",
-             "Command:", "", "```", meta["command"], "```", "",
-             "| figure | value | how |", "| --- | --- | --- |"]
+    lines = [
+        f"# Accelerator report: {meta['device']} ({meta['date']})",
+        "",
+        f"Card: {env.get('nvidia_smi') or env.get('device_kind', '?')}. "
+        f"JAX {env.get('jax_version', '?')} ({env.get('backend', '?')}). "
+        "Today's sampler and training step (the \"old sampler\" column of issue 31; the engine does not "
+        "exist yet). Random weights; one run of each figure.",
+        "",
+        "Command:",
+        "",
+        "```",
+        meta["command"],
+        "```",
+        "",
+        "| figure | value | how |",
+        "| --- | --- | --- |",
+    ]
     lines += [f"| {a} | {b} | {c} |" for a, b, c in rows]
-    lines += ["", "Roofline: a decode step reads the weights once and each row's KV cache up to its position "
-              "(mean over the steps); that over the measured copy bandwidth is the fastest step, rows / it the "
-              "roofline tokens/s. tokens/s count the whole `generate` call (prefill included). MFU: executed "
-              "model FLOPs (bench/grpo_step.py's `step_model_flops`, 3 x `logprob_pass_flops` for the update) "
-              "over the measured bf16 matmul peak.", "",
-              f"Wall time {meta.get('wall_s', 0):.0f} s of a {meta['budget_s']:.0f} s budget; sections: "
-              + ", ".join(f"{name} {rec['status']} ({rec.get('elapsed_s', 0):.0f} s)"
-                          for name, rec in results.items() if not name.startswith("_")) + "."]
+    lines += [
+        "",
+        "Roofline: a decode step reads the weights once and each row's KV cache up to its position "
+        "(mean over the steps); that over the measured copy bandwidth is the fastest step, rows / it the "
+        "roofline tokens/s. tokens/s count the whole `generate` call (prefill included). MFU: executed "
+        "model FLOPs (bench/grpo_step.py's `step_model_flops`, 3 x `logprob_pass_flops` for the update) "
+        "over the measured bf16 matmul peak.",
+        "",
+        f"Wall time {meta.get('wall_s', 0):.0f} s of a {meta['budget_s']:.0f} s budget; sections: "
+        + ", ".join(
+            f"{name} {rec['status']} ({rec.get('elapsed_s', 0):.0f} s)"
+            for name, rec in results.items()
+            if not name.startswith("_")
+        )
+        + ".",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -541,8 +669,9 @@ def orchestrate(args) -> int:
     work = tempfile.mkdtemp(prefix="accel-report-")
     if args.out:
         os.makedirs(args.out, exist_ok=True)
-    command = args.command or ("python3 " + " ".join([os.path.relpath(os.path.abspath(sys.argv[0]), ROOT),
-                                                      *sys.argv[1:]]))
+    command = args.command or (
+        "python3 " + " ".join([os.path.relpath(os.path.abspath(sys.argv[0]), ROOT), *sys.argv[1:]])
+    )
     meta = {"date": args.date, "budget_s": args.budget_s, "command": command, "device": "unknown"}
     wanted = [s.strip() for s in args.sections.split(",")] if args.sections else None
 
@@ -597,8 +726,11 @@ def orchestrate(args) -> int:
             record.update(status="error", error=f"child exited {proc.returncode}")
         record["elapsed_s"] = time.perf_counter() - t0
         results[name] = record
-        print(f"== {name}: {record['status']} in {record['elapsed_s']:.1f} s"
-              + (f" ({record.get('error')})" if record["status"] != "ok" else ""), flush=True)
+        print(
+            f"== {name}: {record['status']} in {record['elapsed_s']:.1f} s"
+            + (f" ({record.get('error')})" if record["status"] != "ok" else ""),
+            flush=True,
+        )
         try:
             publish()
         except Exception:  # noqa: BLE001 - a report bug must not stop the measurements
@@ -612,13 +744,17 @@ def orchestrate(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="tiny shapes (2-layer models, small batches): a CPU check")
-    parser.add_argument("--out", default=None, help="folder for report.json and the markdown, rewritten as sections end")
-    parser.add_argument("--docs", default=None, help="folder for <device>-<date>.md (default docs/perf; with "
-                        "--quick none)")
+    parser.add_argument(
+        "--out", default=None, help="folder for report.json and the markdown, rewritten as sections end"
+    )
+    parser.add_argument(
+        "--docs", default=None, help="folder for <device>-<date>.md (default docs/perf; with --quick none)"
+    )
     parser.add_argument("--date", default=time.strftime("%Y-%m-%d"))
     parser.add_argument("--budget-s", type=float, default=360.0, help="wall-time budget of all sections")
-    parser.add_argument("--sections", default=None, help="comma-separated subset of: "
-                        + ", ".join(name for name, _, _ in SECTIONS))
+    parser.add_argument(
+        "--sections", default=None, help="comma-separated subset of: " + ", ".join(name for name, _, _ in SECTIONS)
+    )
     parser.add_argument("--command", default=None, help="the command line to record in the report")
     parser.add_argument("--section", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--result", default=None, help=argparse.SUPPRESS)

@@ -36,7 +36,6 @@ import sys
 import tempfile
 import time
 
-
 # Two host devices (on a machine with accelerators, set JAX_PLATFORMS to use them instead).
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2").strip()
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -49,8 +48,11 @@ def workload(args: argparse.Namespace) -> dict:
         "model": {"preset": args.preset},
         "data": {"task": "arithmetic", "train_prompts": 256, "eval_prompts": 0},
         "rollout": {"max_new_tokens": args.max_new_tokens, "stop_at_eos": False},
-        "batch": {"prompts_per_step": args.prompts, "mini_batch_prompts": args.prompts // args.mini_batches,
-                  "rollout_micro_batch_sequences": args.rollout_micro or None},
+        "batch": {
+            "prompts_per_step": args.prompts,
+            "mini_batch_prompts": args.prompts // args.mini_batches,
+            "rollout_micro_batch_sequences": args.rollout_micro or None,
+        },
         "grpo": {"num_generations": args.generations, "num_iterations": args.mu, "beta": 0.0},
         "train": {"max_steps": args.steps, "samples_per_step": 0},
         "checkpoint": {"every_steps": 0},
@@ -60,8 +62,8 @@ def workload(args: argparse.Namespace) -> dict:
 
 def timed_run(raw: dict, warmup: int) -> tuple[float, dict]:
     from trainers.config import parse_config
-    from trainers.step.hooks import Hooks
     from trainers.loop.trainer import train
+    from trainers.step.hooks import Hooks
 
     ends: dict[int, float] = {}
     metrics: dict[int, dict] = {}
@@ -120,14 +122,16 @@ def devices_overlap(size: int = 512, repeats: int = 20) -> float:
 
 
 def moving_mean(values: list[float], window: int = 10) -> list[float]:
-    return [sum(values[max(0, i - window + 1): i + 1]) / len(values[max(0, i - window + 1): i + 1])
-            for i in range(len(values))]
+    return [
+        sum(values[max(0, i - window + 1) : i + 1]) / len(values[max(0, i - window + 1) : i + 1])
+        for i in range(len(values))
+    ]
 
 
 def parity(steps: int) -> str:
     from trainers.config import load_config
-    from trainers.step.hooks import Hooks
     from trainers.loop.trainer import train
+    from trainers.step.hooks import Hooks
 
     def rewards(extra: list[str], max_steps: int) -> list[float]:
         out: list[float] = []
@@ -136,24 +140,37 @@ def parity(steps: int) -> str:
             def on_step(self, step, m):
                 out.append(m["reward/mean"])
 
-        config = load_config(os.path.join(ROOT, "configs/demo.yaml"), [
-            f"train.max_steps={max_steps}", "eval.every_steps=0", "checkpoint.every_steps=0",
-            "checkpoint.keep_best_metric=null", *extra])
+        config = load_config(
+            os.path.join(ROOT, "configs/demo.yaml"),
+            [
+                f"train.max_steps={max_steps}",
+                "eval.every_steps=0",
+                "checkpoint.every_steps=0",
+                "checkpoint.keep_best_metric=null",
+                *extra,
+            ],
+        )
         with tempfile.TemporaryDirectory() as run_dir:
             train(config, run_dir, R())
         return moving_mean(out)
 
     sync = rewards([], steps)
     async_steps = int(1.2 * steps)
-    asyn = rewards(["async.enabled=true", "async.max_trajectory_age_steps=1",
-                    "mesh.rollout_devices=1", "mesh.train_devices=0"], async_steps)
+    asyn = rewards(
+        ["async.enabled=true", "async.max_trajectory_age_steps=1", "mesh.rollout_devices=1", "mesh.train_devices=0"],
+        async_steps,
+    )
     target = sync[-1]
     reached = next((i + 1 for i, r in enumerate(asyn) if r >= target), None)
     if reached is None:
-        return (f"parity: sync final reward (10-step mean) {target:.3f} at step {steps}; async did not reach it "
-                f"by step {async_steps} (its best {max(asyn):.3f}): NOT within +-20%")
-    return (f"parity: sync final reward (10-step mean) {target:.3f} at step {steps}; async reaches it at step "
-            f"{reached} ({reached / steps:.2f}x the steps): within +-20%")
+        return (
+            f"parity: sync final reward (10-step mean) {target:.3f} at step {steps}; async did not reach it "
+            f"by step {async_steps} (its best {max(asyn):.3f}): NOT within +-20%"
+        )
+    return (
+        f"parity: sync final reward (10-step mean) {target:.3f} at step {steps}; async reaches it at step "
+        f"{reached} ({reached / steps:.2f}x the steps): within +-20%"
+    )
 
 
 def main() -> None:
@@ -164,16 +181,36 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=8, help="prompts per step (default 8)")
     parser.add_argument("--generations", type=int, default=4, help="G (default 4)")
     parser.add_argument("--max-new-tokens", type=int, default=64, help="tokens generated per sequence (default 64)")
-    parser.add_argument("--mu", type=int, default=1, help="passes over each step's rollouts: balances training "
-                        "against generation (default 1)")
-    parser.add_argument("--mini-batches", type=int, default=2, help="optimizer updates per pass (default 2; with 2 or more the sync "
-                        "loop computes old-policy log-probs too, as async always does for its IS weights)")
-    parser.add_argument("--rollout-micro", type=int, default=4, help="sequences per generation call "
-                        "(default 4; 0 = the whole step in one call)")
-    parser.add_argument("--in-flight", action="store_true", help="async side with in-flight weight updates "
-                        "(async.in_flight_weight_updates=true)")
-    parser.add_argument("--parity-steps", type=int, default=0, help="also run the demo task this many steps sync "
-                        "and async and report learning parity (0 = skip)")
+    parser.add_argument(
+        "--mu",
+        type=int,
+        default=1,
+        help="passes over each step's rollouts: balances training against generation (default 1)",
+    )
+    parser.add_argument(
+        "--mini-batches",
+        type=int,
+        default=2,
+        help="optimizer updates per pass (default 2; with 2 or more the sync "
+        "loop computes old-policy log-probs too, as async always does for its IS weights)",
+    )
+    parser.add_argument(
+        "--rollout-micro",
+        type=int,
+        default=4,
+        help="sequences per generation call (default 4; 0 = the whole step in one call)",
+    )
+    parser.add_argument(
+        "--in-flight",
+        action="store_true",
+        help="async side with in-flight weight updates (async.in_flight_weight_updates=true)",
+    )
+    parser.add_argument(
+        "--parity-steps",
+        type=int,
+        default=0,
+        help="also run the demo task this many steps sync and async and report learning parity (0 = skip)",
+    )
     args = parser.parse_args()
     if args.steps <= args.warmup:
         parser.error("--steps must exceed --warmup")
@@ -182,18 +219,27 @@ def main() -> None:
 
     print(f"devices: {jax.devices()}; XLA_FLAGS={os.environ['XLA_FLAGS']}; cores: {os.cpu_count()}", flush=True)
     overlap = devices_overlap()
-    print(f"devices overlap: {overlap:.2f}x (the same work busy on devices 0 and 1 at once vs on device 0 alone; "
-          "2.00 = independent devices)", flush=True)
+    print(
+        f"devices overlap: {overlap:.2f}x (the same work busy on devices 0 and 1 at once vs on device 0 alone; "
+        "2.00 = independent devices)",
+        flush=True,
+    )
     raw = workload(args)
     sync_s, sync_m = timed_run(raw, args.warmup)
     tail = [sync_m[s] for s in sorted(sync_m) if s > args.warmup]
     sync_cores = sync_m[0]["cores_used"]
     rollout = sum(m["timing/rollout_s"] for m in tail) / len(tail)
     train_s = sum(m["timing/train_s"] for m in tail) / len(tail)
-    print(f"sync:  {sync_s:.3f} s/step (rollout {rollout:.3f} s + train {train_s:.3f} s per step; {sync_cores:.2f} cores used)", flush=True)
-    raw_async = {**raw, "async": {"enabled": True, "max_trajectory_age_steps": 1,
-                                  "in_flight_weight_updates": args.in_flight},
-                 "mesh": {"rollout_devices": [1], "train_devices": [0]}}
+    print(
+        f"sync:  {sync_s:.3f} s/step (rollout {rollout:.3f} s + train {train_s:.3f} s per step; "
+        f"{sync_cores:.2f} cores used)",
+        flush=True,
+    )
+    raw_async = {
+        **raw,
+        "async": {"enabled": True, "max_trajectory_age_steps": 1, "in_flight_weight_updates": args.in_flight},
+        "mesh": {"rollout_devices": [1], "train_devices": [0]},
+    }
     async_s, async_m = timed_run(raw_async, args.warmup)
     tail = [async_m[s] for s in sorted(async_m) if s > args.warmup]
     async_cores = async_m[0]["cores_used"]
@@ -202,17 +248,25 @@ def main() -> None:
     token_age = sum(m["async/token_age_mean"] for m in tail) / len(tail)
     a_rollout = sum(m["timing/rollout_s"] for m in tail) / len(tail)
     a_train = sum(m["timing/train_s"] for m in tail) / len(tail)
-    print(f"async: {async_s:.3f} s/step (train {a_train:.3f} s and, overlapped, rollout {a_rollout:.3f} s per step; "
-          f"trainer waited {wait:.3f} s per step; mean trajectory age {age:.2f}, token age {token_age:.2f}; "
-          f"{async_cores:.2f} cores used)", flush=True)
+    print(
+        f"async: {async_s:.3f} s/step (train {a_train:.3f} s and, overlapped, rollout {a_rollout:.3f} s per step; "
+        f"trainer waited {wait:.3f} s per step; mean trajectory age {age:.2f}, token age {token_age:.2f}; "
+        f"{async_cores:.2f} cores used)",
+        flush=True,
+    )
     balance = sync_s / max(rollout, train_s)
     cores = (os.cpu_count() or 1) / max(sync_cores, 1e-9)
-    print(f"ceiling: {min(balance, cores):.2f}x (phase balance allows {balance:.2f}x; {os.cpu_count()} cores over the "
-          f"{sync_cores:.2f} the sync run already uses allow {cores:.2f}x; devices overlap {overlap:.2f}x)", flush=True)
+    print(
+        f"ceiling: {min(balance, cores):.2f}x (phase balance allows {balance:.2f}x; {os.cpu_count()} cores over the "
+        f"{sync_cores:.2f} the sync run already uses allow {cores:.2f}x; devices overlap {overlap:.2f}x)",
+        flush=True,
+    )
     if args.parity_steps > 0:
         print(parity(args.parity_steps), flush=True)
-    print(f"sync_s_per_step={sync_s:.3f} async_s_per_step={async_s:.3f} async_cores_used={async_cores:.2f} "
-          f"speedup={sync_s / async_s:.2f}")
+    print(
+        f"sync_s_per_step={sync_s:.3f} async_s_per_step={async_s:.3f} async_cores_used={async_cores:.2f} "
+        f"speedup={sync_s / async_s:.2f}"
+    )
 
 
 if __name__ == "__main__":

@@ -40,8 +40,12 @@ def create_postgres_database(url: str) -> None:
     import psycopg
 
     cfg = dj_database_url.parse(url)
-    params = {"host": cfg["HOST"] or None, "port": cfg["PORT"] or None, "user": cfg["USER"] or None,
-              "password": cfg["PASSWORD"] or None}
+    params = {
+        "host": cfg["HOST"] or None,
+        "port": cfg["PORT"] or None,
+        "user": cfg["USER"] or None,
+        "password": cfg["PASSWORD"] or None,
+    }
     with psycopg.connect(dbname="postgres", autocommit=True, **{k: v for k, v in params.items() if v}) as conn:
         if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (cfg["NAME"],)).fetchone():
             conn.execute(f'CREATE DATABASE "{cfg["NAME"]}"')

@@ -51,10 +51,17 @@ def few_shot_prompts(config, tokenizer, groups: int, long_every: int, long_token
         solved.append(line)
         used += len(tokenizer.encode(line)) + 1
     context = "\n".join(solved)
-    prompts = [f"{context}\n{e['prompt']}" if (i + 1) % long_every == 0 else e["prompt"]
-               for i, e in enumerate(train[:groups])]
-    return encode_prompts(tokenizer, prompts, long_tokens + 512, chat=renders_chat(config, tokenizer),
-                          system_prompt=d.system_prompt, bucket_tokens=prompt_bucket_tokens(bool(config.model.path)))
+    prompts = [
+        f"{context}\n{e['prompt']}" if (i + 1) % long_every == 0 else e["prompt"] for i, e in enumerate(train[:groups])
+    ]
+    return encode_prompts(
+        tokenizer,
+        prompts,
+        long_tokens + 512,
+        chat=renders_chat(config, tokenizer),
+        system_prompt=d.system_prompt,
+        bucket_tokens=prompt_bucket_tokens(bool(config.model.path)),
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,8 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--group", type=int, default=4, help="completions per prompt, G (default %(default)s)")
     parser.add_argument("--slots", type=int, default=16, help="decode slots (default %(default)s)")
     parser.add_argument("--long-every", type=int, default=4, help="every n-th prompt is long (default %(default)s)")
-    parser.add_argument("--long-tokens", type=int, default=1536, help="a long prompt's few-shot context, tokens "
-                        "(default %(default)s)")
+    parser.add_argument(
+        "--long-tokens", type=int, default=1536, help="a long prompt's few-shot context, tokens (default %(default)s)"
+    )
     parser.add_argument("--piece-tokens", type=int, default=256, help="prefill piece, tokens (default %(default)s)")
     parser.add_argument("--max-new", type=int, default=64, help="max new tokens (default %(default)s)")
     parser.add_argument("--chunk-tokens", type=int, default=16, help="decode steps per chunk (default %(default)s)")
@@ -87,13 +95,17 @@ def main(argv: list[str] | None = None) -> int:
     lengths = prompt_valid.sum(axis=1)
     tokens, valid = np.repeat(prompt_tokens, args.group, axis=0), np.repeat(prompt_valid, args.group, axis=0)
     graphdef, params = initial_params(config, model_config_for(config), progress=False)
-    sampling = SamplingParams(max_new_tokens=args.max_new, temperature=args.temperature, prompt_group=args.group,
-                              **eos_settings(tokenizer))
+    sampling = SamplingParams(
+        max_new_tokens=args.max_new, temperature=args.temperature, prompt_group=args.group, **eos_settings(tokenizer)
+    )
     key = jax.random.key(config.seed)
-    print(f"chunked prefill bench: {config.model.path or config.model.preset} ({config.model.dtype}), {args.groups} "
-          f"prompts x G {args.group} on {args.slots} slots; prompt lengths {int(lengths.min())}..{int(lengths.max())} "
-          f"(every {args.long_every}th long), <= {args.max_new} new tokens, temperature {args.temperature}; "
-          f"{jax.devices()[0].platform}", flush=True)
+    print(
+        f"chunked prefill bench: {config.model.path or config.model.preset} ({config.model.dtype}), {args.groups} "
+        f"prompts x G {args.group} on {args.slots} slots; prompt lengths {int(lengths.min())}..{int(lengths.max())} "
+        f"(every {args.long_every}th long), <= {args.max_new} new tokens, temperature {args.temperature}; "
+        f"{jax.devices()[0].platform}",
+        flush=True,
+    )
 
     figures = {}
     for name, piece in (("whole", 0), ("pieces", args.piece_tokens)):
@@ -103,19 +115,26 @@ def main(argv: list[str] | None = None) -> int:
         result, stats = generate_paged(graphdef, params, tokens, valid, key, sampling, settings)
         seconds = time.perf_counter() - start
         figures[name] = dict(result=result, stats=stats, seconds=seconds)
-        print(f"{name}: longest prefill program {stats.longest_prefill_s:.3f} s, all prefill {stats.prefill_s:.2f} s, "
-              f"decode {stats.decode_s:.2f} s in {stats.chunks} chunks, generation {seconds:.2f} s "
-              f"({int(result.mask.sum())} tokens)", flush=True)
+        print(
+            f"{name}: longest prefill program {stats.longest_prefill_s:.3f} s, all prefill {stats.prefill_s:.2f} s, "
+            f"decode {stats.decode_s:.2f} s in {stats.chunks} chunks, generation {seconds:.2f} s "
+            f"({int(result.mask.sum())} tokens)",
+            flush=True,
+        )
 
     whole, pieces = figures["whole"], figures["pieces"]
-    differ = ((whole["result"].tokens != pieces["result"].tokens).any(axis=1)
-              | (whole["result"].mask != pieces["result"].mask).any(axis=1))
+    differ = (whole["result"].tokens != pieces["result"].tokens).any(axis=1) | (
+        whole["result"].mask != pieces["result"].mask
+    ).any(axis=1)
     wait_ratio = pieces["stats"].longest_prefill_s / whole["stats"].longest_prefill_s
     generation_ratio = pieces["seconds"] / whole["seconds"]
-    print(f"\nsame tokens: {not differ.any()}" + (f" ({int(differ.sum())} of {len(differ)} rows differ)"
-                                                  if differ.any() else ""))
-    print(f"longest wait of the decoding slots, pieces / whole: {wait_ratio:.2f}; generation time: "
-          f"{generation_ratio:.2f}")
+    print(
+        f"\nsame tokens: {not differ.any()}"
+        + (f" ({int(differ.sum())} of {len(differ)} rows differ)" if differ.any() else "")
+    )
+    print(
+        f"longest wait of the decoding slots, pieces / whole: {wait_ratio:.2f}; generation time: {generation_ratio:.2f}"
+    )
     print(f"longest_wait_ratio={wait_ratio:.3f} generation_ratio={generation_ratio:.3f}")
     return 0
 

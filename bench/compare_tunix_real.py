@@ -67,8 +67,9 @@ def r1_settings(config_path: str, model: str | None) -> dict:
     overrides = [f"model.path={model}"] if model else []
     c = load_config(config_path, overrides)
     if c.rollout.stop_at_eos or c.grpo.num_iterations != 1 or c.model.dtype != "float32":
-        raise SystemExit(f"{config_path}: R1 needs rollout.stop_at_eos false, grpo.num_iterations 1 and "
-                         "model.dtype float32")
+        raise SystemExit(
+            f"{config_path}: R1 needs rollout.stop_at_eos false, grpo.num_iterations 1 and model.dtype float32"
+        )
     return {
         "model": c.model.path,
         "data": c.data.train_path,
@@ -83,10 +84,28 @@ def r1_settings(config_path: str, model: str | None) -> dict:
 
 def tunix_command(py: str, settings: dict, steps: int) -> list[str]:
     s = settings
-    return [py, str(TUNIX_SCRIPT), "--steps", str(steps), "--model", s["model"], "--data", s["data"],
-            "--prompts", str(s["prompts"]), "--generations", str(s["generations"]),
-            "--prompt-len", str(s["prompt_len"]), "--gen-len", str(s["gen_len"]), "--beta", str(s["beta"]),
-            "--temperature", str(s["temperature"])]
+    return [
+        py,
+        str(TUNIX_SCRIPT),
+        "--steps",
+        str(steps),
+        "--model",
+        s["model"],
+        "--data",
+        s["data"],
+        "--prompts",
+        str(s["prompts"]),
+        "--generations",
+        str(s["generations"]),
+        "--prompt-len",
+        str(s["prompt_len"]),
+        "--gen-len",
+        str(s["gen_len"]),
+        "--beta",
+        str(s["beta"]),
+        "--temperature",
+        str(s["temperature"]),
+    ]
 
 
 def our_command(config_path: str, model: str | None, steps: int) -> list[str]:
@@ -112,17 +131,27 @@ def fmt(x: float | None, digits: int = 3) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=int, default=6,
-                   help="GRPO steps per side; the first 2 are warm-up and the median of the rest is reported "
-                        "(default 6)")
-    p.add_argument("--model", default=None,
-                   help="model folder for both sides instead of configs/r1.yaml's model.path (e.g. a tiny random "
-                        "Llama from bench/make_tiny_llama.py)")
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=6,
+        help="GRPO steps per side; the first 2 are warm-up and the median of the rest is reported (default 6)",
+    )
+    p.add_argument(
+        "--model",
+        default=None,
+        help="model folder for both sides instead of configs/r1.yaml's model.path (e.g. a tiny random "
+        "Llama from bench/make_tiny_llama.py)",
+    )
     p.add_argument("--config", default=DEFAULT_CONFIG, help="our trainer's R1 config (default %(default)s)")
-    p.add_argument("--skip-install", action="store_true", help="use bench/.tunix-venv as it is (no stamp check, no pip)")
-    p.add_argument("--python", default=None,
-                   help="base interpreter for the Tunix venv (default: found automatically, Python 3.11 preferred, "
-                        "then 3.12)")
+    p.add_argument(
+        "--skip-install", action="store_true", help="use bench/.tunix-venv as it is (no stamp check, no pip)"
+    )
+    p.add_argument(
+        "--python",
+        default=None,
+        help="base interpreter for the Tunix venv (default: found automatically, Python 3.11 preferred, then 3.12)",
+    )
     side = p.add_mutually_exclusive_group()
     side.add_argument("--tunix-only", action="store_true", help="measure the Tunix side only")
     side.add_argument("--ours-only", action="store_true", help="measure our side only")
@@ -135,9 +164,11 @@ def main(argv=None) -> int:
 
     os.chdir(REPO)  # the config's paths are relative to the repository
     settings = r1_settings(args.config, args.model)
-    say(f"R1: {settings['model']}, {settings['prompts']} prompts x G={settings['generations']}, prompts "
+    say(
+        f"R1: {settings['model']}, {settings['prompts']} prompts x G={settings['generations']}, prompts "
         f"{settings['data']} padded to {settings['prompt_len']}, {settings['gen_len']} generated tokens, "
-        f"beta={settings['beta']}, {args.steps} steps per side")
+        f"beta={settings['beta']}, {args.steps} steps per side"
+    )
 
     tunix_res, tunix_err = None, ""
     if not args.ours_only:
@@ -159,26 +190,38 @@ def main(argv=None) -> int:
     say("R1 GRPO step time and peak memory (1 CPU device, float32; lower is better)")
     say("=" * 72)
     if tunix_res:
-        say(f"tunix {tunix_res.get('version', '?')}: {tunix_res['seconds_per_step']:.4f} s/step, peak RSS "
+        say(
+            f"tunix {tunix_res.get('version', '?')}: {tunix_res['seconds_per_step']:.4f} s/step, peak RSS "
             f"{gib(tunix_res.get('peak_rss_bytes'))} (median of {tunix_res.get('steps_timed', '?')} steps after "
             f"warm-up; generated {tunix_res.get('gen_tokens_per_seq_min')}-{tunix_res.get('gen_tokens_per_seq_max')} "
             f"tokens/seq; {tunix_res.get('gen_tokens_equal_pad_per_step')} generated tokens/step equal to the pad id"
-            f"{cpu_note(tunix_res)})")
+            f"{cpu_note(tunix_res)})"
+        )
     elif not args.ours_only:
         say(f"tunix: FAILED: {tunix_err}")
     if ours_res:
-        say(f"ours : {ours_res['seconds_per_step']:.4f} s/step, peak RSS {gib(ours_res.get('peak_rss_bytes'))} "
+        say(
+            f"ours : {ours_res['seconds_per_step']:.4f} s/step, peak RSS {gib(ours_res.get('peak_rss_bytes'))} "
             f"(steps timed: {ours_res.get('steps_timed', '?')}; completion tokens "
-            f"{ours_res.get('completion_tokens_mean')}/seq{cpu_note(ours_res)})")
+            f"{ours_res.get('completion_tokens_mean')}/seq{cpu_note(ours_res)})"
+        )
     elif not args.tunix_only:
         say(f"ours : FAILED: {ours_err}")
-    summary = {"workload": "R1", "settings": settings, "tunix": tunix_res, "ours": ours_res, **ratios(ours_res, tunix_res)}
+    summary = {
+        "workload": "R1",
+        "settings": settings,
+        "tunix": tunix_res,
+        "ours": ours_res,
+        **ratios(ours_res, tunix_res),
+    }
     status = 0
     if tunix_res and ours_res:
         for name in ("time", "memory"):
             ratio, met = summary[f"{name}_ratio"], summary[f"{name}_target_met"]
-            say(f"{name}: ours/tunix = {fmt(ratio)}; target <= {TARGET_RATIO}: "
-                f"{'not measured' if met is None else 'MET' if met else 'NOT MET'}")
+            say(
+                f"{name}: ours/tunix = {fmt(ratio)}; target <= {TARGET_RATIO}: "
+                f"{'not measured' if met is None else 'MET' if met else 'NOT MET'}"
+            )
             if args.require_target and met is False:
                 status = 1
     say(f"load average now: {loadavg()} (figures are wall clock on a shared {os.cpu_count()}-core machine)")

@@ -50,9 +50,14 @@ def rollout_prompts(config, prompts: int, group: int):
     d = config.data
     train, _ = load_examples(d.task, d.train_path, d.eval_path, d.train_prompts, 0, config.seed)
     tokenizer = tokenizer_for(config)
-    tokens, valid = encode_prompts(tokenizer, [e["prompt"] for e in train[:prompts]], d.max_prompt_tokens,
-                                   chat=renders_chat(config, tokenizer), system_prompt=d.system_prompt,
-                                   bucket_tokens=prompt_bucket_tokens(bool(config.model.path)))
+    tokens, valid = encode_prompts(
+        tokenizer,
+        [e["prompt"] for e in train[:prompts]],
+        d.max_prompt_tokens,
+        chat=renders_chat(config, tokenizer),
+        system_prompt=d.system_prompt,
+        bucket_tokens=prompt_bucket_tokens(bool(config.model.path)),
+    )
     return np.repeat(tokens, group, axis=0), np.repeat(valid, group, axis=0), tokenizer
 
 
@@ -66,8 +71,14 @@ def run_static(graphdef, params, tokens, valid, key, sampling, micro_batch: int)
 
     out_tokens, out_mask, out_logprobs, longest = [], [], [], 0
     for index, start in enumerate(range(0, len(tokens), micro_batch)):
-        result = generate(graphdef, params, tokens[start:start + micro_batch], valid[start:start + micro_batch],
-                          jax.random.fold_in(key, index), sampling)
+        result = generate(
+            graphdef,
+            params,
+            tokens[start : start + micro_batch],
+            valid[start : start + micro_batch],
+            jax.random.fold_in(key, index),
+            sampling,
+        )
         out_tokens.append(result.tokens)
         out_mask.append(result.mask)
         out_logprobs.append(np.asarray(result.logprobs))
@@ -97,12 +108,17 @@ def divergence(static, engine, differ) -> str:
         return ""
     gaps, at = [], []
     for row in np.flatnonzero(differ):
-        first = int(np.flatnonzero((static["tokens"][row] != engine["tokens"][row])
-                                   | (static["mask"][row] != engine["mask"][row]))[0])
+        first = int(
+            np.flatnonzero(
+                (static["tokens"][row] != engine["tokens"][row]) | (static["mask"][row] != engine["mask"][row])
+            )[0]
+        )
         gaps.append(np.abs(static["logprobs"][row, :first] - engine["logprobs"][row, :first]).max(initial=0.0))
         at.append(f"{static['logprobs'][row, first]:.1f}/{engine['logprobs'][row, first]:.1f}")
-    return (f" ({int(differ.sum())} of {len(differ)} rows differ from one token on: log-probs before it within "
-            f"{max(gaps):.1e}; sampled there, static/engine log-prob {', '.join(at[:5])})")
+    return (
+        f" ({int(differ.sum())} of {len(differ)} rows differ from one token on: log-probs before it within "
+        f"{max(gaps):.1e}; sampled there, static/engine log-prob {', '.join(at[:5])})"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,11 +128,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--group", type=int, default=8, help="completions per prompt, G (default %(default)s)")
     parser.add_argument("--max-new", type=int, default=256, help="max new tokens (default %(default)s)")
     parser.add_argument("--slots", type=int, default=64, help="the engine's decode slots (default %(default)s)")
-    parser.add_argument("--micro-batch", type=int, default=64,
-                        help="the static sampler's rollout micro-batch, sequences (default %(default)s)")
+    parser.add_argument(
+        "--micro-batch",
+        type=int,
+        default=64,
+        help="the static sampler's rollout micro-batch, sequences (default %(default)s)",
+    )
     parser.add_argument("--page-tokens", type=int, default=16)
-    parser.add_argument("--chunk-tokens", type=int, default=16, help="decode steps per chunk (default %(default)s, "
-                        "rollout.decode_chunk_tokens's)")
+    parser.add_argument(
+        "--chunk-tokens",
+        type=int,
+        default=16,
+        help="decode steps per chunk (default %(default)s, rollout.decode_chunk_tokens's)",
+    )
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--set", action="append", default=[], metavar="dotted.path=value")
     args = parser.parse_args(argv)
@@ -132,27 +156,35 @@ def main(argv: list[str] | None = None) -> int:
     config = load_config(args.config, args.set)
     tokens, valid, tokenizer = rollout_prompts(config, args.prompts, args.group)
     graphdef, params = initial_params(config, model_config_for(config), progress=False)
-    sampling = SamplingParams(max_new_tokens=args.max_new, temperature=args.temperature, prompt_group=args.group,
-                              **eos_settings(tokenizer))
+    sampling = SamplingParams(
+        max_new_tokens=args.max_new, temperature=args.temperature, prompt_group=args.group, **eos_settings(tokenizer)
+    )
     settings = EngineSettings(num_slots=args.slots, page_tokens=args.page_tokens, chunk_tokens=args.chunk_tokens)
     key = jax.random.key(config.seed)
-    print(f"engine bench: {config.model.path or config.model.preset} ({config.model.dtype}), {args.prompts} prompts x "
-          f"G {args.group} = {len(tokens)} sequences, prompts padded to {tokens.shape[1]}, <= {args.max_new} new "
-          f"tokens, temperature {args.temperature}; static micro-batches of {args.micro_batch}, engine {args.slots} "
-          f"slots, pages of {args.page_tokens}, chunks of {args.chunk_tokens}; {jax.devices()[0].platform}", flush=True)
+    print(
+        f"engine bench: {config.model.path or config.model.preset} ({config.model.dtype}), {args.prompts} prompts x "
+        f"G {args.group} = {len(tokens)} sequences, prompts padded to {tokens.shape[1]}, <= {args.max_new} new "
+        f"tokens, temperature {args.temperature}; static micro-batches of {args.micro_batch}, engine {args.slots} "
+        f"slots, pages of {args.page_tokens}, chunks of {args.chunk_tokens}; {jax.devices()[0].platform}",
+        flush=True,
+    )
 
     figures = {}
-    for name, run in (("static", lambda: run_static(graphdef, params, tokens, valid, key, sampling, args.micro_batch)),
-                      ("engine", lambda: run_engine(graphdef, params, tokens, valid, key, sampling, settings,
-                                                    args.micro_batch))):
+    for name, run in (
+        ("static", lambda: run_static(graphdef, params, tokens, valid, key, sampling, args.micro_batch)),
+        ("engine", lambda: run_engine(graphdef, params, tokens, valid, key, sampling, settings, args.micro_batch)),
+    ):
         run()  # compile
         start = time.perf_counter()
         out_tokens, mask, logprobs, extra = run()
         seconds = time.perf_counter() - start
-        figures[name] = dict(tokens=out_tokens, mask=mask, logprobs=logprobs, seconds=seconds, useful=int(mask.sum()),
-                             extra=extra)
-        print(f"{name}: {int(mask.sum())} tokens in {seconds:.1f} s = {mask.sum() / seconds:.0f} useful tokens/s",
-              flush=True)
+        figures[name] = dict(
+            tokens=out_tokens, mask=mask, logprobs=logprobs, seconds=seconds, useful=int(mask.sum()), extra=extra
+        )
+        print(
+            f"{name}: {int(mask.sum())} tokens in {seconds:.1f} s = {mask.sum() / seconds:.0f} useful tokens/s",
+            flush=True,
+        )
 
     static, engine = figures["static"], figures["engine"]
     stats = engine["extra"]
@@ -161,8 +193,10 @@ def main(argv: list[str] | None = None) -> int:
     speedup = (engine["useful"] / engine["seconds"]) / (static["useful"] / static["seconds"])
     print(f"\ncompletion lengths: mean {lengths.mean():.1f}, median {np.median(lengths):.0f}, max {lengths.max()}")
     print(f"static utilisation (sum of lengths / (micro-batch x sum of longest)): {static['extra']:.3f}")
-    print(f"engine slot utilisation: {stats.slot_utilisation:.3f} (target >= 0.85); {stats.chunks} chunks, "
-          f"{stats.prefills} prefills; pages in use at most {stats.peak_pages_in_use} of {stats.pool_pages}")
+    print(
+        f"engine slot utilisation: {stats.slot_utilisation:.3f} (target >= 0.85); {stats.chunks} chunks, "
+        f"{stats.prefills} prefills; pages in use at most {stats.peak_pages_in_use} of {stats.pool_pages}"
+    )
     print(f"engine KV positions held / tokens stored: {stats.kv_overhead:.3f} (target <= 1.25)")
     print(f"same tokens as the static sampler: {not differ.any()}" + divergence(static, engine, differ))
     print(f"useful tokens/s: engine / static = {speedup:.2f} (target >= 2)")

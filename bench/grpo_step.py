@@ -91,20 +91,29 @@ def generation_flops(cfg, sequences: int, prompt_group: int, prompt_tokens: floa
     return prefill + decode
 
 
-def logprob_pass_flops(cfg, sequences: int, prompt_group: int, prompt_tokens: float,
-                       completion_tokens: float) -> float:
+def logprob_pass_flops(cfg, sequences: int, prompt_group: int, prompt_tokens: float, completion_tokens: float) -> float:
     """Model FLOPs of one forward log-prob pass (`completion_logprobs`) over `sequences` sequences: the
     layers over each distinct prompt once (sequences / prompt_group; prompt_group 1 = every sequence
     whole) and over every completion position, the LM head at the completion_tokens positions that
     predict a completion token (the last prompt position and all but the last completion position).
     A training pass is 3x this (forward + backward)."""
     prompts = sequences / prompt_group
-    return (prompts * layer_flops(cfg, 0, prompt_tokens)
-            + sequences * (layer_flops(cfg, prompt_tokens, completion_tokens) + lm_head_flops(cfg, completion_tokens)))
+    return prompts * layer_flops(cfg, 0, prompt_tokens) + sequences * (
+        layer_flops(cfg, prompt_tokens, completion_tokens) + lm_head_flops(cfg, completion_tokens)
+    )
 
 
-def step_model_flops(cfg, plan, prompt_tokens: float, completion_tokens: float, *, generation_group: int,
-                     logprob_group: int, update_group: int, trained_fraction: float = 1.0) -> dict[str, float]:
+def step_model_flops(
+    cfg,
+    plan,
+    prompt_tokens: float,
+    completion_tokens: float,
+    *,
+    generation_group: int,
+    logprob_group: int,
+    update_group: int,
+    trained_fraction: float = 1.0,
+) -> dict[str, float]:
     """Model FLOPs one GRPO step executes, by phase, for prompts of `prompt_tokens` tokens and completions
     of `completion_tokens` tokens (means over the step's sequences): generation (`generation_flops`),
     the old-policy and reference log-prob passes where the plan runs them, and the updates: 3 x a
@@ -137,10 +146,10 @@ def main(argv: list[str] | None = None) -> int:
     import jax
 
     from trainers.config import load_config
-    from trainers.rollout import collect as rollout_module
-    from trainers.step.hooks import Hooks
-    from trainers.rollout.collect import collect_rollout
     from trainers.loop.trainer import GRPOTrainer
+    from trainers.rollout import collect as rollout_module
+    from trainers.rollout.collect import collect_rollout
+    from trainers.step.hooks import Hooks
 
     overrides = [f"train.max_steps={args.steps}", "checkpoint.every_steps=0", *args.set]
     config = load_config(args.config, overrides)
@@ -163,8 +172,12 @@ def main(argv: list[str] | None = None) -> int:
             if "timing/step_s" not in metrics:
                 return  # the step-0 evaluation of the starting policy, not a training step
             rows.append(metrics)
-            print(f"  step {step:3d}: {metrics['timing/step_s']:.3f} s  (rollout {metrics['timing/rollout_s']:.3f} s, "
-                  f"train {metrics['timing/train_s']:.3f} s)", file=sys.stderr, flush=True)
+            print(
+                f"  step {step:3d}: {metrics['timing/step_s']:.3f} s  (rollout {metrics['timing/rollout_s']:.3f} s, "
+                f"train {metrics['timing/train_s']:.3f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
 
     with tempfile.TemporaryDirectory() as run_dir:
         trainer = GRPOTrainer(config, run_dir, Collect())
@@ -182,15 +195,22 @@ def main(argv: list[str] | None = None) -> int:
             return update_fn(*a, prompt_group=prompt_group)
 
         trainer.logprob_fn, trainer.update_fn = logprobs, update
-        print(f"GRPO step bench ({os.path.basename(args.config)}): {config.model.path or config.model.preset} model, "
-              f"{trainer.plan.prompts_per_step} prompts x "
-              f"G={trainer.plan.num_generations}, {args.steps} steps on {jax.devices()[0].device_kind}",
-              file=sys.stderr)
+        print(
+            f"GRPO step bench ({os.path.basename(args.config)}): {config.model.path or config.model.preset} model, "
+            f"{trainer.plan.prompts_per_step} prompts x "
+            f"G={trainer.plan.num_generations}, {args.steps} steps on {jax.devices()[0].device_kind}",
+            file=sys.stderr,
+        )
         trainer.run()
         # One extra timed reference pass splits train_s into log-prob passes and updates.
         examples = trainer.stream.take(0, trainer.plan.prompts_per_step)
-        rollout = collect_rollout(trainer.graphdef, lambda: (trainer.state.params, trainer.state.step), examples,
-                                  trainer.spec, jax.random.key(123))
+        rollout = collect_rollout(
+            trainer.graphdef,
+            lambda: (trainer.state.params, trainer.state.step),
+            examples,
+            trainer.spec,
+            jax.random.key(123),
+        )
         logprob_s = 0.0
         if trainer.plan.needs_reference:
             trainer.logprobs(trainer.ref_params, rollout)
@@ -200,15 +220,22 @@ def main(argv: list[str] | None = None) -> int:
         prompt_tokens = int(rollout.prompt_valid[0].sum())
         completion_tokens = float(rollout.completion_mask.sum(axis=1).mean())
 
-    steady = rows[args.warmup:]
+    steady = rows[args.warmup :]
     step_s = statistics.median(r["timing/step_s"] for r in steady)
     rollout_s = statistics.median(r["timing/rollout_s"] for r in steady)
     train_s = statistics.median(r["timing/train_s"] for r in steady)
     trained_fraction = statistics.mean(r.get("train/trained_sequence_fraction", 1.0) for r in steady)
     ran_with = {phase: min(g) if g else 1 for phase, g in groups.items()}  # a mix of groups: count the larger work
-    flops = step_model_flops(trainer.model_config, trainer.plan, prompt_tokens, completion_tokens,
-                             generation_group=ran_with["generation"], logprob_group=ran_with["logprob"],
-                             update_group=ran_with["update"], trained_fraction=trained_fraction)
+    flops = step_model_flops(
+        trainer.model_config,
+        trainer.plan,
+        prompt_tokens,
+        completion_tokens,
+        generation_group=ran_with["generation"],
+        logprob_group=ran_with["logprob"],
+        update_group=ran_with["update"],
+        trained_fraction=trained_fraction,
+    )
     total_flops = sum(flops.values())
     sequences = trainer.plan.sequences_per_step
     tokens_per_s = sequences * (prompt_tokens + completion_tokens) / step_s
@@ -238,13 +265,17 @@ def main(argv: list[str] | None = None) -> int:
     workload = os.path.splitext(os.path.basename(args.config))[0].upper()
     print(f"\n{workload} steady-state step: {step_s:.3f} s (median of {len(steady)})")
     print(f"  rollout (generation + rewards)  {rollout_s:.3f} s   {flops['generation'] / 1e9:.1f} GFLOP")
-    print(f"  train (log-prob passes + update) {train_s:.3f} s   "
-          f"{(flops['train'] + flops['reference_logprobs'] + flops['old_logprobs']) / 1e9:.1f} GFLOP"
-          f"  (of which one reference pass {logprob_s:.3f} s)")
+    print(
+        f"  train (log-prob passes + update) {train_s:.3f} s   "
+        f"{(flops['train'] + flops['reference_logprobs'] + flops['old_logprobs']) / 1e9:.1f} GFLOP"
+        f"  (of which one reference pass {logprob_s:.3f} s)"
+    )
     print(f"  tokens/s {tokens_per_s:.0f} (generated {generated_per_s:.0f}/s)")
-    print(f"  model FLOPs/step {total_flops / 1e9:.1f} GFLOP executed (prompt_group: generation "
-          f"{ran_with['generation']}, log-probs {ran_with['logprob']}, update {ran_with['update']}); "
-          f"{peak_source} {peak / 1e9:.0f} GFLOP/s; MFU {mfu * 100:.1f}%")
+    print(
+        f"  model FLOPs/step {total_flops / 1e9:.1f} GFLOP executed (prompt_group: generation "
+        f"{ran_with['generation']}, log-probs {ran_with['logprob']}, update {ran_with['update']}); "
+        f"{peak_source} {peak / 1e9:.0f} GFLOP/s; MFU {mfu * 100:.1f}%"
+    )
     if workload == "W1":
         print(f"  anchor: Tunix 0.1.7 ~{TUNIX_ANCHOR_S} s/step; target <= {TUNIX_ANCHOR_S / 2:.2f} s")
     if args.json:

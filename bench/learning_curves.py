@@ -116,8 +116,14 @@ def read_batch_shape(run_dir: str) -> tuple[int, int]:
     return int(config["batch"]["prompts_per_step"]), int(config["grpo"]["num_generations"])
 
 
-def curve_from_rows(name: str, run_dir: str, rows: list[dict], prompts_per_step: int, num_generations: int,
-                    max_completions: int | None = None) -> Curve:
+def curve_from_rows(
+    name: str,
+    run_dir: str,
+    rows: list[dict],
+    prompts_per_step: int,
+    num_generations: int,
+    max_completions: int | None = None,
+) -> Curve:
     """The curve of metrics rows: cumulative completions after each training step (a row with step >= 1;
     the step-0 row is the evaluation before training), cut after the first step that reaches
     max_completions."""
@@ -138,9 +144,13 @@ def curve_from_rows(name: str, run_dir: str, rows: list[dict], prompts_per_step:
         if max_completions is not None and total >= max_completions:
             break
     return Curve(
-        name=name, run_dir=run_dir,
-        eval_steps=[s for s, _, _, _ in evals], eval_completions=[c for _, c, _, _ in evals],
-        eval_accuracy=[a for _, _, a, _ in evals], total_completions=total, steps=steps,
+        name=name,
+        run_dir=run_dir,
+        eval_steps=[s for s, _, _, _ in evals],
+        eval_completions=[c for _, c, _, _ in evals],
+        eval_accuracy=[a for _, _, a, _ in evals],
+        total_completions=total,
+        steps=steps,
         median_step_s=statistics.median(step_seconds) if step_seconds else None,
         eval_tool_use=[t for _, _, _, t in evals],
     )
@@ -150,15 +160,23 @@ def run_names(run_dirs: list[str]) -> list[str]:
     """Each run dir's name in the table and the legend: its folder's name, or, where two runs share
     it (the same config trained into two --out-dir folders), parent/name."""
     bases = [os.path.basename(os.path.normpath(d)) for d in run_dirs]
-    return [b if bases.count(b) == 1 else os.path.join(os.path.basename(os.path.dirname(os.path.normpath(d))), b)
-            for d, b in zip(run_dirs, bases)]
+    return [
+        b if bases.count(b) == 1 else os.path.join(os.path.basename(os.path.dirname(os.path.normpath(d))), b)
+        for d, b in zip(run_dirs, bases)
+    ]
 
 
 def read_run(run_dir: str, max_completions: int | None = None, name: str | None = None) -> Curve:
     """The curve of a run dir (metrics.jsonl and config.yaml), named after the dir unless `name`."""
     prompts_per_step, num_generations = read_batch_shape(run_dir)
-    return curve_from_rows(name or os.path.basename(os.path.normpath(run_dir)), run_dir, read_metrics(run_dir),
-                           prompts_per_step, num_generations, max_completions)
+    return curve_from_rows(
+        name or os.path.basename(os.path.normpath(run_dir)),
+        run_dir,
+        read_metrics(run_dir),
+        prompts_per_step,
+        num_generations,
+        max_completions,
+    )
 
 
 def first_reach(curve: Curve, target_accuracy: float) -> tuple[int, int] | None:
@@ -182,18 +200,20 @@ def summarize(curves: list[Curve], gain: float = 0.10, base_accuracy: float | No
         base = base_accuracy if base_accuracy is not None else (accuracies[0] if accuracies else None)
         target = None if base is None else base + gain
         reached = None if target is None else first_reach(curve, target)
-        rows.append({
-            "run": curve.name,
-            "completions": curve.total_completions,
-            "steps": curve.steps,
-            "first_accuracy": accuracies[0] if accuracies else None,
-            "last_accuracy": accuracies[-1] if accuracies else None,
-            "best_accuracy": max(accuracies) if accuracies else None,
-            "target_accuracy": target,
-            "completions_to_target": None if reached is None else reached[0],
-            "steps_to_target": None if reached is None else reached[1],
-            "median_step_s": curve.median_step_s,
-        })
+        rows.append(
+            {
+                "run": curve.name,
+                "completions": curve.total_completions,
+                "steps": curve.steps,
+                "first_accuracy": accuracies[0] if accuracies else None,
+                "last_accuracy": accuracies[-1] if accuracies else None,
+                "best_accuracy": max(accuracies) if accuracies else None,
+                "target_accuracy": target,
+                "completions_to_target": None if reached is None else reached[0],
+                "steps_to_target": None if reached is None else reached[1],
+                "median_step_s": curve.median_step_s,
+            }
+        )
     first = rows[0]["completions_to_target"] if rows else None
     for row in rows:
         mine = row["completions_to_target"]
@@ -218,7 +238,8 @@ def markdown_table(rows: list[dict], gain: float = 0.10) -> str:
             f"| {r['run']} | {r['completions']} | {r['steps']} | {_cell(r['first_accuracy'], '.2f')} "
             f"| {_cell(r['last_accuracy'], '.2f')} | {_cell(r['best_accuracy'], '.2f')} "
             f"| {_cell(r['completions_to_target'])} | {_cell(r['ratio_to_first'], '.2f')} "
-            f"| {_cell(r['steps_to_target'])} | {_cell(r['median_step_s'], '.1f')} |")
+            f"| {_cell(r['steps_to_target'])} | {_cell(r['median_step_s'], '.1f')} |"
+        )
     return "\n".join(lines)
 
 
@@ -234,13 +255,18 @@ def before_after(curves: list[Curve]) -> list[dict]:
         after = accuracies[-1] if accuracies else None
         use_before = tool_use[0] if tool_use else None
         use_after = tool_use[-1] if tool_use else None
-        rows.append({
-            "run": curve.name, "steps": curve.steps,
-            "accuracy_before": before, "accuracy_after": after,
-            "accuracy_change": None if before is None or after is None else after - before,
-            "tool_use_before": use_before, "tool_use_after": use_after,
-            "tool_use_change": None if use_before is None or use_after is None else use_after - use_before,
-        })
+        rows.append(
+            {
+                "run": curve.name,
+                "steps": curve.steps,
+                "accuracy_before": before,
+                "accuracy_after": after,
+                "accuracy_change": None if before is None or after is None else after - before,
+                "tool_use_before": use_before,
+                "tool_use_after": use_after,
+                "tool_use_change": None if use_before is None or use_after is None else use_after - use_before,
+            }
+        )
     first_after = rows[0]["accuracy_after"] if rows else None
     for row in rows:
         mine = row["accuracy_after"]
@@ -265,7 +291,9 @@ def before_after_table(rows: list[dict]) -> str:
         lines.append(
             f"| {r['run']} | {r['steps']} | {_cell(r['accuracy_before'], '.2f')} | {_cell(r['accuracy_after'], '.2f')} "
             f"| {_points(r['accuracy_change'])} | {_cell(r['tool_use_before'], '.2f')} "
-            f"| {_cell(r['tool_use_after'], '.2f')} | {_points(r['tool_use_change'])} | {_points(r['after_vs_first'])} |")
+            f"| {_cell(r['tool_use_after'], '.2f')} | {_points(r['tool_use_change'])} "
+            f"| {_points(r['after_vs_first'])} |"
+        )
     return "\n".join(lines)
 
 
@@ -287,14 +315,22 @@ def plot(curves: list[Curve], path: str, rows: list[dict] | None = None, title: 
     else:
         fig, (by_completions, by_steps) = plt.subplots(1, 2, figsize=(13, 5), dpi=120, sharey=True)
     targets = sorted({round(r["target_accuracy"], 6) for r in rows or [] if r["target_accuracy"] is not None})
-    for ax, x_of, x_label in ((by_completions, lambda c: c.eval_completions, "completions sampled"),
-                              (by_steps, lambda c: c.eval_steps, "training steps")):
+    for ax, x_of, x_label in (
+        (by_completions, lambda c: c.eval_completions, "completions sampled"),
+        (by_steps, lambda c: c.eval_steps, "training steps"),
+    ):
         for curve in curves:
             ax.plot(x_of(curve), curve.eval_accuracy, marker="o", markersize=3, label=curve.name)
         for target in targets:
             ax.axhline(target, linestyle="--", linewidth=0.8, color="grey")
-            ax.annotate(f"base + gain = {target:.2f}", (0, target), textcoords="offset points", xytext=(4, 3),
-                        fontsize=8, color="grey")
+            ax.annotate(
+                f"base + gain = {target:.2f}",
+                (0, target),
+                textcoords="offset points",
+                xytext=(4, 3),
+                fontsize=8,
+                color="grey",
+            )
         ax.set_xlabel(x_label)
         ax.set_ylim(bottom=0)
         ax.grid(True, alpha=0.3)
@@ -309,8 +345,14 @@ def plot(curves: list[Curve], path: str, rows: list[dict] | None = None, title: 
             if not curve.has_tool_use:
                 continue
             points = [(s, t) for s, t in zip(curve.eval_steps, curve.eval_tool_use) if t is not None]
-            tool_use.plot([s for s, _ in points], [t for _, t in points], marker="o", markersize=3,
-                          label=curve.name, color=colors[index % len(colors)])
+            tool_use.plot(
+                [s for s, _ in points],
+                [t for _, t in points],
+                marker="o",
+                markersize=3,
+                label=curve.name,
+                color=colors[index % len(colors)],
+            )
         tool_use.set_xlabel("training steps")
         tool_use.set_ylabel("share of held-out episodes with a tool call")
         tool_use.set_ylim(0, 1.02)
@@ -335,9 +377,9 @@ def run_config(config_path: str, run_dir: str, sets: list[str], max_completions:
     from trainers.cli import ProgressBarHooks, SignalControl
     from trainers.config import load_config
     from trainers.loop.compile_cache import enable_compilation_cache
-    from trainers.step.hooks import Action, Control, Hooks, MultiHooks
     from trainers.loop.run_files import RunFilesHooks
     from trainers.loop.trainer import train
+    from trainers.step.hooks import Action, Control, Hooks, MultiHooks
 
     config = load_config(config_path, sets)
     prompts_per_step, num_generations = config.batch.prompts_per_step, config.grpo.num_generations
@@ -351,8 +393,9 @@ def run_config(config_path: str, run_dir: str, sets: list[str], max_completions:
 
         def on_resume(self, step: int) -> None:
             rows = read_metrics(run_dir) if os.path.exists(os.path.join(run_dir, "metrics.jsonl")) else []
-            self.completions = sum(completions_in_step(r, prompts_per_step, num_generations)
-                                   for r in rows if 1 <= r["step"] <= step)
+            self.completions = sum(
+                completions_in_step(r, prompts_per_step, num_generations) for r in rows if 1 <= r["step"] <= step
+            )
 
         def on_step(self, step: int, metrics: dict[str, float]) -> None:
             if step >= 1:
@@ -371,8 +414,11 @@ def run_config(config_path: str, run_dir: str, sets: list[str], max_completions:
     enable_compilation_cache()
     hooks = MultiHooks(RunFilesHooks(run_dir), budget, ProgressBarHooks())
     result = train(config, run_dir, hooks=hooks, control=BudgetControl())
-    print(f"{config_path}: {result.status} at step {result.final_step}, {budget.completions} completions sampled, "
-          f"run dir {run_dir}", file=sys.stderr)
+    print(
+        f"{config_path}: {result.status} at step {result.final_step}, {budget.completions} completions sampled, "
+        f"run dir {run_dir}",
+        file=sys.stderr,
+    )
     return result.status
 
 
@@ -384,25 +430,52 @@ def run_dir_for(config_path: str, out_dir: str) -> str:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         description="Held-out accuracy against completions sampled: train configs (or read run dirs), then "
-                    "print a markdown table and draw a PNG, one line per run.",
+        "print a markdown table and draw a PNG, one line per run.",
         epilog=__doc__.split("\n\n", 1)[1] if __doc__ else None,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("configs", nargs="*", metavar="CONFIG",
-                   help="experiment configs to train, one after another, each in OUT_DIR/<config name> "
-                        "(a run dir with checkpoints resumes; a finished one is only read)")
-    p.add_argument("--from-runs", nargs="+", default=None, metavar="RUN_DIR",
-                   help="train nothing: read these run dirs (metrics.jsonl, config.yaml) and draw")
+    p.add_argument(
+        "configs",
+        nargs="*",
+        metavar="CONFIG",
+        help="experiment configs to train, one after another, each in OUT_DIR/<config name> "
+        "(a run dir with checkpoints resumes; a finished one is only read)",
+    )
+    p.add_argument(
+        "--from-runs",
+        nargs="+",
+        default=None,
+        metavar="RUN_DIR",
+        help="train nothing: read these run dirs (metrics.jsonl, config.yaml) and draw",
+    )
     p.add_argument("--out-dir", default="var/curves", help="where the run dirs and the PNG go (default var/curves)")
-    p.add_argument("--max-completions", type=int, default=None, metavar="N",
-                   help="budget of sampled completions per run: pause each run after the step that reaches N, "
-                        "and cut read curves there too")
-    p.add_argument("--set", action="append", default=[], metavar="dotted.path=value",
-                   help="override a config field in every trained config (repeatable)")
-    p.add_argument("--gain", type=float, default=0.10,
-                   help="accuracy gain the `to +X pts` column looks for, over the base (default 0.10)")
-    p.add_argument("--base-accuracy", type=float, default=None,
-                   help="the base of that gain for every run (default: each run's first evaluation)")
+    p.add_argument(
+        "--max-completions",
+        type=int,
+        default=None,
+        metavar="N",
+        help="budget of sampled completions per run: pause each run after the step that reaches N, "
+        "and cut read curves there too",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="dotted.path=value",
+        help="override a config field in every trained config (repeatable)",
+    )
+    p.add_argument(
+        "--gain",
+        type=float,
+        default=0.10,
+        help="accuracy gain the `to +X pts` column looks for, over the base (default 0.10)",
+    )
+    p.add_argument(
+        "--base-accuracy",
+        type=float,
+        default=None,
+        help="the base of that gain for every run (default: each run's first evaluation)",
+    )
     p.add_argument("--png", default=None, help="PNG path (default OUT_DIR/learning_curves.png)")
     p.add_argument("--title", default=None, help="plot title")
     p.add_argument("--json", action="store_true", help="also print the table's rows as one JSON line")

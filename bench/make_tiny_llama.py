@@ -22,8 +22,14 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_SOURCE = os.path.join(ROOT, "var", "models", "smollm2-135m-instruct")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json")
-TINY_SHAPE = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
-              "num_key_value_heads": 2, "head_dim": 16}
+TINY_SHAPE = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+}
 
 
 def tiny_config(source_config: dict) -> dict:
@@ -46,17 +52,19 @@ def llama_tensors(config: dict, seed: int = 0) -> dict:
     tensors = {"model.embed_tokens.weight": w(v, h), "model.norm.weight": np.ones(h, np.float32)}
     for i in range(config["num_hidden_layers"]):
         p = f"model.layers.{i}."
-        tensors.update({
-            p + "input_layernorm.weight": np.ones(h, np.float32),
-            p + "post_attention_layernorm.weight": np.ones(h, np.float32),
-            p + "self_attn.q_proj.weight": w(heads * d, h),
-            p + "self_attn.k_proj.weight": w(kv_heads * d, h),
-            p + "self_attn.v_proj.weight": w(kv_heads * d, h),
-            p + "self_attn.o_proj.weight": w(h, heads * d),
-            p + "mlp.gate_proj.weight": w(f, h),
-            p + "mlp.up_proj.weight": w(f, h),
-            p + "mlp.down_proj.weight": w(h, f),
-        })
+        tensors.update(
+            {
+                p + "input_layernorm.weight": np.ones(h, np.float32),
+                p + "post_attention_layernorm.weight": np.ones(h, np.float32),
+                p + "self_attn.q_proj.weight": w(heads * d, h),
+                p + "self_attn.k_proj.weight": w(kv_heads * d, h),
+                p + "self_attn.v_proj.weight": w(kv_heads * d, h),
+                p + "self_attn.o_proj.weight": w(h, heads * d),
+                p + "mlp.gate_proj.weight": w(f, h),
+                p + "mlp.up_proj.weight": w(f, h),
+                p + "mlp.down_proj.weight": w(h, f),
+            }
+        )
     if not config.get("tie_word_embeddings", False):
         tensors["lm_head.weight"] = w(v, h)
     return tensors
@@ -81,9 +89,12 @@ def write_tiny_llama(folder: str, source: str = DEFAULT_SOURCE, seed: int = 0) -
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("folder", help="where to write the tiny model folder")
-    parser.add_argument("--tokenizer-from", default=DEFAULT_SOURCE,
-                        help="model folder whose tokenizer files and config.json are copied (default: the fetched "
-                             "SmolLM2-135M-Instruct)")
+    parser.add_argument(
+        "--tokenizer-from",
+        default=DEFAULT_SOURCE,
+        help="model folder whose tokenizer files and config.json are copied (default: the fetched "
+        "SmolLM2-135M-Instruct)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     print(write_tiny_llama(args.folder, args.tokenizer_from, args.seed))

@@ -7,8 +7,8 @@ For each config (configs/NAME.yaml): the estimate `python -m trainers validate` 
 the peak resident memory of `python -m trainers run configs/NAME.yaml --set train.max_steps=STEPS`
 with no checkpoints and no evaluation, the memory of training steps (ru_maxrss of the process, from
 wait4), without the compilation cache: a first run compiles every program, which costs more memory
-than a later run that reads them back (the demo: 0.68 against 0.50 GiB); then estimate / measured. The SmolLM2 configs need the model first: `.venv/bin/python -m
-trainers fetch-model smollm2-135m-instruct`.
+than a later run that reads them back (the demo: 0.68 against 0.50 GiB); then estimate / measured. The SmolLM2 configs
+need the model first: `.venv/bin/python -m trainers fetch-model smollm2-135m-instruct`.
 
 Anchor: the measured peak itself. Target: 1.0 <= estimate / peak < 1.3 on every config (issue 30,
 B12: at 2.2x the peak, the estimate refused the SmolLM2 demo on a 12-15 GiB machine; under 1.0 it
@@ -39,7 +39,7 @@ from tunix_harness import clean_env, wait_with_peak_rss  # noqa: E402
 CONFIGS = ("demo", "w1", "smollm2-arith", "r1")
 PEAKS_FILE = os.path.join(ROOT, "docs", "perf", "memory-peaks.json")
 BAND = (1.0, 1.3)
-GIB = 1024 ** 3
+GIB = 1024**3
 
 
 def estimate_of(config_path: str, overrides: tuple[str, ...] = ()):
@@ -47,13 +47,12 @@ def estimate_of(config_path: str, overrides: tuple[str, ...] = ()):
     from trainers.config import load_config
     from trainers.data.examples import load_examples
     from trainers.loop.memory_estimate import step_memory
-    from trainers.step.plan import make_plan
     from trainers.rollout.prompt_fit import config_prompt_fit
+    from trainers.step.plan import make_plan
 
     config = load_config(config_path, list(overrides))
     d = config.data
-    train, evaluation = load_examples(d.task, d.train_path, d.eval_path, d.train_prompts, d.eval_prompts,
-                                      config.seed)
+    train, evaluation = load_examples(d.task, d.train_path, d.eval_path, d.train_prompts, d.eval_prompts, config.seed)
     fit = config_prompt_fit(config, train, evaluation)
     if fit.problem is not None:
         raise ValueError(f"{config_path}: {fit.problem}")
@@ -63,9 +62,23 @@ def estimate_of(config_path: str, overrides: tuple[str, ...] = ()):
 def measure_peak(config_path: str, steps: int) -> int:
     """Peak RSS in bytes of `steps` training steps of the config (no checkpoint, no evaluation)."""
     with tempfile.TemporaryDirectory() as out:
-        cmd = [sys.executable, "-m", "trainers", "run", config_path, "--out", os.path.join(out, "run"),
-               "--set", f"train.max_steps={steps}", "--set", "checkpoint.every_steps=0",
-               "--set", "eval.every_steps=0", "--set", "eval.before_training=false"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "trainers",
+            "run",
+            config_path,
+            "--out",
+            os.path.join(out, "run"),
+            "--set",
+            f"train.max_steps={steps}",
+            "--set",
+            "checkpoint.every_steps=0",
+            "--set",
+            "eval.every_steps=0",
+            "--set",
+            "eval.before_training=false",
+        ]
         env = {**clean_env(), "TRAINERS_COMPILATION_CACHE": "0"}  # a first run: it compiles every program
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         stderr = proc.stderr.read()
@@ -77,8 +90,9 @@ def measure_peak(config_path: str, steps: int) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--configs", default=",".join(CONFIGS),
-                        help="comma-separated names of configs/NAME.yaml (default: %(default)s)")
+    parser.add_argument(
+        "--configs", default=",".join(CONFIGS), help="comma-separated names of configs/NAME.yaml (default: %(default)s)"
+    )
     parser.add_argument("--steps", type=int, default=3, help="training steps per run (default %(default)s)")
     parser.add_argument("--write", action="store_true", help=f"record the measured peaks in {PEAKS_FILE}")
     args = parser.parse_args(argv)
@@ -96,14 +110,19 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{'config':<16}{'estimate GiB':>14}{'peak GiB':>10}{'ratio':>8}   target {BAND[0]} <= ratio < {BAND[1]}")
     for name, row in rows.items():
         met = "met" if BAND[0] <= row["ratio"] < BAND[1] else "MISSED"
-        print(f"{name:<16}{row['estimate_bytes'] / GIB:>14.2f}{row['peak_rss_bytes'] / GIB:>10.2f}"
-              f"{row['ratio']:>8.3f}   {met}")
+        print(
+            f"{name:<16}{row['estimate_bytes'] / GIB:>14.2f}{row['peak_rss_bytes'] / GIB:>10.2f}"
+            f"{row['ratio']:>8.3f}   {met}"
+        )
     if args.write:
-        record = {"measured": datetime.date.today().isoformat(), "machine": f"{platform.machine()}, "
-                  f"{os.cpu_count()} CPUs", "steps": args.steps,
-                  "how": "bench/memory_estimate.py: peak RSS of `python -m trainers run` with no checkpoint and "
-                         "no evaluation",
-                  "peak_rss_bytes": {name: row["peak_rss_bytes"] for name, row in rows.items()}}
+        record = {
+            "measured": datetime.date.today().isoformat(),
+            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
+            "steps": args.steps,
+            "how": "bench/memory_estimate.py: peak RSS of `python -m trainers run` with no checkpoint and "
+            "no evaluation",
+            "peak_rss_bytes": {name: row["peak_rss_bytes"] for name, row in rows.items()},
+        }
         if os.path.exists(PEAKS_FILE):
             with open(PEAKS_FILE, encoding="utf-8") as f:
                 old = json.load(f)

@@ -36,8 +36,12 @@ def main() -> None:
     parser.add_argument("--prompt-tokens", type=int, default=64)
     parser.add_argument("--max-new", type=int, default=256, help="completion slots per row")
     parser.add_argument("--reply-tokens", type=int, default=16, help="forced tokens per tool reply")
-    parser.add_argument("--stop-tokens", type=int, default=1,
-                        help="the run's K most frequent tokens each end a turn (more: more pauses)")
+    parser.add_argument(
+        "--stop-tokens",
+        type=int,
+        default=1,
+        help="the run's K most frequent tokens each end a turn (more: more pauses)",
+    )
     parser.add_argument("--repeats", type=int, default=3, help="timed runs of each kind (the best is kept)")
     args = parser.parse_args()
 
@@ -46,8 +50,8 @@ def main() -> None:
     import jax
     import numpy as np
 
-    from trainers.models import transformer as model_lib
     from trainers.engine.batching import EngineSettings, generate_paged
+    from trainers.models import transformer as model_lib
     from trainers.models.generate import SamplingParams, TurnStops, generate
     from trainers.models.presets import PRESETS
 
@@ -64,8 +68,9 @@ def main() -> None:
     settings = EngineSettings(num_slots=args.batch)
 
     def generate_turns(turns, on_turn_end):
-        return generate_paged(graphdef, params, prompts, valid, key, sampling, settings, turns=turns,
-                              on_turn_end=on_turn_end)[0]
+        return generate_paged(
+            graphdef, params, prompts, valid, key, sampling, settings, turns=turns, on_turn_end=on_turn_end
+        )[0]
 
     def best_of(run) -> tuple[float, object]:
         run()  # compile
@@ -80,7 +85,7 @@ def main() -> None:
     slots = int(plain.mask.sum())
     # The K most frequent sampled tokens: each time a row samples one, its turn ends.
     values, counts = np.unique(plain.tokens[plain.mask], return_counts=True)
-    frequent = tuple((int(v),) for v in values[np.argsort(-counts)[:args.stop_tokens]])
+    frequent = tuple((int(v),) for v in values[np.argsort(-counts)[: args.stop_tokens]])
     never = TurnStops(((config.vocab_size - 1, config.vocab_size - 1),))  # a pair no row samples
     turns_s, turns = best_of(lambda: generate_turns(never, lambda *a: None))
     reply = np.arange(3, 3 + args.reply_tokens, dtype=np.int32)
@@ -95,17 +100,26 @@ def main() -> None:
         return generate_turns(TurnStops(frequent), on_turn_end)
 
     tools_s, tools = best_of(tools_run)
-    rows = [("plain", plain_s, slots), ("turns", turns_s, int(turns.mask.sum())),
-            ("tools", tools_s, int(tools.mask.sum()))]
-    print(f"device {device.device_kind}, preset {args.preset} ({dtype}), batch {args.batch}, prompt "
-          f"{args.prompt_tokens}, max_new {args.max_new}, reply {args.reply_tokens} tokens")
+    rows = [
+        ("plain", plain_s, slots),
+        ("turns", turns_s, int(turns.mask.sum())),
+        ("tools", tools_s, int(tools.mask.sum())),
+    ]
+    print(
+        f"device {device.device_kind}, preset {args.preset} ({dtype}), batch {args.batch}, prompt "
+        f"{args.prompt_tokens}, max_new {args.max_new}, reply {args.reply_tokens} tokens"
+    )
     for name, seconds, filled in rows:
         print(f"{name:6s} {seconds:8.3f} s  {filled:7d} slots  {filled / seconds:10.0f} tokens/s")
     forced = int((tools.mask & ~tools.sampled).sum())
-    print(f"tools: {len(pauses)} pauses, {forced} forced tokens ({forced / max(int(tools.mask.sum()), 1):.0%} of slots)")
+    print(
+        f"tools: {len(pauses)} pauses, {forced} forced tokens ({forced / max(int(tools.mask.sum()), 1):.0%} of slots)"
+    )
     plain_rate = slots / plain_s
-    print(f"tools_tokens_per_s={rows[2][2] / tools_s:.0f} ratio_vs_plain={rows[2][2] / tools_s / plain_rate:.3f} "
-          f"turns_ratio_vs_plain={rows[1][2] / turns_s / plain_rate:.3f} pauses={len(pauses)}")
+    print(
+        f"tools_tokens_per_s={rows[2][2] / tools_s:.0f} ratio_vs_plain={rows[2][2] / tools_s / plain_rate:.3f} "
+        f"turns_ratio_vs_plain={rows[1][2] / turns_s / plain_rate:.3f} pauses={len(pauses)}"
+    )
 
 
 if __name__ == "__main__":

@@ -11,8 +11,8 @@
       on-the-fly alternative it does not use (SQL GROUP BY step / width, MIN/MAX).
   (c) comparing runs: 20 runs x 20 series x 10^5 points (4 x 10^7 points) in the scratch database;
       GET /api/runs/compare?runs=...&max_points=1000 (the compare page's request) through Django's
-      test Client with a session, as the page sends it. Reported: the process's first request (cold: every run's points read, downsampled
-      and encoded), the median of repeated requests (warm: the per-run cache of encoded answers,
+      test Client with a session, as the page sends it. Reported: the process's first request (cold: every run's points
+      read, downsampled and encoded), the median of repeated requests (warm: the per-run cache of encoded answers,
       experiments/run_compare.py, checked by one query of index probes), and the median with one
       more step written to one run before each request (live: that run alone encoded again).
       Cold: a process's first request with the ended runs' snapshots stored (SeriesSnapshot rows, as a
@@ -29,7 +29,8 @@
 PostgreSQL: --database-url, else BENCH_DATABASE_URL, else DATABASE_URL, else
 postgres://postgres@127.0.0.1:5432/grpo_bench; the database is created and migrated by the script
 (a scratch database: it keeps the bench run between invocations so later runs skip the ~20 s
-load; --reload forces it). SQLite: a scratch file under var/bench-platform/. Each part runs in its own child process (fresh Django settings per back end).
+load; --reload forces it). SQLite: a scratch file under var/bench-platform/. Each part runs in its own child process
+(fresh Django settings per back end).
 
 Last line: `chart_ms=X ratio_vs_anchor=Y overhead_pct=Z ratio_vs_anchor=W compare_ms=U
 ratio_vs_anchor=V compare_cold_ms=C ratio_vs_anchor=R` with Y = X / 150, W = Z / 2, V = U / 300 and
@@ -54,10 +55,10 @@ import bench_django  # bench/ is first on sys.path for a script run from it
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHART_ANCHOR_MS = 150.0
 COMPARE_ANCHOR_MS = 300.0
-COMPARE_COLD_ANCHOR_MS = 3000.0   # a process's first compare request (issue 20: <= 3 s cold, <= 1 s warm)
-COMPARE_MAX_POINTS = 1000   # what the compare page asks for (run_compare.DEFAULT_MAX_POINTS)
+COMPARE_COLD_ANCHOR_MS = 3000.0  # a process's first compare request (issue 20: <= 3 s cold, <= 1 s warm)
+COMPARE_MAX_POINTS = 1000  # what the compare page asks for (run_compare.DEFAULT_MAX_POINTS)
 OVERHEAD_ANCHOR_PCT = 2.0
-MICRO_FIRST_STEP = 1_000_000   # the back-to-back reporting calls use steps from here (deleted after)
+MICRO_FIRST_STEP = 1_000_000  # the back-to-back reporting calls use steps from here (deleted after)
 W1_REFERENCE_STEP_S = 0.76  # bench/grpo_step.py on this machine kind, unloaded (README)
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/grpo_bench"
 SQLITE_DIR = os.path.join(ROOT, "var", "bench-platform")
@@ -86,8 +87,13 @@ def bench_objects(experiment_name: str):
         experiment.set_config(load_config(os.path.join(ROOT, "configs", "w1.yaml")).to_dict(), user=user)
     run = Run.objects.filter(experiment=experiment).order_by("-pk").first()
     if run is None:
-        run = Run.objects.create(experiment=experiment, config=experiment.config, status="running", attempt=1,
-                                 max_steps=int(experiment.config["train"]["max_steps"]))
+        run = Run.objects.create(
+            experiment=experiment,
+            config=experiment.config,
+            status="running",
+            attempt=1,
+            max_steps=int(experiment.config["train"]["max_steps"]),
+        )
     return user, token, run
 
 
@@ -118,8 +124,10 @@ def load_points(run, metrics: int, steps: int) -> float:
         MetricPoint.objects.filter(run=run).delete()
         table = MetricPoint._meta.db_table
         if connection.vendor == "postgresql":
-            with connection.cursor() as cursor, cursor.cursor.copy(
-                    f"COPY {table} (run_id, name, step, value, wall_time) FROM STDIN") as copy:
+            with (
+                connection.cursor() as cursor,
+                cursor.cursor.copy(f"COPY {table} (run_id, name, step, value, wall_time) FROM STDIN") as copy,
+            ):
                 for name, v in zip(names, values):
                     copy.write("".join(f"{run.pk}\t{name}\t{s}\t{x!r}\t0\n" for s, x in zip(t.tolist(), v.tolist())))
         else:
@@ -127,7 +135,8 @@ def load_points(run, metrics: int, steps: int) -> float:
                 for name, v in zip(names, values):
                     cursor.executemany(
                         f"INSERT INTO {table} (run_id, name, step, value, wall_time) VALUES (%s, %s, %s, %s, 0)",
-                        [(run.pk, name, s, x) for s, x in zip(t.tolist(), v.tolist())])
+                        [(run.pk, name, s, x) for s, x in zip(t.tolist(), v.tolist())],
+                    )
     with connection.cursor() as cursor:
         cursor.execute(f"VACUUM ANALYZE {table}" if connection.vendor == "postgresql" else "ANALYZE")
     return time.perf_counter() - t0
@@ -183,14 +192,18 @@ def child_chart(args) -> dict:
     live = []
     names = sorted(body["series"])
     for i in range(args.requests):
-        MetricPoint.objects.bulk_create([MetricPoint(run=run, name=n, step=last + 1 + i, value=float(i)) for n in names])
+        MetricPoint.objects.bulk_create(
+            [MetricPoint(run=run, name=n, step=last + 1 + i, value=float(i)) for n in names]
+        )
         live.append(get()[0])
     MetricPoint.objects.filter(run=run, step__gt=last).delete()
 
     # The alternative measured and not used: bucketing in SQL on every request.
     width = metric_series.bucket_width_steps(0, last, metric_series.DEFAULT_MAX_POINTS)
-    groupby_sql = (f"SELECT name, step / %s, MIN(value), MAX(value) FROM {MetricPoint._meta.db_table} "
-                   f"WHERE run_id = %s GROUP BY 1, 2")
+    groupby_sql = (
+        f"SELECT name, step / %s, MIN(value), MAX(value) FROM {MetricPoint._meta.db_table} "
+        f"WHERE run_id = %s GROUP BY 1, 2"
+    )
     groupby = []
     with connection.cursor() as cursor:
         for _ in range(2):
@@ -215,11 +228,17 @@ def child_chart(args) -> dict:
     if args.explain:
         table = MetricPoint._meta.db_table
         print(f"[{args.backend}] incremental read (rows added since the last request):", file=sys.stderr)
-        print(explain(f"SELECT id, name, step, value FROM {table} WHERE run_id = %s AND id > %s ORDER BY id",
-                      (run.pk, 2**40)), file=sys.stderr)
+        print(
+            explain(
+                f"SELECT id, name, step, value FROM {table} WHERE run_id = %s AND id > %s ORDER BY id", (run.pk, 2**40)
+            ),
+            file=sys.stderr,
+        )
         print(f"[{args.backend}] newest step of one series:", file=sys.stderr)
-        print(explain(f"SELECT MAX(step) FROM {table} WHERE run_id = %s AND name = %s", (run.pk, names[0])),
-              file=sys.stderr)
+        print(
+            explain(f"SELECT MAX(step) FROM {table} WHERE run_id = %s AND name = %s", (run.pk, names[0])),
+            file=sys.stderr,
+        )
         print(f"[{args.backend}] the alternative, SQL GROUP BY per request:", file=sys.stderr)
         print(explain(groupby_sql, (width, run.pk)), file=sys.stderr)
     return result
@@ -239,8 +258,9 @@ def compare_objects(runs: int, steps: int):
         experiment = Experiment(owner=user, name="bench-compare")
         experiment.set_config(load_config(os.path.join(ROOT, "configs", "w1.yaml")).to_dict(), user=user)
     while Run.objects.filter(experiment=experiment).count() < runs:
-        Run.objects.create(experiment=experiment, config=experiment.config, status="succeeded", attempt=1,
-                           max_steps=steps)
+        Run.objects.create(
+            experiment=experiment, config=experiment.config, status="succeeded", attempt=1, max_steps=steps
+        )
     return user, list(Run.objects.filter(experiment=experiment).order_by("pk")[:runs])
 
 
@@ -278,16 +298,19 @@ def write_compare_points(runs, metrics: int, steps: int, reload: bool) -> float:
     t0 = time.perf_counter()
     wrote = False
     for run in runs:
-        complete = (MetricPoint.objects.filter(run=run, name=last_name, step=steps - 1).exists()
-                    and not MetricPoint.objects.filter(run=run, step__gte=steps).exists()
-                    and not MetricPoint.objects.filter(run=run, name=f"bench/metric_{metrics:02d}").exists())
+        complete = (
+            MetricPoint.objects.filter(run=run, name=last_name, step=steps - 1).exists()
+            and not MetricPoint.objects.filter(run=run, step__gte=steps).exists()
+            and not MetricPoint.objects.filter(run=run, name=f"bench/metric_{metrics:02d}").exists()
+        )
         if complete and not reload:
             continue
         print(f"    writing {metrics * steps:,} points for run {run.pk}", file=sys.stderr, flush=True)
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(f"DELETE FROM {table} WHERE run_id = %s", (run.pk,))
-            cursor.execute(COMPARE_SQL[connection.vendor].format(table=table),
-                           {"run": run.pk, "metrics": metrics, "steps": steps})
+            cursor.execute(
+                COMPARE_SQL[connection.vendor].format(table=table), {"run": run.pk, "metrics": metrics, "steps": steps}
+            )
         wrote = True
     if wrote:
         with connection.cursor() as cursor:
@@ -339,8 +362,9 @@ def child_compare(args) -> dict:
     names = sorted(body["runs"][-1]["series"])
     live = []
     for i in range(args.requests):
-        MetricPoint.objects.bulk_create([MetricPoint(run=live_run, name=n, step=last + 1 + i, value=float(i))
-                                         for n in names])
+        MetricPoint.objects.bulk_create(
+            [MetricPoint(run=live_run, name=n, step=last + 1 + i, value=float(i)) for n in names]
+        )
         live.append(get()[0])
     MetricPoint.objects.filter(run=live_run, step__gt=last).delete()
     return {
@@ -367,13 +391,14 @@ def child_hooks(args) -> dict:
     from experiments.models import MetricPoint, RolloutSample
     from runner.db_hooks import DatabaseHooks
     from trainers.config import load_config
-    from trainers.step.hooks import Hooks
     from trainers.loop.trainer import GRPOTrainer
+    from trainers.step.hooks import Hooks
 
     _, _, run = bench_objects("bench-hooks")
     run.__class__.objects.filter(pk=run.pk).update(status="running", attempt=1, step=0)
-    config = load_config(os.path.join(ROOT, "configs", "w1.yaml"),
-                         [f"train.max_steps={args.steps}", "checkpoint.every_steps=0"])
+    config = load_config(
+        os.path.join(ROOT, "configs", "w1.yaml"), [f"train.max_steps={args.steps}", "checkpoint.every_steps=0"]
+    )
     db_hooks = DatabaseHooks(run.pk, 1, flush_interval_s=0.5)
     per_step: dict[int, float] = {}
     step_s: dict[int, float] = {}
@@ -421,7 +446,7 @@ def child_hooks(args) -> dict:
     MetricPoint.objects.filter(run=run, step__gte=MICRO_FIRST_STEP).delete()
     RolloutSample.objects.filter(run=run, step__gte=MICRO_FIRST_STEP).delete()
 
-    steady = sorted(step_s)[args.warmup:]
+    steady = sorted(step_s)[args.warmup :]
     hook_s = [per_step[s] for s in steady]
     median_step_s = statistics.median(step_s[s] for s in steady)
     mean_hook_s = statistics.fmean(hook_s)
@@ -445,11 +470,32 @@ def child_hooks(args) -> dict:
 
 
 def run_child(part: str, backend: str, args) -> dict | None:
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", part, "--backend", backend,
-           "--database-url", args.database_url, "--requests", str(args.requests), "--steps", str(args.steps),
-           "--warmup", str(args.warmup), "--micro-steps", str(args.micro_steps), "--metrics", str(args.metrics),
-           "--steps-per-metric", str(args.steps_per_metric), "--compare-runs", str(args.compare_runs),
-           "--compare-steps", str(args.compare_steps)]
+    cmd = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--child",
+        part,
+        "--backend",
+        backend,
+        "--database-url",
+        args.database_url,
+        "--requests",
+        str(args.requests),
+        "--steps",
+        str(args.steps),
+        "--warmup",
+        str(args.warmup),
+        "--micro-steps",
+        str(args.micro_steps),
+        "--metrics",
+        str(args.metrics),
+        "--steps-per-metric",
+        str(args.steps_per_metric),
+        "--compare-runs",
+        str(args.compare_runs),
+        "--compare-steps",
+        str(args.compare_steps),
+    ]
     cmd += ["--reload"] if args.reload else []
     cmd += ["--explain"] if args.explain else []
     print(f"... {part} on {backend}", file=sys.stderr, flush=True)
@@ -463,22 +509,31 @@ def run_child(part: str, backend: str, args) -> dict | None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--parts", default="chart,hooks,compare",
-                        help="comma list of chart, hooks, compare (default all three)")
+    parser.add_argument(
+        "--parts", default="chart,hooks,compare", help="comma list of chart, hooks, compare (default all three)"
+    )
     parser.add_argument("--backends", default="postgresql,sqlite", help="comma list of postgresql, sqlite")
     env_url = os.environ.get("BENCH_DATABASE_URL") or os.environ.get("DATABASE_URL")
-    parser.add_argument("--database-url", default=env_url or DEFAULT_DATABASE_URL,
-                        help=f"scratch PostgreSQL database (created if missing; default {DEFAULT_DATABASE_URL})")
+    parser.add_argument(
+        "--database-url",
+        default=env_url or DEFAULT_DATABASE_URL,
+        help=f"scratch PostgreSQL database (created if missing; default {DEFAULT_DATABASE_URL})",
+    )
     parser.add_argument("--metrics", type=int, default=20, help="metrics in the chart run (default 20)")
     parser.add_argument("--steps-per-metric", type=int, default=50_000, help="steps per metric (default 50,000)")
     parser.add_argument("--compare-runs", type=int, default=20, help="runs compared (default 20)")
-    parser.add_argument("--compare-steps", type=int, default=100_000,
-                        help="steps per metric of each compared run (default 100,000; --metrics metrics each)")
+    parser.add_argument(
+        "--compare-steps",
+        type=int,
+        default=100_000,
+        help="steps per metric of each compared run (default 100,000; --metrics metrics each)",
+    )
     parser.add_argument("--requests", type=int, default=11, help="timed chart requests per kind (default 11)")
     parser.add_argument("--steps", type=int, default=12, help="W1 steps for the hooks part (default 12)")
     parser.add_argument("--warmup", type=int, default=2, help="W1 steps left out of the timing (default 2)")
-    parser.add_argument("--micro-steps", type=int, default=50,
-                        help="back-to-back reporting calls timed after the run (default 50)")
+    parser.add_argument(
+        "--micro-steps", type=int, default=50, help="back-to-back reporting calls timed after the run (default 50)"
+    )
     parser.add_argument("--reload", action="store_true", help="rewrite the chart run's points even if present")
     parser.add_argument("--explain", action="store_true", help="print the query plans (EXPLAIN ANALYZE)")
     parser.add_argument("--json", action="store_true", help="print all figures as one JSON line before the last")
@@ -502,43 +557,66 @@ def main(argv: list[str] | None = None) -> int:
                 figures[f"{part}_{backend}"] = result
 
     print()
-    print(f"machine: {os.cpu_count()} CPUs, load average {load_before:.2f} before and {os.getloadavg()[0]:.2f} after "
-          f"(wall-clock figures; other processes on a small machine inflate them)")
+    print(
+        f"machine: {os.cpu_count()} CPUs, load average {load_before:.2f} before and {os.getloadavg()[0]:.2f} after "
+        f"(wall-clock figures; other processes on a small machine inflate them)"
+    )
     for backend in backends:
         c = figures.get(f"chart_{backend}")
         if c:
-            print(f"chart, {backend}: {c['points_stored']:,} points in {c['series']} series -> {c['points_served']:,} "
-                  f"served ({c['response_bytes'] / 1e6:.2f} MB JSON)")
-            print(f"  live {c['live_ms']:.1f} ms (median, one new step before each request)   warm {c['warm_ms']:.1f} ms"
-                  f"   ratio vs {CHART_ANCHOR_MS:.0f} ms: {c['live_ms'] / CHART_ANCHOR_MS:.2f}")
-            print(f"  cold (the run not cached in this process yet: all its points are read) {c['cold_ms']:.0f} ms; "
-                  f"the process's very first request {c['first_ms']:.0f} ms")
-            print(f"  (the alternative, SQL GROUP BY step/width on each request: {c['sql_groupby_ms']:.0f} ms"
-                  + (f"; points loaded in {c['load_s']:.1f} s" if c["load_s"] else "") + ")")
+            print(
+                f"chart, {backend}: {c['points_stored']:,} points in {c['series']} series -> {c['points_served']:,} "
+                f"served ({c['response_bytes'] / 1e6:.2f} MB JSON)"
+            )
+            print(
+                f"  live {c['live_ms']:.1f} ms (median, one new step before each request)   warm {c['warm_ms']:.1f} ms"
+                f"   ratio vs {CHART_ANCHOR_MS:.0f} ms: {c['live_ms'] / CHART_ANCHOR_MS:.2f}"
+            )
+            print(
+                f"  cold (the run not cached in this process yet: all its points are read) {c['cold_ms']:.0f} ms; "
+                f"the process's very first request {c['first_ms']:.0f} ms"
+            )
+            print(
+                f"  (the alternative, SQL GROUP BY step/width on each request: {c['sql_groupby_ms']:.0f} ms"
+                + (f"; points loaded in {c['load_s']:.1f} s" if c["load_s"] else "")
+                + ")"
+            )
     for backend in backends:
         h = figures.get(f"hooks_{backend}")
         if h:
-            print(f"metric reporting, {backend}: W1 step {h['step_s']:.3f} s ({h['device']}), DatabaseHooks "
-                  f"{h['hooks_ms_per_step_mean']:.2f} ms/step (max {h['hooks_ms_per_step_max']:.2f}; "
-                  f"{h['metrics_per_step']} metrics + {h['samples_per_step']} samples, {h['flushes']} flushes) -> "
-                  f"{h['overhead_pct']:.2f} % (anchor <= {OVERHEAD_ANCHOR_PCT:.0f} %, ratio "
-                  f"{h['overhead_pct'] / OVERHEAD_ANCHOR_PCT:.2f})")
-            print(f"  back to back, {h['micro_steps']} steps each flushed: {h['micro_ms_per_step_median']:.2f} ms/step "
-                  f"(median) = {100 * h['micro_ms_per_step_median'] / 1e3 / W1_REFERENCE_STEP_S:.2f} % of the README's "
-                  f"unloaded W1 step of {W1_REFERENCE_STEP_S} s")
+            print(
+                f"metric reporting, {backend}: W1 step {h['step_s']:.3f} s ({h['device']}), DatabaseHooks "
+                f"{h['hooks_ms_per_step_mean']:.2f} ms/step (max {h['hooks_ms_per_step_max']:.2f}; "
+                f"{h['metrics_per_step']} metrics + {h['samples_per_step']} samples, {h['flushes']} flushes) -> "
+                f"{h['overhead_pct']:.2f} % (anchor <= {OVERHEAD_ANCHOR_PCT:.0f} %, ratio "
+                f"{h['overhead_pct'] / OVERHEAD_ANCHOR_PCT:.2f})"
+            )
+            print(
+                f"  back to back, {h['micro_steps']} steps each flushed: {h['micro_ms_per_step_median']:.2f} ms/step "
+                f"(median) = {100 * h['micro_ms_per_step_median'] / 1e3 / W1_REFERENCE_STEP_S:.2f} % of the README's "
+                f"unloaded W1 step of {W1_REFERENCE_STEP_S} s"
+            )
     for backend in backends:
         c = figures.get(f"compare_{backend}")
         if c:
-            print(f"compare, {backend}: {c['runs']} runs, {c['points_stored']:,} points in {c['series']} series -> "
-                  f"{c['points_served']:,} served ({c['response_bytes'] / 1e6:.2f} MB JSON, max_points "
-                  f"{COMPARE_MAX_POINTS})")
-            print(f"  warm {c['warm_ms']:.1f} ms (median; every run's encoded answer cached, one query checks them)"
-                  f"   ratio vs {COMPARE_ANCHOR_MS:.0f} ms: {c['warm_ms'] / COMPARE_ANCHOR_MS:.2f}")
-            print(f"  cold {c['cold_ms']:.0f} ms (a process's first request, the ended runs' snapshots stored)"
-                  f"   ratio vs {COMPARE_COLD_ANCHOR_MS:.0f} ms: {c['cold_ms'] / COMPARE_COLD_ANCHOR_MS:.2f}")
-            print(f"  live {c['live_ms']:.1f} ms (median, one run gets a step before each request)   first "
-                  f"{c['first_ms']:.0f} ms (no snapshot anywhere: every point read)"
-                  + (f"; points written in {c['write_s']:.0f} s" if c["write_s"] else ""))
+            print(
+                f"compare, {backend}: {c['runs']} runs, {c['points_stored']:,} points in {c['series']} series -> "
+                f"{c['points_served']:,} served ({c['response_bytes'] / 1e6:.2f} MB JSON, max_points "
+                f"{COMPARE_MAX_POINTS})"
+            )
+            print(
+                f"  warm {c['warm_ms']:.1f} ms (median; every run's encoded answer cached, one query checks them)"
+                f"   ratio vs {COMPARE_ANCHOR_MS:.0f} ms: {c['warm_ms'] / COMPARE_ANCHOR_MS:.2f}"
+            )
+            print(
+                f"  cold {c['cold_ms']:.0f} ms (a process's first request, the ended runs' snapshots stored)"
+                f"   ratio vs {COMPARE_COLD_ANCHOR_MS:.0f} ms: {c['cold_ms'] / COMPARE_COLD_ANCHOR_MS:.2f}"
+            )
+            print(
+                f"  live {c['live_ms']:.1f} ms (median, one run gets a step before each request)   first "
+                f"{c['first_ms']:.0f} ms (no snapshot anywhere: every point read)"
+                + (f"; points written in {c['write_s']:.0f} s" if c["write_s"] else "")
+            )
     if args.json:
         print(json.dumps(figures))
     main_backend = "postgresql" if "postgresql" in backends else backends[0]
@@ -549,13 +627,17 @@ def main(argv: list[str] | None = None) -> int:
     if chart:
         fields += [f"chart_ms={chart['live_ms']:.1f}", f"ratio_vs_anchor={chart['live_ms'] / CHART_ANCHOR_MS:.2f}"]
     if hooks:
-        fields += [f"overhead_pct={hooks['overhead_pct']:.2f}",
-                   f"ratio_vs_anchor={hooks['overhead_pct'] / OVERHEAD_ANCHOR_PCT:.2f}"]
+        fields += [
+            f"overhead_pct={hooks['overhead_pct']:.2f}",
+            f"ratio_vs_anchor={hooks['overhead_pct'] / OVERHEAD_ANCHOR_PCT:.2f}",
+        ]
     if compare:
-        fields += [f"compare_ms={compare['warm_ms']:.1f}",
-                   f"ratio_vs_anchor={compare['warm_ms'] / COMPARE_ANCHOR_MS:.2f}",
-                   f"compare_cold_ms={compare['cold_ms']:.0f}",
-                   f"ratio_vs_anchor={compare['cold_ms'] / COMPARE_COLD_ANCHOR_MS:.2f}"]
+        fields += [
+            f"compare_ms={compare['warm_ms']:.1f}",
+            f"ratio_vs_anchor={compare['warm_ms'] / COMPARE_ANCHOR_MS:.2f}",
+            f"compare_cold_ms={compare['cold_ms']:.0f}",
+            f"ratio_vs_anchor={compare['cold_ms'] / COMPARE_COLD_ANCHOR_MS:.2f}",
+        ]
     print(" ".join(fields) if fields else "no figures (every part failed)")
     return 0 if len(figures) == len(parts) * len(backends) else 1
 

@@ -87,7 +87,7 @@ class CompileCounter:
         elif event == TRACE_EVENT:
             self.traces.append(str(kwargs.get("fun_name", "?")))
 
-    def __enter__(self) -> "CompileCounter":
+    def __enter__(self) -> CompileCounter:
         import jax.monitoring
 
         jax.monitoring.register_event_duration_secs_listener(self)
@@ -115,8 +115,14 @@ def memory_figures(stats: Any) -> dict[str, float]:
     gib = 2.0**30
     temp, arg = stats.temp_size_in_bytes, stats.argument_size_in_bytes
     out, alias = stats.output_size_in_bytes, stats.alias_size_in_bytes
-    return {"temp_gib": temp / gib, "argument_gib": arg / gib, "output_gib": out / gib, "alias_gib": alias / gib,
-            "total_gib": (temp + arg + out - alias) / gib, "temp_argument_output_gib": (temp + arg + out) / gib}
+    return {
+        "temp_gib": temp / gib,
+        "argument_gib": arg / gib,
+        "output_gib": out / gib,
+        "alias_gib": alias / gib,
+        "total_gib": (temp + arg + out - alias) / gib,
+        "temp_argument_output_gib": (temp + arg + out) / gib,
+    }
 
 
 def shape_of(tree: Any) -> Any:
@@ -138,8 +144,14 @@ def update_memory(trainer: Any, batch_shapes: Any, mode: str, prompt_group: int 
     dtype, remat = parse_mode(mode)
     graphdef, params = abstract_params(dataclasses.replace(trainer.model_config, dtype=dtype, remat=remat))
     opt_state = jax.eval_shape(trainer.optimizer.init, params)
-    update = make_update_fn(graphdef, trainer.optimizer, trainer.loss_cfg, trainer.logprob_temperature,
-                            trainer.plan.needs_old_logprobs, importance=trainer.source.importance)
+    update = make_update_fn(
+        graphdef,
+        trainer.optimizer,
+        trainer.loss_cfg,
+        trainer.logprob_temperature,
+        trainer.plan.needs_old_logprobs,
+        importance=trainer.source.importance,
+    )
     t0 = time.perf_counter()
     compiled = update.lower(params, opt_state, batch_shapes, prompt_group=prompt_group).compile()
     figures = memory_figures(compiled.memory_analysis())
@@ -164,8 +176,9 @@ class GenerateTimer:
         if self.prompt_group is not None:
             sampling = dataclasses.replace(sampling, prompt_group=self.prompt_group)
         t0 = time.perf_counter()
-        result, stats = self.generate(graphdef, weights, prompt_tokens, prompt_valid, rng_key, sampling, *args,
-                                      **kwargs)
+        result, stats = self.generate(
+            graphdef, weights, prompt_tokens, prompt_valid, rng_key, sampling, *args, **kwargs
+        )
         self.seconds += time.perf_counter() - t0  # the engine returns numpy arrays: the work is done
         self.tokens += int(result.mask.sum())
         self.decode_steps.append(result.decode_steps)
@@ -173,8 +186,9 @@ class GenerateTimer:
         return result, stats
 
 
-def time_generation(trainer: Any, timer: GenerateTimer, examples: list, prompt_group: int | None,
-                    counter: CompileCounter) -> dict[str, Any]:
+def time_generation(
+    trainer: Any, timer: GenerateTimer, examples: list, prompt_group: int | None, counter: CompileCounter
+) -> dict[str, Any]:
     """One warm-up and one timed `collect_rollout` of `examples` with the trainer's weights and
     RolloutSpec; the figures of the timed one's generate calls."""
     import jax
@@ -206,16 +220,31 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default=DEFAULT_CONFIG, help="experiment config (default: %(default)s)")
     parser.add_argument("--steps", type=int, default=8, help="training steps to run (default %(default)s)")
-    parser.add_argument("--warmup", type=int, default=2,
-                        help="leading steps excluded from the timing and the compile count (default %(default)s)")
-    parser.add_argument("--set", action="append", default=[], metavar="dotted.path=value",
-                        help="config override, as for `python -m trainers run` (repeatable)")
-    parser.add_argument("--compare-prefill", action="store_true",
-                        help="also time generation with prompt_group=1 (one prefill per completion) against the "
-                             "shared prefill of prompt_group=G")
-    parser.add_argument("--memory-modes", default=",".join(MEMORY_MODES),
-                        help="comma-separated update-memory modes to compile: float32 or bfloat16, optionally "
-                             "+remat; '' for none (default %(default)s)")
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=2,
+        help="leading steps excluded from the timing and the compile count (default %(default)s)",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="dotted.path=value",
+        help="config override, as for `python -m trainers run` (repeatable)",
+    )
+    parser.add_argument(
+        "--compare-prefill",
+        action="store_true",
+        help="also time generation with prompt_group=1 (one prefill per completion) against the "
+        "shared prefill of prompt_group=G",
+    )
+    parser.add_argument(
+        "--memory-modes",
+        default=",".join(MEMORY_MODES),
+        help="comma-separated update-memory modes to compile: float32 or bfloat16, optionally "
+        "+remat; '' for none (default %(default)s)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON line of all figures before the last line")
     args = parser.parse_args(argv)
     if args.steps <= args.warmup:
@@ -230,9 +259,9 @@ def main(argv: list[str] | None = None) -> int:
     import jax
 
     from trainers.config import load_config
+    from trainers.loop.trainer import GRPOTrainer
     from trainers.rollout import collect as rollout_module
     from trainers.step.hooks import Hooks
-    from trainers.loop.trainer import GRPOTrainer
 
     overrides = [f"train.max_steps={args.steps}", "checkpoint.every_steps=0", "eval.every_steps=0", *args.set]
     config = load_config(args.config, overrides)
@@ -245,9 +274,12 @@ def main(argv: list[str] | None = None) -> int:
             if "timing/step_s" not in metrics:
                 return
             rows.append(metrics)
-            print(f"  step {step:3d}: {metrics['timing/step_s']:.3f} s  (rollout {metrics['timing/rollout_s']:.3f} s, "
-                  f"train {metrics['timing/train_s']:.3f} s, {metrics['response_length/mean']:.1f} tokens/completion)",
-                  file=sys.stderr, flush=True)
+            print(
+                f"  step {step:3d}: {metrics['timing/step_s']:.3f} s  (rollout {metrics['timing/rollout_s']:.3f} s, "
+                f"train {metrics['timing/train_s']:.3f} s, {metrics['response_length/mean']:.1f} tokens/completion)",
+                file=sys.stderr,
+                flush=True,
+            )
 
     timer = GenerateTimer(rollout_module.generate_paged)
     rollout_module.generate_paged = timer  # collect_rollout looks the engine up in its module at each call
@@ -257,10 +289,14 @@ def main(argv: list[str] | None = None) -> int:
         trainer.save_checkpoint = lambda: None  # a benchmark keeps no checkpoint
         plan = trainer.plan
         device = jax.devices()[0]
-        print(f"real-model bench: {config.model.path or config.model.preset} ({trainer.model_config.num_layers} "
-              f"layers, {config.model.dtype}{', remat' if config.model.remat else ''}), {plan.prompts_per_step} "
-              f"prompts x G={plan.num_generations}, {args.steps} steps ({args.warmup} warm-up) on "
-              f"{device.platform} ({device.device_kind})", file=sys.stderr, flush=True)
+        print(
+            f"real-model bench: {config.model.path or config.model.preset} ({trainer.model_config.num_layers} "
+            f"layers, {config.model.dtype}{', remat' if config.model.remat else ''}), {plan.prompts_per_step} "
+            f"prompts x G={plan.num_generations}, {args.steps} steps ({args.warmup} warm-up) on "
+            f"{device.platform} ({device.device_kind})",
+            file=sys.stderr,
+            flush=True,
+        )
 
         # Per step: prompt / completion lengths from the rollout; the update's argument shapes.
         lengths: list[tuple[float, float]] = []
@@ -299,8 +335,8 @@ def main(argv: list[str] | None = None) -> int:
         trainer.source.next, trainer.update_fn, trainer.step = next_rollout, update, step
         trainer.logprob_fn = logprobs
         trainer.run()
-        warmup_compiles = counter.compiles[:at_steady[0]]
-        steady_compiles, steady_traces = counter.compiles[at_steady[0]:], counter.traces[at_steady[1]:]
+        warmup_compiles = counter.compiles[: at_steady[0]]
+        steady_compiles, steady_traces = counter.compiles[at_steady[0] :], counter.traces[at_steady[1] :]
 
         examples = trainer.stream.take(0, plan.prompts_per_step)
         generation = time_generation(trainer, timer, examples, None, counter)
@@ -314,8 +350,8 @@ def main(argv: list[str] | None = None) -> int:
             shapes, kwargs = batch_shapes[0]
             memory[mode] = update_memory(trainer, shapes, mode, **kwargs)
 
-    steady = rows[args.warmup:]
-    steady_lengths = lengths[args.warmup:]
+    steady = rows[args.warmup :]
+    steady_lengths = lengths[args.warmup :]
     step_s = statistics.median(r["timing/step_s"] for r in steady)
     rollout_s = statistics.median(r["timing/rollout_s"] for r in steady)
     train_s = statistics.median(r["timing/train_s"] for r in steady)
@@ -326,11 +362,15 @@ def main(argv: list[str] | None = None) -> int:
     # through the update (flat groups skipped).
     trained_fraction = statistics.mean(r.get("train/trained_sequence_fraction", 1.0) for r in steady)
     flops = step_model_flops(
-        trainer.model_config, plan, prompt_tokens, completion_tokens,
+        trainer.model_config,
+        plan,
+        prompt_tokens,
+        completion_tokens,
         generation_group=min(generation["prompt_group"]),
         logprob_group=min(logprob_groups) if logprob_groups else 1,
         update_group=batch_shapes[0][1].get("prompt_group", 1) if batch_shapes else 1,
-        trained_fraction=trained_fraction)
+        trained_fraction=trained_fraction,
+    )
     total_flops = sum(flops.values())
     mfu = total_flops / step_s / peak
     gen_per_s = generation["generated_tokens_per_s"]
@@ -369,27 +409,42 @@ def main(argv: list[str] | None = None) -> int:
         figures["generation_prompt_group_1"] = unshared
         figures["shared_prefill_speedup"] = unshared["generate_s"] / generation["generate_s"]
 
-    print(f"\nreal-model GRPO step ({figures['model']}, {config.model.dtype}): {step_s:.3f} s "
-          f"(median of {len(steady)} after {args.warmup} warm-up)")
-    print(f"  rollout {rollout_s:.3f} s, train {train_s:.3f} s; prompt {prompt_tokens:.1f} tokens, completion "
-          f"{completion_tokens:.1f} tokens (means)")
-    print(f"  generation: {generation['generated_tokens']} tokens in {generation['generate_s']:.3f} s = "
-          f"{gen_per_s:.0f} tokens/s ({generation['sequences']} sequences, prompt_group {generation['prompt_group']}, "
-          f"decode steps {generation['decode_steps']})")
+    print(
+        f"\nreal-model GRPO step ({figures['model']}, {config.model.dtype}): {step_s:.3f} s "
+        f"(median of {len(steady)} after {args.warmup} warm-up)"
+    )
+    print(
+        f"  rollout {rollout_s:.3f} s, train {train_s:.3f} s; prompt {prompt_tokens:.1f} tokens, completion "
+        f"{completion_tokens:.1f} tokens (means)"
+    )
+    print(
+        f"  generation: {generation['generated_tokens']} tokens in {generation['generate_s']:.3f} s = "
+        f"{gen_per_s:.0f} tokens/s ({generation['sequences']} sequences, prompt_group {generation['prompt_group']}, "
+        f"decode steps {generation['decode_steps']})"
+    )
     if unshared is not None:
-        print(f"  prefill sharing: prompt_group=1 {unshared['generate_s']:.3f} s ({unshared['generated_tokens_per_s']:.0f} "
-              f"tokens/s, decode steps {unshared['decode_steps']}) vs prompt_group={plan.num_generations} "
-              f"{generation['generate_s']:.3f} s: x{figures['shared_prefill_speedup']:.2f}")
-    print(f"  model FLOPs/step {total_flops / 1e9:.1f} GFLOP executed; {peak_source} {peak / 1e9:.0f} GFLOP/s; "
-          f"MFU {mfu * 100:.1f}%")
-    print(f"  compiles in steady state: {len(steady_compiles)}"
-          + (f" ({', '.join(sorted(set(steady_compiles)))})" if steady_compiles else "")
-          + f"; retraces: {len(steady_traces)} (warm-up steps compiled {len(warmup_compiles)})")
+        print(
+            f"  prefill sharing: prompt_group=1 {unshared['generate_s']:.3f} s "
+            f"({unshared['generated_tokens_per_s']:.0f} "
+            f"tokens/s, decode steps {unshared['decode_steps']}) vs prompt_group={plan.num_generations} "
+            f"{generation['generate_s']:.3f} s: x{figures['shared_prefill_speedup']:.2f}"
+        )
+    print(
+        f"  model FLOPs/step {total_flops / 1e9:.1f} GFLOP executed; {peak_source} {peak / 1e9:.0f} GFLOP/s; "
+        f"MFU {mfu * 100:.1f}%"
+    )
+    print(
+        f"  compiles in steady state: {len(steady_compiles)}"
+        + (f" ({', '.join(sorted(set(steady_compiles)))})" if steady_compiles else "")
+        + f"; retraces: {len(steady_traces)} (warm-up steps compiled {len(warmup_compiles)})"
+    )
     if memory:
         print("  one optimizer update's memory (compiled memory_analysis, GiB: temp + arguments + outputs - aliased):")
         for mode, m in memory.items():
-            print(f"    {mode:16s} {m['total_gib']:7.3f}  (temp {m['temp_gib']:.3f}, arguments {m['argument_gib']:.3f}, "
-                  f"outputs {m['output_gib']:.3f}, aliased {m['alias_gib']:.3f})")
+            print(
+                f"    {mode:16s} {m['total_gib']:7.3f}  (temp {m['temp_gib']:.3f}, arguments {m['argument_gib']:.3f}, "
+                f"outputs {m['output_gib']:.3f}, aliased {m['alias_gib']:.3f})"
+            )
     if args.json:
         print(json.dumps(figures))
     print(f"step_s={step_s:.3f} generated_tokens_per_s={gen_per_s:.1f} mfu={mfu:.4f}")

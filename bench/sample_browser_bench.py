@@ -114,8 +114,13 @@ def bench_run():
         experiment.set_config(load_config(os.path.join(ROOT, "configs", "w1.yaml")).to_dict(), user=user)
     run = Run.objects.filter(experiment=experiment).order_by("-pk").first()
     if run is None:
-        run = Run.objects.create(experiment=experiment, config=experiment.config, status="succeeded", attempt=1,
-                                 max_steps=int(experiment.config["train"]["max_steps"]))
+        run = Run.objects.create(
+            experiment=experiment,
+            config=experiment.config,
+            status="succeeded",
+            attempt=1,
+            max_steps=int(experiment.config["train"]["max_steps"]),
+        )
     return ApiToken.issue(user).key, run
 
 
@@ -126,8 +131,9 @@ def fill(run, n: int) -> float:
     from experiments.models import RolloutSample
 
     table = RolloutSample._meta.db_table
-    sql = FILL[connection.vendor].format(table=table, per_step=SAMPLES_PER_STEP, g=GENERATIONS,
-                                         prompts=DISTINCT_PROMPTS)
+    sql = FILL[connection.vendor].format(
+        table=table, per_step=SAMPLES_PER_STEP, g=GENERATIONS, prompts=DISTINCT_PROMPTS
+    )
     t0 = time.perf_counter()
     with transaction.atomic():
         RolloutSample.objects.filter(run=run).delete()
@@ -174,14 +180,16 @@ def main() -> None:
     last_step = (args.samples - 1) // SAMPLES_PER_STEP
     deep_step, group_step = min(1900, last_step), min(1234, last_step)
     deep_id = RolloutSample.objects.filter(run=run, step=deep_step, index=0).values_list("pk", flat=True).first()
-    prompt = (RolloutSample.objects.filter(run=run, step=group_step, index=0)
-              .values_list("prompt_hash", flat=True).first())
+    prompt = (
+        RolloutSample.objects.filter(run=run, step=group_step, index=0).values_list("prompt_hash", flat=True).first()
+    )
 
     def get(params: dict):
         def request():
             response = client.get(url, params)
             assert response.status_code == 200, response.content[:300]
             return response.json()
+
         return request
 
     def export_page():
@@ -223,10 +231,12 @@ def main() -> None:
     f = sample_query.SampleFilters
     plans = {
         "first_page": sample_query.filtered(run, f()).order_by("step", "index", "id")[:51],
-        "filtered_deep": sample_query.filtered(run, f(step_min=1500, reward_min=0.8, advantage_min=0.2))
-        .order_by("step", "index", "id")[:51],
-        "deep_keyset_page": sample_query._after(sample_query.filtered(run, f()), deep_step, 0, deep_id)
-        .order_by("step", "index", "id")[:51],
+        "filtered_deep": sample_query.filtered(run, f(step_min=1500, reward_min=0.8, advantage_min=0.2)).order_by(
+            "step", "index", "id"
+        )[:51],
+        "deep_keyset_page": sample_query._after(sample_query.filtered(run, f()), deep_step, 0, deep_id).order_by(
+            "step", "index", "id"
+        )[:51],
         "group": sample_query.filtered(run, f(step=group_step, group=42)).order_by("step", "index", "id")[:51],
         "prompt_across": sample_query.filtered(run, f(prompt_hash=prompt)).order_by("step", "index", "id")[:101],
     }

@@ -69,8 +69,9 @@ def device_counts(requested: list[int], available: int) -> list[int]:
     return [n for n in requested if 1 <= n <= available]
 
 
-def synthetic_batch(sequences: int, group: int, prompt_tokens: int, completion_tokens: int, vocab: int,
-                    seed: int = 0) -> dict[str, Any]:
+def synthetic_batch(
+    sequences: int, group: int, prompt_tokens: int, completion_tokens: int, vocab: int, seed: int = 0
+) -> dict[str, Any]:
     """One optimizer update's batch with one micro-batch (the [A=1, M, ...] layout of `make_update_fn`):
     `sequences` rows in groups of `group` rows sharing a prompt, every token valid, random token ids,
     advantages, and reference log-probs; token-mean loss weights."""
@@ -116,10 +117,10 @@ def build_update(cfg, devices: list, seed: int = 0) -> tuple[Any, Any, Any, Any]
     from trainers.algo.loss import LossConfig
     from trainers.algo.optim import make_optimizer
     from trainers.config.schema import OptimizerSection
-    from trainers.step.placement import Placement
     from trainers.loop.update import make_update_fn
     from trainers.models.transformer import init_params
     from trainers.parallel.mesh import make_mesh
+    from trainers.step.placement import Placement
 
     n = len(devices)
     placement = Placement() if n == 1 else Placement(make_mesh(devices, {"fsdp": n}))
@@ -127,8 +128,14 @@ def build_update(cfg, devices: list, seed: int = 0) -> tuple[Any, Any, Any, Any]
     params = placement.train_state(params)
     optimizer = make_optimizer(OptimizerSection(), optax.constant_schedule(1e-5))
     opt_state = placement.init_optimizer(optimizer, params)
-    update_fn = make_update_fn(graphdef, optimizer, LossConfig(beta=BETA), 1.0, use_old_logprobs=False,
-                               state_shardings=placement.state_shardings((params, opt_state)))
+    update_fn = make_update_fn(
+        graphdef,
+        optimizer,
+        LossConfig(beta=BETA),
+        1.0,
+        use_old_logprobs=False,
+        state_shardings=placement.state_shardings((params, opt_state)),
+    )
     return placement, update_fn, params, opt_state
 
 
@@ -139,16 +146,24 @@ def compiled_update(placement, update_fn, params, opt_state, batch, prompt_group
     return compiled, compiled.memory_analysis()
 
 
-def measure(cfg, devices: list, sequences: int, group: int, prompt_tokens: int, completion_tokens: int,
-            steps: int, warmup: int = 1) -> dict[str, float]:
+def measure(
+    cfg,
+    devices: list,
+    sequences: int,
+    group: int,
+    prompt_tokens: int,
+    completion_tokens: int,
+    steps: int,
+    warmup: int = 1,
+) -> dict[str, float]:
     """One configuration: build, compile, run warmup + steps updates; the figures (seconds, bytes)."""
     import jax
-
     from grpo_step import logprob_pass_flops
 
     placement, update_fn, params, opt_state = build_update(cfg, devices)
-    batch = placement.train_batch(synthetic_batch(sequences, group, prompt_tokens, completion_tokens, cfg.vocab_size),
-                                  batch_axis=1)
+    batch = placement.train_batch(
+        synthetic_batch(sequences, group, prompt_tokens, completion_tokens, cfg.vocab_size), batch_axis=1
+    )
     t0 = time.perf_counter()
     compiled, stats = compiled_update(placement, update_fn, params, opt_state, batch, group)
     compile_s = time.perf_counter() - t0
@@ -188,53 +203,85 @@ def with_ratios(rows: list[dict[str, float]], peak: float, peak_scales: bool) ->
     for row in rows:
         n = row["devices"]
         speedup = row["tokens_per_s"] / anchor["tokens_per_s"]
-        out.append({**row,
-                    "mfu": row["gflops_per_step"] * 1e9 / row["step_s"] / (peak * n if peak_scales else peak),
-                    "speedup": speedup, "efficiency": speedup / n * anchor["devices"],
-                    "compiled_bytes_ratio": row["compiled_bytes"] / anchor["compiled_bytes"],
-                    "state_bytes_ratio": row["state_bytes_per_device"] / anchor["state_bytes_per_device"]})
+        out.append(
+            {
+                **row,
+                "mfu": row["gflops_per_step"] * 1e9 / row["step_s"] / (peak * n if peak_scales else peak),
+                "speedup": speedup,
+                "efficiency": speedup / n * anchor["devices"],
+                "compiled_bytes_ratio": row["compiled_bytes"] / anchor["compiled_bytes"],
+                "state_bytes_ratio": row["state_bytes_per_device"] / anchor["state_bytes_per_device"],
+            }
+        )
     return out
 
 
 def print_table(model: str, scaling: str, rows: list[dict[str, float]]) -> None:
     print(f"\n{model}, {scaling} scaling")
-    print(f"  {'dev':>3} {'seqs':>5} {'step s':>8} {'tokens/s':>9} {'MFU':>6} {'speedup':>8} {'eff':>5} "
-          f"{'compiled MiB/dev (arg+temp)':>28} {'ratio':>6} {'params+opt MiB/dev':>19} {'ratio':>6}")
+    print(
+        f"  {'dev':>3} {'seqs':>5} {'step s':>8} {'tokens/s':>9} {'MFU':>6} {'speedup':>8} {'eff':>5} "
+        f"{'compiled MiB/dev (arg+temp)':>28} {'ratio':>6} {'params+opt MiB/dev':>19} {'ratio':>6}"
+    )
     for r in rows:
-        print(f"  {r['devices']:>3} {r['sequences']:>5} {r['step_s']:>8.3f} {r['tokens_per_s']:>9.0f} "
-              f"{r['mfu'] * 100:>5.1f}% {r['speedup']:>8.2f} {r['efficiency']:>5.2f} "
-              f"{r['compiled_bytes'] / MIB:>10.1f} ({r['compiled_argument_bytes'] / MIB:.1f}+"
-              f"{r['compiled_temp_bytes'] / MIB:.1f}){'':>3} {r['compiled_bytes_ratio']:>6.2f} "
-              f"{r['state_bytes_per_device'] / MIB:>19.1f} {r['state_bytes_ratio']:>6.2f}")
+        print(
+            f"  {r['devices']:>3} {r['sequences']:>5} {r['step_s']:>8.3f} {r['tokens_per_s']:>9.0f} "
+            f"{r['mfu'] * 100:>5.1f}% {r['speedup']:>8.2f} {r['efficiency']:>5.2f} "
+            f"{r['compiled_bytes'] / MIB:>10.1f} ({r['compiled_argument_bytes'] / MIB:.1f}+"
+            f"{r['compiled_temp_bytes'] / MIB:.1f}){'':>3} {r['compiled_bytes_ratio']:>6.2f} "
+            f"{r['state_bytes_per_device'] / MIB:>19.1f} {r['state_bytes_ratio']:>6.2f}"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default=",".join(MODELS), help="comma-separated presets (default %(default)s)")
-    parser.add_argument("--devices", default=",".join(map(str, DEVICE_COUNTS)),
-                        help="comma-separated device counts; those above the devices present are left out")
-    parser.add_argument("--steps", type=int, default=None, help="timed updates per configuration (default 3; "
-                        "--quick 2), after one warm-up update")
-    parser.add_argument("--quick", action="store_true", help="2-layer models with a 4096-id vocabulary, short "
-                        "sequences: a few minutes on a 2-core CPU")
-    parser.add_argument("--sequences-per-device", type=int, default=None,
-                        help="weak scaling: sequences per device (default 8; --quick 4)")
-    parser.add_argument("--strong-sequences", type=int, default=None,
-                        help="strong scaling: the fixed batch (default sequences-per-device x the largest count; "
-                             "--quick 16)")
+    parser.add_argument(
+        "--devices",
+        default=",".join(map(str, DEVICE_COUNTS)),
+        help="comma-separated device counts; those above the devices present are left out",
+    )
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="timed updates per configuration (default 3; --quick 2), after one warm-up update",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="2-layer models with a 4096-id vocabulary, short sequences: a few minutes on a 2-core CPU",
+    )
+    parser.add_argument(
+        "--sequences-per-device",
+        type=int,
+        default=None,
+        help="weak scaling: sequences per device (default 8; --quick 4)",
+    )
+    parser.add_argument(
+        "--strong-sequences",
+        type=int,
+        default=None,
+        help="strong scaling: the fixed batch (default sequences-per-device x the largest count; --quick 16)",
+    )
     parser.add_argument("--group", type=int, default=4, help="G: completions per prompt (default %(default)s)")
     parser.add_argument("--prompt-tokens", type=int, default=None, help="default 64; --quick 16")
     parser.add_argument("--completion-tokens", type=int, default=None, help="default 128; --quick 16")
-    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default=None,
-                        help="compute dtype (default: float32 on a CPU, bfloat16 on an accelerator)")
+    parser.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16"),
+        default=None,
+        help="compute dtype (default: float32 on a CPU, bfloat16 on an accelerator)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON line of all figures at the end")
     args = parser.parse_args(argv)
 
     if "--xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
-        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
+        os.environ["XLA_FLAGS"] = (
+            os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+        ).strip()
     import jax
-
     from grpo_step import peak_flops
+
     from trainers.models.presets import PRESETS
 
     devices = jax.devices()
@@ -250,24 +297,36 @@ def main(argv: list[str] | None = None) -> int:
     strong = args.strong_sequences or (16 if args.quick else per_device * max(counts))
     for n in counts:
         if strong % n or strong % args.group or (per_device * n) % args.group:
-            parser.error(f"batches must be whole groups of --group {args.group} split evenly over {n} devices: "
-                         f"--strong-sequences {strong}, --sequences-per-device {per_device}")
+            parser.error(
+                f"batches must be whole groups of --group {args.group} split evenly over {n} devices: "
+                f"--strong-sequences {strong}, --sequences-per-device {per_device}"
+            )
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     unknown = [m for m in models if m not in PRESETS]
     if unknown:
         parser.error(f"--models: unknown preset {unknown[0]!r}; one of {', '.join(sorted(PRESETS))}")
     peak, peak_source = peak_flops(devices[0], dtype)
     peak_scales = platform != "cpu"
-    print(f"scale bench: {len(devices)} {platform} device(s) ({devices[0].device_kind}), counts {counts}, {dtype}, "
-          f"G={args.group}, {prompt_tokens} + {completion_tokens} tokens, weak {per_device} sequences/device, strong "
-          f"{strong} sequences, {steps} timed steps{' (quick shapes)' if args.quick else ''}; {peak_source} "
-          f"{peak / 1e9:.0f} GFLOP/s{' per device' if peak_scales else ' (the machine, shared by its host devices)'}",
-          flush=True)
+    print(
+        f"scale bench: {len(devices)} {platform} device(s) ({devices[0].device_kind}), counts {counts}, {dtype}, "
+        f"G={args.group}, {prompt_tokens} + {completion_tokens} tokens, weak {per_device} sequences/device, strong "
+        f"{strong} sequences, {steps} timed steps{' (quick shapes)' if args.quick else ''}; {peak_source} "
+        f"{peak / 1e9:.0f} GFLOP/s{' per device' if peak_scales else ' (the machine, shared by its host devices)'}",
+        flush=True,
+    )
 
-    results: dict[str, Any] = {"platform": platform, "device_kind": devices[0].device_kind, "dtype": dtype,
-                               "peak_gflops": peak / 1e9, "peak_source": peak_source, "quick": args.quick,
-                               "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                               "group": args.group, "models": {}}
+    results: dict[str, Any] = {
+        "platform": platform,
+        "device_kind": devices[0].device_kind,
+        "dtype": dtype,
+        "peak_gflops": peak / 1e9,
+        "peak_source": peak_source,
+        "quick": args.quick,
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "group": args.group,
+        "models": {},
+    }
     last_lines = []
     for model in models:
         cfg = dataclasses.replace(PRESETS[model], dtype=dtype)
@@ -284,9 +343,11 @@ def main(argv: list[str] | None = None) -> int:
             print_table(f"{model} ({cfg.num_layers} layers, vocab {cfg.vocab_size})", scaling, tables[scaling])
         results["models"][model] = {"shape": dataclasses.asdict(cfg), **tables}
         top_weak, top_strong = tables["weak"][-1], tables["strong"][-1]
-        last_lines.append(f"model={model} devices={top_weak['devices']} weak_speedup={top_weak['speedup']:.2f} "
-                          f"strong_speedup={top_strong['speedup']:.2f} "
-                          f"state_per_device_ratio={top_strong['state_bytes_ratio']:.3f}")
+        last_lines.append(
+            f"model={model} devices={top_weak['devices']} weak_speedup={top_weak['speedup']:.2f} "
+            f"strong_speedup={top_strong['speedup']:.2f} "
+            f"state_per_device_ratio={top_strong['state_bytes_ratio']:.3f}"
+        )
     if args.json:
         print(json.dumps(results))
     print("\n".join(last_lines))

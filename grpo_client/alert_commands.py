@@ -13,9 +13,24 @@ DELIVERY_STATUSES = ("pending", "sent", "failed", "rate_limited")
 
 def listing(api: Api, args) -> int:
     rules = api.get("alerts")["rules"]
-    print(formatting.table(["ID", "NAME", "EXPERIMENT", "EVENTS", "CHANNEL", "TARGET", "EVERY_S", "ENABLED"], [
-        [str(r["id"]), r["name"] or "-", str(r["experiment"]) if r["experiment"] else "all", _events(r), r["channel"],
-         r["target"], r["min_interval_s"], "yes" if r["enabled"] else "no"] for r in rules]))
+    print(
+        formatting.table(
+            ["ID", "NAME", "EXPERIMENT", "EVENTS", "CHANNEL", "TARGET", "EVERY_S", "ENABLED"],
+            [
+                [
+                    str(r["id"]),
+                    r["name"] or "-",
+                    str(r["experiment"]) if r["experiment"] else "all",
+                    _events(r),
+                    r["channel"],
+                    r["target"],
+                    r["min_interval_s"],
+                    "yes" if r["enabled"] else "no",
+                ]
+                for r in rules
+            ],
+        )
+    )
     return 0
 
 
@@ -30,9 +45,14 @@ def add(api: Api, args) -> int:
     """Create a rule; its id goes to stdout (the webhook URL is shown masked from now on)."""
     if bool(args.webhook) == bool(args.email):
         raise ApiError("give one of --webhook URL or --email ADDRESS")
-    body = {"events": args.event, "channel": "webhook" if args.webhook else "email",
-            "target": args.webhook or args.email, "experiment": args.experiment, "name": args.name or "",
-            "min_interval_s": args.min_interval}
+    body = {
+        "events": args.event,
+        "channel": "webhook" if args.webhook else "email",
+        "target": args.webhook or args.email,
+        "experiment": args.experiment,
+        "name": args.name or "",
+        "min_interval_s": args.min_interval,
+    }
     if args.metric:
         body.update(metric_name=args.metric, comparison=args.when, threshold=args.threshold)
         if "metric" not in body["events"]:
@@ -56,9 +76,24 @@ def delete(api: Api, args) -> int:
 
 def log(api: Api, args) -> int:
     deliveries = api.get("alerts/deliveries", {"rule": args.rule, "status": args.status, "limit": args.limit})
-    print(formatting.table(["ID", "WHEN", "RULE", "RUN", "EVENT", "STATUS", "TRIES", "ERROR"], [
-        [str(d["id"]), d["created_at"][:19].replace("T", " "), str(d["rule"]), str(d["run"]) if d["run"] else "-",
-         d["event"], d["status"], str(d["attempts"]), d["error"] or "-"] for d in deliveries["deliveries"]]))
+    print(
+        formatting.table(
+            ["ID", "WHEN", "RULE", "RUN", "EVENT", "STATUS", "TRIES", "ERROR"],
+            [
+                [
+                    str(d["id"]),
+                    d["created_at"][:19].replace("T", " "),
+                    str(d["rule"]),
+                    str(d["run"]) if d["run"] else "-",
+                    d["event"],
+                    d["status"],
+                    str(d["attempts"]),
+                    d["error"] or "-",
+                ]
+                for d in deliveries["deliveries"]
+            ],
+        )
+    )
     return 0
 
 
@@ -71,8 +106,13 @@ def add_parsers(commands) -> None:
     command.set_defaults(handler=listing)
 
     command = sub.add_parser("add", help="notify by webhook or e-mail; prints the rule's id")
-    command.add_argument("--event", action="append", choices=EVENTS, default=[],
-                         help="failed, succeeded, pruned, stalled (no heartbeat) or metric; repeat for several")
+    command.add_argument(
+        "--event",
+        action="append",
+        choices=EVENTS,
+        default=[],
+        help="failed, succeeded, pruned, stalled (no heartbeat) or metric; repeat for several",
+    )
     command.add_argument("--webhook", metavar="URL", help="POST {\"text\": ...} here (Slack-compatible)")
     command.add_argument("--email", metavar="ADDRESS", help="or send an e-mail here")
     command.add_argument("--experiment", type=int, help="only this experiment's runs (default: all yours)")

@@ -52,7 +52,7 @@ class Api:
         self.token = token
 
     @classmethod
-    def from_environment(cls, environ=os.environ) -> "Api":
+    def from_environment(cls, environ=os.environ) -> Api:
         """GRPO_SERVER (default http://127.0.0.1:8000) and GRPO_TOKEN."""
         return cls(environ.get("GRPO_SERVER") or DEFAULT_SERVER, environ.get("GRPO_TOKEN", ""))
 

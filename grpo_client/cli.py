@@ -4,12 +4,11 @@ the exit code: 0 done, 1 the API refused or could not be reached (one line on st
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from grpo_client import alert_commands, evaluation_commands, formatting, sweep_commands
 from grpo_client.api import Api, ApiError
@@ -22,17 +21,36 @@ WATCH_INTERVAL_S = 2.0
 
 def experiments_list(api: Api, args) -> int:
     data = api.get("experiments", {"limit": args.limit})
-    print(formatting.table(["ID", "NAME", "OWNER", "VERSION", "RUNS", "UPDATED"], [
-        [str(e["id"]), e["name"], e["owner"], e["version"], e["run_count"], e["updated_at"][:19]]
-        for e in data["experiments"]]))
+    print(
+        formatting.table(
+            ["ID", "NAME", "OWNER", "VERSION", "RUNS", "UPDATED"],
+            [
+                [str(e["id"]), e["name"], e["owner"], e["version"], e["run_count"], e["updated_at"][:19]]
+                for e in data["experiments"]
+            ],
+        )
+    )
     return 0
 
 
 def runs_list(api: Api, args) -> int:
     data = api.get("runs", {"status": args.status, "experiment": args.experiment, "limit": args.limit})
-    print(formatting.table(["ID", "EXPERIMENT", "STATUS", "STEP", "REWARD", "CREATED"], [
-        [str(r["id"]), r["experiment"]["name"], r["status"], f"{r['step']}/{r['max_steps'] or '?'}",
-         r["latest_reward"], r["created_at"][:19]] for r in data["runs"]]))
+    print(
+        formatting.table(
+            ["ID", "EXPERIMENT", "STATUS", "STEP", "REWARD", "CREATED"],
+            [
+                [
+                    str(r["id"]),
+                    r["experiment"]["name"],
+                    r["status"],
+                    f"{r['step']}/{r['max_steps'] or '?'}",
+                    r["latest_reward"],
+                    r["created_at"][:19],
+                ]
+                for r in data["runs"]
+            ],
+        )
+    )
     return 0
 
 
@@ -40,9 +58,9 @@ def launch(api: Api, args) -> int:
     """Create an experiment from the YAML with the --set overrides applied to it by the server before
     it validates the config (so an override can repair it), in one request: a refused config or
     override creates nothing. With --experiment NAME|ID, that experiment's config becomes the YAML
-    instead (a new version only if it changed; a NAME no experiment has is created). Then launch a run; the run's id goes to stdout, the rest to stderr.
-    A refused launch (too many runs, a queue) keeps the experiment, a valid config worth keeping,
-    and the error says so and where to launch it from once that is fixed."""
+    instead (a new version only if it changed; a NAME no experiment has is created). Then launch a run; the run's id
+    goes to stdout, the rest to stderr. A refused launch (too many runs, a queue) keeps the experiment, a valid config
+    worth keeping, and the error says so and where to launch it from once that is fixed."""
     path = Path(args.config)
     try:
         config_yaml = path.read_text(encoding="utf-8")
@@ -58,13 +76,19 @@ def launch(api: Api, args) -> int:
         created = api.send("POST", "experiments", {"name": args.experiment or args.name or path.stem, **body})
         experiment_id = created["id"]
     try:
-        launched = api.send("POST", f"experiments/{experiment_id}/runs",
-                            {"queue": args.queue, "max_restarts": args.max_restarts})
+        launched = api.send(
+            "POST", f"experiments/{experiment_id}/runs", {"queue": args.queue, "max_restarts": args.max_restarts}
+        )
     except ApiError as exc:
-        raise ApiError(f"experiment {experiment_id} was created, but no run was launched ({exc}); launch it "
-                       f"from {api.server}/experiments/{experiment_id}/ once that is fixed", exc.status) from None
-    print(f"experiment {experiment_id}: run {launched['id']} {launched['status']} on queue {launched['queue']}",
-          file=sys.stderr)
+        raise ApiError(
+            f"experiment {experiment_id} was created, but no run was launched ({exc}); launch it "
+            f"from {api.server}/experiments/{experiment_id}/ once that is fixed",
+            exc.status,
+        ) from None
+    print(
+        f"experiment {experiment_id}: run {launched['id']} {launched['status']} on queue {launched['queue']}",
+        file=sys.stderr,
+    )
     if launched.get("warning"):
         print(f"warning: {launched['warning']}", file=sys.stderr)
     print(launched["id"])
@@ -95,8 +119,9 @@ def watch(api: Api, args, sleep: Callable[[float], None] = time.sleep) -> int:
             after_step = max(after_step, step)
         if run["status"] != status:
             status = run["status"]
-            print(f"run {args.run}: {status} (step {run['step']}/{run['max_steps'] or '?'})", file=sys.stderr,
-                  flush=True)
+            print(
+                f"run {args.run}: {status} (step {run['step']}/{run['max_steps'] or '?'})", file=sys.stderr, flush=True
+            )
         if status in ENDED_STATUSES:
             if status != "succeeded":
                 print(f"run {args.run} {status}" + (f": {run['error']}" if run.get("error") else ""), file=sys.stderr)
@@ -122,8 +147,10 @@ def samples(api: Api, args) -> int:
     if data["step"] is None:
         print(f"run {args.run} has no samples yet", file=sys.stderr)
         return 0
-    print(f"step {data['step']} ({len(data['samples'])} samples; steps with samples: "
-          f"{', '.join(map(str, data['steps'][:10]))}{' ...' if len(data['steps']) > 10 else ''})")
+    print(
+        f"step {data['step']} ({len(data['samples'])} samples; steps with samples: "
+        f"{', '.join(map(str, data['steps'][:10]))}{' ...' if len(data['steps']) > 10 else ''})"
+    )
     for sample in data["samples"]:
         print(formatting.sample_block(sample))
     return 0
@@ -150,7 +177,8 @@ def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog="python -m grpo_client",
         description="The GRPO platform from the command line, through its HTTP API. "
-                    "Server: $GRPO_SERVER (default http://127.0.0.1:8000); token: $GRPO_TOKEN.")
+        "Server: $GRPO_SERVER (default http://127.0.0.1:8000); token: $GRPO_TOKEN.",
+    )
     commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     experiments = commands.add_parser("experiments", help="experiments: list")
@@ -171,12 +199,20 @@ def parser() -> argparse.ArgumentParser:
     command.add_argument("config", metavar="CONFIG.yaml", help="the experiment config (trainers.config)")
     named = command.add_mutually_exclusive_group()
     named.add_argument("--name", help="a new experiment's name (default: the file's name without .yaml)")
-    named.add_argument("--experiment", metavar="NAME|ID",
-                       help="launch in this experiment instead of a new one: its config becomes the YAML (a new "
-                            "version only if it changed); a NAME no experiment has yet is created")
-    command.add_argument("--set", action="append", metavar="PATH=VALUE", default=[],
-                         help="override a config field before it is validated, e.g. train.max_steps=50 "
-                              "(the value read as YAML; repeatable)")
+    named.add_argument(
+        "--experiment",
+        metavar="NAME|ID",
+        help="launch in this experiment instead of a new one: its config becomes the YAML (a new "
+        "version only if it changed); a NAME no experiment has yet is created",
+    )
+    command.add_argument(
+        "--set",
+        action="append",
+        metavar="PATH=VALUE",
+        default=[],
+        help="override a config field before it is validated, e.g. train.max_steps=50 "
+        "(the value read as YAML; repeatable)",
+    )
     command.add_argument("--queue", help="the queue to run on (default: the platform's)")
     command.add_argument("--max-restarts", type=int, help="automatic restarts after a crash")
     command.set_defaults(handler=launch)
@@ -195,8 +231,9 @@ def parser() -> argparse.ArgumentParser:
     command = commands.add_parser("samples", help="a run's rollout samples")
     command.add_argument("run", type=int, metavar="RUN", help="the run's id")
     command.add_argument("--step", type=int, help="this step's (default: the newest step with samples)")
-    command.add_argument("--jsonl", action="store_true",
-                         help="every sample (of --step if given) as JSON lines, for scripts")
+    command.add_argument(
+        "--jsonl", action="store_true", help="every sample (of --step if given) as JSON lines, for scripts"
+    )
     command.set_defaults(handler=samples)
 
     command = commands.add_parser("download", help="download a checkpoint as a zipped Hugging Face folder")

@@ -15,16 +15,32 @@ JOB_HEADERS = ["ID", "POLICY", "DATASET", "STATUS", "ACCURACY", "PASS@K", "K", "
 
 
 def _row(job: dict) -> list:
-    return [str(job["id"]), job["policy"], job["dataset_label"], job["status"], job["accuracy"], job["pass_at_k"],
-            str(job["k"]), job["reward_mean"], job["created_at"][:19].replace("T", " ")]
+    return [
+        str(job["id"]),
+        job["policy"],
+        job["dataset_label"],
+        job["status"],
+        job["accuracy"],
+        job["pass_at_k"],
+        str(job["k"]),
+        job["reward_mean"],
+        job["created_at"][:19].replace("T", " "),
+    ]
 
 
 def evaluate(api: Api, args) -> int:
     """Queue a job (its id to stdout); with --wait, follow its progress on stderr and print its results."""
     if (args.run is None) == (args.model is None) or (args.run is not None and args.step is None):
         raise ApiError("give RUN with --step N, or --model FOLDER")
-    body = {"run": args.run, "step": args.step, "model": args.model, "dataset": args.dataset, "k": args.k,
-            "prompts": args.prompts, "max_new_tokens": args.max_new_tokens}
+    body = {
+        "run": args.run,
+        "step": args.step,
+        "model": args.model,
+        "dataset": args.dataset,
+        "k": args.k,
+        "prompts": args.prompts,
+        "max_new_tokens": args.max_new_tokens,
+    }
     job = api.send("POST", "evaluations", {k: v for k, v in body.items() if v is not None})
     print(job["id"])
     if not args.wait:
@@ -32,8 +48,10 @@ def evaluate(api: Api, args) -> int:
     while job["status"] not in FINISHED:
         time.sleep(WAIT_INTERVAL_S)
         job = api.get(f"evaluations/{job['id']}")
-        print(f"evaluation {job['id']}: {job['status']} {job['progress_done']}/{job['progress_total'] or '?'} prompts",
-              file=sys.stderr)
+        print(
+            f"evaluation {job['id']}: {job['status']} {job['progress_done']}/{job['progress_total'] or '?'} prompts",
+            file=sys.stderr,
+        )
     if job["status"] != "succeeded":
         raise ApiError(f"evaluation {job['id']} {job['status']}: {job['error']}")
     print(formatting.table(JOB_HEADERS, [_row(job)]))
@@ -57,14 +75,31 @@ def leaderboard(api: Api, args) -> int:
     """A dataset's leaderboard, best first; without DATASET the datasets that have one."""
     board = api.get("evaluations/leaderboard", {"dataset": args.dataset})
     if not args.dataset:
-        print(formatting.table(["DATASET", "LABEL", "JOBS"], [[b["key"], b["label"], str(b["jobs"])]
-                                                               for b in board["boards"]]))
+        print(
+            formatting.table(
+                ["DATASET", "LABEL", "JOBS"], [[b["key"], b["label"], str(b["jobs"])] for b in board["boards"]]
+            )
+        )
         return 0
     # one board per (prompts, k): RANK restarts for each, PROMPTS and K say what a row measured
-    print(formatting.table(["RANK", "POLICY", "ACCURACY", "PASS@K", "K", "REWARD", "JOB", "PROMPTS"], [
-        [str(j.get("rank", i)), j["policy"], j["accuracy"], j["pass_at_k"], str(j["k"]), j["reward_mean"], str(j["id"]),
-         str(j["prompts"] or "all")]
-        for i, j in enumerate(board["rows"], 1)]))
+    print(
+        formatting.table(
+            ["RANK", "POLICY", "ACCURACY", "PASS@K", "K", "REWARD", "JOB", "PROMPTS"],
+            [
+                [
+                    str(j.get("rank", i)),
+                    j["policy"],
+                    j["accuracy"],
+                    j["pass_at_k"],
+                    str(j["k"]),
+                    j["reward_mean"],
+                    str(j["id"]),
+                    str(j["prompts"] or "all"),
+                ]
+                for i, j in enumerate(board["rows"], 1)
+            ],
+        )
+    )
     return 0
 
 
@@ -74,9 +109,12 @@ def add_parsers(commands) -> None:
     command.add_argument("run", type=int, nargs="?", metavar="RUN", help="the checkpoint's run (with --step)")
     command.add_argument("--step", type=int, help="the checkpoint's step")
     command.add_argument("--model", help="a model folder as GET /api/models lists it, instead of RUN")
-    command.add_argument("--dataset", required=True,
-                         help="task:NAME (a built-in task's held-out prompts), dataset:ID (an uploaded dataset) "
-                              "or run_eval (the run's eval set)")
+    command.add_argument(
+        "--dataset",
+        required=True,
+        help="task:NAME (a built-in task's held-out prompts), dataset:ID (an uploaded dataset) "
+        "or run_eval (the run's eval set)",
+    )
     command.add_argument("--k", type=int, help="samples per prompt for pass@k (default 4; 1 = greedy only)")
     command.add_argument("--prompts", type=int, help="prompts to score (default 64; 0 = all)")
     command.add_argument("--max-new-tokens", type=int, help="completion budget (default the run's)")
@@ -95,6 +133,7 @@ def add_parsers(commands) -> None:
     command.set_defaults(handler=cancel)
 
     command = commands.add_parser("leaderboard", help="a dataset's leaderboard, best first")
-    command.add_argument("dataset", nargs="?", metavar="DATASET",
-                         help="e.g. task:arithmetic (default: list the datasets that have one)")
+    command.add_argument(
+        "dataset", nargs="?", metavar="DATASET", help="e.g. task:arithmetic (default: list the datasets that have one)"
+    )
     command.set_defaults(handler=leaderboard)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 FIRST_METRICS = ("reward/mean",)  # shown first on a watch line, the rest by name
 
@@ -45,10 +46,20 @@ def metric_line(step: int, values: dict[str, Any], only: list[str] | None = None
 
 def sample_block(sample: dict[str, Any]) -> str:
     """One rollout sample for people: its header, then the prompt, completion and expected answer."""
-    header = f"--- sample {sample.get('index')}  reward={number(sample.get('reward'))}  " \
-             f"advantage={number(sample.get('advantage'))}"
-    return "\n".join([header, "prompt:", _indent(sample.get("prompt", "")), "completion:",
-                      _indent(sample.get("completion", "")), f"answer: {sample.get('answer', '')}"])
+    header = (
+        f"--- sample {sample.get('index')}  reward={number(sample.get('reward'))}  "
+        f"advantage={number(sample.get('advantage'))}"
+    )
+    return "\n".join(
+        [
+            header,
+            "prompt:",
+            _indent(sample.get("prompt", "")),
+            "completion:",
+            _indent(sample.get("completion", "")),
+            f"answer: {sample.get('answer', '')}",
+        ]
+    )
 
 
 def _indent(text: str) -> str:

@@ -46,8 +46,10 @@ def _allowed(spec) -> str:
         allowed = ", ".join(f"`{c}`" for c in spec.choices)
     else:
         allowed = {"int_list": "list of int", "mapping": "mapping", "list": "list"}.get(spec.kind, spec.kind)
-        bounds = [f"{BOUND_SIGNS[name]} {value if isinstance(value, int) else format(value, 'g')}"
-                  for name, value in spec.bounds]
+        bounds = [
+            f"{BOUND_SIGNS[name]} {value if isinstance(value, int) else format(value, 'g')}"
+            for name, value in spec.bounds
+        ]
         if bounds:
             allowed += " " + ", ".join(bounds)
     if spec.nullable:
@@ -60,26 +62,34 @@ def config_reference() -> str:
     what it means (the schema's own description)."""
     from trainers.config.form_specs import field_specs
 
-    lines = [GENERATED, "", "# Config reference", "",
-             "Every field of an experiment config, by section, with its default and the values it takes. The "
-             "same schema drives the CLI, the web form, the REST API and YAML files; validation refuses unknown "
-             "keys with a did-you-mean and names the dotted field in every message. Every size has an upper bound "
-             "far above any real run, and YAML from any entry point (files, `--set`, the web form, the API) goes "
-             "through one guarded loader (`trainers.config.load_yaml_data`) that refuses alias expansion beyond "
-             "10,000 values, nesting deeper than 32 levels and text over 1 MB. "
-             "`python -m trainers validate CONFIG --print-config` prints a config with every default filled in.",
-             ""]
+    lines = [
+        GENERATED,
+        "",
+        "# Config reference",
+        "",
+        "Every field of an experiment config, by section, with its default and the values it takes. The "
+        "same schema drives the CLI, the web form, the REST API and YAML files; validation refuses unknown "
+        "keys with a did-you-mean and names the dotted field in every message. Every size has an upper bound "
+        "far above any real run, and YAML from any entry point (files, `--set`, the web form, the API) goes "
+        "through one guarded loader (`trainers.config.load_yaml_data`) that refuses alias expansion beyond "
+        "10,000 values, nesting deeper than 32 levels and text over 1 MB. "
+        "`python -m trainers validate CONFIG --print-config` prints a config with every default filled in.",
+        "",
+    ]
     for section in field_specs():
         lines += [f"## `{section.key}`" if section.key else "## Top level", ""]
         if section.description:
             lines += [" ".join(section.description.split()), ""]
         lines += ["| field | default | takes | meaning |", "| --- | --- | --- | --- |"]
         for spec in section.fields:
-            lines.append(f"| `{spec.path}` | {_cell(_default(spec))} | {_cell(_allowed(spec))} | "
-                         f"{_cell(spec.description)} |")
+            lines.append(
+                f"| `{spec.path}` | {_cell(_default(spec))} | {_cell(_allowed(spec))} | {_cell(spec.description)} |"
+            )
             for item in spec.item_fields:
-                lines.append(f"| `{spec.path}[].{item.path}` | {_cell(_default(item))} | {_cell(_allowed(item))} | "
-                             f"{_cell(item.description)} |")
+                lines.append(
+                    f"| `{spec.path}[].{item.path}` | {_cell(_default(item))} | {_cell(_allowed(item))} | "
+                    f"{_cell(item.description)} |"
+                )
         lines.append("")
     return "\n".join(lines)
 
@@ -88,11 +98,17 @@ def metrics_reference() -> str:
     """docs/reference/metrics.md: every metric name by group, with its line, and the name families."""
     from trainers.config import metric_names as m
 
-    lines = [GENERATED, "", "# Metrics", "",
-             "What a run reports per step (`metrics.jsonl`, the dashboard's charts, the API's `/metrics`). "
-             "Names outside the first group appear only when their feature is on. "
-             "[How metrics are reported](metric-notes.md) says when system metrics are sampled, what the "
-             "timings span and how non-finite values are kept.", ""]
+    lines = [
+        GENERATED,
+        "",
+        "# Metrics",
+        "",
+        "What a run reports per step (`metrics.jsonl`, the dashboard's charts, the API's `/metrics`). "
+        "Names outside the first group appear only when their feature is on. "
+        "[How metrics are reported](metric-notes.md) says when system metrics are sampled, what the "
+        "timings span and how non-finite values are kept.",
+        "",
+    ]
     for title, names in m.METRIC_GROUPS:
         lines += [f"## {title}", "", "| metric | meaning |", "| --- | --- |"]
         lines += [f"| `{name}` | {_cell(m.METRIC_DESCRIPTIONS[name])} |" for name in names]
@@ -130,13 +146,19 @@ def api_reference() -> str:
     for path, item in document["paths"].items():
         for method, operation in item.items():
             by_tag[operation["tags"][0]].append((method.upper(), path, operation["summary"]))
-    lines = [GENERATED, "", "# API endpoints", "",
-             "Every endpoint of the JSON API, by resource, from its OpenAPI 3.1 document: `GET /api/schema` on a "
-             "running platform, generated from the code (`platform/api/openapi.py` reads the routes of "
-             "`api/urls.py` and each view's declared shapes). `/api/docs/` shows the same document with every "
-             "parameter and answer (Swagger UI). Authenticate with `Authorization: Token <key>` (the **API "
-             "tokens** page); errors are `{\"error\"}` or `{\"errors\": {field: message}}` with a 4xx. "
-             "[The platform](../platform.md#http-api) shows the command-line client and `curl` examples.", ""]
+    lines = [
+        GENERATED,
+        "",
+        "# API endpoints",
+        "",
+        "Every endpoint of the JSON API, by resource, from its OpenAPI 3.1 document: `GET /api/schema` on a "
+        "running platform, generated from the code (`platform/api/openapi.py` reads the routes of "
+        "`api/urls.py` and each view's declared shapes). `/api/docs/` shows the same document with every "
+        "parameter and answer (Swagger UI). Authenticate with `Authorization: Token <key>` (the **API "
+        "tokens** page); errors are `{\"error\"}` or `{\"errors\": {field: message}}` with a 4xx. "
+        "[The platform](../platform.md#http-api) shows the command-line client and `curl` examples.",
+        "",
+    ]
     for tag, operations in by_tag.items():
         lines += [f"## {tag}", "", "| method | path | summary |", "| --- | --- | --- |"]
         lines += [f"| `{method}` | `{path}` | {_markdown_text(summary)} |" for method, path, summary in operations]
@@ -144,8 +166,11 @@ def api_reference() -> str:
     return "\n".join(lines)
 
 
-PAGES = {"docs/reference/config.md": config_reference, "docs/reference/metrics.md": metrics_reference,
-         "docs/reference/api.md": api_reference}
+PAGES = {
+    "docs/reference/config.md": config_reference,
+    "docs/reference/metrics.md": metrics_reference,
+    "docs/reference/api.md": api_reference,
+}
 
 
 def stale_pages() -> list[str]:

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# The whole test suite, in two lanes that run side by side (separate pytest processes):
+# First the linter and the formatter (ruff, configured in pyproject.toml): a finding fails the command
+# before any test runs. Then the whole test suite, in two lanes that run side by side (separate pytest
+# processes):
 #  trainers: tests/ without tests/platform;
 #  platform: tests/platform on the production path, PostgreSQL and Redis (local services), then
 #            tests/platform again on the embedded default, SQLite and the filesystem broker.
@@ -40,6 +42,11 @@ platform_lane() {
     status=1
   return "$status"
 }
+
+echo "== lint: ruff check and ruff format --check (pyproject.toml)"
+.venv/bin/ruff check --quiet . || { echo "lint: fix the findings above (many: .venv/bin/ruff check --fix .)"; exit 1; }
+.venv/bin/ruff format --check --quiet . ||
+  { echo "lint: files above are not formatted; run .venv/bin/ruff format ."; exit 1; }
 
 echo "== tests: trainers and platform side by side (whole logs in var/test-logs/)"
 run_logged trainers "$PY" -m pytest -q tests --ignore=tests/platform "$@" &

@@ -38,11 +38,14 @@ def test_rloo_advantages_two_groups():
 MASK = np.array([[1, 1, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0]], bool)  # lengths 2, 4, 1; 7 tokens, 3 sequences
 
 
-@pytest.mark.parametrize("aggregation, expected", [
-    ("token-mean", [[1 / 7, 1 / 7, 0, 0], [1 / 7] * 4, [1 / 7, 0, 0, 0]]),
-    ("seq-mean-token-mean", [[1 / 6, 1 / 6, 0, 0], [1 / 12] * 4, [1 / 3, 0, 0, 0]]),
-    ("seq-mean-token-sum", [[1 / 3, 1 / 3, 0, 0], [1 / 3] * 4, [1 / 3, 0, 0, 0]]),
-])
+@pytest.mark.parametrize(
+    "aggregation, expected",
+    [
+        ("token-mean", [[1 / 7, 1 / 7, 0, 0], [1 / 7] * 4, [1 / 7, 0, 0, 0]]),
+        ("seq-mean-token-mean", [[1 / 6, 1 / 6, 0, 0], [1 / 12] * 4, [1 / 3, 0, 0, 0]]),
+        ("seq-mean-token-sum", [[1 / 3, 1 / 3, 0, 0], [1 / 3] * 4, [1 / 3, 0, 0, 0]]),
+    ],
+)
 def test_aggregation_weights_by_hand(aggregation, expected):
     np.testing.assert_allclose(token_weights(MASK, aggregation), expected, rtol=1e-6)
 
@@ -69,5 +72,5 @@ def test_seq_mean_token_sum_norm_split_over_micro_batches_sums_to_the_whole():
     token_loss = rng.normal(size=(6, 5))
     w = token_weights(mask, "seq-mean-token-sum-norm", norm_tokens=5)
     whole = (token_loss * mask).sum() / (6 * 5)
-    parts = sum((token_loss[i:i + 3] * w[i:i + 3]).sum() for i in (0, 3))
+    parts = sum((token_loss[i : i + 3] * w[i : i + 3]).sum() for i in (0, 3))
     assert parts == pytest.approx(whole, rel=1e-5)

@@ -27,8 +27,15 @@ TOKEN_MEAN = MASK / 5.0  # metric weights: 5 valid tokens
 
 def loss_and_grad(cfg, logp=LOGP, weights=SEQ_MEAN, **kwargs):
     def f(lp):
-        return policy_loss(lp, jnp.asarray(OLD), jnp.asarray(ADV), jnp.asarray(weights),
-                           jnp.asarray(TOKEN_MEAN, jnp.float32), cfg, **kwargs)
+        return policy_loss(
+            lp,
+            jnp.asarray(OLD),
+            jnp.asarray(ADV),
+            jnp.asarray(weights),
+            jnp.asarray(TOKEN_MEAN, jnp.float32),
+            cfg,
+            **kwargs,
+        )
 
     (loss, metrics), grad = jax.value_and_grad(f, has_aux=True)(jnp.asarray(logp))
     return float(loss), {k: float(v) for k, v in metrics.items()}, np.asarray(grad)
@@ -89,9 +96,13 @@ def test_gspo_and_gspo_token_gradients_differ_with_per_token_is_weights():
     isw = jnp.array([[0.5, 1.0]])
 
     def grad_of(name):
-        return np.asarray(jax.grad(lambda lp: policy_loss(lp, old, jnp.array([1.0]), w, w,
-                                                          LossConfig(0.2, 0.2, policy_loss=name),
-                                                          is_weights=isw)[0])(logp))
+        return np.asarray(
+            jax.grad(
+                lambda lp: policy_loss(
+                    lp, old, jnp.array([1.0]), w, w, LossConfig(0.2, 0.2, policy_loss=name), is_weights=isw
+                )[0]
+            )(logp)
+        )
 
     np.testing.assert_allclose(grad_of("gspo"), [[-3 / 8, -3 / 8]], rtol=1e-6)
     np.testing.assert_allclose(grad_of("gspo-token"), [[-0.25, -0.5]], rtol=1e-6)
@@ -105,8 +116,9 @@ def test_cispo_value_and_gradient_by_hand_including_clipped_tokens():
     pg0 = [-math.exp(0.1) * 1 * -0.9, -1.2 * 1 * -1.7]
     pg1 = [-1 * -1.5 * -1.0, -0.8 * -1.5 * -0.8, -1 * -1.5 * -2.0]
     assert loss == pytest.approx(W0 * sum(pg0) + W1 * sum(pg1), rel=1e-5)
-    np.testing.assert_allclose(grad, [[-math.exp(0.1) * W0, -1.2 * W0, 0.0],
-                                      [1.5 * W1, 0.8 * 1.5 * W1, 1.5 * W1]], rtol=1e-5, atol=1e-8)
+    np.testing.assert_allclose(
+        grad, [[-math.exp(0.1) * W0, -1.2 * W0, 0.0], [1.5 * W1, 0.8 * 1.5 * W1, 1.5 * W1]], rtol=1e-5, atol=1e-8
+    )
     assert grad[0, 1] != 0.0 and grad[1, 1] != 0.0  # clipped tokens still carry gradient
     assert m["clip_fraction"] == pytest.approx(2 / 5)
 
@@ -155,9 +167,16 @@ def test_entropy_bonus_value_and_gradient_sign():
     base, _, _ = loss_and_grad(LossConfig(0.2, 0.2))
 
     def f(ent):
-        return policy_loss(jnp.asarray(LOGP), jnp.asarray(OLD), jnp.asarray(ADV), jnp.asarray(SEQ_MEAN),
-                           jnp.asarray(TOKEN_MEAN, jnp.float32), cfg, is_weights=jnp.full((2, 3), 0.5),
-                           entropy=ent)
+        return policy_loss(
+            jnp.asarray(LOGP),
+            jnp.asarray(OLD),
+            jnp.asarray(ADV),
+            jnp.asarray(SEQ_MEAN),
+            jnp.asarray(TOKEN_MEAN, jnp.float32),
+            cfg,
+            is_weights=jnp.full((2, 3), 0.5),
+            entropy=ent,
+        )
 
     (loss, m), grad = jax.value_and_grad(f, has_aux=True)(entropy)
     assert float(m["loss/entropy_bonus"]) == pytest.approx(0.0875, rel=1e-6)
@@ -188,9 +207,16 @@ def test_exact_under_gradient_accumulation(name, aggregation):
     entropy = rng.random((4, 6)).astype(np.float32)
 
     def f(lp, rows):
-        return policy_loss(lp, jnp.asarray(old[rows]), jnp.asarray(adv[rows]), jnp.asarray(w[rows]),
-                           jnp.asarray(mw[rows]), cfg, entropy=jnp.asarray(entropy[rows]),
-                           mask=jnp.asarray(mask[rows]))
+        return policy_loss(
+            lp,
+            jnp.asarray(old[rows]),
+            jnp.asarray(adv[rows]),
+            jnp.asarray(w[rows]),
+            jnp.asarray(mw[rows]),
+            cfg,
+            entropy=jnp.asarray(entropy[rows]),
+            mask=jnp.asarray(mask[rows]),
+        )
 
     grad_fn = jax.value_and_grad(f, has_aux=True)
     (whole, m_whole), g_whole = grad_fn(jnp.asarray(logp), slice(0, 4))
@@ -224,8 +250,14 @@ def _ours(name, mask, old, logp, adv, aggregation, eps_low, eps_high):
     mw = token_weights(mask, "token-mean")
 
     def f(lp):
-        return policy_loss(lp, jnp.asarray(old), jnp.asarray(adv), jnp.asarray(w), jnp.asarray(mw),
-                           LossConfig(eps_low, eps_high, policy_loss=name))[0]
+        return policy_loss(
+            lp,
+            jnp.asarray(old),
+            jnp.asarray(adv),
+            jnp.asarray(w),
+            jnp.asarray(mw),
+            LossConfig(eps_low, eps_high, policy_loss=name),
+        )[0]
 
     loss, grad = jax.value_and_grad(f)(jnp.asarray(logp))
     return float(loss), np.asarray(grad)

@@ -12,12 +12,15 @@ from trainers.algo.loss import AGGREGATIONS, KL_ESTIMATORS, POLICY_LOSSES, LossC
 from trainers.algo.registry import Registry
 
 
-@pytest.mark.parametrize("registry, expected", [
-    (ADVANTAGES, names.ADVANTAGE_ESTIMATORS),
-    (POLICY_LOSSES, names.POLICY_LOSSES),
-    (AGGREGATIONS, names.LOSS_AGGREGATIONS),
-    (KL_ESTIMATORS, names.KL_ESTIMATORS),
-])
+@pytest.mark.parametrize(
+    "registry, expected",
+    [
+        (ADVANTAGES, names.ADVANTAGE_ESTIMATORS),
+        (POLICY_LOSSES, names.POLICY_LOSSES),
+        (AGGREGATIONS, names.LOSS_AGGREGATIONS),
+        (KL_ESTIMATORS, names.KL_ESTIMATORS),
+    ],
+)
 def test_registry_names_are_the_name_tuples_in_order(registry, expected):
     assert registry.names() == expected
 
@@ -35,17 +38,22 @@ def test_clip_defaults_cover_every_policy_loss():
 def test_names_module_imports_no_jax():
     """The names and the registry are pure Python; importing them loads the `trainers` package, whose
     config checks tasks (NumPy, as the web server already does) but never JAX."""
-    code = ("import sys; import trainers.algo.names, trainers.algo.registry; "
-            "print([m for m in ('jax', 'flax', 'optax') if m in sys.modules])")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=__file__.rsplit("/tests/", 1)[0])
+    code = (
+        "import sys; import trainers.algo.names, trainers.algo.registry; "
+        "print([m for m in ('jax', 'flax', 'optax') if m in sys.modules])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=__file__.rsplit("/tests/", 1)[0]
+    )
     assert out.stdout.strip() == "[]"
 
 
 def test_unknown_names_list_the_known_ones():
     with pytest.raises(ValueError, match="unknown advantage estimator 'ppo'; known: grpo, drgrpo, rloo"):
         compute_advantages([[1.0, 0.0]], "ppo")
-    with pytest.raises(ValueError, match="token-mean, seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm"):
+    with pytest.raises(
+        ValueError, match="token-mean, seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm"
+    ):
         token_weights([[True]], "sum")
     with pytest.raises(ValueError, match="grpo, gspo, gspo-token, cispo"):
         POLICY_LOSSES.get("ppo")
@@ -68,21 +76,24 @@ def test_register_refuses_a_duplicate_and_keeps_the_function():
         reg.register("a")(a)
 
 
-@pytest.mark.parametrize("registry, name, citation", [
-    (ADVANTAGES, "grpo", "2402.03300"),
-    (ADVANTAGES, "drgrpo", "2503.20783"),
-    (ADVANTAGES, "rloo", "2402.14740"),
-    (AGGREGATIONS, "token-mean", "2503.14476"),
-    (AGGREGATIONS, "seq-mean-token-mean", "2402.03300"),
-    (AGGREGATIONS, "seq-mean-token-sum-norm", "2503.20783"),
-    (POLICY_LOSSES, "grpo", "2402.03300"),
-    (POLICY_LOSSES, "gspo", "2507.18071"),
-    (POLICY_LOSSES, "gspo-token", "2507.18071"),
-    (POLICY_LOSSES, "cispo", "2506.13585"),
-    (KL_ESTIMATORS, "k1", "Schulman"),
-    (KL_ESTIMATORS, "k2", "Schulman"),
-    (KL_ESTIMATORS, "k3", "Schulman"),
-])
+@pytest.mark.parametrize(
+    "registry, name, citation",
+    [
+        (ADVANTAGES, "grpo", "2402.03300"),
+        (ADVANTAGES, "drgrpo", "2503.20783"),
+        (ADVANTAGES, "rloo", "2402.14740"),
+        (AGGREGATIONS, "token-mean", "2503.14476"),
+        (AGGREGATIONS, "seq-mean-token-mean", "2402.03300"),
+        (AGGREGATIONS, "seq-mean-token-sum-norm", "2503.20783"),
+        (POLICY_LOSSES, "grpo", "2402.03300"),
+        (POLICY_LOSSES, "gspo", "2507.18071"),
+        (POLICY_LOSSES, "gspo-token", "2507.18071"),
+        (POLICY_LOSSES, "cispo", "2506.13585"),
+        (KL_ESTIMATORS, "k1", "Schulman"),
+        (KL_ESTIMATORS, "k2", "Schulman"),
+        (KL_ESTIMATORS, "k3", "Schulman"),
+    ],
+)
 def test_entries_cite_their_paper(registry, name, citation):
     assert citation in registry.get(name).doc
 
@@ -90,9 +101,16 @@ def test_entries_cite_their_paper(registry, name, citation):
 def test_metric_keys_per_config():
     assert metric_keys(LossConfig(), use_ref=False) == ("loss/policy", "clip_fraction")
     assert metric_keys(LossConfig(policy_loss="cispo", beta=0.1), use_ref=True) == (
-        "loss/policy", "clip_fraction", "loss/kl", "kl")
+        "loss/policy",
+        "clip_fraction",
+        "loss/kl",
+        "kl",
+    )
     assert metric_keys(LossConfig(policy_loss="gspo", entropy_coef=0.01), use_ref=False) == (
-        "loss/policy", "clip_fraction", "loss/entropy_bonus")
+        "loss/policy",
+        "clip_fraction",
+        "loss/entropy_bonus",
+    )
 
 
 def test_loss_config_keeps_its_positional_order():

@@ -45,8 +45,15 @@ def _loss(logp, old, adv, cfg, ref=None, mask=None):
     logp = jnp.asarray(logp, jnp.float32)
     mask = np.ones(logp.shape, bool) if mask is None else mask
     w = token_weights(mask, "token-mean")
-    return policy_loss(logp, jnp.asarray(old, jnp.float32), jnp.asarray(adv, jnp.float32), w, w, cfg,
-                       None if ref is None else jnp.asarray(ref, jnp.float32))
+    return policy_loss(
+        logp,
+        jnp.asarray(old, jnp.float32),
+        jnp.asarray(adv, jnp.float32),
+        w,
+        w,
+        cfg,
+        None if ref is None else jnp.asarray(ref, jnp.float32),
+    )
 
 
 def test_clipped_surrogate_positive_advantage_clips_high():
@@ -110,7 +117,7 @@ def test_weights_split_over_micro_batches_sum_to_the_whole(aggregation):
     token_loss = rng.normal(size=(8, 5))
     w = token_weights(mask, aggregation)
     whole = (token_loss * w).sum()
-    parts = sum((token_loss[i:i + 2] * w[i:i + 2]).sum() for i in range(0, 8, 2))
+    parts = sum((token_loss[i : i + 2] * w[i : i + 2]).sum() for i in range(0, 8, 2))
     assert parts == pytest.approx(whole, abs=1e-6)
     assert whole != 0.0
 
@@ -129,6 +136,7 @@ def test_extreme_log_ratios_give_finite_gradients(log_ratio, advantage):
     """A token whose log-ratio is +-100 (exp overflows float32 at +88) must not poison the gradient:
     before the log-ratio was clamped, exp(100) = inf made the clipped branch's gradient 0 * inf = NaN
     (and global-norm clipping then spread it to every parameter)."""
+
     def loss_of(logp):
         loss, _ = _loss(logp, [[0.0, 0.0]], [advantage], LossConfig())
         return loss
@@ -143,8 +151,12 @@ def test_extreme_log_ratios_give_finite_gradients(log_ratio, advantage):
     # e^-100 is clipped at 0.8 (loss +0.8 / 2, no gradient). The other two cases are the unclipped
     # branch with the clamped ratio e^+-20: A < 0 -> loss e^20 / 2; A > 0 -> loss -e^-20 / 2; both
     # with gradient 0, since the clamp is active at +-100.
-    token0 = {(100.0, 1.0): (-1.2 / 2, 0.0), (-100.0, -1.0): (0.8 / 2, 0.0),
-              (100.0, -1.0): (math.exp(20) / 2, 0.0), (-100.0, 1.0): (-math.exp(-20) / 2, 0.0)}
+    token0 = {
+        (100.0, 1.0): (-1.2 / 2, 0.0),
+        (-100.0, -1.0): (0.8 / 2, 0.0),
+        (100.0, -1.0): (math.exp(20) / 2, 0.0),
+        (-100.0, 1.0): (-math.exp(-20) / 2, 0.0),
+    }
     expected_loss0, expected_grad0 = token0[(log_ratio, advantage)]
     assert float(loss) == pytest.approx(expected_loss0 - advantage * 1.1 / 2, rel=1e-6)
     assert float(grad[0, 0]) == pytest.approx(expected_grad0, abs=1e-12)
@@ -154,6 +166,7 @@ def test_ordinary_log_ratios_are_unchanged_by_the_clamp():
     """Inside +-20 the clamp does nothing: loss and gradient of 3 tokens by hand (A = 1, token-mean
     over 3 tokens, eps 0.2): ratio 0.9 -> -0.9 (unclipped, gradient -0.9 / 3); ratio 1.5 -> clipped
     at -1.2 (gradient 0); ratio e^-5 (A = 1: max(-e^-5, -0.8) = -e^-5, unclipped, gradient -e^-5 / 3)."""
+
     def loss_of(logp):
         loss, _ = _loss(logp, [[0.0, 0.0, 0.0]], [1.0], LossConfig())
         return loss

@@ -16,22 +16,28 @@ import time
 import numpy as np
 import pytest
 
-from trainers.rollout import collector as collector_lib
-from trainers.rollout.async_source import AsyncRolloutSource
 from trainers.config import load_config, parse_config
 from trainers.data.examples import load_examples
 from trainers.data.prompt_stream import PromptStream
+from trainers.loop.trainer import GRPOTrainer, train
 from trainers.rollout import collect as rollout_lib
+from trainers.rollout import collector as collector_lib
+from trainers.rollout.async_source import AsyncRolloutSource
 from trainers.step.hooks import Action, Control, Hooks
 from trainers.step.placement import Placement
-from trainers.loop.trainer import GRPOTrainer, train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # 6 prompts per epoch, 4 per step: steps cross epoch ends. Two mini-batches: old log-probs are used.
-RAW = {"seed": 1, "model": {"preset": "tiny"}, "data": {"task": "copy", "train_prompts": 6, "eval_prompts": 0},
-       "batch": {"prompts_per_step": 4, "mini_batch_prompts": 2}, "grpo": {"num_generations": 2, "beta": 0.0},
-       "rollout": {"max_new_tokens": 8},
-       "train": {"max_steps": 4, "samples_per_step": 8}, "checkpoint": {"every_steps": 0}}
+RAW = {
+    "seed": 1,
+    "model": {"preset": "tiny"},
+    "data": {"task": "copy", "train_prompts": 6, "eval_prompts": 0},
+    "batch": {"prompts_per_step": 4, "mini_batch_prompts": 2},
+    "grpo": {"num_generations": 2, "beta": 0.0},
+    "rollout": {"max_new_tokens": 8},
+    "train": {"max_steps": 4, "samples_per_step": 8},
+    "checkpoint": {"every_steps": 0},
+}
 
 
 def async_raw(max_age=1, **extra):
@@ -133,8 +139,8 @@ def test_in_flight_updates_with_max_age_0_are_the_synchronous_update(sync_run, t
 
 def test_in_flight_updates_swap_weights_mid_generation(tmp_path, monkeypatch):
     """Max age 1 with in-flight updates every 2 decode steps. The collector is made to wait, after
-    the prefill and first chunk (tokens 0..2) of each generation call one step ahead, until the trainer publishes the next
-    weights: those units then mix two versions. Each such group is stamped with its oldest version
+    the prefill and first chunk (tokens 0..2) of each generation call one step ahead, until the trainer publishes the
+    next weights: those units then mix two versions. Each such group is stamped with its oldest version
     (so its age bound holds), its tokens after the swap carry the newer version, the token age is
     below the group age, and every prompt is still trained once, in order."""
     real_generate_unit = collector_lib.Collector.generate_unit
@@ -152,7 +158,7 @@ def test_in_flight_updates_swap_weights_mid_generation(tmp_path, monkeypatch):
 
         def weights():
             calls[0] += 1
-            if calls[0] == 3 and self.target_for_test == version + 1:   # one step ahead: wait for v + 1
+            if calls[0] == 3 and self.target_for_test == version + 1:  # one step ahead: wait for v + 1
                 with self.cond:
                     self.cond.wait_for(lambda: self.version > version or self._stopping, timeout=60)
             return inner()
@@ -173,8 +179,8 @@ def test_in_flight_updates_swap_weights_mid_generation(tmp_path, monkeypatch):
     for group in mixed:
         versions = group.payload.token_versions
         assert group.weight_version == versions.min()
-        assert (versions[:, :3] == group.weight_version).all()       # prefill + first chunk: old weights
-        assert (versions[:, 3:] == group.weight_version + 1).all()   # from the second chunk on: new ones
+        assert (versions[:, :3] == group.weight_version).all()  # prefill + first chunk: old weights
+        assert (versions[:, 3:] == group.weight_version + 1).all()  # from the second chunk on: new ones
     assert any(m["async/token_age_mean"] < m["async/trajectory_age_mean"] for m in hooks.metrics.values())
     assert all(np.isfinite(m["is/weight_mean"]) for m in hooks.metrics.values())
 
@@ -193,8 +199,10 @@ def one_step_behind(monkeypatch):
         if step + 1 < self.context.config.train.max_steps:
             wanted = set(range((step + 1) * p, (step + 2) * p))
             with self.cond:
-                assert self.cond.wait_for(lambda: self.collector.error is not None
-                                          or wanted <= set(self.buffer.buffered_prompt_indices()), timeout=120)
+                assert self.cond.wait_for(
+                    lambda: self.collector.error is not None or wanted <= set(self.buffer.buffered_prompt_indices()),
+                    timeout=120,
+                )
         return real_wait(self, step)
 
     monkeypatch.setattr(AsyncRolloutSource, "_wait_for_groups", wait)
@@ -270,6 +278,7 @@ def test_collector_exception_fails_the_run_with_that_error_quickly(tmp_path, mon
 def test_stop_or_pause_while_waiting_ends_the_run(tmp_path, monkeypatch, action, status):
     """A collector that never delivers (stuck) does not wedge a STOP or a PAUSE: the wait polls
     Control. A PAUSE checkpoints the untouched weights with the first untrained prompt."""
+
     def stuck(self):
         while not self._stopping:
             time.sleep(0.05)
@@ -385,9 +394,17 @@ def test_reward_rises_in_async_mode(tmp_path, one_step_behind):
     """The demo task in async mode (max age 1, IS correction), every step after the first training
     groups one version old (the fixture): the reward clearly rises (measured: see the assertion
     message); bounded to 80 steps."""
-    config = load_config("configs/demo.yaml", ["train.max_steps=80", "eval.every_steps=0",
-                                               "checkpoint.every_steps=0", "checkpoint.keep_best_metric=null",
-                                               "async.enabled=true", "async.max_trajectory_age_steps=1"])
+    config = load_config(
+        "configs/demo.yaml",
+        [
+            "train.max_steps=80",
+            "eval.every_steps=0",
+            "checkpoint.every_steps=0",
+            "checkpoint.keep_best_metric=null",
+            "async.enabled=true",
+            "async.max_trajectory_age_steps=1",
+        ],
+    )
     hooks = Record(8)
     run_bounded(lambda: train(config, str(tmp_path), hooks), 900)
     rewards = [hooks.metrics[s]["reward/mean"] for s in sorted(hooks.metrics)]
@@ -424,11 +441,17 @@ def test_two_devices_rollout_and_training_apart(sync_run, tmp_path):
     script = tmp_path / "two.py"
     script.write_text(TWO_DEVICES)
     env = {**os.environ, "PYTHONPATH": ROOT, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
-    out = subprocess.run([sys.executable, str(script), json.dumps(raw), str(tmp_path / "run")], env=env, cwd=ROOT,
-                         capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [sys.executable, str(script), json.dumps(raw), str(tmp_path / "run")],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     line = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")][-1]
-    info = json.loads(line[len("RESULT "):])
+    info = json.loads(line[len("RESULT ") :])
     assert info["devices"] == 2 and info["status"] == "succeeded"
     assert info["rollout"] != info["train"], info
     assert info["digest"] == sync.params_digest
@@ -480,11 +503,12 @@ def test_device_lists_split_generation_and_training_over_several_devices(tmp_pat
     script = tmp_path / "four.py"
     script.write_text(FOUR_DEVICES)
     env = {**os.environ, "PYTHONPATH": ROOT, "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
-    out = subprocess.run([sys.executable, str(script), json.dumps(raw)], env=env, cwd=ROOT,
-                         capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [sys.executable, str(script), json.dumps(raw)], env=env, cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     line = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")][-1]
-    info = json.loads(line[len("RESULT "):])
+    info = json.loads(line[len("RESULT ") :])
     assert info["status"] == "succeeded"
     assert info["train"] == [0, 1] and info["opt_state"] == [0, 1]
     assert info["rollout"] == [2, 3] and info["prompts"] == [2, 3]

@@ -18,21 +18,27 @@ import numpy as np
 import pytest
 
 from tests.test_async import run_bounded
-from trainers.rollout.replay_buffer import ReplayBuffer, TrajectoryGroup
 from trainers.config import parse_config
 from trainers.data.examples import load_examples
 from trainers.data.prompt_stream import PromptStream
+from trainers.loop.trainer import train
 from trainers.rollout import collect as rollout_lib
 from trainers.rollout.dynamic_sampling import select_informative
+from trainers.rollout.replay_buffer import ReplayBuffer, TrajectoryGroup
 from trainers.step.hooks import Hooks
-from trainers.loop.trainer import train
 
 P, G, ROUNDS = 4, 2, 2
-CAP = P * (1 + ROUNDS)   # prompts one step may consume
-RAW = {"seed": 1, "model": {"preset": "tiny"}, "data": {"task": "copy", "train_prompts": 48, "eval_prompts": 0},
-       "batch": {"prompts_per_step": P, "mini_batch_prompts": 2}, "grpo": {"num_generations": G, "beta": 0.0},
-       "rollout": {"max_new_tokens": 8, "dynamic_sampling": True, "dynamic_sampling_max_rounds": ROUNDS},
-       "train": {"max_steps": 3, "samples_per_step": P * G}, "checkpoint": {"every_steps": 1}}
+CAP = P * (1 + ROUNDS)  # prompts one step may consume
+RAW = {
+    "seed": 1,
+    "model": {"preset": "tiny"},
+    "data": {"task": "copy", "train_prompts": 48, "eval_prompts": 0},
+    "batch": {"prompts_per_step": P, "mini_batch_prompts": 2},
+    "grpo": {"num_generations": G, "beta": 0.0},
+    "rollout": {"max_new_tokens": 8, "dynamic_sampling": True, "dynamic_sampling_max_rounds": ROUNDS},
+    "train": {"max_steps": 3, "samples_per_step": P * G},
+    "checkpoint": {"every_steps": 1},
+}
 
 
 # -- pure pieces ----------------------------------------------------------------------------------
@@ -63,18 +69,18 @@ def test_replay_buffer_runs_by_hand():
     assert [g.prompt_index for g in buffer.peek_run(2, 10)] == [3]
     assert buffer.pop_dropped() == [4] and buffer.dropped_stale == 1
     assert buffer.put(_group(4, 2))
-    assert [g.prompt_index for g in buffer.peek_run(2, 2)] == [3, 4]          # the limit
+    assert [g.prompt_index for g in buffer.peek_run(2, 2)] == [3, 4]  # the limit
     assert [g.prompt_index for g in buffer.take_run(2, 2, step_done=False)] == [3, 4]
-    assert buffer.next_prompt_index == 5 and buffer.next_step == 2            # the step stays open
-    assert not buffer.has_room_for(4) and buffer.has_room_for(10)             # the window moved by 2
+    assert buffer.next_prompt_index == 5 and buffer.next_step == 2  # the step stays open
+    assert not buffer.has_room_for(4) and buffer.has_room_for(10)  # the window moved by 2
     with pytest.raises(ValueError):
-        buffer.take_run(2, 2, step_done=True)                                 # 6 is missing
+        buffer.take_run(2, 2, step_done=True)  # 6 is missing
     assert [g.prompt_index for g in buffer.take_run(2, 1, step_done=True)] == [5]
     assert buffer.next_step == 3
     m = buffer.metrics()
     assert m["async/trajectory_age_mean"] == 0.0 and m["async/dropped_stale"] == 1.0 and m["async/buffer_size"] == 1.0
     with pytest.raises(ValueError):
-        buffer.peek_run(2, 1)                                                 # step 2 is over
+        buffer.peek_run(2, 1)  # step 2 is over
 
 
 # -- runs -----------------------------------------------------------------------------------------
@@ -166,8 +172,8 @@ def test_async_steps_train_informative_groups_and_cap_out_of_the_loss(tmp_path, 
         assert [s["prompt"] for s in samples[::G]] == trained
         in_loss = [s.get("in_loss", True) for s in samples]
         assert in_loss == [f for f in flags for _ in range(G)]
-        for j in range(P):   # (a) every group in the loss is informative
-            rewards = {s["reward"] for s in samples[j * G:(j + 1) * G]}
+        for j in range(P):  # (a) every group in the loss is informative
+            rewards = {s["reward"] for s in samples[j * G : (j + 1) * G]}
             assert (len(rewards) > 1) == flags[j]
         position += consumed
         assert data_position(run_dir, step) == position

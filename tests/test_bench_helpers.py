@@ -26,8 +26,13 @@ import tunix_r1  # noqa: E402
 
 
 def test_last_json_with_takes_the_last_object_with_the_key():
-    lines = ['{"seconds_per_step": 1}\n', "noise {not json}\n", '{"other": 2}\n', '{"seconds_per_step": 3, "x": 1}\n',
-             "seconds_per_step=3\n"]
+    lines = [
+        '{"seconds_per_step": 1}\n',
+        "noise {not json}\n",
+        '{"other": 2}\n',
+        '{"seconds_per_step": 3, "x": 1}\n',
+        "seconds_per_step=3\n",
+    ]
     assert tunix_harness.last_json_with(lines, "seconds_per_step") == {"seconds_per_step": 3, "x": 1}
     assert tunix_harness.last_json_with(lines, "other") == {"other": 2}
     assert tunix_harness.last_json_with(lines, "missing") is None
@@ -35,8 +40,7 @@ def test_last_json_with_takes_the_last_object_with_the_key():
 
 def test_run_and_parse_reports_the_childs_peak_rss(capsys):
     # The child touches 200 MiB and frees it before printing: the peak is what it held, not what it ends with.
-    code = ("import json; b = bytearray(200 * 2**20); del b; "
-            "print(json.dumps({'seconds_per_step': 0.5}))")
+    code = "import json; b = bytearray(200 * 2**20); del b; print(json.dumps({'seconds_per_step': 0.5}))"
     result, error = tunix_harness.run_and_parse("child", [sys.executable, "-c", code], timeout=60)
     assert error == ""
     assert result["seconds_per_step"] == 0.5
@@ -65,8 +69,16 @@ def test_r1_settings_come_from_the_config(tmp_path):
         s = compare_tunix_real.r1_settings("configs/r1.yaml", folder)
     finally:
         os.chdir(cwd)
-    assert s == {"model": folder, "data": "bench/r1_prompts.jsonl", "prompts": 8, "generations": 4, "prompt_len": 48,
-                 "gen_len": 64, "beta": 0.04, "temperature": 1.0}
+    assert s == {
+        "model": folder,
+        "data": "bench/r1_prompts.jsonl",
+        "prompts": 8,
+        "generations": 4,
+        "prompt_len": 48,
+        "gen_len": 64,
+        "beta": 0.04,
+        "temperature": 1.0,
+    }
     cmd = compare_tunix_real.tunix_command("py", s, 6)
     assert cmd[cmd.index("--prompt-len") + 1] == "48" and cmd[cmd.index("--model") + 1] == folder
 
@@ -83,8 +95,9 @@ def test_memory_modes_and_figures():
     assert real_model.parse_mode("bfloat16+remat") == ("bfloat16", True)
     with pytest.raises(ValueError):
         real_model.parse_mode("float16")
-    stats = types.SimpleNamespace(temp_size_in_bytes=2**30, argument_size_in_bytes=2**29,
-                                  output_size_in_bytes=2**29, alias_size_in_bytes=2**28)
+    stats = types.SimpleNamespace(
+        temp_size_in_bytes=2**30, argument_size_in_bytes=2**29, output_size_in_bytes=2**29, alias_size_in_bytes=2**28
+    )
     m = real_model.memory_figures(stats)
     assert m["total_gib"] == pytest.approx(1.75)
     assert m["alias_gib"] == pytest.approx(0.25)
@@ -178,8 +191,8 @@ def test_w1_step_flops_count_shared_prefills_once():
     """Issue 18 item 10: W1 (8 prompts x G=4, 32 + 64 tokens, beta 0.04, mu 1) executes about 96 GFLOP a
     step, not the 127.9 counted with one prefill per completion and the LM head at every position."""
     from trainers.config import load_config
-    from trainers.step.plan import make_plan
     from trainers.loop.policy import model_config_for
+    from trainers.step.plan import make_plan
 
     config = load_config(os.path.join(ROOT, "configs", "w1.yaml"), [])
     plan, cfg = make_plan(config, 1024), model_config_for(config)
@@ -195,8 +208,9 @@ def test_w1_step_flops_count_shared_prefills_once():
     assert flops["old_logprobs"] == 0.0
     assert sum(flops.values()) / 1e9 == pytest.approx(95.80, abs=0.01)
     # Flat groups skipped: only the trained fraction goes through the update.
-    half = grpo_step.step_model_flops(cfg, plan, 32, 64, generation_group=4, logprob_group=4, update_group=4,
-                                      trained_fraction=0.5)
+    half = grpo_step.step_model_flops(
+        cfg, plan, 32, 64, generation_group=4, logprob_group=4, update_group=4, trained_fraction=0.5
+    )
     assert half["train"] == flops["train"] / 2
 
 
@@ -217,10 +231,24 @@ def test_scale_device_counts_batch_and_ratios():
     assert batch["weights"].sum() == pytest.approx(1.0)  # token-mean over the 40 completion tokens
     with pytest.raises(ValueError):
         scale.synthetic_batch(6, 4, 3, 5, vocab=50)
-    rows = [{"devices": 1, "tokens_per_s": 100.0, "gflops_per_step": 2.0, "step_s": 1.0, "compiled_bytes": 80,
-             "state_bytes_per_device": 64},
-            {"devices": 4, "tokens_per_s": 300.0, "gflops_per_step": 6.0, "step_s": 1.0, "compiled_bytes": 40,
-             "state_bytes_per_device": 16}]
+    rows = [
+        {
+            "devices": 1,
+            "tokens_per_s": 100.0,
+            "gflops_per_step": 2.0,
+            "step_s": 1.0,
+            "compiled_bytes": 80,
+            "state_bytes_per_device": 64,
+        },
+        {
+            "devices": 4,
+            "tokens_per_s": 300.0,
+            "gflops_per_step": 6.0,
+            "step_s": 1.0,
+            "compiled_bytes": 40,
+            "state_bytes_per_device": 16,
+        },
+    ]
     accelerator = scale.with_ratios(rows, peak=10e9, peak_scales=True)
     assert accelerator[1]["speedup"] == 3.0 and accelerator[1]["efficiency"] == 0.75
     assert accelerator[1]["mfu"] == pytest.approx(6.0 / 40)  # 6 GFLOP in 1 s on 4 x 10 GFLOP/s

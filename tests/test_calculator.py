@@ -6,6 +6,8 @@ from fractions import Fraction
 
 import pytest
 
+from trainers.data import rewards
+from trainers.data.word_problems import ANSWER_FORMAT, make_problems
 from trainers.envs.arithmetic import ArithmeticRefused, evaluate, format_number, normalize
 from trainers.envs.base import EpisodeState
 from trainers.envs.calculator import (
@@ -18,8 +20,6 @@ from trainers.envs.calculator import (
     answer_tool_call,
     find_tool_calls,
 )
-from trainers.data import rewards
-from trainers.data.word_problems import ANSWER_FORMAT, make_problems
 
 
 def refused(expression, **limits):
@@ -31,37 +31,40 @@ def refused(expression, **limits):
 # ---------------------------------------------------------------- the evaluator
 
 
-@pytest.mark.parametrize("expression, value", [
-    ("39 - 28", Fraction(11)),
-    ("2 + 3 * 4", Fraction(14)),
-    ("(2 + 3) * 4", Fraction(20)),
-    ("7 / 2", Fraction(7, 2)),
-    ("7 // 2", Fraction(3)),
-    ("-7 // 2", Fraction(-4)),
-    ("-7 % 3", Fraction(2)),
-    ("2 ** 10", Fraction(1024)),
-    ("2 ** -2", Fraction(1, 4)),
-    ("-2 ** 2", Fraction(-4)),          # ** binds tighter than unary minus, as in Python
-    ("(-2) ** 3", Fraction(-8)),
-    ("1 / 3 * 3", Fraction(1)),          # exact: no 0.9999...
-    ("0.1 + 0.2", Fraction(3, 10)),
-    ("+5 - -5", Fraction(10)),
-    ("1_000 + 1", Fraction(1001)),
-    ("2.5e2", Fraction(250)),
-    ("1e-5", Fraction(1, 100_000)),
-    ("0e999999999", Fraction(0)),        # zero, however it is written, never builds 10**999999999
-    ("(-1) ** 100000000000000000000", Fraction(1)),
-    ("((((1))))", Fraction(1)),
-])
+@pytest.mark.parametrize(
+    "expression, value",
+    [
+        ("39 - 28", Fraction(11)),
+        ("2 + 3 * 4", Fraction(14)),
+        ("(2 + 3) * 4", Fraction(20)),
+        ("7 / 2", Fraction(7, 2)),
+        ("7 // 2", Fraction(3)),
+        ("-7 // 2", Fraction(-4)),
+        ("-7 % 3", Fraction(2)),
+        ("2 ** 10", Fraction(1024)),
+        ("2 ** -2", Fraction(1, 4)),
+        ("-2 ** 2", Fraction(-4)),  # ** binds tighter than unary minus, as in Python
+        ("(-2) ** 3", Fraction(-8)),
+        ("1 / 3 * 3", Fraction(1)),  # exact: no 0.9999...
+        ("0.1 + 0.2", Fraction(3, 10)),
+        ("+5 - -5", Fraction(10)),
+        ("1_000 + 1", Fraction(1001)),
+        ("2.5e2", Fraction(250)),
+        ("1e-5", Fraction(1, 100_000)),
+        ("0e999999999", Fraction(0)),  # zero, however it is written, never builds 10**999999999
+        ("(-1) ** 100000000000000000000", Fraction(1)),
+        ("((((1))))", Fraction(1)),
+    ],
+)
 def test_evaluate_by_hand(expression, value):
     assert evaluate(expression) == value
 
 
 def test_unicode_signs_and_a_trailing_equals_sign_are_read():
     assert normalize(" 39 \u2212 28 = ") == "39 - 28"
-    assert evaluate("39 \u2212 28") == 11          # the unicode minus
-    assert evaluate("6 \u00d7 7") == 42            # times
-    assert evaluate("84 \u00f7 2") == 42           # division sign
+    assert evaluate("39 \u2212 28") == 11  # the unicode minus
+    assert evaluate("6 \u00d7 7") == 42  # times
+    assert evaluate("84 \u00f7 2") == 42  # division sign
     assert evaluate("12 + 5 =") == 17
 
 
@@ -124,22 +127,25 @@ def test_depth_and_size_limits():
     assert refused("-" * 70 + "1") == "expression nested too deeply: more than 64 levels"
     assert evaluate("-" * 60 + "1") == 1
     assert refused("+".join(["1"] * 60)) == "expression too long: more than 100 numbers and operators"
-    assert evaluate("+".join(["1"] * 50)) == 50   # 50 numbers + 49 operators = 99 nodes
+    assert evaluate("+".join(["1"] * 50)) == 50  # 50 numbers + 49 operators = 99 nodes
     assert refused("(" * 300 + "1" + ")" * 300, max_chars=1000).startswith("cannot parse")
 
 
-@pytest.mark.parametrize("value, text", [
-    (Fraction(11), "11"),
-    (Fraction(-4), "-4"),
-    (Fraction(0), "0"),
-    (Fraction(5, 2), "2.5"),
-    (Fraction(-1, 8), "-0.125"),
-    (Fraction(1, 100_000), "0.00001"),
-    (Fraction(1, 3), "1/3"),
-    (Fraction(-22, 7), "-22/7"),
-    (Fraction(1, 2**13), "1/8192"),         # 13 decimal places: more than 12, so a fraction
-    (Fraction(1, 2**12), "0.000244140625"),  # exactly 12 places
-])
+@pytest.mark.parametrize(
+    "value, text",
+    [
+        (Fraction(11), "11"),
+        (Fraction(-4), "-4"),
+        (Fraction(0), "0"),
+        (Fraction(5, 2), "2.5"),
+        (Fraction(-1, 8), "-0.125"),
+        (Fraction(1, 100_000), "0.00001"),
+        (Fraction(1, 3), "1/3"),
+        (Fraction(-22, 7), "-22/7"),
+        (Fraction(1, 2**13), "1/8192"),  # 13 decimal places: more than 12, so a fraction
+        (Fraction(1, 2**12), "0.000244140625"),  # exactly 12 places
+    ],
+)
 def test_format_number(value, text):
     assert format_number(value) == text
 
@@ -148,7 +154,9 @@ def test_format_number(value, text):
 
 
 def test_find_tool_calls():
-    message = 'Let me compute.\n<tool_call>\n{"name": "calculator", "arguments": {"expression": "39 - 28"}}\n</tool_call>'
+    message = (
+        'Let me compute.\n<tool_call>\n{"name": "calculator", "arguments": {"expression": "39 - 28"}}\n</tool_call>'
+    )
     assert find_tool_calls(message) == ['{"name": "calculator", "arguments": {"expression": "39 - 28"}}']
     assert find_tool_calls("The answer is 11.") == []
     two = "<tool_call>{}</tool_call> and <tool_call> [1] </tool_call>"
@@ -160,20 +168,41 @@ def test_find_tool_calls():
 SETTINGS = CalculatorSettings()
 
 
-@pytest.mark.parametrize("body, reply, failed", [
-    ('{"name": "calculator", "arguments": {"expression": "39 - 28"}}', "11", False),
-    ('{"name": "calculator", "arguments": {"expression": "7 / 2"}}', "3.5", False),
-    ('{"name": "calculator", "arguments": "{\\"expression\\": \\"2 * 21\\"}"}', "42", False),  # arguments as a string
-    ('{"name": "calculator", "arguments": {"expression": "1/0"}}', "error: division by zero", True),
-    ('{"name": "calculator", "arguments": {"expression": "9**9**9"}}',
-     "error: result too large: about 369693100 digits; at most 30", True),
-    ('{"name": "calculator", "arguments": {"expression": 39}}',
-     'error: "arguments" needs "expression", a string such as "12 + 7"', True),
-    ('{"name": "calculator", "arguments": {}}', 'error: "arguments" needs "expression", a string such as "12 + 7"', True),
-    ('{"name": "calculator"}', 'error: "arguments" needs "expression", a string such as "12 + 7"', True),
-    ('{"name": "search", "arguments": {"query": "x"}}', 'error: unknown tool "search"; the only tool is "calculator"', True),
-    ('{"arguments": {"expression": "1"}}', 'error: unknown tool no name; the only tool is "calculator"', True),
-])
+@pytest.mark.parametrize(
+    "body, reply, failed",
+    [
+        ('{"name": "calculator", "arguments": {"expression": "39 - 28"}}', "11", False),
+        ('{"name": "calculator", "arguments": {"expression": "7 / 2"}}', "3.5", False),
+        (
+            '{"name": "calculator", "arguments": "{\\"expression\\": \\"2 * 21\\"}"}',
+            "42",
+            False,
+        ),  # arguments as a string
+        ('{"name": "calculator", "arguments": {"expression": "1/0"}}', "error: division by zero", True),
+        (
+            '{"name": "calculator", "arguments": {"expression": "9**9**9"}}',
+            "error: result too large: about 369693100 digits; at most 30",
+            True,
+        ),
+        (
+            '{"name": "calculator", "arguments": {"expression": 39}}',
+            'error: "arguments" needs "expression", a string such as "12 + 7"',
+            True,
+        ),
+        (
+            '{"name": "calculator", "arguments": {}}',
+            'error: "arguments" needs "expression", a string such as "12 + 7"',
+            True,
+        ),
+        ('{"name": "calculator"}', 'error: "arguments" needs "expression", a string such as "12 + 7"', True),
+        (
+            '{"name": "search", "arguments": {"query": "x"}}',
+            'error: unknown tool "search"; the only tool is "calculator"',
+            True,
+        ),
+        ('{"arguments": {"expression": "1"}}', 'error: unknown tool no name; the only tool is "calculator"', True),
+    ],
+)
 def test_answer_tool_call(body, reply, failed):
     assert answer_tool_call(body, SETTINGS) == (reply, failed)
 
@@ -195,14 +224,16 @@ def test_expression_and_digit_limits_come_from_the_settings():
     assert answer_tool_call(call % "999 + 1", small) == ("error: result too large: 4 digits; at most 3", True)
     assert answer_tool_call(call % "999 + 0", small) == ("999", False)
     assert answer_tool_call(call % "1 + 2 + 3 + 4", small) == (
-        "error: the expression is 13 characters; at most 10", True)
+        "error: the expression is 13 characters; at most 10",
+        True,
+    )
 
 
 # ---------------------------------------------------------------- the environment
 
 
 def call(expression):
-    return '<tool_call>{"name": "calculator", "arguments": {"expression": "%s"}}</tool_call>' % expression
+    return f'<tool_call>{{"name": "calculator", "arguments": {{"expression": "{expression}"}}}}</tool_call>'
 
 
 def test_a_turn_with_a_call_gets_its_result_and_goes_on():
@@ -217,11 +248,18 @@ def test_a_turn_with_a_call_gets_its_result_and_goes_on():
 def test_a_turn_without_a_call_is_the_final_answer():
     result = Calculator().step(EpisodeState(example={"prompt": "p", "answer": "11"}, turn=2), "The answer is 11.")
     assert (result.messages, result.done, result.tool_calls, result.tool_errors, result.reward_parts) == (
-        [], True, 0, 0, {})
+        [],
+        True,
+        0,
+        0,
+        {},
+    )
 
 
 def test_errors_are_replies_and_the_episode_goes_on():
-    result = Calculator().step(EpisodeState(example={}, turn=1), call("1/0") + call("2 + 2") + "<tool_call>oops</tool_call>")
+    result = Calculator().step(
+        EpisodeState(example={}, turn=1), call("1/0") + call("2 + 2") + "<tool_call>oops</tool_call>"
+    )
     assert [m["content"] for m in result.messages][:2] == ["error: division by zero", "4"]
     assert result.messages[2]["content"].startswith("error: the tool call is not valid JSON")
     assert (result.done, result.tool_calls, result.tool_errors) == (False, 3, 2)
@@ -241,7 +279,10 @@ def test_calls_over_the_limit_get_one_error_reply():
     env = Calculator(CalculatorSettings(max_calls_per_turn=2))
     result = env.step(EpisodeState(example={}, turn=1), "".join(call(f"{n} + 1") for n in range(5)))
     assert [m["content"] for m in result.messages] == [
-        "1", "2", "error: at most 2 tool calls per turn; the other 3 were not run"]
+        "1",
+        "2",
+        "error: at most 2 tool calls per turn; the other 3 were not run",
+    ]
     assert (result.done, result.tool_calls, result.tool_errors) == (False, 5, 3)
 
 
@@ -259,8 +300,11 @@ def test_system_prompt_shows_the_call_format_and_an_answer_the_rewards_read():
 # ---------------------------------------------------------------- the demonstration and the no-tool twin
 
 QUESTION = "Ben has 39 apples and gives Maya 28. How many apples does Ben have left? " + ANSWER_FORMAT
-DEMO_USER = {"role": "user", "content": "Ana has 12 apples. Ben gives Ana 7 more. How many apples does Ana have now? "
-                                        "Answer in one short sentence that ends with the number."}
+DEMO_USER = {
+    "role": "user",
+    "content": "Ana has 12 apples. Ben gives Ana 7 more. How many apples does Ana have now? "
+    "Answer in one short sentence that ends with the number.",
+}
 
 
 def test_reset_without_demonstration_is_the_prompt_as_it_is():
@@ -275,8 +319,10 @@ def test_reset_with_demonstration_puts_one_worked_example_first():
     env = Calculator(CalculatorSettings(demonstration=True))
     assert env.reset({"prompt": QUESTION, "answer": "11"}) == [
         DEMO_USER,
-        {"role": "assistant", "content": '<tool_call>{"name": "calculator", "arguments": {"expression": "12 + 7"}}'
-                                         "</tool_call>"},
+        {
+            "role": "assistant",
+            "content": '<tool_call>{"name": "calculator", "arguments": {"expression": "12 + 7"}}</tool_call>',
+        },
         {"role": "tool", "content": "19"},
         {"role": "assistant", "content": "Ana has 19 apples now."},
         {"role": "user", "content": QUESTION},
@@ -333,12 +379,16 @@ def test_the_demonstration_renders_like_a_real_episode(smollm2_dir):
     demo = Calculator(CalculatorSettings(demonstration=True)).reset({"prompt": QUESTION})
     start = conversation(DEMO_USER["content"], SYSTEM_PROMPT)
     history = start + [demo[1]]
-    real = (tok.encode(tok.apply_chat_template(start), add_bos=False) + tok.encode(demo[1]["content"], add_bos=False)
-            + encode_reply(tok, history, [demo[2]], chat=True))
+    real = (
+        tok.encode(tok.apply_chat_template(start), add_bos=False)
+        + tok.encode(demo[1]["content"], add_bos=False)
+        + encode_reply(tok, history, [demo[2]], chat=True)
+    )
     assert tok.encode(tok.apply_chat_template(start + demo[1:3]), add_bos=False) == real
     text = tok.apply_chat_template(conversation(demo, SYSTEM_PROMPT))
     assert text.endswith(
         "<|im_start|>assistant\n" + EXAMPLE_CALL + "<|im_end|>\n"
         "<|im_start|>tool\n<tool_response>\n19\n</tool_response><|im_end|>\n"
         "<|im_start|>assistant\nAna has 19 apples now.<|im_end|>\n"
-        "<|im_start|>user\n" + QUESTION + "<|im_end|>\n<|im_start|>assistant\n")
+        "<|im_start|>user\n" + QUESTION + "<|im_end|>\n<|im_start|>assistant\n"
+    )

@@ -1,6 +1,5 @@
 """Checkpoint retention (keep_last + keep-best) and a save cut short by a kill."""
 
-
 import jax.numpy as jnp
 import numpy as np
 

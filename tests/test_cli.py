@@ -11,8 +11,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def cli(*args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "trainers", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, "PYTHONPATH": ROOT})
+    return subprocess.run(
+        [sys.executable, "-m", "trainers", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONPATH": ROOT},
+    )
 
 
 def test_validate_prints_the_batch_plan():
@@ -26,19 +32,23 @@ def test_validate_prints_the_batch_plan():
 
 def test_validate_reports_each_problem_with_field_and_fix_and_exits_2(tmp_path):
     bad = tmp_path / "bad.yaml"
-    bad.write_text(yaml.safe_dump({"batch": {"prompts_per_step": 12, "mini_batch_prompts": 5},
-                                   "grpo": {"num_generatons": 4}}))
+    bad.write_text(
+        yaml.safe_dump({"batch": {"prompts_per_step": 12, "mini_batch_prompts": 5}, "grpo": {"num_generatons": 4}})
+    )
     out = cli("validate", str(bad))
     assert out.returncode == 2
     lines = [line.strip() for line in out.stderr.splitlines()]
     assert "grpo.num_generatons: unknown key; did you mean 'num_generations'?" in lines
     out = cli("validate", str(bad), "--set", "grpo.num_generatons=4", "--set", "grpo={}")
     assert out.returncode == 2
-    out = cli("validate", "configs/demo.yaml", "--set", "batch.prompts_per_step=12", "--set",
-              "batch.mini_batch_prompts=5")
+    out = cli(
+        "validate", "configs/demo.yaml", "--set", "batch.prompts_per_step=12", "--set", "batch.mini_batch_prompts=5"
+    )
     assert out.returncode == 2
-    assert ("batch.mini_batch_prompts: batch.mini_batch_prompts=5 does not divide batch.prompts_per_step=12; "
-            "use 1, 2, 3, 4, 6 or 12") in out.stderr
+    assert (
+        "batch.mini_batch_prompts: batch.mini_batch_prompts=5 does not divide batch.prompts_per_step=12; "
+        "use 1, 2, 3, 4, 6 or 12"
+    ) in out.stderr
 
 
 def test_validate_refuses_a_prompt_the_run_would_refuse_at_start(tmp_path):
@@ -65,15 +75,37 @@ def test_every_shipped_config_validates(smollm2_dir):
 
 def test_run_writes_metrics_checkpoints_and_summary(tmp_path):
     out_dir = tmp_path / "run"
-    args = ["run", "configs/demo.yaml", "--out", str(out_dir), "--set", "train.max_steps=4",
-            "--set", "checkpoint.every_steps=2", "--set", "batch.prompts_per_step=4", "--set", "eval.every_steps=2",
-            "--set", "eval.prompts=8"]
+    args = [
+        "run",
+        "configs/demo.yaml",
+        "--out",
+        str(out_dir),
+        "--set",
+        "train.max_steps=4",
+        "--set",
+        "checkpoint.every_steps=2",
+        "--set",
+        "batch.prompts_per_step=4",
+        "--set",
+        "eval.every_steps=2",
+        "--set",
+        "eval.prompts=8",
+    ]
     out = cli(*args)
     assert out.returncode == 0, out.stderr[-3000:]
     rows = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
-    for name in ("reward/mean", "accuracy", "loss/policy", "entropy", "grad_norm", "learning_rate",
-                 "timing/step_s", "throughput/tokens_per_s", "response_length/mean"):
+    for name in (
+        "reward/mean",
+        "accuracy",
+        "loss/policy",
+        "entropy",
+        "grad_norm",
+        "learning_rate",
+        "timing/step_s",
+        "throughput/tokens_per_s",
+        "response_length/mean",
+    ):
         assert name in rows[0], name
     assert "eval/accuracy" in rows[1] and "eval/accuracy" not in rows[0]
     assert sorted(os.listdir(out_dir / "checkpoints")) == ["2", "4"]
@@ -84,8 +116,15 @@ def test_run_writes_metrics_checkpoints_and_summary(tmp_path):
     assert "train:" in out.stderr  # the progress bar
 
     # Run again with more steps: resumes from step 4, each step still once.
-    out = cli(*args[:-8], "--set", "train.max_steps=5", "--set", "checkpoint.every_steps=2",
-              "--set", "batch.prompts_per_step=4")
+    out = cli(
+        *args[:-8],
+        "--set",
+        "train.max_steps=5",
+        "--set",
+        "checkpoint.every_steps=2",
+        "--set",
+        "batch.prompts_per_step=4",
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "resumed from checkpoint at step 4" in out.stderr
     rows = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
@@ -103,9 +142,27 @@ def test_ctrl_c_pauses_with_a_checkpoint_and_exit_0(tmp_path):
 
     out_dir = tmp_path / "run"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "trainers", "run", "configs/demo.yaml", "--out", str(out_dir),
-         "--set", "train.max_steps=100000", "--set", "checkpoint.every_steps=0", "--set", "eval.every_steps=0"],
-        cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "trainers",
+            "run",
+            "configs/demo.yaml",
+            "--out",
+            str(out_dir),
+            "--set",
+            "train.max_steps=100000",
+            "--set",
+            "checkpoint.every_steps=0",
+            "--set",
+            "eval.every_steps=0",
+        ],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": ROOT},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     metrics = out_dir / "metrics.jsonl"
     deadline = time.time() + 300
     while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 2):

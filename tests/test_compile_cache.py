@@ -20,8 +20,9 @@ print(float(jax.jit(lambda x: jnp.sin(x) @ x.T)(jnp.ones((8, 8))).sum()))
 def _run(env_extra: dict, folder: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("JAX_COMPILATION_CACHE_DIR", "TRAINERS_COMPILATION_CACHE")}
     env.update(PYTHONPATH=ROOT, **env_extra)
-    return subprocess.run([sys.executable, "-c", SCRIPT, folder], env=env, capture_output=True, text=True,
-                          timeout=120, check=True)
+    return subprocess.run(
+        [sys.executable, "-c", SCRIPT, folder], env=env, capture_output=True, text=True, timeout=120, check=True
+    )
 
 
 def test_compiled_programs_are_written_to_the_folder(tmp_path):

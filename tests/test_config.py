@@ -20,14 +20,19 @@ def test_defaults_are_valid():
 def test_mini_batch_must_divide_prompts_per_step_and_lists_the_choices():
     errors = problems({"batch": {"prompts_per_step": 12, "mini_batch_prompts": 5}})
     assert errors == {
-        "batch.mini_batch_prompts":
+        "batch.mini_batch_prompts": (
             "batch.mini_batch_prompts=5 does not divide batch.prompts_per_step=12; use 1, 2, 3, 4, 6 or 12"
+        )
     }
 
 
 def test_train_micro_batch_must_divide_mini_batch_sequences():
-    errors = problems({"batch": {"prompts_per_step": 4, "mini_batch_prompts": 2, "train_micro_batch_sequences": 3},
-                       "grpo": {"num_generations": 4}})
+    errors = problems(
+        {
+            "batch": {"prompts_per_step": 4, "mini_batch_prompts": 2, "train_micro_batch_sequences": 3},
+            "grpo": {"num_generations": 4},
+        }
+    )
     assert errors["batch.train_micro_batch_sequences"] == (
         "batch.train_micro_batch_sequences=3 does not divide the mini-batch of 8 sequences "
         "(batch.mini_batch_prompts=2 x grpo.num_generations=4); use 1, 2, 4 or 8"
@@ -35,8 +40,12 @@ def test_train_micro_batch_must_divide_mini_batch_sequences():
 
 
 def test_rollout_and_logprob_micro_batches_checked_against_the_step():
-    errors = problems({"batch": {"prompts_per_step": 2, "rollout_micro_batch_sequences": 5,
-                                 "logprob_micro_batch_sequences": 3}, "grpo": {"num_generations": 4}})
+    errors = problems(
+        {
+            "batch": {"prompts_per_step": 2, "rollout_micro_batch_sequences": 5, "logprob_micro_batch_sequences": 3},
+            "grpo": {"num_generations": 4},
+        }
+    )
     assert "use 1, 2, 4 or 8" in errors["batch.rollout_micro_batch_sequences"]
     assert "batch.logprob_micro_batch_sequences=3" in errors["batch.logprob_micro_batch_sequences"]
 
@@ -86,19 +95,33 @@ def test_async_needs_its_importance_sampling_correction():
 
 
 def test_set_overrides_parse_values_and_check_paths():
-    config = parse_config({}, ["batch.prompts_per_step=8", "grpo.beta=0", "rollout.stop_at_eos=false",
-                               "checkpoint.keep_best_metric=reward/mean"])
+    config = parse_config(
+        {},
+        [
+            "batch.prompts_per_step=8",
+            "grpo.beta=0",
+            "rollout.stop_at_eos=false",
+            "checkpoint.keep_best_metric=reward/mean",
+        ],
+    )
     assert config.batch.prompts_per_step == 8 and config.grpo.beta == 0.0
     assert config.rollout.stop_at_eos is False and config.checkpoint.keep_best_metric == "reward/mean"
     assert problems({}, ["batch.prompts_per_stp=8"]) == {
-        "batch.prompts_per_stp": "unknown key; did you mean 'prompts_per_step'?"}
+        "batch.prompts_per_stp": "unknown key; did you mean 'prompts_per_step'?"
+    }
     assert "not of the form" in problems({}, ["seed"])["(--set)"]
     assert "is a value, not a section" in problems({}, ["seed.x=1"])["seed"]
 
 
 def test_yaml_round_trip_keeps_every_value():
-    config = parse_config({"seed": 7, "async": {"max_trajectory_age_steps": 2}, "grpo": {"dual_clip": 3.0},
-                           "rewards": [{"name": "prefix_match", "weight": 0.5}]})
+    config = parse_config(
+        {
+            "seed": 7,
+            "async": {"max_trajectory_age_steps": 2},
+            "grpo": {"dual_clip": 3.0},
+            "rewards": [{"name": "prefix_match", "weight": 0.5}],
+        }
+    )
     text = config.to_yaml()
     assert "async:" in text and "async_" not in text
     again = parse_yaml(text)
@@ -125,13 +148,22 @@ def test_schema_has_descriptions_for_forms():
 
 
 def test_plan_derives_updates_and_accumulation():
-    config = parse_config({"batch": {"prompts_per_step": 12, "mini_batch_prompts": 4, "train_micro_batch_sequences": 8,
-                                     "rollout_micro_batch_sequences": 24, "logprob_micro_batch_sequences": 16},
-                           "grpo": {"num_generations": 4, "num_iterations": 2, "beta": 0.0}})
+    config = parse_config(
+        {
+            "batch": {
+                "prompts_per_step": 12,
+                "mini_batch_prompts": 4,
+                "train_micro_batch_sequences": 8,
+                "rollout_micro_batch_sequences": 24,
+                "logprob_micro_batch_sequences": 16,
+            },
+            "grpo": {"num_generations": 4, "num_iterations": 2, "beta": 0.0},
+        }
+    )
     plan = make_plan(config, dataset_prompts=100)
     assert plan.sequences_per_step == 48
-    assert plan.optimizer_updates_per_step == 6          # mu=2 x 12/4
-    assert plan.accumulation_steps == 2                   # 4 x 4 / 8
+    assert plan.optimizer_updates_per_step == 6  # mu=2 x 12/4
+    assert plan.accumulation_steps == 2  # 4 x 4 / 8
     assert plan.rollout_passes_per_step == 2
     assert plan.needs_old_logprobs and plan.old_logprob_passes_per_step == 3
     assert not plan.needs_reference and plan.reference_logprob_passes_per_step == 0

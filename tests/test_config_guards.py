@@ -39,7 +39,10 @@ def test_alias_bomb_is_refused_by_the_one_loader():
 
 
 def test_deep_yaml_is_refused_without_recursion():
-    for text in ("[" * 500 + "]" * 500, "a:\n" + "".join("  " * i + f"k{i}:\n" for i in range(1, 500)) + "  " * 500 + "v"):
+    for text in (
+        "[" * 500 + "]" * 500,
+        "a:\n" + "".join("  " * i + f"k{i}:\n" for i in range(1, 500)) + "  " * 500 + "v",
+    ):
         with pytest.raises(ConfigError) as info:
             load_yaml_data(text)
         assert "nested deeper than" in info.value.as_dict()["(yaml)"]
@@ -59,7 +62,7 @@ def test_device_list_of_brackets_is_a_field_error():
     for section in ("mesh", "async"):  # async: the old place, refused naming the new one
         errors = problems({section: {"rollout_devices": "[" * 3000}})
         assert set(errors) == {f"{section}.rollout_devices"}
-        assert len(errors[f"{section}.rollout_devices"]) < 300   # the 3000 brackets are not echoed back
+        assert len(errors[f"{section}.rollout_devices"]) < 300  # the 3000 brackets are not echoed back
 
 
 def test_set_override_with_an_alias_bomb_is_refused():
@@ -84,17 +87,20 @@ def test_lone_surrogate_is_a_field_error():
     assert list(errors) == ["data.task"] and "surrogate" in errors["data.task"]
 
 
-@pytest.mark.parametrize("field, value", [
-    ("batch.prompts_per_step", 10**12),
-    ("batch.prompts_per_step", 100000001),
-    ("grpo.num_generations", 10**9),
-    ("rollout.max_new_tokens", 10**9),
-    ("train.max_steps", 2**40),
-    ("data.train_prompts", 10**12),
-    ("mesh.rollout_devices", [10**9]),
-    ("mesh.fsdp", 10**9),
-    ("seed", 2**64),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("batch.prompts_per_step", 10**12),
+        ("batch.prompts_per_step", 100000001),
+        ("grpo.num_generations", 10**9),
+        ("rollout.max_new_tokens", 10**9),
+        ("train.max_steps", 2**40),
+        ("data.train_prompts", 10**12),
+        ("mesh.rollout_devices", [10**9]),
+        ("mesh.fsdp", 10**9),
+        ("seed", 2**64),
+    ],
+)
 def test_size_fields_have_upper_bounds(field, value):
     section, _, key = field.rpartition(".")
     raw = {section: {key: value}} if section else {key: value}
@@ -105,10 +111,12 @@ def test_size_fields_have_upper_bounds(field, value):
 
 def test_divisors_of_large_numbers_take_square_root_time():
     """In a subprocess with a deadline: the old divisor loop ran to n (10**12: hours)."""
-    code = ("from trainers.config.checks import _divisors; d = _divisors(10**12); "
-            "assert len(d) == 169 and d[:4] == [1, 2, 4, 5] and d[-1] == 10**12 and d == sorted(d); "
-            "assert _divisors(1) == [1] and _divisors(36) == [1, 2, 3, 4, 6, 9, 12, 18, 36]; "
-            "assert _divisors(100000007) == [1, 100000007]")
+    code = (
+        "from trainers.config.checks import _divisors; d = _divisors(10**12); "
+        "assert len(d) == 169 and d[:4] == [1, 2, 4, 5] and d[-1] == 10**12 and d == sorted(d); "
+        "assert _divisors(1) == [1] and _divisors(36) == [1, 2, 3, 4, 6, 9, 12, 18, 36]; "
+        "assert _divisors(100000007) == [1, 100000007]"
+    )
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=120)
 
 
@@ -143,12 +151,24 @@ def test_dataset_paths_resolve_inside_the_roots(dataset_root):
     assert config.data.train_path == os.path.realpath(dataset_root / "train.jsonl")
 
 
-@pytest.mark.parametrize("path", ["/etc/shadow", "/etc/passwd", "../secret.jsonl", "link.jsonl", "missing.jsonl",
-                                  "/nonexistent/x.jsonl", "", "sub/../../secret.jsonl"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/etc/shadow",
+        "/etc/passwd",
+        "../secret.jsonl",
+        "link.jsonl",
+        "missing.jsonl",
+        "/nonexistent/x.jsonl",
+        "",
+        "sub/../../secret.jsonl",
+    ],
+)
 def test_dataset_paths_outside_the_roots_get_one_message(dataset_root, path):
     errors = problems(jsonl(path), dataset_dirs=[str(dataset_root)])
-    assert errors == {"data.train_path": f"missing or not allowed: {path}; put the file under the platform's "
-                                         "dataset directory"}
+    assert errors == {
+        "data.train_path": f"missing or not allowed: {path}; put the file under the platform's dataset directory"
+    }
 
 
 def test_cli_paths_stay_unrestricted(dataset_root):
@@ -175,9 +195,13 @@ def test_greedy_training_is_refused_with_the_reason():
 def test_train_path_alone_means_jsonl(dataset_root):
     config = parse_config(jsonl(str(dataset_root / "train.jsonl")))
     assert config.data.task is None
-    errors = problems({**jsonl(str(dataset_root / "train.jsonl")), "data": {
-        "task": "arithmetic", "train_path": str(dataset_root / "train.jsonl")}})
-    assert "data.task" in errors   # naming both explicitly is still a conflict
+    errors = problems(
+        {
+            **jsonl(str(dataset_root / "train.jsonl")),
+            "data": {"task": "arithmetic", "train_path": str(dataset_root / "train.jsonl")},
+        }
+    )
+    assert "data.task" in errors  # naming both explicitly is still a conflict
 
 
 def test_warmup_first_update_learns():
@@ -187,10 +211,12 @@ def test_warmup_first_update_learns():
 
 
 def test_validate_never_imports_jax():
-    code = ("import sys; from trainers.cli import main; rc = main(['validate', 'configs/demo.yaml']); "
-            "from trainers.config import field_specs; field_specs(); "
-            "from trainers.step.plan import make_plan; from trainers.config import load_config; "
-            "make_plan(load_config('configs/demo.yaml')); "
-            "assert rc == 0; loaded = [m for m in ('jax', 'flax', 'optax', 'orbax', 'grain') if m in sys.modules]; "
-            "assert not loaded, loaded")
+    code = (
+        "import sys; from trainers.cli import main; rc = main(['validate', 'configs/demo.yaml']); "
+        "from trainers.config import field_specs; field_specs(); "
+        "from trainers.step.plan import make_plan; from trainers.config import load_config; "
+        "make_plan(load_config('configs/demo.yaml')); "
+        "assert rc == 0; loaded = [m for m in ('jax', 'flax', 'optax', 'orbax', 'grain') if m in sys.modules]; "
+        "assert not loaded, loaded"
+    )
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=120)

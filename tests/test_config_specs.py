@@ -35,8 +35,23 @@ def _leaf_paths(data: dict, prefix: str = "") -> list[str]:
 
 def test_sections_follow_the_schema_order():
     keys = [s.key for s in field_specs()]
-    assert keys == ["", "model", "data", "rewards", "rollout", "batch", "grpo", "async", "mesh", "cluster", "optimizer",
-                    "train", "checkpoint", "eval", "env"]
+    assert keys == [
+        "",
+        "model",
+        "data",
+        "rewards",
+        "rollout",
+        "batch",
+        "grpo",
+        "async",
+        "mesh",
+        "cluster",
+        "optimizer",
+        "train",
+        "checkpoint",
+        "eval",
+        "env",
+    ]
     assert [f.path for f in field_specs()[0].fields] == ["seed"]
 
 
@@ -81,8 +96,12 @@ def test_sub_section_fields_are_flattened_into_their_section():
     assert paths[-5:] == [f"async.importance_sampling.{k}" for k in ("enabled", "level", "mode", "max", "min")]
     specs = {s.path: s for s in iter_field_specs()}
     level = specs["async.importance_sampling.level"]
-    assert (level.kind, level.choices, level.default, level.key) == ("choice", ("token", "sequence"), "token",
-                                                                     "importance_sampling.level")
+    assert (level.kind, level.choices, level.default, level.key) == (
+        "choice",
+        ("token", "sequence"),
+        "token",
+        "importance_sampling.level",
+    )
     assert level.section == "async"
     devices = specs["mesh.rollout_devices"]
     assert (devices.kind, devices.default, devices.nullable) == ("int_list", [], False)

@@ -5,12 +5,17 @@ import os
 import pytest
 
 from trainers.config import parse_config
-from trainers.step.hooks import Action, Control, Hooks
 from trainers.loop.trainer import train
+from trainers.step.hooks import Action, Control, Hooks
 
-RAW = {"model": {"preset": "tiny"}, "data": {"task": "copy", "train_prompts": 32, "eval_prompts": 0},
-       "batch": {"prompts_per_step": 4}, "grpo": {"num_generations": 2, "beta": 0.0},
-       "train": {"max_steps": 6}, "checkpoint": {"every_steps": 0}}
+RAW = {
+    "model": {"preset": "tiny"},
+    "data": {"task": "copy", "train_prompts": 32, "eval_prompts": 0},
+    "batch": {"prompts_per_step": 4},
+    "grpo": {"num_generations": 2, "beta": 0.0},
+    "train": {"max_steps": 6},
+    "checkpoint": {"every_steps": 0},
+}
 
 
 class AfterSteps(Control):
@@ -49,8 +54,12 @@ def test_stop_returns_cancelled_without_a_checkpoint(tmp_path):
 def test_reported_learning_rate_follows_warmup(tmp_path):
     """Warmup over 2 steps x 2 updates/step: update u (0-based) uses lr * (u + 1) / 4, so the last update
     of step k (u = 2k - 1) uses lr * 2k / 4, and the peak from then on."""
-    raw = {**RAW, "batch": {"prompts_per_step": 4, "mini_batch_prompts": 2}, "train": {"max_steps": 3},
-           "optimizer": {"learning_rate": 0.01, "warmup_steps": 2}}
+    raw = {
+        **RAW,
+        "batch": {"prompts_per_step": 4, "mini_batch_prompts": 2},
+        "train": {"max_steps": 3},
+        "optimizer": {"learning_rate": 0.01, "warmup_steps": 2},
+    }
     rates = []
 
     class Rates(Hooks):

@@ -93,7 +93,7 @@ def test_prompt_stream_rejects_bad_input():
         PromptStream(numbered(3), seed=-1)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def shared_stream(size, seed):
     """One stream per (size, seed) for the property test, caching every epoch it reads
     (grain's index_shuffle costs ~40 ms per epoch of a small dataset)."""

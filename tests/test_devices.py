@@ -11,18 +11,29 @@ import sys
 from tests.conftest import ROOT
 from trainers.devices import Device, Found, describe
 
-GIB = 1024 ** 3
+GIB = 1024**3
 
 
 def found(backend, devices, host_accelerator=None):
-    return Found(jax_version="0.10.2", jaxlib_version="0.10.2", backend=backend, devices=tuple(devices),
-                 host_memory_bytes=64 * GIB, host_cpus=16, host_accelerator=host_accelerator)
+    return Found(
+        jax_version="0.10.2",
+        jaxlib_version="0.10.2",
+        backend=backend,
+        devices=tuple(devices),
+        host_memory_bytes=64 * GIB,
+        host_cpus=16,
+        host_accelerator=host_accelerator,
+    )
 
 
 def test_a_gpu_found_is_listed_with_its_memory_and_no_advice():
     lines = describe(found("gpu", [Device(0, "gpu", "NVIDIA H100 80GB HBM3", int(75.5 * GIB))], "gpu"))
-    assert lines == ["JAX 0.10.2 (jaxlib 0.10.2), backend: gpu", "devices: 1",
-                     "  0: gpu NVIDIA H100 80GB HBM3, 75.5 GiB", "host: 16 CPUs, 64.0 GiB"]
+    assert lines == [
+        "JAX 0.10.2 (jaxlib 0.10.2), backend: gpu",
+        "devices: 1",
+        "  0: gpu NVIDIA H100 80GB HBM3, 75.5 GiB",
+        "host: 16 CPUs, 64.0 GiB",
+    ]
 
 
 def test_a_gpu_jax_did_not_find_names_the_setup_command():
@@ -60,8 +71,14 @@ def test_setup_takes_cuda_and_tpu_and_refuses_the_unknown():
 
 
 def test_devices_reports_this_machines_jax():
-    out = subprocess.run([sys.executable, "-m", "trainers", "devices", "--json"], cwd=ROOT, capture_output=True,
-                         text=True, timeout=300, env={**os.environ, "PYTHONPATH": ROOT})
+    out = subprocess.run(
+        [sys.executable, "-m", "trainers", "devices", "--json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": ROOT},
+    )
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     import jax

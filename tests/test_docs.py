@@ -48,7 +48,7 @@ def test_the_api_reference_lists_every_operation_of_the_openapi_document():
 
     page = (ROOT / "docs" / "reference" / "api.md").read_text()
     for path, item in openapi.build()["paths"].items():
-        for method, operation in item.items():
+        for method in item:
             assert f"| `{method.upper()}` | `{path}` |" in page, (method, path)
     assert "| `GET` | `/api/runs/{pk}` | A run: status, progress, config and lineage |" in page
     assert "POST /api/runs/&lt;id&gt;/&lt;cancel\\|pause" in page  # prose escaped, the pipe too
@@ -68,9 +68,13 @@ def test_a_stale_page_is_named(tmp_path, monkeypatch):
 def test_the_site_builds_strictly(tmp_path):
     """--strict turns every warning into a failure: a link to a missing page or anchor, a page
     missing from the nav's files."""
-    result = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path)],
-                            cwd=ROOT, capture_output=True, text=True, env={"NO_MKDOCS_2_WARNING": "1",
-                                                                           "PATH": "/usr/bin:/bin"})
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={"NO_MKDOCS_2_WARNING": "1", "PATH": "/usr/bin:/bin"},
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert (tmp_path / "reference" / "config.html").exists() and (tmp_path / "index.html").exists()
 
@@ -83,9 +87,13 @@ def test_a_broken_link_fails_the_build(tmp_path):
     config = (ROOT / "mkdocs.yml").read_text()
     config = re.sub(r"\nnav:\n(.|\n)*", "\n", config)
     (tmp_path / "mkdocs.yml").write_text(config)
-    result = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir",
-                             str(tmp_path / "site")], cwd=tmp_path, capture_output=True, text=True,
-                            env={"NO_MKDOCS_2_WARNING": "1", "PATH": "/usr/bin:/bin"})
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={"NO_MKDOCS_2_WARNING": "1", "PATH": "/usr/bin:/bin"},
+    )
     assert result.returncode != 0 and "missing.md" in result.stderr
 
 

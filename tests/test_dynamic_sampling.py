@@ -16,11 +16,16 @@ import pytest
 
 from trainers.algo.sampling_filters import dynamic_sampling_values, informative_groups, overlong_penalty, truncated
 from trainers.config import ConfigError, parse_config
-from trainers.rollout.dynamic_sampling import (InformativeGate, carry_state, fill_informative, groups_from_carry_state,
-                                               select_admitted)
-from trainers.step.hooks import Hooks
+from trainers.loop.trainer import GRPOTrainer, train
 from trainers.rollout.batch import Rollout
-from trainers.loop.trainer import GRPOTrainer, params_digest, train
+from trainers.rollout.dynamic_sampling import (
+    InformativeGate,
+    carry_state,
+    fill_informative,
+    groups_from_carry_state,
+    select_admitted,
+)
+from trainers.step.hooks import Hooks
 
 
 def test_informative_groups_by_hand():
@@ -51,13 +56,18 @@ def _fake_round(rewards: list[list[float]], first_prompt: int) -> Rollout:
     prompts, g = len(rewards), len(rewards[0])
     n = prompts * g
     return Rollout(
-        examples=[{"prompt": f"p{first_prompt + i}"} for i in range(prompts)], num_generations=g,
+        examples=[{"prompt": f"p{first_prompt + i}"} for i in range(prompts)],
+        num_generations=g,
         prompt_tokens=np.zeros((n, 2 + first_prompt % 2), np.int32),  # rounds padded differently
         prompt_valid=np.ones((n, 2 + first_prompt % 2), bool),
-        completion_tokens=np.zeros((n, 3), np.int32), completion_mask=np.ones((n, 3), bool),
-        sample_logprobs=np.zeros((n, 3), np.float32), token_versions=np.zeros((n, 3), np.int32),
-        completions=["c"] * n, rewards=np.asarray(rewards, np.float32).reshape(-1),
-        correct=np.asarray(rewards, np.float32).reshape(-1) > 0.5, advantages=np.zeros(n, np.float32),
+        completion_tokens=np.zeros((n, 3), np.int32),
+        completion_mask=np.ones((n, 3), bool),
+        sample_logprobs=np.zeros((n, 3), np.float32),
+        token_versions=np.zeros((n, 3), np.int32),
+        completions=["c"] * n,
+        rewards=np.asarray(rewards, np.float32).reshape(-1),
+        correct=np.asarray(rewards, np.float32).reshape(-1) > 0.5,
+        advantages=np.zeros(n, np.float32),
         generate_s=1.0,
     )
 
@@ -92,8 +102,9 @@ def _fill(data, carried_in=(), prompts=3, max_prompts=20, metric="reward"):
         gates.append(gate)
         return _fake_round(data, 0)
 
-    step, carried, metrics = fill_informative(generate, list(carried_in), prompts, max_prompts, 0,
-                                              lambda r: r.with_prompt_width(1), metric)
+    step, carried, metrics = fill_informative(
+        generate, list(carried_in), prompts, max_prompts, 0, lambda r: r.with_prompt_width(1), metric
+    )
     return step, carried, metrics, gates
 
 
@@ -135,9 +146,17 @@ def test_carried_groups_survive_a_checkpoint_as_json():
     group = _fake_round([[0.25, 1.0]], 3)
     group.reward_names, group.reward_values = ("math",), np.array([[0.1], [0.7]], np.float32)
     group.sample_logprobs = np.array([[-0.1234567, -2.5, -13.0]] * 2, np.float32)
-    back, = groups_from_carry_state(json.loads(json.dumps(carry_state([group]))))
-    for name in ("prompt_tokens", "prompt_valid", "completion_tokens", "sample_logprobs", "rewards", "correct",
-                 "reward_values", "in_loss"):
+    (back,) = groups_from_carry_state(json.loads(json.dumps(carry_state([group]))))
+    for name in (
+        "prompt_tokens",
+        "prompt_valid",
+        "completion_tokens",
+        "sample_logprobs",
+        "rewards",
+        "correct",
+        "reward_values",
+        "in_loss",
+    ):
         np.testing.assert_array_equal(getattr(back, name), getattr(group, name))
         assert getattr(back, name).dtype == getattr(group, name).dtype
     assert back.examples == group.examples and back.reward_names == ("math",) and back.completions == ["c", "c"]
@@ -179,10 +198,13 @@ def test_fill_informative_on_correctness_drops_groups_set_apart_only_by_other_te
 
 
 TINY = {
-    "model": {"preset": "tiny"}, "data": {"task": "arithmetic", "train_prompts": 256},
-    "batch": {"prompts_per_step": 4}, "grpo": {"num_generations": 4, "beta": 0.0},
+    "model": {"preset": "tiny"},
+    "data": {"task": "arithmetic", "train_prompts": 256},
+    "batch": {"prompts_per_step": 4},
+    "grpo": {"num_generations": 4, "beta": 0.0},
     "rollout": {"dynamic_sampling": True, "dynamic_sampling_max_rounds": 3},
-    "optimizer": {"learning_rate": 0.01}, "checkpoint": {"every_steps": 1},
+    "optimizer": {"learning_rate": 0.01},
+    "checkpoint": {"every_steps": 1},
 }
 
 
@@ -228,8 +250,17 @@ def test_dynamic_sampling_resumes_exactly(tmp_path):
 
 
 def test_overlong_filter_takes_truncated_completions_out_of_the_loss(tmp_path):
-    config = parse_config({**TINY, "rollout": {"overlong_filter": True, "max_new_tokens": 4,
-                                               "overlong_buffer_tokens": 2, "overlong_penalty": 0.5}})
+    config = parse_config(
+        {
+            **TINY,
+            "rollout": {
+                "overlong_filter": True,
+                "max_new_tokens": 4,
+                "overlong_buffer_tokens": 2,
+                "overlong_penalty": 0.5,
+            },
+        }
+    )
     trainer = GRPOTrainer(config, str(tmp_path / "run"))
     trainer.source.start(trainer.state.params, 0)
     rollout = trainer.source.next(0)
@@ -260,17 +291,23 @@ def test_overlong_filter_takes_truncated_completions_out_of_the_loss(tmp_path):
     assert weights.sum() == pytest.approx(1.0, abs=1e-5)  # token-mean over the tokens in the loss
 
 
-@pytest.mark.parametrize("changes, field", [
-    ({"rollout": {"dynamic_sampling": True, "dynamic_sampling_max_rounds": 0}}, "rollout.dynamic_sampling_max_rounds"),
-    ({"rollout": {"dynamic_sampling": True}, "grpo": {"num_generations": 1}}, "rollout.dynamic_sampling"),
-    ({"grpo": {"policy_loss": "gspo", "loss_aggregation": "seq-mean-token-sum"}}, "grpo.loss_aggregation"),
-    ({"grpo": {"policy_loss": "cispo", "dual_clip": 3.0}}, "grpo.dual_clip"),
-    ({"rollout": {"max_new_tokens": 16, "overlong_buffer_tokens": 16}}, "rollout.overlong_buffer_tokens"),
-    ({"rollout": {"overlong_filter": True, "stop_at_eos": False}}, "rollout.overlong_filter"),
-    ({"eval": {"samples_per_prompt": 2, "pass_k": 4}}, "eval.pass_k"),
-    ({"grpo": {"policy_loss": "ppo"}}, "grpo.policy_loss"),
-    ({"grpo": {"advantage": "gae"}}, "grpo.advantage"),
-])
+@pytest.mark.parametrize(
+    "changes, field",
+    [
+        (
+            {"rollout": {"dynamic_sampling": True, "dynamic_sampling_max_rounds": 0}},
+            "rollout.dynamic_sampling_max_rounds",
+        ),
+        ({"rollout": {"dynamic_sampling": True}, "grpo": {"num_generations": 1}}, "rollout.dynamic_sampling"),
+        ({"grpo": {"policy_loss": "gspo", "loss_aggregation": "seq-mean-token-sum"}}, "grpo.loss_aggregation"),
+        ({"grpo": {"policy_loss": "cispo", "dual_clip": 3.0}}, "grpo.dual_clip"),
+        ({"rollout": {"max_new_tokens": 16, "overlong_buffer_tokens": 16}}, "rollout.overlong_buffer_tokens"),
+        ({"rollout": {"overlong_filter": True, "stop_at_eos": False}}, "rollout.overlong_filter"),
+        ({"eval": {"samples_per_prompt": 2, "pass_k": 4}}, "eval.pass_k"),
+        ({"grpo": {"policy_loss": "ppo"}}, "grpo.policy_loss"),
+        ({"grpo": {"advantage": "gae"}}, "grpo.advantage"),
+    ],
+)
 def test_bad_algorithm_settings_are_refused_with_the_field_named(changes, field):
     config = {"model": {"preset": "tiny"}}
     for section, values in changes.items():

@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 from trainers.engine import batching
-from trainers.engine.batching import (EngineSettings, generate_paged, memory_slots, micro_batch_uniforms,
-                                      step_uniforms)
+from trainers.engine.batching import EngineSettings, generate_paged, memory_slots, micro_batch_uniforms
 from trainers.models import transformer
 from trainers.models.generate import SamplingParams, generate
 from trainers.models.presets import PRESETS
@@ -34,7 +33,7 @@ def prompts():
     for p, length in enumerate(PROMPT_LENGTHS):
         prompt = rng.integers(3, CFG.vocab_size, length)
         for g in range(G):
-            tokens[p * G + g, width - length:], valid[p * G + g, width - length:] = prompt, True
+            tokens[p * G + g, width - length :], valid[p * G + g, width - length :] = prompt, True
     return tokens, valid
 
 
@@ -69,8 +68,9 @@ def test_same_samples_as_the_static_sampler_with_fewer_slots_than_rows(model, pr
 @pytest.mark.parametrize("group, slots, chunk", [(G, 6, 3), (G, 4, 5), (1, 5, 2), (1, 12, 16)])
 def test_rows_that_stop_early_free_their_slot_for_the_next(model, prompts, frequent_token, group, slots, chunk):
     sampling = SamplingParams(max_new_tokens=12, temperature=1.0, eos_id=frequent_token, prompt_group=group)
-    reference, stats = compare(model, prompts, sampling,
-                               EngineSettings(num_slots=slots, page_tokens=4, chunk_tokens=chunk))
+    reference, stats = compare(
+        model, prompts, sampling, EngineSettings(num_slots=slots, page_tokens=4, chunk_tokens=chunk)
+    )
     assert reference.lengths.min() < 12  # some rows did stop early
     assert stats.decode_tokens == int(reference.lengths.sum()) - 12  # every useful decode step, no other
     assert 0 < stats.slot_utilisation <= 1
@@ -95,8 +95,9 @@ def test_micro_batch_uniforms_are_each_micro_batch_keys():
     for k, size in enumerate((4, 4, 2)):
         step_keys = jax.random.split(jax.random.fold_in(key, 5 + 3 * k), 6)
         expected.append(np.stack([np.asarray(jax.random.uniform(s, (size,))) for s in step_keys]))
-    np.testing.assert_array_equal(micro_batch_uniforms(key, 5, 10, 4, 6, call_stride=3),
-                                  np.concatenate(expected, axis=1))
+    np.testing.assert_array_equal(
+        micro_batch_uniforms(key, 5, 10, 4, 6, call_stride=3), np.concatenate(expected, axis=1)
+    )
 
 
 class StopAfter:
@@ -124,27 +125,28 @@ def test_a_gate_decides_admission_from_the_groups_that_ended(model, prompts, fre
     got, stats = generate_paged(*model, *prompts, jax.random.key(5), sampling, settings, gate=gate)
     assert sorted(gate.ended_rows) == [0, G]
     assert stats.prefills == 2  # one group at a time: the gate allowed no more
-    np.testing.assert_array_equal(got.tokens[:2 * G], whole.tokens[:2 * G])
-    np.testing.assert_array_equal(got.mask[:2 * G], whole.mask[:2 * G])
-    assert not got.mask[2 * G:].any()
+    np.testing.assert_array_equal(got.tokens[: 2 * G], whole.tokens[: 2 * G])
+    np.testing.assert_array_equal(got.mask[: 2 * G], whole.mask[: 2 * G])
+    assert not got.mask[2 * G :].any()
     for first, (tokens, mask) in gate.seen.items():
-        np.testing.assert_array_equal(tokens, whole.tokens[first:first + G])
-        np.testing.assert_array_equal(mask, whole.mask[first:first + G])
+        np.testing.assert_array_equal(tokens, whole.tokens[first : first + G])
+        np.testing.assert_array_equal(mask, whole.mask[first : first + G])
 
 
 def test_memory_slots_by_hand():
     # 1 GiB free, half of it for pages, 16 MiB a slot: 32 slots fit; in groups of 3, 30
     mib = 1 << 20
     assert memory_slots(8, 96, 3, 16 * mib, 1024 * mib, 0.5) == 30
-    assert memory_slots(8, 12, 3, 16 * mib, 1024 * mib, 0.5) == 12    # no more than the call's rows
-    assert memory_slots(8, 96, 3, 16 * mib, 64 * mib, 0.5) == 8        # 2 fit: never below the setting
-    assert memory_slots(8, 96, 3, 16 * mib, None, 0.5) == 8            # the CPU reports no memory
+    assert memory_slots(8, 12, 3, 16 * mib, 1024 * mib, 0.5) == 12  # no more than the call's rows
+    assert memory_slots(8, 96, 3, 16 * mib, 64 * mib, 0.5) == 8  # 2 fit: never below the setting
+    assert memory_slots(8, 96, 3, 16 * mib, None, 0.5) == 8  # the CPU reports no memory
     assert memory_slots(8, 96, 3, 16 * mib, 1024 * mib, 0.0) == 8
 
 
 def test_free_memory_is_read_from_one_process_s_own_device(monkeypatch):
     """A device that reports 10 GiB, 4 in use: 6 GiB free; none in a run of several processes,
     whose slot counts must agree (and whose mesh holds devices another process owns)."""
+
     class Device:
         def memory_stats(self):
             return {"bytes_limit": 10 << 30, "bytes_in_use": 4 << 30}
@@ -171,18 +173,41 @@ def test_slots_grow_to_what_a_device_s_free_memory_holds(model, prompts, monkeyp
 def test_bad_batches_are_named(model, prompts):
     tokens, valid = prompts
     with pytest.raises(ValueError, match="LEFT-padded"):
-        generate_paged(*model, tokens, valid[:, ::-1], jax.random.key(0), SamplingParams(max_new_tokens=2),
-                       EngineSettings(num_slots=2))
+        generate_paged(
+            *model,
+            tokens,
+            valid[:, ::-1],
+            jax.random.key(0),
+            SamplingParams(max_new_tokens=2),
+            EngineSettings(num_slots=2),
+        )
     with pytest.raises(ValueError, match="a group must fit the slots"):
-        generate_paged(*model, tokens, valid, jax.random.key(0), SamplingParams(max_new_tokens=2, prompt_group=G),
-                       EngineSettings(num_slots=2))
+        generate_paged(
+            *model,
+            tokens,
+            valid,
+            jax.random.key(0),
+            SamplingParams(max_new_tokens=2, prompt_group=G),
+            EngineSettings(num_slots=2),
+        )
 
 
 def test_slot_buckets_grow_by_at_most_half():
     from trainers.engine.batching import slot_bucket
 
-    assert [slot_bucket(n, 64) for n in (1, 2, 3, 5, 8, 9, 17, 25, 33, 49, 64)] == [1, 2, 4, 8, 8, 16, 24, 32, 48,
-                                                                                      64, 64]
+    assert [slot_bucket(n, 64) for n in (1, 2, 3, 5, 8, 9, 17, 25, 33, 49, 64)] == [
+        1,
+        2,
+        4,
+        8,
+        8,
+        16,
+        24,
+        32,
+        48,
+        64,
+        64,
+    ]
     assert slot_bucket(40, 40) == 40 and slot_bucket(3, 2) == 2
 
 
@@ -213,15 +238,31 @@ def test_multi_turn_episodes_are_the_turn_samplers(model, prompts, frequent_toke
         def on_turn_end(row, step, so_far):
             calls.append((row, step, tuple(so_far.tolist())))
             return _episode_replies(row, step, so_far)
+
         return on_turn_end
 
-    reference, _ = generate_paged(graphdef, params, tokens, valid, jax.random.key(4), sampling,
-                                  EngineSettings(num_slots=len(tokens), chunk_tokens=14), turns=turns,
-                                  on_turn_end=recorder(calls_reference))
-    got, _ = generate_paged(graphdef, params, tokens, valid, jax.random.key(4), sampling,
-                            EngineSettings(num_slots=slots, page_tokens=4, chunk_tokens=chunk,
-                                           prefill_chunk_tokens=piece), turns=turns,
-                            on_turn_end=recorder(calls_engine))
+    reference, _ = generate_paged(
+        graphdef,
+        params,
+        tokens,
+        valid,
+        jax.random.key(4),
+        sampling,
+        EngineSettings(num_slots=len(tokens), chunk_tokens=14),
+        turns=turns,
+        on_turn_end=recorder(calls_reference),
+    )
+    got, _ = generate_paged(
+        graphdef,
+        params,
+        tokens,
+        valid,
+        jax.random.key(4),
+        sampling,
+        EngineSettings(num_slots=slots, page_tokens=4, chunk_tokens=chunk, prefill_chunk_tokens=piece),
+        turns=turns,
+        on_turn_end=recorder(calls_engine),
+    )
     assert len(calls_reference) >= 6  # several pauses, some answered, some ending the row
     assert sorted(calls_engine) == sorted(calls_reference)
     np.testing.assert_array_equal(got.tokens, reference.tokens)
@@ -240,8 +281,16 @@ def test_in_flight_weights_apply_from_the_next_chunk(model, prompts):
     sampling = SamplingParams(max_new_tokens=10, temperature=1.0, prompt_group=G)
     versions = iter(range(1000))
     reference = generate(graphdef, params, tokens, valid, jax.random.key(3), sampling)
-    got, stats = generate_paged(graphdef, lambda: (params, next(versions)), tokens, valid, jax.random.key(3),
-                                sampling, EngineSettings(num_slots=6, page_tokens=4, chunk_tokens=3), in_flight=True)
+    got, stats = generate_paged(
+        graphdef,
+        lambda: (params, next(versions)),
+        tokens,
+        valid,
+        jax.random.key(3),
+        sampling,
+        EngineSettings(num_slots=6, page_tokens=4, chunk_tokens=3),
+        in_flight=True,
+    )
     np.testing.assert_array_equal(got.tokens, reference.tokens)
     v = got.token_versions
     assert v[0, 0] == 0  # the first admission prefills with the weights taken at the start
@@ -251,10 +300,12 @@ def test_in_flight_weights_apply_from_the_next_chunk(model, prompts):
     assert stats.decode_s > 0 and stats.prefill_s > 0
 
 
-@pytest.mark.parametrize("temperature, group, slots, piece", [(0.0, G, 6, 2), (1.0, G, 6, 3), (1.0, 1, 5, 2),
-                                                               (1.0, G, 12, 4)])
-def test_long_prompts_are_prefilled_in_pieces_between_decode_chunks(model, prompts, frequent_token, monkeypatch,
-                                                                    temperature, group, slots, piece):
+@pytest.mark.parametrize(
+    "temperature, group, slots, piece", [(0.0, G, 6, 2), (1.0, G, 6, 3), (1.0, 1, 5, 2), (1.0, G, 12, 4)]
+)
+def test_long_prompts_are_prefilled_in_pieces_between_decode_chunks(
+    model, prompts, frequent_token, monkeypatch, temperature, group, slots, piece
+):
     """Prompts of 7, 3, 5 and 1 tokens prefilled `piece` tokens at a time (pages of 4: a piece may end
     mid-page and a prompt's partly filled last page is copied to the group's other slots once its
     last piece has run): the static sampler's samples all the same, and a group whose prompt is
@@ -262,13 +313,19 @@ def test_long_prompts_are_prefilled_in_pieces_between_decode_chunks(model, promp
     calls = []
     for name in ("prefill_piece", "decode_chunk", "admit_and_decode"):
         original = getattr(batching.programs, name)
-        monkeypatch.setattr(batching.programs, name,
-                            lambda *args, _name=name, _original=original, **kw: calls.append(_name) or _original(
-                                *args, **kw))
+        monkeypatch.setattr(
+            batching.programs,
+            name,
+            lambda *args, _name=name, _original=original, **kw: calls.append(_name) or _original(*args, **kw),
+        )
     sampling = SamplingParams(max_new_tokens=12, temperature=temperature, eos_id=frequent_token, prompt_group=group)
-    _, stats = compare(model, prompts, sampling, EngineSettings(num_slots=slots, page_tokens=4, chunk_tokens=3,
-                                                                prefill_chunk_tokens=piece))
+    _, stats = compare(
+        model,
+        prompts,
+        sampling,
+        EngineSettings(num_slots=slots, page_tokens=4, chunk_tokens=3, prefill_chunk_tokens=piece),
+    )
     assert "admit_and_decode" not in calls  # prompts longer than a piece are never prefilled whole
     pieces = [i for i, name in enumerate(calls) if name == "prefill_piece"]
     assert len(pieces) >= -(-7 // piece)  # the 7-token prompt alone takes this many
-    assert "decode_chunk" in calls[pieces[0]:pieces[-1]]  # decoding went on between pieces
+    assert "decode_chunk" in calls[pieces[0] : pieces[-1]]  # decoding went on between pieces

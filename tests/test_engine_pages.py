@@ -8,8 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from trainers.models.paged_attention import default_implementation, paged_decode_attention
 from trainers.engine.pages import GroupPages, PagePool, PoolExhausted
+from trainers.models.paged_attention import default_implementation, paged_decode_attention
 
 
 def test_a_prompt_takes_the_pages_its_tokens_need():
@@ -132,8 +132,15 @@ def tpu_tiled_case():
     return attention_case(seed=1, head_dim=128, page_tokens=8, lengths=(29, 9, 17))
 
 
-@pytest.mark.parametrize("implementation, case", [("gather", attention_case), ("pallas_gpu", attention_case),
-                                                  ("gather", tpu_tiled_case), ("pallas_tpu", tpu_tiled_case)])
+@pytest.mark.parametrize(
+    "implementation, case",
+    [
+        ("gather", attention_case),
+        ("pallas_gpu", attention_case),
+        ("gather", tpu_tiled_case),
+        ("pallas_tpu", tpu_tiled_case),
+    ],
+)
 def test_paged_attention_matches_dense_attention_over_each_slots_tokens(implementation, case):
     """Each implementation against numpy; the Pallas kernels in their interpret modes (the TPU's
     simulates its memories on the CPU), the TPU's on its tiles (heads of 128, pages of 8). The TPU
@@ -142,8 +149,15 @@ def test_paged_attention_matches_dense_attention_over_each_slots_tokens(implemen
     wrong page or past a slot's length moves the outputs by tenths (all three slots are checked)."""
     q, k_pages, v_pages, tables, lengths = case()
     expected = dense_reference(q, k_pages, v_pages, tables, lengths)
-    got = paged_decode_attention(jnp.asarray(q), jnp.asarray(k_pages), jnp.asarray(v_pages), jnp.asarray(tables),
-                                 jnp.asarray(lengths), implementation=implementation, interpret=True)
+    got = paged_decode_attention(
+        jnp.asarray(q),
+        jnp.asarray(k_pages),
+        jnp.asarray(v_pages),
+        jnp.asarray(tables),
+        jnp.asarray(lengths),
+        implementation=implementation,
+        interpret=True,
+    )
     tolerance = 1e-2 if implementation == "pallas_tpu" else 2e-5
     np.testing.assert_allclose(np.asarray(got), expected, rtol=tolerance, atol=tolerance)
 

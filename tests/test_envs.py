@@ -8,7 +8,6 @@ import pytest
 from pydantic import BaseModel, ConfigDict
 
 from trainers.config import ConfigError, parse_config
-from trainers.errors import FieldError
 from trainers.data import rewards, tasks
 from trainers.envs.base import Environment, EpisodeState, NoSettings, StepResult
 from trainers.envs.calculator import Calculator, CalculatorSettings
@@ -21,6 +20,7 @@ from trainers.envs.registry import (
     settings_problems,
 )
 from trainers.envs.single_turn import SingleTurn
+from trainers.errors import FieldError
 
 
 class EchoSettings(BaseModel):
@@ -75,9 +75,11 @@ def test_unknown_name_lists_the_built_ins_and_the_dotted_path():
     error = env_error("calculater")
     assert isinstance(error, ValueError) and isinstance(error, FieldError)
     assert error.field == "env.name"
-    assert error.message == ("unknown environment 'calculater'; did you mean 'calculator'? built in: single_turn, "
-                             "calculator, guess_number; or your own Environment class as a dotted path "
-                             "package.module:Class")
+    assert error.message == (
+        "unknown environment 'calculater'; did you mean 'calculator'? built in: single_turn, "
+        "calculator, guess_number; or your own Environment class as a dotted path "
+        "package.module:Class"
+    )
     assert str(error) == f"env.name: {error.message}"
 
 
@@ -92,17 +94,21 @@ def test_dotted_path_in_both_spellings():
 def test_dotted_path_errors_say_why_and_the_fix():
     error = env_error("no_such_package.envs:Game")
     assert error.field == "env.name"
-    assert error.message == ("cannot import module 'no_such_package.envs' of 'no_such_package.envs:Game': "
-                             "ModuleNotFoundError: No module named 'no_such_package'; check the module is on the "
-                             "Python path (PYTHONPATH) and imports cleanly")
+    assert error.message == (
+        "cannot import module 'no_such_package.envs' of 'no_such_package.envs:Game': "
+        "ModuleNotFoundError: No module named 'no_such_package'; check the module is on the "
+        "Python path (PYTHONPATH) and imports cleanly"
+    )
     assert env_error(f"{__name__}:Missing").message == (
-        f"module '{__name__}' has no attribute 'Missing'; name a class defined in it")
+        f"module '{__name__}' has no attribute 'Missing'; name a class defined in it"
+    )
     assert env_error(f"{__name__}:NotAnEnvironment").message == (
         f"'{__name__}:NotAnEnvironment' is not an Environment subclass; subclass trainers.envs.base.Environment "
-        "(a name, Settings, reset and step)")
-    assert env_error(f"{__name__}:env_error").message.endswith("is not an Environment subclass; subclass "
-                                                               "trainers.envs.base.Environment (a name, Settings, "
-                                                               "reset and step)")
+        "(a name, Settings, reset and step)"
+    )
+    assert env_error(f"{__name__}:env_error").message.endswith(
+        "is not an Environment subclass; subclass trainers.envs.base.Environment (a name, Settings, reset and step)"
+    )
     assert "is not a pydantic model" in env_error(f"{__name__}:BadSettings").message
     assert env_error(":Echo").message == "':Echo' is not a dotted path; write package.module:Class"
 
@@ -113,9 +119,11 @@ def test_a_module_that_fails_on_import_is_an_env_name_problem(tmp_path, monkeypa
     monkeypatch.syspath_prepend(str(tmp_path))
     assert env_error("broken_env_module:Game").message == (
         "cannot import module 'broken_env_module' of 'broken_env_module:Game': RuntimeError: no GPU here; check the "
-        "module is on the Python path (PYTHONPATH) and imports cleanly")
+        "module is on the Python path (PYTHONPATH) and imports cleanly"
+    )
     assert env_error("exiting_env_module.Game").message.startswith(
-        "cannot import module 'exiting_env_module' of 'exiting_env_module.Game': SystemExit: 3;")
+        "cannot import module 'exiting_env_module' of 'exiting_env_module.Game': SystemExit: 3;"
+    )
 
 
 def test_settings_are_validated_with_the_field_named():
@@ -123,11 +131,16 @@ def test_settings_are_validated_with_the_field_named():
     assert env.settings == CalculatorSettings(max_expression_chars=200, max_result_digits=12, max_calls_per_turn=4)
     assert make_environment("calculator").settings == CalculatorSettings()
     error = env_error("calculator", {"max_result_digits": 0})
-    assert (error.field, error.message) == ("env.settings.max_result_digits", "Input should be greater than or equal to 1")
+    assert (error.field, error.message) == (
+        "env.settings.max_result_digits",
+        "Input should be greater than or equal to 1",
+    )
     error = env_error("calculator", {"max_digits": 12})
     assert (error.field, error.message) == (
-        "env.settings.max_digits", "unknown setting; known: max_expression_chars, max_result_digits, max_calls_per_turn, "
-                               "demonstration, enabled, call_bonus")
+        "env.settings.max_digits",
+        "unknown setting; known: max_expression_chars, max_result_digits, max_calls_per_turn, "
+        "demonstration, enabled, call_bonus",
+    )
     assert env_error("single_turn", {"x": 1}).message == "unknown setting; single_turn has no settings"
     error = env_error("guess_number", {"low": 10, "high": 5})
     assert (error.field, error.message) == ("env.settings.high", "high=5 must be above low=10")
@@ -140,9 +153,11 @@ def test_settings_are_validated_with_the_field_named():
 
 
 def test_the_package_is_jax_free():
-    code = ("import sys, trainers.envs.registry; "
-            "print(sorted({m.split('.')[0] for m in sys.modules if m.startswith(('jax', 'flax', 'django'))} | "
-            "{m for m in sys.modules if m.startswith('trainers.rollout')}))")
+    code = (
+        "import sys, trainers.envs.registry; "
+        "print(sorted({m.split('.')[0] for m in sys.modules if m.startswith(('jax', 'flax', 'django'))} | "
+        "{m for m in sys.modules if m.startswith('trainers.rollout')}))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
@@ -178,8 +193,9 @@ def test_a_game_turn_by_turn():
     env = GuessNumber()
     example = {"prompt": "Ana is thinking of a whole number from 1 to 100. ...", "answer": "37"}
     results = play(env, example, ["50", "I think 25", "hmm", "37"])
-    assert [r.messages for r in results] == [[{"role": "user", "content": reply}]
-                                             for reply in ("lower", "higher", NO_NUMBER, "correct")]
+    assert [r.messages for r in results] == [
+        [{"role": "user", "content": reply}] for reply in ("lower", "higher", NO_NUMBER, "correct")
+    ]
     assert [r.done for r in results] == [False, False, False, True]
     assert [r.reward_parts for r in results] == [{}, {}, {}, {"solved": 1 - 3 / 8}]
     assert [(r.tool_calls, r.tool_errors) for r in results] == [(0, 0)] * 4
@@ -192,7 +208,9 @@ def test_a_game_solved_at_once_and_one_lost():
     env = GuessNumber(GuessNumberSettings(max_guesses=2))
     results = play(env, {"answer": "7"}, ["3", "9"])
     assert [(r.messages[0]["content"], r.done, r.reward_parts) for r in results] == [
-        ("higher", False, {}), ("lower", True, {"solved": 0.0})]
+        ("higher", False, {}),
+        ("lower", True, {"solved": 0.0}),
+    ]
 
 
 def test_the_secret_must_be_a_whole_number_in_the_range():
@@ -239,9 +257,12 @@ def test_config_env_defaults_and_valid_environments():
 
 
 def test_config_env_name_problems():
-    assert problems({"env": {"name": "calculater"}}) == {"env.name": (
-        "unknown environment 'calculater'; did you mean 'calculator'? built in: single_turn, calculator, "
-        "guess_number; or your own Environment class as a dotted path package.module:Class")}
+    assert problems({"env": {"name": "calculater"}}) == {
+        "env.name": (
+            "unknown environment 'calculater'; did you mean 'calculator'? built in: single_turn, calculator, "
+            "guess_number; or your own Environment class as a dotted path package.module:Class"
+        )
+    }
     assert set(problems({"env": {"name": "no_such_package.envs:Game"}})) == {"env.name"}
     # An unresolved name hides its settings' problems (there is no schema to check them against).
     assert set(problems({"env": {"name": "calculater", "settings": {"nope": 1}}})) == {"env.name"}
@@ -250,11 +271,14 @@ def test_config_env_name_problems():
 def test_config_env_settings_problems():
     assert problems({"env": {"name": "calculator", "settings": {"max_result_digits": 0, "digits": 3}}}) == {
         "env.settings.digits": "unknown setting; known: max_expression_chars, max_result_digits, max_calls_per_turn, "
-                               "demonstration, enabled, call_bonus"}
+        "demonstration, enabled, call_bonus"
+    }
     assert problems({"env": {"name": "calculator", "settings": {"max_result_digits": 0}}}) == {
-        "env.settings.max_result_digits": "Input should be greater than or equal to 1"}
+        "env.settings.max_result_digits": "Input should be greater than or equal to 1"
+    }
     assert problems({"env": {"name": "guess_number", "settings": {"low": 5, "high": 5}}}) == {
-        "env.settings.high": "high=5 must be above low=5"}
+        "env.settings.high": "high=5 must be above low=5"
+    }
 
 
 def test_calculator_demonstration_and_enabled_settings():
@@ -262,16 +286,19 @@ def test_calculator_demonstration_and_enabled_settings():
     assert (env.settings.demonstration, env.settings.enabled, env.stop_strings) == (True, False, ())
     assert (CalculatorSettings().demonstration, CalculatorSettings().enabled) == (False, True)
     assert problems({"env": {"name": "calculator", "settings": {"demonstration": "sometimes"}}}) == {
-        "env.settings.demonstration": "Input should be a valid boolean, unable to interpret input"}
+        "env.settings.demonstration": "Input should be a valid boolean, unable to interpret input"
+    }
 
 
 def test_config_multi_turn_needs_stop_at_eos():
     assert problems({"env": {"name": "calculator"}, "rollout": {"stop_at_eos": False}}) == {
         "rollout.stop_at_eos": "env.name=calculator is multi-turn: an assistant turn ends at the end-of-turn "
-                               "token, which rollout.stop_at_eos false ignores; set rollout.stop_at_eos true (or "
-                               "env.name single_turn)"}
+        "token, which rollout.stop_at_eos false ignores; set rollout.stop_at_eos true (or "
+        "env.name single_turn)"
+    }
 
 
 def test_config_guess_number_task_needs_its_environment():
     assert problems({"data": {"task": "guess_number"}}) == {
-        "env.name": "the guess_number task is a game over several turns; set env.name=guess_number (not single_turn)"}
+        "env.name": "the guess_number task is a game over several turns; set env.name=guess_number (not single_turn)"
+    }

@@ -56,8 +56,16 @@ class Bang(Environment):
 
 
 def _episodes(env, max_turns=3, max_total_tokens=40):
-    return Episodes(env, CharTokenizer(), [{"prompt": "p", "answer": "1"}], ["p"], chat=False, system_prompt=None,
-                    max_turns=max_turns, max_total_tokens=max_total_tokens)
+    return Episodes(
+        env,
+        CharTokenizer(),
+        [{"prompt": "p", "answer": "1"}],
+        ["p"],
+        chat=False,
+        system_prompt=None,
+        max_turns=max_turns,
+        max_total_tokens=max_total_tokens,
+    )
 
 
 def _ids(text):
@@ -72,9 +80,11 @@ def test_a_turn_gets_its_reply_then_the_episode_ends_when_the_environment_says_d
     so_far = np.concatenate([first, reply, _ids("c"), [EOS_ID]])
     assert eps.on_turn_end(0, len(so_far), so_far) is None
     (episode,) = eps.finish(np.zeros((1, 40), np.int32), np.zeros((1, 40), bool))
-    assert episode.turns == [{"role": "assistant", "text": "ab!", "tokens": 3},
-                             {"role": "tool", "text": "ok", "tokens": 4},
-                             {"role": "assistant", "text": "c", "tokens": 2}]
+    assert episode.turns == [
+        {"role": "assistant", "text": "ab!", "tokens": 3},
+        {"role": "tool", "text": "ok", "tokens": 4},
+        {"role": "assistant", "text": "c", "tokens": 2},
+    ]
     assert (episode.end_reason, episode.reward_parts, episode.tool_calls) == ("done", {"bonus": 0.5}, 1)
     assert episode.final_text == "c" and episode.text == "ab!\nok\nc"
 
@@ -90,12 +100,15 @@ def test_stop_tokens_without_the_stop_string_let_the_turn_go_on():
     assert eps.episodes[0].turns[0] == {"role": "assistant", "text": "ax!<x!", "tokens": 6}
 
 
-@pytest.mark.parametrize("turn, limits, reason, error", [
-    ("raise<x!", {}, "env_error", "RuntimeError: the game broke"),
-    ("undeclared<x!", {}, "env_error", "ValueError: reward parts ['other'] are not declared in Bang.reward_parts"),
-    ("a<x!", {"max_turns": 1}, "max_turns", None),
-    ("a<x!", {"max_total_tokens": 4 + 4}, "max_total_tokens", None),  # 4 tokens + the 4-token reply: no room left
-])
+@pytest.mark.parametrize(
+    "turn, limits, reason, error",
+    [
+        ("raise<x!", {}, "env_error", "RuntimeError: the game broke"),
+        ("undeclared<x!", {}, "env_error", "ValueError: reward parts ['other'] are not declared in Bang.reward_parts"),
+        ("a<x!", {"max_turns": 1}, "max_turns", None),
+        ("a<x!", {"max_total_tokens": 4 + 4}, "max_total_tokens", None),  # 4 tokens + the 4-token reply: no room left
+    ],
+)
 def test_an_episode_ends_with_its_reason(turn, limits, reason, error):
     eps = _episodes(Bang(), **limits)
     assert eps.on_turn_end(0, len(turn), _ids(turn)) is None
@@ -107,22 +120,37 @@ def test_the_budget_cuts_an_episode_mid_turn():
     reply = eps.on_turn_end(0, 4, _ids("a<x!"))
     tokens = np.concatenate([_ids("a<x!"), reply, _ids("zz")])[None]
     (episode,) = eps.finish(tokens, np.ones(tokens.shape, bool))
-    assert episode.end_reason == "max_total_tokens" and episode.turns[-1] == {"role": "assistant", "text": "zz",
-                                                                               "tokens": 2}
+    assert episode.end_reason == "max_total_tokens" and episode.turns[-1] == {
+        "role": "assistant",
+        "text": "zz",
+        "tokens": 2,
+    }
 
 
 def test_episode_metrics_by_hand():
     episodes = [
-        {"turns": [{"role": "assistant"}, {"role": "tool"}, {"role": "assistant"}], "tool_calls": 1, "tool_errors": 0,
-         "end_reason": "done"},
+        {
+            "turns": [{"role": "assistant"}, {"role": "tool"}, {"role": "assistant"}],
+            "tool_calls": 1,
+            "tool_errors": 0,
+            "end_reason": "done",
+        },
         {"turns": [{"role": "assistant"}], "tool_calls": 0, "tool_errors": 0, "end_reason": "max_total_tokens"},
-        {"turns": [{"role": "assistant"}, {"role": "tool"}], "tool_calls": 3, "tool_errors": 2,
-         "end_reason": "env_error"},
+        {
+            "turns": [{"role": "assistant"}, {"role": "tool"}],
+            "tool_calls": 3,
+            "tool_errors": 2,
+            "end_reason": "env_error",
+        },
         {"turns": [{"role": "assistant"}] * 2, "tool_calls": 0, "tool_errors": 0, "end_reason": "max_turns"},
     ]
     assert episode_metrics(episodes) == {
-        "env/turns_mean": 1.5, "env/tool_calls_mean": 1.0, "env/tool_errors_mean": 0.5,
-        "env/tool_use_fraction": 0.5, "env/max_turns_fraction": 0.25, "env/max_total_tokens_fraction": 0.25,
+        "env/turns_mean": 1.5,
+        "env/tool_calls_mean": 1.0,
+        "env/tool_errors_mean": 0.5,
+        "env/tool_use_fraction": 0.5,
+        "env/max_turns_fraction": 0.25,
+        "env/max_total_tokens_fraction": 0.25,
         "env/error_fraction": 0.25,
     }
 
@@ -240,9 +268,14 @@ def _digest_at_commit(commit, raw, tmp_path):
         return None
     with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
         tar.extractall(tmp_path / "old", filter="data")
-    run = subprocess.run([sys.executable, "-c", DIGEST_PROGRAM.format(raw=raw)], cwd=tmp_path / "old",
-                         capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "PYTHONPATH": str(tmp_path / "old")})
+    run = subprocess.run(
+        [sys.executable, "-c", DIGEST_PROGRAM.format(raw=raw)],
+        cwd=tmp_path / "old",
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(tmp_path / "old")},
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     return run.stdout.split()[-1]
 
@@ -287,8 +320,11 @@ class Ruled(TwoTurns):
 def test_a_sample_shows_the_prompt_the_model_saw(tmp_path):
     """Issue 30, B4: the sample's prompt is the episode's first prompt (the environment's reset: a
     worked example, a game's rules), not the dataset example's."""
-    raw = {**RAW, "env": {**RAW["env"], "name": "tests.test_episodes:Ruled"}, "data": {**RAW["data"],
-                                                                                     "max_prompt_tokens": 64}}
+    raw = {
+        **RAW,
+        "env": {**RAW["env"], "name": "tests.test_episodes:Ruled"},
+        "data": {**RAW["data"], "max_prompt_tokens": 64},
+    }
     trainer = GRPOTrainer(parse_config(raw), str(tmp_path))
     trainer.source.start(trainer.policy_params(), 0, 0)
     rollout = trainer.source.next(0)
@@ -323,8 +359,16 @@ def test_a_huge_reply_is_cut_with_a_note_before_it_is_tokenized():
     from trainers.rollout.episodes import MAX_REPLY_CHARS
 
     tokenizer = RecordingTokenizer()
-    eps = Episodes(Flood(), tokenizer, [{"prompt": "p", "answer": "1"}], ["p"], chat=False, system_prompt=None,
-                   max_turns=3, max_total_tokens=10**7)
+    eps = Episodes(
+        Flood(),
+        tokenizer,
+        [{"prompt": "p", "answer": "1"}],
+        ["p"],
+        chat=False,
+        system_prompt=None,
+        max_turns=3,
+        max_total_tokens=10**7,
+    )
     reply = eps.on_turn_end(0, 2, _ids("a!"))
     assert reply is not None and len(reply) < MAX_REPLY_CHARS + 100
     assert max(tokenizer.encoded) < MAX_REPLY_CHARS + 100  # the megabyte never reached the tokenizer
@@ -332,8 +376,9 @@ def test_a_huge_reply_is_cut_with_a_note_before_it_is_tokenized():
     assert episode.end_reason is None  # the episode goes on with the cut reply
     tool = episode.turns[1]
     assert tool["role"] == "tool" and tool["text"].startswith("7" * MAX_REPLY_CHARS)
-    assert tool["text"].endswith(f"\n[reply cut: {10**6 + 4 - MAX_REPLY_CHARS} more characters over the limit of "
-                                 f"{MAX_REPLY_CHARS}]")
+    assert tool["text"].endswith(
+        f"\n[reply cut: {10**6 + 4 - MAX_REPLY_CHARS} more characters over the limit of {MAX_REPLY_CHARS}]"
+    )
     assert [t["role"] for t in episode.turns] == ["assistant", "tool"]  # the message after the cut is dropped
 
 
@@ -343,5 +388,7 @@ def test_bound_reply_keeps_short_replies_and_cuts_across_messages():
     short = [{"role": "tool", "content": "ok"}]
     assert bound_reply(short, 10) == (short, 0)
     cut, n = bound_reply([{"role": "tool", "content": "abcdef"}, {"role": "user", "content": "ghijkl"}], 8)
-    assert n == 4 and cut == [{"role": "tool", "content": "abcdef"},
-                              {"role": "user", "content": "gh\n[reply cut: 4 more characters over the limit of 8]"}]
+    assert n == 4 and cut == [
+        {"role": "tool", "content": "abcdef"},
+        {"role": "user", "content": "gh\n[reply cut: 4 more characters over the limit of 8]"},
+    ]

@@ -11,9 +11,9 @@ import yaml
 
 from tests.tiny_models import write_tiny_model
 from trainers import cli
+from trainers.commands.evaluate import evaluate_policy_on, evaluation_examples
 from trainers.config import parse_config
 from trainers.data.examples import DataError
-from trainers.commands.evaluate import evaluate_policy_on, evaluation_examples
 
 PROMPTS = ["What is 12+34?", "Tom has 3 apples.", "Anna reads 7 pages"]
 WRONG = "no completion of the model ends like this 123"
@@ -30,12 +30,16 @@ def setup(tmp_path_factory):
     base = tmp_path_factory.mktemp("evaluate")
     model = str(write_tiny_model(base / "model"))
     data = _write_jsonl(base / "probe.jsonl", [WRONG] * 3)
-    raw = {"model": {"path": model}, "data": {"train_path": data, "eval_path": data, "chat_template": False},
-           "rewards": [{"name": "exact_match", "weight": 1.0}],
-           # top_k 1: every sample is the greedy completion, so pass@k is known by hand
-           "rollout": {"max_new_tokens": 5, "top_k": 1},
-           "batch": {"prompts_per_step": 2, "rollout_micro_batch_sequences": 2},
-           "grpo": {"num_generations": 2}, "eval": {"samples_per_prompt": 2}}
+    raw = {
+        "model": {"path": model},
+        "data": {"train_path": data, "eval_path": data, "chat_template": False},
+        "rewards": [{"name": "exact_match", "weight": 1.0}],
+        # top_k 1: every sample is the greedy completion, so pass@k is known by hand
+        "rollout": {"max_new_tokens": 5, "top_k": 1},
+        "batch": {"prompts_per_step": 2, "rollout_micro_batch_sequences": 2},
+        "grpo": {"num_generations": 2},
+        "eval": {"samples_per_prompt": 2},
+    }
     probe = evaluate_policy_on(model, parse_config(raw))
     assert probe.metrics["accuracy"] == 0.0
     return base, model, raw, [row["completion"] for row in probe.rows]
@@ -63,8 +67,9 @@ def test_accuracy_and_pass_at_k_by_hand(setup):
 def test_prompts_limit_and_a_task_dataset(setup):
     _, model, raw, _ = setup
     config = parse_config(raw)
-    result = evaluate_policy_on(model, config, dataset=_write_jsonl(setup[0] / "all.jsonl", setup[3]), prompts=1,
-                                samples_per_prompt=1)
+    result = evaluate_policy_on(
+        model, config, dataset=_write_jsonl(setup[0] / "all.jsonl", setup[3]), prompts=1, samples_per_prompt=1
+    )
     assert len(result.rows) == 1 and result.metrics == {"reward_mean": 1.0, "accuracy": 1.0}
     held_out = evaluation_examples(config, "arithmetic", prompts=5)
     assert len(held_out) == 5 and all("=" in e["prompt"] for e in held_out)
@@ -88,8 +93,9 @@ def test_cli_writes_rows_and_prints_the_summary(setup, tmp_path, capsys):
     config_file.write_text(yaml.safe_dump(raw))
     data = _write_jsonl(tmp_path / "one_right.jsonl", [completions[0], WRONG, WRONG])
     out = tmp_path / "rows.jsonl"
-    code = cli.main(["evaluate", model, "--config", str(config_file), "--dataset", data, "--out", str(out),
-                     "--json-progress"])
+    code = cli.main(
+        ["evaluate", model, "--config", str(config_file), "--dataset", data, "--out", str(out), "--json-progress"]
+    )
     printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert code == 0
     assert printed[:-1] == [{"progress": {"done": 2, "total": 3}}, {"progress": {"done": 3, "total": 3}}]

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from trainers.config import parse_config
+from trainers.loop.trainer import GRPOTrainer
 from trainers.step.plan import (
     OptimizerUpdate,
     SequenceSlice,
@@ -17,7 +18,6 @@ from trainers.step.plan import (
     shared_prompt_group,
     split_sequences,
 )
-from trainers.loop.trainer import GRPOTrainer
 
 
 def _update(start: int, stop: int, micro: int) -> OptimizerUpdate:
@@ -53,7 +53,8 @@ def _one_rollout(config, tmp_path, name):
 
 
 FLAT_CONFIG = {
-    "model": {"preset": "tiny"}, "data": {"task": "arithmetic", "train_prompts": 64},
+    "model": {"preset": "tiny"},
+    "data": {"task": "arithmetic", "train_prompts": 64},
     "batch": {"prompts_per_step": 4, "train_micro_batch_sequences": 4},
     "grpo": {"num_generations": 4, "beta": 0.0},
     "optimizer": {"learning_rate": 0.05},
@@ -119,12 +120,15 @@ def test_skip_metrics_cover_the_informative_groups_whatever_the_rounding(tmp_pat
 
 @pytest.mark.parametrize("aggregation", ["token-mean", "seq-mean-token-sum"])
 def test_skipping_flat_groups_gives_the_same_update(tmp_path, aggregation):
-    config = parse_config({
-        "model": {"preset": "tiny"}, "data": {"task": "arithmetic", "train_prompts": 64},
-        "batch": {"prompts_per_step": 4, "train_micro_batch_sequences": 2},
-        "grpo": {"num_generations": 4, "beta": 0.0, "loss_aggregation": aggregation},
-        "optimizer": {"learning_rate": 0.05},
-    })
+    config = parse_config(
+        {
+            "model": {"preset": "tiny"},
+            "data": {"task": "arithmetic", "train_prompts": 64},
+            "batch": {"prompts_per_step": 4, "train_micro_batch_sequences": 2},
+            "grpo": {"num_generations": 4, "beta": 0.0, "loss_aggregation": aggregation},
+            "optimizer": {"learning_rate": 0.05},
+        }
+    )
     trainer = GRPOTrainer(config, str(tmp_path / "a"))
     trainer.source.start(trainer.state.params, 0)
     rollout = trainer.source.next(0)
@@ -178,12 +182,15 @@ def test_the_trainer_runs_each_prompt_once_per_group_with_the_same_update(tmp_pa
     land on the weights of the same step run with every prompt repeated (prompt_group=1)."""
     import trainers.loop.trainer as trainer_module
 
-    config = parse_config({
-        "model": {"preset": "tiny"}, "data": {"task": "arithmetic", "train_prompts": 64},
-        "batch": {"prompts_per_step": 4, "train_micro_batch_sequences": 8},
-        "grpo": {"num_generations": 4, "beta": 0.05},
-        "optimizer": {"name": "sgd", "b1": 0.0, "learning_rate": 1.0},  # the weights move by the gradient
-    })
+    config = parse_config(
+        {
+            "model": {"preset": "tiny"},
+            "data": {"task": "arithmetic", "train_prompts": 64},
+            "batch": {"prompts_per_step": 4, "train_micro_batch_sequences": 8},
+            "grpo": {"num_generations": 4, "beta": 0.05},
+            "optimizer": {"name": "sgd", "b1": 0.0, "learning_rate": 1.0},  # the weights move by the gradient
+        }
+    )
 
     def one_step(name):
         trainer = GRPOTrainer(config, str(tmp_path / name))
@@ -191,8 +198,11 @@ def test_the_trainer_runs_each_prompt_once_per_group_with_the_same_update(tmp_pa
         groups = []
         for attribute in ("update_fn", "logprob_fn"):
             jitted = getattr(trainer, attribute)
-            setattr(trainer, attribute, lambda *args, _f=jitted, **kwargs: (groups.append(kwargs["prompt_group"]),
-                                                                            _f(*args, **kwargs))[1])
+            setattr(
+                trainer,
+                attribute,
+                lambda *args, _f=jitted, **kwargs: (groups.append(kwargs["prompt_group"]), _f(*args, **kwargs))[1],
+            )
         trainer.source.start(trainer.state.params, 0)
         rollout = trainer.source.next(0)
         trainer.source.stop()

@@ -54,8 +54,8 @@ def random_prompts(lengths: list[int], seed: int = 0) -> tuple[np.ndarray, np.nd
     tokens = np.full((len(lengths), prompt_len), PAD, np.int32)
     valid = np.zeros((len(lengths), prompt_len), bool)
     for row, length in enumerate(lengths):
-        tokens[row, prompt_len - length:] = rng.integers(3, CFG.vocab_size, size=length)
-        valid[row, prompt_len - length:] = True
+        tokens[row, prompt_len - length :] = rng.integers(3, CFG.vocab_size, size=length)
+        valid[row, prompt_len - length :] = True
     return tokens, valid
 
 
@@ -83,18 +83,22 @@ def check_result_invariants(result, sampling: SamplingParams, batch: int):
         assert (result.logprobs[row, length:] == 0).all()
         if sampling.stop_at_eos:
             # EOS only as the last generated token; a row shorter than max_new_tokens ended with EOS.
-            assert not (result.tokens[row, :length - 1] == sampling.eos_id).any()
+            assert not (result.tokens[row, : length - 1] == sampling.eos_id).any()
             if length < sampling.max_new_tokens:
                 assert result.tokens[row, length - 1] == sampling.eos_id
     assert result.decode_steps == result.lengths.max()
     assert np.all(result.logprobs[result.mask] <= 0)
 
 
-@pytest.mark.parametrize("sampling", [
-    SamplingParams(max_new_tokens=MAX_NEW, temperature=1.0, eos_id=EOS),
-    SamplingParams(max_new_tokens=MAX_NEW, temperature=0.7, top_k=20, top_p=0.9, eos_id=EOS),
-    SamplingParams(max_new_tokens=MAX_NEW, temperature=0.0, eos_id=EOS),
-], ids=["t1", "t0.7-topk-topp", "greedy"])
+@pytest.mark.parametrize(
+    "sampling",
+    [
+        SamplingParams(max_new_tokens=MAX_NEW, temperature=1.0, eos_id=EOS),
+        SamplingParams(max_new_tokens=MAX_NEW, temperature=0.7, top_k=20, top_p=0.9, eos_id=EOS),
+        SamplingParams(max_new_tokens=MAX_NEW, temperature=0.0, eos_id=EOS),
+    ],
+    ids=["t1", "t0.7-topk-topp", "greedy"],
+)
 def test_recorded_logprobs_match_completion_logprobs(model, prompts, logprobs_jit, sampling):
     """Without filters the recorded log-probs are the policy's (what `completion_logprobs` computes);
     with top-k / top-p they are those of the renormalised distribution actually sampled from,
@@ -107,19 +111,26 @@ def test_recorded_logprobs_match_completion_logprobs(model, prompts, logprobs_ji
     if sampling.top_k == 0 and sampling.top_p == 1.0:
         np.testing.assert_allclose(result.logprobs, np.asarray(logprobs), atol=1e-4)
         return
-    full = np.asarray(model_lib.forward(graphdef, params, np.concatenate([tokens, result.tokens], axis=1),
-                                        np.concatenate([valid, result.mask], axis=1)), np.float64)
+    full = np.asarray(
+        model_lib.forward(
+            graphdef,
+            params,
+            np.concatenate([tokens, result.tokens], axis=1),
+            np.concatenate([valid, result.mask], axis=1),
+        ),
+        np.float64,
+    )
     prompt_len = tokens.shape[1]
     expected = np.zeros(result.logprobs.shape)
     for b, j in zip(*np.nonzero(result.mask)):
         scaled = full[b, prompt_len - 1 + j] / sampling.temperature
-        keep = scaled >= np.sort(scaled)[-sampling.top_k]                     # top-k
+        keep = scaled >= np.sort(scaled)[-sampling.top_k]  # top-k
         probs = np.where(keep, np.exp(scaled - scaled.max()), 0.0)
         probs /= probs.sum()
         order = np.argsort(-probs, kind="stable")
-        before = np.cumsum(probs[order]) - probs[order]                       # mass of more likely tokens
+        before = np.cumsum(probs[order]) - probs[order]  # mass of more likely tokens
         nucleus = np.zeros_like(keep)
-        nucleus[order[before < sampling.top_p]] = True                        # top-p of the top-k
+        nucleus[order[before < sampling.top_p]] = True  # top-p of the top-k
         probs = np.where(nucleus, probs, 0.0)
         expected[b, j] = np.log(probs[result.tokens[b, j]] / probs.sum())
     np.testing.assert_allclose(result.logprobs, expected, atol=1e-4)
@@ -153,8 +164,14 @@ def test_greedy_is_deterministic_and_matches_full_forward(model, prompts):
 def test_eos_stops_each_sequence(model, prompts):
     graphdef, params = model
     tokens, valid = prompts
-    free = generate_lib.generate(graphdef, params, tokens, valid, jax.random.key(0),
-                                 SamplingParams(max_new_tokens=MAX_NEW, temperature=0.0, stop_at_eos=False))
+    free = generate_lib.generate(
+        graphdef,
+        params,
+        tokens,
+        valid,
+        jax.random.key(0),
+        SamplingParams(max_new_tokens=MAX_NEW, temperature=0.0, stop_at_eos=False),
+    )
     # Use as EOS the first token that greedy decoding of row 0 emits for the first time at step >= 2.
     stop_step = next(step for step in range(2, MAX_NEW) if free.tokens[0, step] not in free.tokens[0, :step])
     eos_id = int(free.tokens[0, stop_step])
@@ -167,8 +184,7 @@ def test_eos_stops_each_sequence(model, prompts):
         expected_length = hits[0] + 1 if hits.size else MAX_NEW
         assert stopped.lengths[row] == expected_length
         np.testing.assert_array_equal(stopped.tokens[row, :expected_length], free.tokens[row, :expected_length])
-        np.testing.assert_array_equal(stopped.logprobs[row, :expected_length],
-                                      free.logprobs[row, :expected_length])
+        np.testing.assert_array_equal(stopped.logprobs[row, :expected_length], free.logprobs[row, :expected_length])
 
 
 def test_early_exit_when_all_sequences_stop(model, prompts, logprobs_jit):
@@ -209,13 +225,30 @@ def test_no_stop_generates_exactly_max_new_tokens(model, prompts):
 def test_top_k_1_and_tiny_top_p_equal_greedy(model, prompts):
     graphdef, params = model
     tokens, valid = prompts
-    greedy = generate_lib.generate(graphdef, params, tokens, valid, jax.random.key(0),
-                                   SamplingParams(max_new_tokens=MAX_NEW, temperature=0.0, eos_id=EOS))
-    top_k_1 = generate_lib.generate(graphdef, params, tokens, valid, jax.random.key(5),
-                                    SamplingParams(max_new_tokens=MAX_NEW, temperature=1.0, top_k=1, eos_id=EOS))
-    top_p_tiny = generate_lib.generate(graphdef, params, tokens, valid, jax.random.key(6),
-                                       SamplingParams(max_new_tokens=MAX_NEW, temperature=1.0, top_p=1e-6,
-                                                      eos_id=EOS))
+    greedy = generate_lib.generate(
+        graphdef,
+        params,
+        tokens,
+        valid,
+        jax.random.key(0),
+        SamplingParams(max_new_tokens=MAX_NEW, temperature=0.0, eos_id=EOS),
+    )
+    top_k_1 = generate_lib.generate(
+        graphdef,
+        params,
+        tokens,
+        valid,
+        jax.random.key(5),
+        SamplingParams(max_new_tokens=MAX_NEW, temperature=1.0, top_k=1, eos_id=EOS),
+    )
+    top_p_tiny = generate_lib.generate(
+        graphdef,
+        params,
+        tokens,
+        valid,
+        jax.random.key(6),
+        SamplingParams(max_new_tokens=MAX_NEW, temperature=1.0, top_p=1e-6, eos_id=EOS),
+    )
     for result in (top_k_1, top_p_tiny):
         np.testing.assert_array_equal(result.tokens, greedy.tokens)
         np.testing.assert_array_equal(result.mask, greedy.mask)
@@ -280,15 +313,18 @@ def test_sample_token_records_the_logprob_of_the_truncated_distribution_it_sampl
     full = [x / sum(e) for x in e]
     assert full[0] < 0.9 <= full[0] + full[1]
     top_p = {0: e[0] / (e[0] + e[1]), 1: e[1] / (e[0] + e[1])}
-    for sampling, kept in [(SamplingParams(max_new_tokens=1, temperature=0.5, top_k=3), top_k),
-                           (SamplingParams(max_new_tokens=1, temperature=0.5, top_p=0.9), top_p)]:
+    for sampling, kept in [
+        (SamplingParams(max_new_tokens=1, temperature=0.5, top_k=3), top_k),
+        (SamplingParams(max_new_tokens=1, temperature=0.5, top_p=0.9), top_p),
+    ]:
         # one uniform in the middle of each kept token's CDF interval, and one just below 1
         cdf = np.cumsum([kept[t] for t in sorted(kept)])
         lower = np.concatenate([[0.0], cdf[:-1]])
         uniforms = np.concatenate([(lower + cdf) / 2, [0.9999]]).astype(np.float32)
         expected_tokens = sorted(kept) + [max(kept)]
-        tokens, logprobs = generate_lib.sample_token(jnp.tile(logits, (len(uniforms), 1)), jnp.asarray(uniforms),
-                                                     sampling)
+        tokens, logprobs = generate_lib.sample_token(
+            jnp.tile(logits, (len(uniforms), 1)), jnp.asarray(uniforms), sampling
+        )
         np.testing.assert_array_equal(np.asarray(tokens), expected_tokens)
         np.testing.assert_allclose(np.asarray(logprobs), [math.log(kept[t]) for t in expected_tokens], rtol=1e-5)
     # Greedy keeps its convention: log_softmax of the raw logits (temperature 1).
@@ -301,15 +337,24 @@ def test_rejects_right_padded_prompts(model, prompts):
     graphdef, params = model
     tokens, valid = prompts
     with pytest.raises(ValueError, match="LEFT-padded"):
-        generate_lib.generate(graphdef, params, tokens[:, ::-1], valid[:, ::-1], jax.random.key(0),
-                              SamplingParams(max_new_tokens=MAX_NEW))
+        generate_lib.generate(
+            graphdef, params, tokens[:, ::-1], valid[:, ::-1], jax.random.key(0), SamplingParams(max_new_tokens=MAX_NEW)
+        )
 
 
 def generate_in_flight(graphdef, weights, tokens, valid, key, sampling, chunk_tokens):
     """In-flight weights through the engine: every row in its own slot from the start, the newest
     weights taken before each chunk of `chunk_tokens` decode steps."""
-    result, _ = generate_paged(graphdef, weights, tokens, valid, key, sampling,
-                               EngineSettings(num_slots=len(tokens), chunk_tokens=chunk_tokens), in_flight=True)
+    result, _ = generate_paged(
+        graphdef,
+        weights,
+        tokens,
+        valid,
+        key,
+        sampling,
+        EngineSettings(num_slots=len(tokens), chunk_tokens=chunk_tokens),
+        in_flight=True,
+    )
     return result
 
 
@@ -333,8 +378,7 @@ def test_in_flight_with_unchanging_weights_equals_generate(model, prompts, chunk
     sampling = SamplingParams(max_new_tokens=MAX_NEW, temperature=1.0, eos_id=EOS)
     whole = generate_lib.generate(graphdef, params, tokens, valid, jax.random.key(3), sampling)
     weights = Weights((params, 7))
-    chunked = generate_in_flight(graphdef, weights, tokens, valid, jax.random.key(3), sampling,
-                                              chunk_tokens)
+    chunked = generate_in_flight(graphdef, weights, tokens, valid, jax.random.key(3), sampling, chunk_tokens)
     check_result_invariants(chunked, sampling, batch=tokens.shape[0])
     np.testing.assert_array_equal(chunked.tokens, whole.tokens)
     np.testing.assert_array_equal(chunked.mask, whole.mask)
@@ -354,8 +398,9 @@ def test_in_flight_swap_applies_from_the_next_chunk_and_keeps_the_kv_cache(model
     only_a = generate_lib.generate(graphdef, params_a, tokens, valid, key, sampling)
 
     def run(params_b):
-        result = generate_in_flight(graphdef, Weights((params_a, 0), (params_a, 0), (params_b, 1)),
-                                                 tokens, valid, key, sampling, chunk)
+        result = generate_in_flight(
+            graphdef, Weights((params_a, 0), (params_a, 0), (params_b, 1)), tokens, valid, key, sampling, chunk
+        )
         check_result_invariants(result, sampling, batch=tokens.shape[0])
         np.testing.assert_array_equal(result.tokens[:, :swap_at], only_a.tokens[:, :swap_at])
         np.testing.assert_allclose(result.logprobs[:, :swap_at], only_a.logprobs[:, :swap_at], atol=1e-5)
@@ -379,5 +424,6 @@ def test_in_flight_rejects_a_zero_chunk(model, prompts):
     graphdef, params = model
     tokens, valid = prompts
     with pytest.raises(ValueError, match="chunk_tokens"):
-        generate_in_flight(graphdef, Weights((params, 0)), tokens, valid, jax.random.key(0),
-                                        SamplingParams(max_new_tokens=MAX_NEW), 0)
+        generate_in_flight(
+            graphdef, Weights((params, 0)), tokens, valid, jax.random.key(0), SamplingParams(max_new_tokens=MAX_NEW), 0
+        )

@@ -10,11 +10,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from trainers.config import parse_config
-from trainers.step.placement import Placement
 from trainers.loop.trainer import GRPOTrainer
 from trainers.models.generate import SamplingParams, cast_for_generation, generate
 from trainers.models.presets import PRESETS
 from trainers.models.transformer import init_params
+from trainers.step.placement import Placement
 
 
 def _bf16_model():
@@ -45,22 +45,31 @@ def test_rollout_copy_is_cast_and_never_the_trainers_buffers():
     for leaf, original in zip(jax.tree.leaves(copy), jax.tree.leaves(params)):
         assert leaf is not original
         assert leaf.dtype == (jnp.bfloat16 if original.ndim >= 2 else jnp.float32)
-        np.testing.assert_array_equal(np.asarray(leaf.astype(jnp.float32)),
-                                      np.asarray(original.astype(leaf.dtype).astype(jnp.float32)))
+        np.testing.assert_array_equal(
+            np.asarray(leaf.astype(jnp.float32)), np.asarray(original.astype(leaf.dtype).astype(jnp.float32))
+        )
     plain = Placement().rollout_copy(params)
     assert all(a is not b and a.dtype == b.dtype for a, b in zip(jax.tree.leaves(plain), jax.tree.leaves(params)))
 
 
 def test_bfloat16_run_generates_from_the_cast_weights(tmp_path):
-    config = parse_config({"model": {"preset": "tiny", "dtype": "bfloat16"}, "rollout": {"max_new_tokens": 8},
-                           "batch": {"prompts_per_step": 2}, "grpo": {"num_generations": 2},
-                           "train": {"max_steps": 1}, "checkpoint": {"every_steps": 0}})
+    config = parse_config(
+        {
+            "model": {"preset": "tiny", "dtype": "bfloat16"},
+            "rollout": {"max_new_tokens": 8},
+            "batch": {"prompts_per_step": 2},
+            "grpo": {"num_generations": 2},
+            "train": {"max_steps": 1},
+            "checkpoint": {"every_steps": 0},
+        }
+    )
     trainer = GRPOTrainer(config, str(tmp_path / "run"))
     assert trainer.placement.generation_dtype == "bfloat16"
     seen = []
     generation_weights = trainer.placement.generation_weights
-    object.__setattr__(trainer.placement, "generation_weights",
-                       lambda params: seen.append(generation_weights(params)) or seen[-1])
+    object.__setattr__(
+        trainer.placement, "generation_weights", lambda params: seen.append(generation_weights(params)) or seen[-1]
+    )
     trainer.source.start(trainer.state.params, 0)
     rollout = trainer.source.next(0)
     assert len(seen) == 1  # once for the step, not per generation call or decode step

@@ -29,12 +29,20 @@ CORPUS = [
     "Hello world! The capital of France is Paris; the capital of Italy is Rome.",
     "  indented   text with\ttabs and\nnew lines, café déjà vu.",
 ] * 20
-TEXTS = ["Hello world! 123", "The capital of France is Paris.", "  multiple   spaces\tand\nlines",
-         "<|im_start|>user\nWhat is 7 + 5?<|im_end|>\n", "café 2024", "unseen wordz XYZ"]
-SYSTEM_TEMPLATE = ("{% if messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nBe brief.<|im_end|>\n' }}"
-                   "{% endif %}{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + "
-                   "message['content'] + '<|im_end|>\n' }}{% endfor %}{% if add_generation_prompt %}"
-                   "{{ '<|im_start|>assistant\n' }}{% endif %}")
+TEXTS = [
+    "Hello world! 123",
+    "The capital of France is Paris.",
+    "  multiple   spaces\tand\nlines",
+    "<|im_start|>user\nWhat is 7 + 5?<|im_end|>\n",
+    "café 2024",
+    "unseen wordz XYZ",
+]
+SYSTEM_TEMPLATE = (
+    "{% if messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nBe brief.<|im_end|>\n' }}"
+    "{% endif %}{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + "
+    "message['content'] + '<|im_end|>\n' }}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
 
 
 def llama_cpp_permute(w: np.ndarray, n_head: int) -> np.ndarray:
@@ -47,12 +55,19 @@ def train_tokenizer():
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False,
-                                                                                use_regex=True)])
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ]
+    )
     tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=SPECIAL_TOKENS, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=400,
+        special_tokens=SPECIAL_TOKENS,
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tokenizer.train_from_iterator(CORPUS, trainer)
     return tokenizer
 
@@ -60,10 +75,23 @@ def train_tokenizer():
 def tiny_llama(vocab_size: int, tied: bool) -> LlamaForCausalLM:
     """2 layers, 4 heads of 16, 2 KV heads; weights large enough that attention is far from uniform."""
     torch.manual_seed(0 if tied else 1)
-    config = LlamaConfig(vocab_size=vocab_size, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=128,
-                         rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=tied, initializer_range=0.3,
-                         bos_token_id=1, eos_token_id=2, pad_token_id=2)
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=128,
+        rms_norm_eps=1e-5,
+        rope_theta=10000.0,
+        tie_word_embeddings=tied,
+        initializer_range=0.3,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=2,
+    )
     model = LlamaForCausalLM(config).eval()
     with torch.no_grad():
         for name, param in model.named_parameters():
@@ -72,8 +100,15 @@ def tiny_llama(vocab_size: int, tied: bool) -> LlamaForCausalLM:
     return model
 
 
-def write_gguf(path, model: LlamaForCausalLM, tokenizer, *, chat_template: str | None, arch: str = "llama",
-               tokenizer_model: str = "gpt2") -> None:
+def write_gguf(
+    path,
+    model: LlamaForCausalLM,
+    tokenizer,
+    *,
+    chat_template: str | None,
+    arch: str = "llama",
+    tokenizer_model: str = "gpt2",
+) -> None:
     """`model` and `tokenizer` as llama.cpp's converter would write them (float32, q/k permuted)."""
     import gguf
 
@@ -107,11 +142,22 @@ def write_gguf(path, model: LlamaForCausalLM, tokenizer, *, chat_template: str |
     if chat_template is not None:
         writer.add_chat_template(chat_template)
 
-    names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
-             "lm_head.weight": "output.weight"}
-    block = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
-             "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
-             "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm"}
+    names = {
+        "model.embed_tokens.weight": "token_embd.weight",
+        "model.norm.weight": "output_norm.weight",
+        "lm_head.weight": "output.weight",
+    }
+    block = {
+        "self_attn.q_proj": "attn_q",
+        "self_attn.k_proj": "attn_k",
+        "self_attn.v_proj": "attn_v",
+        "self_attn.o_proj": "attn_output",
+        "mlp.gate_proj": "ffn_gate",
+        "mlp.up_proj": "ffn_up",
+        "mlp.down_proj": "ffn_down",
+        "input_layernorm": "attn_norm",
+        "post_attention_layernorm": "ffn_norm",
+    }
     for hf_name, value in model.state_dict().items():
         if hf_name == "lm_head.weight" and cfg.tie_word_embeddings:
             continue
@@ -171,10 +217,15 @@ def test_tiny_gguf_gives_the_same_model_and_tokenizer(tmp_path, tiny_tokenizer, 
         assert tokenizer.decode(expected) == text
     assert tokenizer.convert_tokens_to_ids("<|im_start|>") == 1
     assert (tokenizer.bos_token, tokenizer.eos_token, tokenizer.pad_token, tokenizer.unk_token) == (
-        "<|im_start|>", "<|im_end|>", "<|im_end|>", "<|endoftext|>")
+        "<|im_start|>",
+        "<|im_end|>",
+        "<|im_end|>",
+        "<|endoftext|>",
+    )
     assert tokenizer.decode(tokenizer("<|im_start|>hi<|im_end|>")["input_ids"], skip_special_tokens=True) == "hi"
-    rendered = tokenizer.apply_chat_template([{"role": "user", "content": "Hi there"}], add_generation_prompt=True,
-                                             tokenize=False)
+    rendered = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Hi there"}], add_generation_prompt=True, tokenize=False
+    )
     system = "" if tied else "<|im_start|>system\nBe brief.<|im_end|>\n"
     assert rendered == system + "<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n"
     assert json.loads((out / "tokenizer_config.json").read_text())["chat_template"] == (template or CHATML_TEMPLATE)
@@ -199,8 +250,9 @@ def test_other_architectures_and_tokenizers_are_refused(tmp_path, tiny_tokenizer
 
 
 def test_fetch_model_writes_whole_folders_only(tmp_path, tiny_tokenizer, monkeypatch):
-    write_gguf(tmp_path / "tiny.gguf", tiny_llama(tiny_tokenizer.get_vocab_size(), True), tiny_tokenizer,
-               chat_template=None)
+    write_gguf(
+        tmp_path / "tiny.gguf", tiny_llama(tiny_tokenizer.get_vocab_size(), True), tiny_tokenizer, chat_template=None
+    )
     monkeypatch.setattr(fetch, "fetch_gguf", lambda name, gguf_dir: tmp_path / "tiny.gguf")
     models = tmp_path / "models"
     out = fetch.fetch_model("smollm2-135m-instruct", models / "smol", progress=False)
@@ -235,8 +287,14 @@ def test_fetch_model_writes_whole_folders_only(tmp_path, tiny_tokenizer, monkeyp
 
 
 def cli(*args):
-    return subprocess.run([sys.executable, "-m", "trainers", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "PYTHONPATH": ROOT})
+    return subprocess.run(
+        [sys.executable, "-m", "trainers", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": ROOT},
+    )
 
 
 def test_cli_errors_are_one_line_and_exit_2(tmp_path):
@@ -251,11 +309,12 @@ def test_cli_errors_are_one_line_and_exit_2(tmp_path):
 
 
 def greedy_answer(model, tokenizer, question: str, max_new_tokens: int = 32) -> str:
-    inputs = tokenizer.apply_chat_template([{"role": "user", "content": question}], add_generation_prompt=True,
-                                           return_tensors="pt", return_dict=True)
+    inputs = tokenizer.apply_chat_template(
+        [{"role": "user", "content": question}], add_generation_prompt=True, return_tensors="pt", return_dict=True
+    )
     with torch.no_grad():
         ids = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False)
-    return tokenizer.decode(ids[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
+    return tokenizer.decode(ids[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
 
 
 def load(folder):
@@ -268,8 +327,9 @@ def test_smollm2_answers_easy_questions(smollm2_dir):
     model, tokenizer = load(smollm2_dir)
     # ids of SmolLM2's own Hugging Face tokenizer: digits one by one, a lone space before them
     assert tokenizer("Hello world! 123")["input_ids"] == [19556, 905, 17, 216, 33, 34, 35]
-    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "Hi"}], add_generation_prompt=True,
-                                           tokenize=False)
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Hi"}], add_generation_prompt=True, tokenize=False
+    )
     assert prompt.endswith("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
     assert "Paris" in greedy_answer(model, tokenizer, "Name the capital of France.")
     assert "12" in greedy_answer(model, tokenizer, "What is 7 + 5?")

@@ -21,22 +21,48 @@ from trainers.models.hf_weights import load_pretrained, save_pretrained_weights
 
 VOCAB = 96
 
-SHAPE = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-             num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-5, max_position_embeddings=512)
+SHAPE = dict(
+    vocab_size=VOCAB,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    rms_norm_eps=1e-5,
+    max_position_embeddings=512,
+)
 
 ARCHITECTURES = {
     # Llama with Llama 3 RoPE scaling (original context 64 so that positions < 64 hit all three
     # frequency bands), rope_theta 500000, and attention bias (q/k/v and o).
-    "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM, dict(
-        rope_theta=500000.0, attention_bias=True, tie_word_embeddings=False,
-        rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                      "original_max_position_embeddings": 64})),
+    "llama": (
+        transformers.LlamaConfig,
+        transformers.LlamaForCausalLM,
+        dict(
+            rope_theta=500000.0,
+            attention_bias=True,
+            tie_word_embeddings=False,
+            rope_scaling={
+                "rope_type": "llama3",
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 64,
+            },
+        ),
+    ),
     # Qwen2: bias on q/k/v only, untied.
-    "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM, dict(
-        rope_theta=1_000_000.0, tie_word_embeddings=False)),
+    "qwen2": (
+        transformers.Qwen2Config,
+        transformers.Qwen2ForCausalLM,
+        dict(rope_theta=1_000_000.0, tie_word_embeddings=False),
+    ),
     # Qwen3: q/k RMSNorm, explicit head_dim, tied embeddings.
-    "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM, dict(
-        head_dim=32, rope_theta=1_000_000.0, tie_word_embeddings=True)),
+    "qwen3": (
+        transformers.Qwen3Config,
+        transformers.Qwen3ForCausalLM,
+        dict(head_dim=32, rope_theta=1_000_000.0, tie_word_embeddings=True),
+    ),
 }
 
 
@@ -84,8 +110,11 @@ def test_logits_match_transformers(checkpoint):
     _, _, torch_model, _, graphdef, params = checkpoint
     rng = np.random.default_rng(1)
     tokens = rng.integers(0, VOCAB, size=(3, 40)).astype(np.int32)
-    ours = np.asarray(jax.jit(model_lib.forward, static_argnums=0)(
-        graphdef, params, jnp.asarray(tokens), jnp.ones(tokens.shape, bool)))
+    ours = np.asarray(
+        jax.jit(model_lib.forward, static_argnums=0)(
+            graphdef, params, jnp.asarray(tokens), jnp.ones(tokens.shape, bool)
+        )
+    )
     reference = _torch_logits(torch_model, tokens)
     assert reference.std() > 0.5  # the logits are far from flat, so a wrong mapping shows
     assert np.max(np.abs(ours - reference)) <= 1e-4
@@ -95,11 +124,15 @@ def test_greedy_generation_matches_transformers_for_32_tokens(checkpoint):
     _, _, torch_model, _, graphdef, params = checkpoint
     prompt = np.array([[5, 17, 33, 60, 2, 71, 9]], np.int32)
     with torch.no_grad():
-        reference = torch_model.generate(torch.as_tensor(prompt, dtype=torch.long), max_new_tokens=32,
-                                         min_new_tokens=32, do_sample=False, pad_token_id=0)
-    reference_new = reference[0, prompt.shape[1]:].numpy()
-    sampling = generate_lib.SamplingParams(max_new_tokens=32, temperature=0.0, stop_at_eos=False, eos_id=0,
-                                           pad_id=0)
+        reference = torch_model.generate(
+            torch.as_tensor(prompt, dtype=torch.long),
+            max_new_tokens=32,
+            min_new_tokens=32,
+            do_sample=False,
+            pad_token_id=0,
+        )
+    reference_new = reference[0, prompt.shape[1] :].numpy()
+    sampling = generate_lib.SamplingParams(max_new_tokens=32, temperature=0.0, stop_at_eos=False, eos_id=0, pad_id=0)
     ours = generate_lib.generate(graphdef, params, prompt, np.ones(prompt.shape, bool), jax.random.key(0), sampling)
     assert len(set(reference_new.tolist())) > 3  # not one token repeated
     np.testing.assert_array_equal(ours.tokens[0], reference_new)

@@ -156,13 +156,27 @@ LLAMA2_TEMPLATE = (
     "{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}"
 )
 
-QWEN_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-              r"|\s*[\r\n]+|\s+(?!\S)|\s+")
-LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-                r"|\s*[\r\n]+|\s+(?!\S)|\s+")
-LLAMA3_SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>",
-                   "<|reserved_special_token_1|>", "<|finetune_right_pad_id|>", "<|reserved_special_token_2|>",
-                   "<|start_header_id|>", "<|end_header_id|>", "<|eom_id|>", "<|eot_id|>", "<|python_tag|>"]
+QWEN_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+LLAMA3_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+LLAMA3_SPECIALS = [
+    "<|begin_of_text|>",
+    "<|end_of_text|>",
+    "<|reserved_special_token_0|>",
+    "<|reserved_special_token_1|>",
+    "<|finetune_right_pad_id|>",
+    "<|reserved_special_token_2|>",
+    "<|start_header_id|>",
+    "<|end_header_id|>",
+    "<|eom_id|>",
+    "<|eot_id|>",
+    "<|python_tag|>",
+]
 
 CONVERSATIONS = {
     "user_only": [{"role": "user", "content": "What is 2+3? Antworte auf Deutsch: Größe?"}],
@@ -188,19 +202,27 @@ CONVERSATIONS = {
 
 
 def _train_bpe(tokenizer: Tokenizer, vocab_size: int, special_tokens=(), **trainer_options) -> Tokenizer:
-    trainer = bpe_trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(special_tokens),
-                                      show_progress=False, **trainer_options)
+    trainer = bpe_trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=list(special_tokens), show_progress=False, **trainer_options
+    )
     tokenizer.train_from_iterator(SAMPLE * 3, trainer)
     return tokenizer
 
 
-def _write_folder(folder: Path, tokenizer: Tokenizer, tokenizer_config: dict, *, generation_config=None,
-                  config=None) -> Path:
+def _write_folder(
+    folder: Path, tokenizer: Tokenizer, tokenizer_config: dict, *, generation_config=None, config=None
+) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     tokenizer.save(str(folder / "tokenizer.json"))
     added = {
-        str(token_id): {"content": token.content, "lstrip": token.lstrip, "normalized": token.normalized,
-                        "rstrip": token.rstrip, "single_word": token.single_word, "special": token.special}
+        str(token_id): {
+            "content": token.content,
+            "lstrip": token.lstrip,
+            "normalized": token.normalized,
+            "rstrip": token.rstrip,
+            "single_word": token.single_word,
+            "special": token.special,
+        }
         for token_id, token in sorted(tokenizer.get_added_tokens_decoder().items())
     }
     (folder / "tokenizer_config.json").write_text(json.dumps({"added_tokens_decoder": added, **tokenizer_config}))
@@ -214,23 +236,35 @@ def _write_folder(folder: Path, tokenizer: Tokenizer, tokenizer_config: dict, *,
 def build_qwen(folder: Path) -> Path:
     tokenizer = Tokenizer(models.BPE())
     tokenizer.normalizer = normalizers.NFC()
-    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(QWEN_SPLIT), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN_SPLIT), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     tokenizer.decoder = decoders.ByteLevel()
     tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
     _train_bpe(tokenizer, 700, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False)
-                                  for t in ("<|endoftext|>", "<|im_start|>", "<|im_end|>")])
+    tokenizer.add_special_tokens(
+        [AddedToken(t, special=True, normalized=False) for t in ("<|endoftext|>", "<|im_start|>", "<|im_end|>")]
+    )
     tokenizer.add_tokens([AddedToken("<tool_call>", special=False, normalized=False)])
     endoftext, im_end = tokenizer.token_to_id("<|endoftext|>"), tokenizer.token_to_id("<|im_end|>")
     return _write_folder(
-        folder, tokenizer,
-        {"tokenizer_class": "Qwen2Tokenizer", "bos_token": None, "eos_token": "<|im_end|>",
-         "pad_token": "<|endoftext|>", "unk_token": None, "chat_template": QWEN25_TEMPLATE,
-         "clean_up_tokenization_spaces": False, "model_max_length": 131072, "split_special_tokens": False,
-         "errors": "replace"},
+        folder,
+        tokenizer,
+        {
+            "tokenizer_class": "Qwen2Tokenizer",
+            "bos_token": None,
+            "eos_token": "<|im_end|>",
+            "pad_token": "<|endoftext|>",
+            "unk_token": None,
+            "chat_template": QWEN25_TEMPLATE,
+            "clean_up_tokenization_spaces": False,
+            "model_max_length": 131072,
+            "split_special_tokens": False,
+            "errors": "replace",
+        },
         generation_config={"bos_token_id": endoftext, "eos_token_id": [im_end, endoftext], "pad_token_id": endoftext},
         config={"model_type": "qwen2", "eos_token_id": endoftext, "vocab_size": tokenizer.get_vocab_size() + 64},
     )
@@ -241,40 +275,68 @@ def build_smollm(folder: Path) -> Path:
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
     tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
-    _train_bpe(tokenizer, 600, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-               initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    _train_bpe(
+        tokenizer,
+        600,
+        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     return _write_folder(
-        folder, tokenizer,
-        {"tokenizer_class": "GPT2Tokenizer", "bos_token": "<|im_start|>", "eos_token": "<|im_end|>",
-         "pad_token": "<|im_end|>", "unk_token": "<|endoftext|>", "chat_template": SMOLLM2_TEMPLATE,
-         "clean_up_tokenization_spaces": False, "model_max_length": 8192},
+        folder,
+        tokenizer,
+        {
+            "tokenizer_class": "GPT2Tokenizer",
+            "bos_token": "<|im_start|>",
+            "eos_token": "<|im_end|>",
+            "pad_token": "<|im_end|>",
+            "unk_token": "<|endoftext|>",
+            "chat_template": SMOLLM2_TEMPLATE,
+            "clean_up_tokenization_spaces": False,
+            "model_max_length": 8192,
+        },
         generation_config={"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 2},
     )
 
 
 def build_llama3(folder: Path) -> Path:
     tokenizer = Tokenizer(models.BPE(ignore_merges=True))
-    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(LLAMA3_SPLIT), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False),
-    ])
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(LLAMA3_SPLIT), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False),
+        ]
+    )
     tokenizer.decoder = decoders.ByteLevel()
     _train_bpe(tokenizer, 800, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in LLAMA3_SPECIALS])
     ids = {t: tokenizer.token_to_id(t) for t in LLAMA3_SPECIALS}
-    tokenizer.post_processor = processors.Sequence([
-        processors.ByteLevel(trim_offsets=False),
-        processors.TemplateProcessing(
-            single="<|begin_of_text|> $A", pair="<|begin_of_text|> $A <|begin_of_text|>:1 $B:1",
-            special_tokens=[("<|begin_of_text|>", ids["<|begin_of_text|>"])]),
-    ])
+    tokenizer.post_processor = processors.Sequence(
+        [
+            processors.ByteLevel(trim_offsets=False),
+            processors.TemplateProcessing(
+                single="<|begin_of_text|> $A",
+                pair="<|begin_of_text|> $A <|begin_of_text|>:1 $B:1",
+                special_tokens=[("<|begin_of_text|>", ids["<|begin_of_text|>"])],
+            ),
+        ]
+    )
     return _write_folder(
-        folder, tokenizer,
-        {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>",
-         "chat_template": LLAMA32_TEMPLATE, "clean_up_tokenization_spaces": True,
-         "model_input_names": ["input_ids", "attention_mask"], "model_max_length": 131072},
-        generation_config={"bos_token_id": ids["<|begin_of_text|>"], "do_sample": True,
-                           "eos_token_id": [ids["<|end_of_text|>"], ids["<|eom_id|>"], ids["<|eot_id|>"]]},
+        folder,
+        tokenizer,
+        {
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "bos_token": "<|begin_of_text|>",
+            "eos_token": "<|eot_id|>",
+            "chat_template": LLAMA32_TEMPLATE,
+            "clean_up_tokenization_spaces": True,
+            "model_input_names": ["input_ids", "attention_mask"],
+            "model_max_length": 131072,
+        },
+        generation_config={
+            "bos_token_id": ids["<|begin_of_text|>"],
+            "do_sample": True,
+            "eos_token_id": [ids["<|end_of_text|>"], ids["<|eom_id|>"], ids["<|eot_id|>"]],
+        },
         config={"model_type": "llama", "bos_token_id": ids["<|begin_of_text|>"], "eos_token_id": ids["<|eot_id|>"]},
     )
 
@@ -290,15 +352,27 @@ def build_llama2(folder: Path) -> Path:
     data["model"]["byte_fallback"] = True
     data["model"]["fuse_unk"] = True
     tokenizer = Tokenizer.from_str(json.dumps(data))
-    tokenizer.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
-                                           decoders.Strip(" ", 1, 0)])
+    tokenizer.decoder = decoders.Sequence(
+        [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)]
+    )
     tokenizer.post_processor = processors.TemplateProcessing(
-        single="<s> $A", pair="<s> $A <s>:1 $B:1", special_tokens=[("<s>", 1)])
+        single="<s> $A", pair="<s> $A <s>:1 $B:1", special_tokens=[("<s>", 1)]
+    )
     return _write_folder(
-        folder, tokenizer,
-        {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
-         "pad_token": None, "add_bos_token": True, "add_eos_token": False, "legacy": False,
-         "chat_template": LLAMA2_TEMPLATE, "clean_up_tokenization_spaces": False},
+        folder,
+        tokenizer,
+        {
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "bos_token": "<s>",
+            "eos_token": "</s>",
+            "unk_token": "<unk>",
+            "pad_token": None,
+            "add_bos_token": True,
+            "add_eos_token": False,
+            "legacy": False,
+            "chat_template": LLAMA2_TEMPLATE,
+            "clean_up_tokenization_spaces": False,
+        },
         generation_config={"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0},
     )
 
@@ -315,8 +389,10 @@ def folders(tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def pairs(folders) -> dict[str, tuple[HFTokenizer, object]]:
     """name -> (HFTokenizer, the transformers tokenizer of the same folder)."""
-    return {name: (HFTokenizer.from_folder(folder), transformers.AutoTokenizer.from_pretrained(str(folder)))
-            for name, folder in folders.items()}
+    return {
+        name: (HFTokenizer.from_folder(folder), transformers.AutoTokenizer.from_pretrained(str(folder)))
+        for name, folder in folders.items()
+    }
 
 
 def _ids(output) -> list[int]:
@@ -393,11 +469,13 @@ def test_encode_prompt_string_and_system_prompt(pairs, name):
     assert ours.encode_prompt(prompt, chat=True) == _ids(ref.apply_chat_template(user, add_generation_prompt=True))
     with_system = [{"role": "system", "content": "Answer with a number."}] + user
     assert ours.encode_prompt(prompt, chat=True, system_prompt="Answer with a number.") == _ids(
-        ref.apply_chat_template(with_system, add_generation_prompt=True))
+        ref.apply_chat_template(with_system, add_generation_prompt=True)
+    )
     # A conversation that has its own system message keeps it; the system prompt is not added.
     own = [{"role": "system", "content": "Own system."}] + user
     assert ours.encode_prompt(own, chat=True, system_prompt="Ignored.") == _ids(
-        ref.apply_chat_template(own, add_generation_prompt=True))
+        ref.apply_chat_template(own, add_generation_prompt=True)
+    )
     # Without chat: the plain encoding, special tokens as the post-processor adds them.
     assert ours.encode_prompt(prompt, chat=False) == ref(prompt)["input_ids"]
     with pytest.raises(ValueError, match="data.chat_template"):
@@ -494,18 +572,22 @@ def test_chat_template_jinja_file_wins_and_list_templates(folders, tmp_path):
     (folder / "chat_template.jinja").write_text("{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}")
     ours, ref = HFTokenizer.from_folder(folder), transformers.AutoTokenizer.from_pretrained(str(folder))
     messages = CONVERSATIONS["multi_turn"]
-    assert ours.apply_chat_template(messages) == ref.apply_chat_template(messages, tokenize=False,
-                                                                         add_generation_prompt=True)
+    assert ours.apply_chat_template(messages) == ref.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True
+    )
     assert ours.apply_chat_template(messages).startswith("[system]Be brief.")
 
     (folder / "chat_template.jinja").unlink()
     config = json.loads((folder / "tokenizer_config.json").read_text())
-    config["chat_template"] = [{"name": "default", "template": SMOLLM2_TEMPLATE},
-                               {"name": "tool_use", "template": "tools!"}]
+    config["chat_template"] = [
+        {"name": "default", "template": SMOLLM2_TEMPLATE},
+        {"name": "tool_use", "template": "tools!"},
+    ]
     (folder / "tokenizer_config.json").write_text(json.dumps(config))
     ours, ref = HFTokenizer.from_folder(folder), transformers.AutoTokenizer.from_pretrained(str(folder))
-    assert ours.apply_chat_template(messages) == ref.apply_chat_template(messages, tokenize=False,
-                                                                         add_generation_prompt=True)
+    assert ours.apply_chat_template(messages) == ref.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True
+    )
 
     config.pop("chat_template")
     (folder / "tokenizer_config.json").write_text(json.dumps(config))
@@ -525,9 +607,20 @@ def test_special_tokens_map_and_config_eos(folders, tmp_path):
     for key in ("added_tokens_decoder", "bos_token", "eos_token"):
         config.pop(key)
     (folder / "tokenizer_config.json").write_text(json.dumps(config))
-    (folder / "special_tokens_map.json").write_text(json.dumps(
-        {"bos_token": {"content": "<|begin_of_text|>", "lstrip": False, "normalized": False, "rstrip": False,
-                       "single_word": False}, "eos_token": "<|end_of_text|>"}))
+    (folder / "special_tokens_map.json").write_text(
+        json.dumps(
+            {
+                "bos_token": {
+                    "content": "<|begin_of_text|>",
+                    "lstrip": False,
+                    "normalized": False,
+                    "rstrip": False,
+                    "single_word": False,
+                },
+                "eos_token": "<|end_of_text|>",
+            }
+        )
+    )
     (folder / "generation_config.json").unlink()
     ours, ref = HFTokenizer.from_folder(folder), transformers.AutoTokenizer.from_pretrained(str(folder))
     assert ours.eos_id == ref.eos_token_id == ref.convert_tokens_to_ids("<|end_of_text|>")
@@ -543,14 +636,24 @@ def test_unigram_with_clean_up_spaces_matches_transformers(tmp_path):
     tokenizer = Tokenizer(models.Unigram())
     tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
     tokenizer.decoder = decoders.Metaspace()
-    trainer = bpe_trainers.UnigramTrainer(vocab_size=400, special_tokens=["<pad>", "</s>", "<unk>"],
-                                          unk_token="<unk>", show_progress=False)
+    trainer = bpe_trainers.UnigramTrainer(
+        vocab_size=400, special_tokens=["<pad>", "</s>", "<unk>"], unk_token="<unk>", show_progress=False
+    )
     tokenizer.train_from_iterator(SAMPLE * 3, trainer)
     tokenizer.post_processor = processors.TemplateProcessing(
-        single="$A </s>", pair="$A </s> $B:1 </s>:1", special_tokens=[("</s>", 1)])
-    folder = _write_folder(tmp_path / "t5", tokenizer, {
-        "tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "</s>", "pad_token": "<pad>",
-        "unk_token": "<unk>", "clean_up_tokenization_spaces": True})
+        single="$A </s>", pair="$A </s> $B:1 </s>:1", special_tokens=[("</s>", 1)]
+    )
+    folder = _write_folder(
+        tmp_path / "t5",
+        tokenizer,
+        {
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "eos_token": "</s>",
+            "pad_token": "<pad>",
+            "unk_token": "<unk>",
+            "clean_up_tokenization_spaces": True,
+        },
+    )
     ours, ref = HFTokenizer.from_folder(folder), transformers.AutoTokenizer.from_pretrained(str(folder))
     assert (ours.bos_id, ours.eos_ids, ours.pad_id, ours.unk_id) == (None, (1,), 0, 2)
     for text in TEXTS + ["Hello , world . Don 't stop ! Isn 't it ?"]:
@@ -597,20 +700,27 @@ def test_load_tokenizer(folders):
 def test_render_chat_template_environment():
     messages = [{"role": "user", "content": "hi"}]
     # trim_blocks / lstrip_blocks: a block tag's own line leaves no whitespace behind.
-    template = ("{% for m in messages %}\n    {% if m.role == 'user' %}\n<{{ m.content }}>\n    {% endif %}\n"
-                "{% endfor %}")
+    template = (
+        "{% for m in messages %}\n    {% if m.role == 'user' %}\n<{{ m.content }}>\n    {% endif %}\n{% endfor %}"
+    )
     assert render_chat_template(template, messages) == "<hi>\n"
     # loopcontrols, tojson without HTML escaping, namespace, {% generation %}, add_generation_prompt.
-    template = ("{% set ns = namespace(n=0) %}{% for m in messages %}{% if loop.index > 1 %}{% break %}{% endif %}"
-                "{% set ns.n = ns.n + 1 %}{{ m | tojson }}{% endfor %}{{ ns.n }}"
-                "{% generation %}[{{ bos_token }}]{% endgeneration %}{{ add_generation_prompt }}")
+    template = (
+        "{% set ns = namespace(n=0) %}{% for m in messages %}{% if loop.index > 1 %}{% break %}{% endif %}"
+        "{% set ns.n = ns.n + 1 %}{{ m | tojson }}{% endfor %}{{ ns.n }}"
+        "{% generation %}[{{ bos_token }}]{% endgeneration %}{{ add_generation_prompt }}"
+    )
     out = render_chat_template(template, messages + [{"role": "user", "content": "<&>"}], bos_token="<s>")
     assert out == '{"role": "user", "content": "hi"}1[<s>]True'
-    assert render_chat_template("{{ tojson(1) if false }}{{ {'b': 'ü'} | tojson(indent=1) }}", messages) == \
-        '{\n "b": "ü"\n}'
+    assert (
+        render_chat_template("{{ tojson(1) if false }}{{ {'b': 'ü'} | tojson(indent=1) }}", messages)
+        == '{\n "b": "ü"\n}'
+    )
     assert len(render_chat_template("{{ strftime_now('%Y') }}", messages)) == 4
-    assert render_chat_template("{{ messages[0].keys() | list }}", [{"role": "u", "content": "c", "x": None}]) == \
-        "['role', 'content']"  # None-valued keys are dropped
+    assert (
+        render_chat_template("{{ messages[0].keys() | list }}", [{"role": "u", "content": "c", "x": None}])
+        == "['role', 'content']"
+    )  # None-valued keys are dropped
 
 
 def test_render_chat_template_errors():
@@ -669,10 +779,15 @@ def test_validate_messages_ok():
 def test_read_jsonl_message_prompts(tmp_path):
     path = tmp_path / "chat.jsonl"
     conversation = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "1+1="}]
-    path.write_text("\n".join([
-        json.dumps({"prompt": conversation, "answer": "2"}),
-        json.dumps({"prompt": "2+2=", "answer": "4"}),
-    ]) + "\n")
+    path.write_text(
+        "\n".join(
+            [
+                json.dumps({"prompt": conversation, "answer": "2"}),
+                json.dumps({"prompt": "2+2=", "answer": "4"}),
+            ]
+        )
+        + "\n"
+    )
     examples = read_jsonl(str(path))
     assert examples[0]["prompt"] == conversation and examples[1]["prompt"] == "2+2="
 
@@ -687,8 +802,9 @@ def test_read_jsonl_message_prompts(tmp_path):
 )
 def test_read_jsonl_bad_message_prompt(tmp_path, prompt, message):
     path = tmp_path / "bad.jsonl"
-    path.write_text(json.dumps({"prompt": "ok", "answer": "a"}) + "\n"
-                    + json.dumps({"prompt": prompt, "answer": "a"}) + "\n")
+    path.write_text(
+        json.dumps({"prompt": "ok", "answer": "a"}) + "\n" + json.dumps({"prompt": prompt, "answer": "a"}) + "\n"
+    )
     with pytest.raises(DataError, match=message):
         read_jsonl(str(path))
 
@@ -715,20 +831,33 @@ def test_encode_prompts_bucketing():
 def test_encode_prompts_chat(pairs):
     qwen, ref = pairs["qwen"]
     prompts = ["1+1=", [{"role": "system", "content": "S"}, {"role": "user", "content": "2+2="}]]
-    tokens, valid = encode_prompts(qwen, prompts, max_prompt_tokens=200, chat=True, system_prompt="Be exact.",
-                                   bucket_tokens=16)
-    first = _ids(ref.apply_chat_template([{"role": "system", "content": "Be exact."},
-                                          {"role": "user", "content": "1+1="}], add_generation_prompt=True))
+    tokens, valid = encode_prompts(
+        qwen, prompts, max_prompt_tokens=200, chat=True, system_prompt="Be exact.", bucket_tokens=16
+    )
+    first = _ids(
+        ref.apply_chat_template(
+            [{"role": "system", "content": "Be exact."}, {"role": "user", "content": "1+1="}],
+            add_generation_prompt=True,
+        )
+    )
     second = _ids(ref.apply_chat_template(prompts[1], add_generation_prompt=True))
     width = -(-max(len(first), len(second)) // 16) * 16
     assert tokens.shape == (2, width)
     assert tokens[0, valid[0]].tolist() == first and tokens[1, valid[1]].tolist() == second
     assert (tokens[~valid] == qwen.pad_id).all()
     limit = len(first) + 2
-    with pytest.raises(DataError, match=rf"prompt 1 is \d+ tokens \(chat template included\), over the limit "
-                                        rf"max_prompt_tokens={limit}: 2 messages, last 'and a much longer"):
-        encode_prompts(qwen, ["1+1=", [{"role": "user", "content": "and a much longer prompt, surely"}] * 2],
-                       max_prompt_tokens=limit, chat=True, system_prompt="Be exact.")
+    with pytest.raises(
+        DataError,
+        match=rf"prompt 1 is \d+ tokens \(chat template included\), over the limit "
+        rf"max_prompt_tokens={limit}: 2 messages, last 'and a much longer",
+    ):
+        encode_prompts(
+            qwen,
+            ["1+1=", [{"role": "user", "content": "and a much longer prompt, surely"}] * 2],
+            max_prompt_tokens=limit,
+            chat=True,
+            system_prompt="Be exact.",
+        )
     with pytest.raises(DataError, match="prompt 1: .*enable data.chat_template"):
         encode_prompts(qwen, prompts, max_prompt_tokens=200)
     with pytest.raises(DataError, match="no tokens"):

@@ -14,8 +14,9 @@ LOG2 = math.log(2.0)
 
 
 def _w(old, gen, mask, **cfg):
-    weights, metrics = importance_weights(jnp.asarray(old, jnp.float32), jnp.asarray(gen, jnp.float32),
-                                          np.asarray(mask, bool), ImportanceConfig(**cfg))
+    weights, metrics = importance_weights(
+        jnp.asarray(old, jnp.float32), jnp.asarray(gen, jnp.float32), np.asarray(mask, bool), ImportanceConfig(**cfg)
+    )
     return np.asarray(weights), {k: float(v) for k, v in metrics.items()}
 
 
@@ -116,7 +117,9 @@ def test_metric_weights_make_micro_batch_metrics_additive():
     mw = jnp.asarray(token_weights(mask, "token-mean"))
     cfg = ImportanceConfig(max_weight=1.5)
     _, whole = importance_weights(old, gen, mask, cfg)
-    parts = [importance_weights(old[i:i + 1], gen[i:i + 1], mask[i:i + 1], cfg, mw[i:i + 1])[1] for i in range(2)]
+    parts = [
+        importance_weights(old[i : i + 1], gen[i : i + 1], mask[i : i + 1], cfg, mw[i : i + 1])[1] for i in range(2)
+    ]
     for key in ("is/weight_mean", "is/truncated_fraction"):
         assert float(parts[0][key] + parts[1][key]) == pytest.approx(float(whole[key]), rel=1e-6)
     assert max(float(p["is/weight_max"]) for p in parts) == pytest.approx(float(whole["is/weight_max"]))
@@ -175,6 +178,13 @@ def test_is_weights_multiply_policy_and_kl_terms_per_token():
     assert float(metrics["loss/kl"]) == pytest.approx(2 * float(plain["loss/kl"]), rel=1e-6)
     assert float(metrics["kl"]) == float(plain["kl"])  # a description of the tokens, not corrected
     # one token by hand: ratio 1, A = 1, IS weight 1.5 -> loss -1.5
-    one, _ = policy_loss(jnp.zeros((1, 1)), jnp.zeros((1, 1)), jnp.ones(1), jnp.ones((1, 1)), jnp.ones((1, 1)),
-                         LossConfig(), is_weights=jnp.full((1, 1), 1.5))
+    one, _ = policy_loss(
+        jnp.zeros((1, 1)),
+        jnp.zeros((1, 1)),
+        jnp.ones(1),
+        jnp.ones((1, 1)),
+        jnp.ones((1, 1)),
+        LossConfig(),
+        is_weights=jnp.full((1, 1), 1.5),
+    )
     assert float(one) == pytest.approx(-1.5)

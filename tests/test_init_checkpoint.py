@@ -13,11 +13,14 @@ from trainers.loop.checkpoint import Checkpointer, restore_params_at
 from trainers.loop.trainer import GRPOTrainer, params_digest, train
 
 RAW = {
-    "seed": 3, "model": {"preset": "tiny"},
+    "seed": 3,
+    "model": {"preset": "tiny"},
     "data": {"task": "arithmetic", "train_prompts": 8, "eval_prompts": 0},
-    "rollout": {"max_new_tokens": 4}, "batch": {"prompts_per_step": 2},
+    "rollout": {"max_new_tokens": 4},
+    "batch": {"prompts_per_step": 2},
     "grpo": {"num_generations": 2, "beta": 0.04},  # beta > 0: a reference policy is kept
-    "train": {"max_steps": 1}, "checkpoint": {"every_steps": 1, "keep_last": 2},
+    "train": {"max_steps": 1},
+    "checkpoint": {"every_steps": 1, "keep_last": 2},
 }
 
 

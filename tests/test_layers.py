@@ -11,13 +11,21 @@ TRAINERS = Path(__file__).resolve().parents[1] / "trainers"
 
 LAYERS = {
     "errors": 0,
-    "data": 1, "parallel": 1, "algo": 1,
-    "envs": 2, "models": 2,
+    "data": 1,
+    "parallel": 1,
+    "algo": 1,
+    "envs": 2,
+    "models": 2,
     "config": 3,
-    "step": 4, "engine": 4,
+    "step": 4,
+    "engine": 4,
     "rollout": 5,
     "loop": 6,
-    "commands": 7, "cli": 8, "devices": 8, "__init__": 9, "__main__": 9,
+    "commands": 7,
+    "cli": 8,
+    "devices": 8,
+    "__init__": 9,
+    "__main__": 9,
 }
 
 
@@ -41,8 +49,7 @@ def imports_between_packages(root: Path = TRAINERS) -> set[tuple[str, str, str]]
 
 
 def arrows_up(found: set[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
-    return sorted((source, target, path) for source, target, path in found
-                  if LAYERS[target] >= LAYERS[source])
+    return sorted((source, target, path) for source, target, path in found if LAYERS[target] >= LAYERS[source])
 
 
 def test_every_package_has_a_layer():
@@ -61,12 +68,13 @@ def test_the_check_sees_an_arrow_up(tmp_path):
     (tmp_path / "rollout").mkdir()
     (tmp_path / "rollout" / "source.py").write_text(
         "from trainers.loop.plan import BatchPlan\nfrom trainers.step.hooks import Hooks\n"
-        "def f():\n    import trainers.loop.policy\n")
+        "def f():\n    import trainers.loop.policy\n"
+    )
     assert arrows_up(imports_between_packages(tmp_path)) == [("rollout", "loop", "rollout/source.py")]
 
 
 def imports_inside_functions_without_a_reason(root: Path = TRAINERS) -> list[str]:
-    """"path:line" of every import inside a function that gives no reason: the first import of each
+    """ "path:line" of every import inside a function that gives no reason: the first import of each
     run of consecutive imports needs a comment on its line or on the line above it (`# lazy: ...`:
     what importing at the top would cost, e.g. JAX in a JAX-free path). The rest of the run shares it."""
     found = []
@@ -92,5 +100,6 @@ def test_the_check_sees_an_import_without_a_reason(tmp_path):
     (tmp_path / "m.py").write_text(
         "def f():\n    import json\n    import os\n\n"
         "def g():\n    # lazy: JAX only when g runs\n    import jax\n    import flax\n\n"
-        "def h():\n    x = 1\n    from trainers import loop\n")
+        "def h():\n    x = 1\n    from trainers import loop\n"
+    )
     assert imports_inside_functions_without_a_reason(tmp_path) == ["m.py:2", "m.py:12"]

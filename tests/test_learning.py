@@ -10,13 +10,15 @@ policy does by chance. Measured on this machine: 0.03 -> 0.21 (seed 0), about 20
 import numpy as np
 
 from trainers.config import load_config
-from trainers.step.hooks import Hooks
 from trainers.loop.trainer import train
+from trainers.step.hooks import Hooks
 
 
 def test_reward_rises_on_arithmetic_from_random_init(tmp_path):
-    config = load_config("configs/demo.yaml", ["train.max_steps=120", "eval.every_steps=0",
-                                               "checkpoint.every_steps=0", "checkpoint.keep_best_metric=null"])
+    config = load_config(
+        "configs/demo.yaml",
+        ["train.max_steps=120", "eval.every_steps=0", "checkpoint.every_steps=0", "checkpoint.keep_best_metric=null"],
+    )
     rewards = []
 
     class Record(Hooks):

@@ -24,8 +24,11 @@ def _script():
 def _run_dir(root, name, rows, prompts_per_step=8, num_generations=6, tail=""):
     run_dir = root / name
     run_dir.mkdir()
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(
-        {"seed": 0, "batch": {"prompts_per_step": prompts_per_step}, "grpo": {"num_generations": num_generations}}))
+    (run_dir / "config.yaml").write_text(
+        yaml.safe_dump(
+            {"seed": 0, "batch": {"prompts_per_step": prompts_per_step}, "grpo": {"num_generations": num_generations}}
+        )
+    )
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + tail)
     return str(run_dir)
 
@@ -50,13 +53,30 @@ def _dynamic(root):
     """dynamic/prompts_sampled 24, 16, 8 with G=6 (consumed fewer: what was generated counts): 144, 96,
     48 completions, cumulative 144, 240, 288. Base 0.04, evals 0.10, 0.16, 0.18: +10 points (0.14)
     first at step 2, 240 completions."""
-    rows = [{"step": 0, "eval/accuracy": 0.04},
-            {"step": 1, "dynamic/prompts_sampled": 24, "dynamic/prompts_consumed": 21, "eval/accuracy": 0.10,
-             "timing/step_s": 30.0},
-            {"step": 2, "dynamic/prompts_sampled": 16, "dynamic/prompts_consumed": 11, "eval/accuracy": 0.16,
-             "timing/step_s": 20.0},
-            {"step": 3, "dynamic/prompts_sampled": 8, "dynamic/prompts_consumed": 8, "eval/accuracy": 0.18,
-             "timing/step_s": 10.0}]
+    rows = [
+        {"step": 0, "eval/accuracy": 0.04},
+        {
+            "step": 1,
+            "dynamic/prompts_sampled": 24,
+            "dynamic/prompts_consumed": 21,
+            "eval/accuracy": 0.10,
+            "timing/step_s": 30.0,
+        },
+        {
+            "step": 2,
+            "dynamic/prompts_sampled": 16,
+            "dynamic/prompts_consumed": 11,
+            "eval/accuracy": 0.16,
+            "timing/step_s": 20.0,
+        },
+        {
+            "step": 3,
+            "dynamic/prompts_sampled": 8,
+            "dynamic/prompts_consumed": 8,
+            "eval/accuracy": 0.18,
+            "timing/step_s": 10.0,
+        },
+    ]
     return _run_dir(root, "dynamic", rows)
 
 
@@ -99,8 +119,13 @@ def test_budget_cuts_each_curve_after_the_step_that_reaches_it(tmp_path):
 def test_from_runs_prints_the_table_and_writes_a_png(tmp_path):
     plain, dynamic = _plain(tmp_path), _dynamic(tmp_path)
     png = tmp_path / "out" / "curves.png"
-    out = subprocess.run([sys.executable, SCRIPT, "--from-runs", plain, dynamic, "--png", str(png), "--json"],
-                         capture_output=True, text=True, check=True, cwd=tmp_path).stdout
+    out = subprocess.run(
+        [sys.executable, SCRIPT, "--from-runs", plain, dynamic, "--png", str(png), "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+    ).stdout
     lines = out.splitlines()
     assert lines[0].startswith("| run | completions sampled | steps |") and "completions to +10 pts" in lines[0]
     assert "| steps to +10 pts |" in lines[0]
@@ -120,5 +145,6 @@ def test_help_and_bad_arguments():
 
 def test_runs_sharing_a_folder_name_are_told_apart_by_their_parent():
     lc = _script()
-    assert lc.run_names(["var/curves/algo-grpo", "var/curves/algo-grpo-dynamic", "var/curves-1round/algo-grpo-dynamic/"]) == [
-        "algo-grpo", "curves/algo-grpo-dynamic", "curves-1round/algo-grpo-dynamic"]
+    assert lc.run_names(
+        ["var/curves/algo-grpo", "var/curves/algo-grpo-dynamic", "var/curves-1round/algo-grpo-dynamic/"]
+    ) == ["algo-grpo", "curves/algo-grpo-dynamic", "curves-1round/algo-grpo-dynamic"]

@@ -54,7 +54,9 @@ def test_before_after_matches_hand_computed_values(tmp_path):
     assert notool["tool_use_before"] is None and notool["tool_use_change"] is None
     assert (tool["accuracy_before"], tool["accuracy_after"], tool["steps"]) == (0.03, 0.40, 20)
     assert abs(tool["accuracy_change"] - 0.37) < 1e-12
-    assert (tool["tool_use_before"], tool["tool_use_after"]) == (0.0, 0.90) and abs(tool["tool_use_change"] - 0.9) < 1e-12
+    assert (tool["tool_use_before"], tool["tool_use_after"]) == (0.0, 0.90) and abs(
+        tool["tool_use_change"] - 0.9
+    ) < 1e-12
     # The target: the tool run's final accuracy 0.40 against 0.08 without the tool, +32 points.
     assert abs(tool["after_vs_first"] - 0.32) < 1e-12
     table = lc.before_after_table(rows).splitlines()
@@ -66,8 +68,13 @@ def test_before_after_matches_hand_computed_values(tmp_path):
 def test_from_runs_prints_both_tables_and_a_three_panel_png(tmp_path):
     notool, tool = _notool(tmp_path), _tool(tmp_path)
     png = tmp_path / "out" / "calculator.png"
-    out = subprocess.run([sys.executable, SCRIPT, "--from-runs", notool, tool, "--png", str(png), "--json"],
-                         capture_output=True, text=True, check=True, cwd=tmp_path).stdout
+    out = subprocess.run(
+        [sys.executable, SCRIPT, "--from-runs", notool, tool, "--png", str(png), "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+    ).stdout
     lines = out.splitlines()
     assert lines[0].startswith("| run | completions sampled |")
     assert lines[2] == "| calculator-arith-notool | 960 | 20 | 0.02 | 0.08 | 0.08 | — | — | — | 40.0 |"
@@ -85,8 +92,13 @@ def test_from_runs_prints_both_tables_and_a_three_panel_png(tmp_path):
 def test_runs_without_the_tool_metric_keep_the_old_output(tmp_path):
     notool = _notool(tmp_path)
     png = tmp_path / "two.png"
-    out = subprocess.run([sys.executable, SCRIPT, "--from-runs", notool, "--png", str(png)],
-                         capture_output=True, text=True, check=True, cwd=tmp_path).stdout
+    out = subprocess.run(
+        [sys.executable, SCRIPT, "--from-runs", notool, "--png", str(png)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+    ).stdout
     assert "eval acc before" not in out and len(out.splitlines()) == 4
     from PIL import Image
 

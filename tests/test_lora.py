@@ -18,7 +18,6 @@ import pytest
 from flax import nnx
 
 from tests.test_scan_layers import _batch
-
 from trainers.models import lora, transformer
 from trainers.models.presets import PRESETS
 from trainers.parallel.mesh import make_mesh, mesh_context
@@ -82,8 +81,10 @@ def test_initial_lora_model_and_adapters_off_give_the_base_logits(models):
     off = lora.adapters_off(trained)
     np.testing.assert_allclose(_logits(lora_graphdef, off, tokens, valid), base_logits, rtol=0, atol=1e-6)
     _, off_base = lora.split_adapters(off)
-    assert all(a[...] is b[...] for (_, a), (_, b) in zip(nnx.to_flat_state(off_base),
-                                                          nnx.to_flat_state(lora.split_adapters(trained)[1])))
+    assert all(
+        a[...] is b[...]
+        for (_, a), (_, b) in zip(nnx.to_flat_state(off_base), nnx.to_flat_state(lora.split_adapters(trained)[1]))
+    )
 
 
 def test_one_adam_step_changes_only_the_adapters(models):
@@ -130,8 +131,9 @@ def test_merged_into_base_gives_the_lora_logits(models):
     base_graphdef, merged = lora.merge_into_base(lora_graphdef, trained)
     assert base_graphdef == graphdef  # the plain transformer, no adapters, no interception
     assert not any(lora.is_adapter(v) for _, v in nnx.to_flat_state(merged))
-    np.testing.assert_allclose(_logits(base_graphdef, merged, tokens, valid),
-                               _logits(lora_graphdef, trained, tokens, valid), rtol=0, atol=1e-5)
+    np.testing.assert_allclose(
+        _logits(base_graphdef, merged, tokens, valid), _logits(lora_graphdef, trained, tokens, valid), rtol=0, atol=1e-5
+    )
     # the formula, by hand for one layer: W + (alpha / r) A @ B
     flat, merged_flat = dict(nnx.to_flat_state(trained)), dict(nnx.to_flat_state(merged))
     prefix = ("blocks", 1, "attn", "o_proj")
@@ -164,7 +166,8 @@ def test_bfloat16_model_keeps_bfloat16_activations():
     lora_graphdef, lora_params = lora.add_lora(graphdef, params, SETTINGS, seed=1)
     tokens, valid = _tokens()
     _, hidden = jax.jit(lambda p: transformer.forward_hidden(lora_graphdef, p, tokens, valid))(
-        _perturbed_adapters(lora_params))
+        _perturbed_adapters(lora_params)
+    )
     assert hidden.dtype == jnp.bfloat16
 
 
@@ -185,7 +188,10 @@ def test_only_matching_modules_get_adapters():
     _, lora_params = lora.add_lora(graphdef, params, lora.LoraSettings(4, 8.0, target_modules=r"blocks/1/mlp/.*"), 1)
     adapters, _ = lora.split_adapters(lora_params)
     assert sorted({path[:4] for path, _ in nnx.to_flat_state(adapters)}) == [
-        ("blocks", 1, "mlp", "down_proj"), ("blocks", 1, "mlp", "gate_proj"), ("blocks", 1, "mlp", "up_proj")]
+        ("blocks", 1, "mlp", "down_proj"),
+        ("blocks", 1, "mlp", "gate_proj"),
+        ("blocks", 1, "mlp", "up_proj"),
+    ]
 
 
 def test_scanned_layers_on_a_mesh_give_the_loops_values_and_gradients(models, monkeypatch):
@@ -229,8 +235,9 @@ def test_lora_under_remat_gives_the_same_gradients(monkeypatch, scan):
         adapters, base = lora.split_adapters(_perturbed_adapters(lora_params))
 
         def loss(adapters):
-            logprobs, _ = transformer.completion_logprobs(lora_graphdef, lora.merge_params(adapters, base), *batch,
-                                                          1.0, 2)
+            logprobs, _ = transformer.completion_logprobs(
+                lora_graphdef, lora.merge_params(adapters, base), *batch, 1.0, 2
+            )
             return jnp.sum(logprobs)
 
         grads[remat] = jax.jit(jax.grad(loss))(adapters)
@@ -261,13 +268,16 @@ def test_adapters_created_on_placed_params_under_a_mesh():
 def _remat_primitive_name() -> str:
     """The primitive `jax.checkpoint` leaves in a differentiated jaxpr (named here, not assumed)."""
     jaxpr = jax.make_jaxpr(jax.grad(jax.checkpoint(jnp.sin)))(1.0).jaxpr
-    return next(eqn.primitive.name for eqn in jaxpr.eqns if "remat" in eqn.primitive.name
-                or "checkpoint" in eqn.primitive.name)
+    return next(
+        eqn.primitive.name for eqn in jaxpr.eqns if "remat" in eqn.primitive.name or "checkpoint" in eqn.primitive.name
+    )
 
 
 def _count(jaxpr, name: str) -> int:
-    return sum((eqn.primitive.name == name) + sum(_count(sub, name) for sub in jax.extend.core.jaxprs_in_params(eqn.params))
-               for eqn in jaxpr.eqns)
+    return sum(
+        (eqn.primitive.name == name) + sum(_count(sub, name) for sub in jax.extend.core.jaxprs_in_params(eqn.params))
+        for eqn in jaxpr.eqns
+    )
 
 
 def _grouped_batch():

@@ -17,12 +17,14 @@ from trainers.config import ConfigError, parse_config
 from trainers.loop.checkpoint import saved_shapes
 from trainers.loop.trainer import GRPOTrainer, train
 
-
 TINY = {
     "model": {"preset": "tiny", "lora": {"rank": 4, "alpha": 8.0}},
     "data": {"task": "arithmetic", "train_prompts": 64},
-    "batch": {"prompts_per_step": 4}, "grpo": {"num_generations": 4, "beta": 0.04},
-    "optimizer": {"learning_rate": 0.05}, "train": {"max_steps": 2}, "checkpoint": {"every_steps": 1},
+    "batch": {"prompts_per_step": 4},
+    "grpo": {"num_generations": 4, "beta": 0.04},
+    "optimizer": {"learning_rate": 0.05},
+    "train": {"max_steps": 2},
+    "checkpoint": {"every_steps": 1},
 }
 
 
@@ -98,13 +100,17 @@ def test_export_folds_the_adapters_in_and_transformers_gives_the_lora_logits(tmp
     with open(model_dir / "train.jsonl", "w") as f:
         for a in range(8):
             f.write(json.dumps({"prompt": f"What is {a}+{a + 1}?", "answer": str(2 * a + 1)}) + "\n")
-    hf = parse_config({
-        "model": {"path": str(model_dir), "lora": {"rank": 4, "alpha": 8.0}},
-        "data": {"train_path": str(model_dir / "train.jsonl"), "max_prompt_tokens": 48},
-        "rewards": [{"name": "exact_match", "weight": 1.0}], "rollout": {"max_new_tokens": 6},
-        "batch": {"prompts_per_step": 2}, "grpo": {"num_generations": 4, "beta": 0.0},
-        "optimizer": {"learning_rate": 0.05},
-    })
+    hf = parse_config(
+        {
+            "model": {"path": str(model_dir), "lora": {"rank": 4, "alpha": 8.0}},
+            "data": {"train_path": str(model_dir / "train.jsonl"), "max_prompt_tokens": 48},
+            "rewards": [{"name": "exact_match", "weight": 1.0}],
+            "rollout": {"max_new_tokens": 6},
+            "batch": {"prompts_per_step": 2},
+            "grpo": {"num_generations": 4, "beta": 0.0},
+            "optimizer": {"learning_rate": 0.05},
+        }
+    )
     trainer = GRPOTrainer(hf, str(tmp_path / "run"))
     trainer.source.start(trainer.policy_params(), 0, 0)
     rollout = trainer.source.next(0)
@@ -130,12 +136,15 @@ def test_export_folds_the_adapters_in_and_transformers_gives_the_lora_logits(tmp
     assert np.max(np.abs(untrained - theirs)) > 1e-4  # the adapters are in the export
 
 
-@pytest.mark.parametrize("lora, field", [
-    ({"rank": 4, "target_modules": "blocks/0/attn/nothing"}, "model.lora.target_modules"),
-    ({"rank": 4, "target_modules": "blocks/(0"}, "model.lora.target_modules"),
-    ({"rank": 64}, "model.lora.rank"),   # the tiny preset's k and v projections are 64 x 32
-    ({"rank": 4, "dropout": 0.1}, "model.lora.dropout"),
-])
+@pytest.mark.parametrize(
+    "lora, field",
+    [
+        ({"rank": 4, "target_modules": "blocks/0/attn/nothing"}, "model.lora.target_modules"),
+        ({"rank": 4, "target_modules": "blocks/(0"}, "model.lora.target_modules"),
+        ({"rank": 64}, "model.lora.rank"),  # the tiny preset's k and v projections are 64 x 32
+        ({"rank": 4, "dropout": 0.1}, "model.lora.dropout"),
+    ],
+)
 def test_bad_lora_settings_are_refused_with_the_field_named(lora, field):
     with pytest.raises(ConfigError) as error:
         parse_config({"model": {"preset": "tiny", "lora": lora}})

@@ -17,8 +17,8 @@ from trainers.loop.memory_estimate import (
     optimizer_moments,
     step_memory,
 )
-from trainers.step.plan import make_plan
 from trainers.models.presets import PRESETS
+from trainers.step.plan import make_plan
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = PRESETS["tiny"]  # vocab 128, 2 layers, hidden 64, MLP 256, 4 heads of 16, 2 KV heads, untied head
@@ -30,11 +30,18 @@ P_BYTES = 4 * TINY_PARAMETERS
 
 
 def plan_of(**sections):
-    raw = {"model": {"preset": "tiny"}, "data": {"task": "arithmetic", "max_prompt_tokens": 12},
-           "rollout": {"max_new_tokens": 4}, "batch": {"prompts_per_step": 4, "train_micro_batch_sequences": 8,
-                                                        "rollout_micro_batch_sequences": 8,
-                                                        "logprob_micro_batch_sequences": 4},
-           "grpo": {"num_generations": 4, "beta": 0.04}}
+    raw = {
+        "model": {"preset": "tiny"},
+        "data": {"task": "arithmetic", "max_prompt_tokens": 12},
+        "rollout": {"max_new_tokens": 4},
+        "batch": {
+            "prompts_per_step": 4,
+            "train_micro_batch_sequences": 8,
+            "rollout_micro_batch_sequences": 8,
+            "logprob_micro_batch_sequences": 4,
+        },
+        "grpo": {"num_generations": 4, "beta": 0.04},
+    }
     for name, values in sections.items():
         raw[name] = {**raw.get(name, {}), **values}
     config = parse_config(raw)
@@ -71,26 +78,34 @@ def test_every_part_of_a_tiny_step_by_hand():
     assert (plan.sequences_per_step, plan.tokens_per_step, plan.accumulation_steps) == (16, 16 * 16, 2)
     memory = estimate_step_memory(plan, TINY, optimizer_moments(config.optimizer))
     held = {p.name: p.bytes for p in memory.held}
-    assert held == {"parameters": P_BYTES, "optimizer state": 2 * P_BYTES, "reference model": P_BYTES,
-                    "step arrays": 16 * (12 * 5 + 4 * 25), "runtime": RUNTIME_BYTES + P_BYTES}
+    assert held == {
+        "parameters": P_BYTES,
+        "optimizer state": 2 * P_BYTES,
+        "reference model": P_BYTES,
+        "step arrays": 16 * (12 * 5 + 4 * 25),
+        "runtime": RUNTIME_BYTES + P_BYTES,
+    }
     phases = {p.name: p.bytes for p in memory.phases}
-    pages = 2 * 2 * 8 * 2 * 16 * 16 * 4             # K and V x layers x slots x KV heads x head dim x S (one page) x float32
-    view = 2 * 2 * 8 * 2 * 16 * (16 + 16) * 4        # the CPU's dense view: S + a chunk of 16 positions
-    prefill = 2 * 12 * (1632 + 16 * 12) * 4          # 2 distinct prompts x 12 positions x one layer
-    sampler = 5 * 8 * 128 * 4                        # 5 [rows, V] float32 buffers
+    pages = 2 * 2 * 8 * 2 * 16 * 16 * 4  # K and V x layers x slots x KV heads x head dim x S (one page) x float32
+    view = 2 * 2 * 8 * 2 * 16 * (16 + 16) * 4  # the CPU's dense view: S + a chunk of 16 positions
+    prefill = 2 * 12 * (1632 + 16 * 12) * 4  # 2 distinct prompts x 12 positions x one layer
+    sampler = 5 * 8 * 128 * 4  # 5 [rows, V] float32 buffers
     assert phases["rollout"] == pages + view + prefill + sampler == 392192
     # log-prob: 1 prompt x 12 positions (S 12) + 4 completions x 4 (S 16) + 4 x 12 repeated K/V pairs, one
     # layer; the LM head on 16 completion positions: 4 buffers of 16 x V
     assert phases["log-prob"] == (12 * 1824 + 16 * 1888 + 4 * 12 * 64) * 4 + 4 * 16 * 128 * 4 == 253440
-    gradients = 2 * P_BYTES                          # with accumulation: the running sum and the micro-batch's
+    gradients = 2 * P_BYTES  # with accumulation: the running sum and the micro-batch's
     activations = 2 * (2 * 12 * 1824 + 32 * 1888 + 8 * 12 * 64) * 4  # 2 layers
     assert phases["update"] == gradients + activations + 4 * 32 * 128 * 4
     # every phase adds: the process keeps each one's buffers once it has run
     assert memory.total_bytes == P_BYTES * 5 + 2560 + RUNTIME_BYTES + 392192 + 253440 + phases["update"]
     assert memory.total_bytes == 800 * 2**20 + 5 * 558592 + 2560 + 392192 + 253440 + 2 * 558592 + 882688 + 65536
     assert memory.prompt_tokens == 12 and not memory.from_data
-    assert memory.fields_to_lower() == ("batch.train_micro_batch_sequences", "rollout.max_new_tokens",
-                                        "data.max_prompt_tokens")  # runtime (largest) names no field
+    assert memory.fields_to_lower() == (
+        "batch.train_micro_batch_sequences",
+        "rollout.max_new_tokens",
+        "data.max_prompt_tokens",
+    )  # runtime (largest) names no field
 
 
 def test_what_changes_the_estimate():
@@ -108,8 +123,9 @@ def test_what_changes_the_estimate():
     assert parts(base)["rollout"] - parts(bf16)["rollout"] == 2 * 2 * 8 * 2 * 16 * (16 + 32) * 2
     # more decode slots than the rollout micro-batch: pages and view for each
     slots = estimate_step_memory(plan, TINY, 2, decode_slots=16)
-    assert parts(slots)["rollout"] - parts(base)["rollout"] == (2 * 2 * 8 * 2 * 16 * (16 + 32) * 4
-                                                                + 2 * 12 * (1632 + 16 * 12) * 4 + 5 * 8 * 128 * 4)
+    assert parts(slots)["rollout"] - parts(base)["rollout"] == (
+        2 * 2 * 8 * 2 * 16 * (16 + 32) * 4 + 2 * 12 * (1632 + 16 * 12) * 4 + 5 * 8 * 128 * 4
+    )
     # prompts of 12 prefilled in pieces of 4: a piece's 4 positions of each of 2 prompts, over 12 keys
     pieces = estimate_step_memory(plan, TINY, 2, prefill_chunk_tokens=4)
     assert parts(base)["rollout"] - parts(pieces)["rollout"] == 2 * (12 - 4) * (1632 + 16 * 12) * 4
@@ -118,10 +134,12 @@ def test_what_changes_the_estimate():
     concurrent = estimate_step_memory(plan, TINY, 2, concurrent_rollout=True)
     assert concurrent.total_bytes == base.total_bytes + P_BYTES
     # a train micro-batch that splits a group (4 rows of G 3) runs whole sequences: 4 x 16 positions a layer
-    _, split = plan_of(batch={"train_micro_batch_sequences": 4, "rollout_micro_batch_sequences": 12},
-                       grpo={"num_generations": 3})
+    _, split = plan_of(
+        batch={"train_micro_batch_sequences": 4, "rollout_micro_batch_sequences": 12}, grpo={"num_generations": 3}
+    )
     assert parts(estimate_step_memory(split, TINY, 2))["update"] == (
-        2 * P_BYTES + 2 * 4 * 16 * (1632 + 16 * 16) * 4 + 4 * 16 * 128 * 4)
+        2 * P_BYTES + 2 * 4 * 16 * (1632 + 16 * 16) * 4 + 4 * 16 * 128 * 4
+    )
 
 
 def test_the_prompt_width_is_the_datas_longest_prompt_when_known():
@@ -133,8 +151,9 @@ def test_the_prompt_width_is_the_datas_longest_prompt_when_known():
     assert (narrow.prompt_tokens, narrow.from_data) == (4, True)
     assert parts(narrow)["step arrays"] == 16 * (4 * 5 + 4 * 25)
     # S = 4 + 4: one page of 16 positions a slot, and a view of S + a chunk of 16
-    assert parts(narrow)["rollout"] == (2 * 2 * 8 * 2 * 16 * (16 + 24) * 4 + 2 * 4 * (1632 + 16 * 4) * 4
-                                        + 5 * 8 * 128 * 4)
+    assert parts(narrow)["rollout"] == (
+        2 * 2 * 8 * 2 * 16 * (16 + 24) * 4 + 2 * 4 * (1632 + 16 * 4) * 4 + 5 * 8 * 128 * 4
+    )
     assert parts(narrow)["update"] < parts(budget)["update"]
     assert estimate_step_memory(plan, TINY, 2, prompt_tokens=500).total_bytes == budget.total_bytes
     # step_memory rounds the data's longest prompt up to the run's bucket: exact for a preset's tokenizer
@@ -145,8 +164,14 @@ def test_the_prompt_width_is_the_datas_longest_prompt_when_known():
 
 def test_the_issues_probe_is_far_over_any_machine():
     """4096 prompts x G 256 x 8192 completion tokens on qwen3-0.6b (the issue): petabytes of activations."""
-    config = parse_config({"model": {"preset": "qwen3-0.6b"}, "batch": {"prompts_per_step": 4096},
-                           "grpo": {"num_generations": 256}, "rollout": {"max_new_tokens": 8192}})
+    config = parse_config(
+        {
+            "model": {"preset": "qwen3-0.6b"},
+            "batch": {"prompts_per_step": 4096},
+            "grpo": {"num_generations": 256},
+            "rollout": {"max_new_tokens": 8192},
+        }
+    )
     memory = step_memory(config, make_plan(config))
     assert memory.total_bytes > 10**6 * GIB
     assert memory.largest_parts()[0].name == "update"
@@ -156,10 +181,21 @@ def test_a_model_folder_gives_the_shape(tmp_path):
     """model.path: the shape comes from the folder's config.json (no weights are read)."""
     folder = tmp_path / "m"
     folder.mkdir()
-    (folder / "config.json").write_text(json.dumps({
-        "architectures": ["LlamaForCausalLM"], "vocab_size": 128, "num_hidden_layers": 2, "hidden_size": 64,
-        "intermediate_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
-        "tie_word_embeddings": False}))
+    (folder / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["LlamaForCausalLM"],
+                "vocab_size": 128,
+                "num_hidden_layers": 2,
+                "hidden_size": 64,
+                "intermediate_size": 256,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 2,
+                "head_dim": 16,
+                "tie_word_embeddings": False,
+            }
+        )
+    )
     (folder / "model.safetensors").write_bytes(b"")
     config = ExperimentConfig.model_validate({"model": {"path": str(folder)}})  # the schema only: no tokenizer here
     from_folder = step_memory(config, make_plan(config))
@@ -168,13 +204,21 @@ def test_a_model_folder_gives_the_shape(tmp_path):
 
 
 def test_validate_prints_tokens_per_step_and_the_estimate():
-    out = subprocess.run([sys.executable, "-m", "trainers", "validate", "configs/demo.yaml"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": ROOT})
+    out = subprocess.run(
+        [sys.executable, "-m", "trainers", "validate", "configs/demo.yaml"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": ROOT},
+    )
     assert out.returncode == 0, out.stderr
     assert "tokens per step (at most)     8960  (128 sequences x (64 prompt + 6 completion tokens))" in out.stdout
     # the arithmetic task's longest prompt is 7 tokens (BOS + "12+34=" at most), not the 64-token budget
-    assert "Memory of a step (estimate)     0.80 GiB  (prompts of 7 tokens: the data's longest prompt, bucketed)" \
+    assert (
+        "Memory of a step (estimate)     0.80 GiB  (prompts of 7 tokens: the data's longest prompt, bucketed)"
         in out.stdout
+    )
     assert "  update phase                  0.01 GiB" in out.stdout
 
 

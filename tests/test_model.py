@@ -31,8 +31,15 @@ def forward_jit():
 def test_presets_shapes():
     assert set(["tiny", "small", "w1", "base", "qwen3-0.6b"]) <= set(PRESETS)
     w1 = PRESETS["w1"]
-    assert (w1.num_layers, w1.hidden_size, w1.mlp_size, w1.num_heads, w1.head_dim, w1.num_kv_heads,
-            w1.vocab_size) == (4, 256, 1024, 4, 64, 2, 512)
+    assert (w1.num_layers, w1.hidden_size, w1.mlp_size, w1.num_heads, w1.head_dim, w1.num_kv_heads, w1.vocab_size) == (
+        4,
+        256,
+        1024,
+        4,
+        64,
+        2,
+        512,
+    )
     qwen = PRESETS["qwen3-0.6b"]
     assert qwen.tie_embeddings and qwen.rope_theta == 1e6 and qwen.vocab_size == 151936
     # Qwen3-0.6B: ~0.44B non-embedding parameters + 0.156B tied embedding.
@@ -43,8 +50,14 @@ def test_params_are_nnx_params_only(tiny):
     graphdef, params = tiny
     leaves = jax.tree.leaves(params)
     assert all(isinstance(leaf, jax.Array) and leaf.dtype == jnp.float32 for leaf in leaves)
-    h, m, v, nh, d, kvh = (TINY.hidden_size, TINY.mlp_size, TINY.vocab_size, TINY.num_heads,
-                           TINY.head_dim, TINY.num_kv_heads)
+    h, m, v, nh, d, kvh = (
+        TINY.hidden_size,
+        TINY.mlp_size,
+        TINY.vocab_size,
+        TINY.num_heads,
+        TINY.head_dim,
+        TINY.num_kv_heads,
+    )
     per_layer = h * nh * d + 2 * h * kvh * d + nh * d * h + 3 * h * m + 2 * h + 2 * d
     expected = TINY.num_layers * per_layer + v * h + h + h * v
     assert model_lib.param_count(params) == expected
@@ -166,7 +179,8 @@ def test_bfloat16_runs_and_logits_are_float32(forward_jit):
     assert float(jnp.max(jnp.abs(logits - f32_logits))) < 0.05 * scale
 
     logprobs, entropy = jax.jit(model_lib.completion_logprobs, static_argnums=0)(
-        graphdef, params, tokens[:, :3], valid[:, :3], tokens[:, 3:], valid[:, 3:], 1.0)
+        graphdef, params, tokens[:, :3], valid[:, :3], tokens[:, 3:], valid[:, 3:], 1.0
+    )
     assert logprobs.dtype == jnp.float32 and entropy.dtype == jnp.float32
 
 
@@ -184,14 +198,25 @@ def test_completion_logprobs_matches_forward(tiny, forward_jit, monkeypatch, chu
     completion_mask = np.array([[True, True, True, True], [True, True, False, False]])
     temperature = 0.7
     logprobs, entropy = jax.jit(model_lib.completion_logprobs, static_argnums=0)(
-        graphdef, params, prompt, prompt_valid, completion, completion_mask, temperature)
+        graphdef, params, prompt, prompt_valid, completion, completion_mask, temperature
+    )
     assert logprobs.shape == (2, 4) and entropy.shape == (2, 4)
 
-    logits = np.asarray(forward_jit(graphdef, params, np.concatenate([prompt, completion], 1),
-                                    np.concatenate([prompt_valid, completion_mask], 1)), np.float64)
+    logits = np.asarray(
+        forward_jit(
+            graphdef,
+            params,
+            np.concatenate([prompt, completion], 1),
+            np.concatenate([prompt_valid, completion_mask], 1),
+        ),
+        np.float64,
+    )
     scaled = logits[:, 4:8] / temperature  # positions predicting the 4 completion tokens
-    log_probs = scaled - np.log(np.sum(np.exp(scaled - scaled.max(-1, keepdims=True)), -1, keepdims=True)) \
+    log_probs = (
+        scaled
+        - np.log(np.sum(np.exp(scaled - scaled.max(-1, keepdims=True)), -1, keepdims=True))
         - scaled.max(-1, keepdims=True)
+    )
     expected = np.take_along_axis(log_probs, completion[..., None], -1)[..., 0]
     expected_entropy = -np.sum(np.exp(log_probs) * log_probs, -1)
     np.testing.assert_allclose(np.asarray(logprobs), np.where(completion_mask, expected, 0), atol=1e-5)
@@ -214,8 +239,9 @@ def test_grouped_prompts_give_the_whole_sequence_logprobs_and_gradients(tiny):
     weights = rng.normal(size=(2 * group, 5)).astype(np.float32)
 
     def loss(p, prompt_group):
-        logprobs, entropy = model_lib.completion_logprobs(graphdef, p, prompt, prompt_valid, completion,
-                                                          completion_mask, 0.8, prompt_group)
+        logprobs, entropy = model_lib.completion_logprobs(
+            graphdef, p, prompt, prompt_valid, completion, completion_mask, 0.8, prompt_group
+        )
         return jnp.sum(weights * logprobs), (logprobs, entropy)
 
     grad_fn = jax.jit(jax.value_and_grad(loss, has_aux=True), static_argnums=1)
@@ -238,8 +264,9 @@ def test_completion_logprobs_is_differentiable(tiny):
     completion_mask = np.array([[True, True, True], [True, False, False]])
 
     def loss(p):
-        logprobs, entropy = model_lib.completion_logprobs(graphdef, p, prompt, prompt_valid, completion,
-                                                          completion_mask, 1.0)
+        logprobs, entropy = model_lib.completion_logprobs(
+            graphdef, p, prompt, prompt_valid, completion, completion_mask, 1.0
+        )
         return -jnp.mean(logprobs) - 0.01 * jnp.mean(entropy)
 
     value, grads = jax.jit(jax.value_and_grad(loss))(params)
@@ -251,8 +278,7 @@ def test_completion_logprobs_is_differentiable(tiny):
 
 
 def test_forward_flops_per_token():
-    cfg = ModelConfig(vocab_size=10, num_layers=2, hidden_size=8, mlp_size=16, num_heads=2,
-                                head_dim=4, num_kv_heads=1)
+    cfg = ModelConfig(vocab_size=10, num_layers=2, hidden_size=8, mlp_size=16, num_heads=2, head_dim=4, num_kv_heads=1)
     attention_params = 8 * 2 * 4 + 2 * 8 * 1 * 4 + 2 * 4 * 8  # q, k+v, o
     mlp_params = 3 * 8 * 16
     matmul_params = 2 * (attention_params + mlp_params) + 8 * 10

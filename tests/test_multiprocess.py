@@ -20,16 +20,26 @@ import pytest
 import yaml
 
 from trainers.config import parse_config
-from trainers.step.hooks import Action, Control, ProcessSharedControl, most_urgent, shared_control
 from trainers.loop.run_files import RunFilesHooks
 from trainers.loop.trainer import GRPOTrainer, params_digest, train
 from trainers.parallel import distributed
+from trainers.step.hooks import Action, Control, ProcessSharedControl, most_urgent, shared_control
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DISTRIBUTED_ENV = (
-    "GRPO_COORDINATOR_ADDRESS", "GRPO_NUM_PROCESSES", "GRPO_PROCESS_ID", "GRPO_LOCAL_DEVICE_IDS",
-    "SLURM_JOB_ID", "SLURM_STEP_NODELIST", "SLURM_NTASKS", "SLURM_PROCID", "SLURM_LOCALID",
-    "OMPI_MCA_orte_hnp_uri", "KUBERNETES_SERVICE_HOST", "JAX_COORDINATOR_PORT", "JAX_COORDINATOR_ADDRESS",
+    "GRPO_COORDINATOR_ADDRESS",
+    "GRPO_NUM_PROCESSES",
+    "GRPO_PROCESS_ID",
+    "GRPO_LOCAL_DEVICE_IDS",
+    "SLURM_JOB_ID",
+    "SLURM_STEP_NODELIST",
+    "SLURM_NTASKS",
+    "SLURM_PROCID",
+    "SLURM_LOCALID",
+    "OMPI_MCA_orte_hnp_uri",
+    "KUBERNETES_SERVICE_HOST",
+    "JAX_COORDINATOR_PORT",
+    "JAX_COORDINATOR_ADDRESS",
 )
 
 
@@ -42,19 +52,21 @@ def _free_port() -> int:
 def _process_env(process_id: int, count: int, devices_per_process: int, port: int) -> dict:
     """The environment `srun -n COUNT` gives task `process_id` on one node (plus the coordinator port)."""
     env = {k: v for k, v in os.environ.items() if k not in DISTRIBUTED_ENV}
-    env.update({
-        "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices_per_process}",
-        "JAX_PLATFORMS": "cpu",
-        "PYTHONPATH": ROOT,
-        "PYTHONUNBUFFERED": "1",
-        "SLURM_JOB_ID": "4242",
-        "SLURM_STEP_NODELIST": "localhost",
-        "SLURM_NTASKS": str(count),
-        "SLURM_PROCID": str(process_id),
-        "SLURM_LOCALID": str(process_id),
-        "JAX_COORDINATOR_PORT": str(port),  # SLURM's default port comes from the job id: may be taken here
-        "GRPO_INIT_TIMEOUT_S": "120",
-    })
+    env.update(
+        {
+            "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices_per_process}",
+            "JAX_PLATFORMS": "cpu",
+            "PYTHONPATH": ROOT,
+            "PYTHONUNBUFFERED": "1",
+            "SLURM_JOB_ID": "4242",
+            "SLURM_STEP_NODELIST": "localhost",
+            "SLURM_NTASKS": str(count),
+            "SLURM_PROCID": str(process_id),
+            "SLURM_LOCALID": str(process_id),
+            "JAX_COORDINATOR_PORT": str(port),  # SLURM's default port comes from the job id: may be taken here
+            "GRPO_INIT_TIMEOUT_S": "120",
+        }
+    )
     return env
 
 
@@ -66,8 +78,9 @@ class Processes:
 
     def start(self, args: list[str], env: dict, log_path) -> subprocess.Popen:
         log = open(log_path, "w")
-        process = subprocess.Popen(args, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
+        process = subprocess.Popen(
+            args, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         log.close()
         self.started.append(process)
         return process
@@ -106,6 +119,7 @@ def _logs(paths) -> str:
 
 # -- the environment's contract, without starting processes ---------------------------------------
 
+
 def test_one_process_without_cluster_variables(monkeypatch):
     for name in DISTRIBUTED_ENV:
         monkeypatch.delenv(name, raising=False)
@@ -137,8 +151,12 @@ def test_explicit_variables_and_their_errors(monkeypatch):
         distributed.explicit_settings()
     monkeypatch.setenv("GRPO_PROCESS_ID", "1")
     monkeypatch.setenv("GRPO_LOCAL_DEVICE_IDS", "0,1")
-    assert distributed.explicit_settings() == {"coordinator_address": "10.0.0.1:7777", "num_processes": 2,
-                                               "process_id": 1, "local_device_ids": [0, 1]}
+    assert distributed.explicit_settings() == {
+        "coordinator_address": "10.0.0.1:7777",
+        "num_processes": 2,
+        "process_id": 1,
+        "local_device_ids": [0, 1],
+    }
     monkeypatch.setenv("GRPO_COORDINATOR_ADDRESS", "10.0.0.1")
     with pytest.raises(distributed.DistributedInitError, match="must be host:port"):
         distributed.explicit_settings()
@@ -225,7 +243,7 @@ def test_two_slurm_processes_form_one_mesh_and_reduce_an_fsdp_array(tmp_path, pr
     for log in logs:
         lines = [line for line in open(log) if line.startswith("RESULT ")]
         assert len(lines) == 1, _logs(logs)
-        results.append(json.loads(lines[0][len("RESULT "):]))
+        results.append(json.loads(lines[0][len("RESULT ") :]))
     x = np.arange(32, dtype=np.float32).reshape(8, 4)
     for i, r in enumerate(results):
         assert (r["index"], r["count"], r["devices"], r["local_devices"]) == (i, 2, 4, 2)
@@ -262,8 +280,11 @@ def test_two_processes_train_as_one_process_with_all_devices(tmp_path, processes
     port = _free_port()
     logs = [tmp_path / f"run{i}.log" for i in range(2)]
     for i in range(2):
-        processes.start([sys.executable, "-m", "trainers", "run", str(config_path), "--out", str(multi_dir)],
-                        _process_env(i, 2, 4, port), logs[i])
+        processes.start(
+            [sys.executable, "-m", "trainers", "run", str(config_path), "--out", str(multi_dir)],
+            _process_env(i, 2, 4, port),
+            logs[i],
+        )
     codes = processes.wait_all(timeout_s=420)
     assert codes == [0, 0], _logs(logs)
     assert "succeeded: step 3" in open(logs[0]).read()
@@ -278,8 +299,9 @@ def test_two_processes_train_as_one_process_with_all_devices(tmp_path, processes
     expected = [json.loads(line) for line in open(single_dir / "metrics.jsonl")]
     assert [r["step"] for r in rows] == [1, 2, 3]  # written once, by process 0
     for row, base in zip(rows, expected):
-        np.testing.assert_allclose([row[k] for k in COMPARED], [base[k] for k in COMPARED], rtol=0, atol=1e-5,
-                                   err_msg=f"step {row['step']}")
+        np.testing.assert_allclose(
+            [row[k] for k in COMPARED], [base[k] for k in COMPARED], rtol=0, atol=1e-5, err_msg=f"step {row['step']}"
+        )
     summary = json.load(open(multi_dir / "summary.json"))
     assert (summary["status"], summary["final_step"]) == ("succeeded", 3)
     assert sorted(os.listdir(multi_dir / "checkpoints")) == ["3"]  # keep_last 1 removed step 2's
@@ -288,10 +310,12 @@ def test_two_processes_train_as_one_process_with_all_devices(tmp_path, processes
 
     # the 2-process checkpoint restores in this one process, onto the same mesh
     multi_params, single_params = _final_params(multi_dir, config), _final_params(single_dir, config)
-    for (path, leaf), base in zip(jax.tree_util.tree_flatten_with_path(multi_params)[0],
-                                  jax.tree.leaves(single_params)):
-        np.testing.assert_allclose(np.asarray(leaf), np.asarray(base), rtol=0, atol=1e-5,
-                                   err_msg=jax.tree_util.keystr(path))
+    for (path, leaf), base in zip(
+        jax.tree_util.tree_flatten_with_path(multi_params)[0], jax.tree.leaves(single_params)
+    ):
+        np.testing.assert_allclose(
+            np.asarray(leaf), np.asarray(base), rtol=0, atol=1e-5, err_msg=jax.tree_util.keystr(path)
+        )
     assert params_digest(multi_params) == summary["params_digest"]
     assert params_digest(single_params) == single.params_digest
 
@@ -333,17 +357,22 @@ def test_a_pause_on_process_zero_pauses_every_process_at_the_same_step(tmp_path,
     script = tmp_path / "pause_worker.py"
     script.write_text(PAUSE_SCRIPT)
     config_path = tmp_path / "cfg.yaml"
-    config_path.write_text(yaml.safe_dump({**RUN_CONFIG, "mesh": {"data": 2, "fsdp": 2}, "train": {"max_steps": 3},
-                                           "checkpoint": {"every_steps": 0}}))
+    config_path.write_text(
+        yaml.safe_dump(
+            {**RUN_CONFIG, "mesh": {"data": 2, "fsdp": 2}, "train": {"max_steps": 3}, "checkpoint": {"every_steps": 0}}
+        )
+    )
     run_dir = tmp_path / "run"
     port = _free_port()
     logs = [tmp_path / f"process{i}.log" for i in range(2)]
     for i in range(2):
-        processes.start([sys.executable, str(script), str(config_path), str(run_dir)], _process_env(i, 2, 2, port),
-                        logs[i])
+        processes.start(
+            [sys.executable, str(script), str(config_path), str(run_dir)], _process_env(i, 2, 2, port), logs[i]
+        )
     assert processes.wait_all(timeout_s=420) == [0, 0], _logs(logs)
-    results = [json.loads([line for line in open(log) if line.startswith("RESULT ")][0][len("RESULT "):])
-               for log in logs]
+    results = [
+        json.loads([line for line in open(log) if line.startswith("RESULT ")][0][len("RESULT ") :]) for log in logs
+    ]
     assert [(r["index"], r["status"], r["final_step"]) for r in results] == [(0, "paused", 1), (1, "paused", 1)]
     assert [json.loads(line)["step"] for line in open(run_dir / "metrics.jsonl")] == [1]
     assert os.listdir(run_dir / "checkpoints") == ["1"]
@@ -372,8 +401,9 @@ def test_when_one_process_dies_the_other_ends_too(tmp_path, processes):
     script.write_text(HEARTBEAT_SCRIPT)
     port = _free_port()
     logs = [tmp_path / f"process{i}.log" for i in range(2)]
-    survivor, victim = (processes.start([sys.executable, str(script)], _process_env(i, 2, 1, port), logs[i])
-                        for i in range(2))
+    survivor, victim = (
+        processes.start([sys.executable, str(script)], _process_env(i, 2, 1, port), logs[i]) for i in range(2)
+    )
     deadline = time.monotonic() + 180
     while "JOINED" not in open(logs[1]).read():
         assert victim.poll() is None and time.monotonic() < deadline, _logs(logs)
@@ -388,9 +418,17 @@ def test_when_one_process_dies_the_other_ends_too(tmp_path, processes):
 
 def _explicit_env(process_id: int, port: int, init_timeout_s: int) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in DISTRIBUTED_ENV}
-    env.update({"XLA_FLAGS": "--xla_force_host_platform_device_count=1", "JAX_PLATFORMS": "cpu", "PYTHONPATH": ROOT,
-                "GRPO_COORDINATOR_ADDRESS": f"127.0.0.1:{port}", "GRPO_NUM_PROCESSES": "2",
-                "GRPO_PROCESS_ID": str(process_id), "GRPO_INIT_TIMEOUT_S": str(init_timeout_s)})
+    env.update(
+        {
+            "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
+            "JAX_PLATFORMS": "cpu",
+            "PYTHONPATH": ROOT,
+            "GRPO_COORDINATOR_ADDRESS": f"127.0.0.1:{port}",
+            "GRPO_NUM_PROCESSES": "2",
+            "GRPO_PROCESS_ID": str(process_id),
+            "GRPO_INIT_TIMEOUT_S": str(init_timeout_s),
+        }
+    )
     return env
 
 
@@ -407,8 +445,10 @@ def test_processes_that_never_join_end_with_a_message_naming_the_address(tmp_pat
     processes.start(command, _explicit_env(0, _free_port(), 2), logs[1])
     codes = processes.wait_all(timeout_s=120)
     assert codes[0] == 1, _logs(logs)
-    assert f"run: GRPO_COORDINATOR_ADDRESS=127.0.0.1:{port}: no coordinator answered within GRPO_INIT_TIMEOUT_S=2 s" \
+    assert (
+        f"run: GRPO_COORDINATOR_ADDRESS=127.0.0.1:{port}: no coordinator answered within GRPO_INIT_TIMEOUT_S=2 s"
         in open(logs[0]).read()
+    )
     assert codes[1] != 0, _logs(logs)
     said = open(logs[1]).read()
     assert "joining the run's processes through GRPO_COORDINATOR_ADDRESS=127.0.0.1:" in said

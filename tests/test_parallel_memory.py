@@ -30,8 +30,9 @@ from trainers.models.presets import PRESETS, ModelConfig  # noqa: E402
 
 # Large enough that the parameters and the Adam state dominate a device's memory (2.5 M parameters,
 # 9.5 MiB; 28.5 MiB with Adam's two moments), small enough to compile four times in about 30 s.
-CFG = ModelConfig(vocab_size=1024, num_layers=2, hidden_size=256, mlp_size=1024, num_heads=4, head_dim=64,
-                  num_kv_heads=2)
+CFG = ModelConfig(
+    vocab_size=1024, num_layers=2, hidden_size=256, mlp_size=1024, num_heads=4, head_dim=64, num_kv_heads=2
+)
 
 
 def _norm_bytes(cfg: ModelConfig) -> int:
@@ -88,8 +89,9 @@ def test_compiled_update_memory_per_device_falls_as_fsdp_grows():
 
 
 # Eight thin layers: the layer weights dominate the parameters (embedding and LM head 6%).
-DEEP = ModelConfig(vocab_size=256, num_layers=8, hidden_size=128, mlp_size=512, num_heads=4, head_dim=32,
-                   num_kv_heads=2)
+DEEP = ModelConfig(
+    vocab_size=256, num_layers=8, hidden_size=128, mlp_size=512, num_heads=4, head_dim=32, num_kv_heads=2
+)
 
 
 def test_scanned_layers_halve_the_update_temporaries_at_fsdp_8(monkeypatch):

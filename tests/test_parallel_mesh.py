@@ -119,9 +119,14 @@ def test_sharded_generation_matches_one_device():
     from trainers.parallel.rules import batch_sharding
 
     with mesh_context(mesh):
-        sharded = generate(graphdef, jax.device_put(params, state_shardings(params, mesh)),
-                           put(tokens, batch_sharding(mesh, tokens.shape)), put(valid, batch_sharding(mesh, tokens.shape)),
-                           key, sampling)
+        sharded = generate(
+            graphdef,
+            jax.device_put(params, state_shardings(params, mesh)),
+            put(tokens, batch_sharding(mesh, tokens.shape)),
+            put(valid, batch_sharding(mesh, tokens.shape)),
+            key,
+            sampling,
+        )
     np.testing.assert_array_equal(sharded.tokens, single.tokens)
     np.testing.assert_allclose(sharded.logprobs, single.logprobs, atol=1e-5)
 
@@ -129,11 +134,14 @@ def test_sharded_generation_matches_one_device():
 def test_async_run_trains_on_one_mesh_and_generates_on_another(tmp_path):
     """Training on fsdp 4 over devices 0-3, generation on devices 4-7 (tensor 2 x data 2) with
     in-flight weight updates: the run completes and the collector's weights live on the rollout mesh."""
-    config = parse_config({
-        **CONFIG, "train": {"max_steps": 2},
-        "async": {"enabled": True, "in_flight_weight_updates": True, "in_flight_chunk_tokens": 2},
-        "mesh": {"fsdp": 4, "train_devices": [0, 1, 2, 3], "rollout_devices": [4, 5, 6, 7], "rollout_tensor": 2},
-    })
+    config = parse_config(
+        {
+            **CONFIG,
+            "train": {"max_steps": 2},
+            "async": {"enabled": True, "in_flight_weight_updates": True, "in_flight_chunk_tokens": 2},
+            "mesh": {"fsdp": 4, "train_devices": [0, 1, 2, 3], "rollout_devices": [4, 5, 6, 7], "rollout_tensor": 2},
+        }
+    )
     trainer = GRPOTrainer(config, str(tmp_path / "run"))
     result = trainer.run()
     assert result.status == "succeeded" and result.final_step == 2
@@ -148,8 +156,14 @@ def test_evaluation_of_an_odd_prompt_count_on_a_mesh_matches_one_device(tmp_path
     evaluation scores the same as on one device."""
     scores = []
     for mesh in ({}, {"fsdp": 4}):
-        config = parse_config({**CONFIG, "train": {"max_steps": 1}, "mesh": mesh,
-                               "eval": {"every_steps": 1, "prompts": 5, "samples_per_prompt": 2}})
+        config = parse_config(
+            {
+                **CONFIG,
+                "train": {"max_steps": 1},
+                "mesh": mesh,
+                "eval": {"every_steps": 1, "prompts": 5, "samples_per_prompt": 2},
+            }
+        )
         trainer = GRPOTrainer(config, str(tmp_path / str(len(mesh))))
         scores.append(trainer.evaluate())
     assert scores[1]["eval/reward_mean"] == pytest.approx(scores[0]["eval/reward_mean"], abs=1e-6)

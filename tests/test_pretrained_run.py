@@ -19,9 +19,9 @@ import yaml
 
 from tests.tiny_models import write_tiny_model
 from trainers.config import parse_config
+from trainers.data.encoding import PROMPT_BUCKET_TOKENS
 from trainers.data.hf_tokenizer import HFTokenizer
 from trainers.loop.policy import load_policy
-from trainers.data.encoding import PROMPT_BUCKET_TOKENS
 from trainers.loop.run_files import RunFilesHooks
 from trainers.loop.trainer import GRPOTrainer, train
 from trainers.models import transformer as model_lib
@@ -30,16 +30,22 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "trainers", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "trainers", *args], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
 
 
 def _config(model_dir, **extra) -> dict:
     raw = {
         "seed": 3,
         "model": {"path": str(model_dir)},
-        "data": {"task": "arithmetic_words", "train_prompts": 64, "eval_prompts": 4, "max_prompt_tokens": 256,
-                 "system_prompt": "Answer with the number."},
+        "data": {
+            "task": "arithmetic_words",
+            "train_prompts": 64,
+            "eval_prompts": 4,
+            "max_prompt_tokens": 256,
+            "system_prompt": "Answer with the number.",
+        },
         # alphabet_match gives a random policy partial credit, so its groups have advantages to learn from
         "rewards": [{"name": "math_answer", "weight": 1.0}, {"name": "alphabet_match", "weight": 1.0}],
         "rollout": {"max_new_tokens": 8},
@@ -88,8 +94,11 @@ def test_prompts_use_the_chat_template_and_bucketed_lengths(tmp_path):
     rollout = trainer.source.next(0)
     example = rollout.examples[0]
     expected = tokenizer.encode(
-        "<|im_start|>system\nAnswer with the number.<|im_end|>\n<|im_start|>user\n" + example["prompt"]
-        + "<|im_end|>\n<|im_start|>assistant\n", add_bos=False)
+        "<|im_start|>system\nAnswer with the number.<|im_end|>\n<|im_start|>user\n"
+        + example["prompt"]
+        + "<|im_end|>\n<|im_start|>assistant\n",
+        add_bos=False,
+    )
     row = rollout.prompt_tokens[0][rollout.prompt_valid[0]]
     assert row.tolist() == expected
     assert rollout.prompt_tokens.shape[1] % PROMPT_BUCKET_TOKENS == 0
@@ -104,16 +113,18 @@ def test_export_loads_in_transformers_with_the_checkpoint_logits(trained, tmp_pa
     assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} <= set(os.listdir(out))
     policy = load_policy(str(run_dir))  # the newest checkpoint: step 2
     tokens = np.array([[1, 40, 41, 42, 43, 44, 45, 46, 47]], np.int32)
-    ours = np.asarray(model_lib.forward(policy.graphdef, policy.params, jnp.asarray(tokens),
-                                        jnp.ones(tokens.shape, bool)))
+    ours = np.asarray(
+        model_lib.forward(policy.graphdef, policy.params, jnp.asarray(tokens), jnp.ones(tokens.shape, bool))
+    )
     reference = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
     with torch.no_grad():
         theirs = reference(torch.as_tensor(tokens, dtype=torch.long)).logits.numpy()
     assert np.max(np.abs(ours - theirs)) <= 1e-4
     # The trained weights, not the starting ones: the first checkpoint's logits differ.
     first = load_policy(str(run_dir), step=1)
-    first_logits = np.asarray(model_lib.forward(first.graphdef, first.params, jnp.asarray(tokens),
-                                                jnp.ones(tokens.shape, bool)))
+    first_logits = np.asarray(
+        model_lib.forward(first.graphdef, first.params, jnp.asarray(tokens), jnp.ones(tokens.shape, bool))
+    )
     assert np.max(np.abs(first_logits - ours)) > 1e-3
 
 
@@ -133,8 +144,17 @@ def test_generate_from_run_dir_and_export_agree(trained, tmp_path):
     out = tmp_path / "export"
     assert _cli("export", str(run_dir), "--out", str(out)).returncode == 0
     from_run = _cli("generate", "--model", str(run_dir), "--json", "--max-new-tokens", "6", "Tom has 3 apples.")
-    from_export = _cli("generate", "--model", str(out), "--json", "--max-new-tokens", "6",
-                       "--system-prompt", "Answer with the number.", "Tom has 3 apples.")
+    from_export = _cli(
+        "generate",
+        "--model",
+        str(out),
+        "--json",
+        "--max-new-tokens",
+        "6",
+        "--system-prompt",
+        "Answer with the number.",
+        "Tom has 3 apples.",
+    )
     assert from_run.returncode == 0, from_run.stderr[-2000:]
     assert from_export.returncode == 0, from_export.stderr[-2000:]
     row = json.loads(from_run.stdout.strip().splitlines()[-1])
@@ -144,8 +164,13 @@ def test_generate_from_run_dir_and_export_agree(trained, tmp_path):
 
 
 def test_toy_run_cannot_be_exported(tmp_path):
-    config = {"model": {"preset": "tiny"}, "train": {"max_steps": 1}, "batch": {"prompts_per_step": 2},
-              "grpo": {"num_generations": 2}, "data": {"train_prompts": 8}}
+    config = {
+        "model": {"preset": "tiny"},
+        "train": {"max_steps": 1},
+        "batch": {"prompts_per_step": 2},
+        "grpo": {"num_generations": 2},
+        "data": {"train_prompts": 8},
+    }
     train(parse_config(config), str(tmp_path / "run"), hooks=RunFilesHooks(str(tmp_path / "run")))
     done = _cli("export", str(tmp_path / "run"), "--out", str(tmp_path / "x"))
     assert done.returncode == 2 and "export needs a run on a Hugging Face model" in done.stderr
@@ -182,8 +207,16 @@ def test_config_refuses_what_a_pretrained_model_needs_and_lacks(tmp_path):
 def test_generate_on_the_real_smollm2_answers_with_this_projects_stack(smollm2_dir):
     """This project's loader, tokenizer, chat template and sampler on the converted SmolLM2 (the
     GGUF tests check the same facts with transformers): greedy answers name Paris and 12."""
-    done = _cli("generate", "--model", str(smollm2_dir), "--json", "--max-new-tokens", "32",
-                "Name the capital of France.", "What is 7 + 5?")
+    done = _cli(
+        "generate",
+        "--model",
+        str(smollm2_dir),
+        "--json",
+        "--max-new-tokens",
+        "32",
+        "Name the capital of France.",
+        "What is 7 + 5?",
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     rows = [json.loads(line) for line in done.stdout.strip().splitlines()]
     assert [r["prompt"] for r in rows] == ["Name the capital of France.", "What is 7 + 5?"]

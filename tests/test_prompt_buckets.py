@@ -12,7 +12,22 @@ from trainers.data.tokenizer import CharTokenizer
 
 def test_bucket_width():
     assert [bucket_width(n, 16) for n in (1, 16, 17, 32, 33, 48, 49, 64, 65, 96, 97, 128, 129, 192, 193)] == [
-        16, 16, 32, 32, 48, 48, 64, 64, 96, 96, 128, 128, 192, 192, 256]
+        16,
+        16,
+        32,
+        32,
+        48,
+        48,
+        64,
+        64,
+        96,
+        96,
+        128,
+        128,
+        192,
+        192,
+        256,
+    ]
     assert [bucket_width(n, 1) for n in (1, 5, 37)] == [1, 5, 37]  # no buckets
     assert [bucket_width(n, 4) for n in (3, 5, 9, 13, 17, 25)] == [4, 8, 12, 16, 24, 32]
     # every width below 4096 tokens falls in one of few buckets, each padded by less than half
@@ -65,10 +80,17 @@ def test_rollouts_encode_each_prompt_once(tmp_path):
     from trainers.config import parse_config
     from trainers.loop.trainer import GRPOTrainer
 
-    config = parse_config({"model": {"preset": "tiny"}, "rollout": {"max_new_tokens": 4},
-                           "data": {"train_prompts": 8}, "batch": {"prompts_per_step": 4},
-                           "grpo": {"num_generations": 2}, "train": {"max_steps": 3},
-                           "checkpoint": {"every_steps": 0}})
+    config = parse_config(
+        {
+            "model": {"preset": "tiny"},
+            "rollout": {"max_new_tokens": 4},
+            "data": {"train_prompts": 8},
+            "batch": {"prompts_per_step": 4},
+            "grpo": {"num_generations": 2},
+            "train": {"max_steps": 3},
+            "checkpoint": {"every_steps": 0},
+        }
+    )
     trainer = GRPOTrainer(config, str(tmp_path / "run"))
     calls = []
     encode = trainer.tokenizer.encode_prompt

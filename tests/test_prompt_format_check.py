@@ -18,8 +18,11 @@ PLAIN = json.dumps({"prompt": "1+1=", "answer": "2"}) + "\n"
 
 
 def raw(path, **data):
-    return {"model": {"preset": "tiny"}, "data": {"train_path": str(path), **data},
-            "rewards": [{"name": "exact_match", "weight": 1.0}]}
+    return {
+        "model": {"preset": "tiny"},
+        "data": {"train_path": str(path), **data},
+        "rewards": [{"name": "exact_match", "weight": 1.0}],
+    }
 
 
 def test_chat_prompts_with_a_preset_are_refused_naming_the_field(tmp_path):
@@ -50,7 +53,13 @@ def test_validate_exits_2_with_the_problem(tmp_path):
     chat.write_text(CHAT * 4)
     config = tmp_path / "c.yaml"
     config.write_text(json.dumps(raw(chat)))
-    out = subprocess.run([sys.executable, "-m", "trainers", "validate", str(config)], cwd=ROOT, capture_output=True,
-                         text=True, timeout=300, env={**os.environ, "PYTHONPATH": ROOT})
+    out = subprocess.run(
+        [sys.executable, "-m", "trainers", "validate", str(config)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": ROOT},
+    )
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "data.train_path: its prompts are chat messages" in out.stderr

@@ -44,8 +44,9 @@ def test_groups_arriving_out_of_order_wait_for_their_turn():
     assert indices(buf.take(1, 2)) == [2, 3]
 
 
-@pytest.mark.parametrize("max_age, step, trained", [(1, 10, True), (1, 11, True), (1, 12, False), (0, 10, True),
-                                                    (0, 11, False)])
+@pytest.mark.parametrize(
+    "max_age, step, trained", [(1, 10, True), (1, 11, True), (1, 12, False), (0, 10, True), (0, 11, False)]
+)
 def test_age_window_weights_v_train_steps_v_to_v_plus_max_age(max_age, step, trained):
     buf = ReplayBuffer(capacity_groups=2, max_age_steps=max_age, next_step=10)
     buf.put(g(0, 10))
@@ -149,8 +150,9 @@ def test_a_collector_that_asks_target_step_never_produces_stale_groups(max_age):
 ops = st.lists(
     st.one_of(
         # (put, offset of its prompt from the next untrained one, version lag behind the current step)
-        st.tuples(st.just("put"), st.one_of(st.integers(0, 3), st.integers(0, 14)),
-                  st.one_of(st.just(0), st.integers(0, 4))),
+        st.tuples(
+            st.just("put"), st.one_of(st.integers(0, 3), st.integers(0, 14)), st.one_of(st.just(0), st.integers(0, 4))
+        ),
         st.tuples(st.just("take"), st.just(0), st.just(0)),
         st.tuples(st.just("step"), st.just(0), st.just(0)),  # time passes: the next take is for a later step
     ),
@@ -159,8 +161,14 @@ ops = st.lists(
 
 
 @settings(max_examples=300, deadline=None)
-@given(capacity=st.integers(1, 10), max_age=st.integers(0, 3), count_frac=st.floats(0, 1), start=st.integers(0, 50),
-       start_step=st.integers(0, 5), program=ops)
+@given(
+    capacity=st.integers(1, 10),
+    max_age=st.integers(0, 3),
+    count_frac=st.floats(0, 1),
+    start=st.integers(0, 50),
+    start_step=st.integers(0, 5),
+    program=ops,
+)
 def test_buffer_invariants(capacity, max_age, count_frac, start, start_step, program):
     count = 1 + int(count_frac * (capacity - 1))
     buf = ReplayBuffer(capacity, max_age, next_prompt_index=start, next_step=start_step)

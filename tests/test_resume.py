@@ -15,8 +15,8 @@ import yaml
 from trainers.config import parse_config
 from trainers.data.examples import load_examples
 from trainers.data.prompt_stream import PromptStream
-from trainers.step.hooks import Hooks
 from trainers.loop.trainer import train
+from trainers.step.hooks import Hooks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RAW = {
@@ -24,8 +24,13 @@ RAW = {
     "model": {"preset": "tiny"},
     "data": {"task": "arithmetic", "train_prompts": 20, "eval_prompts": 0},
     # 8 prompts/step over a 20-prompt epoch: steps cross epoch ends; mu=2 x 2 mini-batches = 4 updates
-    "batch": {"prompts_per_step": 8, "mini_batch_prompts": 4, "train_micro_batch_sequences": 8,
-              "rollout_micro_batch_sequences": 16, "logprob_micro_batch_sequences": 16},
+    "batch": {
+        "prompts_per_step": 8,
+        "mini_batch_prompts": 4,
+        "train_micro_batch_sequences": 8,
+        "rollout_micro_batch_sequences": 16,
+        "logprob_micro_batch_sequences": 16,
+    },
     "grpo": {"num_generations": 4, "num_iterations": 2, "beta": 0.04},
     "train": {"max_steps": 8},
     "checkpoint": {"every_steps": 3, "keep_last": 2},
@@ -87,8 +92,14 @@ def test_kill_and_resume_gives_the_same_parameters(uninterrupted, tmp_path):
     steps_before = _metrics_steps(run_dir)
     assert 4 in steps_before and max(steps_before) < 8
 
-    resumed = subprocess.run([sys.executable, "-m", "trainers", "run", str(config_path), "--out", run_dir],
-                             env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    resumed = subprocess.run(
+        [sys.executable, "-m", "trainers", "run", str(config_path), "--out", run_dir],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "resumed from checkpoint at step 3" in resumed.stderr
     with open(os.path.join(run_dir, "summary.json")) as f:

@@ -11,8 +11,8 @@ import yaml
 
 from tests.tiny_models import model_config as tiny_config_json
 from tests.tiny_models import write_tiny_model
-from trainers.errors import ConfigError, FieldError
 from trainers.data.tokenizer import CharTokenizer
+from trainers.errors import ConfigError, FieldError
 from trainers.loop.policy import check_tokenizer_fits, load_policy, model_field
 from trainers.models.hf_config import model_config_from_json
 from trainers.models.presets import PRESETS
@@ -49,8 +49,13 @@ def test_an_added_token_past_the_models_vocab_is_refused(tmp_path):
     assert json.loads((folder / "config.json").read_text())["vocab_size"] == vocab_rows
     tokenizer_config = json.loads((folder / "tokenizer_config.json").read_text())
     tokenizer_config["added_tokens_decoder"][str(vocab_rows)] = {
-        "content": "<|extra|>", "lstrip": False, "normalized": False, "rstrip": False, "single_word": False,
-        "special": True}
+        "content": "<|extra|>",
+        "lstrip": False,
+        "normalized": False,
+        "rstrip": False,
+        "single_word": False,
+        "special": True,
+    }
     (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
     with pytest.raises(FieldError, match=f"ids up to {vocab_rows} .*vocab_size is {vocab_rows}"):
         load_policy(str(folder))

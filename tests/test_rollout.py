@@ -9,25 +9,29 @@ import pytest
 
 from trainers.data.tasks import TASKS
 from trainers.data.tokenizer import get_tokenizer
-from trainers.rollout.batch import Rollout
-from trainers.rollout.collect import collect_rollout
-from trainers.rollout.spec import RolloutSpec
 from trainers.models.generate import SamplingParams
 from trainers.models.presets import PRESETS
 from trainers.models.transformer import init_params
+from trainers.rollout.batch import Rollout
+from trainers.rollout.collect import collect_rollout
+from trainers.rollout.spec import RolloutSpec
 
 
 def hand_rollout():
     """2 prompts x G=2, completions of 3 tokens; sequence 1 has a token sampled by version 4."""
     return Rollout(
-        examples=[{"prompt": "a"}, {"prompt": "b"}], num_generations=2,
-        prompt_tokens=np.arange(8, dtype=np.int32).reshape(4, 2), prompt_valid=np.ones((4, 2), bool),
+        examples=[{"prompt": "a"}, {"prompt": "b"}],
+        num_generations=2,
+        prompt_tokens=np.arange(8, dtype=np.int32).reshape(4, 2),
+        prompt_valid=np.ones((4, 2), bool),
         completion_tokens=np.arange(12, dtype=np.int32).reshape(4, 3),
         completion_mask=np.array([[1, 1, 0], [1, 1, 1], [1, 0, 0], [1, 1, 1]], bool),
         sample_logprobs=-np.arange(12, dtype=np.float32).reshape(4, 3),
         token_versions=np.array([[5, 5, 0], [5, 4, 5], [5, 3, 3], [5, 5, 5]], np.int32),
-        completions=["w", "x", "y", "z"], rewards=np.array([1, 0, 0.5, 0.5], np.float32),
-        correct=np.array([True, False, False, False]), advantages=np.array([1, -1, 0, 0], np.float32),
+        completions=["w", "x", "y", "z"],
+        rewards=np.array([1, 0, 0.5, 0.5], np.float32),
+        correct=np.array([True, False, False, False]),
+        advantages=np.array([1, -1, 0, 0], np.float32),
         generate_s=3.0,
     )
 
@@ -37,7 +41,7 @@ def test_groups_cut_and_concatenated_back_are_the_rollout():
     first, second = r.group(0), r.group(1)
     assert first.examples == [{"prompt": "a"}] and first.completions == ["w", "x"]
     np.testing.assert_array_equal(second.completion_tokens, [[6, 7, 8], [9, 10, 11]])
-    assert first.generate_s == second.generate_s == 1.5   # an equal share of the call's time
+    assert first.generate_s == second.generate_s == 1.5  # an equal share of the call's time
     again = Rollout.concat([first, second])
     for field in dataclasses.fields(Rollout):
         a, b = getattr(again, field.name), getattr(r, field.name)
@@ -57,8 +61,18 @@ def test_versions_on_policy_and_token_age():
     np.testing.assert_array_equal(r.on_policy(5), [True, False, True, True])
     # valid tokens' versions: 5 5 | 5 4 5 | 5 | 5 5 5 -> ages at step 6: 1 1 1 2 1 1 1 1 1 (9 tokens)
     assert r.token_age_mean(6) == pytest.approx(10 / 9)
-    assert r.samples(1) == [{"prompt": "a", "completion": "w", "answer": None, "reward": 1.0,
-                             "advantage": 1.0, "correct": True, "group": 0, "generation": 0}]
+    assert r.samples(1) == [
+        {
+            "prompt": "a",
+            "completion": "w",
+            "answer": None,
+            "reward": 1.0,
+            "advantage": 1.0,
+            "correct": True,
+            "group": 0,
+            "generation": 0,
+        }
+    ]
 
 
 def test_a_step_generated_in_parts_equals_the_step_generated_at_once():
@@ -68,24 +82,46 @@ def test_a_step_generated_in_parts_equals_the_step_generated_at_once():
     tokenizer = get_tokenizer("char")
     task = TASKS["copy"]
     examples = [{"prompt": p, "answer": p} for p in ("ab", "abcdef", "b", "abc")]
-    spec = RolloutSpec(tokenizer=tokenizer, num_generations=2, rollout_micro_batch_sequences=2,
-                       sampling=SamplingParams(max_new_tokens=6, temperature=1.0, eos_id=tokenizer.eos_id,
-                                               pad_id=tokenizer.pad_id),
-                       max_prompt_tokens=16, reward_specs=tuple(task.default_rewards), advantage="grpo")
+    spec = RolloutSpec(
+        tokenizer=tokenizer,
+        num_generations=2,
+        rollout_micro_batch_sequences=2,
+        sampling=SamplingParams(max_new_tokens=6, temperature=1.0, eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id),
+        max_prompt_tokens=16,
+        reward_specs=tuple(task.default_rewards),
+        advantage="grpo",
+    )
     graphdef, params = init_params(PRESETS["tiny"], 0)
     key = jax.random.key(3)
     whole = collect_rollout(graphdef, lambda: (params, 7), examples, spec, key)
-    parts = [collect_rollout(graphdef, lambda: (params, 7), examples, spec, key, first_prompt=p, prompt_count=1)
-             for p in range(4)]
+    parts = [
+        collect_rollout(graphdef, lambda: (params, 7), examples, spec, key, first_prompt=p, prompt_count=1)
+        for p in range(4)
+    ]
     joined = Rollout.concat(parts)
     assert whole.prompt_tokens.shape[1] == max(len(e["prompt"]) for e in examples) + 1  # BOS + longest
-    for name in ("prompt_tokens", "prompt_valid", "completion_tokens", "completion_mask", "sample_logprobs",
-                 "token_versions", "rewards", "advantages"):
+    for name in (
+        "prompt_tokens",
+        "prompt_valid",
+        "completion_tokens",
+        "completion_mask",
+        "sample_logprobs",
+        "token_versions",
+        "rewards",
+        "advantages",
+    ):
         np.testing.assert_array_equal(getattr(joined, name), getattr(whole, name), err_msg=name)
     assert joined.completions == whole.completions and (whole.token_versions == 7).all()
     with pytest.raises(ValueError, match="multiple of the rollout micro-batch"):
-        collect_rollout(graphdef, lambda: (params, 7), examples, dataclasses.replace(spec, rollout_micro_batch_sequences=4),
-                        key, first_prompt=1, prompt_count=1)
+        collect_rollout(
+            graphdef,
+            lambda: (params, 7),
+            examples,
+            dataclasses.replace(spec, rollout_micro_batch_sequences=4),
+            key,
+            first_prompt=1,
+            prompt_count=1,
+        )
 
 
 def test_generation_figures_reach_the_step_metrics():
@@ -95,10 +131,17 @@ def test_generation_figures_reach_the_step_metrics():
     the groups joined back give the step's figures."""
     tokenizer = get_tokenizer("char")
     examples = [{"prompt": p, "answer": p} for p in ("ab", "abcdef", "b", "abc")]
-    spec = RolloutSpec(tokenizer=tokenizer, num_generations=2, rollout_micro_batch_sequences=4,
-                       sampling=SamplingParams(max_new_tokens=6, temperature=1.0, stop_at_eos=False,
-                                               eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id),
-                       max_prompt_tokens=16, reward_specs=tuple(TASKS["copy"].default_rewards), advantage="grpo")
+    spec = RolloutSpec(
+        tokenizer=tokenizer,
+        num_generations=2,
+        rollout_micro_batch_sequences=4,
+        sampling=SamplingParams(
+            max_new_tokens=6, temperature=1.0, stop_at_eos=False, eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id
+        ),
+        max_prompt_tokens=16,
+        reward_specs=tuple(TASKS["copy"].default_rewards),
+        advantage="grpo",
+    )
     graphdef, params = init_params(PRESETS["tiny"], 0)
     rollout = collect_rollout(graphdef, lambda: (params, 0), examples, spec, jax.random.key(0))
     assert rollout.generation["decode_tokens"] == 40 and rollout.generation["slot_steps"] == 40
@@ -107,7 +150,9 @@ def test_generation_figures_reach_the_step_metrics():
     assert 0 < metrics["generation/kv_pages_peak_fraction"] <= 1
     assert metrics["generation/tokens_per_s"] > 0 and metrics["timing/generation_decode_s"] > 0
     joined = Rollout.concat([rollout.group(j) for j in range(4)])
-    assert joined.generation["decode_tokens"] == 40 and joined.generation["pool_pages"] == rollout.generation["pool_pages"]
+    assert (
+        joined.generation["decode_tokens"] == 40 and joined.generation["pool_pages"] == rollout.generation["pool_pages"]
+    )
     from trainers.config.metric_names import is_metric_name
 
     assert all(is_metric_name(name) for name in metrics)

@@ -36,15 +36,17 @@ def test_scanned_layers_give_the_loops_logprobs_and_gradients(monkeypatch, remat
     prompt_tokens, prompt_valid, completion_tokens, completion_mask = _batch()
 
     def loss(params, group):
-        logprobs, entropy = transformer.completion_logprobs(graphdef, params, prompt_tokens, prompt_valid,
-                                                            completion_tokens, completion_mask, 1.0, group)
+        logprobs, entropy = transformer.completion_logprobs(
+            graphdef, params, prompt_tokens, prompt_valid, completion_tokens, completion_mask, 1.0, group
+        )
         return jnp.sum(logprobs) + 0.1 * jnp.sum(entropy), (logprobs, entropy)
 
     results = {}
     for scan in (False, True):
         monkeypatch.setattr(transformer, "SCAN_LAYERS", scan)
-        results[scan] = [jax.jit(jax.value_and_grad(loss, has_aux=True), static_argnums=1)(params, group)
-                         for group in (1, 3)]
+        results[scan] = [
+            jax.jit(jax.value_and_grad(loss, has_aux=True), static_argnums=1)(params, group) for group in (1, 3)
+        ]
     for group_index in range(2):
         (_, (loop_logprobs, loop_entropy)), loop_grads = results[False][group_index]
         (_, (scan_logprobs, scan_entropy)), scan_grads = results[True][group_index]

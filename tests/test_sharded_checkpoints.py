@@ -17,16 +17,21 @@ import optax
 import pytest
 
 from trainers.config import parse_config
-from trainers.loop.checkpoint import (Checkpointer, IncompatibleCheckpoint, abstract_like, describe_model_shapes,
-                                      restore_params_at, saved_shapes)
-from trainers.step.hooks import Action, Control, Hooks
+from trainers.loop.checkpoint import (
+    Checkpointer,
+    IncompatibleCheckpoint,
+    abstract_like,
+    describe_model_shapes,
+    restore_params_at,
+    saved_shapes,
+)
 from trainers.loop.trainer import GRPOTrainer
 from trainers.models.hf_weights import abstract_params
 from trainers.models.presets import PRESETS
 from trainers.models.transformer import init_params
 from trainers.parallel.mesh import make_mesh
 from trainers.parallel.rules import state_shardings
-
+from trainers.step.hooks import Action, Control, Hooks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -78,8 +83,9 @@ def test_a_checkpoint_written_on_fsdp4_restores_onto_another_mesh(written_on_fsd
     params, opt_state, meta = checkpointer.restore(1, params_like, opt_like)
     checkpointer.close()
     assert meta["step"] == 1
-    for restored, like, then in zip(_leaves(params) + _leaves(opt_state), _leaves(params_like) + _leaves(opt_like),
-                                    params_then + opt_then):
+    for restored, like, then in zip(
+        _leaves(params) + _leaves(opt_state), _leaves(params_like) + _leaves(opt_like), params_then + opt_then
+    ):
         assert restored.sharding == like.sharding
         np.testing.assert_array_equal(np.asarray(restored), then)
     if target == "fsdp2_tensor2":  # the q projection [64, 64]: fsdp 2 rows x tensor 2 columns per device
@@ -108,7 +114,6 @@ def test_a_fork_and_an_abstract_restore_take_the_target_placement(written_on_fsd
         np.testing.assert_array_equal(np.asarray(restored), then)
     # abstract_like keeps a placed leaf's sharding
     assert _leaves(abstract_like(like))[0].sharding == _leaves(like)[0].sharding
-
 
 
 def test_optimizer_state_of_another_optimizer_is_refused_naming_the_field(written_on_fsdp4):
@@ -155,11 +160,23 @@ def test_a_checkpoint_written_by_two_processes_restores_in_one(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu",
-           "PYTHONPATH": ROOT}
-    processes = [subprocess.Popen([sys.executable, str(script), str(i), str(port), str(directory)], env=env,
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                  start_new_session=True) for i in range(2)]
+    env = {
+        **os.environ,
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+        "JAX_PLATFORMS": "cpu",
+        "PYTHONPATH": ROOT,
+    }
+    processes = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(i), str(port), str(directory)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        for i in range(2)
+    ]
     try:
         outputs = [p.communicate(timeout=240)[0] for p in processes]
     finally:
@@ -176,11 +193,13 @@ def test_a_checkpoint_written_by_two_processes_restores_in_one(tmp_path):
     like = jax.tree.map(lambda x: x * 0, like)
     on_mesh = restore_params_at(str(directory / "1"), like)
     on_one = restore_params_at(str(directory / "1"), abstract_params(PRESETS["tiny"])[1])
-    for restored_mesh, target, restored_one, want in zip(_leaves(on_mesh), _leaves(like), _leaves(on_one),
-                                                        _leaves(params)):
+    for restored_mesh, target, restored_one, want in zip(
+        _leaves(on_mesh), _leaves(like), _leaves(on_one), _leaves(params)
+    ):
         assert restored_mesh.sharding == target.sharding
         np.testing.assert_array_equal(np.asarray(restored_mesh), np.asarray(want))
         np.testing.assert_array_equal(np.asarray(restored_one), np.asarray(want))
+
 
 # -- a run resumed on another mesh ---------------------------------------------------------------
 
@@ -241,8 +260,9 @@ def test_a_run_resumed_on_another_mesh_goes_on_exactly(tmp_path):
     assert moved.state.data_position == 3 * RUN["batch"]["prompts_per_step"]
     for step, metrics in [(1, first.metrics[1]), (2, first.metrics[2]), (3, second.metrics[3])]:
         for name in ("loss/policy", "loss/kl", "grad_norm"):
-            np.testing.assert_allclose(metrics[name], straight_record.metrics[step][name], rtol=0, atol=1e-5,
-                                       err_msg=f"step {step} {name}")
+            np.testing.assert_allclose(
+                metrics[name], straight_record.metrics[step][name], rtol=0, atol=1e-5, err_msg=f"step {step} {name}"
+            )
     for leaf, base in zip(_leaves(moved.state.params), _leaves(straight.state.params)):
         np.testing.assert_allclose(np.asarray(leaf), np.asarray(base), rtol=0, atol=1e-5)
     # the resumed weights live on the new mesh, split as its rules say
@@ -252,6 +272,7 @@ def test_a_run_resumed_on_another_mesh_goes_on_exactly(tmp_path):
 
 
 # -- a checkpoint of another model -------------------------------------------------------------
+
 
 def test_a_checkpoint_of_another_model_is_refused_naming_the_field(tmp_path):
     """A run directory (and a fork's init_checkpoint) holding a 'tiny' checkpoint, opened with
@@ -265,7 +286,8 @@ def test_a_checkpoint_of_another_model_is_refused_naming_the_field(tmp_path):
     with open(os.path.join(step_dir, "meta", "metadata")) as f:
         assert json.load(f)["model"] == {"path": None, "preset": "tiny"}
     assert describe_model_shapes(saved_shapes(os.path.join(step_dir, "params"))) == (
-        "2 layers, hidden size 64, vocabulary 128, MLP width 256")
+        "2 layers, hidden size 64, vocabulary 128, MLP width 256"
+    )
 
     small = parse_config({**tiny, "model": {"preset": "small"}, "train": {"max_steps": 2}})
     resumed = _Record()
@@ -287,6 +309,7 @@ def test_a_checkpoint_of_another_model_is_refused_naming_the_field(tmp_path):
 
 
 # -- export, file by file ------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def sharded_run(tmp_path_factory):
@@ -327,8 +350,11 @@ def test_export_groups_tensors_into_bounded_files():
     assert [[t.nbytes for t in g] for g in groups] == [[30, 50, 20], [120], [10, 10]]
     assert [[t.nbytes for t in g] for g in group_into_files(tensors, 1000)] == [sizes]
     assert file_names(1) == ["model.safetensors"]
-    assert file_names(3) == ["model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors",
-                             "model-00003-of-00003.safetensors"]
+    assert file_names(3) == [
+        "model-00001-of-00003.safetensors",
+        "model-00002-of-00003.safetensors",
+        "model-00003-of-00003.safetensors",
+    ]
 
 
 def test_export_writes_bounded_shards_with_an_index_that_load_back(sharded_run, tmp_path, monkeypatch):

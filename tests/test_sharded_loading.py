@@ -32,13 +32,13 @@ MESHES = {"fsdp4_tensor2": {"fsdp": 4, "tensor": 2}, "fsdp8": {"fsdp": 8}}
 # `embed` (hidden, 64) over fsdp and heads / kv_heads / mlp / vocab over tensor; norms whole.
 SHARD_SHAPES = {
     "fsdp4_tensor2": {
-        ("embed",): (96 // 2, 64 // 4),                                  # [vocab, embed]
-        ("lm_head",): (64 // 4, 96 // 2),                                # [embed, vocab]
-        ("blocks", 0, "attn", "q_proj", "kernel"): (64 // 4, 64 // 2),   # [embed, heads 4 x 16]
-        ("blocks", 0, "attn", "k_proj", "kernel"): (64 // 4, 32 // 2),   # [embed, kv heads 2 x 16]
-        ("blocks", 1, "attn", "o_proj", "kernel"): (64 // 2, 64 // 4),   # [heads, embed]
+        ("embed",): (96 // 2, 64 // 4),  # [vocab, embed]
+        ("lm_head",): (64 // 4, 96 // 2),  # [embed, vocab]
+        ("blocks", 0, "attn", "q_proj", "kernel"): (64 // 4, 64 // 2),  # [embed, heads 4 x 16]
+        ("blocks", 0, "attn", "k_proj", "kernel"): (64 // 4, 32 // 2),  # [embed, kv heads 2 x 16]
+        ("blocks", 1, "attn", "o_proj", "kernel"): (64 // 2, 64 // 4),  # [heads, embed]
         ("blocks", 1, "mlp", "down_proj", "kernel"): (128 // 2, 64 // 4),  # [mlp, embed]
-        ("blocks", 0, "attn", "q_proj", "bias"): (64 // 2,),             # [heads]
+        ("blocks", 0, "attn", "q_proj", "bias"): (64 // 2,),  # [heads]
         ("blocks", 0, "attn_norm", "scale"): (64,),
         ("final_norm", "scale"): (64,),
     },
@@ -64,36 +64,59 @@ def _hf_tensors(seed: int = 0) -> dict[str, np.ndarray]:
         return (0.3 * rng.standard_normal(shape)).astype(np.float32)
 
     q_out, kv_out = HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM
-    tensors = {"model.embed_tokens.weight": normal(VOCAB, HIDDEN), "lm_head.weight": normal(VOCAB, HIDDEN),
-               "model.norm.weight": 1 + normal(HIDDEN)}
+    tensors = {
+        "model.embed_tokens.weight": normal(VOCAB, HIDDEN),
+        "lm_head.weight": normal(VOCAB, HIDDEN),
+        "model.norm.weight": 1 + normal(HIDDEN),
+    }
     for i in range(LAYERS):
         p = f"model.layers.{i}."
-        tensors.update({
-            p + "input_layernorm.weight": 1 + normal(HIDDEN),
-            p + "post_attention_layernorm.weight": 1 + normal(HIDDEN),
-            p + "self_attn.q_proj.weight": normal(q_out, HIDDEN), p + "self_attn.q_proj.bias": normal(q_out),
-            p + "self_attn.k_proj.weight": normal(kv_out, HIDDEN), p + "self_attn.k_proj.bias": normal(kv_out),
-            p + "self_attn.v_proj.weight": normal(kv_out, HIDDEN), p + "self_attn.v_proj.bias": normal(kv_out),
-            p + "self_attn.o_proj.weight": normal(HIDDEN, q_out),
-            p + "mlp.gate_proj.weight": normal(MLP, HIDDEN),
-            p + "mlp.up_proj.weight": normal(MLP, HIDDEN),
-            p + "mlp.down_proj.weight": normal(HIDDEN, MLP),
-        })
+        tensors.update(
+            {
+                p + "input_layernorm.weight": 1 + normal(HIDDEN),
+                p + "post_attention_layernorm.weight": 1 + normal(HIDDEN),
+                p + "self_attn.q_proj.weight": normal(q_out, HIDDEN),
+                p + "self_attn.q_proj.bias": normal(q_out),
+                p + "self_attn.k_proj.weight": normal(kv_out, HIDDEN),
+                p + "self_attn.k_proj.bias": normal(kv_out),
+                p + "self_attn.v_proj.weight": normal(kv_out, HIDDEN),
+                p + "self_attn.v_proj.bias": normal(kv_out),
+                p + "self_attn.o_proj.weight": normal(HIDDEN, q_out),
+                p + "mlp.gate_proj.weight": normal(MLP, HIDDEN),
+                p + "mlp.up_proj.weight": normal(MLP, HIDDEN),
+                p + "mlp.down_proj.weight": normal(HIDDEN, MLP),
+            }
+        )
     return tensors
 
 
 def write_folder(folder, tensors: dict[str, np.ndarray], dtype=np.float32):
     """config.json and the tensors (cast to `dtype`) in two safetensors files with an index."""
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps({
-        "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "vocab_size": VOCAB, "hidden_size": HIDDEN,
-        "intermediate_size": MLP, "num_hidden_layers": LAYERS, "num_attention_heads": HEADS,
-        "num_key_value_heads": KV_HEADS, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
-        "max_position_embeddings": 256, "tie_word_embeddings": False, "hidden_act": "silu",
-    }))
+    (folder / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["Qwen2ForCausalLM"],
+                "model_type": "qwen2",
+                "vocab_size": VOCAB,
+                "hidden_size": HIDDEN,
+                "intermediate_size": MLP,
+                "num_hidden_layers": LAYERS,
+                "num_attention_heads": HEADS,
+                "num_key_value_heads": KV_HEADS,
+                "rms_norm_eps": 1e-6,
+                "rope_theta": 1000000.0,
+                "max_position_embeddings": 256,
+                "tie_word_embeddings": False,
+                "hidden_act": "silu",
+            }
+        )
+    )
     names = sorted(tensors)
-    files = {"model-00001-of-00002.safetensors": names[: len(names) // 2],
-             "model-00002-of-00002.safetensors": names[len(names) // 2:]}
+    files = {
+        "model-00001-of-00002.safetensors": names[: len(names) // 2],
+        "model-00002-of-00002.safetensors": names[len(names) // 2 :],
+    }
     for file_name, file_names in files.items():
         save_file({n: tensors[n].astype(dtype) for n in file_names}, str(folder / file_name), metadata={"format": "pt"})
     weight_map = {n: file_name for file_name, file_names in files.items() for n in file_names}
@@ -116,8 +139,12 @@ def _shardings(cfg, mesh):
 
 def _leaves(params) -> dict[tuple, jax.Array]:
     """{(path keys...): array} of a params tree."""
-    return {tuple(getattr(k, "key", getattr(k, "name", None)) for k in path if not (getattr(k, "name", None) == "value")):
-            leaf for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]}
+    return {
+        tuple(
+            getattr(k, "key", getattr(k, "name", None)) for k in path if not (getattr(k, "name", None) == "value")
+        ): leaf
+        for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]
+    }
 
 
 class ReadSpy:
@@ -203,8 +230,9 @@ def test_bfloat16_files_load_sharded_as_float32(tmp_path):
     tensors = _hf_tensors(seed=1)
     bf16_folder = write_folder(tmp_path / "bf16", tensors, dtype=ml_dtypes.bfloat16)
     cfg = read_model_config(str(bf16_folder))
-    _, sharded = load_pretrained(str(bf16_folder), cfg, progress=False,
-                                 shardings=_shardings(cfg, _mesh(MESHES["fsdp4_tensor2"])))
+    _, sharded = load_pretrained(
+        str(bf16_folder), cfg, progress=False, shardings=_shardings(cfg, _mesh(MESHES["fsdp4_tensor2"]))
+    )
     _, whole = load_pretrained(str(bf16_folder), cfg, progress=False)
     leaves = _leaves(sharded)
     # the bfloat16 values exactly, as float32, in our [in, out] layout
@@ -238,9 +266,11 @@ def test_bad_folders_give_the_same_errors_sharded(tmp_path, broken):
     with pytest.raises(ModelFolderError) as sharded_error:
         load_pretrained(str(bad), cfg, progress=False, shardings=_shardings(cfg, _mesh(MESHES["fsdp8"])))
     assert str(sharded_error.value) == str(unsharded_error.value)
-    expected = {"missing": "missing tensors model.layers.1.mlp.up_proj.weight",
-                "unexpected": "unexpected tensor 'model.layers.0.self_attn.o_proj.bias'",
-                "wrong_shape": "tensor 'model.layers.0.self_attn.k_proj.weight' has shape (32, 65), expected (32, 64)"}
+    expected = {
+        "missing": "missing tensors model.layers.1.mlp.up_proj.weight",
+        "unexpected": "unexpected tensor 'model.layers.0.self_attn.o_proj.bias'",
+        "wrong_shape": "tensor 'model.layers.0.self_attn.k_proj.weight' has shape (32, 65), expected (32, 64)",
+    }
     assert expected[broken] in str(sharded_error.value)
 
 
@@ -270,12 +300,18 @@ def test_trainer_on_a_mesh_loads_the_folder_into_its_shards(tmp_path, monkeypatc
     from trainers.loop.trainer import GRPOTrainer
 
     model_dir = write_tiny_model(tmp_path / "model")
-    config = parse_config({
-        "model": {"path": str(model_dir)}, "mesh": {"fsdp": 8},
-        "data": {"task": "arithmetic_words", "train_prompts": 16, "eval_prompts": 0, "max_prompt_tokens": 256},
-        "rollout": {"max_new_tokens": 8}, "batch": {"prompts_per_step": 4, "train_micro_batch_sequences": 8},
-        "grpo": {"num_generations": 2}, "train": {"max_steps": 1}, "checkpoint": {"every_steps": 0},
-    })
+    config = parse_config(
+        {
+            "model": {"path": str(model_dir)},
+            "mesh": {"fsdp": 8},
+            "data": {"task": "arithmetic_words", "train_prompts": 16, "eval_prompts": 0, "max_prompt_tokens": 256},
+            "rollout": {"max_new_tokens": 8},
+            "batch": {"prompts_per_step": 4, "train_micro_batch_sequences": 8},
+            "grpo": {"num_generations": 2},
+            "train": {"max_steps": 1},
+            "checkpoint": {"every_steps": 0},
+        }
+    )
     spy = ReadSpy(monkeypatch)
     trainer = GRPOTrainer(config, str(tmp_path / "run"))
     assert spy.whole == [] and spy.blocks

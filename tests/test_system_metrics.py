@@ -53,21 +53,24 @@ class FakeNvml:
 
 
 def sampler(devices, nvml=None, clock=lambda: 0.0, every_s=10.0):
-    return sm.SystemMetricsSampler(every_s, psutil_module=FakePsutil(), process=FakeProcess(), devices=lambda: devices,
-                                   nvml=nvml, clock=clock)
+    return sm.SystemMetricsSampler(
+        every_s, psutil_module=FakePsutil(), process=FakeProcess(), devices=lambda: devices, nvml=nvml, clock=clock
+    )
 
 
 def test_host_and_device_metrics_with_hand_values():
-    devices = [FakeDevice({"bytes_in_use": 3 * GIB, "peak_bytes_in_use": 5 * GIB}),
-               FakeDevice({"bytes_in_use": 1 * GIB, "peak_bytes_in_use": 2 * GIB})]
+    devices = [
+        FakeDevice({"bytes_in_use": 3 * GIB, "peak_bytes_in_use": 5 * GIB}),
+        FakeDevice({"bytes_in_use": 1 * GIB, "peak_bytes_in_use": 2 * GIB}),
+    ]
     metrics = sampler(devices, nvml=(FakeNvml({0: 80, 1: 40, 2: 0}), [0, 1])).sample()
     assert metrics == {
         "system/cpu_percent": 37.5,
-        "system/host_memory_used_bytes": float(6 * GIB),     # total 16 - available 10
+        "system/host_memory_used_bytes": float(6 * GIB),  # total 16 - available 10
         "system/process_rss_bytes": float(512 * 1024**2),
-        "system/device_memory_bytes": float(4 * GIB),        # 3 + 1, summed over local devices
-        "system/device_memory_peak_bytes": float(7 * GIB),   # 5 + 2
-        "system/gpu_utilization": 60.0,                      # mean of GPUs 0 and 1
+        "system/device_memory_bytes": float(4 * GIB),  # 3 + 1, summed over local devices
+        "system/device_memory_peak_bytes": float(7 * GIB),  # 5 + 2
+        "system/gpu_utilization": 60.0,  # mean of GPUs 0 and 1
     }
     assert set(metrics) == set(SYSTEM_METRICS) and set(SYSTEM_METRICS) <= set(METRIC_NAMES)
 
@@ -99,21 +102,28 @@ def test_visible_gpu_indexes():
 def test_period_and_at_most_once_per_step():
     now = [0.0]
     s = sampler([], clock=lambda: now[0], every_s=10.0)
-    assert s.maybe_sample(1)                 # the first step is sampled
+    assert s.maybe_sample(1)  # the first step is sampled
     now[0] = 4.0
-    assert s.maybe_sample(2) == {}           # 4 s later: not due
+    assert s.maybe_sample(2) == {}  # 4 s later: not due
     now[0] = 10.0
-    assert s.maybe_sample(3)                 # 10 s after the first sample
-    assert s.maybe_sample(3) == {}           # never twice for one step
+    assert s.maybe_sample(3)  # 10 s after the first sample
+    assert s.maybe_sample(3) == {}  # never twice for one step
     every_step = sampler([], every_s=0.0)
     assert all(every_step.maybe_sample(step) for step in (1, 2, 3))
     assert every_step.maybe_sample(3) == {}
 
 
 def test_a_run_reports_system_metrics_in_metrics_jsonl(tmp_path):
-    raw = {"seed": 0, "model": {"preset": "tiny"}, "data": {"task": "arithmetic", "train_prompts": 8, "eval_prompts": 0},
-           "rollout": {"max_new_tokens": 4}, "batch": {"prompts_per_step": 2}, "grpo": {"num_generations": 2},
-           "train": {"max_steps": 3, "system_metrics_every_s": 0}, "checkpoint": {"every_steps": 0}}
+    raw = {
+        "seed": 0,
+        "model": {"preset": "tiny"},
+        "data": {"task": "arithmetic", "train_prompts": 8, "eval_prompts": 0},
+        "rollout": {"max_new_tokens": 4},
+        "batch": {"prompts_per_step": 2},
+        "grpo": {"num_generations": 2},
+        "train": {"max_steps": 3, "system_metrics_every_s": 0},
+        "checkpoint": {"every_steps": 0},
+    }
     run_dir = tmp_path / "run"
     train(parse_config(raw), str(run_dir), RunFilesHooks(str(run_dir)))
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

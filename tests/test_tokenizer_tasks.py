@@ -80,7 +80,9 @@ def test_every_answer_is_correct(name):
     task = tasks.TASKS[name]
     for example in task.make_examples(11, 300):
         assert isinstance(example["prompt"], str)
-        if not name.startswith(("arithmetic_words", "guess_number")):  # the toy tasks' prompts end where the answer starts
+        if not name.startswith(
+            ("arithmetic_words", "guess_number")
+        ):  # the toy tasks' prompts end where the answer starts
             assert example["prompt"].endswith("=")
         assert rewards.is_correct(example["answer"], example)
         total, _ = rewards.score([example["answer"]], [example], task.default_rewards)
@@ -111,9 +113,7 @@ def test_task_examples_by_hand():
     arithmetic = tasks.TASKS["arithmetic"].make_examples(0, 300)
     for example in arithmetic:
         a_text, op, b_text = (
-            example["prompt"][:-1].partition("+")
-            if "+" in example["prompt"]
-            else example["prompt"][:-1].partition("-")
+            example["prompt"][:-1].partition("+") if "+" in example["prompt"] else example["prompt"][:-1].partition("-")
         )
         a, b = int(a_text), int(b_text)
         assert 0 <= a <= 99 and 0 <= b <= 99

@@ -25,7 +25,9 @@ def _batch(n_sequences=8, prompt_tokens=5, completion_tokens=6, seed=0):
     return {
         "prompt_tokens": np.where(prompt_valid, rng.integers(4, 100, (n_sequences, prompt_tokens)), 0).astype(np.int32),
         "prompt_valid": prompt_valid,
-        "completion_tokens": np.where(completion_mask, rng.integers(4, 100, (n_sequences, completion_tokens)), 0).astype(np.int32),
+        "completion_tokens": np.where(
+            completion_mask, rng.integers(4, 100, (n_sequences, completion_tokens)), 0
+        ).astype(np.int32),
         "completion_mask": completion_mask,
         "advantages": rng.normal(size=n_sequences).astype(np.float32),
     }
@@ -33,7 +35,7 @@ def _batch(n_sequences=8, prompt_tokens=5, completion_tokens=6, seed=0):
 
 def _stack(batch, micro):
     n = len(batch["advantages"])
-    return {k: np.stack([v[i:i + micro] for i in range(0, n, micro)]) for k, v in batch.items()}
+    return {k: np.stack([v[i : i + micro] for i in range(0, n, micro)]) for k, v in batch.items()}
 
 
 @pytest.mark.parametrize("aggregation", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"])
@@ -48,8 +50,18 @@ def test_micro_batches_of_two_match_the_full_batch(aggregation):
     batch = _batch()
     logprob_fn = make_logprob_fn(graphdef, 1.0)
     # old log-probs from slightly different params, reference = the initial params
-    batch["old_logprobs"] = np.asarray(logprob_fn(params, batch["prompt_tokens"], batch["prompt_valid"],
-                                                  batch["completion_tokens"], batch["completion_mask"])) + 0.05
+    batch["old_logprobs"] = (
+        np.asarray(
+            logprob_fn(
+                params,
+                batch["prompt_tokens"],
+                batch["prompt_valid"],
+                batch["completion_tokens"],
+                batch["completion_mask"],
+            )
+        )
+        + 0.05
+    )
     batch["ref_logprobs"] = batch["old_logprobs"] - 0.1
     batch["weights"] = token_weights(batch["completion_mask"], aggregation)
     batch["metric_weights"] = token_weights(batch["completion_mask"], "token-mean")
@@ -59,8 +71,10 @@ def test_micro_batches_of_two_match_the_full_batch(aggregation):
     full_params, _, full_metrics = update(copy(params), optimizer.init(params), _stack(batch, 8))
     micro_params, _, micro_metrics = update(copy(params), optimizer.init(params), _stack(batch, 2))
 
-    moved = max(float(np.abs(np.asarray(a) - np.asarray(b)).max())
-                for a, b in zip(jax.tree.leaves(full_params), jax.tree.leaves(params)))
+    moved = max(
+        float(np.abs(np.asarray(a) - np.asarray(b)).max())
+        for a, b in zip(jax.tree.leaves(full_params), jax.tree.leaves(params))
+    )
     assert moved > 1e-3  # the update did something
     for a, b in zip(jax.tree.leaves(full_params), jax.tree.leaves(micro_params)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5, rtol=0)
@@ -100,8 +114,11 @@ def test_importance_weights_inside_the_update_match_a_separate_pass(level, mode)
     optimizer = make_optimizer(opt, make_schedule(opt, 1, 10))
     is_cfg = ImportanceConfig(level=level, mode=mode, max_weight=1.5, min_weight=0.5 if mode == "mask" else 0.0)
     batch = _batch()
-    old = np.asarray(make_logprob_fn(graphdef, 1.0)(params, batch["prompt_tokens"], batch["prompt_valid"],
-                                                    batch["completion_tokens"], batch["completion_mask"]))
+    old = np.asarray(
+        make_logprob_fn(graphdef, 1.0)(
+            params, batch["prompt_tokens"], batch["prompt_valid"], batch["completion_tokens"], batch["completion_mask"]
+        )
+    )
     # log(pi_old / pi_gen) = +0.6 on every third token (weight 1.82: over the 1.5 bound), -0.2 elsewhere
     rows, cols = np.indices(old.shape)
     gen = np.where(batch["completion_mask"], old - np.where((rows + cols) % 3 == 0, 0.6, -0.2), 0.0).astype(np.float32)
@@ -109,8 +126,9 @@ def test_importance_weights_inside_the_update_match_a_separate_pass(level, mode)
     batch["weights"] = token_weights(batch["completion_mask"], "token-mean")
     batch["metric_weights"] = batch["weights"]
 
-    host_w, host_metrics = importance_weights(old, np.where(on_policy[:, None], old, gen), batch["completion_mask"],
-                                              is_cfg)
+    host_w, host_metrics = importance_weights(
+        old, np.where(on_policy[:, None], old, gen), batch["completion_mask"], is_cfg
+    )
     assert 0 < float(host_metrics["is/truncated_fraction"]) < 1  # the truncation really acts
     separate = dict(batch, weights=batch["weights"] * np.asarray(host_w))
     copy = lambda tree: jax.tree.map(lambda x: x.copy(), tree)  # noqa: E731 (updates donate their inputs)
@@ -144,12 +162,15 @@ def test_importance_weights_inside_the_update_with_a_separate_pi_old_pass():
     optimizer = make_optimizer(opt, make_schedule(opt, 1, 10))
     batch = _batch()
     mask = batch["completion_mask"]
-    current = np.asarray(make_logprob_fn(graphdef, 1.0)(params, batch["prompt_tokens"], batch["prompt_valid"],
-                                                        batch["completion_tokens"], mask))
+    current = np.asarray(
+        make_logprob_fn(graphdef, 1.0)(
+            params, batch["prompt_tokens"], batch["prompt_valid"], batch["completion_tokens"], mask
+        )
+    )
     batch["old_logprobs"] = np.where(mask, current + 0.05, 0.0).astype(np.float32)
     batch["ref_logprobs"] = batch["old_logprobs"] - 0.1
     rows, cols = np.indices(mask.shape)
-    pattern = (rows + cols) % 3                                   # 0: log 2, 1: 0, 2: -log 2
+    pattern = (rows + cols) % 3  # 0: log 2, 1: 0, 2: -log 2
     gen = batch["old_logprobs"] - np.choose(pattern, [log2, 0.0, -log2]).astype(np.float32)
     on_policy = rows[:, 0] % 4 == 0
     batch["weights"] = token_weights(mask, "token-mean")
@@ -159,16 +180,25 @@ def test_importance_weights_inside_the_update_with_a_separate_pi_old_pass():
     untruncated = np.where(on_policy[:, None], 1.0, np.choose(pattern, [2.0, 1.0, 0.5]))
     truncated = mask & ~on_policy[:, None] & (pattern == 0)
     assert truncated.any() and (mask & on_policy[:, None]).any()
-    hand_metrics = {"is/weight_mean": float(untruncated[mask].mean()), "is/weight_max": 2.0,
-                    "is/truncated_fraction": float(truncated.sum() / mask.sum())}
+    hand_metrics = {
+        "is/weight_mean": float(untruncated[mask].mean()),
+        "is/weight_max": 2.0,
+        "is/truncated_fraction": float(truncated.sum() / mask.sum()),
+    }
 
     copy = lambda tree: jax.tree.map(lambda x: x.copy(), tree)  # noqa: E731 (updates donate their inputs)
     plain = make_update_fn(graphdef, optimizer, loss_cfg, 1.0, use_old_logprobs=True)
     reference = dict(batch, weights=(batch["weights"] * hand).astype(np.float32))
     expected_params, _, expected_metrics = plain(copy(params), optimizer.init(params), _stack(reference, 8))
 
-    in_update = make_update_fn(graphdef, optimizer, loss_cfg, 1.0, use_old_logprobs=True,
-                               importance=ImportanceConfig(level="token", mode="clamp", max_weight=1.5))
+    in_update = make_update_fn(
+        graphdef,
+        optimizer,
+        loss_cfg,
+        1.0,
+        use_old_logprobs=True,
+        importance=ImportanceConfig(level="token", mode="clamp", max_weight=1.5),
+    )
     for micro in (8, 2):
         fused = dict(batch, gen_logprobs=gen, on_policy=on_policy)
         got_params, _, got_metrics = in_update(copy(params), optimizer.init(params), _stack(fused, micro))

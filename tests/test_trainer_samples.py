@@ -3,15 +3,20 @@ place in the step) and generation (its place among the prompt's G completions), 
 samples with "kind": "eval" at the step evaluated."""
 
 from trainers.config import parse_config
-from trainers.step.hooks import Hooks
 from trainers.loop.trainer import train
+from trainers.step.hooks import Hooks
 
 RAW = {
     "seed": 5,
     "model": {"preset": "tiny"},
     "data": {"task": "arithmetic", "train_prompts": 8, "eval_prompts": 3},
-    "batch": {"prompts_per_step": 2, "mini_batch_prompts": 2, "train_micro_batch_sequences": 6,
-              "rollout_micro_batch_sequences": 6, "logprob_micro_batch_sequences": 6},
+    "batch": {
+        "prompts_per_step": 2,
+        "mini_batch_prompts": 2,
+        "train_micro_batch_sequences": 6,
+        "rollout_micro_batch_sequences": 6,
+        "logprob_micro_batch_sequences": 6,
+    },
     "grpo": {"num_generations": 3},
     "train": {"max_steps": 2, "samples_per_step": 5},
     "eval": {"every_steps": 2},
@@ -38,7 +43,10 @@ def test_samples_carry_group_generation_and_eval_kind(tmp_path):
         assert [(s["group"], s["generation"]) for s in samples] == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1)]
         assert samples[0]["prompt"] == samples[2]["prompt"] != samples[3]["prompt"]
     assert [step for step, _ in evaluated] == [2]
-    (_, eval_samples), = evaluated
+    ((_, eval_samples),) = evaluated
     # one completion per eval prompt (G = 1): 3 prompts, each its own group
-    assert [(s["kind"], s["group"], s["generation"]) for s in eval_samples] == [("eval", 0, 0), ("eval", 1, 0),
-                                                                                ("eval", 2, 0)]
+    assert [(s["kind"], s["group"], s["generation"]) for s in eval_samples] == [
+        ("eval", 0, 0),
+        ("eval", 1, 0),
+        ("eval", 2, 0),
+    ]

@@ -109,6 +109,6 @@ def test_metrics_are_fetched_once_after_every_update(tmp_path, monkeypatch):
     assert updates > 1
     first_update = events.index("update")
     # the log-prob passes' fetches come before the first update, the metrics' after the last one
-    assert events[first_update:first_update + updates] == ["update"] * updates
-    assert set(events[first_update + updates:]) == {"fetch"}
+    assert events[first_update : first_update + updates] == ["update"] * updates
+    assert set(events[first_update + updates :]) == {"fetch"}
     assert all(isinstance(v, float) for v in metrics.values())

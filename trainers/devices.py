@@ -45,7 +45,7 @@ class Found:
 
 @functools.lru_cache(maxsize=1)
 def host_accelerator() -> str | None:
-    """"gpu" when the machine has an NVIDIA GPU (NVML counts one, or /dev/nvidia0 exists), "tpu" when
+    """ "gpu" when the machine has an NVIDIA GPU (NVML counts one, or /dev/nvidia0 exists), "tpu" when
     it has a TPU (/dev/accel0, a TPU VM's chip), else None. Without JAX; once per process."""
     if os.path.exists("/dev/accel0"):
         return "tpu"
@@ -65,14 +65,16 @@ def host_accelerator() -> str | None:
 
 
 def gib(size_bytes: int) -> str:
-    return f"{size_bytes / 1024 ** 3:.1f} GiB"
+    return f"{size_bytes / 1024**3:.1f} GiB"
 
 
 def describe(found: Found) -> list[str]:
     """The lines `python -m trainers devices` prints for `found`: versions, backend, one line per
     device, the host, then what to do when JAX runs on the CPU of a machine with an accelerator."""
-    lines = [f"JAX {found.jax_version} (jaxlib {found.jaxlib_version}), backend: {found.backend}",
-             f"devices: {len(found.devices)}"]
+    lines = [
+        f"JAX {found.jax_version} (jaxlib {found.jaxlib_version}), backend: {found.backend}",
+        f"devices: {len(found.devices)}",
+    ]
     for d in found.devices:
         memory = gib(d.memory_bytes) if d.memory_bytes else "host memory"
         name = d.platform if d.kind.lower() == d.platform else f"{d.platform} {d.kind}"
@@ -80,9 +82,11 @@ def describe(found: Found) -> list[str]:
     lines.append(f"host: {found.host_cpus} CPUs, {gib(found.host_memory_bytes)}")
     missed = found.host_accelerator
     if found.backend == "cpu" and missed is not None:
-        lines.append(f"this machine has a {missed.upper()} but JAX runs on the CPU: its jaxlib is the CPU build. "
-                     f"Run {SETUP_COMMAND[missed]} to install the {missed.upper()} build of the same JAX, "
-                     f"then run this again.")
+        lines.append(
+            f"this machine has a {missed.upper()} but JAX runs on the CPU: its jaxlib is the CPU build. "
+            f"Run {SETUP_COMMAND[missed]} to install the {missed.upper()} build of the same JAX, "
+            f"then run this again."
+        )
     elif found.backend == "cpu":
         lines.append("no accelerator: training runs on the CPU (the demos' step times are a CPU's)")
     return lines
@@ -101,6 +105,12 @@ def probe() -> Found:
         except Exception:  # noqa: BLE001 - a backend without memory statistics
             stats = {}
         devices.append(Device(device.id, device.platform, device.device_kind, stats.get("bytes_limit")))
-    return Found(jax_version=jax.__version__, jaxlib_version=jaxlib.__version__, backend=jax.default_backend(),
-                 devices=tuple(devices), host_memory_bytes=os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
-                 host_cpus=os.cpu_count() or 1, host_accelerator=host_accelerator())
+    return Found(
+        jax_version=jax.__version__,
+        jaxlib_version=jaxlib.__version__,
+        backend=jax.default_backend(),
+        devices=tuple(devices),
+        host_memory_bytes=os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
+        host_cpus=os.cpu_count() or 1,
+        host_accelerator=host_accelerator(),
+    )

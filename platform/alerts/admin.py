@@ -13,8 +13,11 @@ from alerts.models import AlertDelivery, AlertEvent, AlertRule, DeliveryStatus, 
 class AlertRuleAdminForm(forms.ModelForm):
     events = forms.MultipleChoiceField(choices=AlertEvent.choices, widget=forms.CheckboxSelectMultiple)
     new_target = forms.CharField(
-        required=False, max_length=500, label="Target",
-        help_text="An e-mail address or a webhook URL. Leave empty to keep the current one (shown masked above).")
+        required=False,
+        max_length=500,
+        label="Target",
+        help_text="An e-mail address or a webhook URL. Leave empty to keep the current one (shown masked above).",
+    )
 
     class Meta:
         model = AlertRule
@@ -26,9 +29,15 @@ class AlertRuleAdminForm(forms.ModelForm):
         if not target:
             self.add_error("new_target", "required")
             return data
-        for field, message in rule_errors(data.get("events") or [], data.get("channel"), target,
-                                          data.get("metric_name", ""), data.get("comparison", ""),
-                                          data.get("threshold"), data.get("min_interval_s")).items():
+        for field, message in rule_errors(
+            data.get("events") or [],
+            data.get("channel"),
+            target,
+            data.get("metric_name", ""),
+            data.get("comparison", ""),
+            data.get("threshold"),
+            data.get("min_interval_s"),
+        ).items():
             self.add_error("new_target" if field == "target" else (field if field in self.fields else None), message)
         self.instance.target = target
         return data
@@ -37,8 +46,18 @@ class AlertRuleAdminForm(forms.ModelForm):
 @admin.register(AlertRule)
 class AlertRuleAdmin(admin.ModelAdmin):
     form = AlertRuleAdminForm
-    list_display = ["id", "name", "owner", "experiment", "events_text", "channel", "shown_target", "enabled",
-                    "min_interval_s", "created_at"]
+    list_display = [
+        "id",
+        "name",
+        "owner",
+        "experiment",
+        "events_text",
+        "channel",
+        "shown_target",
+        "enabled",
+        "min_interval_s",
+        "created_at",
+    ]
     list_filter = ["enabled", "channel"]
     search_fields = ["name", "owner__username", "experiment__name"]
     readonly_fields = ["shown_target", "created_at"]
@@ -70,5 +89,6 @@ class AlertDeliveryAdmin(admin.ModelAdmin):
     @admin.action(description="Send again (failed or rate-limited deliveries become pending)")
     def send_again(self, request, queryset):
         n = queryset.filter(status__in=[DeliveryStatus.FAILED, DeliveryStatus.RATE_LIMITED]).update(
-            status=DeliveryStatus.PENDING, attempts=0, next_attempt_at=None)
+            status=DeliveryStatus.PENDING, attempts=0, next_attempt_at=None
+        )
         messages.success(request, f"{n} deliveries are pending again; the scheduler sends them within seconds.")

@@ -105,15 +105,22 @@ def record_metric_crossings() -> int:
             newest = points.order_by("-step").values("step", "value").first()
             if newest is None or not condition.holds(newest["value"]):
                 continue
-            last = (AlertDelivery.objects.filter(rule=rule, run=run, event=AlertEvent.METRIC)
-                    .order_by("-created_at", "-id").values_list("key", flat=True).first())
+            last = (
+                AlertDelivery.objects.filter(rule=rule, run=run, event=AlertEvent.METRIC)
+                .order_by("-created_at", "-id")
+                .values_list("key", flat=True)
+                .first()
+            )
             fell_back = False
             if last is not None:
                 last_step = int(last.split(":")[1])
                 if last_step >= newest["step"]:
                     continue
-                fell_back = points.filter(step__gt=last_step, step__lte=newest["step"]).exclude(
-                    _comparison_q(condition)).exists()
+                fell_back = (
+                    points.filter(step__gt=last_step, step__lte=newest["step"])
+                    .exclude(_comparison_q(condition))
+                    .exists()
+                )
             if rules.new_crossing(condition, newest["value"], last is not None, fell_back):
                 message = rules.metric_message(_title(run), condition, newest["value"], newest["step"], run_url(run))
                 recorded += record(rule, run, AlertEvent.METRIC, f"metric:{newest['step']}", message) is not None
@@ -123,9 +130,14 @@ def record_metric_crossings() -> int:
 def _claim(delivery: AlertDelivery, now: dt.datetime) -> bool:
     """Compare-and-set: this process tries the delivery now (attempts + 1, leased for CLAIM_S)."""
     lease = now + dt.timedelta(seconds=settings.PLATFORM_ALERT_CLAIM_S)
-    won = AlertDelivery.objects.filter(
-        pk=delivery.pk, status=DeliveryStatus.PENDING, attempts=delivery.attempts,
-    ).update(attempts=F("attempts") + 1, next_attempt_at=lease) == 1
+    won = (
+        AlertDelivery.objects.filter(
+            pk=delivery.pk,
+            status=DeliveryStatus.PENDING,
+            attempts=delivery.attempts,
+        ).update(attempts=F("attempts") + 1, next_attempt_at=lease)
+        == 1
+    )
     if won:
         delivery.attempts += 1
     return won
@@ -146,18 +158,26 @@ def deliver(rule: AlertRule, message: str) -> None:
 def send_one(delivery: AlertDelivery, now: dt.datetime) -> str:
     """Try one pending delivery; returns its new status."""
     rule = delivery.rule
-    last_sent_at = (AlertDelivery.objects.filter(rule=rule, status=DeliveryStatus.SENT)
-                    .order_by("-sent_at").values_list("sent_at", flat=True).first())
+    last_sent_at = (
+        AlertDelivery.objects.filter(rule=rule, status=DeliveryStatus.SENT)
+        .order_by("-sent_at")
+        .values_list("sent_at", flat=True)
+        .first()
+    )
     if rules.rate_limited(last_sent_at, now, rule.min_interval_s):
         AlertDelivery.objects.filter(pk=delivery.pk, status=DeliveryStatus.PENDING).update(
             status=DeliveryStatus.RATE_LIMITED,
             error=f"rate limit: at most one notification per {rule.min_interval_s:g} s; the last was sent at "
-                  f"{last_sent_at:%Y-%m-%d %H:%M:%S} UTC")
+            f"{last_sent_at:%Y-%m-%d %H:%M:%S} UTC",
+        )
         return DeliveryStatus.RATE_LIMITED
     if not _claim(delivery, now):
         return DeliveryStatus.PENDING
-    held_back = AlertDelivery.objects.filter(rule=rule, status=DeliveryStatus.RATE_LIMITED).filter(
-        Q(created_at__gt=last_sent_at) if last_sent_at else Q()).count()
+    held_back = (
+        AlertDelivery.objects.filter(rule=rule, status=DeliveryStatus.RATE_LIMITED)
+        .filter(Q(created_at__gt=last_sent_at) if last_sent_at else Q())
+        .count()
+    )
     try:
         deliver(rule, rules.with_held_back(delivery.message, held_back))
     except webhook.DeliveryError as exc:
@@ -165,21 +185,27 @@ def send_one(delivery: AlertDelivery, now: dt.datetime) -> str:
         delay_s = rules.retry_delay_s(delivery.attempts, settings.PLATFORM_ALERT_RETRY_S)
         status = DeliveryStatus.FAILED if done else DeliveryStatus.PENDING
         AlertDelivery.objects.filter(pk=delivery.pk).update(
-            status=status, error=f"try {delivery.attempts}: {exc}",
-            next_attempt_at=None if done else timezone.now() + dt.timedelta(seconds=delay_s))
+            status=status,
+            error=f"try {delivery.attempts}: {exc}",
+            next_attempt_at=None if done else timezone.now() + dt.timedelta(seconds=delay_s),
+        )
         log.warning("alert delivery %s (rule %s) try %s failed: %s", delivery.pk, rule.pk, delivery.attempts, exc)
         return status
-    AlertDelivery.objects.filter(pk=delivery.pk).update(status=DeliveryStatus.SENT, sent_at=timezone.now(),
-                                                        next_attempt_at=None)
+    AlertDelivery.objects.filter(pk=delivery.pk).update(
+        status=DeliveryStatus.SENT, sent_at=timezone.now(), next_attempt_at=None
+    )
     return DeliveryStatus.SENT
 
 
 def send_due(now: dt.datetime) -> dict[str, int]:
     """Send the pending deliveries that are due, oldest first; returns counts by new status."""
     counts: dict[str, int] = {}
-    due = (AlertDelivery.objects.filter(status=DeliveryStatus.PENDING)
-           .filter(Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now))
-           .select_related("rule").order_by("created_at", "id")[:SEND_BATCH])
+    due = (
+        AlertDelivery.objects.filter(status=DeliveryStatus.PENDING)
+        .filter(Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now))
+        .select_related("rule")
+        .order_by("created_at", "id")[:SEND_BATCH]
+    )
     for delivery in due:
         if not delivery.rule.enabled:
             continue  # kept pending: sent if the rule is enabled again

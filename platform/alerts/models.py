@@ -54,16 +54,23 @@ MAX_MIN_INTERVAL_S = 7 * 24 * 3600.0
 
 
 class AlertRuleQuerySet(models.QuerySet):
-    def for_run(self, run) -> "AlertRuleQuerySet":
+    def for_run(self, run) -> AlertRuleQuerySet:
         """Enabled rules that watch `run`: its owner's, for its experiment or for all of theirs."""
         return self.filter(owner_id=run.experiment.owner_id, enabled=True).filter(
-            models.Q(experiment__isnull=True) | models.Q(experiment_id=run.experiment_id))
+            models.Q(experiment__isnull=True) | models.Q(experiment_id=run.experiment_id)
+        )
 
 
 class AlertRule(models.Model):
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="alert_rules")
-    experiment = models.ForeignKey("experiments.Experiment", null=True, blank=True, on_delete=models.CASCADE,
-                                   related_name="alert_rules", help_text="Empty: all the owner's experiments.")
+    experiment = models.ForeignKey(
+        "experiments.Experiment",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="alert_rules",
+        help_text="Empty: all the owner's experiments.",
+    )
     name = models.CharField(max_length=100, blank=True)
     events = models.JSONField(default=list, help_text="Any of: failed, succeeded, pruned, stalled, metric.")
     metric_name = models.CharField(max_length=64, blank=True, help_text="For the metric event, e.g. reward/mean.")
@@ -74,7 +81,8 @@ class AlertRule(models.Model):
     enabled = models.BooleanField(default=True)
     min_interval_s = models.FloatField(
         default=DEFAULT_MIN_INTERVAL_S,
-        help_text="Rate limit: at most one notification per this many seconds; the others are logged as rate_limited.")
+        help_text="Rate limit: at most one notification per this many seconds; the others are logged as rate_limited.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = AlertRuleQuerySet.as_manager()
@@ -115,8 +123,9 @@ def rule_errors(events, channel, target, metric_name, comparison, threshold, min
     if not isinstance(events, list) or not events or not all(isinstance(e, str) for e in events):
         errors["events"] = f"choose at least one of: {', '.join(AlertEvent.values)}"
     elif set(events) - known:
-        errors["events"] = (f"unknown event(s): {', '.join(sorted(set(events) - known))}; "
-                            f"choose from {', '.join(AlertEvent.values)}")
+        errors["events"] = (
+            f"unknown event(s): {', '.join(sorted(set(events) - known))}; choose from {', '.join(AlertEvent.values)}"
+        )
     elif AlertEvent.METRIC in events:
         if not metric_name:
             errors["metric_name"] = "required for the metric event (e.g. reward/mean)"
@@ -151,13 +160,15 @@ class AlertDelivery(models.Model):
 
     id = models.BigAutoField(primary_key=True)
     rule = models.ForeignKey(AlertRule, on_delete=models.CASCADE, related_name="deliveries")
-    run = models.ForeignKey("experiments.Run", null=True, blank=True, on_delete=models.SET_NULL,
-                            related_name="alert_deliveries")
+    run = models.ForeignKey(
+        "experiments.Run", null=True, blank=True, on_delete=models.SET_NULL, related_name="alert_deliveries"
+    )
     event = models.CharField(max_length=16, choices=AlertEvent.choices)
     key = models.CharField(max_length=100)
     message = models.TextField()
-    status = models.CharField(max_length=16, choices=DeliveryStatus.choices, default=DeliveryStatus.PENDING,
-                              db_index=True)
+    status = models.CharField(
+        max_length=16, choices=DeliveryStatus.choices, default=DeliveryStatus.PENDING, db_index=True
+    )
     error = models.TextField(blank=True)
     attempts = models.PositiveIntegerField(default=0)
     next_attempt_at = models.DateTimeField(null=True, blank=True, help_text="A pending delivery is tried from then on.")

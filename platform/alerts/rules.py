@@ -36,8 +36,9 @@ class Condition:
         return f"{self.metric} {self.comparison} {self.threshold:g}"
 
 
-def new_crossing(condition: Condition, newest_value: float | None, notified_before: bool,
-                 fell_back_since: bool) -> bool:
+def new_crossing(
+    condition: Condition, newest_value: float | None, notified_before: bool, fell_back_since: bool
+) -> bool:
     """Notify once per crossing: the newest point crosses, and either this run never notified this
     rule's condition, or a point since that notification did not cross (the metric came back, and
     has crossed again)."""

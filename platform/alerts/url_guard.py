@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -56,8 +56,15 @@ def internal(address: ipaddress._BaseAddress) -> bool:
     """Whether an address belongs to a server's own network rather than the public internet."""
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         address = address.ipv4_mapped
-    return (address.is_loopback or address.is_private or address.is_link_local or address.is_multicast
-            or address.is_reserved or address.is_unspecified or not address.is_global)
+    return (
+        address.is_loopback
+        or address.is_private
+        or address.is_link_local
+        or address.is_multicast
+        or address.is_reserved
+        or address.is_unspecified
+        or not address.is_global
+    )
 
 
 def parts(url: str) -> tuple[str, str, int]:
@@ -106,13 +113,16 @@ def checked_addresses(url: str, *, allow: Iterable[str] | None = None, resolver:
         address = ipaddress.ip_address(text.split("%")[0])
         if internal(address) and not any(address in net for net in networks if net.version == address.version):
             shown = host if literal is not None else f"{host} ({text})"
-            raise UrlRefused(f"the webhook's host {shown} is in a local or private network; an admin can allow "
-                             "it in PLATFORM_ALERT_WEBHOOK_ALLOW")
+            raise UrlRefused(
+                f"the webhook's host {shown} is in a local or private network; an admin can allow "
+                "it in PLATFORM_ALERT_WEBHOOK_ALLOW"
+            )
     return addresses
 
 
-def refusal(url: str, *, resolve_required: bool = True, allow: Iterable[str] | None = None,
-            resolver: Resolver | None = None) -> str:
+def refusal(
+    url: str, *, resolve_required: bool = True, allow: Iterable[str] | None = None, resolver: Resolver | None = None
+) -> str:
     """Why `url` may not be a webhook target ("" when it may). With resolve_required False (saving
     a rule), a host that does not resolve now is accepted: sending checks again and records the error."""
     try:
@@ -133,7 +143,7 @@ def masked(url: str) -> str:
         port = f":{split.port}" if split.port else ""
     except ValueError:
         return "…"
-    rest = url[url.find(split.netloc) + len(split.netloc):] if split.netloc else url
+    rest = url[url.find(split.netloc) + len(split.netloc) :] if split.netloc else url
     tail = rest[-MASK_KEEP_CHARS:] if len(rest) >= 4 * MASK_KEEP_CHARS else ""
     shown_host = f"[{host}]" if ":" in host else host
     base = f"{split.scheme}://{shown_host}{port}/"

@@ -1,6 +1,6 @@
 """The caller's account over the API (what the page /account/ shows, runner.account):
 
-    GET  account    your storage use by kind, your quota and your limits
+GET  account    your storage use by kind, your quota and your limits
 """
 
 from __future__ import annotations
@@ -22,5 +22,6 @@ def account(request):
     "yours" | "default"}, "runs": {"active", "queued"}, "evaluations": {"jobs", "tokens"} (queued or
     running). Over the quota, dataset uploads answer 413
     and exports, launches, resumes, retries and forks 429 (runner.storage)."""
-    return shapes.Account.model_validate({**accounts.account_summary(request.user),
-                                          "evaluations": evaluation_usage(request.user).as_json()})
+    return shapes.Account.model_validate(
+        {**accounts.account_summary(request.user), "evaluations": evaluation_usage(request.user).as_json()}
+    )

@@ -33,8 +33,9 @@ class ApiTokenAdmin(admin.ModelAdmin):
     def save_model(self, request, obj, form, change):
         if not obj.key_hash:
             obj.set_key(ApiToken.new_key())
-            self.message_user(request, f"The new key for {obj.user}: {obj.key} (shown once: copy it now).",
-                              messages.WARNING)
+            self.message_user(
+                request, f"The new key for {obj.user}: {obj.key} (shown once: copy it now).", messages.WARNING
+            )
         super().save_model(request, obj, form, change)
 
     @admin.action(description="Revoke the selected tokens")
@@ -47,5 +48,8 @@ class ApiTokenAdmin(admin.ModelAdmin):
         for token in queryset.select_related("user"):
             token.set_key(ApiToken.new_key())
             token.save(update_fields=["key_hash", "prefix"])
-            self.message_user(request, f"The new key of {token.user}'s token {token.name or token.pk}: {token.key} "
-                              "(shown once: copy it now).", messages.WARNING)
+            self.message_user(
+                request,
+                f"The new key of {token.user}'s token {token.name or token.pk}: {token.key} (shown once: copy it now).",
+                messages.WARNING,
+            )

@@ -15,15 +15,18 @@ Event = Literal["failed", "succeeded", "pruned", "stalled", "metric"]
 class AlertRuleInput(BaseModel):
     events: list[Event] = Field(min_length=1, description="what to notify about")
     channel: Literal["email", "webhook"]
-    target: str = Field(description="an e-mail address, or a webhook URL (http/https; no local or private "
-                                    "addresses unless the admin allows them); shown masked afterwards")
+    target: str = Field(
+        description="an e-mail address, or a webhook URL (http/https; no local or private "
+        "addresses unless the admin allows them); shown masked afterwards"
+    )
     name: str | None = None
     experiment: int | None = Field(None, description="one of your experiments; null = all of them")
     metric_name: str | None = Field(None, description="with the metric event, e.g. reward/mean")
     comparison: Literal[">", ">=", "<", "<="] | None = None
     threshold: float | None = None
-    min_interval_s: float | None = Field(None, description="rate limit: at most one notification per this many "
-                                                           "seconds (default 60)")
+    min_interval_s: float | None = Field(
+        None, description="rate limit: at most one notification per this many seconds (default 60)"
+    )
     enabled: bool | None = None
 
 

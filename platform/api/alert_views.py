@@ -22,22 +22,42 @@ DEFAULT_LIMIT, MAX_LIMIT = 50, 500
 
 def rule_shape(rule: AlertRule) -> shapes.AlertRuleOut:
     return shapes.AlertRuleOut(
-        id=rule.pk, name=rule.name, experiment=rule.experiment_id, events=list(rule.events),
-        metric_name=rule.metric_name, comparison=rule.comparison, threshold=rule.threshold, channel=rule.channel,
-        target=rule.masked_target, enabled=rule.enabled, min_interval_s=rule.min_interval_s,
-        created_at=rule.created_at)
+        id=rule.pk,
+        name=rule.name,
+        experiment=rule.experiment_id,
+        events=list(rule.events),
+        metric_name=rule.metric_name,
+        comparison=rule.comparison,
+        threshold=rule.threshold,
+        channel=rule.channel,
+        target=rule.masked_target,
+        enabled=rule.enabled,
+        min_interval_s=rule.min_interval_s,
+        created_at=rule.created_at,
+    )
 
 
 def delivery_shape(d: AlertDelivery) -> shapes.DeliveryOut:
-    return shapes.DeliveryOut(id=d.pk, rule=d.rule_id, rule_name=d.rule.label, run=d.run_id, event=d.event,
-                              status=d.status, message=d.message, error=d.error, attempts=d.attempts,
-                              created_at=d.created_at, sent_at=d.sent_at)
+    return shapes.DeliveryOut(
+        id=d.pk,
+        rule=d.rule_id,
+        rule_name=d.rule.label,
+        run=d.run_id,
+        event=d.event,
+        status=d.status,
+        message=d.message,
+        error=d.error,
+        attempts=d.attempts,
+        created_at=d.created_at,
+        sent_at=d.sent_at,
+    )
 
 
 @operations(
     GET=Op(responses={200: shapes.AlertRuleList}, summary="List your alert rules"),
-    POST=Op(body=shapes.AlertRuleInput, responses={201: shapes.AlertRuleOut, 400: Errors},
-            summary="Create an alert rule"),
+    POST=Op(
+        body=shapes.AlertRuleInput, responses={201: shapes.AlertRuleOut, 400: Errors}, summary="Create an alert rule"
+    ),
 )
 @api_endpoint("GET", "POST")
 def alert_rules(request):
@@ -59,8 +79,11 @@ def alert_rules(request):
 
 @operations(
     GET=Op(responses={200: shapes.AlertRuleOut}, summary="One of your alert rules"),
-    PATCH=Op(body=shapes.AlertRulePatch, responses={200: shapes.AlertRuleOut, 400: Errors},
-            summary="Turn an alert rule on or off"),
+    PATCH=Op(
+        body=shapes.AlertRulePatch,
+        responses={200: shapes.AlertRuleOut, 400: Errors},
+        summary="Turn an alert rule on or off",
+    ),
     DELETE=Op(responses={204: None}, summary="Delete an alert rule and its delivery log"),
 )
 @api_endpoint("GET", "PATCH", "DELETE")

@@ -7,9 +7,9 @@ from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
-from runner import forks
 
 from api.contract import Shape
+from runner import forks
 
 
 class CheckpointEntry(Shape):

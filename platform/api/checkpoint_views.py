@@ -12,15 +12,14 @@ from __future__ import annotations
 
 from django.http import FileResponse
 
+from api import checkpoint_shapes as shapes
+from api.contract import Error, Errors, Op, operations
+from api.endpoint import ApiError, api_endpoint, json_body, refused, send
 from experiments.access import get_for_user
 from experiments.models import Checkpoint, Run
 from experiments.shown_paths import shown
 from experiments.whole_numbers import NotAWholeNumber, whole_number
 from runner import downloads, exports, forks
-
-from api import checkpoint_shapes as shapes
-from api.contract import Error, Errors, Op, operations
-from api.endpoint import ApiError, api_endpoint, json_body, refused, send
 
 
 def _run(request, pk: int, change: bool = False) -> Run:
@@ -28,8 +27,13 @@ def _run(request, pk: int, change: bool = False) -> Run:
 
 
 def checkpoint_entry(checkpoint: Checkpoint) -> shapes.CheckpointEntry:
-    return shapes.CheckpointEntry(step=checkpoint.step, path=checkpoint.path, size_bytes=checkpoint.size_bytes,
-                                  metrics=checkpoint.metrics, created_at=checkpoint.created_at)
+    return shapes.CheckpointEntry(
+        step=checkpoint.step,
+        path=checkpoint.path,
+        size_bytes=checkpoint.size_bytes,
+        metrics=checkpoint.metrics,
+        created_at=checkpoint.created_at,
+    )
 
 
 @operations(
@@ -58,8 +62,9 @@ def checkpoint_download(request, pk: int, step: int):
         archive = downloads.hf_zip(run, int(step))
     except downloads.DownloadRefused as exc:
         raise ApiError(exc.status, exc.message) from None
-    return FileResponse(archive, as_attachment=True, filename=f"run-{run.pk}-step-{int(step)}.zip",
-                        content_type="application/zip")
+    return FileResponse(
+        archive, as_attachment=True, filename=f"run-{run.pk}-step-{int(step)}.zip", content_type="application/zip"
+    )
 
 
 @operations(
@@ -79,8 +84,14 @@ def run_fork(request, pk: int):
         child = forks.fork_run(parent, forks.parse_fork_input(json_body(request)))
     except forks.ForkRefused as exc:
         raise refused(exc) from None
-    forked = shapes.Forked(id=child.pk, status=child.status, queue=child.queue, forked_from=parent.pk,
-                           forked_from_step=child.forked_from_step, fork_optimizer=child.fork_optimizer)
+    forked = shapes.Forked(
+        id=child.pk,
+        status=child.status,
+        queue=child.queue,
+        forked_from=parent.pk,
+        forked_from_step=child.forked_from_step,
+        fork_optimizer=child.fork_optimizer,
+    )
     return send(forked, 201, location=f"/api/runs/{child.pk}")
 
 
@@ -101,8 +112,9 @@ def run_export(request, pk: int):
     try:
         step = whole_number(data.get("step"), 0, 2**31 - 1)
     except NotAWholeNumber:
-        raise ApiError(400, errors={"step": "a checkpoint's step: a whole number (or leave it out for the newest)"}) \
-            from None
+        raise ApiError(
+            400, errors={"step": "a checkpoint's step: a whole number (or leave it out for the newest)"}
+        ) from None
     dtype = data.get("dtype") or "float32"
     if dtype not in exports.DTYPES:
         raise ApiError(400, errors={"dtype": f"one of {', '.join(exports.DTYPES)}"})

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 from django.http import HttpResponse
 
-from experiments import metric_series, run_compare
-from experiments.models import Run
-
 from api import compare_shapes as shapes
 from api.contract import Error, Op, operations
 from api.endpoint import ApiError, api_endpoint, int_param
+from experiments import metric_series, run_compare
+from experiments.models import Run
 
 
 def visible_runs(request, run_ids: list[int]) -> list[Run]:
@@ -37,8 +36,9 @@ def runs_compare(request):
         run_ids = run_compare.parse_run_ids(request.GET.get("runs"))
     except ValueError as exc:
         raise ApiError(400, errors={"runs": str(exc)}) from None
-    max_points = int_param(request, "max_points", run_compare.DEFAULT_MAX_POINTS, minimum=1,
-                           maximum=metric_series.DEFAULT_MAX_POINTS)
+    max_points = int_param(
+        request, "max_points", run_compare.DEFAULT_MAX_POINTS, minimum=1, maximum=metric_series.DEFAULT_MAX_POINTS
+    )
     body = run_compare.compare_json(visible_runs(request, run_ids), max_points)
     shapes.Compare.model_validate_json(body)  # checked against its shape, sent as encoded (run_compare caches it)
     return HttpResponse(body, content_type="application/json")

@@ -40,8 +40,8 @@ at run time: the views check their inputs themselves (with their own messages).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from pydantic import BaseModel, ConfigDict
 
@@ -92,8 +92,9 @@ def operations(**ops: Op) -> Callable:
         served = set(getattr(view, "api_methods", ()))
         declared = {method.upper() for method in ops}
         if served and declared != served:
-            raise TypeError(f"{view.__name__}: operations {sorted(declared)} differ from the methods "
-                            f"it serves {sorted(served)}")
+            raise TypeError(
+                f"{view.__name__}: operations {sorted(declared)} differ from the methods it serves {sorted(served)}"
+            )
         view.api_ops = {method.upper(): op for method, op in ops.items()}
         return view
 

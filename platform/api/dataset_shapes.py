@@ -6,10 +6,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from experiments import dataset_files
 from pydantic import BaseModel, Field
 
 from api.contract import Shape
+from experiments import dataset_files
 
 DatasetName = Field(pattern=f"^(?:{dataset_files.NAME_PATTERN.pattern})$", description=dataset_files.NAME_RULE)
 

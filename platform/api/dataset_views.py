@@ -53,8 +53,11 @@ def _owned(request, pk: int) -> Dataset:
 
 @operations(
     GET=Op(responses={200: shapes.DatasetList}, summary="List your datasets and those shared with you"),
-    POST=Op(form=shapes.DatasetUpload, responses={201: shapes.DatasetCreated, 400: Errors, 409: Errors, 413: Error},
-           summary="Upload a dataset (a JSONL file, checked line by line)"),
+    POST=Op(
+        form=shapes.DatasetUpload,
+        responses={201: shapes.DatasetCreated, 400: Errors, 409: Errors, 413: Error},
+        summary="Upload a dataset (a JSONL file, checked line by line)",
+    ),
 )
 @api_endpoint("GET", "POST")
 def dataset_list(request):
@@ -73,8 +76,12 @@ def dataset_list(request):
     if int(request.META.get("CONTENT_LENGTH") or 0) > limit + UPLOAD_FORM_OVERHEAD_BYTES:
         raise ApiError(413, f"the upload is larger than this server's limit of {limit} bytes")
     usage = storage.usage_for(request.user)  # once: both checks below read it
-    refusal = storage.upload_refusal(usage, int(request.META.get("CONTENT_LENGTH") or 0),
-                                     slack_bytes=UPLOAD_FORM_OVERHEAD_BYTES, adding="this request")
+    refusal = storage.upload_refusal(
+        usage,
+        int(request.META.get("CONTENT_LENGTH") or 0),
+        slack_bytes=UPLOAD_FORM_OVERHEAD_BYTES,
+        adding="this request",
+    )
     if refusal:  # before the file is read
         raise ApiError(413, refusal)
     if request.content_type != "multipart/form-data":
@@ -86,16 +93,27 @@ def dataset_list(request):
     if refusal:
         raise ApiError(413, refusal)
     try:
-        dataset, check = datasets.upload(request.user, request.POST.get("name"), upload.chunks(), upload.name,
-                                         request.POST.get("description", ""),
-                                         room_check=storage.upload_room_check(request.user))
+        dataset, check = datasets.upload(
+            request.user,
+            request.POST.get("name"),
+            upload.chunks(),
+            upload.name,
+            request.POST.get("description", ""),
+            room_check=storage.upload_room_check(request.user),
+        )
     except datasets.DatasetRefused as exc:
         raise refused(exc) from None
     if dataset is None:
         raise ApiError(400, errors={"file": check.error_text()})
-    created = shapes.DatasetCreated(id=dataset.pk, name=dataset.name, reference=dataset.reference_for(request.user),
-                                    rows=dataset.rows, size_bytes=dataset.size_bytes, sha256=dataset.sha256,
-                                    preview=dataset.preview)
+    created = shapes.DatasetCreated(
+        id=dataset.pk,
+        name=dataset.name,
+        reference=dataset.reference_for(request.user),
+        rows=dataset.rows,
+        size_bytes=dataset.size_bytes,
+        sha256=dataset.sha256,
+        preview=dataset.preview,
+    )
     return send(created, 201, location=f"/api/datasets/{dataset.pk}")
 
 

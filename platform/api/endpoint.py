@@ -16,14 +16,14 @@ from __future__ import annotations
 import functools
 import json
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from django.core.exceptions import PermissionDenied, RequestDataTooBig, SuspiciousOperation, ValidationError
 from django.db import DataError
 from django.http import Http404, HttpRequest, HttpResponseBase, JsonResponse
 from django.http.multipartparser import MultiPartParserError
 from django.views.decorators.csrf import csrf_exempt
-
 from pydantic import BaseModel
 
 from api.auth import AuthError, authenticate
@@ -35,7 +35,7 @@ from experiments.whole_numbers import MAX_DIGITS, NotAWholeNumber, whole_number
 log = logging.getLogger(__name__)
 
 INT_PARAM_LIMIT = 2**53  # query integers beyond this would overflow the databases' integers
-LIST_LIMIT = 100           # default page size of the lists (?limit=)
+LIST_LIMIT = 100  # default page size of the lists (?limit=)
 LIST_LIMIT_MAX = 1000
 
 
@@ -169,8 +169,9 @@ def _no_constants(name: str):
     raise ValueError(f"{name} is not valid JSON (no NaN or Infinity)")
 
 
-def int_param(request: HttpRequest, name: str, default: int | None, minimum: int | None = None,
-              maximum: int | None = None) -> int | None:
+def int_param(
+    request: HttpRequest, name: str, default: int | None, minimum: int | None = None, maximum: int | None = None
+) -> int | None:
     """Query parameter `name` as an int (default when absent or empty), or ApiError 400.
     Clamped to `maximum`; below `minimum` is an error."""
     raw = request.GET.get(name, "")
@@ -193,7 +194,7 @@ def page(request: HttpRequest, queryset) -> tuple[list, int]:
     """?limit= (LIST_LIMIT, at most LIST_LIMIT_MAX) &offset=: that page of `queryset`, and its whole count."""
     limit = int_param(request, "limit", LIST_LIMIT, minimum=1, maximum=LIST_LIMIT_MAX)
     offset = int_param(request, "offset", 0, minimum=0)
-    return list(queryset[offset:offset + limit]), queryset.count()
+    return list(queryset[offset : offset + limit]), queryset.count()
 
 
 @csrf_exempt  # it changes nothing; without this a POST to a wrong path got CSRF's HTML 403

@@ -4,6 +4,7 @@ api/contract.py)."""
 from __future__ import annotations
 
 from datetime import datetime
+
 from pydantic import BaseModel, Field
 
 from api.contract import Shape
@@ -110,8 +111,9 @@ class LeaderboardRow(EvaluationJobJson):
 class Leaderboard(Shape):
     dataset: str | None
     boards: list[LeaderboardEntry]
-    rows: list[LeaderboardRow] = Field(description="by (prompts, k), more prompts first; within each, best first: "
-                                                   "accuracy, pass@k, reward, newer")
+    rows: list[LeaderboardRow] = Field(
+        description="by (prompts, k), more prompts first; within each, best first: accuracy, pass@k, reward, newer"
+    )
 
 
 class OnEndInput(BaseModel):
@@ -126,5 +128,3 @@ class OnEnd(Shape):
     prompts: int
     k: int
     job: int | None
-
-

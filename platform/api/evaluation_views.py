@@ -1,11 +1,11 @@
 """The JSON API's evaluation endpoints (evaluations app). Thin: evaluations.services decides.
 
-    GET  POST  evaluations                  ?run=&dataset=&status=&limit= / {"run", "step"} or {"model"}, "dataset", ...
-    GET        evaluations/<id>             status, progress, results
-    GET        evaluations/<id>/samples     ?after=&limit=&correct=   per-prompt completions
-         POST  evaluations/<id>/cancel      stop a queued or running job (202; 409 once it ended)
-    GET        evaluations/leaderboard      ?dataset=KEY   the leaderboards, and one's rows best first
-    POST       runs/<id>/evaluate-on-end    {"dataset", "prompts"?, "k"?}: evaluate the best checkpoint when it succeeds
+GET  POST  evaluations                  ?run=&dataset=&status=&limit= / {"run", "step"} or {"model"}, "dataset", ...
+GET        evaluations/<id>             status, progress, results
+GET        evaluations/<id>/samples     ?after=&limit=&correct=   per-prompt completions
+     POST  evaluations/<id>/cancel      stop a queued or running job (202; 409 once it ended)
+GET        evaluations/leaderboard      ?dataset=KEY   the leaderboards, and one's rows best first
+POST       runs/<id>/evaluate-on-end    {"dataset", "prompts"?, "k"?}: evaluate the best checkpoint when it succeeds
 """
 
 from __future__ import annotations
@@ -27,20 +27,40 @@ LIST_LIMIT, LIST_LIMIT_MAX = 100, 500
 
 def job_shape(job: EvaluationJob) -> shapes.EvaluationJobJson:
     return shapes.EvaluationJobJson(
-        id=job.pk, url=reverse("evaluation-detail", args=[job.pk]), status=job.status,
-        run=job.run_id, step=job.step, model=job.model_path, policy=job.policy_label,
-        dataset=job.dataset_key, dataset_label=job.dataset_label, prompts=job.prompts, k=job.k,
-        progress_done=job.progress_done, progress_total=job.progress_total, accuracy=job.accuracy,
-        pass_at_1=job.pass_at_1, pass_at_k=job.pass_at_k, reward_mean=job.reward_mean,
-        error=shown(job.error), created_at=job.created_at, started_at=job.started_at,
+        id=job.pk,
+        url=reverse("evaluation-detail", args=[job.pk]),
+        status=job.status,
+        run=job.run_id,
+        step=job.step,
+        model=job.model_path,
+        policy=job.policy_label,
+        dataset=job.dataset_key,
+        dataset_label=job.dataset_label,
+        prompts=job.prompts,
+        k=job.k,
+        progress_done=job.progress_done,
+        progress_total=job.progress_total,
+        accuracy=job.accuracy,
+        pass_at_1=job.pass_at_1,
+        pass_at_k=job.pass_at_k,
+        reward_mean=job.reward_mean,
+        error=shown(job.error),
+        created_at=job.created_at,
+        started_at=job.started_at,
         finished_at=job.finished_at,
     )
 
 
 def sample_shape(sample) -> shapes.EvaluationSampleJson:
-    return shapes.EvaluationSampleJson(index=sample.index, prompt=sample.prompt, completion=sample.completion,
-                                       answer=sample.answer, reward=sample.reward, correct=sample.correct,
-                                       samples_correct=sample.samples_correct)
+    return shapes.EvaluationSampleJson(
+        index=sample.index,
+        prompt=sample.prompt,
+        completion=sample.completion,
+        answer=sample.answer,
+        reward=sample.reward,
+        correct=sample.correct,
+        samples_correct=sample.samples_correct,
+    )
 
 
 def _refused(exc: services.EvaluationRefused) -> ApiError:
@@ -55,8 +75,9 @@ def _jobs(request):
 
 @operations(
     GET=Op(query=shapes.EvaluationListQuery, responses={200: shapes.EvaluationList, 400: Error}),
-    POST=Op(body=shapes.EvaluationInput, responses={201: shapes.EvaluationJobJson, 400: Errors, 404: Error,
-                                                    429: Error}),
+    POST=Op(
+        body=shapes.EvaluationInput, responses={201: shapes.EvaluationJobJson, 400: Errors, 404: Error, 429: Error}
+    ),
 )
 @api_endpoint("GET", "POST")
 def evaluations(request):
@@ -119,11 +140,12 @@ def evaluation_samples(request, pk: int):
         if correct not in ("true", "false"):
             raise ApiError(400, f"correct must be true or false, got {correct!r}")
         samples = samples.filter(correct=correct == "true")
-    page = list(samples.order_by("index")[:limit + 1])
+    page = list(samples.order_by("index")[: limit + 1])
     more = len(page) > limit
     page = page[:limit]
-    return shapes.EvaluationSamples(samples=[sample_shape(s) for s in page],
-                                    next_after=page[-1].index if more else None)
+    return shapes.EvaluationSamples(
+        samples=[sample_shape(s) for s in page], next_after=page[-1].index if more else None
+    )
 
 
 @operations(GET=Op(query=shapes.LeaderboardQuery, responses={200: shapes.Leaderboard}))
@@ -137,11 +159,23 @@ def evaluation_leaderboard(request):
     key = request.GET.get("dataset", "")[:80] or None
     prompts = int_param(request, "prompts", None, minimum=0)
     k = int_param(request, "k", None, minimum=1)
-    listed = [shapes.LeaderboardEntry(key=b.key, label=b.label, jobs=b.jobs,
-                                      measures=[shapes.LeaderboardMeasure(prompts=p, k=n) for p, n in b.measures])
-              for b in boards.boards(request.user)]
-    rows = ([shapes.LeaderboardRow(**dict(job_shape(j)), rank=j.rank)
-             for j in boards.leaderboard(request.user, key, prompts, k)] if key else [])
+    listed = [
+        shapes.LeaderboardEntry(
+            key=b.key,
+            label=b.label,
+            jobs=b.jobs,
+            measures=[shapes.LeaderboardMeasure(prompts=p, k=n) for p, n in b.measures],
+        )
+        for b in boards.boards(request.user)
+    ]
+    rows = (
+        [
+            shapes.LeaderboardRow(**dict(job_shape(j)), rank=j.rank)
+            for j in boards.leaderboard(request.user, key, prompts, k)
+        ]
+        if key
+        else []
+    )
     return shapes.Leaderboard(dataset=key, boards=listed, rows=rows)
 
 
@@ -156,6 +190,7 @@ def run_evaluate_on_end(request, pk: int):
         asked = services.request_on_end(request.user, run, json_body(request))
     except services.EvaluationRefused as exc:
         raise _refused(exc) from None
-    asked_on_end = shapes.OnEnd(run=run.pk, dataset=json_body(request).get("dataset"), prompts=asked.prompts,
-                                k=asked.k, job=asked.job_id)
+    asked_on_end = shapes.OnEnd(
+        run=run.pk, dataset=json_body(request).get("dataset"), prompts=asked.prompts, k=asked.k, job=asked.job_id
+    )
     return send(asked_on_end, 201)

@@ -7,12 +7,12 @@ from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, Field
-from trainers.config import ExperimentConfig
 
 from api.contract import Shape
 from api.evaluation_shapes import OnEndInput
 from api.run_shapes import RunDetail
 from api.shapes import Page
+from trainers.config import ExperimentConfig
 
 
 class ExperimentPage(Page):
@@ -42,8 +42,11 @@ class ExperimentInput(BaseModel):
     description: str | None = None
     config: ExperimentConfig | None = Field(None, description="the experiment config (trainers.config)")
     config_yaml: str | None = Field(None, description="the experiment config as YAML text")
-    overrides: list[str] | None = Field(None, description='"dotted.path=value" strings (like the CLI\'s --set; '
-                                        "values read as YAML) applied to config / config_yaml before it is validated")
+    overrides: list[str] | None = Field(
+        None,
+        description='"dotted.path=value" strings (like the CLI\'s --set; '
+        "values read as YAML) applied to config / config_yaml before it is validated",
+    )
 
 
 class ExperimentPatch(BaseModel):
@@ -74,8 +77,10 @@ class ExperimentDetail(ExperimentSummary):
 class LaunchInput(BaseModel):
     max_restarts: int | None = Field(None, ge=0, le=100)
     queue: str | None = Field(None, pattern=r"^[A-Za-z0-9._-]{1,64}$")
-    evaluate_on_end: OnEndInput | None = Field(None, description="evaluate the run's best checkpoint on this "
-                                                                 "dataset when it succeeds (api/evaluation_views.py)")
+    evaluate_on_end: OnEndInput | None = Field(
+        None,
+        description="evaluate the run's best checkpoint on this dataset when it succeeds (api/evaluation_views.py)",
+    )
 
 
 class Launched(Shape):

@@ -14,14 +14,6 @@ from typing import Any
 
 from django.db import transaction
 from django.db.models import Count, Max
-from trainers.config import apply_overrides
-
-from evaluations import services as evaluation_services
-from experiments import configs
-from experiments.access import get_for_user
-from experiments.models import Experiment, text_problem
-from experiments.whole_numbers import NotAWholeNumber, whole_number
-from runner import queues, services
 
 from api import experiment_shapes as shapes
 from api.contract import Error, Errors, Op, operations
@@ -29,6 +21,13 @@ from api.endpoint import ApiError, api_endpoint, json_body, page, refused, send
 from api.run_shapes import RunList
 from api.run_views import run_shape
 from api.shapes import Page
+from evaluations import services as evaluation_services
+from experiments import configs
+from experiments.access import get_for_user
+from experiments.models import Experiment, text_problem
+from experiments.whole_numbers import NotAWholeNumber, whole_number
+from runner import queues, services
+from trainers.config import apply_overrides
 
 MAX_RESTARTS_LIMIT = 100
 QUEUE_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
@@ -121,8 +120,11 @@ def experiment_summary(experiment: Experiment) -> shapes.ExperimentSummary:
 
 def experiment_shape(experiment: Experiment) -> shapes.ExperimentDetail:
     """The experiment, its config, its versions (newest first) and its 100 newest runs."""
-    runs = (experiment.runs.select_related("experiment", "config_version").prefetch_related("tags")
-            .order_by("-created_at")[:100])
+    runs = (
+        experiment.runs.select_related("experiment", "config_version")
+        .prefetch_related("tags")
+        .order_by("-created_at")[:100]
+    )
     versions = experiment.versions.order_by("-number")
     return shapes.ExperimentDetail(
         **dict(experiment_summary(experiment)),
@@ -133,10 +135,14 @@ def experiment_shape(experiment: Experiment) -> shapes.ExperimentDetail:
 
 
 @operations(
-    GET=Op(query=shapes.ExperimentPage, responses={200: shapes.ExperimentList},
-           summary="List the experiments you may see"),
-    POST=Op(body=shapes.ExperimentInput, responses={201: shapes.ExperimentCreated, 400: Errors},
-           summary="Create an experiment from a config"),
+    GET=Op(
+        query=shapes.ExperimentPage, responses={200: shapes.ExperimentList}, summary="List the experiments you may see"
+    ),
+    POST=Op(
+        body=shapes.ExperimentInput,
+        responses={201: shapes.ExperimentCreated, 400: Errors},
+        summary="Create an experiment from a config",
+    ),
 )
 @api_endpoint("GET", "POST")
 def experiments(request):
@@ -150,10 +156,16 @@ def experiments(request):
             raise ApiError(400, errors=exc.errors) from None
         experiment = Experiment(owner=request.user, name=fields["name"], description=fields.get("description", ""))
         version = experiment.set_config(fields["config"], user=request.user, note="created (API)")
-        return send(shapes.ExperimentCreated(id=experiment.pk, version=version.number), 201,
-                    location=f"/api/experiments/{experiment.pk}")
-    queryset = (Experiment.objects.visible_to(request.user).select_related("owner")
-                .annotate(run_count=Count("runs", distinct=True), version=Max("versions__number")))
+        return send(
+            shapes.ExperimentCreated(id=experiment.pk, version=version.number),
+            201,
+            location=f"/api/experiments/{experiment.pk}",
+        )
+    queryset = (
+        Experiment.objects.visible_to(request.user)
+        .select_related("owner")
+        .annotate(run_count=Count("runs", distinct=True), version=Max("versions__number"))
+    )
     if request.GET.get("name"):
         queryset = queryset.filter(name=request.GET["name"][:200])
     rows, count = page(request, queryset)
@@ -162,10 +174,16 @@ def experiments(request):
 
 @operations(
     GET=Op(responses={200: shapes.ExperimentDetail}, summary="An experiment: its config, versions and recent runs"),
-    PUT=Op(body=shapes.ExperimentInput, responses={200: shapes.ExperimentDetail, 400: Errors, 403: Error},
-          summary="Replace an experiment's name and config (a changed config adds a version)"),
-    PATCH=Op(body=shapes.ExperimentPatch, responses={200: shapes.ExperimentDetail, 400: Errors, 403: Error},
-            summary="Change some of an experiment's fields (a changed config adds a version)"),
+    PUT=Op(
+        body=shapes.ExperimentInput,
+        responses={200: shapes.ExperimentDetail, 400: Errors, 403: Error},
+        summary="Replace an experiment's name and config (a changed config adds a version)",
+    ),
+    PATCH=Op(
+        body=shapes.ExperimentPatch,
+        responses={200: shapes.ExperimentDetail, 400: Errors, 403: Error},
+        summary="Change some of an experiment's fields (a changed config adds a version)",
+    ),
 )
 @api_endpoint("GET", "PUT", "PATCH")
 def experiment_detail(request, pk: int):
@@ -174,8 +192,7 @@ def experiment_detail(request, pk: int):
     experiment = _experiment(request, pk, change=request.method in ("PUT", "PATCH"))
     if request.method in ("PUT", "PATCH"):
         try:
-            fields = experiment_input(json_body(request), partial=request.method == "PATCH",
-                                      owner=experiment.owner)
+            fields = experiment_input(json_body(request), partial=request.method == "PATCH", owner=experiment.owner)
         except InvalidInput as exc:
             raise ApiError(400, errors=exc.errors) from None
         config = fields.pop("config", None)
@@ -190,8 +207,11 @@ def experiment_detail(request, pk: int):
 
 @operations(
     GET=Op(query=Page, responses={200: RunList}, summary="List an experiment's runs"),
-    POST=Op(body=shapes.LaunchInput, responses={201: shapes.Launched, 400: Errors, 403: Errors, 429: Errors},
-           summary="Launch a run of the experiment's current config"),
+    POST=Op(
+        body=shapes.LaunchInput,
+        responses={201: shapes.Launched, 400: Errors, 403: Errors, 429: Errors},
+        summary="Launch a run of the experiment's current config",
+    ),
 )
 @api_endpoint("GET", "POST")
 def experiment_runs(request, pk: int):
@@ -206,16 +226,18 @@ def experiment_runs(request, pk: int):
         try:
             max_restarts = whole_number(data.get("max_restarts"), 0, MAX_RESTARTS_LIMIT)
         except NotAWholeNumber:
-            raise ApiError(400, errors={"max_restarts": f"must be a whole number from 0 to {MAX_RESTARTS_LIMIT}"}) \
-                from None
+            raise ApiError(
+                400, errors={"max_restarts": f"must be a whole number from 0 to {MAX_RESTARTS_LIMIT}"}
+            ) from None
         queue = data.get("queue") or None
         if queue is not None and not (isinstance(queue, str) and QUEUE_NAME.fullmatch(queue)):
             raise ApiError(400, errors={"queue": "a queue name: 1-64 letters, digits, '.', '_' or '-'"})
         try:  # the stored config again, as the web's launch does: a model folder may be gone since
             configs.parse(experiment.config, experiment.owner)
         except configs.ConfigError as exc:
-            raise ApiError(400, "the experiment's config is no longer valid; update it before launching",
-                           errors=exc.as_dict()) from None
+            raise ApiError(
+                400, "the experiment's config is no longer valid; update it before launching", errors=exc.as_dict()
+            ) from None
         on_end = data.get("evaluate_on_end")
         if on_end is not None and not isinstance(on_end, dict):
             raise ApiError(400, errors={"evaluate_on_end": "an object: {\"dataset\", \"prompts\"?, \"k\"?}"})
@@ -228,11 +250,15 @@ def experiment_runs(request, pk: int):
             raise refused(exc) from None
         except evaluation_services.EvaluationRefused as exc:
             field = f"evaluate_on_end.{exc.field}" if exc.field else "evaluate_on_end"
-            raise (ApiError(exc.status, errors={field: exc.message}) if exc.status == 400
-                   else ApiError(exc.status, exc.message)) from None
+            raise (
+                ApiError(exc.status, errors={field: exc.message})
+                if exc.status == 400
+                else ApiError(exc.status, exc.message)
+            ) from None
         warning = queues.no_worker_warning(run.queue)
-        launched = shapes.Launched(id=run.pk, status=run.status, queue=run.queue,
-                                   **({"warning": warning} if warning else {}))  # absent when a worker reads it
+        launched = shapes.Launched(
+            id=run.pk, status=run.status, queue=run.queue, **({"warning": warning} if warning else {})
+        )  # absent when a worker reads it
         return send(launched, 201, location=f"/api/runs/{run.pk}")
     queryset = experiment.runs.select_related("experiment", "config_version").prefetch_related("tags")
     rows, count = page(request, queryset)

@@ -21,8 +21,10 @@ def too_long_message(chars: int) -> str | None:
     """The 414 message for an API URL of `chars` characters, or None when it is short enough."""
     if chars <= API_MAX_URL_CHARS:
         return None
-    return (f"the URL is {chars} characters long; the API takes at most {API_MAX_URL_CHARS} "
-            "(send long input in a POST body, or fewer query parameters)")
+    return (
+        f"the URL is {chars} characters long; the API takes at most {API_MAX_URL_CHARS} "
+        "(send long input in a POST body, or fewer query parameters)"
+    )
 
 
 class ApiUrlLengthMiddleware:

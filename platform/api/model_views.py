@@ -6,11 +6,10 @@
 
 from __future__ import annotations
 
-from experiments.models_dir import available_models
-
 from api import model_shapes as shapes
 from api.contract import Op, operations
 from api.endpoint import api_endpoint
+from experiments.models_dir import available_models
 
 
 @operations(

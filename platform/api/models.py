@@ -51,7 +51,7 @@ class ApiToken(models.Model):
         self.key, self.key_hash, self.prefix = key, hash_key(key), key[:PREFIX_CHARS]
 
     @classmethod
-    def issue(cls, user, name: str = "", expires_at=None) -> "ApiToken":
+    def issue(cls, user, name: str = "", expires_at=None) -> ApiToken:
         """A new token for `user`; its plain key is on the returned instance's `.key`, and nowhere else."""
         token = cls(user=user, name=name, expires_at=expires_at)
         token.set_key(cls.new_key())
@@ -59,13 +59,13 @@ class ApiToken(models.Model):
         return token
 
     @classmethod
-    def for_user(cls, user, create: bool = True) -> "ApiToken":
+    def for_user(cls, user, create: bool = True) -> ApiToken:
         """Kept for older callers: issues a new token (named "default"), its key on `.key`. An
         existing token's key cannot be shown again (only its hash is stored)."""
         return cls.issue(user, name="default")
 
     @classmethod
-    def find(cls, key: str) -> "ApiToken | None":
+    def find(cls, key: str) -> ApiToken | None:
         return cls.objects.select_related("user").filter(key_hash=hash_key(key)).first()
 
     def refusal(self, now=None) -> str | None:

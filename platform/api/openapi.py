@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import inspect
 import re
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from django.urls import URLResolver, get_resolver
 from pydantic import BaseModel
@@ -43,7 +44,7 @@ def path_template(regex: str) -> tuple[str, dict[str, dict[str, Any]]]:
         match = _GROUP_START.match(text, i)
         if match:
             end = _group_end(text, match.end())
-            params[match["name"]] = param_schema(text[match.end():end])
+            params[match["name"]] = param_schema(text[match.end() : end])
             template.append("{" + match["name"] + "}")
             i = end + 1
         elif text[i] == "\\" and i + 1 < len(text):
@@ -100,8 +101,11 @@ def _mounted_api_patterns() -> list:
 
 def undeclared_routes(patterns=None) -> list[str]:
     """The routes whose view serves the API (api_endpoint) but declares no operations."""
-    return [regex for regex, view in api_routes(patterns)
-            if hasattr(view, "api_methods") and not getattr(view, "api_ops", None)]
+    return [
+        regex
+        for regex, view in api_routes(patterns)
+        if hasattr(view, "api_methods") and not getattr(view, "api_ops", None)
+    ]
 
 
 def build(patterns=None, title: str = "GRPO platform API", version: str = "1") -> dict[str, Any]:
@@ -121,23 +125,31 @@ def build(patterns=None, title: str = "GRPO platform API", version: str = "1") -
         tag = resource_tag(template, resources)
         for method, op in sorted(ops.items()):
             own = summary if len(ops) == 1 else method_summary(description, method)
-            item[method.lower()] = operation = _operation(view, method, op, path_params, own, description,
-                                                          models, tag)
+            item[method.lower()] = operation = _operation(view, method, op, path_params, own, description, models, tag)
             tags += [t for t in operation["tags"] if t not in tags]
-    _, defs = models_json_schema([(m, "validation") for m in sorted(models, key=lambda m: m.__name__)],
-                                 ref_template=REF_TEMPLATE)
+    _, defs = models_json_schema(
+        [(m, "validation") for m in sorted(models, key=lambda m: m.__name__)], ref_template=REF_TEMPLATE
+    )
     return {
         "openapi": "3.1.0",
-        "info": {"title": title, "version": version,
-                 "description": "Authenticate with `Authorization: Token <key>` (your API tokens page)."},
+        "info": {
+            "title": title,
+            "version": version,
+            "description": "Authenticate with `Authorization: Token <key>` (your API tokens page).",
+        },
         "servers": [{"url": "/"}],
         "tags": [{"name": tag} for tag in tags],  # in the order of api/urls.py
         "paths": paths,
         "components": {
             "schemas": defs.get("$defs", {}),
-            "securitySchemes": {SECURITY_SCHEME: {
-                "type": "apiKey", "in": "header", "name": "Authorization",
-                "description": "`Token <key>`: a key from the API tokens page"}},
+            "securitySchemes": {
+                SECURITY_SCHEME: {
+                    "type": "apiKey",
+                    "in": "header",
+                    "name": "Authorization",
+                    "description": "`Token <key>`: a key from the API tokens page",
+                }
+            },
         },
         "security": [{SECURITY_SCHEME: []}],
     }
@@ -181,7 +193,7 @@ def _first_sentence(text: str) -> str:
         elif char in ")}]":
             depth = max(depth - 1, 0)
         elif char == "." and depth == 0 and (i + 1 == len(text) or text[i + 1] == " "):
-            return text[:i + 1]
+            return text[: i + 1]
     return text
 
 
@@ -196,8 +208,9 @@ def resource_tag(template: str, resources: set[str]) -> str:
     return known[-1] if known else (literals[0] if literals else "api")
 
 
-def _operation(view, method: str, op: Op, path_params: dict, summary: str, description: str,
-               models: set, tag: str) -> dict[str, Any]:
+def _operation(
+    view, method: str, op: Op, path_params: dict, summary: str, description: str, models: set, tag: str
+) -> dict[str, Any]:
     out: dict[str, Any] = {
         "operationId": f"{view.__name__}_{method.lower()}",
         "summary": op.summary or summary or f"{method} {view.__name__}",
@@ -212,8 +225,10 @@ def _operation(view, method: str, op: Op, path_params: dict, summary: str, descr
         out["requestBody"] = {"required": False, "content": {"application/json": {"schema": _ref(op.body)}}}
     if op.form is not None:
         # inline, not a $ref: pydantic already writes a `bytes` field as a file (format: binary)
-        out["requestBody"] = {"required": True, "content": {"multipart/form-data": {
-            "schema": op.form.model_json_schema(ref_template=REF_TEMPLATE)}}}
+        out["requestBody"] = {
+            "required": True,
+            "content": {"multipart/form-data": {"schema": op.form.model_json_schema(ref_template=REF_TEMPLATE)}},
+        }
     responses = dict(op.responses)
     responses.setdefault(401, Error)
     responses.setdefault(414, Error)  # any URL over api.long_urls.API_MAX_URL_CHARS
@@ -275,6 +290,17 @@ def _without_null(prop: dict[str, Any]) -> dict[str, Any]:
     return prop
 
 
-_STATUS_TEXT = {200: "OK", 201: "Created", 202: "Accepted", 400: "Invalid input", 401: "Not authenticated",
-                403: "Not allowed", 404: "Not found", 405: "Method not allowed", 409: "Conflict with the state",
-                413: "Request body too large", 414: "URL too long", 429: "Over a limit"}
+_STATUS_TEXT = {
+    200: "OK",
+    201: "Created",
+    202: "Accepted",
+    400: "Invalid input",
+    401: "Not authenticated",
+    403: "Not allowed",
+    404: "Not found",
+    405: "Method not allowed",
+    409: "Conflict with the state",
+    413: "Request body too large",
+    414: "URL too long",
+    429: "Over a limit",
+}

@@ -6,12 +6,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal
 
-from experiments import run_filters, run_labels
-from experiments.models import RunStatus
 from pydantic import BaseModel, Field
 
 from api.contract import Shape
 from api.shapes import MetricPoint, MetricValue, Page, whole
+from experiments import run_filters, run_labels
+from experiments.models import RunStatus
 
 RunStatusName = Literal[tuple(RunStatus.values)]
 TagName = Annotated[str, Field(pattern=whole(run_labels.TAG_NAME))]
@@ -63,11 +63,13 @@ class RunTableQuery(Page):
     status: list[RunStatusName] | None = Field(None, description="run statuses (repeat the parameter)")
     experiment: str | None = Field(None, pattern=whole(run_filters.ID), description="an experiment's id")
     owner: str | None = Field(None, pattern=whole(run_filters.USERNAME), description="a username")
-    tag: list[TagName] | None = Field(None, max_length=run_filters.MAX_TAGS,
-                                      description="tag names: runs with all of them")
+    tag: list[TagName] | None = Field(
+        None, max_length=run_filters.MAX_TAGS, description="tag names: runs with all of them"
+    )
     config: list[str] | None = Field(None, description="PATH:VALUE, e.g. optimizer.learning_rate:1e-5")
-    metrics: list[MetricName] | None = Field(None, max_length=run_filters.MAX_METRIC_COLUMNS,
-                                             description="metric columns")
+    metrics: list[MetricName] | None = Field(
+        None, max_length=run_filters.MAX_METRIC_COLUMNS, description="metric columns"
+    )
     sort: str | None = Field(None, description="a field or metric:NAME, '-' first for descending")
 
 
@@ -84,10 +86,12 @@ class RunTable(Shape):
 
 
 class LabelsInput(BaseModel):
-    name: str | None = Field(None, max_length=run_labels.MAX_NAME_CHARS,
-                             description="the run's name, one line (\"\" or null: none)")
-    tags: list[TagName] | None = Field(None, max_length=run_labels.MAX_TAGS_PER_RUN,
-                                       description="the run's tags (replaces them)")
+    name: str | None = Field(
+        None, max_length=run_labels.MAX_NAME_CHARS, description="the run's name, one line (\"\" or null: none)"
+    )
+    tags: list[TagName] | None = Field(
+        None, max_length=run_labels.MAX_TAGS_PER_RUN, description="the run's tags (replaces them)"
+    )
     notes: str | None = Field(None, max_length=run_labels.MAX_NOTES_CHARS)
 
 

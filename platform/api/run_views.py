@@ -14,16 +14,15 @@ experiments.metric_series, and answers its declared shape (api/run_shapes.py).
 
 from __future__ import annotations
 
+from api import run_shapes as shapes
+from api.contract import Error, Errors, Op, operations
+from api.endpoint import ApiError, api_endpoint, int_param, json_body, page, refused, send
+from api.shapes import finite
 from experiments import metric_series, run_filters, run_labels
 from experiments.access import get_for_user
 from experiments.models import MetricPoint, Run, RunEvent
 from experiments.shown_paths import shown
 from runner import services
-
-from api import run_shapes as shapes
-from api.contract import Error, Errors, Op, operations
-from api.endpoint import ApiError, api_endpoint, int_param, json_body, page, refused, send
-from api.shapes import finite
 
 EVENTS_LIMIT = 200
 EVENTS_LIMIT_MAX = 1000
@@ -37,37 +36,39 @@ def _run(request, pk: int, change: bool = False) -> Run:
 def run_shape(run: Run) -> shapes.RunDetail:
     """A run's status, progress, tags and notes (the experiment should be select_related, the tags
     prefetched when listing)."""
-    return shapes.RunDetail(**{
-        "id": run.pk,
-        "name": run.name,
-        "status": run.status,
-        "step": run.step,
-        "max_steps": run.max_steps,
-        "progress": run.progress,
-        "restarts": run.restarts,
-        "attempt": run.attempt,
-        "max_restarts": run.max_restarts,
-        "worker": run.worker_host,
-        "worker_pid": run.worker_pid,
-        "heartbeat_at": run.heartbeat_at,
-        "created_at": run.created_at,
-        "queued_at": run.queued_at,
-        "started_at": run.started_at,
-        "finished_at": run.finished_at,
-        "duration_s": run.duration_s,
-        "running_s": run.running_s,
-        "latest_reward": finite(run.latest_reward),
-        "error": shown(run.error),  # server paths relative to their root, here and in events
-        "params_digest": run.params_digest,
-        "config_version": run.config_version.number if run.config_version_id else None,
-        "experiment": shapes.ExperimentRef(id=run.experiment_id, name=run.experiment.name),
-        "tags": run_labels.tag_names(run),
-        "notes": run.notes,
-        # lineage (runner.forks): the parent run's id, its checkpoint step, "fresh" | "continued"
-        "forked_from": run.forked_from_id,
-        "forked_from_step": run.forked_from_step,
-        "fork_optimizer": run.fork_optimizer or None,
-    })
+    return shapes.RunDetail(
+        **{
+            "id": run.pk,
+            "name": run.name,
+            "status": run.status,
+            "step": run.step,
+            "max_steps": run.max_steps,
+            "progress": run.progress,
+            "restarts": run.restarts,
+            "attempt": run.attempt,
+            "max_restarts": run.max_restarts,
+            "worker": run.worker_host,
+            "worker_pid": run.worker_pid,
+            "heartbeat_at": run.heartbeat_at,
+            "created_at": run.created_at,
+            "queued_at": run.queued_at,
+            "started_at": run.started_at,
+            "finished_at": run.finished_at,
+            "duration_s": run.duration_s,
+            "running_s": run.running_s,
+            "latest_reward": finite(run.latest_reward),
+            "error": shown(run.error),  # server paths relative to their root, here and in events
+            "params_digest": run.params_digest,
+            "config_version": run.config_version.number if run.config_version_id else None,
+            "experiment": shapes.ExperimentRef(id=run.experiment_id, name=run.experiment.name),
+            "tags": run_labels.tag_names(run),
+            "notes": run.notes,
+            # lineage (runner.forks): the parent run's id, its checkpoint step, "fresh" | "continued"
+            "forked_from": run.forked_from_id,
+            "forked_from_step": run.forked_from_step,
+            "fork_optimizer": run.fork_optimizer or None,
+        }
+    )
 
 
 def run_table_entry(run: Run, query: run_filters.RunQuery) -> shapes.RunTableEntry:
@@ -75,13 +76,22 @@ def run_table_entry(run: Run, query: run_filters.RunQuery) -> shapes.RunTableEnt
     at its latest step} of the query's metric columns (the queryset comes from run_filters.apply,
     with experiment__owner select_related and tags prefetched)."""
     values = run_filters.latest_values(run, query)
-    return shapes.RunTableEntry(**dict(run_shape(run)), owner=run.experiment.owner.get_username(),
-                                metrics={name: finite(value) for name, value in values.items()})
+    return shapes.RunTableEntry(
+        **dict(run_shape(run)),
+        owner=run.experiment.owner.get_username(),
+        metrics={name: finite(value) for name, value in values.items()},
+    )
 
 
 def event_shape(event: RunEvent) -> shapes.Event:
-    return shapes.Event(id=event.pk, created_at=event.created_at, attempt=event.attempt, level=event.level,
-                        kind=event.kind, message=shown(event.message))
+    return shapes.Event(
+        id=event.pk,
+        created_at=event.created_at,
+        attempt=event.attempt,
+        level=event.level,
+        kind=event.kind,
+        message=shown(event.message),
+    )
 
 
 @operations(
@@ -97,17 +107,24 @@ def runs(request):
         query = run_filters.parse(dict(request.GET.lists()))
     except run_filters.FilterError as exc:
         raise ApiError(400, str(exc), errors={exc.parameter: exc.message}) from None
-    queryset = (Run.objects.visible_to(request.user).select_related("experiment__owner", "config_version")
-                .prefetch_related("tags"))
+    queryset = (
+        Run.objects.visible_to(request.user)
+        .select_related("experiment__owner", "config_version")
+        .prefetch_related("tags")
+    )
     rows, count = page(request, run_filters.apply(queryset, query))
-    return shapes.RunTable(runs=[run_table_entry(r, query) for r in rows], count=count,
-                           metrics=list(query.metrics), sort=query.sort)
+    return shapes.RunTable(
+        runs=[run_table_entry(r, query) for r in rows], count=count, metrics=list(query.metrics), sort=query.sort
+    )
 
 
 @operations(
     GET=Op(responses={200: shapes.RunDetail}, summary="A run: status, progress, config and lineage"),
-    PATCH=Op(body=shapes.LabelsInput, responses={200: shapes.RunDetail, 400: Errors, 403: Error},
-            summary="Rename a run, or replace its tags or notes"),
+    PATCH=Op(
+        body=shapes.LabelsInput,
+        responses={200: shapes.RunDetail, 400: Errors, 403: Error},
+        summary="Rename a run, or replace its tags or notes",
+    ),
 )
 @api_endpoint("GET", "PATCH")
 def run_detail(request, pk: int):
@@ -138,8 +155,11 @@ def run_metrics(request, pk: int):
     name = request.GET.get("name")
     if name is None:
         return shapes.Metrics.model_validate(metric_series.points_after(run, after_step))
-    rows = (MetricPoint.objects.filter(run=run, name=name, step__gt=after_step)
-            .order_by("step").values_list("step", "value"))
+    rows = (
+        MetricPoint.objects.filter(run=run, name=name, step__gt=after_step)
+        .order_by("step")
+        .values_list("step", "value")
+    )
     points = [(step, metric_series.json_value(metric_series.stored_value(value))) for step, value in rows]
     return shapes.Metrics(name=name, points=points, last_step=points[-1][0] if points else after_step)
 
@@ -153,8 +173,9 @@ def run_chart(request, pk: int):
     each series cut to at most N points keeping every bucket's minimum and maximum (and its NaN).
     Values as in /metrics: numbers, or "NaN" / "Infinity" / "-Infinity"."""
     run = _run(request, pk)
-    max_points = int_param(request, "max_points", metric_series.DEFAULT_MAX_POINTS, minimum=1,
-                           maximum=metric_series.DEFAULT_MAX_POINTS)
+    max_points = int_param(
+        request, "max_points", metric_series.DEFAULT_MAX_POINTS, minimum=1, maximum=metric_series.DEFAULT_MAX_POINTS
+    )
     return shapes.Chart.model_validate(metric_series.chart(run, max_points))
 
 
@@ -187,7 +208,9 @@ def run_action(request, pk: int, action: str):
         raise refused(exc) from None
     if not changed:
         run.refresh_from_db(fields=["status"])
-        raise ApiError(409, f"cannot {action} run {run.pk}: it is {run.status}"
-                       + (f" (was {before})" if before != run.status else ""))
+        raise ApiError(
+            409,
+            f"cannot {action} run {run.pk}: it is {run.status}" + (f" (was {before})" if before != run.status else ""),
+        )
     run.refresh_from_db(fields=["status"])
     return send(shapes.ActionDone(id=run.pk, status=run.status), 202)

@@ -16,10 +16,13 @@ class Segment(Shape):
 
 
 class EpisodeTurn(Shape):
-    role: str = Field(description='"assistant" for a turn the model wrote, else the environment\'s reply role '
-                      '("tool", "user")')
-    label: str = Field(description='how the browser names the turn: "tool call" (an assistant turn holding '
-                       '<tool_call>), "tool response" (role tool), else its role')
+    role: str = Field(
+        description='"assistant" for a turn the model wrote, else the environment\'s reply role ("tool", "user")'
+    )
+    label: str = Field(
+        description='how the browser names the turn: "tool call" (an assistant turn holding '
+        '<tool_call>), "tool response" (role tool), else its role'
+    )
     text: str
     tokens: int | None = Field(description="the turn's tokens in the sequence")
 
@@ -31,7 +34,8 @@ class Episode(Shape):
     turns: list[EpisodeTurn]
     reward_parts: dict[str, float | str | None] = Field(
         description='raw reward-function scores and the environment\'s parts; a non-finite one as "NaN", '
-        '"Infinity" or "-Infinity"')
+        '"Infinity" or "-Infinity"'
+    )
     end_reason: str | None = Field(description="done, max_turns, max_total_tokens or env_error")
     error: str | None = Field(description="the environment's error (end_reason env_error)")
     tool_calls: int | None
@@ -49,11 +53,15 @@ class Sample(Shape):
     reward: float | None
     advantage: float | None
     truncated: bool | None = Field(None, description="the completion ran into rollout.max_new_tokens")
-    in_loss: bool | None = Field(None, description="false: kept out of the loss (overlong filter, or a "
-                                 "dynamic-sampling step that consumed its most prompts)")
+    in_loss: bool | None = Field(
+        None,
+        description="false: kept out of the loss (overlong filter, or a "
+        "dynamic-sampling step that consumed its most prompts)",
+    )
     overlong_penalty: float | None = Field(None, description="the soft overlong reward added (0 to -penalty)")
-    episode: Episode | None = Field(None, description="a multi-turn sample's turns, reward parts and end reason; "
-                                    "absent for a single-turn sample")
+    episode: Episode | None = Field(
+        None, description="a multi-turn sample's turns, reward parts and end reason; absent for a single-turn sample"
+    )
 
 
 class Samples(Shape):
@@ -75,9 +83,11 @@ class SampleFiltersQuery(BaseModel):
     q: str | None = Field(None, description="text in the prompt or completion (case-insensitive)")
     prompt_hash: str | None = Field(None, description="32 hex digits: one prompt across steps")
     end_reason: Literal["done", "max_turns", "max_total_tokens", "env_error"] | None = Field(
-        None, description="multi-turn episodes that ended so")
-    tool: Literal["yes", "no"] | None = Field(None, description="multi-turn episodes with (yes) or without (no) a "
-                                             "tool call")
+        None, description="multi-turn episodes that ended so"
+    )
+    tool: Literal["yes", "no"] | None = Field(
+        None, description="multi-turn episodes with (yes) or without (no) a tool call"
+    )
 
 
 class SamplesQuery(SampleFiltersQuery):
@@ -101,8 +111,9 @@ class SamplePage(Shape):
     samples: list[BrowsedSample]
     next_after: int | None
     prev_before: int | None
-    scanned_to_step: int | None = Field(None, description="where a text, reward or advantage search stopped reading "
-                                   "(api/sample_views.py)")
+    scanned_to_step: int | None = Field(
+        None, description="where a text, reward or advantage search stopped reading (api/sample_views.py)"
+    )
     limit: int
 
 

@@ -21,21 +21,21 @@ Bad parameters answer 400 naming the parameter."""
 from __future__ import annotations
 
 import json
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from django.http import StreamingHttpResponse
-
-from experiments import sample_episodes, sample_query, sample_text
-from experiments.access import get_for_user
-from experiments.models import RolloutSample, Run, SampleKind
-from experiments.shown_paths import shown
 
 from api import sample_shapes as shapes
 from api.contract import Op, operations
 from api.endpoint import ApiError, api_endpoint, int_param
 from api.shapes import finite
+from experiments import sample_episodes, sample_query, sample_text
+from experiments.access import get_for_user
+from experiments.models import RolloutSample, Run, SampleKind
+from experiments.shown_paths import shown
 
-SAMPLE_STEPS_LISTED = 50   # recent steps with samples that /samples names
+SAMPLE_STEPS_LISTED = 50  # recent steps with samples that /samples names
 
 
 def _run(request, pk: int) -> Run:
@@ -70,8 +70,9 @@ def sample_fields(sample: RolloutSample) -> dict[str, Any]:
         "advantage": finite(sample.advantage),
         "truncated": extra.get("truncated") if isinstance(extra.get("truncated"), bool) else None,
         "in_loss": extra.get("in_loss") if isinstance(extra.get("in_loss"), bool) else None,
-        "overlong_penalty": (finite(penalty) if isinstance(penalty, (int, float)) and not isinstance(penalty, bool)
-                             else None),
+        "overlong_penalty": (
+            finite(penalty) if isinstance(penalty, (int, float)) and not isinstance(penalty, bool) else None
+        ),
         **({"episode": shown_episode} if shown_episode is not None else {}),
     }
 
@@ -129,9 +130,13 @@ def browse(request, run: Run) -> shapes.SamplePage:
     filters = _parsed(sample_query.parse_filters, request.GET)
     page_request = _parsed(sample_query.parse_page, request.GET)
     page = _parsed(lambda _: sample_query.page(run, filters, page_request), None)
-    return shapes.SamplePage(samples=[browsed_sample(s) for s in page.samples], next_after=page.next_after,
-                             prev_before=page.prev_before, scanned_to_step=page.scanned_to_step,
-                             limit=page_request.limit)
+    return shapes.SamplePage(
+        samples=[browsed_sample(s) for s in page.samples],
+        next_after=page.next_after,
+        prev_before=page.prev_before,
+        scanned_to_step=page.scanned_to_step,
+        limit=page_request.limit,
+    )
 
 
 @operations(
@@ -165,7 +170,8 @@ def samples_export(request, pk: int):
     prompt_hash, prompt, completion, answer, reward, advantage, extra), streamed."""
     run = _run(request, pk)
     filters = _parsed(sample_query.parse_filters, request.GET)
-    response = StreamingHttpResponse(_lines(sample_query.iterate(run, filters)),
-                                     content_type="application/x-ndjson; charset=utf-8")
+    response = StreamingHttpResponse(
+        _lines(sample_query.iterate(run, filters)), content_type="application/x-ndjson; charset=utf-8"
+    )
     response["Content-Disposition"] = f'attachment; filename="run-{run.pk}-{filters.kind}-samples.jsonl"'
     return response

@@ -11,8 +11,9 @@ import re
 from datetime import datetime
 from typing import Annotated, Literal
 
-from experiments import metric_series
 from pydantic import AfterValidator, BaseModel, Field, TypeAdapter, WithJsonSchema
+
+from experiments import metric_series
 
 
 def whole(regex: re.Pattern) -> str:
@@ -34,8 +35,10 @@ MetricValue = float | Literal[metric_series.NONFINITE_JSON]
 """A metric value in the metrics, chart and compare answers: a number, or "NaN", "Infinity",
 "-Infinity" for a non-finite one (a diverged step; JSON has no NaN)."""
 
-MetricPoint = Annotated[tuple[int, MetricValue], WithJsonSchema(
-    {"type": "array", "items": TypeAdapter(MetricValue).json_schema(), "minItems": 2, "maxItems": 2})]
+MetricPoint = Annotated[
+    tuple[int, MetricValue],
+    WithJsonSchema({"type": "array", "items": TypeAdapter(MetricValue).json_schema(), "minItems": 2, "maxItems": 2}),
+]
 """[step, value]: a tuple keeps the step an int (in a list of MetricValue it would turn 3 into 3.0); the
 schema is an array of two numbers (prefixItems, the tuple's own schema, is beyond the fuzzer's validator)."""
 

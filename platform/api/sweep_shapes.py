@@ -7,10 +7,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from sweeps.models import Direction, Pruner, Sampler, SweepStatus
-
 from api.contract import Shape
 from api.shapes import IsoDateTime
+from sweeps.models import Direction, Pruner, Sampler, SweepStatus
 
 SamplerName = Literal[tuple(Sampler.values)]
 PrunerName = Literal[tuple(Pruner.values)]
@@ -32,8 +31,10 @@ class SpaceField(BaseModel):
 
 class SweepInput(BaseModel):
     name: str = Field(description="1-64 letters, digits or . _ : / - ; also the tag of the trial runs")
-    space: dict[str, SpaceField] = Field(description='{"dotted.config.field": {...}}, e.g. {"optimizer.learning_rate": '
-                                                     '{"type": "float", "low": 1e-5, "high": 1e-3, "log": true}}')
+    space: dict[str, SpaceField] = Field(
+        description='{"dotted.config.field": {...}}, e.g. {"optimizer.learning_rate": '
+        '{"type": "float", "low": 1e-5, "high": 1e-3, "log": true}}'
+    )
     metric: str = Field(description="a metric the trainer reports, e.g. reward/mean")
     max_trials: int = Field(ge=1, le=1000)
     sampler: SamplerName | None = Field(None, description="default tpe")
@@ -41,18 +42,23 @@ class SweepInput(BaseModel):
     direction: DirectionName | None = Field(None, description="default maximize")
     max_concurrent_trials: int | None = Field(None, ge=1, le=50, description="default 2")
     seed: int | None = Field(None, ge=0, le=2**31 - 1, description="default 0")
-    pruner_startup_trials: int | None = Field(None, ge=0, le=1000,
-                                              description="median: trials that must complete before any is pruned (2)")
-    pruner_warmup_steps: int | None = Field(None, ge=0, le=1_000_000,
-                                            description="median: steps before pruning; halving/hyperband: the first rung (1)")
-    max_steps: int | None = Field(None, ge=1, le=10_000_000,
-                                  description="train.max_steps of every trial (default: the experiment's config's)")
+    pruner_startup_trials: int | None = Field(
+        None, ge=0, le=1000, description="median: trials that must complete before any is pruned (2)"
+    )
+    pruner_warmup_steps: int | None = Field(
+        None, ge=0, le=1_000_000, description="median: steps before pruning; halving/hyperband: the first rung (1)"
+    )
+    max_steps: int | None = Field(
+        None, ge=1, le=10_000_000, description="train.max_steps of every trial (default: the experiment's config's)"
+    )
 
 
 class TrialEntry(Shape):
     number: int
     params: dict[str, Any]
-    status: str = Field(description="waiting (no run yet), or its run's status; failed without a run: an invalid config")
+    status: str = Field(
+        description="waiting (no run yet), or its run's status; failed without a run: an invalid config"
+    )
     value: float | None = Field(description="the best value of the sweep's metric so far")
     value_step: int | None
     run_id: int | None

@@ -35,15 +35,19 @@ def _list(request, queryset) -> shapes.SweepList:
         queryset = queryset.filter(status=status)
     limit = int_param(request, "limit", LIST_LIMIT, minimum=1, maximum=LIST_LIMIT_MAX)
     offset = int_param(request, "offset", 0, minimum=0)
-    rows = list(queryset.select_related("experiment__owner")[offset:offset + limit])
-    return shapes.SweepList(sweeps=[shapes.SweepSummary.model_validate(summary.sweep_summary(s)) for s in rows],
-                            count=queryset.count())
+    rows = list(queryset.select_related("experiment__owner")[offset : offset + limit])
+    return shapes.SweepList(
+        sweeps=[shapes.SweepSummary.model_validate(summary.sweep_summary(s)) for s in rows], count=queryset.count()
+    )
 
 
 @operations(
     GET=Op(query=shapes.SweepListQuery, responses={200: shapes.SweepList}, summary="List an experiment's sweeps"),
-    POST=Op(body=shapes.SweepInput, responses={201: shapes.SweepDetail, 400: Errors, 403: Error, 429: Error},
-           summary="Start a sweep over the experiment's config"),
+    POST=Op(
+        body=shapes.SweepInput,
+        responses={201: shapes.SweepDetail, 400: Errors, 403: Error, 429: Error},
+        summary="Start a sweep over the experiment's config",
+    ),
 )
 @api_endpoint("GET", "POST")
 def experiment_sweeps(request, pk: int):
@@ -52,8 +56,9 @@ def experiment_sweeps(request, pk: int):
     "pruner_warmup_steps"?}: 201 the sweep with its first trials launched, or 400 {"errors":
     {field: message}} (`space.<config field>` for a field that does not exist or a value the
     config schema refuses) before any trial starts."""
-    experiment = get_for_user(Experiment.objects.select_related("owner"), request.user, pk,
-                              change=request.method == "POST")
+    experiment = get_for_user(
+        Experiment.objects.select_related("owner"), request.user, pk, change=request.method == "POST"
+    )
     if request.method == "POST":
         try:
             sweep = services.create_sweep(experiment, json_body(request))
@@ -61,8 +66,9 @@ def experiment_sweeps(request, pk: int):
             raise ApiError(400, errors=exc.errors) from None
         except services.SweepRefused as exc:
             raise refused(exc) from None
-        return send(shapes.SweepDetail.model_validate(summary.sweep_detail(sweep)), 201,
-                    location=f"/api/sweeps/{sweep.pk}")
+        return send(
+            shapes.SweepDetail.model_validate(summary.sweep_detail(sweep)), 201, location=f"/api/sweeps/{sweep.pk}"
+        )
     return _list(request, Sweep.objects.filter(experiment=experiment))
 
 

@@ -6,8 +6,20 @@ scripts/generate_docs.py; /api/docs/ is Swagger UI reading it (public)."""
 
 from django.urls import re_path
 
-from api import (account_views, alert_views, checkpoint_views, compare_views, dataset_views, evaluation_views,
-                 experiment_views, model_views, run_views, sample_views, schema_views, sweep_views)
+from api import (
+    account_views,
+    alert_views,
+    checkpoint_views,
+    compare_views,
+    dataset_views,
+    evaluation_views,
+    experiment_views,
+    model_views,
+    run_views,
+    sample_views,
+    schema_views,
+    sweep_views,
+)
 from api.endpoint import not_found
 
 ID = r"(?P<pk>[0-9]{1,18})"  # ids fit a 64-bit integer; longer ones fall to the JSON 404
@@ -28,8 +40,11 @@ urlpatterns = [
     re_path(rf"^runs/{ID}/samples/?$", sample_views.run_samples, name="api-run-samples"),
     re_path(rf"^runs/{ID}/samples\.jsonl$", sample_views.samples_export, name="api-run-samples-export"),
     re_path(rf"^runs/{ID}/checkpoints/?$", checkpoint_views.run_checkpoints, name="api-run-checkpoints"),
-    re_path(rf"^runs/{ID}/checkpoints/(?P<step>[0-9]{{1,9}})/hf\.zip$", checkpoint_views.checkpoint_download,
-            name="api-checkpoint-download"),
+    re_path(
+        rf"^runs/{ID}/checkpoints/(?P<step>[0-9]{{1,9}})/hf\.zip$",
+        checkpoint_views.checkpoint_download,
+        name="api-checkpoint-download",
+    ),
     re_path(rf"^runs/{ID}/events/?$", run_views.run_events, name="api-run-events"),
     re_path(rf"^runs/{ID}/(?P<action>cancel|pause|resume|retry)/?$", run_views.run_action, name="api-run-action"),
     re_path(rf"^runs/{ID}/export/?$", checkpoint_views.run_export, name="api-run-export"),

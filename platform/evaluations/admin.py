@@ -20,12 +20,35 @@ class SampleInline(admin.TabularInline):
 
 @admin.register(EvaluationJob)
 class EvaluationJobAdmin(admin.ModelAdmin):
-    list_display = ("id", "owner", "policy_label", "dataset_label", "status", "accuracy", "pass_at_k", "k",
-                    "created_at")
+    list_display = (
+        "id",
+        "owner",
+        "policy_label",
+        "dataset_label",
+        "status",
+        "accuracy",
+        "pass_at_k",
+        "k",
+        "created_at",
+    )
     list_filter = ("status", "dataset_kind")
     search_fields = ("dataset_label", "model_path", "owner__username", "error")
-    readonly_fields = ("status", "progress_done", "progress_total", "error", "accuracy", "pass_at_1", "pass_at_k",
-                       "reward_mean", "started_at", "finished_at", "heartbeat_at", "attempts", "created_at", "dataset_key")
+    readonly_fields = (
+        "status",
+        "progress_done",
+        "progress_total",
+        "error",
+        "accuracy",
+        "pass_at_1",
+        "pass_at_k",
+        "reward_mean",
+        "started_at",
+        "finished_at",
+        "heartbeat_at",
+        "attempts",
+        "created_at",
+        "dataset_key",
+    )
     raw_id_fields = ("owner", "checkpoint", "run", "dataset", "requested_by_run")
     inlines = [SampleInline]
 

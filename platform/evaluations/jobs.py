@@ -57,10 +57,13 @@ def run_job(job_id: int) -> str:
     outcome. Returns the job's status afterwards ('' if this call did nothing)."""
     now = timezone.now()
     claimed = EvaluationJob.objects.filter(pk=job_id, status=JobStatus.QUEUED).update(
-        status=JobStatus.RUNNING, started_at=now, heartbeat_at=now, attempts=F("attempts") + 1)
+        status=JobStatus.RUNNING, started_at=now, heartbeat_at=now, attempts=F("attempts") + 1
+    )
     if not claimed:
         return ""
-    job = EvaluationJob.objects.select_related("run__experiment__owner", "dataset", "checkpoint", "owner").get(pk=job_id)
+    job = EvaluationJob.objects.select_related("run__experiment__owner", "dataset", "checkpoint", "owner").get(
+        pk=job_id
+    )
     try:
         with tempfile.TemporaryDirectory(prefix=f"evaluation-{job.pk}-") as folder:
             summary, rows = _evaluate(job, folder)
@@ -103,8 +106,11 @@ def child_command(job: EvaluationJob, config_file: str, out_file: str) -> list[s
 
     if job.model_path:
         policy = ["--config", config_file]
-        target = job.model_path if os.path.isabs(job.model_path) else os.path.join(
-            str(settings.PLATFORM_MODELS_DIRS[0]), job.model_path)
+        target = (
+            job.model_path
+            if os.path.isabs(job.model_path)
+            else os.path.join(str(settings.PLATFORM_MODELS_DIRS[0]), job.model_path)
+        )
     else:
         if job.checkpoint is None:
             raise JobFailed(f"the checkpoint (step {job.step}) was deleted")
@@ -117,8 +123,25 @@ def child_command(job: EvaluationJob, config_file: str, out_file: str) -> list[s
             raise JobFailed("the dataset was deleted")
         dataset = ["--dataset", job.dataset.absolute_path]
     budget = ["--max-new-tokens", str(job.max_new_tokens)] if job.max_new_tokens else []
-    return [sys.executable, "-m", "trainers", "evaluate", target, *policy, *dataset, "--prompts", str(job.prompts),
-            "--samples", str(job.k), "--k", str(job.k), *budget, "--out", out_file, "--json-progress"]
+    return [
+        sys.executable,
+        "-m",
+        "trainers",
+        "evaluate",
+        target,
+        *policy,
+        *dataset,
+        "--prompts",
+        str(job.prompts),
+        "--samples",
+        str(job.k),
+        "--k",
+        str(job.k),
+        *budget,
+        "--out",
+        out_file,
+        "--json-progress",
+    ]
 
 
 def check_access(job: EvaluationJob) -> None:
@@ -134,8 +157,10 @@ def check_access(job: EvaluationJob) -> None:
         if job.dataset_id is None:
             raise JobFailed("the dataset was deleted")
         if not Dataset.objects.visible_to(job.owner).filter(pk=job.dataset_id).exists():
-            raise JobFailed(f"{job.dataset_label or 'the dataset'} is no longer one you may use (its owner stopped "
-                            "sharing it); choose another dataset")
+            raise JobFailed(
+                f"{job.dataset_label or 'the dataset'} is no longer one you may use (its owner stopped "
+                "sharing it); choose another dataset"
+            )
 
 
 def _evaluate(job: EvaluationJob, folder: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -147,8 +172,15 @@ def _evaluate(job: EvaluationJob, folder: str) -> tuple[dict[str, Any], list[dic
     env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
     summary: dict[str, Any] | None = None
     with open(os.path.join(folder, "stderr.txt"), "w+", encoding="utf-8") as stderr:
-        child = subprocess.Popen(command, cwd=str(settings.REPO_ROOT), env=env, stdin=subprocess.DEVNULL,
-                                 stdout=subprocess.PIPE, stderr=stderr, text=True)
+        child = subprocess.Popen(
+            command,
+            cwd=str(settings.REPO_ROOT),
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+        )
         done = threading.Event()
         beat = threading.Thread(target=_heartbeat, args=(job.pk, done, child), daemon=True)
         beat.start()
@@ -157,8 +189,9 @@ def _evaluate(job: EvaluationJob, folder: str) -> tuple[dict[str, Any], list[dic
                 message = _message(line)
                 if "progress" in message:
                     p = message["progress"]
-                    EvaluationJob.objects.filter(pk=job.pk).update(progress_done=int(p["done"]),
-                                                                   progress_total=int(p["total"]))
+                    EvaluationJob.objects.filter(pk=job.pk).update(
+                        progress_done=int(p["done"]), progress_total=int(p["total"])
+                    )
                 elif "summary" in message:
                     summary = message["summary"]
             code = child.wait(timeout=TIMEOUT_S)
@@ -219,22 +252,38 @@ def _text(value: Any) -> str:
 
 
 def _succeed(job: EvaluationJob, summary: dict[str, Any], rows: list[dict[str, Any]]) -> None:
-    samples = [EvaluationSample(job_id=job.pk, index=int(r["index"]), prompt=_text(r["prompt"]),
-                                completion=_text(r["completion"]), answer=_text(r.get("answer") or ""),
-                                reward=r.get("reward"), correct=bool(r.get("correct")),
-                                samples_correct=r.get("samples_correct")) for r in rows]
+    samples = [
+        EvaluationSample(
+            job_id=job.pk,
+            index=int(r["index"]),
+            prompt=_text(r["prompt"]),
+            completion=_text(r["completion"]),
+            answer=_text(r.get("answer") or ""),
+            reward=r.get("reward"),
+            correct=bool(r.get("correct")),
+            samples_correct=r.get("samples_correct"),
+        )
+        for r in rows
+    ]
     with transaction.atomic():
         if not EvaluationJob.objects.select_for_update().filter(pk=job.pk, status=JobStatus.RUNNING).exists():
             return  # cancelled meanwhile: it stays cancelled, without samples
         EvaluationSample.objects.filter(job_id=job.pk).delete()
         EvaluationSample.objects.bulk_create(samples, batch_size=500)
         EvaluationJob.objects.filter(pk=job.pk).update(
-            status=JobStatus.SUCCEEDED, finished_at=timezone.now(), error="",
-            accuracy=summary.get("accuracy"), reward_mean=summary.get("reward_mean"),
-            pass_at_1=summary.get("pass@1"), pass_at_k=summary.get(f"pass@{job.k}"),
-            progress_done=len(rows), progress_total=len(rows))
+            status=JobStatus.SUCCEEDED,
+            finished_at=timezone.now(),
+            error="",
+            accuracy=summary.get("accuracy"),
+            reward_mean=summary.get("reward_mean"),
+            pass_at_1=summary.get("pass@1"),
+            pass_at_k=summary.get(f"pass@{job.k}"),
+            progress_done=len(rows),
+            progress_total=len(rows),
+        )
 
 
 def _fail(job: EvaluationJob, message: str) -> None:
-    EvaluationJob.objects.filter(pk=job.pk, status=JobStatus.RUNNING).update(status=JobStatus.FAILED, finished_at=timezone.now(),
-                                                   error=message[:ERROR_CHARS])
+    EvaluationJob.objects.filter(pk=job.pk, status=JobStatus.RUNNING).update(
+        status=JobStatus.FAILED, finished_at=timezone.now(), error=message[:ERROR_CHARS]
+    )

@@ -9,7 +9,7 @@ first, then the larger k) and `rank` restarts for each. The web page and the API
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable
+from collections.abc import Iterable
 
 from evaluations.models import EvaluationJob, JobStatus
 
@@ -35,9 +35,17 @@ def ranked(jobs: Iterable[EvaluationJob]) -> list[EvaluationJob]:
         kept = newest.get(key)
         if kept is None or (kept.accuracy is None and job.accuracy is not None):
             newest[key] = job
-    rows = sorted(newest.values(), key=lambda j: (_score(j.accuracy), _score(j.pass_at_k), _score(j.reward_mean),
-                                                  j.finished_at.timestamp() if j.finished_at else 0.0, j.pk),
-                  reverse=True)
+    rows = sorted(
+        newest.values(),
+        key=lambda j: (
+            _score(j.accuracy),
+            _score(j.pass_at_k),
+            _score(j.reward_mean),
+            j.finished_at.timestamp() if j.finished_at else 0.0,
+            j.pk,
+        ),
+        reverse=True,
+    )
     rows.sort(key=lambda j: measure(j), reverse=True)  # stable: each measure keeps its order
     rank, previous = 0, None
     for job in rows:
@@ -67,12 +75,17 @@ class Board:
 
 def boards(user) -> list[Board]:
     """Every dataset with a succeeded job `user` may see: its key, label, job count and measures, by label."""
-    rows = (EvaluationJob.objects.visible_to(user).filter(status=JobStatus.SUCCEEDED)
-            .values_list("dataset_key", "dataset_label", "prompts", "k"))
+    rows = (
+        EvaluationJob.objects.visible_to(user)
+        .filter(status=JobStatus.SUCCEEDED)
+        .values_list("dataset_key", "dataset_label", "prompts", "k")
+    )
     counts: dict[str, list] = {}
     for key, label, prompts, k in rows:
         entry = counts.setdefault(key, [label, 0, set()])
         entry[1] += 1
         entry[2].add((prompts, k))
-    return sorted((Board(key, label, n, tuple(sorted(m, reverse=True))) for key, (label, n, m) in counts.items()),
-                  key=lambda b: (b.label, b.key))
+    return sorted(
+        (Board(key, label, n, tuple(sorted(m, reverse=True))) for key, (label, n, m) in counts.items()),
+        key=lambda b: (b.label, b.key),
+    )

@@ -52,24 +52,36 @@ class EvaluationQuerySet(models.QuerySet):
 
 class EvaluationJob(models.Model):
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="evaluation_jobs")
-    checkpoint = models.ForeignKey("experiments.Checkpoint", null=True, blank=True, on_delete=models.SET_NULL,
-                                   related_name="evaluations")
-    run = models.ForeignKey("experiments.Run", null=True, blank=True, on_delete=models.SET_NULL,
-                            related_name="evaluations", help_text="The checkpoint's run (kept if the row goes).")
+    checkpoint = models.ForeignKey(
+        "experiments.Checkpoint", null=True, blank=True, on_delete=models.SET_NULL, related_name="evaluations"
+    )
+    run = models.ForeignKey(
+        "experiments.Run",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="evaluations",
+        help_text="The checkpoint's run (kept if the row goes).",
+    )
     step = models.IntegerField(null=True, blank=True, help_text="The checkpoint's step.")
-    model_path = models.CharField(max_length=500, blank=True,
-                                  help_text="A model folder (as model.path names it) instead of a checkpoint.")
+    model_path = models.CharField(
+        max_length=500, blank=True, help_text="A model folder (as model.path names it) instead of a checkpoint."
+    )
     dataset_kind = models.CharField(max_length=16, choices=DatasetKind.choices)
     task = models.CharField(max_length=64, blank=True)
-    dataset = models.ForeignKey("experiments.Dataset", null=True, blank=True, on_delete=models.SET_NULL,
-                                related_name="evaluations")
+    dataset = models.ForeignKey(
+        "experiments.Dataset", null=True, blank=True, on_delete=models.SET_NULL, related_name="evaluations"
+    )
     dataset_key = models.CharField(max_length=80, db_index=True, help_text="The leaderboard this job ranks on.")
     dataset_label = models.CharField(max_length=200)
     prompts = models.PositiveIntegerField(default=64, help_text="Prompts scored (0 = the whole dataset).")
     k = models.PositiveIntegerField(default=4, help_text="Samples per prompt for pass@k (1 = greedy only).")
     max_new_tokens = models.PositiveIntegerField(null=True, blank=True, help_text="Empty = the run's budget.")
-    tokens = models.PositiveBigIntegerField(default=0, help_text="Completion tokens it may generate: prompts x k x "
-                                            "max_new_tokens (bounds where unknown); counted against its owner's limit.")
+    tokens = models.PositiveBigIntegerField(
+        default=0,
+        help_text="Completion tokens it may generate: prompts x k x "
+        "max_new_tokens (bounds where unknown); counted against its owner's limit.",
+    )
     status = models.CharField(max_length=16, choices=JobStatus.choices, default=JobStatus.QUEUED, db_index=True)
     progress_done = models.PositiveIntegerField(default=0, help_text="Prompts scored so far.")
     progress_total = models.PositiveIntegerField(default=0)
@@ -78,13 +90,21 @@ class EvaluationJob(models.Model):
     pass_at_1 = models.FloatField(null=True, blank=True)
     pass_at_k = models.FloatField(null=True, blank=True)
     reward_mean = models.FloatField(null=True, blank=True)
-    requested_by_run = models.ForeignKey("experiments.Run", null=True, blank=True, on_delete=models.SET_NULL,
-                                         related_name="+", help_text="Set for an evaluate-on-end job.")
+    requested_by_run = models.ForeignKey(
+        "experiments.Run",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="Set for an evaluate-on-end job.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True, help_text="Written every few seconds while running.")
-    attempts = models.PositiveIntegerField(default=0, help_text="Times a worker claimed it (a lost worker's is retried).")
+    attempts = models.PositiveIntegerField(
+        default=0, help_text="Times a worker claimed it (a lost worker's is retried)."
+    )
 
     objects = EvaluationQuerySet.as_manager()
 
@@ -97,7 +117,7 @@ class EvaluationJob(models.Model):
 
     @property
     def policy_label(self) -> str:
-        """"run #7 step 30" or the model folder."""
+        """ "run #7 step 30" or the model folder."""
         if self.model_path:
             return self.model_path
         run = self.run.label if self.run is not None else "a deleted run"
@@ -134,8 +154,9 @@ class EvaluateOnEnd(models.Model):
     run = models.OneToOneField("experiments.Run", on_delete=models.CASCADE, related_name="evaluate_on_end")
     dataset_kind = models.CharField(max_length=16, choices=DatasetKind.choices)
     task = models.CharField(max_length=64, blank=True)
-    dataset = models.ForeignKey("experiments.Dataset", null=True, blank=True, on_delete=models.SET_NULL,
-                                related_name="+")
+    dataset = models.ForeignKey(
+        "experiments.Dataset", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     prompts = models.PositiveIntegerField(default=64)
     k = models.PositiveIntegerField(default=4)
     job = models.ForeignKey(EvaluationJob, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")

@@ -24,8 +24,11 @@ def requeue_lost_jobs() -> list[int]:
     for job in EvaluationJob.objects.filter(status=JobStatus.RUNNING, heartbeat_at__lt=stale_before):
         lost = EvaluationJob.objects.filter(pk=job.pk, status=JobStatus.RUNNING, heartbeat_at=job.heartbeat_at)
         if job.attempts >= MAX_ATTEMPTS:
-            lost.update(status=JobStatus.FAILED, finished_at=timezone.now(),
-                        error=f"its worker was lost {job.attempts} times; giving up")
+            lost.update(
+                status=JobStatus.FAILED,
+                finished_at=timezone.now(),
+                error=f"its worker was lost {job.attempts} times; giving up",
+            )
             continue
         with transaction.atomic():
             if lost.update(status=JobStatus.QUEUED, progress_done=0, heartbeat_at=None):

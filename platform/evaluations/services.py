@@ -18,11 +18,11 @@ from typing import Any
 
 from django.db import transaction
 
+from evaluations.models import PENDING_STATUSES, DatasetKind, EvaluateOnEnd, EvaluationJob, JobStatus
 from experiments.dataset_models import Dataset
-from experiments.whole_numbers import NotAWholeNumber, whole_number
 from experiments.models import Checkpoint, Run
 from experiments.refusals import Refused
-from evaluations.models import PENDING_STATUSES, DatasetKind, EvaluateOnEnd, EvaluationJob, JobStatus
+from experiments.whole_numbers import NotAWholeNumber, whole_number
 
 RUN_JOB_TASK = "evaluations.run_job"  # evaluations.tasks.run_job, sent by name
 MAX_K = 64
@@ -112,8 +112,9 @@ def _model_folder(path: Any) -> str:
 
     known = {m.path for m in available_models()}
     if not isinstance(path, str) or path not in known:
-        raise EvaluationRefused(400, f"model must be one of the model folders ({', '.join(sorted(known)) or 'none'})",
-                                "model")
+        raise EvaluationRefused(
+            400, f"model must be one of the model folders ({', '.join(sorted(known)) or 'none'})", "model"
+        )
     return path
 
 
@@ -133,21 +134,36 @@ def create_job(user, data: dict[str, Any], requested_by_run: Run | None = None) 
         checkpoint = run.checkpoints.filter(step=step).first()
         if checkpoint is None:
             steps = list(run.checkpoints.order_by("step").values_list("step", flat=True))
-            raise EvaluationRefused(400, f"run {run.pk} has no checkpoint at step {step}"
-                                         f"{'; it has steps ' + ', '.join(map(str, steps)) if steps else ''}", "step")
+            raise EvaluationRefused(
+                400,
+                f"run {run.pk} has no checkpoint at step {step}"
+                f"{'; it has steps ' + ', '.join(map(str, steps)) if steps else ''}",
+                "step",
+            )
     elif data.get("model") is not None:
         model_path = _model_folder(data["model"])
     else:
-        raise EvaluationRefused(400, "give a checkpoint ({\"run\": id, \"step\": N}) or a model folder ({\"model\": "
-                                     "path})", "run")
+        raise EvaluationRefused(
+            400, "give a checkpoint ({\"run\": id, \"step\": N}) or a model folder ({\"model\": path})", "run"
+        )
     choice = parse_dataset(user, data.get("dataset"))
     if choice.kind == DatasetKind.RUN_EVAL and run is None:
-        raise EvaluationRefused(400, "run_eval names the eval set of a checkpoint's run: evaluate a checkpoint, "
-                                     "or choose a task or a dataset", "dataset")
+        raise EvaluationRefused(
+            400,
+            "run_eval names the eval set of a checkpoint's run: evaluate a checkpoint, or choose a task or a dataset",
+            "dataset",
+        )
     job = EvaluationJob(
-        owner=user, checkpoint=checkpoint, run=run, step=step, model_path=model_path,
-        dataset_kind=choice.kind, task=choice.task, dataset=choice.dataset,
-        dataset_key=choice.key(run), dataset_label=choice.label(run)[:200],
+        owner=user,
+        checkpoint=checkpoint,
+        run=run,
+        step=step,
+        model_path=model_path,
+        dataset_kind=choice.kind,
+        task=choice.task,
+        dataset=choice.dataset,
+        dataset_key=choice.key(run),
+        dataset_label=choice.label(run)[:200],
         prompts=_bounded_int(data.get("prompts"), "prompts", DEFAULT_PROMPTS, 0, MAX_PROMPTS),
         k=_bounded_int(data.get("k"), "k", DEFAULT_K, 1, MAX_K),
         max_new_tokens=_bounded_int(data.get("max_new_tokens"), "max_new_tokens", 0, 0, MAX_NEW_TOKENS) or None,
@@ -194,7 +210,8 @@ def usage_for(user) -> Usage:
     from django.db.models import Count, Sum
 
     found = EvaluationJob.objects.filter(owner_id=user.pk, status__in=PENDING_STATUSES).aggregate(
-        jobs=Count("id"), tokens=Sum("tokens"))
+        jobs=Count("id"), tokens=Sum("tokens")
+    )
     return Usage(found["jobs"] or 0, found["tokens"] or 0)
 
 
@@ -204,21 +221,28 @@ def check_room(user, job: EvaluationJob) -> None:
     tokens, would go over the owner's limits (runner.limits: PLATFORM_MAX_EVALUATION_JOBS_PER_USER,
     PLATFORM_MAX_EVALUATION_TOKENS_PER_USER)."""
     from django.contrib.auth import get_user_model
+
     from runner.limits import limits_for
 
     get_user_model().objects.select_for_update().filter(pk=user.pk).first()
     limits, usage = limits_for(user), usage_for(user)
     if usage.jobs + 1 > limits.max_evaluation_jobs:
-        raise EvaluationRefused(429, f"evaluation jobs: you have {usage.jobs} queued or running, the limit is "
-                                     f"{limits.max_evaluation_jobs} (PLATFORM_MAX_EVALUATION_JOBS_PER_USER); wait for "
-                                     "one to finish or cancel one")
+        raise EvaluationRefused(
+            429,
+            f"evaluation jobs: you have {usage.jobs} queued or running, the limit is "
+            f"{limits.max_evaluation_jobs} (PLATFORM_MAX_EVALUATION_JOBS_PER_USER); wait for "
+            "one to finish or cancel one",
+        )
     if usage.tokens + job.tokens > limits.max_evaluation_tokens:
         budget = job.max_new_tokens or "(the run's budget)"
-        raise EvaluationRefused(429, f"evaluation tokens: this job's prompts x k x max_new_tokens = {job.tokens:,} "
-                                     f"(k {job.k}, max_new_tokens {budget}), with your queued and running jobs' "
-                                     f"{usage.tokens:,} that is {usage.tokens + job.tokens:,}, the limit is "
-                                     f"{limits.max_evaluation_tokens:,} (PLATFORM_MAX_EVALUATION_TOKENS_PER_USER); "
-                                     "lower prompts, k or max_new_tokens, or cancel a job")
+        raise EvaluationRefused(
+            429,
+            f"evaluation tokens: this job's prompts x k x max_new_tokens = {job.tokens:,} "
+            f"(k {job.k}, max_new_tokens {budget}), with your queued and running jobs' "
+            f"{usage.tokens:,} that is {usage.tokens + job.tokens:,}, the limit is "
+            f"{limits.max_evaluation_tokens:,} (PLATFORM_MAX_EVALUATION_TOKENS_PER_USER); "
+            "lower prompts, k or max_new_tokens, or cancel a job",
+        )
 
 
 def cancel_job(job: EvaluationJob) -> bool:
@@ -227,8 +251,11 @@ def cancel_job(job: EvaluationJob) -> bool:
     (evaluations.jobs)."""
     from django.utils import timezone
 
-    return bool(EvaluationJob.objects.filter(pk=job.pk, status__in=PENDING_STATUSES).update(
-        status=JobStatus.CANCELLED, finished_at=timezone.now(), error="cancelled"))
+    return bool(
+        EvaluationJob.objects.filter(pk=job.pk, status__in=PENDING_STATUSES).update(
+            status=JobStatus.CANCELLED, finished_at=timezone.now(), error="cancelled"
+        )
+    )
 
 
 def send_when_committed(job: EvaluationJob) -> None:
@@ -265,8 +292,16 @@ def request_on_end(user, run: Run, data: dict[str, Any]) -> EvaluateOnEnd:
     prompts = _bounded_int(data.get("prompts"), "prompts", DEFAULT_PROMPTS, 0, MAX_PROMPTS)
     k = _bounded_int(data.get("k"), "k", DEFAULT_K, 1, MAX_K)
     request, _ = EvaluateOnEnd.objects.update_or_create(
-        run=run, defaults={"dataset_kind": choice.kind, "task": choice.task, "dataset": choice.dataset,
-                           "prompts": prompts, "k": k, "job": None})
+        run=run,
+        defaults={
+            "dataset_kind": choice.kind,
+            "task": choice.task,
+            "dataset": choice.dataset,
+            "prompts": prompts,
+            "k": k,
+            "job": None,
+        },
+    )
     return request
 
 
@@ -276,19 +311,31 @@ def evaluate_on_end(run_id: int) -> EvaluationJob | None:
     Called once the run's succeeded status commits."""
     with transaction.atomic():
         # of=self: PostgreSQL locks no row of the nullable side of an outer join (the dataset)
-        request = (EvaluateOnEnd.objects.select_for_update(of=("self",)).select_related("run__experiment__owner")
-                   .filter(run_id=run_id, job__isnull=True).first())
+        request = (
+            EvaluateOnEnd.objects.select_for_update(of=("self",))
+            .select_related("run__experiment__owner")
+            .filter(run_id=run_id, job__isnull=True)
+            .first()
+        )
         if request is None:
             return None
         run = request.run
         best = best_checkpoint(list(run.checkpoints.all()))
         if best is None:
             return None
-        spec = ("run_eval" if request.dataset_kind == DatasetKind.RUN_EVAL else f"task:{request.task}"
-                if request.dataset_kind == DatasetKind.TASK else f"dataset:{request.dataset_id}")
+        spec = (
+            "run_eval"
+            if request.dataset_kind == DatasetKind.RUN_EVAL
+            else f"task:{request.task}"
+            if request.dataset_kind == DatasetKind.TASK
+            else f"dataset:{request.dataset_id}"
+        )
         owner = run.experiment.owner
-        job = create_job(owner, {"run": run.pk, "step": best.step, "dataset": spec, "prompts": request.prompts,
-                                 "k": request.k}, requested_by_run=run)
+        job = create_job(
+            owner,
+            {"run": run.pk, "step": best.step, "dataset": spec, "prompts": request.prompts, "k": request.k},
+            requested_by_run=run,
+        )
         request.job = job
         request.save(update_fields=["job"])
     return job

@@ -19,6 +19,8 @@ def get_for_user(queryset, user, pk: int, *, change: bool = False):
     obj = get_object_or_404(queryset.visible_to(user), pk=pk)
     if change and not may_change(user, obj):
         meta = queryset.model._meta
-        raise PermissionDenied(f"you may see this {meta.verbose_name} but not change it: it is not yours, and "
-                               f"you lack the permission {meta.app_label}.change_{meta.model_name}")
+        raise PermissionDenied(
+            f"you may see this {meta.verbose_name} but not change it: it is not yours, and "
+            f"you lack the permission {meta.app_label}.change_{meta.model_name}"
+        )
     return obj

@@ -1,6 +1,6 @@
 """The admin as an operator's tool: experiments and their versions, runs, and what runs report
-(read-only: those rows are the trainer's record); datasets in experiments/dataset_admin.py. The runs' actions (cancel, pause,
-resume, requeue: through runner.services, so the state machine holds) and the workers are the
+(read-only: those rows are the trainer's record); datasets in experiments/dataset_admin.py. The runs' actions (cancel,
+pause, resume, requeue: through runner.services, so the state machine holds) and the workers are the
 runner's, in runner/admin.py.
 
 Experiments and runs follow the platform's one rule (experiments.models.VisibleToQuerySet): a
@@ -87,9 +87,10 @@ class ConfigField(forms.JSONField):
 
 
 class ExperimentAdminForm(forms.ModelForm):
-    config = ConfigField(widget=forms.Textarea(attrs={"rows": 20, "cols": 100}),
-                         help_text="The experiment config (JSON); validated by the trainer's schema, "
-                                   "and a new version when it changes.")
+    config = ConfigField(
+        widget=forms.Textarea(attrs={"rows": 20, "cols": 100}),
+        help_text="The experiment config (JSON); validated by the trainer's schema, and a new version when it changes.",
+    )
 
     class Meta:
         model = Experiment
@@ -154,8 +155,17 @@ class CheckpointInline(ReadOnlyInline):
 
 @admin.register(Run)
 class RunAdmin(OwnRowsAdmin):
-    list_display = ("id", "experiment", "owner", "status", "progress_steps", "restarts", "worker_host",
-                    "heartbeat_at", "created_at")
+    list_display = (
+        "id",
+        "experiment",
+        "owner",
+        "status",
+        "progress_steps",
+        "restarts",
+        "worker_host",
+        "heartbeat_at",
+        "created_at",
+    )
     list_display_links = ("id", "experiment")
     list_filter = ("status", ("experiment__owner", admin.RelatedOnlyFieldListFilter))
     list_select_related = ("experiment__owner",)
@@ -164,18 +174,53 @@ class RunAdmin(OwnRowsAdmin):
     # the run actions (cancel, pause, ...) are added by runner.admin, which owns them
     inlines = [CheckpointInline]
     fieldsets = [
-        (None, {"fields": ("experiment", "config_version", "status", "progress_steps", "latest_reward", "error",
-                           "params_digest", "links")}),
-        ("Supervision", {"fields": ("attempt", "restarts", "max_restarts", "queue", "worker_host", "worker_pid",
-                                    "heartbeat_at")}),
+        (
+            None,
+            {
+                "fields": (
+                    "experiment",
+                    "config_version",
+                    "status",
+                    "progress_steps",
+                    "latest_reward",
+                    "error",
+                    "params_digest",
+                    "links",
+                )
+            },
+        ),
+        (
+            "Supervision",
+            {"fields": ("attempt", "restarts", "max_restarts", "queue", "worker_host", "worker_pid", "heartbeat_at")},
+        ),
         ("Times", {"fields": ("created_at", "queued_at", "started_at", "finished_at", "running_s")}),
         ("Config and run directory", {"classes": ["collapse"], "fields": ("config_pretty", "run_dir")}),
         ("Recent events", {"fields": ("recent_events",)}),
     ]
-    readonly_fields = ("experiment", "config_version", "status", "progress_steps", "latest_reward", "error",
-                       "params_digest", "links", "attempt", "restarts", "queue", "worker_host", "worker_pid",
-                       "heartbeat_at", "created_at", "queued_at", "started_at", "finished_at", "running_s",
-                       "config_pretty", "run_dir", "recent_events")
+    readonly_fields = (
+        "experiment",
+        "config_version",
+        "status",
+        "progress_steps",
+        "latest_reward",
+        "error",
+        "params_digest",
+        "links",
+        "attempt",
+        "restarts",
+        "queue",
+        "worker_host",
+        "worker_pid",
+        "heartbeat_at",
+        "created_at",
+        "queued_at",
+        "started_at",
+        "finished_at",
+        "running_s",
+        "config_pretty",
+        "run_dir",
+        "recent_events",
+    )
 
     def has_add_permission(self, request):
         return False  # launch runs from an experiment (web UI or API): they are queued there
@@ -199,8 +244,9 @@ class RunAdmin(OwnRowsAdmin):
             ("samples", reverse("admin:experiments_rolloutsample_changelist")),
             ("events", reverse("admin:experiments_runevent_changelist")),
         ]
-        return format_html_join(" · ", "<a href='{}?run__id__exact={}'>{}</a>",
-                                ((url, obj.pk, label) for label, url in items))
+        return format_html_join(
+            " · ", "<a href='{}?run__id__exact={}'>{}</a>", ((url, obj.pk, label) for label, url in items)
+        )
 
     @admin.display(description=f"last {RECENT_EVENTS_SHOWN} events")
     def recent_events(self, obj):

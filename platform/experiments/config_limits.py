@@ -8,7 +8,8 @@ the worker before it trains), so a config over a limit is refused like any schem
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from trainers.config import ConfigError, ExperimentConfig, Problem
 

@@ -28,12 +28,23 @@ from typing import Any
 
 from django.conf import settings
 
+from experiments import config_limits, dataset_models
 from trainers.config import ConfigError, ExperimentConfig, load_yaml_data, parse_config
 
-from experiments import config_limits, dataset_models
-
-__all__ = ["ConfigError", "dataset_dirs", "environment_modules", "load_yaml", "model_dirs", "parse", "parse_text",
-           "private_dirs", "stored", "stored_path", "validated", "with_stored_paths"]
+__all__ = [
+    "ConfigError",
+    "dataset_dirs",
+    "environment_modules",
+    "load_yaml",
+    "model_dirs",
+    "parse",
+    "parse_text",
+    "private_dirs",
+    "stored",
+    "stored_path",
+    "validated",
+    "with_stored_paths",
+]
 
 
 def dataset_dirs() -> list[str]:
@@ -60,9 +71,17 @@ def private_dirs() -> list[str]:
 def parse(raw: Any, owner=None) -> ExperimentConfig:
     """Config data -> the validated config, or ConfigError listing every problem. `owner`: the user
     whose datasets the config may name (None: none)."""
-    return within_limits(parse_config(raw, dataset_dirs=dataset_dirs(), model_dirs=model_dirs(),
-                                      datasets=dataset_models.resolver(owner), private_dirs=private_dirs(),
-                                      env_modules=environment_modules(), model_path_bases=[str(settings.REPO_ROOT)]))
+    return within_limits(
+        parse_config(
+            raw,
+            dataset_dirs=dataset_dirs(),
+            model_dirs=model_dirs(),
+            datasets=dataset_models.resolver(owner),
+            private_dirs=private_dirs(),
+            env_modules=environment_modules(),
+            model_path_bases=[str(settings.REPO_ROOT)],
+        )
+    )
 
 
 def environment_modules() -> tuple[str, ...]:
@@ -89,8 +108,12 @@ def stored_path(path: str, roots: list[str]) -> str:
     relative one would start in the first root (the default settings have one root of each kind).
     A path that is not normalised (`..`, `//`: only in a row stored long ago) stays as it is too."""
     first = os.path.realpath(roots[0]) if roots else None
-    if (first is None or not os.path.isabs(path) or os.path.normpath(path) != path
-            or os.path.commonpath([path, first]) != first):
+    if (
+        first is None
+        or not os.path.isabs(path)
+        or os.path.normpath(path) != path
+        or os.path.commonpath([path, first]) != first
+    ):
         return path
     return os.path.relpath(path, first)
 
@@ -102,8 +125,11 @@ def with_stored_paths(data: Any) -> Any:
     if not isinstance(data, dict):
         return data
     data = dict(data)
-    for section, field, roots in (("model", "path", model_dirs()), ("data", "train_path", dataset_dirs()),
-                                  ("data", "eval_path", dataset_dirs())):
+    for section, field, roots in (
+        ("model", "path", model_dirs()),
+        ("data", "train_path", dataset_dirs()),
+        ("data", "eval_path", dataset_dirs()),
+    ):
         values = data.get(section)
         if isinstance(values, dict) and isinstance(values.get(field), str):
             data[section] = {**values, field: stored_path(values[field], roots)}

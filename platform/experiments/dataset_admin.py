@@ -20,8 +20,18 @@ class DatasetAdmin(admin.ModelAdmin):
     list_filter = ("owner",)
     list_select_related = ("owner",)
     search_fields = ("name", "description", "owner__username")
-    fields = ("owner", "name", "description", "shared_with", "path", "size_bytes", "rows", "sha256", "preview",
-              "created_at")
+    fields = (
+        "owner",
+        "name",
+        "description",
+        "shared_with",
+        "path",
+        "size_bytes",
+        "rows",
+        "sha256",
+        "preview",
+        "created_at",
+    )
     readonly_fields = ("owner", "name", "path", "size_bytes", "rows", "sha256", "preview", "created_at")
     filter_horizontal = ("shared_with",)
 
@@ -41,7 +51,8 @@ class DatasetAdmin(admin.ModelAdmin):
 
     def has_view_permission(self, request, obj=None):
         return self.has_module_permission(request) and (
-            obj is None or Dataset.objects.visible_to(request.user).filter(pk=obj.pk).exists())
+            obj is None or Dataset.objects.visible_to(request.user).filter(pk=obj.pk).exists()
+        )
 
     def has_change_permission(self, request, obj=None):
         return self._owner_or(request, obj, "change")

@@ -16,13 +16,14 @@ import hashlib
 import os
 import re
 import tempfile
-from typing import BinaryIO, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import BinaryIO
 
 from trainers.data.examples import DataError, jsonl_lines, parse_jsonl_line
 
 MAX_ERRORS_SHOWN = 20
 PREVIEW_ROWS = 5
-PREVIEW_TEXT_CHARS = 2_000          # a preview's strings are cut to this many characters
+PREVIEW_TEXT_CHARS = 2_000  # a preview's strings are cut to this many characters
 NAME_MAX_CHARS = 64
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 NAME_RULE = f"1-{NAME_MAX_CHARS} letters, digits, '.', '_' or '-', starting with a letter or digit"
@@ -55,7 +56,7 @@ class DatasetCheck:
     sha256: str = ""
     preview: list[dict] = dataclasses.field(default_factory=list)
     errors: list[str] = dataclasses.field(default_factory=list)
-    more_errors: int = 0          # problems found beyond the MAX_ERRORS_SHOWN in `errors`
+    more_errors: int = 0  # problems found beyond the MAX_ERRORS_SHOWN in `errors`
 
     @property
     def ok(self) -> bool:
@@ -101,8 +102,13 @@ def check_jsonl(chunks: Iterable[bytes], file_name: str, max_bytes: int, sink: B
             break
         _check_line(check, line, size_bytes, line_number)
     if too_big:
-        check.errors, check.more_errors = [f"{file_name}: larger than this server's limit of {max_bytes} bytes "
-                                           "(PLATFORM_DATASET_MAX_BYTES); split it or ask an admin"], 0
+        check.errors, check.more_errors = (
+            [
+                f"{file_name}: larger than this server's limit of {max_bytes} bytes "
+                "(PLATFORM_DATASET_MAX_BYTES); split it or ask an admin"
+            ],
+            0,
+        )
         return check
     check.sha256 = digest.hexdigest()
     if check.size_bytes == 0:

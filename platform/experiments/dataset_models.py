@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from django.conf import settings
 from django.db import models, transaction
@@ -71,8 +71,12 @@ class Dataset(models.Model):
     rows = models.PositiveIntegerField(help_text="Examples (non-blank lines).")
     sha256 = models.CharField(max_length=64)
     preview = models.JSONField(default=list, blank=True, help_text="The first rows (long strings cut).")
-    shared_with = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="shared_datasets",
-                                         help_text="Users who may see this dataset and use it as owner/name.")
+    shared_with = models.ManyToManyField(
+        settings.AUTH_USER_MODEL,
+        blank=True,
+        related_name="shared_datasets",
+        help_text="Users who may see this dataset and use it as owner/name.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = DatasetQuerySet.as_manager()
@@ -98,7 +102,7 @@ class Dataset(models.Model):
         return self.name if user is not None and user.pk == self.owner_id else self.reference
 
 
-def resolver(owner) -> Callable[[str], "str | None"]:
+def resolver(owner) -> Callable[[str], str | None]:
     """`trainers.parse_config`'s `datasets` for a config of `owner`: a dataset reference -> its
     file's absolute path, None for one `owner` may not use (or no owner)."""
 

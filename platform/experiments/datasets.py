@@ -15,7 +15,7 @@ started again after the deletion (retry, a restart) fails with a message naming 
 from __future__ import annotations
 
 import os
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -45,14 +45,20 @@ def check_new_name(owner, name: object) -> str:
     if problem:
         raise DatasetRefused(400, problem, "name")
     if Dataset.objects.filter(owner=owner, name=name).exists():
-        raise DatasetRefused(409, f"you already have a dataset named {name!r}; pick another name or delete it first",
-                             "name")
+        raise DatasetRefused(
+            409, f"you already have a dataset named {name!r}; pick another name or delete it first", "name"
+        )
     return str(name)
 
 
-def upload(owner, name: object, chunks: Iterable[bytes], file_name: str, description: object = "",
-           room_check: Callable[[int], None] | None = None) -> (
-        tuple[Dataset | None, dataset_files.DatasetCheck | None]):
+def upload(
+    owner,
+    name: object,
+    chunks: Iterable[bytes],
+    file_name: str,
+    description: object = "",
+    room_check: Callable[[int], None] | None = None,
+) -> tuple[Dataset | None, dataset_files.DatasetCheck | None]:
     """Create `owner`'s dataset `name` from an upload. Returns (the dataset, its check), or (None,
     the check) when the file has problems (check.error_lines()); DatasetRefused for a bad or taken
     name or description. `room_check(size_bytes)` (runner.storage.upload_room_check: the quota) is
@@ -74,8 +80,14 @@ def upload(owner, name: object, chunks: Iterable[bytes], file_name: str, descrip
                 get_user_model().objects.select_for_update().filter(pk=owner.pk).first()
                 room_check(check.size_bytes)
             dataset = Dataset.objects.create(
-                owner=owner, name=name, description=description, path=relative, size_bytes=check.size_bytes,
-                rows=check.rows, sha256=check.sha256, preview=check.preview,
+                owner=owner,
+                name=name,
+                description=description,
+                path=relative,
+                size_bytes=check.size_bytes,
+                rows=check.rows,
+                sha256=check.sha256,
+                preview=check.preview,
             )
             os.replace(temporary_path, destination)
     except IntegrityError:
@@ -115,19 +127,24 @@ def shared_usernames(dataset: Dataset) -> list[str]:
 
 def experiments_naming(dataset: Dataset):
     """Experiments whose current config names `dataset` in a way that resolves to it."""
-    by_owner = Q(owner=dataset.owner_id) & (Q(config__data__train_dataset=dataset.name)
-                                            | Q(config__data__eval_dataset=dataset.name))
+    by_owner = Q(owner=dataset.owner_id) & (
+        Q(config__data__train_dataset=dataset.name) | Q(config__data__eval_dataset=dataset.name)
+    )
     sharers = list(dataset.shared_with.values_list("pk", flat=True)) + [dataset.owner_id]
-    by_reference = Q(owner__in=sharers) & (Q(config__data__train_dataset=dataset.reference)
-                                           | Q(config__data__eval_dataset=dataset.reference))
+    by_reference = Q(owner__in=sharers) & (
+        Q(config__data__train_dataset=dataset.reference) | Q(config__data__eval_dataset=dataset.reference)
+    )
     return Experiment.objects.filter(by_owner | by_reference).order_by("name")
 
 
 def delete(dataset: Dataset) -> None:
     """Delete `dataset` and its file, or DatasetRefused 409 while an experiment names it."""
-    using = list(experiments_naming(dataset).values_list("name", flat=True)[:USAGE_SHOWN + 1])
+    using = list(experiments_naming(dataset).values_list("name", flat=True)[: USAGE_SHOWN + 1])
     if using:
         shown = ", ".join(repr(n) for n in using[:USAGE_SHOWN]) + (", ..." if len(using) > USAGE_SHOWN else "")
-        raise DatasetRefused(409, f"experiments name this dataset in their config ({shown}); change their "
-                                  "data.train_dataset / data.eval_dataset first")
+        raise DatasetRefused(
+            409,
+            f"experiments name this dataset in their config ({shown}); change their "
+            "data.train_dataset / data.eval_dataset first",
+        )
     dataset.delete()

@@ -47,10 +47,10 @@ import numpy as np
 from django.conf import settings
 from django.db import connections, transaction
 
-DEFAULT_MAX_POINTS = 2000          # points per series a chart returns at most (also the cap)
-DEFAULT_CACHE_POINTS = 4_000_000   # points the per-process cache holds at most (about 96 MB)
+DEFAULT_MAX_POINTS = 2000  # points per series a chart returns at most (also the cap)
+DEFAULT_CACHE_POINTS = 4_000_000  # points the per-process cache holds at most (about 96 MB)
 METRIC_TABLE = "experiments_metricpoint"
-LOAD_WORK_MEM = "64MB"             # PostgreSQL: memory for loading one run (12 bytes a point)
+LOAD_WORK_MEM = "64MB"  # PostgreSQL: memory for loading one run (12 bytes a point)
 
 
 # --- the pure part ------------------------------------------------------------------------------
@@ -64,8 +64,9 @@ def bucket_width_steps(first_step: int, last_step: int, max_points: int) -> int:
     return max(1, -(-span_steps // buckets))
 
 
-def downsample_min_max(steps: np.ndarray, values: np.ndarray, max_points: int = DEFAULT_MAX_POINTS
-                       ) -> tuple[np.ndarray, np.ndarray]:
+def downsample_min_max(
+    steps: np.ndarray, values: np.ndarray, max_points: int = DEFAULT_MAX_POINTS
+) -> tuple[np.ndarray, np.ndarray]:
     """At most `max_points` points of the series (steps ascending, unique): unchanged when it is
     that short; else per bucket of `bucket_width_steps` steps its minimum and maximum points, in
     step order (one point when they coincide). Ties go to the earliest step; NaN ranks above every
@@ -105,7 +106,7 @@ def downsample_indices(steps: np.ndarray, values: np.ndarray, max_points: int = 
     is_start[0] = True
     np.not_equal(bucket[1:], bucket[:-1], out=is_start[1:])
     starts = np.flatnonzero(is_start)
-    segment = np.cumsum(is_start) - 1                                   # bucket ordinal of each point
+    segment = np.cumsum(is_start) - 1  # bucket ordinal of each point
     with np.errstate(invalid="ignore"):
         lows = np.fmin.reduceat(values, starts)
         highs = np.fmax.reduceat(values, starts)
@@ -176,15 +177,15 @@ def stored_value(value: float | None) -> float:
 
 @dataclass
 class Series:
-    steps: np.ndarray          # int64, ascending, unique
-    values: np.ndarray         # float64
-    wall_times: np.ndarray     # float64, Unix seconds each point was reported (MetricPoint.wall_time)
+    steps: np.ndarray  # int64, ascending, unique
+    values: np.ndarray  # float64
+    wall_times: np.ndarray  # float64, Unix seconds each point was reported (MetricPoint.wall_time)
 
     @property
     def last_step(self) -> int:
         return int(self.steps[-1]) if len(self.steps) else -1
 
-    def after(self, after_step: int) -> "Series":
+    def after(self, after_step: int) -> Series:
         i = int(np.searchsorted(self.steps, after_step, side="right"))
         return Series(self.steps[i:], self.values[i:], self.wall_times[i:])
 
@@ -264,7 +265,10 @@ def _load(entry: RunSeries, run_id: int, using: str) -> None:
                 f"SELECT name, string_agg(int4send(step), ''), "
                 f"string_agg(float8send(COALESCE(value, 'NaN'::float8)), ''), "
                 f"string_agg(float8send(wall_time), ''), max(id) "
-                f"FROM {METRIC_TABLE} WHERE run_id = %s GROUP BY name", (run_id,), binary=True)
+                f"FROM {METRIC_TABLE} WHERE run_id = %s GROUP BY name",
+                (run_id,),
+                binary=True,
+            )
             rows = cursor.fetchall()
             for name, step_bytes, value_bytes, wall_bytes, top_id in rows:
                 steps = np.frombuffer(step_bytes, dtype=">i4").astype(np.int64)
@@ -279,8 +283,11 @@ def _load(entry: RunSeries, run_id: int, using: str) -> None:
             cursor.execute(SERIES_NAMES_SQL, (run_id, run_id))
             names = [row[0] for row in cursor.fetchall()]
             for name in names:
-                cursor.execute(f"SELECT step, COALESCE(value, 0), wall_time, id, value IS NULL FROM {METRIC_TABLE} "
-                               f"WHERE run_id = %s AND name = %s ORDER BY step", (run_id, name))
+                cursor.execute(
+                    f"SELECT step, COALESCE(value, 0), wall_time, id, value IS NULL FROM {METRIC_TABLE} "
+                    f"WHERE run_id = %s AND name = %s ORDER BY step",
+                    (run_id, name),
+                )
                 rows = np.fromiter(cursor, dtype=_ROW)
                 if len(rows):
                     values = rows["value"].copy()
@@ -290,8 +297,9 @@ def _load(entry: RunSeries, run_id: int, using: str) -> None:
     entry.series, entry.max_id = series, max_id
 
 
-_ROW = np.dtype([("step", np.int64), ("value", np.float64), ("wall_time", np.float64), ("id", np.int64),
-                 ("is_nan", np.bool_)])
+_ROW = np.dtype(
+    [("step", np.int64), ("value", np.float64), ("wall_time", np.float64), ("id", np.int64), ("is_nan", np.bool_)]
+)
 # Distinct names of a run's series without reading its points: a recursive "next name" probe.
 SERIES_NAMES_SQL = f"""
 WITH RECURSIVE names(name) AS (
@@ -322,8 +330,10 @@ def _refresh(entry: RunSeries, run_id: int, using: str) -> bool:
     """Append the rows added since the entry was loaded. False when the run's rows were rewritten
     or deleted (then the caller loads them afresh)."""
     with connections[using].cursor() as cursor:
-        cursor.execute(f"SELECT id, name, step, value, wall_time FROM {METRIC_TABLE} WHERE run_id = %s AND id > %s "
-                       f"ORDER BY id", (run_id, entry.max_id))
+        cursor.execute(
+            f"SELECT id, name, step, value, wall_time FROM {METRIC_TABLE} WHERE run_id = %s AND id > %s ORDER BY id",
+            (run_id, entry.max_id),
+        )
         new_rows = cursor.fetchall()
         names = list(entry.series)
         # Deleted tails (a resume before its rows are written again): each series' newest step,
@@ -345,9 +355,15 @@ def _refresh(entry: RunSeries, run_id: int, using: str) -> bool:
         steps = np.fromiter((p[0] for p in points), dtype=np.int64, count=len(points))
         values = np.fromiter((p[1] for p in points), dtype=np.float64, count=len(points))
         wall_times = np.fromiter((p[2] for p in points), dtype=np.float64, count=len(points))
-        entry.series[name] = Series(steps, values, wall_times) if old is None else Series(
-            np.concatenate([old.steps, steps]), np.concatenate([old.values, values]),
-            np.concatenate([old.wall_times, wall_times]))
+        entry.series[name] = (
+            Series(steps, values, wall_times)
+            if old is None
+            else Series(
+                np.concatenate([old.steps, steps]),
+                np.concatenate([old.values, values]),
+                np.concatenate([old.wall_times, wall_times]),
+            )
+        )
     return True
 
 

@@ -87,7 +87,7 @@ class Experiment(models.Model):
         return self.name
 
     @property
-    def latest_version(self) -> "ConfigVersion | None":
+    def latest_version(self) -> ConfigVersion | None:
         return self.versions.order_by("-number").first()
 
     def clean(self) -> None:
@@ -107,7 +107,7 @@ class Experiment(models.Model):
         if errors:
             raise ValidationError(errors)
 
-    def set_config(self, config: dict[str, Any], user=None, note: str = "") -> "ConfigVersion | None":
+    def set_config(self, config: dict[str, Any], user=None, note: str = "") -> ConfigVersion | None:
         """Validate the experiment with `config` (`full_clean`: ValidationError if it does not
         pass), store it, and add a version when the config differs from the newest one."""
         self.config = config
@@ -153,7 +153,7 @@ class RunStatus(models.TextChoices):
     CANCELLED = "cancelled"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
-    PRUNED = "pruned"   # stopped early by its sweep's pruner; keeps its checkpoints and metrics
+    PRUNED = "pruned"  # stopped early by its sweep's pruner; keeps its checkpoints and metrics
 
 
 S = RunStatus
@@ -161,15 +161,15 @@ S = RunStatus
 # is refused. Each request narrows it further with `only_from` (resume: paused only; retry: failed
 # or cancelled only), so a caller's stale copy of the run never decides what happens.
 TRANSITIONS: dict[str, set[str]] = {
-    S.QUEUED: {S.PAUSED, S.FAILED, S.CANCELLED},       # resume, retry
-    S.RUNNING: set(),                                   # only a worker's claim (below)
+    S.QUEUED: {S.PAUSED, S.FAILED, S.CANCELLED},  # resume, retry
+    S.RUNNING: set(),  # only a worker's claim (below)
     S.PAUSING: {S.RUNNING},
     S.PAUSED: {S.PAUSING, S.RUNNING},
     S.CANCELLING: {S.RUNNING, S.PAUSING},
     S.CANCELLED: {S.QUEUED, S.PAUSED, S.CANCELLING},
     S.SUCCEEDED: {S.RUNNING, S.PAUSING, S.CANCELLING},
     S.FAILED: {S.RUNNING, S.PAUSING, S.CANCELLING},
-    S.PRUNED: {S.QUEUED, S.PAUSED, S.CANCELLING},      # a pruned trial (stop_as="pruned")
+    S.PRUNED: {S.QUEUED, S.PAUSED, S.CANCELLING},  # a pruned trial (stop_as="pruned")
 }
 # Moves only the attempt that holds the run makes, so the compare-and-set must name that attempt:
 # a worker claims its message's attempt (queued -> running); a lost worker's run (the reaper) or a
@@ -178,7 +178,7 @@ ATTEMPT_TRANSITIONS: dict[str, set[str]] = {
     S.RUNNING: {S.QUEUED},
     S.QUEUED: {S.RUNNING},
 }
-ACTIVE_STATUSES = {S.RUNNING, S.PAUSING, S.CANCELLING}     # a worker holds the run
+ACTIVE_STATUSES = {S.RUNNING, S.PAUSING, S.CANCELLING}  # a worker holds the run
 TERMINAL_STATUSES = {S.CANCELLED, S.SUCCEEDED, S.FAILED, S.PRUNED}
 SETTLED_STATUSES = frozenset(TERMINAL_STATUSES | {S.PAUSED})  # nothing writes to the run's rows or files
 
@@ -208,7 +208,7 @@ class Tag(models.Model):
 
 
 class ForkOptimizer(models.TextChoices):
-    FRESH = "fresh"          # the checkpoint's weights, a new optimizer state, step 0
+    FRESH = "fresh"  # the checkpoint's weights, a new optimizer state, step 0
     CONTINUED = "continued"  # weights, optimizer state and data position: the parent's run goes on
 
 
@@ -216,7 +216,9 @@ class Run(models.Model):
     Status = RunStatus
 
     experiment = models.ForeignKey(Experiment, on_delete=models.CASCADE, related_name="runs")
-    config_version = models.ForeignKey(ConfigVersion, null=True, blank=True, on_delete=models.SET_NULL, related_name="runs")
+    config_version = models.ForeignKey(
+        ConfigVersion, null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"
+    )
     config = models.JSONField(help_text="The config snapshot this run trains under.")
     status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.QUEUED, db_index=True)
     # attempt: bumped every time the run is put on the queue; a task message carries it, so a
@@ -284,9 +286,18 @@ class Run(models.Model):
         end = self.finished_at or timezone.now()
         return (end - self.started_at).total_seconds()
 
-    def transition(self, to: str, *, attempt: int | None = None, only_from: set[str] | None = None,
-                   new_attempt: bool = False, where: Q | None = None, note: str = "", note_level: str = "info",
-                   **fields: Any) -> bool:
+    def transition(
+        self,
+        to: str,
+        *,
+        attempt: int | None = None,
+        only_from: set[str] | None = None,
+        new_attempt: bool = False,
+        where: Q | None = None,
+        note: str = "",
+        note_level: str = "info",
+        **fields: Any,
+    ) -> bool:
         """Compare-and-set in the database: move to `to` only from an allowed status (see
         `allowed_sources`: narrowed by `only_from`; moves reserved to an attempt need `attempt`),
         and, if given, only while `attempt` still matches and `where` holds. Updates `fields` too,
@@ -310,15 +321,16 @@ class Run(models.Model):
             won = Run.objects.filter(q).update(status=to, **fields) == 1
             if won:
                 self.refresh_from_db()
-                RunEvent.objects.create(run=self, attempt=self.attempt, level="info", message=f"status -> {to}",
-                                        kind="status")
+                RunEvent.objects.create(
+                    run=self, attempt=self.attempt, level="info", message=f"status -> {to}", kind="status"
+                )
                 if note:
                     RunEvent.objects.create(run=self, attempt=moved_by, level=note_level, message=note, kind="system")
         if won:
             run_status_changed.send(sender=Run, run=self, status=to)
         return won
 
-    def add_event(self, message: str, level: str = "info", kind: str = "log") -> "RunEvent":
+    def add_event(self, message: str, level: str = "info", kind: str = "log") -> RunEvent:
         return RunEvent.objects.create(run=self, attempt=self.attempt, level=level, message=message, kind=kind)
 
 

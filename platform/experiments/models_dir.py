@@ -17,9 +17,8 @@ from typing import Any
 
 from django.conf import settings
 
-from trainers.models.hf_config import ModelFolderError, describe_folder
-
 from experiments.configs import model_dirs, stored_path
+from trainers.models.hf_config import ModelFolderError, describe_folder
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,13 +29,13 @@ class ModelFolder:
     name: str
     path: str
     architecture: str
-    size: str              # "135M"
+    size: str  # "135M"
     parameters: int
     has_chat_template: bool
 
     @property
     def label(self) -> str:
-        """"smollm2-135m-instruct — LlamaForCausalLM, 135M" (the form's choice text)."""
+        """ "smollm2-135m-instruct — LlamaForCausalLM, 135M" (the form's choice text)."""
         return f"{self.name} — {self.architecture}, {self.size}"
 
     def as_json(self) -> dict[str, Any]:
@@ -69,8 +68,14 @@ def available_models() -> list[ModelFolder]:
             except (ModelFolderError, OSError, ValueError):
                 continue
             seen.add(path)
-            found.append(ModelFolder(
-                name=entry.name, path=stored_path(path, model_dirs()), architecture=description["architecture"], size=description["size"],
-                parameters=int(description["parameters"]), has_chat_template=bool(description["has_chat_template"]),
-            ))
+            found.append(
+                ModelFolder(
+                    name=entry.name,
+                    path=stored_path(path, model_dirs()),
+                    architecture=description["architecture"],
+                    size=description["size"],
+                    parameters=int(description["parameters"]),
+                    has_chat_template=bool(description["has_chat_template"]),
+                )
+            )
     return found

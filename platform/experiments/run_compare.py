@@ -42,10 +42,10 @@ from django.db import connections
 
 from experiments.metric_series import METRIC_TABLE, SERIES_CACHE, Series, downsample_indices, json_floats
 
-MAX_RUNS = 20                    # runs one comparison holds at most
-DEFAULT_MAX_POINTS = 1000        # points per series and run by default (the cap is metric_series')
-DEFAULT_CACHE_BYTES = 64 << 20   # encoded answers the per-process cache holds at most
-ELAPSED_DECIMALS = 3             # elapsed_s to the millisecond
+MAX_RUNS = 20  # runs one comparison holds at most
+DEFAULT_MAX_POINTS = 1000  # points per series and run by default (the cap is metric_series')
+DEFAULT_CACHE_BYTES = 64 << 20  # encoded answers the per-process cache holds at most
+ELAPSED_DECIMALS = 3  # elapsed_s to the millisecond
 
 
 def parse_run_ids(raw: str | None) -> list[int]:
@@ -83,16 +83,26 @@ def run_series_json(series: dict[str, Series], max_points: int) -> str:
         s = series[name]
         keep = downsample_indices(s.steps, s.values, max_points)
         elapsed_s = np.round(s.wall_times[keep] - origin_s, ELAPSED_DECIMALS)
-        out[name] = {"steps": s.steps[keep].tolist(), "values": json_floats(s.values[keep]),
-                     "elapsed_s": json_floats(elapsed_s)}
+        out[name] = {
+            "steps": s.steps[keep].tolist(),
+            "values": json_floats(s.values[keep]),
+            "elapsed_s": json_floats(elapsed_s),
+        }
     return json.dumps(out, separators=(",", ":"), allow_nan=False)
 
 
 def run_header(run) -> dict[str, Any]:
     """What the compare page shows of a run beside its charts (a Run with its experiment)."""
-    return {"id": run.pk, "experiment_id": run.experiment_id, "experiment": run.experiment.name,
-            "status": run.status, "step": run.step, "max_steps": run.max_steps,
-            "created_at": run.created_at.isoformat(), "config": run.config}
+    return {
+        "id": run.pk,
+        "experiment_id": run.experiment_id,
+        "experiment": run.experiment.name,
+        "status": run.status,
+        "step": run.step,
+        "max_steps": run.max_steps,
+        "created_at": run.created_at.isoformat(),
+        "config": run.config,
+    }
 
 
 # --- the cache of encoded answers ---------------------------------------------------------------
@@ -100,9 +110,9 @@ def run_header(run) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Fragment:
-    version: int                               # the run's largest MetricPoint id when encoded (0: none)
-    last_steps: tuple[tuple[str, int], ...]    # (metric, its newest step), by name
-    series_json: str                           # run_series_json's text
+    version: int  # the run's largest MetricPoint id when encoded (0: none)
+    last_steps: tuple[tuple[str, int], ...]  # (metric, its newest step), by name
+    series_json: str  # run_series_json's text
 
     @property
     def metrics(self) -> list[str]:
@@ -147,8 +157,11 @@ class FragmentCache:
         have been read before: rows added in between leave the fragment newer than its version
         says, so the next request encodes it again (never the other way round)."""
         series = SERIES_CACHE.get(run, using)
-        fragment = Fragment(version, tuple((name, series[name].last_step) for name in sorted(series)),
-                            run_series_json(series, max_points))
+        fragment = Fragment(
+            version,
+            tuple((name, series[name].last_step) for name in sorted(series)),
+            run_series_json(series, max_points),
+        )
         with self._lock:
             self.misses += 1
         self.keep(run, fragment, max_points, using)
@@ -168,14 +181,20 @@ class FragmentCache:
 
 FRAGMENT_CACHE = FragmentCache()
 
+
 def store_snapshot(run, fragment: Fragment, max_points: int, using: str = "default") -> None:
     """Keep `fragment` in the database for processes that have not encoded `run` yet."""
     from experiments.models import SeriesSnapshot
 
     SeriesSnapshot.objects.using(using).update_or_create(
-        run_id=run.pk, max_points=max_points,
-        defaults={"version": fragment.version, "last_steps": [list(p) for p in fragment.last_steps],
-                  "series_json": fragment.series_json})
+        run_id=run.pk,
+        max_points=max_points,
+        defaults={
+            "version": fragment.version,
+            "last_steps": [list(p) for p in fragment.last_steps],
+            "series_json": fragment.series_json,
+        },
+    )
 
 
 def stored_fragments(runs: list, max_points: int, using: str = "default") -> dict[int, Fragment]:
@@ -183,10 +202,15 @@ def stored_fragments(runs: list, max_points: int, using: str = "default") -> dic
     caller checks them like cached ones."""
     from experiments.models import SeriesSnapshot
 
-    rows = (SeriesSnapshot.objects.using(using).filter(run_id__in=[r.pk for r in runs], max_points=max_points)
-            .values_list("run_id", "version", "last_steps", "series_json"))
-    return {run_id: Fragment(int(version), tuple((str(n), int(st)) for n, st in last_steps), text)
-            for run_id, version, last_steps, text in rows}
+    rows = (
+        SeriesSnapshot.objects.using(using)
+        .filter(run_id__in=[r.pk for r in runs], max_points=max_points)
+        .values_list("run_id", "version", "last_steps", "series_json")
+    )
+    return {
+        run_id: Fragment(int(version), tuple((str(n), int(st)) for n, st in last_steps), text)
+        for run_id, version, last_steps, text in rows
+    }
 
 
 def snapshot_run(run, max_points: int = DEFAULT_MAX_POINTS, using: str = "default") -> None:

@@ -25,8 +25,9 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from django.db.models import F, OuterRef, Subquery
 from django.db.models.fields.json import KeyTransform
@@ -52,7 +53,7 @@ ID = re.compile(r"[0-9]{1,18}")  # ids fit a 64-bit integer
 MAX_CONFIG_NUMBER = 2**53  # beyond this a number does not survive the databases' JSON intact
 METRIC_NAME = re.compile(r"[^\s,\x00-\x1f\x7f]{1,64}")  # MetricPoint.name holds 64; ',' separates names
 USERNAME = re.compile(r"[\w.@+-]{1,150}")
-CONFIG_KEY = re.compile(r"[A-Za-z0-9_-]{1,64}")    # one segment of a dotted config path
+CONFIG_KEY = re.compile(r"[A-Za-z0-9_-]{1,64}")  # one segment of a dotted config path
 
 
 class FilterError(ValueError):
@@ -66,8 +67,8 @@ class FilterError(ValueError):
 
 @dataclass(frozen=True)
 class ConfigFilter:
-    path: tuple[str, ...]   # ("grpo", "beta")
-    value: Any              # compared as JSON: 0.04 == 0.040, "0.04" is text
+    path: tuple[str, ...]  # ("grpo", "beta")
+    value: Any  # compared as JSON: 0.04 == 0.040, "0.04" is text
 
     @property
     def text(self) -> str:
@@ -98,7 +99,7 @@ class RunQuery:
     @property
     def sort_metric(self) -> str | None:
         key = self.sort_key
-        return key[len(METRIC_SORT_PREFIX):] if key.startswith(METRIC_SORT_PREFIX) else None
+        return key[len(METRIC_SORT_PREFIX) :] if key.startswith(METRIC_SORT_PREFIX) else None
 
     @property
     def metric_columns(self) -> tuple[str, ...]:
@@ -166,21 +167,30 @@ def parse_config_filter(text: str) -> ConfigFilter:
         raise FilterError("config", f"{text!r} is not PATH:VALUE, e.g. grpo.beta:0.04")
     path = tuple(path_text.strip().split("."))
     if len(path) > MAX_CONFIG_DEPTH or not all(CONFIG_KEY.fullmatch(key) for key in path):
-        raise FilterError("config", f"{path_text!r} is not a dotted config path such as grpo.beta "
-                                    f"(letters, digits, '_' or '-' between dots, at most {MAX_CONFIG_DEPTH} deep)")
+        raise FilterError(
+            "config",
+            f"{path_text!r} is not a dotted config path such as grpo.beta "
+            f"(letters, digits, '_' or '-' between dots, at most {MAX_CONFIG_DEPTH} deep)",
+        )
     value_text = value_text.strip()
     try:
         value = json.loads(value_text, parse_constant=_no_constants)
     except ValueError:
         value = value_text
     if isinstance(value, (dict, list)):
-        raise FilterError("config", f"{text!r}: compare one value (a number, true/false, null or text), "
-                                    "not an object or a list")
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and not (
-            math.isfinite(value) and abs(value) <= MAX_CONFIG_NUMBER):
+        raise FilterError(
+            "config", f"{text!r}: compare one value (a number, true/false, null or text), not an object or a list"
+        )
+    if (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and not (math.isfinite(value) and abs(value) <= MAX_CONFIG_NUMBER)
+    ):
         raise FilterError("config", f"{text!r}: a number between -2**53 and 2**53")
     if isinstance(value, str) and (text_problem(value) or "\x00" in value):
-        raise FilterError("config", f"{text[:80]!r}: the value holds characters no config holds (NUL or a lone surrogate)")
+        raise FilterError(
+            "config", f"{text[:80]!r}: the value holds characters no config holds (NUL or a lone surrogate)"
+        )
     return ConfigFilter(path, value)
 
 
@@ -228,13 +238,23 @@ def parse(params: Mapping[str, Iterable[str] | str]) -> RunQuery:
     sort = _last(params, "sort") or DEFAULT_SORT
     key = sort[1:] if sort.startswith("-") else sort
     if key.startswith(METRIC_SORT_PREFIX):
-        if not METRIC_NAME.fullmatch(key[len(METRIC_SORT_PREFIX):]):
+        if not METRIC_NAME.fullmatch(key[len(METRIC_SORT_PREFIX) :]):
             raise FilterError("sort", f"{sort[:80]!r}: metric:NAME needs a metric name (1-64 characters, no spaces)")
     elif key not in SORT_FIELDS:
-        raise FilterError("sort", f"unknown sort {sort[:80]!r}; sort by {', '.join(SORT_FIELDS)} or metric:NAME, "
-                                  "with '-' first for descending")
-    return RunQuery(statuses=statuses, experiment_id=experiment_id, owner=owner, tags=tags, config=config,
-                    metrics=metrics, sort=sort)
+        raise FilterError(
+            "sort",
+            f"unknown sort {sort[:80]!r}; sort by {', '.join(SORT_FIELDS)} or metric:NAME, "
+            "with '-' first for descending",
+        )
+    return RunQuery(
+        statuses=statuses,
+        experiment_id=experiment_id,
+        owner=owner,
+        tags=tags,
+        config=config,
+        metrics=metrics,
+        sort=sort,
+    )
 
 
 def metric_alias(index: int) -> str:
@@ -284,5 +304,8 @@ def apply(queryset, query: RunQuery):
 
 def latest_values(run, query: RunQuery) -> dict[str, float | None]:
     """{metric: latest value} of a run from a queryset that `apply(…, query)` annotated."""
-    return {name: getattr(run, metric_alias(i), None) for i, name in enumerate(query.metric_columns)
-            if name in query.metrics}
+    return {
+        name: getattr(run, metric_alias(i), None)
+        for i, name in enumerate(query.metric_columns)
+        if name in query.metrics
+    }

@@ -16,7 +16,7 @@ import dataclasses
 import hashlib
 import math
 import re
-from typing import Iterator, Mapping
+from collections.abc import Iterator, Mapping
 
 from django.db import connections
 from django.db.models import Q, QuerySet
@@ -26,13 +26,13 @@ from experiments.sample_episodes import END_REASONS
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
-EXPORT_CHUNK = 1000        # samples read per query while streaming an export
+EXPORT_CHUNK = 1000  # samples read per query while streaming an export
 SEARCH_SCAN_ROWS = 50_000  # rows a value search (text, reward, advantage) reads per request
-TRIGRAM_MIN_CHARS = 3      # a trigram index serves text of at least 3 characters
+TRIGRAM_MIN_CHARS = 3  # a trigram index serves text of at least 3 characters
 TRIGRAM_INDEX = "sample_completion_trgm"  # made by migration 0010 where pg_trgm can be created
-_trigram_indexed: dict[str, bool] = {}     # database name -> whether the trigram indexes exist
+_trigram_indexed: dict[str, bool] = {}  # database name -> whether the trigram indexes exist
 MAX_QUERY_CHARS = 200
-INT_LIMIT = 2**31 - 1      # steps, indexes and groups are 32-bit integer columns
+INT_LIMIT = 2**31 - 1  # steps, indexes and groups are 32-bit integer columns
 ID_LIMIT = 2**63 - 1
 PROMPT_HASH = re.compile(r"[0-9a-f]{32}")
 INT_FILTERS = ("step", "step_min", "step_max", "group")
@@ -40,8 +40,20 @@ FLOAT_FILTERS = ("reward_min", "reward_max", "advantage_min", "advantage_max")
 # The parameters that ask for a browsed page (GET /api/runs/<id>/samples with none of them, `step`
 # alone included, keeps its older shape: one step's samples).
 TOOL_CHOICES = ("yes", "no")  # `tool`: the episode made at least one tool call, or none
-BROWSE_PARAMS = ("kind", "step_min", "step_max", "group", *FLOAT_FILTERS, "q", "prompt_hash", "end_reason", "tool",
-                 "limit", "after", "before")
+BROWSE_PARAMS = (
+    "kind",
+    "step_min",
+    "step_max",
+    "group",
+    *FLOAT_FILTERS,
+    "q",
+    "prompt_hash",
+    "end_reason",
+    "tool",
+    "limit",
+    "after",
+    "before",
+)
 
 
 class BadParameter(ValueError):
@@ -67,22 +79,22 @@ class SampleFilters:
     q: str = ""
     prompt_hash: str = ""
     end_reason: str = ""  # a multi-turn episode's end reason (one of END_REASONS), "" = any
-    tool: str = ""        # "yes": episodes with a tool call, "no": episodes without, "" = any
+    tool: str = ""  # "yes": episodes with a tool call, "no": episodes without, "" = any
 
 
 @dataclasses.dataclass(frozen=True)
 class PageRequest:
     limit: int = DEFAULT_LIMIT
-    after: int | None = None    # the page starts after this sample id
-    before: int | None = None   # the page ends before this sample id
-    newest: bool = False        # with neither cursor: the last page (the newest steps), not the first
+    after: int | None = None  # the page starts after this sample id
+    before: int | None = None  # the page ends before this sample id
+    newest: bool = False  # with neither cursor: the last page (the newest steps), not the first
 
 
 @dataclasses.dataclass(frozen=True)
 class Page:
     samples: list[RolloutSample]
-    next_after: int | None      # `after` for the next page, None on the last one
-    prev_before: int | None     # `before` for the previous page, None on the first one
+    next_after: int | None  # `after` for the next page, None on the last one
+    prev_before: int | None  # `before` for the previous page, None on the first one
     scanned_to_step: int | None = None  # a text search's window ended at this step (see page)
 
 
@@ -143,8 +155,9 @@ def parse_filters(params: Mapping[str, str]) -> SampleFilters:
     tool = params.get("tool", "").strip()
     if tool and tool not in TOOL_CHOICES:
         raise BadParameter("tool", f"must be yes (the episode called a tool) or no, got {tool[:40]!r}")
-    return SampleFilters(kind=kind, q=q.strip(), prompt_hash=prompt_hash, end_reason=end_reason, tool=tool, **ints,
-                         **floats)
+    return SampleFilters(
+        kind=kind, q=q.strip(), prompt_hash=prompt_hash, end_reason=end_reason, tool=tool, **ints, **floats
+    )
 
 
 def parse_page(params: Mapping[str, str]) -> PageRequest:
@@ -157,8 +170,15 @@ def parse_page(params: Mapping[str, str]) -> PageRequest:
 
 
 # The filters on a sample's values (no index that keeps the browse order serves them), as unset.
-NO_VALUE_FILTERS = {"q": "", "reward_min": None, "reward_max": None, "advantage_min": None, "advantage_max": None,
-                    "end_reason": "", "tool": ""}
+NO_VALUE_FILTERS = {
+    "q": "",
+    "reward_min": None,
+    "reward_max": None,
+    "advantage_min": None,
+    "advantage_max": None,
+    "end_reason": "",
+    "tool": "",
+}
 
 
 def text_indexed(f: SampleFilters, using: str = "default") -> bool:
@@ -240,13 +260,15 @@ def _cursor(run: Run, sample_id: int, name: str) -> tuple[int, int, int]:
 
 def _after(qs: QuerySet, step: int, index: int, sample_id: int) -> QuerySet:
     """Rows after (step, index, id) in browse order; `step__gte` lets the index start at the cursor."""
-    return qs.filter(Q(step__gt=step) | Q(step=step, index__gt=index) | Q(step=step, index=index, id__gt=sample_id),
-                     step__gte=step)
+    return qs.filter(
+        Q(step__gt=step) | Q(step=step, index__gt=index) | Q(step=step, index=index, id__gt=sample_id), step__gte=step
+    )
 
 
 def _before(qs: QuerySet, step: int, index: int, sample_id: int) -> QuerySet:
-    return qs.filter(Q(step__lt=step) | Q(step=step, index__lt=index) | Q(step=step, index=index, id__lt=sample_id),
-                     step__lte=step)
+    return qs.filter(
+        Q(step__lt=step) | Q(step=step, index__lt=index) | Q(step=step, index=index, id__lt=sample_id), step__lte=step
+    )
 
 
 FORWARD = ("step", "index", "id")
@@ -256,12 +278,13 @@ BACKWARD = ("-step", "-index", "-id")
 def _scan_window_end(qs: QuerySet, order: tuple[str, ...]) -> tuple[int, int, int] | None:
     """The (step, index, id) of the SEARCH_SCAN_ROWS-th row of `qs` in `order`, or None when it
     holds fewer: a text search reads at most that many rows per request."""
-    rows = list(qs.order_by(*order).values_list("step", "index", "id")[SEARCH_SCAN_ROWS - 1:SEARCH_SCAN_ROWS])
+    rows = list(qs.order_by(*order).values_list("step", "index", "id")[SEARCH_SCAN_ROWS - 1 : SEARCH_SCAN_ROWS])
     return rows[0] if rows else None
 
 
-def _window_end(place: QuerySet, base: QuerySet, cursor: tuple[int, int, int] | None,
-                forward: bool) -> tuple[int, int, int] | None:
+def _window_end(
+    place: QuerySet, base: QuerySet, cursor: tuple[int, int, int] | None, forward: bool
+) -> tuple[int, int, int] | None:
     """The end of a value search's window: the SEARCH_SCAN_ROWS-th row of `base` (the selection
     after the cursor; `place`: the same before the cursor). Counted from the start of the cursor's
     step, skipping that step's rows up to the cursor: PostgreSQL estimates a plain step bound well
@@ -278,7 +301,7 @@ def _window_end(place: QuerySet, base: QuerySet, cursor: tuple[int, int, int] | 
         around = place.filter(step__lte=step)
         passed = _after(place.filter(step=step), step, index, sample_id - 1).count()
     at = passed + SEARCH_SCAN_ROWS - 1
-    rows = list(around.order_by(*order).values_list("step", "index", "id")[at:at + 1])
+    rows = list(around.order_by(*order).values_list("step", "index", "id")[at : at + 1])
     return rows[0] if rows else None
 
 
@@ -310,19 +333,30 @@ def page(run: Run, f: SampleFilters, request: PageRequest) -> Page:
             window_end = _window_end(place, base, cursor, forward)
             if window_end is not None:  # up to and including the window's last row
                 end_step, end_index, end_id = window_end
-                qs = (_before(qs, end_step, end_index, end_id + 1) if forward
-                      else _after(qs, end_step, end_index, end_id - 1))
-    rows = list(qs.order_by(*order)[:request.limit + 1])
+                qs = (
+                    _before(qs, end_step, end_index, end_id + 1)
+                    if forward
+                    else _after(qs, end_step, end_index, end_id - 1)
+                )
+    rows = list(qs.order_by(*order)[: request.limit + 1])
     more = len(rows) > request.limit
-    rows = rows[:request.limit]
+    rows = rows[: request.limit]
     further = rows[-1].pk if more else (window_end[2] if window_end is not None else None)
     scanned_to_step = None if more or window_end is None else window_end[0]
     if forward:
-        return Page(rows, next_after=further, prev_before=rows[0].pk if rows and request.after is not None else None,
-                    scanned_to_step=scanned_to_step)
+        return Page(
+            rows,
+            next_after=further,
+            prev_before=rows[0].pk if rows and request.after is not None else None,
+            scanned_to_step=scanned_to_step,
+        )
     rows.reverse()
-    return Page(rows, next_after=rows[-1].pk if rows and not from_end else None, prev_before=further,
-                scanned_to_step=scanned_to_step)
+    return Page(
+        rows,
+        next_after=rows[-1].pk if rows and not from_end else None,
+        prev_before=further,
+        scanned_to_step=scanned_to_step,
+    )
 
 
 def iterate(run: Run, f: SampleFilters, chunk: int = EXPORT_CHUNK) -> Iterator[RolloutSample]:

@@ -48,7 +48,7 @@ def segments(text: str) -> list[dict[str, str]]:
     position = 0
     for match in SPECIAL_TOKEN.finditer(text):
         if match.start() > position:
-            _add_text(out, text[position:match.start()])
+            _add_text(out, text[position : match.start()])
         out.append({"kind": "special", "text": match.group()})
         position = match.end()
         role = _ROLE_AFTER_SPECIAL.match(text, position)

@@ -17,15 +17,17 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 BASE_DIR = REPO_ROOT
 
 DATA_DIR = Path(os.environ.get("PLATFORM_DATA_DIR", REPO_ROOT / "var")).resolve()
-ARTIFACTS_DIR = DATA_DIR / "runs"          # run directories: checkpoints and run files
-BROKER_DIR = DATA_DIR / "broker"           # the embedded (filesystem) Celery broker
+ARTIFACTS_DIR = DATA_DIR / "runs"  # run directories: checkpoints and run files
+BROKER_DIR = DATA_DIR / "broker"  # the embedded (filesystem) Celery broker
 STATIC_ROOT_DIR = DATA_DIR / "static"
 # Where experiments' data files (data.train_path, data.eval_path) may lie: an os.pathsep- or
 # comma-separated list of directories; relative paths start in the first. A path that resolves
 # (`..`, symlinks) outside all of them is refused, so a config cannot read the host's files.
 PLATFORM_DATASET_DIRS = [
     Path(d.strip()).expanduser().resolve()
-    for d in os.environ.get("PLATFORM_DATASET_DIRS", str(DATA_DIR / "datasets")).replace(",", os.pathsep).split(os.pathsep)
+    for d in os.environ.get("PLATFORM_DATASET_DIRS", str(DATA_DIR / "datasets"))
+    .replace(",", os.pathsep)
+    .split(os.pathsep)
     if d.strip()
 ] or [DATA_DIR / "datasets"]
 # Uploaded datasets (experiments.datasets) go to <first dataset root>/users/<user id>/<name>.jsonl;
@@ -45,12 +47,13 @@ PLATFORM_MODELS_DIRS = [
 # package covers its submodules). Empty by default: the built-in environments only. A name outside
 # the list is refused from its text alone, before anything is imported, so no user can make the web
 # server or a worker run an installed module's code.
-PLATFORM_ENVIRONMENT_MODULES = [m.strip() for m in os.environ.get("PLATFORM_ENVIRONMENT_MODULES", "").split(",")
-                                if m.strip()]
+PLATFORM_ENVIRONMENT_MODULES = [
+    m.strip() for m in os.environ.get("PLATFORM_ENVIRONMENT_MODULES", "").split(",") if m.strip()
+]
 # What the demos' order and expected step times assume this platform trains on: "auto" (look for an
 # NVIDIA GPU or a TPU on this host, without JAX), "cpu", "gpu" or "tpu" (runner.step_time).
 PLATFORM_ACCELERATOR = os.environ.get("PLATFORM_ACCELERATOR", "auto")
-EXPORTS_DIR = DATA_DIR / "exports"       # runs' checkpoints exported as Hugging Face folders
+EXPORTS_DIR = DATA_DIR / "exports"  # runs' checkpoints exported as Hugging Face folders
 for _d in (DATA_DIR, ARTIFACTS_DIR, STATIC_ROOT_DIR, *PLATFORM_DATASET_DIRS, *PLATFORM_MODELS_DIRS):
     _d.mkdir(parents=True, exist_ok=True)
 
@@ -77,7 +80,9 @@ def _secret_key() -> str:
 
 SECRET_KEY = _secret_key()
 DEBUG = _env_bool("PLATFORM_DEBUG", False)
-ALLOWED_HOSTS = [h for h in os.environ.get("PLATFORM_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver").split(",") if h]
+ALLOWED_HOSTS = [
+    h for h in os.environ.get("PLATFORM_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver").split(",") if h
+]
 CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("PLATFORM_CSRF_TRUSTED_ORIGINS", "").split(",") if o]
 
 INSTALLED_APPS = [
@@ -222,8 +227,10 @@ PLATFORM_REAP_EVERY_S = float(os.environ.get("PLATFORM_REAP_EVERY_S", "5"))
 # no-argument function, period in seconds). Sweeps launch and prune trials; alerts are delivered.
 PLATFORM_PERIODIC_JOBS: dict[str, tuple[str, float]] = {}
 PLATFORM_PERIODIC_JOBS["sweeps"] = ("sweeps.scheduler.tick", float(os.environ.get("PLATFORM_SWEEP_TICK_S", "2")))
-PLATFORM_PERIODIC_JOBS["evaluations"] = ("evaluations.recovery.requeue_lost_jobs",
-                                         float(os.environ.get("PLATFORM_EVALUATION_REAP_S", "10")))
+PLATFORM_PERIODIC_JOBS["evaluations"] = (
+    "evaluations.recovery.requeue_lost_jobs",
+    float(os.environ.get("PLATFORM_EVALUATION_REAP_S", "10")),
+)
 PLATFORM_PERIODIC_JOBS["alerts"] = ("alerts.delivery.tick", float(os.environ.get("PLATFORM_ALERT_TICK_S", "5")))
 # After a pause request, how long a trainer has to stop by itself (and checkpoint) before SIGTERM,
 # and then how long after SIGTERM before SIGKILL.
@@ -277,17 +284,20 @@ PLATFORM_MAX_DEVICES_PER_RUN = int(os.environ.get("PLATFORM_MAX_DEVICES_PER_RUN"
 # Evaluation jobs one user may have queued or running at once, and their tokens together
 # (prompts x k x max_new_tokens of each; evaluations.services).
 PLATFORM_MAX_EVALUATION_JOBS_PER_USER = int(os.environ.get("PLATFORM_MAX_EVALUATION_JOBS_PER_USER", "8"))
-PLATFORM_MAX_EVALUATION_TOKENS_PER_USER = int(os.environ.get("PLATFORM_MAX_EVALUATION_TOKENS_PER_USER",
-                                                             str(64 * 1024 * 1024)))
+PLATFORM_MAX_EVALUATION_TOKENS_PER_USER = int(
+    os.environ.get("PLATFORM_MAX_EVALUATION_TOKENS_PER_USER", str(64 * 1024 * 1024))
+)
 # Memory one run may take on a worker (runner.step_limits): a run whose step the trainer estimates
 # above it (trainers.loop.memory_estimate) is refused. Default: this machine's physical memory x
 # PLATFORM_WORKER_MEMORY_FRACTION (0.8: the rest for the OS, the web server and the database); set it
 # where the workers' machines differ from this one, or divide by `worker --concurrency`.
 PLATFORM_WORKER_MEMORY_FRACTION = 0.8
-PLATFORM_WORKER_MEMORY_BYTES = int(os.environ.get("PLATFORM_WORKER_MEMORY_BYTES") or (
-    os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * PLATFORM_WORKER_MEMORY_FRACTION))
+PLATFORM_WORKER_MEMORY_BYTES = int(
+    os.environ.get("PLATFORM_WORKER_MEMORY_BYTES")
+    or (os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * PLATFORM_WORKER_MEMORY_FRACTION)
+)
 # Disk one user's datasets, exports and checkpoints may take together (a UserLimits row overrides it).
-PLATFORM_STORAGE_QUOTA_BYTES = int(os.environ.get("PLATFORM_STORAGE_QUOTA_BYTES", str(50 * 1024 ** 3)))
+PLATFORM_STORAGE_QUOTA_BYTES = int(os.environ.get("PLATFORM_STORAGE_QUOTA_BYTES", str(50 * 1024**3)))
 # This server's bounds on configs, tighter than the schema's: {dotted field: largest value}.
 # PLATFORM_CONFIG_LIMITS (a JSON object) overrides single entries, e.g. '{"train.max_steps": 5000}'.
 PLATFORM_CONFIG_LIMITS = {
@@ -303,7 +313,9 @@ PLATFORM_CONFIG_LIMITS = {
 if os.environ.get("PLATFORM_CONFIG_LIMITS"):
     import json as _json
 
-    PLATFORM_CONFIG_LIMITS.update({str(k): int(v) for k, v in _json.loads(os.environ["PLATFORM_CONFIG_LIMITS"]).items()})
+    PLATFORM_CONFIG_LIMITS.update(
+        {str(k): int(v) for k, v in _json.loads(os.environ["PLATFORM_CONFIG_LIMITS"]).items()}
+    )
 
 # --- login throttling (django-axes) --------------------------------------------------------------
 # After AXES_FAILURE_LIMIT failed logins for one username from one address, that pair is refused
@@ -321,7 +333,7 @@ AXES_HANDLER = "web.login_throttle.LoginThrottleHandler"
 AXES_COOLOFF_TIME = float(os.environ.get("PLATFORM_LOGIN_COOLOFF_S", "900")) / 3600  # hours
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
-AXES_DISABLE_ACCESS_LOG = True       # failures are kept (AccessAttempt); successes are not logged
+AXES_DISABLE_ACCESS_LOG = True  # failures are kept (AccessAttempt); successes are not logged
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 AXES_CLIENT_IP_CALLABLE = "web.login_throttle.client_ip"
 AXES_VERBOSE = False
@@ -342,10 +354,14 @@ if PLATFORM_TLS_PROXY:
 # Content-Security-Policy on every response (grpo_platform.security_headers), on by default: the
 # pages load scripts and styles from this site only, with no inline scripts or event handlers;
 # inline style attributes stay allowed (progress bars, Plotly). PLATFORM_CSP="" turns it off.
-PLATFORM_CSP = os.environ.get("PLATFORM_CSP", (
-    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data: blob:; "
-    "font-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'self'; form-action 'self'; "
-    "frame-ancestors 'none'"))
+PLATFORM_CSP = os.environ.get(
+    "PLATFORM_CSP",
+    (
+        "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data: blob:; "
+        "font-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'self'; form-action 'self'; "
+        "frame-ancestors 'none'"
+    ),
+)
 MIDDLEWARE += [
     "grpo_platform.security_headers.ContentSecurityPolicyMiddleware",
     "axes.middleware.AxesMiddleware",  # last: turns a lockout into the 429 page
@@ -359,7 +375,9 @@ MIDDLEWARE += [
 # addresses or CIDR blocks in local or private networks that webhooks may call (none by default).
 PLATFORM_BASE_URL = os.environ.get("PLATFORM_BASE_URL", "http://localhost:8000")
 PLATFORM_ALERT_STALL_AFTER_S = float(os.environ.get("PLATFORM_ALERT_STALL_AFTER_S", str(PLATFORM_STALE_AFTER_S / 2)))
-PLATFORM_ALERT_WEBHOOK_ALLOW = [h.strip() for h in os.environ.get("PLATFORM_ALERT_WEBHOOK_ALLOW", "").split(",") if h.strip()]
+PLATFORM_ALERT_WEBHOOK_ALLOW = [
+    h.strip() for h in os.environ.get("PLATFORM_ALERT_WEBHOOK_ALLOW", "").split(",") if h.strip()
+]
 PLATFORM_ALERT_WEBHOOK_TIMEOUT_S = float(os.environ.get("PLATFORM_ALERT_WEBHOOK_TIMEOUT_S", "5"))
 PLATFORM_ALERT_MAX_ATTEMPTS = int(os.environ.get("PLATFORM_ALERT_MAX_ATTEMPTS", "3"))
 PLATFORM_ALERT_RETRY_S = float(os.environ.get("PLATFORM_ALERT_RETRY_S", "30"))
@@ -374,5 +392,6 @@ EMAIL_USE_TLS = _env_bool("PLATFORM_EMAIL_TLS", False)
 EMAIL_TIMEOUT = 10
 EMAIL_FILE_PATH = str(DATA_DIR / "mail")
 EMAIL_BACKEND = os.environ.get("PLATFORM_EMAIL_BACKEND") or (
-    "django.core.mail.backends.smtp.EmailBackend" if EMAIL_HOST else "django.core.mail.backends.filebased.EmailBackend")
+    "django.core.mail.backends.smtp.EmailBackend" if EMAIL_HOST else "django.core.mail.backends.filebased.EmailBackend"
+)
 DEFAULT_FROM_EMAIL = os.environ.get("PLATFORM_EMAIL_FROM", "grpo-platform@localhost")

@@ -12,8 +12,10 @@ from runner.limits import limit_values
 
 def limits_of(user) -> dict[str, dict]:
     """{field: {"value", "source": "yours" | "default"}} for each of runner.limits.LIMIT_SETTINGS."""
-    return {field: {"value": value, "source": "yours" if own else "default"}
-            for field, (value, own) in limit_values(user).items()}
+    return {
+        field: {"value": value, "source": "yours" if own else "default"}
+        for field, (value, own) in limit_values(user).items()
+    }
 
 
 def account_summary(user) -> dict:
@@ -24,6 +26,8 @@ def account_summary(user) -> dict:
         "username": user.get_username(),
         "storage": storage.usage_for(user).as_json(),
         "limits": limits_of(user),
-        "runs": {"active": runs.filter(status__in=list(ACTIVE_STATUSES)).count(),
-                 "queued": runs.filter(status=RunStatus.QUEUED).count()},
+        "runs": {
+            "active": runs.filter(status__in=list(ACTIVE_STATUSES)).count(),
+            "queued": runs.filter(status=RunStatus.QUEUED).count(),
+        },
     }

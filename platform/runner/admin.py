@@ -22,24 +22,35 @@ from runner.queues import live_workers_reading
 
 @admin.register(UserLimits)
 class UserLimitsAdmin(admin.ModelAdmin):
-    list_display = ("user", "max_active_runs", "max_queued_runs", "max_sequences_per_step", "max_tokens_per_step",
-                    "storage_quota_bytes")
+    list_display = (
+        "user",
+        "max_active_runs",
+        "max_queued_runs",
+        "max_sequences_per_step",
+        "max_tokens_per_step",
+        "storage_quota_bytes",
+    )
     search_fields = ("user__username",)
     list_select_related = ("user",)
     raw_id_fields = ("user",)
 
     def get_form(self, request, obj=None, change=False, **kwargs):
         form = super().get_form(request, obj, change=change, **kwargs)
-        form.base_fields["max_active_runs"].help_text += (
-            f" The server's default is {settings.PLATFORM_MAX_ACTIVE_RUNS_PER_USER}.")
-        form.base_fields["max_queued_runs"].help_text += (
-            f" The server's default is {settings.PLATFORM_MAX_QUEUED_RUNS_PER_USER}.")
-        form.base_fields["max_sequences_per_step"].help_text += (
-            f" The server's default is {settings.PLATFORM_MAX_SEQUENCES_PER_STEP}.")
-        form.base_fields["max_tokens_per_step"].help_text += (
-            f" The server's default is {settings.PLATFORM_MAX_TOKENS_PER_STEP}.")
-        form.base_fields["storage_quota_bytes"].help_text += (
-            f" The server's default is {settings.PLATFORM_STORAGE_QUOTA_BYTES}.")
+        form.base_fields[
+            "max_active_runs"
+        ].help_text += f" The server's default is {settings.PLATFORM_MAX_ACTIVE_RUNS_PER_USER}."
+        form.base_fields[
+            "max_queued_runs"
+        ].help_text += f" The server's default is {settings.PLATFORM_MAX_QUEUED_RUNS_PER_USER}."
+        form.base_fields[
+            "max_sequences_per_step"
+        ].help_text += f" The server's default is {settings.PLATFORM_MAX_SEQUENCES_PER_STEP}."
+        form.base_fields[
+            "max_tokens_per_step"
+        ].help_text += f" The server's default is {settings.PLATFORM_MAX_TOKENS_PER_STEP}."
+        form.base_fields[
+            "storage_quota_bytes"
+        ].help_text += f" The server's default is {settings.PLATFORM_STORAGE_QUOTA_BYTES}."
         return form
 
 
@@ -63,8 +74,9 @@ def _run_action(action: services.RunAction):
 
     def apply(modeladmin, request, queryset):
         runs = list(queryset.select_related("experiment"))
-        steerable = set(Run.objects.steerable_by(request.user).filter(pk__in=[r.pk for r in runs])
-                        .values_list("pk", flat=True))
+        steerable = set(
+            Run.objects.steerable_by(request.user).filter(pk__in=[r.pk for r in runs]).values_list("pk", flat=True)
+        )
         refused: list[str] = []
 
         def apply_one(run) -> bool:
@@ -81,8 +93,12 @@ def _run_action(action: services.RunAction):
         modeladmin.message_user(
             request,
             f"{action.label}: {changed} of {len(runs)} run(s) {action.done}"
-            + ("" if changed == len(runs) else "; the others were in a status that does not allow it"
-               + ("" if len(steerable) == len(runs) else ", or not yours to steer")),
+            + (
+                ""
+                if changed == len(runs)
+                else "; the others were in a status that does not allow it"
+                + ("" if len(steerable) == len(runs) else ", or not yours to steer")
+            ),
             level,
         )
 
@@ -145,7 +161,10 @@ class WorkerAdmin(ReadOnlyAdmin):
         if not held:
             return "-"
         return format_html_join(
-            ", ", "<a href='{}'>run {} ({}, {}, step {})</a>",
-            ((reverse("admin:experiments_run_change", args=[r.pk]), r.pk, r.experiment.name, r.status, r.step)
-             for r in held),
+            ", ",
+            "<a href='{}'>run {} ({}, {}, step {})</a>",
+            (
+                (reverse("admin:experiments_run_change", args=[r.pk]), r.pk, r.experiment.name, r.status, r.step)
+                for r in held
+            ),
         )

@@ -9,8 +9,10 @@ class RunnerConfig(AppConfig):
 
     def ready(self) -> None:
         from grpo_platform.celery_app import app
-
-        from runner import beat, workers  # noqa: F401 - connects the worker registry's Celery signals
-        from runner import deleted_runs  # noqa: F401 - a deleted run's files go with it
+        from runner import (  # noqa: F401 - connects the worker registry's Celery signals
+            beat,
+            deleted_runs,  # noqa: F401 - a deleted run's files go with it
+            workers,
+        )
 
         beat.configure(app)

@@ -88,8 +88,9 @@ def gang_failed(run_dir: str, attempt: int, index: int, lines: list[str]) -> int
 
 def fail_run(run: Run, attempt: int, error: str) -> bool:
     """Mark the run failed (only while `attempt` still owns it); record the error as an event too."""
-    return run.transition(RunStatus.FAILED, attempt=attempt, error=error, finished_at=timezone.now(),
-                          note=error, note_level="error")
+    return run.transition(
+        RunStatus.FAILED, attempt=attempt, error=error, finished_at=timezone.now(), note=error, note_level="error"
+    )
 
 
 def finish_run(run: Run, attempt: int, result, control: DatabaseControl) -> str:
@@ -97,14 +98,20 @@ def finish_run(run: Run, attempt: int, result, control: DatabaseControl) -> str:
     now = timezone.now()
     S = RunStatus
     if result.status == "succeeded":
-        if run.transition(S.SUCCEEDED, attempt=attempt, params_digest=result.params_digest,
-                          step=result.final_step, finished_at=now):
+        if run.transition(
+            S.SUCCEEDED, attempt=attempt, params_digest=result.params_digest, step=result.final_step, finished_at=now
+        ):
             return S.SUCCEEDED
     elif result.status == "paused":
         run.refresh_from_db(fields=["status", "attempt"])
         if control.signalled is not None and run.status == S.RUNNING and run.attempt == attempt:
-            if run.transition(S.QUEUED, attempt=attempt, new_attempt=True, step=result.final_step,
-                              note=f"worker stopping: checkpointed at step {result.final_step}; requeued"):
+            if run.transition(
+                S.QUEUED,
+                attempt=attempt,
+                new_attempt=True,
+                step=result.final_step,
+                note=f"worker stopping: checkpointed at step {result.final_step}; requeued",
+            ):
                 send_when_committed(run)
                 return S.QUEUED
         if run.transition(S.PAUSED, attempt=attempt, step=result.final_step, finished_at=now):
@@ -119,18 +126,22 @@ def finish_run(run: Run, attempt: int, result, control: DatabaseControl) -> str:
 
 def run_attempt(run_id: int, attempt: int, parent_pid: int | None = None) -> int:
     """Train attempt `attempt` of run `run_id` to a final status. Returns a process exit code."""
-    from experiments import configs
     from django.conf import settings
 
+    from experiments import configs
     from trainers import train
     from trainers.loop.compile_cache import enable_compilation_cache
-    from trainers.step.hooks import Control, Hooks, MultiHooks
     from trainers.loop.trainer import TrainingDiverged
+    from trainers.step.hooks import Control, Hooks, MultiHooks
 
     run = Run.objects.filter(pk=run_id).first()
     if run is None or run.attempt != attempt or run.status not in ACTIVE_STATUSES:
-        log.warning("run %s attempt %s is not active (%s); nothing to do", run_id, attempt,
-                    None if run is None else f"{run.status}, attempt {run.attempt}")
+        log.warning(
+            "run %s attempt %s is not active (%s); nothing to do",
+            run_id,
+            attempt,
+            None if run is None else f"{run.status}, attempt {run.attempt}",
+        )
         return 0
     index = gang_index()
     if index is not None:  # one host's process of a multi-host run: join the others before any JAX work
@@ -187,8 +198,14 @@ def run_attempt(run_id: int, attempt: int, parent_pid: int | None = None) -> int
     if index:
         return 0  # process 0 writes the final status
     status = finish_run(run, attempt, result, control)
-    log.info("run %s attempt %s: trainer %s at step %s -> %s", run_id, attempt, result.status,
-             result.final_step, status or "(not ours)")
+    log.info(
+        "run %s attempt %s: trainer %s at step %s -> %s",
+        run_id,
+        attempt,
+        result.status,
+        result.final_step,
+        status or "(not ours)",
+    )
     if status in SETTLED_STATUSES:
         snapshot_series(run)
     return 0

@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib
 import logging
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from celery.beat import PersistentScheduler
 from django.conf import settings
@@ -43,8 +43,12 @@ def beat_schedule() -> dict:
     for name, (_path, every_s) in periodic_jobs().items():
         reaper = name == "reap-stale-runs"
         # if sent to a queue (stock scheduler), a late copy is worthless: let it expire
-        schedule[name] = {"task": REAP_TASK if reaper else JOB_TASK, "args": () if reaper else (name,),
-                          "schedule": every_s, "options": {"expires": max(every_s * 2, 10.0)}}
+        schedule[name] = {
+            "task": REAP_TASK if reaper else JOB_TASK,
+            "args": () if reaper else (name,),
+            "schedule": every_s,
+            "options": {"expires": max(every_s * 2, 10.0)},
+        }
     return schedule
 
 
@@ -96,8 +100,7 @@ def start_job(entry_name: str) -> threading.Thread | None:
         if previous is not None and previous.is_alive():
             log.warning("periodic job %s: the previous run is still going; this tick skips it", entry_name)
             return None
-        thread = threading.Thread(target=_run_in_thread, args=(entry_name,), name=f"periodic-{entry_name}",
-                                  daemon=True)
+        thread = threading.Thread(target=_run_in_thread, args=(entry_name,), name=f"periodic-{entry_name}", daemon=True)
         _running[entry_name] = thread
         thread.start()
         return thread

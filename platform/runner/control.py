@@ -29,16 +29,22 @@ log = logging.getLogger(__name__)
 
 
 class DatabaseControl(Control):
-    def __init__(self, run_id: int, attempt: int, poll_interval_s: float | None = None,
-                 install_signal_handlers: bool = True, parent_pid: int | None = None):
+    def __init__(
+        self,
+        run_id: int,
+        attempt: int,
+        poll_interval_s: float | None = None,
+        install_signal_handlers: bool = True,
+        parent_pid: int | None = None,
+    ):
         self.run_id = run_id
         self.attempt = attempt
         self.poll_interval_s = settings.PLATFORM_STATUS_POLL_S if poll_interval_s is None else poll_interval_s
-        self.parent_pid = parent_pid        # stop if this process is orphaned (its supervisor died)
-        self.signalled: int | None = None   # the signal that asked for a pause, if any
+        self.parent_pid = parent_pid  # stop if this process is orphaned (its supervisor died)
+        self.signalled: int | None = None  # the signal that asked for a pause, if any
         self._checked_at = float("-inf")
         self._action = Action.CONTINUE
-        self.status: str | None = None       # as last read
+        self.status: str | None = None  # as last read
         self.orphaned = False
         if install_signal_handlers and threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
@@ -46,8 +52,9 @@ class DatabaseControl(Control):
 
     def _on_signal(self, signum, frame) -> None:
         if self.signalled is None:
-            log.warning("run %s: %s received: pausing after this step (checkpoint)", self.run_id,
-                        signal.Signals(signum).name)
+            log.warning(
+                "run %s: %s received: pausing after this step (checkpoint)", self.run_id, signal.Signals(signum).name
+            )
         self.signalled = signum
 
     def read(self) -> Action:

@@ -33,17 +33,18 @@ import math
 import os
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
 
 from experiments.metric_series import json_value, storable_value
 from experiments.models import Checkpoint, MetricPoint, RolloutSample, Run, RunEvent, SampleKind
-from experiments.signals import metrics_reported
 from experiments.sample_episodes import json_safe
 from experiments.sample_query import prompt_hash
 from experiments.sample_text import stored_prompt
+from experiments.signals import metrics_reported
 from trainers.step.hooks import Hooks, RunInfo, TrainResult
 
 log = logging.getLogger(__name__)
@@ -100,8 +101,14 @@ class DatabaseHooks(Hooks):
     `chat_prompts`: a callable prompt -> (rendered text, messages) for a run whose prompts go
     through a chat template (runner.sample_prompts.chat_prompts_for), or None."""
 
-    def __init__(self, run_id: int, attempt: int, flush_interval_s: float = 0.5, background_flush: bool = True,
-                 chat_prompts: Callable[[Any], tuple[str, list[dict]]] | None = None):
+    def __init__(
+        self,
+        run_id: int,
+        attempt: int,
+        flush_interval_s: float = 0.5,
+        background_flush: bool = True,
+        chat_prompts: Callable[[Any], tuple[str, list[dict]]] | None = None,
+    ):
         self.run_id = run_id
         self.chat_prompts = chat_prompts
         self.attempt = attempt
@@ -114,13 +121,13 @@ class DatabaseHooks(Hooks):
         self._last_flush = float("-inf")  # monotonic; the first step flushes at once
         self._buffered_since: float | None = None  # monotonic time the oldest unwritten report came
         self._warned: set[str] = set()  # metric names already reported as non-finite
-        self.flushes = 0                # how many flushes wrote something (for tests and benchmarks)
+        self.flushes = 0  # how many flushes wrote something (for tests and benchmarks)
         # (kind, step) of the samples this object wrote; rows of earlier attempts after the start
         # step are deleted by on_start / on_resume, so a step's samples of one kind need a delete
         # only when re-reported (a step's eval samples follow its train samples: not a re-report).
         self._sample_steps: set[tuple[str, int]] = set()
         self._buffer_lock = threading.Lock()  # held only to add to or swap the buffers
-        self._write_lock = threading.Lock()   # one flush at a time, written in the order taken
+        self._write_lock = threading.Lock()  # one flush at a time, written in the order taken
         self._closed = threading.Event()
         self._flusher: threading.Thread | None = None
 
@@ -135,8 +142,9 @@ class DatabaseHooks(Hooks):
                 continue  # not a number at all: nothing to chart
             if not math.isfinite(v):
                 self._warn_non_finite(name, step, v)
-            points[(name, step)] = MetricPoint(run_id=self.run_id, name=name, step=step, value=storable_value(v),
-                                               wall_time=now)
+            points[(name, step)] = MetricPoint(
+                run_id=self.run_id, name=name, step=step, value=storable_value(v), wall_time=now
+            )
         reward = _finite(metrics.get("reward/mean"))
         with self._buffer_lock:
             self._points.update(points)
@@ -155,14 +163,22 @@ class DatabaseHooks(Hooks):
         for index, sample in enumerate(samples):
             answer = sample.get("answer")
             prompt, prompt_extra = stored_prompt(sample.get("prompt", ""), self._rendered(sample.get("prompt", "")))
-            rows.append(RolloutSample(
-                run_id=self.run_id, step=step, index=index, kind=_sample_kind(sample.get("kind")),
-                group=_sample_group(sample.get("group")), prompt_hash=prompt_hash(prompt),
-                prompt=prompt, completion=str(sample.get("completion", "")),
-                answer="" if answer is None else str(answer),
-                reward=_finite(sample.get("reward")), advantage=_finite(sample.get("advantage")),
-                extra=json_safe({**{k: v for k, v in sample.items() if k not in SAMPLE_FIELDS}, **prompt_extra}),
-            ))
+            rows.append(
+                RolloutSample(
+                    run_id=self.run_id,
+                    step=step,
+                    index=index,
+                    kind=_sample_kind(sample.get("kind")),
+                    group=_sample_group(sample.get("group")),
+                    prompt_hash=prompt_hash(prompt),
+                    prompt=prompt,
+                    completion=str(sample.get("completion", "")),
+                    answer="" if answer is None else str(answer),
+                    reward=_finite(sample.get("reward")),
+                    advantage=_finite(sample.get("advantage")),
+                    extra=json_safe({**{k: v for k, v in sample.items() if k not in SAMPLE_FIELDS}, **prompt_extra}),
+                )
+            )
         with self._buffer_lock:
             self._samples.extend(rows)
             if self._buffered_since is None:
@@ -190,8 +206,7 @@ class DatabaseHooks(Hooks):
         (a sweep judges its trial's pruning from it)."""
         names, step = self._write()
         if names:
-            for receiver, error in metrics_reported.send_robust(sender=Run, run_id=self.run_id, names=names,
-                                                                step=step):
+            for receiver, error in metrics_reported.send_robust(sender=Run, run_id=self.run_id, names=names, step=step):
                 if isinstance(error, Exception):
                     log.error("run %s: a metrics_reported receiver (%s) failed: %r", self.run_id, receiver, error)
 
@@ -208,7 +223,9 @@ class DatabaseHooks(Hooks):
             with transaction.atomic():
                 if points:
                     MetricPoint.objects.bulk_create(
-                        points, update_conflicts=True, unique_fields=["run", "name", "step"],
+                        points,
+                        update_conflicts=True,
+                        unique_fields=["run", "name", "step"],
                         update_fields=["value", "wall_time"],
                     )
                 if samples:
@@ -229,8 +246,7 @@ class DatabaseHooks(Hooks):
 
     def _start_flusher(self) -> None:
         if self.background_flush and self._flusher is None and not self._closed.is_set():
-            self._flusher = threading.Thread(target=self._flush_when_due, name=f"run-{self.run_id}-flush",
-                                             daemon=True)
+            self._flusher = threading.Thread(target=self._flush_when_due, name=f"run-{self.run_id}-flush", daemon=True)
             self._flusher.start()
 
     def _flush_when_due(self) -> None:
@@ -282,17 +298,29 @@ class DatabaseHooks(Hooks):
     def on_checkpoint(self, step: int, path: str, size_bytes: int, metrics: dict[str, float]) -> None:
         self.flush()
         Checkpoint.objects.bulk_create(
-            [Checkpoint(run_id=self.run_id, step=step, path=artifacts_relative(path), size_bytes=size_bytes,
-                        metrics=_json_safe(metrics))],
-            update_conflicts=True, unique_fields=["run", "step"], update_fields=["path", "size_bytes", "metrics"],
+            [
+                Checkpoint(
+                    run_id=self.run_id,
+                    step=step,
+                    path=artifacts_relative(path),
+                    size_bytes=size_bytes,
+                    metrics=_json_safe(metrics),
+                )
+            ],
+            update_conflicts=True,
+            unique_fields=["run", "step"],
+            update_fields=["path", "size_bytes", "metrics"],
         )
         self._forget_deleted_checkpoints()
 
     def _forget_deleted_checkpoints(self) -> None:
         """The trainer keeps only its last few checkpoints: drop rows whose directory is gone."""
         root = settings.ARTIFACTS_DIR
-        gone = [pk for pk, rel in Checkpoint.objects.filter(run_id=self.run_id).values_list("pk", "path")
-                if not os.path.exists(os.path.join(root, rel))]
+        gone = [
+            pk
+            for pk, rel in Checkpoint.objects.filter(run_id=self.run_id).values_list("pk", "path")
+            if not os.path.exists(os.path.join(root, rel))
+        ]
         if gone:
             Checkpoint.objects.filter(pk__in=gone).delete()
 

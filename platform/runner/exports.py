@@ -1,7 +1,7 @@
 """A run's checkpoint exported as a Hugging Face model folder (config.json, tokenizer files and
 model.safetensors) that transformers and `python -m trainers generate` load (and this platform
-too, as a `model.path`, once the folder is moved under a model root). The web page's Export button and `POST /api/runs/<id>/export`
-call `export_checkpoint`.
+too, as a `model.path`, once the folder is moved under a model root). The web page's Export button and `POST
+/api/runs/<id>/export` call `export_checkpoint`.
 
 Exports go to settings.EXPORTS_DIR (`<PLATFORM_DATA_DIR>/exports/`), one folder per checkpoint:
 `run-<id>-step-<N>/`. An existing folder is never replaced: exporting the same checkpoint again is
@@ -10,8 +10,8 @@ quota (runner.storage): while the owner is at or over it, an export is refused (
 (runner.downloads) exports into a temporary folder of its own instead (`out`), removed once zipped.
 
 Synchronous, in the request: for a 135M model (SmolLM2-135M-Instruct) the export takes seconds
-(12 s measured on a busy 2-core CPU, about a third of it starting JAX). The work runs in a child process (`python -m trainers export`,
-the trainer's own command, `trainers.commands.export.export_run`), so the web server never imports
+(12 s measured on a busy 2-core CPU, about a third of it starting JAX). The work runs in a child process (`python -m
+trainers export`, the trainer's own command, `trainers.commands.export.export_run`), so the web server never imports
 JAX and never holds the checkpoint or accelerator memory after the answer; the child is told not to
 preallocate accelerator memory (a run may be training on the same device). Much larger models would
 want this moved to a Celery task with a status to poll.
@@ -40,8 +40,10 @@ from runner.storage import export_folder, run_directory  # noqa: F401 - where ex
 
 DTYPES = ("float32", "bfloat16")
 TIMEOUT_S = 30 * 60
-TOY_RUN = ("export needs a run on a Hugging Face model (model.path); run {pk} trained the toy preset "
-           "'{preset}' with the character tokenizer, which no Hugging Face folder can hold")
+TOY_RUN = (
+    "export needs a run on a Hugging Face model (model.path); run {pk} trained the toy preset "
+    "'{preset}' with the character tokenizer, which no Hugging Face folder can hold"
+)
 
 
 class ExportRefused(Refused):
@@ -50,7 +52,7 @@ class ExportRefused(Refused):
 
 @dataclasses.dataclass(frozen=True)
 class Export:
-    path: str   # absolute path of the written folder
+    path: str  # absolute path of the written folder
     step: int
     dtype: str
 
@@ -88,13 +90,17 @@ def export_checkpoint(run: Run, step: int | None = None, dtype: str = "float32",
     run_dir = run_directory(run)
     steps = checkpoint_steps(run_dir)
     if not steps:
-        raise ExportRefused(400, f"run {run.pk} has no checkpoint yet; export once it has written one "
-                                 f"(checkpoint.every_steps, and always at the last step)")
+        raise ExportRefused(
+            400,
+            f"run {run.pk} has no checkpoint yet; export once it has written one "
+            f"(checkpoint.every_steps, and always at the last step)",
+        )
     if step is None:
         step = steps[-1]
     elif step not in steps:
-        raise ExportRefused(404, f"run {run.pk} has no checkpoint at step {step}; it has steps "
-                                 f"{', '.join(map(str, steps))}")
+        raise ExportRefused(
+            404, f"run {run.pk} has no checkpoint at step {step}; it has steps {', '.join(map(str, steps))}"
+        )
     if out is None:
         out = export_folder(run, step)
         refusal = storage.over_quota_message(run.experiment.owner)
@@ -104,18 +110,38 @@ def export_checkpoint(run: Run, step: int | None = None, dtype: str = "float32",
     try:
         out.mkdir()  # the claim: a second request for the same checkpoint finds it taken
     except FileExistsError:
-        raise ExportRefused(409, f"run {run.pk} step {step} is already exported (or being exported) at {out}; "
-                                 f"use that folder, or delete it to export again") from None
+        raise ExportRefused(
+            409,
+            f"run {run.pk} step {step} is already exported (or being exported) at {out}; "
+            f"use that folder, or delete it to export again",
+        ) from None
     try:
         result = subprocess.run(
-            [sys.executable, "-m", "trainers", "export", run_dir, "--out", str(out), "--step", str(step),
-             "--dtype", dtype],
-            cwd=str(settings.REPO_ROOT), env={**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"},
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=TIMEOUT_S,
+            [
+                sys.executable,
+                "-m",
+                "trainers",
+                "export",
+                run_dir,
+                "--out",
+                str(out),
+                "--step",
+                str(step),
+                "--dtype",
+                dtype,
+            ],
+            cwd=str(settings.REPO_ROOT),
+            env={**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"},
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S,
         )
     except subprocess.TimeoutExpired:
         _release(out)
-        raise ExportRefused(500, f"export of run {run.pk} step {step} took over {TIMEOUT_S} s and was stopped") from None
+        raise ExportRefused(
+            500, f"export of run {run.pk} step {step} took over {TIMEOUT_S} s and was stopped"
+        ) from None
     if result.returncode != 0:
         _release(out)
         lines = [line for line in (result.stderr + result.stdout).splitlines() if line.strip()]

@@ -44,9 +44,9 @@ from experiments.whole_numbers import NotAWholeNumber, whole_number
 from runner import queues
 from runner.exports import checkpoint_steps, run_directory
 from runner.limits import LaunchRefused, check_queued_room
-from runner.storage import check_storage_room
 from runner.services import send_when_committed
 from runner.step_limits import check_step_room
+from runner.storage import check_storage_room
 
 FORK_START_DIR = "fork-start"  # the fresh fork's starting checkpoint, inside its run directory
 OPTIMIZERS = tuple(ForkOptimizer.values)  # ("fresh", "continued")
@@ -64,9 +64,9 @@ class ForkRefused(LaunchRefused):
 @dataclasses.dataclass(frozen=True)
 class ForkRequest:
     step: int
-    optimizer: str = DEFAULT_OPTIMIZER        # "fresh" | "continued"
-    max_steps: int | None = None              # None: the parent's train.max_steps
-    queue: str | None = None                  # None: the parent's queue
+    optimizer: str = DEFAULT_OPTIMIZER  # "fresh" | "continued"
+    max_steps: int | None = None  # None: the parent's train.max_steps
+    queue: str | None = None  # None: the parent's queue
 
 
 def _whole_number(value, field: str, minimum: int) -> int | None:
@@ -112,9 +112,13 @@ def child_config(parent: Run, request: ForkRequest) -> dict:
         problems = "; ".join(f"{k}: {v}" for k, v in exc.as_dict().items())
         raise ForkRefused(409, f"run {parent.pk}'s config is not valid on this platform now ({problems})") from None
     if request.optimizer == ForkOptimizer.CONTINUED and config.train.max_steps <= request.step:
-        raise ForkRefused(400, f"a continued fork from step {request.step} trains until train.max_steps = "
-                               f"{config.train.max_steps}: nothing is left; give max_steps above {request.step} "
-                               f"(or fork with a fresh optimizer)", "max_steps")
+        raise ForkRefused(
+            400,
+            f"a continued fork from step {request.step} trains until train.max_steps = "
+            f"{config.train.max_steps}: nothing is left; give max_steps above {request.step} "
+            f"(or fork with a fresh optimizer)",
+            "max_steps",
+        )
     return raw if request.max_steps is None else configs.stored(config)
 
 
@@ -138,12 +142,19 @@ def fork_run(parent: Run, request: ForkRequest) -> Run:
     try:
         with transaction.atomic():
             child = Run.objects.create(
-                experiment=experiment, config_version=parent.config_version, config=config,
-                status=RunStatus.QUEUED, attempt=1, queued_at=timezone.now(),
+                experiment=experiment,
+                config_version=parent.config_version,
+                config=config,
+                status=RunStatus.QUEUED,
+                attempt=1,
+                queued_at=timezone.now(),
                 step=request.step if continued else 0,
                 max_steps=int(config.get("train", {}).get("max_steps", 0)),
-                max_restarts=parent.max_restarts, queue=queue,
-                forked_from=parent, forked_from_step=request.step, fork_optimizer=request.optimizer,
+                max_restarts=parent.max_restarts,
+                queue=queue,
+                forked_from=parent,
+                forked_from_step=request.step,
+                fork_optimizer=request.optimizer,
             )
             check_queued_room(experiment.owner)
             check_storage_room(experiment.owner)
@@ -156,15 +167,19 @@ def fork_run(parent: Run, request: ForkRequest) -> Run:
             _copy_checkpoint(os.path.join(parent_dir, "checkpoints", str(request.step)), copied, parent.pk)
             if continued:  # the child's own checkpoint N: listed on its page, downloadable, forkable
                 source = parent.checkpoints.filter(step=request.step).first()
-                Checkpoint.objects.create(run=child, step=request.step,
-                                          path=os.path.relpath(copied, settings.ARTIFACTS_DIR),
-                                          size_bytes=source.size_bytes if source else 0,
-                                          metrics=source.metrics if source else {})
+                Checkpoint.objects.create(
+                    run=child,
+                    step=request.step,
+                    path=os.path.relpath(copied, settings.ARTIFACTS_DIR),
+                    size_bytes=source.size_bytes if source else 0,
+                    metrics=source.metrics if source else {},
+                )
             how = f"step {request.step} ({request.optimizer} optimizer)"
             changed = "" if request.max_steps is None else f"; train.max_steps {parent.max_steps} -> {child.max_steps}"
             child.add_event(f"forked from run {parent.pk}, {how}{changed}", kind="status")
-            parent.add_event(f"forked at step {request.step} into run {child.pk} ({request.optimizer} optimizer)",
-                             kind="system")
+            parent.add_event(
+                f"forked at step {request.step} into run {child.pk} ({request.optimizer} optimizer)", kind="system"
+            )
             send_when_committed(child)
     except LaunchRefused as exc:
         _remove(child_dir)
@@ -182,9 +197,12 @@ def _copy_checkpoint(source: str, target: str, parent_pk: int) -> None:
     try:
         shutil.copytree(source, target, copy_function=_link_or_copy)
     except FileNotFoundError:
-        raise ForkRefused(409, f"run {parent_pk}'s checkpoint {os.path.basename(source)} was removed while it was "
-                               "being copied (the run keeps only its newest checkpoints); pick another",
-                          "step") from None
+        raise ForkRefused(
+            409,
+            f"run {parent_pk}'s checkpoint {os.path.basename(source)} was removed while it was "
+            "being copied (the run keeps only its newest checkpoints); pick another",
+            "step",
+        ) from None
 
 
 def _link_or_copy(source: str, target: str) -> None:

@@ -82,8 +82,10 @@ def queued_refusal(queued_runs: int, limit: int) -> str | None:
     """Why one more queued run is refused for a user who has `queued_runs` already, or None."""
     if queued_runs < limit:
         return None
-    return (f"you have {queued_runs} queued run{'s' if queued_runs != 1 else ''}, the limit is {limit}; "
-            "cancel one or ask an admin")
+    return (
+        f"you have {queued_runs} queued run{'s' if queued_runs != 1 else ''}, the limit is {limit}; "
+        "cancel one or ask an admin"
+    )
 
 
 def active_wait(active_runs: int, limit: int) -> str | None:
@@ -91,8 +93,10 @@ def active_wait(active_runs: int, limit: int) -> str | None:
     workers, or None."""
     if active_runs < limit:
         return None
-    return (f"waiting: the owner has {active_runs} active run{'s' if active_runs != 1 else ''}, "
-            f"the limit is {limit}; it starts when one of them ends")
+    return (
+        f"waiting: the owner has {active_runs} active run{'s' if active_runs != 1 else ''}, "
+        f"the limit is {limit}; it starts when one of them ends"
+    )
 
 
 def check_queued_room(user) -> None:
@@ -111,6 +115,7 @@ def active_cap_wait(run: Run) -> str | None:
     """Why a worker must not start `run` now (its owner's other runs a worker holds reach their
     limit), or None."""
     owner_id = run.experiment.owner_id
-    active = (Run.objects.filter(experiment__owner_id=owner_id, status__in=list(ACTIVE_STATUSES))
-              .exclude(pk=run.pk).count())
+    active = (
+        Run.objects.filter(experiment__owner_id=owner_id, status__in=list(ACTIVE_STATUSES)).exclude(pk=run.pk).count()
+    )
     return active_wait(active, limits_for(run.experiment.owner).max_active_runs)

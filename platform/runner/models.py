@@ -23,19 +23,30 @@ class UserLimits(models.Model):
 
     user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="run_limits")
     max_active_runs = models.PositiveIntegerField(
-        null=True, blank=True, help_text="Runs a worker holds at once (running, pausing, cancelling); "
-        "empty = the server's default.")
+        null=True,
+        blank=True,
+        help_text="Runs a worker holds at once (running, pausing, cancelling); empty = the server's default.",
+    )
     max_queued_runs = models.PositiveIntegerField(
-        null=True, blank=True, help_text="Runs waiting on the queue at once; empty = the server's default.")
+        null=True, blank=True, help_text="Runs waiting on the queue at once; empty = the server's default."
+    )
     max_sequences_per_step = models.PositiveBigIntegerField(
-        null=True, blank=True, help_text="Sequences one step of a run may hold (prompts per step x G); "
-        "empty = the server's default.")
+        null=True,
+        blank=True,
+        help_text="Sequences one step of a run may hold (prompts per step x G); empty = the server's default.",
+    )
     max_tokens_per_step = models.PositiveBigIntegerField(
-        null=True, blank=True, help_text="Tokens one step of a run may hold (sequences x (prompt + completion "
-        "tokens)); empty = the server's default.")
+        null=True,
+        blank=True,
+        help_text="Tokens one step of a run may hold (sequences x (prompt + completion "
+        "tokens)); empty = the server's default.",
+    )
     storage_quota_bytes = models.PositiveBigIntegerField(
-        null=True, blank=True, help_text="Disk the user's datasets, exports and checkpoints may take together, "
-        "in bytes; empty = the server's default.")
+        null=True,
+        blank=True,
+        help_text="Disk the user's datasets, exports and checkpoints may take together, "
+        "in bytes; empty = the server's default.",
+    )
 
     class Meta:
         verbose_name = "user limits"
@@ -52,11 +63,18 @@ class RunQueue(models.Model):
     """A Celery queue users may send runs to (workers read the queues named by `worker --queues`).
     A queue is open to everyone, or only to the listed users and members of the listed groups."""
 
-    name = models.CharField(max_length=64, unique=True, validators=[RegexValidator(QUEUE_NAME_PATTERN)], help_text="The Celery queue name workers read "
-                            "(`manage.py worker --queues NAME`): letters, digits, '.', '_' or '-'.")
+    name = models.CharField(
+        max_length=64,
+        unique=True,
+        validators=[RegexValidator(QUEUE_NAME_PATTERN)],
+        help_text="The Celery queue name workers read "
+        "(`manage.py worker --queues NAME`): letters, digits, '.', '_' or '-'.",
+    )
     description = models.CharField(max_length=200, blank=True)
-    is_default = models.BooleanField(default=False, help_text="Where a launch that names no queue goes "
-                                     "(one queue at most; setting it here unsets it elsewhere).")
+    is_default = models.BooleanField(
+        default=False,
+        help_text="Where a launch that names no queue goes (one queue at most; setting it here unsets it elsewhere).",
+    )
     open_to_everyone = models.BooleanField(default=False)
     users = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="run_queues")
     groups = models.ManyToManyField(Group, blank=True, related_name="run_queues")
@@ -88,8 +106,12 @@ class RayHost(models.Model):
     cpus = models.FloatField(default=0)
     gpus = models.FloatField(default=0)
     memory_bytes = models.BigIntegerField(default=0)
-    processes = models.JSONField(default=list, blank=True, help_text="The gang processes on this node: "
-                                 "[{run, process, devices}] (devices: cluster.devices_per_host, null = all).")
+    processes = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="The gang processes on this node: "
+        "[{run, process, devices}] (devices: cluster.devices_per_host, null = all).",
+    )
     seen_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -112,12 +134,19 @@ class RayHost(models.Model):
             seen.append(node_id)
             resources = node.get("Resources") or {}
             others = [p for p in earlier.get(node_id) or [] if p.get("run") != run_id]
-            cls.objects.update_or_create(node_id=node_id, defaults={
-                "cluster": cluster, "hostname": str(node.get("NodeManagerHostname", ""))[:255],
-                "address": str(node.get("NodeManagerAddress", ""))[:255], "alive": bool(node.get("Alive")),
-                "cpus": float(resources.get("CPU", 0)), "gpus": float(resources.get("GPU", 0)),
-                "memory_bytes": int(resources.get("memory", 0)), "processes": others + processes.get(node_id, []),
-            })
+            cls.objects.update_or_create(
+                node_id=node_id,
+                defaults={
+                    "cluster": cluster,
+                    "hostname": str(node.get("NodeManagerHostname", ""))[:255],
+                    "address": str(node.get("NodeManagerAddress", ""))[:255],
+                    "alive": bool(node.get("Alive")),
+                    "cpus": float(resources.get("CPU", 0)),
+                    "gpus": float(resources.get("GPU", 0)),
+                    "memory_bytes": int(resources.get("memory", 0)),
+                    "processes": others + processes.get(node_id, []),
+                },
+            )
         cls.objects.filter(cluster=cluster).exclude(node_id__in=seen).delete()
 
     @classmethod

@@ -12,9 +12,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.db.models import Q
 
-from runner.models import Worker
 from runner.limits import LaunchRefused
-from runner.models import RunQueue
+from runner.models import RunQueue, Worker
 
 
 def default_queue_name() -> str:
@@ -68,5 +67,7 @@ def no_worker_warning(name: str) -> str:
     """A warning when no live worker reads `name` (the run waits until one does), else ""."""
     if live_workers_reading(name):
         return ""
-    return (f"No live worker reads queue {name!r} right now: the run waits until one does "
-            f"(`manage.py worker --queues {name}`)")
+    return (
+        f"No live worker reads queue {name!r} right now: the run waits until one does "
+        f"(`manage.py worker --queues {name}`)"
+    )

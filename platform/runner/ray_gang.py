@@ -60,7 +60,7 @@ log = logging.getLogger(__name__)
 MANAGE_PY = Path(settings.REPO_ROOT) / "manage.py"
 LOCAL_OBJECT_STORE_BYTES = 80 * 1024 * 1024  # the gang passes no data through Ray: the minimum will do
 PROCESS_END_GRACE_S = 3.0  # below the trainer's heartbeat timeout (GRPO_HEARTBEAT_TIMEOUT_S, 10 s)
-RECORD_EVERY_S = 10.0      # how often the cluster's hosts are written for the workers page
+RECORD_EVERY_S = 10.0  # how often the cluster's hosts are written for the workers page
 FORWARDED_ENV_PREFIXES = ("PLATFORM_", "DJANGO_", "CELERY_", "JAX_", "TRAINERS_", "GRPO_")
 FORWARDED_ENV_NAMES = ("DATABASE_URL", "PYTHONUNBUFFERED", "XLA_FLAGS")
 DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
@@ -91,21 +91,31 @@ def with_device_count(xla_flags: str, devices: int) -> str:
     return " ".join([*kept, f"{DEVICE_COUNT_FLAG}={devices}"])
 
 
-def child_env(index: int, hosts: int, coordinator: str, devices_per_host: int | None, gpus: bool,
-              environ: dict[str, str], init_timeout_s: float) -> dict[str, str | None]:
+def child_env(
+    index: int,
+    hosts: int,
+    coordinator: str,
+    devices_per_host: int | None,
+    gpus: bool,
+    environ: dict[str, str],
+    init_timeout_s: float,
+) -> dict[str, str | None]:
     """The environment changes for host `index`'s trainer child (None removes a variable): the
     platform's settings forwarded from this process, the jax.distributed contract
     (trainers.parallel.distributed), and on CPU the device count."""
-    changes: dict[str, str | None] = {k: v for k, v in environ.items()
-                                      if k.startswith(FORWARDED_ENV_PREFIXES) or k in FORWARDED_ENV_NAMES}
-    changes.update({
-        SUPERVISOR_PID_ENV: None,  # the child's parent is its actor; it dies with it (ray_host)
-        "GRPO_COORDINATOR_ADDRESS": coordinator,
-        "GRPO_NUM_PROCESSES": str(hosts),
-        "GRPO_PROCESS_ID": str(index),
-        "GRPO_INIT_TIMEOUT_S": str(max(1, int(init_timeout_s))),
-        "PYTHONUNBUFFERED": "1",
-    })
+    changes: dict[str, str | None] = {
+        k: v for k, v in environ.items() if k.startswith(FORWARDED_ENV_PREFIXES) or k in FORWARDED_ENV_NAMES
+    }
+    changes.update(
+        {
+            SUPERVISOR_PID_ENV: None,  # the child's parent is its actor; it dies with it (ray_host)
+            "GRPO_COORDINATOR_ADDRESS": coordinator,
+            "GRPO_NUM_PROCESSES": str(hosts),
+            "GRPO_PROCESS_ID": str(index),
+            "GRPO_INIT_TIMEOUT_S": str(max(1, int(init_timeout_s))),
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
     if gpus:
         if devices_per_host is None:
             changes["CUDA_VISIBLE_DEVICES"] = None  # Ray hides the GPUs of a bundle that asks for none
@@ -151,8 +161,10 @@ def _check_answers(address: str, timeout_s: float) -> None:
         with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
             pass
     except OSError as exc:
-        raise GangError(f"the Ray cluster at PLATFORM_RAY_ADDRESS={address} does not answer ({exc}); start it "
-                        "(`ray start --head`) or fix PLATFORM_RAY_ADDRESS (unset: a local Ray on the worker)") from None
+        raise GangError(
+            f"the Ray cluster at PLATFORM_RAY_ADDRESS={address} does not answer ({exc}); start it "
+            "(`ray start --head`) or fix PLATFORM_RAY_ADDRESS (unset: a local Ray on the worker)"
+        ) from None
 
 
 class Gang:
@@ -191,8 +203,10 @@ class Gang:
 
         def give_up():  # ray.init can wait for a GCS that never answers for minutes
             if not done.is_set():
-                message = (f"cannot connect to the Ray cluster at {self.where} within PLATFORM_RAY_CONNECT_TIMEOUT_S="
-                           f"{self.connect_timeout_s:g} s; check the address and that the cluster is up")
+                message = (
+                    f"cannot connect to the Ray cluster at {self.where} within PLATFORM_RAY_CONNECT_TIMEOUT_S="
+                    f"{self.connect_timeout_s:g} s; check the address and that the cluster is up"
+                )
                 print(message, flush=True)
                 self._fail(message)
                 os._exit(1)
@@ -202,17 +216,27 @@ class Gang:
         timer.start()
         try:
             if self.address:
-                ray.init(address=self.address, include_dashboard=False, log_to_driver=False,
-                         logging_level=logging.WARNING)
+                ray.init(
+                    address=self.address, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING
+                )
             else:
                 # "local": a new Ray of our own, never one that `ray start` left on this machine
-                ray.init(address="local", num_cpus=self.hosts, num_gpus=0, object_store_memory=LOCAL_OBJECT_STORE_BYTES,
-                         include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+                ray.init(
+                    address="local",
+                    num_cpus=self.hosts,
+                    num_gpus=0,
+                    object_store_memory=LOCAL_OBJECT_STORE_BYTES,
+                    include_dashboard=False,
+                    log_to_driver=False,
+                    logging_level=logging.WARNING,
+                )
         except Exception as exc:  # noqa: BLE001 - ConnectionError, RuntimeError, ... with long texts
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise GangError(f"cannot connect to the Ray cluster at {self.where}: {first}; check PLATFORM_RAY_ADDRESS, "
-                            "that the cluster is up, and for a cluster with token authentication RAY_AUTH_MODE=token "
-                            "and its token (~/.ray/auth_token or RAY_AUTH_TOKEN) in the worker's environment") from None
+            raise GangError(
+                f"cannot connect to the Ray cluster at {self.where}: {first}; check PLATFORM_RAY_ADDRESS, "
+                "that the cluster is up, and for a cluster with token authentication RAY_AUTH_MODE=token "
+                "and its token (~/.ray/auth_token or RAY_AUTH_TOKEN) in the worker's environment"
+            ) from None
         finally:
             done.set()
             timer.cancel()
@@ -236,8 +260,9 @@ class Gang:
         from ray.util.placement_group import placement_group, remove_placement_group
 
         strategy = "STRICT_SPREAD" if self.address else "PACK"  # the local Ray has one node
-        self.group = placement_group([self.bundle()] * self.hosts, strategy=strategy,
-                                     name=f"run-{self.run.pk}-attempt-{self.attempt}")
+        self.group = placement_group(
+            [self.bundle()] * self.hosts, strategy=strategy, name=f"run-{self.run.pk}-attempt-{self.attempt}"
+        )
         ready, _ = ray.wait([self.group.ready()], timeout=self.join_timeout_s)
         if not ready:
             alive = [n for n in ray.nodes() if n.get("Alive")]
@@ -247,7 +272,8 @@ class Gang:
                 f"cluster.hosts={self.hosts}: the Ray cluster at {self.where} did not find {self.hosts} hosts "
                 f"(one bundle {self.bundle()} each, {strategy}) within PLATFORM_RAY_JOIN_TIMEOUT_S="
                 f"{self.join_timeout_s:g} s; it has {len(alive)} node(s) alive. Lower cluster.hosts (or "
-                "cluster.devices_per_host), or add hosts to the cluster")
+                "cluster.devices_per_host), or add hosts to the cluster"
+            )
 
     # -- 3. start -------------------------------------------------------------------------------
 
@@ -262,9 +288,14 @@ class Gang:
         if self.gpus and self.devices_per_host:
             options["num_gpus"] = self.devices_per_host
         actor_class = ray.remote(ray_host.HostProcess)
-        self.actors = [actor_class.options(
-            **options, name=None, scheduling_strategy=PlacementGroupSchedulingStrategy(
-                self.group, placement_group_bundle_index=i)).remote() for i in range(self.hosts)]
+        self.actors = [
+            actor_class.options(
+                **options,
+                name=None,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(self.group, placement_group_bundle_index=i),
+            ).remote()
+            for i in range(self.hosts)
+        ]
         self.nodes = ray.get([a.node.remote() for a in self.actors], timeout=self.join_timeout_s)
         port = ray.get(self.actors[0].free_port.remote(), timeout=self.join_timeout_s)
         coordinator = f"{self.nodes[0]['ip']}:{port}"
@@ -273,16 +304,24 @@ class Gang:
         Path(error_path(self.run_dir, self.attempt)).unlink(missing_ok=True)
         starts = []
         for i, actor in enumerate(self.actors):
-            env = child_env(i, self.hosts, coordinator, self.devices_per_host, self.gpus, dict(os.environ),
-                            self.join_timeout_s)
-            starts.append(actor.start.remote(argv, env, str(settings.REPO_ROOT),
-                                             host_log_path(self.run_dir, self.attempt, i)))
+            env = child_env(
+                i, self.hosts, coordinator, self.devices_per_host, self.gpus, dict(os.environ), self.join_timeout_s
+            )
+            starts.append(
+                actor.start.remote(argv, env, str(settings.REPO_ROOT), host_log_path(self.run_dir, self.attempt, i))
+            )
         self.pids = ray.get(starts, timeout=self.join_timeout_s)
         for i, (node, pid) in enumerate(zip(self.nodes, self.pids)):
-            print(f"host {i}: {node['hostname']} ({node['ip']}), actor pid {node['pid']}, trainer pid {pid}, output in "
-                  f"{host_log_path(self.run_dir, self.attempt, i)}", flush=True)
-        self.run.add_event(f"multi-host: {self.hosts} hosts through {self.where}; process 0 on "
-                           f"{self.nodes[0]['hostname']} ({coordinator})", kind="system")
+            print(
+                f"host {i}: {node['hostname']} ({node['ip']}), actor pid {node['pid']}, trainer pid {pid}, output in "
+                f"{host_log_path(self.run_dir, self.attempt, i)}",
+                flush=True,
+            )
+        self.run.add_event(
+            f"multi-host: {self.hosts} hosts through {self.where}; process 0 on "
+            f"{self.nodes[0]['hostname']} ({coordinator})",
+            kind="system",
+        )
         self.record_hosts()
 
     # -- 4. watch -------------------------------------------------------------------------------
@@ -321,7 +360,9 @@ class Gang:
         while True:
             codes, lost = self.poll()
             if self.signalled is not None and not forwarded:
-                print(f"{_signal_name(self.signalled)} received: passed to process 0 (checkpoint and pause)", flush=True)
+                print(
+                    f"{_signal_name(self.signalled)} received: passed to process 0 (checkpoint and pause)", flush=True
+                )
                 self.signal(0, self.signalled)
                 forwarded = True
             running = [i for i, code in codes.items() if code is None and i not in lost]
@@ -330,8 +371,11 @@ class Gang:
             if len(running) < self.hosts and ended_at is None:
                 ended_at = time.monotonic()
                 ended = {i: codes[i] for i in codes if i not in running}
-                print(f"process(es) ended: {ended}{'; actors lost: ' + str(lost) if lost else ''}; the others get "
-                      f"{PROCESS_END_GRACE_S:g} s to end", flush=True)
+                print(
+                    f"process(es) ended: {ended}{'; actors lost: ' + str(lost) if lost else ''}; the others get "
+                    f"{PROCESS_END_GRACE_S:g} s to end",
+                    flush=True,
+                )
             if ended_at is not None and time.monotonic() - ended_at >= PROCESS_END_GRACE_S:
                 for i in running:
                     if i not in killed_here:
@@ -351,8 +395,11 @@ class Gang:
 
         from runner.recovery import restart_or_fail
 
-        print(f"gang ended: exit codes {ending.codes}, actors lost {ending.lost_actors}, killed here "
-              f"{sorted(ending.killed_here)}", flush=True)
+        print(
+            f"gang ended: exit codes {ending.codes}, actors lost {ending.lost_actors}, killed here "
+            f"{sorted(ending.killed_here)}",
+            flush=True,
+        )
         lost = ending.lost()
         run = Run.objects.filter(pk=self.run.pk).first()
         if run is None or run.attempt != self.attempt or run.status not in ACTIVE_STATUSES:
@@ -417,7 +464,8 @@ class Gang:
             processes: dict[str, list[dict]] = {}
             for i, node in enumerate(self.nodes):
                 processes.setdefault(node["node_id"], []).append(
-                    {"run": self.run.pk, "process": i, "devices": self.devices_per_host})
+                    {"run": self.run.pk, "process": i, "devices": self.devices_per_host}
+                )
             RayHost.record(self.cluster_label, ray.nodes(), self.run.pk, processes)
         except Exception:  # noqa: BLE001 - display only
             log.warning("run %s: cannot record the Ray cluster's hosts", self.run.pk, exc_info=True)
@@ -466,5 +514,3 @@ def run_gang(run_id: int, attempt: int) -> int:
         return gang.conclude(ending)
     finally:
         gang.stop()
-
-

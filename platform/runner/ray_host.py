@@ -40,8 +40,12 @@ class HostProcess:
         """Where this actor runs: {"ip", "hostname", "pid", "node_id"}."""
         import ray
 
-        return {"ip": ray.util.get_node_ip_address(), "hostname": socket.gethostname(), "pid": os.getpid(),
-                "node_id": ray.get_runtime_context().get_node_id()}
+        return {
+            "ip": ray.util.get_node_ip_address(),
+            "hostname": socket.gethostname(),
+            "pid": os.getpid(),
+            "node_id": ray.get_runtime_context().get_node_id(),
+        }
 
     def free_port(self) -> int:
         """A TCP port free on this host now (for process 0's jax.distributed coordinator)."""
@@ -60,8 +64,16 @@ class HostProcess:
                 env[key] = value
         os.makedirs(os.path.dirname(log_path), exist_ok=True)
         with open(log_path, "ab") as out:
-            self.proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=out,
-                                         stderr=subprocess.STDOUT, preexec_fn=_die_with_parent, process_group=0)
+            self.proc = subprocess.Popen(
+                argv,
+                env=env,
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                preexec_fn=_die_with_parent,
+                process_group=0,
+            )
         return self.proc.pid
 
     def poll(self) -> int | None:

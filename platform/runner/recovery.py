@@ -38,14 +38,28 @@ def restart_or_fail(run: Run, lost: str, where: Q, now: dt.datetime, what: str =
         # a new attempt in the same update: the lost attempt's redelivered message cannot claim it.
         # restarts moves only with the attempt, which the compare-and-set pins, so it becomes restarts + 1.
         note = f"{lost}; requeued, restart {run.restarts + 1} of {run.max_restarts}"
-        if run.transition(RunStatus.QUEUED, attempt=run.attempt, where=where, new_attempt=True,
-                          note=note, note_level="warning", restarts=F("restarts") + 1):
+        if run.transition(
+            RunStatus.QUEUED,
+            attempt=run.attempt,
+            where=where,
+            new_attempt=True,
+            note=note,
+            note_level="warning",
+            restarts=F("restarts") + 1,
+        ):
             send_when_committed(run)
             return "requeued"
         return ""
     error = f"{what}; max_restarts reached ({run.max_restarts})"
-    if run.transition(RunStatus.FAILED, attempt=run.attempt, where=where, note=f"{lost}; {error}",
-                      note_level="error", error=error, finished_at=now):
+    if run.transition(
+        RunStatus.FAILED,
+        attempt=run.attempt,
+        where=where,
+        note=f"{lost}; {error}",
+        note_level="error",
+        error=error,
+        finished_at=now,
+    ):
         return "failed"
     return ""
 
@@ -62,12 +76,24 @@ def reap_stale_runs(now: dt.datetime | None = None) -> list[tuple[int, str]]:
         lost = f"worker {run.worker_host or '?'} lost (heartbeat {age})"
         if run.status == RunStatus.CANCELLING:
             stopped = run.stopped_status
-            if run.transition(stopped, attempt=run.attempt, where=stale, note=f"{lost}; {stopped}",
-                              note_level="warning", finished_at=now):
+            if run.transition(
+                stopped,
+                attempt=run.attempt,
+                where=stale,
+                note=f"{lost}; {stopped}",
+                note_level="warning",
+                finished_at=now,
+            ):
                 done.append((run.pk, stopped))
         elif run.status == RunStatus.PAUSING:
-            if run.transition(RunStatus.PAUSED, attempt=run.attempt, where=stale, note_level="warning",
-                              note=f"{lost}; paused (resumes from the newest checkpoint)", finished_at=now):
+            if run.transition(
+                RunStatus.PAUSED,
+                attempt=run.attempt,
+                where=stale,
+                note_level="warning",
+                note=f"{lost}; paused (resumes from the newest checkpoint)",
+                finished_at=now,
+            ):
                 done.append((run.pk, "paused"))
         else:
             action = restart_or_fail(run, lost, stale, now)

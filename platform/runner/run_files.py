@@ -8,8 +8,8 @@ from __future__ import annotations
 import dataclasses
 
 from experiments.models import Run
-from trainers.step.hooks import TrainResult
 from trainers.loop.run_files import RunFilesHooks
+from trainers.step.hooks import TrainResult
 
 
 class PlatformRunFilesHooks(RunFilesHooks):

@@ -12,7 +12,8 @@ tokenizer files at hand.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from trainers.config import ExperimentConfig
 

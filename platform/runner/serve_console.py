@@ -9,8 +9,9 @@ from __future__ import annotations
 import logging
 import re
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Callable
+from typing import IO
 
 LOG_NAME = "serve.log"
 MAX_LOG_BYTES = 50 * 1024 * 1024  # a longer log is moved to serve.log.1 when serve starts

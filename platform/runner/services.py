@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from typing import Callable
+from collections.abc import Callable
 
 from django.conf import settings
 from django.db import transaction
@@ -49,8 +49,9 @@ def send_when_committed(run: Run) -> None:
     transaction.on_commit(lambda: send_run_message(run_id, attempt, queue))
 
 
-def launch_run(experiment: Experiment, max_restarts: int | None = None, queue: str | None = None,
-               config: dict | None = None) -> Run:
+def launch_run(
+    experiment: Experiment, max_restarts: int | None = None, queue: str | None = None, config: dict | None = None
+) -> Run:
     """Create a queued Run (attempt 1) from the experiment's current config and put it on `queue`
     (default: runner.queues' default queue; workers take the queues named by `worker --queues`).
     LaunchRefused when the owner may not use that queue, has too many queued runs (runner.limits)
@@ -115,8 +116,11 @@ def check_run_config(run: Run) -> None:
     except configs.ConfigError as exc:
         problems = exc.as_dict()
         listed = "; ".join(f"{field}: {message}" for field, message in problems.items())
-        raise LaunchRefused(400, f"the run's config is no longer valid here ({listed}); launch the experiment "
-                                 "again with a config that is", next(iter(problems), "")) from None
+        raise LaunchRefused(
+            400,
+            f"the run's config is no longer valid here ({listed}); launch the experiment again with a config that is",
+            next(iter(problems), ""),
+        ) from None
 
 
 def _requeue(run: Run, only_from: set[str], **fields) -> bool:
@@ -155,18 +159,25 @@ def retry_run(run: Run) -> bool:
 class RunAction:
     """A control a user may apply to a run they may steer."""
 
-    name: str                       # URL and API name
+    name: str  # URL and API name
     function: Callable[[Run], bool]  # returns whether the run changed
-    offered: frozenset[str]         # statuses in which the pages show the control
-    label: str                      # the admin action's name
-    done: str                       # the admin's "N of M runs <done>"
+    offered: frozenset[str]  # statuses in which the pages show the control
+    label: str  # the admin action's name
+    done: str  # the admin's "N of M runs <done>"
 
 
-ACTIONS: dict[str, RunAction] = {a.name: a for a in (
-    RunAction("cancel", request_cancel, frozenset({S.QUEUED, S.RUNNING, S.PAUSING, S.PAUSED}), "Cancel",
-              "cancelled or cancelling"),
-    RunAction("pause", request_pause, frozenset({S.RUNNING}), "Pause", "pausing"),
-    RunAction("resume", resume_run, frozenset({S.PAUSED}), "Resume", "put back on the queue"),
-    RunAction("retry", retry_run, frozenset({S.FAILED, S.CANCELLED}), "Requeue",
-              "put back on the queue (retry)"),
-)}
+ACTIONS: dict[str, RunAction] = {
+    a.name: a
+    for a in (
+        RunAction(
+            "cancel",
+            request_cancel,
+            frozenset({S.QUEUED, S.RUNNING, S.PAUSING, S.PAUSED}),
+            "Cancel",
+            "cancelled or cancelling",
+        ),
+        RunAction("pause", request_pause, frozenset({S.RUNNING}), "Pause", "pausing"),
+        RunAction("resume", resume_run, frozenset({S.PAUSED}), "Resume", "put back on the queue"),
+        RunAction("retry", retry_run, frozenset({S.FAILED, S.CANCELLED}), "Requeue", "put back on the queue (retry)"),
+    )
+}

@@ -45,29 +45,51 @@ def cap_refusal(what: str, product: str, value: int, limit: int, fields: str) ->
 
 def sequences_refusal(plan: BatchPlan, limit: int) -> str | None:
     """Why a step of `plan` holds too many sequences for `limit`, or None."""
-    return cap_refusal("sequences per step", f"batch.prompts_per_step {plan.prompts_per_step} x "
-                       f"grpo.num_generations {plan.num_generations}", plan.sequences_per_step, limit,
-                       "batch.prompts_per_step or grpo.num_generations")
+    return cap_refusal(
+        "sequences per step",
+        f"batch.prompts_per_step {plan.prompts_per_step} x grpo.num_generations {plan.num_generations}",
+        plan.sequences_per_step,
+        limit,
+        "batch.prompts_per_step or grpo.num_generations",
+    )
 
 
 def tokens_refusal(plan: BatchPlan, limit: int) -> str | None:
     """Why a step of `plan` holds too many tokens for `limit`, or None."""
-    return cap_refusal("tokens per step", f"{plan.sequences_per_step} sequences x (data.max_prompt_tokens "
-                       f"{plan.prompt_token_budget} + rollout.max_new_tokens {plan.completion_token_budget})",
-                       plan.tokens_per_step, limit,
-                       "batch.prompts_per_step, grpo.num_generations, rollout.max_new_tokens or data.max_prompt_tokens")
+    return cap_refusal(
+        "tokens per step",
+        f"{plan.sequences_per_step} sequences x (data.max_prompt_tokens "
+        f"{plan.prompt_token_budget} + rollout.max_new_tokens {plan.completion_token_budget})",
+        plan.tokens_per_step,
+        limit,
+        "batch.prompts_per_step, grpo.num_generations, rollout.max_new_tokens or data.max_prompt_tokens",
+    )
 
 
 def cluster_refusals(config: ExperimentConfig, limits: RunLimits) -> tuple[str, ...]:
     """Why a run asks the cluster for more hosts, or hosts x devices, than `limits` allow (a local Ray
     starts one process per host on the worker itself), or ()."""
     hosts, per_host = config.cluster.hosts, config.cluster.devices_per_host
-    found = [cap_refusal("cluster.hosts", f"cluster.hosts {hosts}", hosts, limits.max_hosts_per_run,
-                         "cluster.hosts (PLATFORM_MAX_HOSTS_PER_RUN)")]
+    found = [
+        cap_refusal(
+            "cluster.hosts",
+            f"cluster.hosts {hosts}",
+            hosts,
+            limits.max_hosts_per_run,
+            "cluster.hosts (PLATFORM_MAX_HOSTS_PER_RUN)",
+        )
+    ]
     devices = hosts * (per_host or 1)
-    found.append(cap_refusal("cluster devices", f"cluster.hosts {hosts} x cluster.devices_per_host {per_host or 1}"
-                             + ("" if per_host else " (empty: counted as 1)"), devices, limits.max_devices_per_run,
-                             "cluster.hosts or cluster.devices_per_host (PLATFORM_MAX_DEVICES_PER_RUN)"))
+    found.append(
+        cap_refusal(
+            "cluster devices",
+            f"cluster.hosts {hosts} x cluster.devices_per_host {per_host or 1}"
+            + ("" if per_host else " (empty: counted as 1)"),
+            devices,
+            limits.max_devices_per_run,
+            "cluster.hosts or cluster.devices_per_host (PLATFORM_MAX_DEVICES_PER_RUN)",
+        )
+    )
     return tuple(r for r in found if r)
 
 
@@ -76,9 +98,11 @@ def memory_refusal(memory: StepMemory, worker_memory_bytes: int) -> str | None:
     if memory.total_bytes <= worker_memory_bytes:
         return None
     parts = ", ".join(f"{p.name} {gib(p.bytes)} GiB" for p in memory.largest_parts()[:3])
-    return (f"memory: a step needs about {gib(memory.total_bytes)} GiB (estimate; largest parts: {parts}), "
-            f"more than a worker's {gib(worker_memory_bytes)} GiB (PLATFORM_WORKER_MEMORY_BYTES); lower "
-            f"{', '.join(memory.fields_to_lower())}")
+    return (
+        f"memory: a step needs about {gib(memory.total_bytes)} GiB (estimate; largest parts: {parts}), "
+        f"more than a worker's {gib(worker_memory_bytes)} GiB (PLATFORM_WORKER_MEMORY_BYTES); lower "
+        f"{', '.join(memory.fields_to_lower())}"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,9 +118,11 @@ class StepCheck:
 
     @property
     def step_refusals(self) -> tuple[str, ...]:
-        found = (sequences_refusal(self.plan, self.limits.max_sequences_per_step),
-                 tokens_refusal(self.plan, self.limits.max_tokens_per_step),
-                 None if self.memory is None else memory_refusal(self.memory, self.worker_memory_bytes))
+        found = (
+            sequences_refusal(self.plan, self.limits.max_sequences_per_step),
+            tokens_refusal(self.plan, self.limits.max_tokens_per_step),
+            None if self.memory is None else memory_refusal(self.memory, self.worker_memory_bytes),
+        )
         return tuple(r for r in found if r)
 
     @property

@@ -19,10 +19,8 @@ import statistics
 from django.conf import settings
 
 from experiments.models import MetricPoint, Run
-
-from trainers.devices import host_accelerator
-
 from runner.demo import CPU_MEASURED_ON, DEMO_USERNAME, cpu_step_s, is_demo_name
+from trainers.devices import host_accelerator
 
 STEP_METRIC = "timing/step_s"
 
@@ -38,19 +36,27 @@ def accelerator_present() -> bool:
 
 def measured_step_s(experiment) -> tuple[float, Run, int] | None:
     """(median seconds a step, the run, how many steps) of the experiment's newest run with steps."""
-    run = (Run.objects.filter(experiment=experiment, metric_points__name=STEP_METRIC)
-           .order_by("-created_at", "-pk").first())
+    run = (
+        Run.objects.filter(experiment=experiment, metric_points__name=STEP_METRIC)
+        .order_by("-created_at", "-pk")
+        .first()
+    )
     if run is None:
         return None
-    values = [v for v in MetricPoint.objects.filter(run=run, name=STEP_METRIC, value__isnull=False)
-              .values_list("value", flat=True) if v == v and v not in (float("inf"), float("-inf"))]
+    values = [
+        v
+        for v in MetricPoint.objects.filter(run=run, name=STEP_METRIC, value__isnull=False).values_list(
+            "value", flat=True
+        )
+        if v == v and v not in (float("inf"), float("-inf"))
+    ]
     if not values:
         return None
     return statistics.median(values), run, len(values)
 
 
 def seconds_text(seconds: float) -> str:
-    """"0.8 s", "12 s", "3.5 min", "1.2 h"."""
+    """ "0.8 s", "12 s", "3.5 min", "1.2 h"."""
     if seconds < 10:
         return f"{seconds:.1f} s"
     if seconds < 120:
@@ -65,8 +71,7 @@ def expected_step_text(experiment, on_accelerator: bool | None = None) -> str | 
     measured = measured_step_s(experiment)
     if measured is not None:
         seconds, run, steps = measured
-        return (f"about {seconds_text(seconds)} a step here (median of {steps} step{'s' * (steps != 1)} of run "
-                f"{run.pk})")
+        return f"about {seconds_text(seconds)} a step here (median of {steps} step{'s' * (steps != 1)} of run {run.pk})"
     owner = experiment.owner.get_username() if experiment.owner_id else ""
     reference = cpu_step_s(experiment.name) if owner == DEMO_USERNAME and is_demo_name(experiment.name) else None
     if reference is None:

@@ -50,7 +50,6 @@ from experiments.dataset_models import Dataset
 from experiments.models import SETTLED_STATUSES, Run
 from runner.limits import LaunchRefused, limits_for
 
-
 RUN_SIZE_CACHE_S = 600  # a settled run's size is walked again after this long (files removed by hand)
 EXPORT_NAME = re.compile(r"run-(?P<run>[0-9]+)-step-(?P<step>[0-9]+)")
 
@@ -179,9 +178,14 @@ class StorageUsage:
         return self.used_bytes >= self.quota_bytes
 
     def as_json(self) -> dict:
-        return {"datasets_bytes": self.datasets_bytes, "checkpoints_bytes": self.checkpoints_bytes,
-                "exports_bytes": self.exports_bytes, "used_bytes": self.used_bytes,
-                "quota_bytes": self.quota_bytes, "over_quota": self.over_quota}
+        return {
+            "datasets_bytes": self.datasets_bytes,
+            "checkpoints_bytes": self.checkpoints_bytes,
+            "exports_bytes": self.exports_bytes,
+            "used_bytes": self.used_bytes,
+            "quota_bytes": self.quota_bytes,
+            "over_quota": self.over_quota,
+        }
 
 
 def usage_for(user) -> StorageUsage:
@@ -210,12 +214,16 @@ def format_bytes(size_bytes: int) -> str:
 def quota_message(usage: StorageUsage, adding_bytes: int | None = None, adding: str = "this upload") -> str:
     """The refusal for a user with `usage`: what they use by kind, their quota, what is asked for
     (`adding`, `adding_bytes`, if given), and what to do."""
-    kinds = (f"datasets {format_bytes(usage.datasets_bytes)}, checkpoints {format_bytes(usage.checkpoints_bytes)}, "
-             f"exports {format_bytes(usage.exports_bytes)}")
+    kinds = (
+        f"datasets {format_bytes(usage.datasets_bytes)}, checkpoints {format_bytes(usage.checkpoints_bytes)}, "
+        f"exports {format_bytes(usage.exports_bytes)}"
+    )
     asked = f"; {adding} is {format_bytes(adding_bytes)}" if adding_bytes is not None else ""
-    return (f"over your storage quota: you use {format_bytes(usage.used_bytes)} ({kinds}) of your "
-            f"{format_bytes(usage.quota_bytes)} quota{asked}; delete datasets you no longer need, or ask an "
-            f"admin to delete old runs and exports or to raise your quota (see your Account page)")
+    return (
+        f"over your storage quota: you use {format_bytes(usage.used_bytes)} ({kinds}) of your "
+        f"{format_bytes(usage.quota_bytes)} quota{asked}; delete datasets you no longer need, or ask an "
+        f"admin to delete old runs and exports or to raise your quota (see your Account page)"
+    )
 
 
 def over_quota_message(user) -> str | None:
@@ -224,7 +232,9 @@ def over_quota_message(user) -> str | None:
     return quota_message(usage) if usage.over_quota else None
 
 
-def upload_refusal(usage: StorageUsage, size_bytes: int, slack_bytes: int = 0, adding: str = "this upload") -> str | None:
+def upload_refusal(
+    usage: StorageUsage, size_bytes: int, slack_bytes: int = 0, adding: str = "this upload"
+) -> str | None:
     """Why an upload of `size_bytes` by a user with `usage` (`usage_for`, read once per request: it
     walks the run directories) is refused (more than `slack_bytes` of it would not fit under their
     quota), or None. The slack lets a request's size, framing included, be checked before the file

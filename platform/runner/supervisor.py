@@ -77,15 +77,15 @@ class Supervisor:
         self.kill_grace_s = settings.PLATFORM_KILL_GRACE_S
         self.proc: subprocess.Popen | None = None
         self.log_path: Path | None = None
-        self.terminated_by: int | None = None   # a signal this process got (worker shutdown)
+        self.terminated_by: int | None = None  # a signal this process got (worker shutdown)
         self.stop_seen_at: float | None = None  # monotonic time a cancel/pause request was first seen
-        self.waiting: str | None = None         # why the claim must wait for the owner's active-run cap
+        self.waiting: str | None = None  # why the claim must wait for the owner's active-run cap
         self.cancel_seen_at: float | None = None  # ... a cancel request was first seen
         self.term_sent_at: float | None = None
         self.killed = False
-        self.multi_host = False                  # cluster.hosts > 1: the child drives a Ray gang
-        self._heartbeat_at = float("-inf")      # monotonic time of the last heartbeat write
-        self._accounted_at = time.monotonic()   # running_s is accounted up to here
+        self.multi_host = False  # cluster.hosts > 1: the child drives a Ray gang
+        self._heartbeat_at = float("-inf")  # monotonic time of the last heartbeat write
+        self._accounted_at = time.monotonic()  # running_s is accounted up to here
 
     # -- 1. claim -------------------------------------------------------------------------------
 
@@ -108,15 +108,24 @@ class Supervisor:
             if run.status == RunStatus.QUEUED and run.attempt == self.attempt:
                 self.waiting = active_cap_wait(run)
             won = self.waiting is None and run.transition(
-                RunStatus.RUNNING, attempt=self.attempt, worker_host=self.worker_host, worker_pid=os.getpid(),
-                heartbeat_at=now, started_at=Coalesce(F("started_at"), Value(now, output_field=DateTimeField())),
+                RunStatus.RUNNING,
+                attempt=self.attempt,
+                worker_host=self.worker_host,
+                worker_pid=os.getpid(),
+                heartbeat_at=now,
+                started_at=Coalesce(F("started_at"), Value(now, output_field=DateTimeField())),
                 finished_at=None,
             )
         if self.waiting is not None:
             return None
         if not won:
-            log.warning("run %s attempt %s: not started (run is %s, attempt %s): stale or redelivered message",
-                        self.run_id, self.attempt, run.status, run.attempt)
+            log.warning(
+                "run %s attempt %s: not started (run is %s, attempt %s): stale or redelivered message",
+                self.run_id,
+                self.attempt,
+                run.status,
+                run.attempt,
+            )
             return None
         self._accounted_at = time.monotonic()
         run.add_event(f"attempt {self.attempt} started on {self.worker_host} (pid {os.getpid()})", kind="system")
@@ -143,10 +152,18 @@ class Supervisor:
         with open(self.log_path, "ab") as out:
             # process_group=0: the trainer leads a group of its own, so a kill reaches anything it
             # started too (and a terminal's Ctrl-C reaches only the worker, which stops it in order)
-            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                         env=env, cwd=str(settings.REPO_ROOT), process_group=0)
-        log.info("run %s attempt %s: trainer pid %s, output in %s", self.run_id, self.attempt, self.proc.pid,
-                 self.log_path)
+            self.proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=str(settings.REPO_ROOT),
+                process_group=0,
+            )
+        log.info(
+            "run %s attempt %s: trainer pid %s, output in %s", self.run_id, self.attempt, self.proc.pid, self.log_path
+        )
         self.note(f"trainer pid {self.proc.pid} started by supervisor pid {os.getpid()}")
         return self.proc
 
@@ -169,7 +186,8 @@ class Supervisor:
         """Write heartbeat_at and running_s while this attempt owns the active run."""
         now_m = time.monotonic()
         Run.objects.filter(pk=self.run_id, attempt=self.attempt, status__in=list(ACTIVE_STATUSES)).update(
-            heartbeat_at=timezone.now(), running_s=F("running_s") + (now_m - self._accounted_at))
+            heartbeat_at=timezone.now(), running_s=F("running_s") + (now_m - self._accounted_at)
+        )
         self._accounted_at = now_m
         self._heartbeat_at = now_m
 
@@ -185,8 +203,9 @@ class Supervisor:
         if self.proc is None or self.proc.poll() is not None:
             return
         to = f"the trainer's process group (pid {self.proc.pid})" if group else f"trainer pid {self.proc.pid}"
-        log.warning("run %s attempt %s: %s; sending %s to %s", self.run_id, self.attempt, why,
-                    signal.Signals(sig).name, to)
+        log.warning(
+            "run %s attempt %s: %s; sending %s to %s", self.run_id, self.attempt, why, signal.Signals(sig).name, to
+        )
         self.note(f"{why}: sending {signal.Signals(sig).name} to {to}")
         try:
             if group:
@@ -197,7 +216,8 @@ class Supervisor:
             return
         try:
             Run(pk=self.run_id, attempt=self.attempt).add_event(
-                f"{why}: {signal.Signals(sig).name} sent to the trainer", level="warning", kind="system")
+                f"{why}: {signal.Signals(sig).name} sent to the trainer", level="warning", kind="system"
+            )
         except DatabaseError:
             pass
 
@@ -227,19 +247,23 @@ class Supervisor:
             # snapshot), or another attempt took the run over: no cancel kill; the stop's grace, from now
             self.cancel_seen_at = None
             self.stop_seen_at = now_m
-        if (self.cancel_seen_at is not None and not self.killed
-                and now_m - self.cancel_seen_at >= self.cancel_grace_s):
-            self._signal_child(signal.SIGKILL, f"trainer still running {self.cancel_grace_s:g} s after the cancel "
-                                               "request", group=True)
+        if self.cancel_seen_at is not None and not self.killed and now_m - self.cancel_seen_at >= self.cancel_grace_s:
+            self._signal_child(
+                signal.SIGKILL, f"trainer still running {self.cancel_grace_s:g} s after the cancel request", group=True
+            )
             self.killed = True
-        if (self.stop_seen_at is not None and self.term_sent_at is None
-                and now_m - self.stop_seen_at >= self.stop_grace_s):
+        if (
+            self.stop_seen_at is not None
+            and self.term_sent_at is None
+            and now_m - self.stop_seen_at >= self.stop_grace_s
+        ):
             what = "pause request" if status else "run stopped being this attempt's"
             self._signal_child(signal.SIGTERM, f"trainer still running {self.stop_grace_s:g} s after the {what}")
             self.term_sent_at = now_m
         if self.term_sent_at is not None and not self.killed and now_m - self.term_sent_at >= self.kill_grace_s:
-            self._signal_child(signal.SIGKILL, f"trainer still running {self.kill_grace_s:g} s after SIGTERM",
-                               group=True)
+            self._signal_child(
+                signal.SIGKILL, f"trainer still running {self.kill_grace_s:g} s after SIGTERM", group=True
+            )
             self.killed = True
 
     def next_tick_s(self) -> float:
@@ -262,7 +286,8 @@ class Supervisor:
     def finalize(self, returncode: int) -> str:
         now_m = time.monotonic()
         Run.objects.filter(pk=self.run_id, attempt=self.attempt).update(
-            running_s=F("running_s") + (now_m - self._accounted_at))
+            running_s=F("running_s") + (now_m - self._accounted_at)
+        )
         self._accounted_at = now_m
         run = Run.objects.filter(pk=self.run_id).first()
         if run is None or run.attempt != self.attempt or run.status not in ACTIVE_STATUSES:
@@ -277,19 +302,24 @@ class Supervisor:
         if self.stop_seen_at is not None:
             how += f", {time.monotonic() - self.stop_seen_at:.1f} s after the request was seen"
         stopped = run.stopped_status
-        if run.status == RunStatus.CANCELLING and run.transition(stopped, attempt=self.attempt, finished_at=now,
-                                                                  note=f"{stopped}; the trainer was stopped ({how})"):
+        if run.status == RunStatus.CANCELLING and run.transition(
+            stopped, attempt=self.attempt, finished_at=now, note=f"{stopped}; the trainer was stopped ({how})"
+        ):
             self.note(f"trainer stopped ({how}); run {run.status}")
         elif run.status == RunStatus.PAUSING and run.transition(
-                RunStatus.PAUSED, attempt=self.attempt, finished_at=now,
-                note=f"paused; the trainer was stopped ({how}); resumes from the newest checkpoint"):
+            RunStatus.PAUSED,
+            attempt=self.attempt,
+            finished_at=now,
+            note=f"paused; the trainer was stopped ({how}); resumes from the newest checkpoint",
+        ):
             self.note(f"trainer stopped ({how}); run paused")
         else:
             tail = tail_text(self.log_path, 30)
             error = f"trainer exited ({how}) without reporting a result. Last output:\n{tail}".rstrip()
             self.note(f"trainer exited ({how}) without reporting a result; run failed")
-            run.transition(RunStatus.FAILED, attempt=self.attempt, error=error, finished_at=now,
-                           note=error, note_level="error")
+            run.transition(
+                RunStatus.FAILED, attempt=self.attempt, error=error, finished_at=now, note=error, note_level="error"
+            )
         run.refresh_from_db()
         return run.status
 
@@ -318,8 +348,14 @@ class Supervisor:
                 self.spawn(run)
             except OSError as exc:
                 error = f"cannot start the trainer: {exc}"
-                run.transition(RunStatus.FAILED, attempt=self.attempt, error=error, finished_at=timezone.now(),
-                               note=error, note_level="error")
+                run.transition(
+                    RunStatus.FAILED,
+                    attempt=self.attempt,
+                    error=error,
+                    finished_at=timezone.now(),
+                    note=error,
+                    note_level="error",
+                )
                 return RunStatus.FAILED
             returncode = self.wait()
             return self.finalize_retrying(returncode)

@@ -46,11 +46,15 @@ def waits_for_active_room(run_id: int, attempt: int, waiting: str | None = None)
     run stays queued (one event says why) and its message is sent again PLATFORM_ACTIVE_CAP_RETRY_S
     later. This early check spares a worker the claim's locks; the claim checks again, atomically."""
     from django.conf import settings
+
     from experiments.models import Run, RunStatus
     from runner.limits import active_cap_wait
 
-    run = (Run.objects.select_related("experiment__owner")
-           .filter(pk=run_id, attempt=attempt, status=RunStatus.QUEUED).first())
+    run = (
+        Run.objects.select_related("experiment__owner")
+        .filter(pk=run_id, attempt=attempt, status=RunStatus.QUEUED)
+        .first()
+    )
     if run is not None and waiting is None:
         waiting = active_cap_wait(run)
     if run is None or not waiting:

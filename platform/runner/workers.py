@@ -79,7 +79,6 @@ def shutting_down() -> bool:
     return bool(_shutting_down.value)
 
 
-
 @signals.worker_ready.connect
 def _on_worker_ready(sender=None, **kwargs) -> None:
     """sender: the worker's Consumer (main process)."""

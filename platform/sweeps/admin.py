@@ -27,19 +27,45 @@ class TrialInline(admin.TabularInline):
     def run_link(self, trial):
         if trial.run_id is None:
             return "-"
-        return format_html('<a href="{}">{}</a>', reverse("admin:experiments_run_change", args=[trial.run_id]),
-                           trial.run.label)
+        return format_html(
+            '<a href="{}">{}</a>', reverse("admin:experiments_run_change", args=[trial.run_id]), trial.run.label
+        )
 
 
 @admin.register(Sweep)
 class SweepAdmin(admin.ModelAdmin):
-    list_display = ("name", "experiment", "owner_name", "sampler", "pruner", "metric", "direction", "progress",
-                    "status", "created_at")
+    list_display = (
+        "name",
+        "experiment",
+        "owner_name",
+        "sampler",
+        "pruner",
+        "metric",
+        "direction",
+        "progress",
+        "status",
+        "created_at",
+    )
     list_filter = ("status", "sampler", "pruner")
     search_fields = ("name", "experiment__name", "experiment__owner__username")
-    readonly_fields = ("experiment", "space", "base_config", "sampler", "pruner", "pruner_startup_trials",
-                       "pruner_warmup_steps", "metric", "direction", "max_trials", "max_concurrent_trials", "seed",
-                       "status", "note", "created_at", "finished_at")
+    readonly_fields = (
+        "experiment",
+        "space",
+        "base_config",
+        "sampler",
+        "pruner",
+        "pruner_startup_trials",
+        "pruner_warmup_steps",
+        "metric",
+        "direction",
+        "max_trials",
+        "max_concurrent_trials",
+        "seed",
+        "status",
+        "note",
+        "created_at",
+        "finished_at",
+    )
     fields = ("name",) + readonly_fields
     inlines = [TrialInline]
     actions = ["cancel"]

@@ -21,8 +21,7 @@ from optuna.trial import TrialState, create_trial
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 COMPLETE, PRUNED, FAIL, RUNNING = "complete", "pruned", "fail", "running"
-_STATES = {COMPLETE: TrialState.COMPLETE, PRUNED: TrialState.PRUNED, FAIL: TrialState.FAIL,
-           RUNNING: TrialState.RUNNING}
+_STATES = {COMPLETE: TrialState.COMPLETE, PRUNED: TrialState.PRUNED, FAIL: TrialState.FAIL, RUNNING: TrialState.RUNNING}
 HALVING_REDUCTION_FACTOR = 3
 SEED_STRIDE = 100_003  # sweep seeds s and s+1 must not give shifted copies of one sequence
 
@@ -33,8 +32,8 @@ class TrialRecord:
 
     number: int
     params: dict[str, Any]
-    state: str                      # COMPLETE | PRUNED | FAIL | RUNNING
-    value: float | None = None      # the objective of a COMPLETE trial
+    state: str  # COMPLETE | PRUNED | FAIL | RUNNING
+    value: float | None = None  # the objective of a COMPLETE trial
     intermediate: dict[int, float] = dataclasses.field(default_factory=dict)
     attrs: dict[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -45,9 +44,9 @@ class StudySpec:
     sampler and pruner names and the pruner's settings."""
 
     name: str
-    direction: str                  # "maximize" | "minimize"
-    sampler: str                    # "random" | "tpe" (a grid does not ask Optuna)
-    pruner: str                     # "none" | "median" | "successive_halving" | "hyperband"
+    direction: str  # "maximize" | "minimize"
+    sampler: str  # "random" | "tpe" (a grid does not ask Optuna)
+    pruner: str  # "none" | "median" | "successive_halving" | "hyperband"
     seed: int = 0
     max_trials: int = 10
     startup_trials: int = 2
@@ -77,11 +76,15 @@ def make_pruner(spec: StudySpec) -> optuna.pruners.BasePruner:
         return optuna.pruners.MedianPruner(n_startup_trials=spec.startup_trials, n_warmup_steps=spec.warmup_steps)
     min_resource = max(1, spec.warmup_steps)
     if spec.pruner == "successive_halving":
-        return optuna.pruners.SuccessiveHalvingPruner(min_resource=min_resource,
-                                                      reduction_factor=HALVING_REDUCTION_FACTOR)
+        return optuna.pruners.SuccessiveHalvingPruner(
+            min_resource=min_resource, reduction_factor=HALVING_REDUCTION_FACTOR
+        )
     if spec.pruner == "hyperband":
-        return optuna.pruners.HyperbandPruner(min_resource=min_resource, max_resource=max(min_resource, spec.max_steps),
-                                              reduction_factor=HALVING_REDUCTION_FACTOR)
+        return optuna.pruners.HyperbandPruner(
+            min_resource=min_resource,
+            max_resource=max(min_resource, spec.max_steps),
+            reduction_factor=HALVING_REDUCTION_FACTOR,
+        )
     return optuna.pruners.NopPruner()
 
 
@@ -92,21 +95,27 @@ def _frozen(record: TrialRecord, distributions: dict[str, BaseDistribution]) -> 
         state, value = TrialState.FAIL, None  # a trial that never reported its metric
     params = {k: v for k, v in record.params.items() if k in distributions}
     return create_trial(
-        state=state, value=value if state == TrialState.COMPLETE else None,
-        params=params, distributions={k: distributions[k] for k in params},
+        state=state,
+        value=value if state == TrialState.COMPLETE else None,
+        params=params,
+        distributions={k: distributions[k] for k in params},
         intermediate_values={int(s): float(v) for s, v in record.intermediate.items() if math.isfinite(v)},
         system_attrs=dict(record.attrs),
     )
 
 
-def build_study(spec: StudySpec, distributions: dict[str, BaseDistribution], records: list[TrialRecord],
-                number: int = 0) -> optuna.Study:
+def build_study(
+    spec: StudySpec, distributions: dict[str, BaseDistribution], records: list[TrialRecord], number: int = 0
+) -> optuna.Study:
     """An in-memory study holding `records` in number order (Optuna numbers them 0, 1, ...: the
     records' own numbers must be 0..n-1 for Hyperband's brackets to match; gaps are filled with
     failed trials). `number` seeds the sampler."""
-    study = optuna.create_study(study_name=spec.name, direction=spec.direction,
-                                sampler=make_sampler(spec, number) if spec.sampler != "grid" else None,
-                                pruner=make_pruner(spec))
+    study = optuna.create_study(
+        study_name=spec.name,
+        direction=spec.direction,
+        sampler=make_sampler(spec, number) if spec.sampler != "grid" else None,
+        pruner=make_pruner(spec),
+    )
     by_number = {r.number: r for r in records}
     for n in range(max(by_number, default=-1) + 1):
         record = by_number.get(n) or TrialRecord(number=n, params={}, state=FAIL)
@@ -114,7 +123,9 @@ def build_study(spec: StudySpec, distributions: dict[str, BaseDistribution], rec
     return study
 
 
-def ask_params(spec: StudySpec, distributions: dict[str, BaseDistribution], records: list[TrialRecord]) -> dict[str, Any]:
+def ask_params(
+    spec: StudySpec, distributions: dict[str, BaseDistribution], records: list[TrialRecord]
+) -> dict[str, Any]:
     """The params of the next trial (number = len(records)), sampled with the history as context."""
     number = max((r.number for r in records), default=-1) + 1
     study = build_study(spec, distributions, records, number=number)
@@ -138,8 +149,9 @@ def value_at(intermediate: dict[int, float], step: int) -> float:
     return intermediate[max(before)] if before else intermediate[min(intermediate)]
 
 
-def should_prune(spec: StudySpec, distributions: dict[str, BaseDistribution], records: list[TrialRecord],
-                 running: TrialRecord) -> tuple[bool, dict[str, Any]]:
+def should_prune(
+    spec: StudySpec, distributions: dict[str, BaseDistribution], records: list[TrialRecord], running: TrialRecord
+) -> tuple[bool, dict[str, Any]]:
     """Whether the pruner stops `running` (one of `records`, state RUNNING) by its reports so far,
     and its attributes after the decision (a halving pruner records the rungs it passed: keep them
     for the next rebuild).

@@ -10,9 +10,9 @@ from experiments.models import Experiment, Run, RunStatus, VisibleToQuerySet
 
 
 class Sampler(models.TextChoices):
-    GRID = "grid"       # the grid's points in order (sweeps.space.grid_point)
-    RANDOM = "random"   # Optuna's RandomSampler
-    TPE = "tpe"         # Optuna's TPESampler
+    GRID = "grid"  # the grid's points in order (sweeps.space.grid_point)
+    RANDOM = "random"  # Optuna's RandomSampler
+    TPE = "tpe"  # Optuna's TPESampler
 
 
 class Pruner(models.TextChoices):
@@ -28,10 +28,10 @@ class Direction(models.TextChoices):
 
 
 class SweepStatus(models.TextChoices):
-    RUNNING = "running"       # trials are being launched or are training
-    FINISHED = "finished"     # every trial ended
-    CANCELLED = "cancelled"   # stopped by a user: its active trials were cancelled
-    FAILED = "failed"         # could not go on (the experiment's config became invalid)
+    RUNNING = "running"  # trials are being launched or are training
+    FINISHED = "finished"  # every trial ended
+    CANCELLED = "cancelled"  # stopped by a user: its active trials were cancelled
+    FAILED = "failed"  # could not go on (the experiment's config became invalid)
 
 
 class SweepQuerySet(VisibleToQuerySet):
@@ -46,13 +46,17 @@ class Sweep(models.Model):
     experiment = models.ForeignKey(Experiment, on_delete=models.CASCADE, related_name="sweeps")
     name = models.CharField(max_length=64, help_text="Also the tag of its trial runs.")
     space = models.JSONField(help_text='{"dotted.field": {"type": "float"|"int"|"categorical", ...}} (sweeps.space)')
-    base_config = models.JSONField(help_text="The experiment's config when the sweep was made; trials set params on it.")
+    base_config = models.JSONField(
+        help_text="The experiment's config when the sweep was made; trials set params on it."
+    )
     sampler = models.CharField(max_length=16, choices=Sampler.choices, default=Sampler.TPE)
     pruner = models.CharField(max_length=24, choices=Pruner.choices, default=Pruner.NONE)
     pruner_startup_trials = models.PositiveIntegerField(
-        default=2, help_text="median: trials that must complete before any is pruned.")
+        default=2, help_text="median: trials that must complete before any is pruned."
+    )
     pruner_warmup_steps = models.PositiveIntegerField(
-        default=1, help_text="median: steps before a trial may be pruned; halving/hyperband: the first rung's steps.")
+        default=1, help_text="median: steps before a trial may be pruned; halving/hyperband: the first rung's steps."
+    )
     metric = models.CharField(max_length=64, help_text="The metric to optimise (a name the trainer reports).")
     direction = models.CharField(max_length=8, choices=Direction.choices, default=Direction.MAXIMIZE)
     max_trials = models.PositiveIntegerField()
@@ -79,7 +83,7 @@ class Sweep(models.Model):
 class TrialStatus(models.TextChoices):
     """A trial's own states; once it has a run, its status is the run's (RunStatus values)."""
 
-    WAITING = "waiting"   # params chosen, no run yet (a launch was refused: retried on the next tick)
+    WAITING = "waiting"  # params chosen, no run yet (a launch was refused: retried on the next tick)
 
 
 TRIAL_STATUSES = [(TrialStatus.WAITING.value, "waiting")] + list(RunStatus.choices)
@@ -95,8 +99,11 @@ class Trial(models.Model):
     value = models.FloatField(null=True, blank=True, help_text="The best value of the sweep's metric so far.")
     value_step = models.IntegerField(null=True, blank=True, help_text="The step of `value`.")
     error = models.TextField(blank=True, help_text="Why the trial failed or waits.")
-    optuna_attrs = models.JSONField(default=dict, blank=True,
-                                    help_text="Optuna's system attributes (a halving pruner's rungs), kept between rebuilds.")
+    optuna_attrs = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Optuna's system attributes (a halving pruner's rungs), kept between rebuilds.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

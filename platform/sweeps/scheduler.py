@@ -30,7 +30,6 @@ from experiments import configs
 from experiments.models import MetricPoint, Run, RunStatus, Tag
 from runner import services as run_services
 from runner.limits import limits_for, queued_refusal
-
 from sweeps import driver
 from sweeps import space as spaces
 from sweeps.models import TRIAL_ENDED, Direction, Sampler, Sweep, SweepStatus, Trial, TrialStatus
@@ -38,9 +37,8 @@ from sweeps.models import TRIAL_ENDED, Direction, Sampler, Sweep, SweepStatus, T
 log = logging.getLogger(__name__)
 
 S = RunStatus
-ACTIVE_RUN = {S.RUNNING, S.PAUSING}   # reporting steps: what a pruner judges
-OPTUNA_STATE = {S.SUCCEEDED: driver.COMPLETE, S.PRUNED: driver.PRUNED, S.FAILED: driver.FAIL,
-                S.CANCELLED: driver.FAIL}
+ACTIVE_RUN = {S.RUNNING, S.PAUSING}  # reporting steps: what a pruner judges
+OPTUNA_STATE = {S.SUCCEEDED: driver.COMPLETE, S.PRUNED: driver.PRUNED, S.FAILED: driver.FAIL, S.CANCELLED: driver.FAIL}
 
 
 def tick() -> None:
@@ -72,10 +70,16 @@ def best(points: list[tuple[int, float]], direction: str) -> tuple[float, int] |
 
 def study_spec(sweep: Sweep) -> driver.StudySpec:
     return driver.StudySpec(
-        name=f"sweep-{sweep.pk}", direction=sweep.direction, sampler=sweep.sampler, pruner=sweep.pruner,
-        seed=sweep.seed, max_trials=sweep.max_trials, startup_trials=sweep.pruner_startup_trials,
+        name=f"sweep-{sweep.pk}",
+        direction=sweep.direction,
+        sampler=sweep.sampler,
+        pruner=sweep.pruner,
+        seed=sweep.seed,
+        max_trials=sweep.max_trials,
+        startup_trials=sweep.pruner_startup_trials,
         warmup_steps=sweep.pruner_warmup_steps,
-        max_steps=int(sweep.base_config.get("train", {}).get("max_steps", 1)))
+        max_steps=int(sweep.base_config.get("train", {}).get("max_steps", 1)),
+    )
 
 
 def _points(sweep: Sweep, trials: list[Trial]) -> dict[int, list[tuple[int, float]]]:
@@ -84,8 +88,11 @@ def _points(sweep: Sweep, trials: list[Trial]) -> dict[int, list[tuple[int, floa
     out: dict[int, list[tuple[int, float]]] = defaultdict(list)
     if not run_ids:
         return out
-    rows = (MetricPoint.objects.filter(run_id__in=run_ids, name=sweep.metric).order_by("run_id", "step")
-            .values_list("run_id", "step", "value"))
+    rows = (
+        MetricPoint.objects.filter(run_id__in=run_ids, name=sweep.metric)
+        .order_by("run_id", "step")
+        .values_list("run_id", "step", "value")
+    )
     for run_id, step, value in rows:
         out[run_id].append((step, float("nan") if value is None else value))
     return out
@@ -94,8 +101,14 @@ def _points(sweep: Sweep, trials: list[Trial]) -> dict[int, list[tuple[int, floa
 def record(trial: Trial, points: list[tuple[int, float]]) -> driver.TrialRecord:
     """A trial as the driver sees it: finished runs complete/pruned/failed, anything else running."""
     state = OPTUNA_STATE.get(trial.status, driver.RUNNING)
-    return driver.TrialRecord(number=trial.number, params=trial.params, state=state, value=trial.value,
-                              intermediate={s: v for s, v in points}, attrs=trial.optuna_attrs or {})
+    return driver.TrialRecord(
+        number=trial.number,
+        params=trial.params,
+        state=state,
+        value=trial.value,
+        intermediate={s: v for s, v in points},
+        attrs=trial.optuna_attrs or {},
+    )
 
 
 def _sync(sweep: Sweep, trials: list[Trial], points: dict[int, list]) -> None:
@@ -117,8 +130,14 @@ def _prune(sweep: Sweep, trials: list[Trial], points: dict[int, list], only_run_
     """Stop the running trials the pruner judges weak (`only_run_id`: judge that trial's run alone)."""
     if sweep.pruner == "none":
         return
-    running = [t for t in trials if t.run is not None and t.run.status in ACTIVE_RUN and t.run.stop_as != S.PRUNED
-               and only_run_id in (None, t.run_id)]
+    running = [
+        t
+        for t in trials
+        if t.run is not None
+        and t.run.status in ACTIVE_RUN
+        and t.run.stop_as != S.PRUNED
+        and only_run_id in (None, t.run_id)
+    ]
     if not running:
         return
     spec = study_spec(sweep)
@@ -194,8 +213,9 @@ def _cap_wait(sweep: Sweep, capped: dict[int, str] | None = None) -> str | None:
     return wait
 
 
-def _start_trials(sweep: Sweep, trials: list[Trial], points: dict[int, list],
-                  capped: dict[int, str] | None = None) -> None:
+def _start_trials(
+    sweep: Sweep, trials: list[Trial], points: dict[int, list], capped: dict[int, str] | None = None
+) -> None:
     def active() -> int:
         return sum(1 for t in trials if not t.ended)
 
@@ -245,8 +265,12 @@ def judge_trial(run_id: int, names) -> None:
     metrics_reported, in the trainer's process): if the run is a trial of a running sweep with a
     pruner and its metric is among them, judge that trial now, so it stops within a step of the
     decision instead of a tick later. One indexed query for a run that is no trial."""
-    sweep_id = (Trial.objects.filter(run_id=run_id, sweep__status=SweepStatus.RUNNING, sweep__metric__in=list(names))
-                .exclude(sweep__pruner="none").values_list("sweep_id", flat=True).first())
+    sweep_id = (
+        Trial.objects.filter(run_id=run_id, sweep__status=SweepStatus.RUNNING, sweep__metric__in=list(names))
+        .exclude(sweep__pruner="none")
+        .values_list("sweep_id", flat=True)
+        .first()
+    )
     if sweep_id is None:
         return
     with transaction.atomic():

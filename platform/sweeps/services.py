@@ -17,19 +17,30 @@ from experiments.run_labels import TAG_NAME
 from experiments.whole_numbers import NotAWholeNumber, whole_number
 from runner import services as run_services
 from runner.limits import limits_for
-from trainers.config.metric_names import is_metric_name
-from trainers.config.schema import MAX_STEPS
-
 from sweeps import scheduler
 from sweeps import space as spaces
 from sweeps.models import Direction, Pruner, Sampler, Sweep, SweepStatus, TrialStatus
+from trainers.config.metric_names import is_metric_name
+from trainers.config.schema import MAX_STEPS
 
 MAX_TRIALS = 1000
 MAX_CONCURRENT_TRIALS = 50
 MAX_SEED = 2**31 - 1
 MAX_PRUNER_STEPS = 1_000_000
-FIELDS = ("name", "space", "sampler", "pruner", "metric", "direction", "max_trials", "max_concurrent_trials",
-          "seed", "pruner_startup_trials", "pruner_warmup_steps", "max_steps")
+FIELDS = (
+    "name",
+    "space",
+    "sampler",
+    "pruner",
+    "metric",
+    "direction",
+    "max_trials",
+    "max_concurrent_trials",
+    "seed",
+    "pruner_startup_trials",
+    "pruner_warmup_steps",
+    "max_steps",
+)
 
 
 class SweepRefused(Refused):
@@ -40,8 +51,10 @@ def active_sweeps_refusal(running: int, limit: int) -> str | None:
     """Why one more sweep is refused for an owner with `running` sweeps running, or None."""
     if running < limit:
         return None
-    return (f"you have {running} running sweep{'s' if running != 1 else ''}, the limit is {limit} "
-            "(PLATFORM_MAX_ACTIVE_SWEEPS_PER_USER); cancel one or wait for one to finish")
+    return (
+        f"you have {running} running sweep{'s' if running != 1 else ''}, the limit is {limit} "
+        "(PLATFORM_MAX_ACTIVE_SWEEPS_PER_USER); cancel one or wait for one to finish"
+    )
 
 
 class SweepInputError(ValueError):
@@ -95,7 +108,8 @@ def check_input(data: Any, experiment: Experiment) -> dict[str, Any]:
     if not isinstance(metric, str) or not is_metric_name(metric):
         errors["metric"] = "a metric the trainer reports, e.g. reward/mean, accuracy, eval/accuracy"
     fields = {
-        "name": name, "metric": metric,
+        "name": name,
+        "metric": metric,
         "sampler": _choice(data, "sampler", Sampler, Sampler.TPE, errors),
         "pruner": _choice(data, "pruner", Pruner, Pruner.NONE, errors),
         "direction": _choice(data, "direction", Direction, Direction.MAXIMIZE, errors),
@@ -117,8 +131,9 @@ def check_input(data: Any, experiment: Experiment) -> dict[str, Any]:
     except spaces.SpaceError as exc:
         errors.update(exc.errors)
     except configs.ConfigError as exc:
-        errors.update({f"config.{k}": f"{v} (the experiment's config; fix it before sweeping)"
-                       for k, v in exc.as_dict().items()})
+        errors.update(
+            {f"config.{k}": f"{v} (the experiment's config; fix it before sweeping)" for k, v in exc.as_dict().items()}
+        )
     if errors:
         raise SweepInputError(errors)
     return fields
@@ -145,13 +160,21 @@ def cancel_sweep(sweep: Sweep) -> bool:
     """Stop a running sweep: no new trials; its queued and running trial runs are cancelled,
     waiting trials too. False when it was not running."""
     with transaction.atomic():
-        won = Sweep.objects.filter(pk=sweep.pk, status=SweepStatus.RUNNING).update(
-            status=SweepStatus.CANCELLED, finished_at=timezone.now(), note="cancelled by a user") == 1
+        won = (
+            Sweep.objects.filter(pk=sweep.pk, status=SweepStatus.RUNNING).update(
+                status=SweepStatus.CANCELLED, finished_at=timezone.now(), note="cancelled by a user"
+            )
+            == 1
+        )
         if not won:
             return False
         for trial in sweep.trials.select_related("run__experiment"):
-            if trial.run is not None and trial.run.status not in (RunStatus.SUCCEEDED, RunStatus.FAILED,
-                                                                   RunStatus.CANCELLED, RunStatus.PRUNED):
+            if trial.run is not None and trial.run.status not in (
+                RunStatus.SUCCEEDED,
+                RunStatus.FAILED,
+                RunStatus.CANCELLED,
+                RunStatus.PRUNED,
+            ):
                 run_services.request_cancel(trial.run)
                 trial.run.refresh_from_db(fields=["status"])
                 trial.status = trial.run.status
@@ -161,4 +184,3 @@ def cancel_sweep(sweep: Sweep) -> bool:
                 trial.save(update_fields=["status"])
     sweep.refresh_from_db()
     return True
-

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 
@@ -23,8 +24,11 @@ MAX_FIELDS = 20
 MAX_CHOICES = 100
 MAX_GRID_POINTS = 10_000
 TYPES = ("float", "int", "categorical")
-KEYS = {"float": {"type", "low", "high", "log", "step"}, "int": {"type", "low", "high", "log", "step"},
-        "categorical": {"type", "choices"}}
+KEYS = {
+    "float": {"type", "low", "high", "log", "step"},
+    "int": {"type", "low", "high", "log", "step"},
+    "categorical": {"type", "choices"},
+}
 
 
 class SpaceError(ValueError):
@@ -55,8 +59,10 @@ def _is_scalar(value: Any) -> bool:
 def _check_one(spec: Any) -> str:
     """What is wrong with one field's spec ('' when nothing)."""
     if not isinstance(spec, dict) or spec.get("type") not in TYPES:
-        return ('must be an object with "type": "float" | "int" | "categorical", e.g. '
-                '{"type": "float", "low": 0.0001, "high": 0.01, "log": true}')
+        return (
+            'must be an object with "type": "float" | "int" | "categorical", e.g. '
+            '{"type": "float", "low": 0.0001, "high": 0.01, "log": true}'
+        )
     kind = spec["type"]
     extra = sorted(set(spec) - KEYS[kind])
     if extra:
@@ -124,10 +130,13 @@ def distributions(space: dict[str, dict[str, Any]]) -> dict[str, BaseDistributio
         if spec["type"] == "categorical":
             out[name] = CategoricalDistribution(spec["choices"])
         elif spec["type"] == "int":
-            out[name] = IntDistribution(spec["low"], spec["high"], log=spec.get("log", False), step=spec.get("step") or 1)
+            out[name] = IntDistribution(
+                spec["low"], spec["high"], log=spec.get("log", False), step=spec.get("step") or 1
+            )
         else:
-            out[name] = FloatDistribution(float(spec["low"]), float(spec["high"]), log=spec.get("log", False),
-                                          step=spec.get("step"))
+            out[name] = FloatDistribution(
+                float(spec["low"]), float(spec["high"]), log=spec.get("log", False), step=spec.get("step")
+            )
     return out
 
 
@@ -142,8 +151,12 @@ def grid_values(name: str, spec: dict[str, Any]) -> list[Any]:
         if count > MAX_GRID_POINTS:
             raise SpaceError({f"space.{name}": f"the range has {count} values; a grid takes at most {MAX_GRID_POINTS}"})
         return list(range(spec["low"], spec["high"] + 1, step))
-    raise SpaceError({f"space.{name}": 'a grid needs listed values: use "type": "categorical" with '
-                                       '"choices", or an int range without "log"'})
+    raise SpaceError(
+        {
+            f"space.{name}": 'a grid needs listed values: use "type": "categorical" with '
+            '"choices", or an int range without "log"'
+        }
+    )
 
 
 def grid_size(space: dict[str, dict[str, Any]]) -> int:
@@ -197,8 +210,9 @@ def extremes(spec: dict[str, Any]) -> list[Any]:
     return [spec["low"]] if spec["low"] == spec["high"] else [spec["low"], spec["high"]]
 
 
-def check_extremes(space: dict[str, dict[str, Any]], config: dict[str, Any],
-                   parse: Callable[[dict[str, Any]], Any]) -> None:
+def check_extremes(
+    space: dict[str, dict[str, Any]], config: dict[str, Any], parse: Callable[[dict[str, Any]], Any]
+) -> None:
     """SpaceError naming each field one of whose extremes (each choice, low, high) the config
     schema refuses when set alone on `config`: `parse(raw)` raises ConfigError for a bad config."""
     errors: dict[str, str] = {}
@@ -214,5 +228,16 @@ def check_extremes(space: dict[str, dict[str, Any]], config: dict[str, Any],
         raise SpaceError(errors)
 
 
-__all__ = ["SpaceError", "check_extremes", "check_grid", "check_shape", "distributions", "extremes", "grid_point",
-           "grid_size", "grid_values", "sweepable_fields", "with_params"]
+__all__ = [
+    "SpaceError",
+    "check_extremes",
+    "check_grid",
+    "check_shape",
+    "distributions",
+    "extremes",
+    "grid_point",
+    "grid_size",
+    "grid_values",
+    "sweepable_fields",
+    "with_params",
+]

@@ -10,9 +10,16 @@ from sweeps.models import Direction, Sweep, Trial
 
 def trial_entry(trial: Trial) -> dict[str, Any]:
     run = trial.run
-    return {"number": trial.number, "params": trial.params, "status": trial.status, "value": trial.value,
-            "value_step": trial.value_step, "run_id": run.pk if run else None,
-            "run_label": run.label if run else None, "error": trial.error}
+    return {
+        "number": trial.number,
+        "params": trial.params,
+        "status": trial.status,
+        "value": trial.value,
+        "value_step": trial.value_step,
+        "run_id": run.pk if run else None,
+        "run_label": run.label if run else None,
+        "error": trial.error,
+    }
 
 
 def best_trial(sweep: Sweep, trials: list[Trial]) -> Trial | None:
@@ -30,19 +37,34 @@ def sweep_summary(sweep: Sweep, trials: list[Trial] | None = None) -> dict[str, 
         trials = list(sweep.trials.select_related("run").order_by("number"))
     best = best_trial(sweep, trials)
     return {
-        "id": sweep.pk, "name": sweep.name, "experiment_id": sweep.experiment_id,
-        "experiment": sweep.experiment.name, "owner": sweep.experiment.owner.username,
-        "sampler": sweep.sampler, "pruner": sweep.pruner, "metric": sweep.metric, "direction": sweep.direction,
-        "max_trials": sweep.max_trials, "max_concurrent_trials": sweep.max_concurrent_trials, "seed": sweep.seed,
-        "status": sweep.status, "note": sweep.note, "created_at": sweep.created_at.isoformat(),
+        "id": sweep.pk,
+        "name": sweep.name,
+        "experiment_id": sweep.experiment_id,
+        "experiment": sweep.experiment.name,
+        "owner": sweep.experiment.owner.username,
+        "sampler": sweep.sampler,
+        "pruner": sweep.pruner,
+        "metric": sweep.metric,
+        "direction": sweep.direction,
+        "max_trials": sweep.max_trials,
+        "max_concurrent_trials": sweep.max_concurrent_trials,
+        "seed": sweep.seed,
+        "status": sweep.status,
+        "note": sweep.note,
+        "created_at": sweep.created_at.isoformat(),
         "finished_at": sweep.finished_at.isoformat() if sweep.finished_at else None,
-        "trial_count": len(trials), "best": trial_entry(best) if best else None,
+        "trial_count": len(trials),
+        "best": trial_entry(best) if best else None,
     }
 
 
 def sweep_detail(sweep: Sweep) -> dict[str, Any]:
     """The sweep with its space, pruner settings and every trial."""
     trials = list(sweep.trials.select_related("run").order_by("number"))
-    return {**sweep_summary(sweep, trials), "space": sweep.space,
-            "pruner_startup_trials": sweep.pruner_startup_trials, "pruner_warmup_steps": sweep.pruner_warmup_steps,
-            "trials": [trial_entry(t) for t in trials]}
+    return {
+        **sweep_summary(sweep, trials),
+        "space": sweep.space,
+        "pruner_startup_trials": sweep.pruner_startup_trials,
+        "pruner_warmup_steps": sweep.pruner_warmup_steps,
+        "trials": [trial_entry(t) for t in trials],
+    }

@@ -22,10 +22,9 @@ from django.views.decorators.http import require_GET
 
 from experiments.models import ForkOptimizer, Run
 from experiments.run_compare import DEFAULT_MAX_POINTS, MAX_RUNS, parse_run_ids
-
 from web.diffs import fields_side_by_side
 
-PICKER_RUNS = 300      # the newest runs the picker lists (plus the ones being compared)
+PICKER_RUNS = 300  # the newest runs the picker lists (plus the ones being compared)
 MAX_LINEAGE_DEPTH = 50  # fork links followed at most (a chain longer than this is cut there)
 
 
@@ -50,8 +49,11 @@ def lineage_of(run: Run) -> list[tuple[int | None, str]]:
         links.append((current.forked_from_step, current.fork_optimizer))
         if current.forked_from_id is None:
             break
-        current = (Run.objects.filter(pk=current.forked_from_id)
-                   .only("pk", "forked_from_id", "forked_from_step", "fork_optimizer").first())
+        current = (
+            Run.objects.filter(pk=current.forked_from_id)
+            .only("pk", "forked_from_id", "forked_from_step", "fork_optimizer")
+            .first()
+        )
         if current is None:
             break
     return links
@@ -61,9 +63,14 @@ def run_meta(run: Run) -> dict:
     """What compare.js needs of a run beside its series: its label for legends, its fork offset."""
     offset = fork_step_offset(lineage_of(run))
     label = f"{run.name} #{run.pk}" if run.name else f"#{run.pk} {run.experiment.name}"
-    return {"id": run.pk, "label": label,
-            "step_offset": offset, "forked_from": run.forked_from_id, "forked_from_step": run.forked_from_step,
-            "fork_optimizer": run.fork_optimizer}
+    return {
+        "id": run.pk,
+        "label": label,
+        "step_offset": offset,
+        "forked_from": run.forked_from_id,
+        "forked_from_step": run.forked_from_step,
+        "fork_optimizer": run.fork_optimizer,
+    }
 
 
 def picker_runs(user, chosen: list[Run]) -> list[Run]:
@@ -83,8 +90,15 @@ def run_compare(request):
     if picked and "runs" not in request.GET:
         return redirect(f"{request.path}?{urlencode({'runs': ','.join(p.strip() for p in picked)})}")
     raw = request.GET.get("runs", "")
-    context = {"runs_param": raw, "max_runs": MAX_RUNS, "runs": [], "rows": [], "differing": 0,
-               "run_meta": [], "chosen_ids": set()}
+    context = {
+        "runs_param": raw,
+        "max_runs": MAX_RUNS,
+        "runs": [],
+        "rows": [],
+        "differing": 0,
+        "run_meta": [],
+        "chosen_ids": set(),
+    }
     if not raw.strip():
         context["picker"] = picker_runs(request.user, [])
         return render(request, "web/run_compare.html", context)
@@ -102,8 +116,14 @@ def run_compare(request):
     meta = [run_meta(run) for run in runs]
     for run, m in zip(runs, meta):
         run.step_offset = m["step_offset"]
-    context.update(runs=runs, runs_param=",".join(map(str, run_ids)), rows=rows,
-                   differing=sum(row.differs for row in rows), run_meta=meta, chosen_ids=set(run_ids),
-                   picker=picker_runs(request.user, runs),
-                   api_url=f"/api/runs/compare?runs={','.join(map(str, run_ids))}&max_points={DEFAULT_MAX_POINTS}")
+    context.update(
+        runs=runs,
+        runs_param=",".join(map(str, run_ids)),
+        rows=rows,
+        differing=sum(row.differs for row in rows),
+        run_meta=meta,
+        chosen_ids=set(run_ids),
+        picker=picker_runs(request.user, runs),
+        api_url=f"/api/runs/compare?runs={','.join(map(str, run_ids))}&max_points={DEFAULT_MAX_POINTS}",
+    )
     return render(request, "web/run_compare.html", context)

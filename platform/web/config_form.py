@@ -93,7 +93,9 @@ def value_from_text(spec: FieldSpec, text: Any) -> Any:
 def text_from_value(spec: FieldSpec, value: Any) -> Any:
     """Config data -> the form's text (bool for a checkbox)."""
     if spec.kind == "bool" and spec.nullable:
-        return {None: "", True: "true", False: "false"}[value] if value is None or isinstance(value, bool) else str(value)
+        return (
+            {None: "", True: "true", False: "false"}[value] if value is None or isinstance(value, bool) else str(value)
+        )
     if spec.kind == "bool":
         return bool(value)
     if spec.kind == "list":
@@ -230,7 +232,8 @@ def ordered(config: dict[str, Any]) -> dict[str, Any]:
                 keys = [f.path for f in spec.item_fields]
                 value = [
                     {**{k: v[k] for k in keys if k in v}, **{k: x for k, x in v.items() if k not in keys}}
-                    if isinstance(v, dict) else v
+                    if isinstance(v, dict)
+                    else v
                     for v in value
                 ]
             node[leaf] = value

@@ -8,7 +8,7 @@ from typing import Any
 
 from trainers.config.metric_names import METRIC_NAMES, TRAIN_METRICS
 
-BANDS = {"reward/std": "reward/mean"}          # spread -> the mean it is drawn around (mean ± spread)
+BANDS = {"reward/std": "reward/mean"}  # spread -> the mean it is drawn around (mean ± spread)
 SHARED_PREFIXES = ("timing/", "eval/", "is/weight_")  # metrics with one of these prefixes share a chart
 # system/ metrics in bytes (host, process and accelerator memory) share the "System memory" chart
 MEMORY_PREFIX, MEMORY_SUFFIX, MEMORY_TITLE = "system/", "_bytes", "System memory (bytes)"
@@ -23,10 +23,20 @@ ENV_FRACTIONS = ("tool_use_fraction", "max_turns_fraction", "max_total_tokens_fr
 def env_panels(prefix: str) -> list[dict[str, Any]]:
     """The environment charts for metric prefix "env/" (training episodes) or "eval/env/" (evaluation)."""
     return [
-        {"metric": prefix + ENV_PER_EPISODE[0], "title": f"{prefix}* per episode (turns, tool calls, tool errors)",
-         "metrics": [prefix + n for n in ENV_PER_EPISODE], "band": None, "lazy": True},
-        {"metric": prefix + ENV_FRACTIONS[0], "title": f"{prefix}* fraction of episodes (tool use, cut off, errors)",
-         "metrics": [prefix + n for n in ENV_FRACTIONS], "band": None, "lazy": True},
+        {
+            "metric": prefix + ENV_PER_EPISODE[0],
+            "title": f"{prefix}* per episode (turns, tool calls, tool errors)",
+            "metrics": [prefix + n for n in ENV_PER_EPISODE],
+            "band": None,
+            "lazy": True,
+        },
+        {
+            "metric": prefix + ENV_FRACTIONS[0],
+            "title": f"{prefix}* fraction of episodes (tool use, cut off, errors)",
+            "metrics": [prefix + n for n in ENV_FRACTIONS],
+            "band": None,
+            "lazy": True,
+        },
     ]
 
 
@@ -55,8 +65,9 @@ def chart_panels() -> list[dict[str, Any]]:
                 panel["band"] = spread
                 panel["title"] = f"{mean} ± {spread}"
     first_eval = next((i for i, p in enumerate(panels) if p["metric"].startswith("eval/")), len(panels))
-    after_eval = next((i + 1 for i, p in reversed(list(enumerate(panels))) if p["metric"].startswith("eval/")),
-                      len(panels))
+    after_eval = next(
+        (i + 1 for i, p in reversed(list(enumerate(panels))) if p["metric"].startswith("eval/")), len(panels)
+    )
     panels[after_eval:after_eval] = env_panels("eval/env/")
     panels[first_eval:first_eval] = env_panels("env/")
     return panels

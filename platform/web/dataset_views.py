@@ -21,8 +21,10 @@ UPLOAD_FORM_OVERHEAD_BYTES = 1024 * 1024  # the multipart framing and the other 
 
 class DatasetUploadForm(forms.Form):
     name = forms.CharField(max_length=dataset_files.NAME_MAX_CHARS, help_text=dataset_files.NAME_RULE + ".")
-    file = forms.FileField(label="JSONL file", help_text="One {\"prompt\", \"answer\"} object per line (a prompt "
-                                                         "may be a list of chat messages).")
+    file = forms.FileField(
+        label="JSONL file",
+        help_text="One {\"prompt\", \"answer\"} object per line (a prompt may be a list of chat messages).",
+    )
     description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
 
 
@@ -58,8 +60,12 @@ def dataset_list(request):
         form.add_error(None, f"the upload is larger than this server's limit of {limit} bytes")
         return _list_page(request, form, status=413)
     usage = storage.usage_for(request.user)  # once: both checks below read it
-    refusal = storage.upload_refusal(usage, int(request.META.get("CONTENT_LENGTH") or 0),
-                                     slack_bytes=UPLOAD_FORM_OVERHEAD_BYTES, adding="this request")
+    refusal = storage.upload_refusal(
+        usage,
+        int(request.META.get("CONTENT_LENGTH") or 0),
+        slack_bytes=UPLOAD_FORM_OVERHEAD_BYTES,
+        adding="this request",
+    )
     if refusal:  # before the file is read
         form = DatasetUploadForm()
         form.add_error(None, refusal)
@@ -73,9 +79,14 @@ def dataset_list(request):
         form.add_error("file", refusal)
         return _list_page(request, form, status=413)
     try:
-        dataset, check = datasets.upload(request.user, form.cleaned_data["name"], upload.chunks(), upload.name,
-                                         form.cleaned_data["description"],
-                                         room_check=storage.upload_room_check(request.user))
+        dataset, check = datasets.upload(
+            request.user,
+            form.cleaned_data["name"],
+            upload.chunks(),
+            upload.name,
+            form.cleaned_data["description"],
+            room_check=storage.upload_room_check(request.user),
+        )
     except datasets.DatasetRefused as exc:
         form.add_error(exc.field if exc.field in form.fields else None, exc.message)
         return _list_page(request, form, status=exc.status)

@@ -17,8 +17,9 @@ class DiffLine:
     text: str
 
 
-def unified_lines(old: dict[str, Any], new: dict[str, Any], old_label: str, new_label: str,
-                  context_lines: int = 3) -> list[DiffLine]:
+def unified_lines(
+    old: dict[str, Any], new: dict[str, Any], old_label: str, new_label: str, context_lines: int = 3
+) -> list[DiffLine]:
     """difflib's unified diff of the two YAML dumps, each line tagged for highlighting."""
     lines = difflib.unified_diff(
         to_yaml(old).splitlines(), to_yaml(new).splitlines(), old_label, new_label, n=context_lines, lineterm=""
@@ -66,8 +67,8 @@ def changed_fields(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, 
 
 @dataclasses.dataclass(frozen=True)
 class FieldRow:
-    field: str            # dotted path
-    values: list[str]     # one per config, as shown ("-" where the config lacks the field)
+    field: str  # dotted path
+    values: list[str]  # one per config, as shown ("-" where the config lacks the field)
     differs: bool
 
 
@@ -82,7 +83,9 @@ def fields_side_by_side(configs: list[dict[str, Any]]) -> list[FieldRow]:
     rows = []
     for name in fields:
         raw = [f.get(name, missing) for f in flat]
-        shown = ["-" if v is missing else json.dumps(v) if isinstance(v, (list, dict, bool)) or v is None else str(v)
-                 for v in raw]
+        shown = [
+            "-" if v is missing else json.dumps(v) if isinstance(v, (list, dict, bool)) or v is None else str(v)
+            for v in raw
+        ]
         rows.append(FieldRow(name, shown, any(v != raw[0] for v in raw[1:])))
     return rows

@@ -28,8 +28,10 @@ def dataset_choices(user) -> list[tuple[str, str]]:
 
     choices = [("run_eval", "the run's eval set")]
     choices += [(f"task:{name}", f"task {name}") for name in TASK_NAMES]
-    choices += [(f"dataset:{d.pk}", f"dataset {d.reference}")
-                for d in Dataset.objects.visible_to(user).select_related("owner").order_by("owner__username", "name")]
+    choices += [
+        (f"dataset:{d.pk}", f"dataset {d.reference}")
+        for d in Dataset.objects.visible_to(user).select_related("owner").order_by("owner__username", "name")
+    ]
     return choices
 
 
@@ -38,15 +40,27 @@ class EvaluationForm(forms.Form):
     step = forms.IntegerField(required=False, min_value=0)
     model = forms.ChoiceField(required=False, help_text="Or a model folder instead of a checkpoint.")
     dataset = forms.ChoiceField()
-    prompts = forms.IntegerField(min_value=0, max_value=services.MAX_PROMPTS, initial=services.DEFAULT_PROMPTS,
-                                 help_text="Prompts scored (0 = the whole dataset).")
-    k = forms.IntegerField(min_value=1, max_value=services.MAX_K, initial=services.DEFAULT_K,
-                           help_text="Samples per prompt for pass@k (1 = greedy accuracy only).")
-    max_new_tokens = forms.IntegerField(required=False, min_value=1, max_value=services.MAX_NEW_TOKENS,
-                                        help_text="Empty = the run's budget.")
-    on_end = forms.BooleanField(required=False, label="when the run ends",
-                                help_text="Instead of this step: evaluate the run's best checkpoint (highest "
-                                          "eval/accuracy, else reward/mean) once the run succeeds.")
+    prompts = forms.IntegerField(
+        min_value=0,
+        max_value=services.MAX_PROMPTS,
+        initial=services.DEFAULT_PROMPTS,
+        help_text="Prompts scored (0 = the whole dataset).",
+    )
+    k = forms.IntegerField(
+        min_value=1,
+        max_value=services.MAX_K,
+        initial=services.DEFAULT_K,
+        help_text="Samples per prompt for pass@k (1 = greedy accuracy only).",
+    )
+    max_new_tokens = forms.IntegerField(
+        required=False, min_value=1, max_value=services.MAX_NEW_TOKENS, help_text="Empty = the run's budget."
+    )
+    on_end = forms.BooleanField(
+        required=False,
+        label="when the run ends",
+        help_text="Instead of this step: evaluate the run's best checkpoint (highest "
+        "eval/accuracy, else reward/mean) once the run succeeds.",
+    )
 
     def __init__(self, user, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -54,7 +68,8 @@ class EvaluationForm(forms.Form):
 
         self.fields["dataset"].choices = dataset_choices(user)
         self.fields["model"].choices = [("", "— a checkpoint (run and step above) —")] + [
-            (m.path, m.label) for m in available_models()]
+            (m.path, m.label) for m in available_models()
+        ]
 
 
 @login_required
@@ -69,8 +84,14 @@ def evaluation_list(request):
 def evaluation_new(request):
     """GET: the form (?run=&step= prefill a checkpoint). POST: create the job, then its page."""
     if request.method == "GET":
-        form = EvaluationForm(request.user, initial={"run": request.GET.get("run"), "step": request.GET.get("step"),
-                                                     "on_end": request.GET.get("on_end") == "1"})
+        form = EvaluationForm(
+            request.user,
+            initial={
+                "run": request.GET.get("run"),
+                "step": request.GET.get("step"),
+                "on_end": request.GET.get("on_end") == "1",
+            },
+        )
         return render(request, "web/evaluation_form.html", {"form": form})
     form = EvaluationForm(request.user, request.POST)
     status = 400
@@ -104,8 +125,11 @@ def _on_end(request, form: EvaluationForm, data: dict):
     except services.EvaluationRefused as exc:
         form.add_error(exc.field if exc.field in form.fields else None, shown(exc.message))
         return render(request, "web/evaluation_form.html", {"form": form}, status=exc.status)
-    messages.success(request, f"When run {run.label} succeeds, its best checkpoint will be evaluated on "
-                              f"{dict(form.fields['dataset'].choices).get(data['dataset'], data['dataset'])}.")
+    messages.success(
+        request,
+        f"When run {run.label} succeeds, its best checkpoint will be evaluated on "
+        f"{dict(form.fields['dataset'].choices).get(data['dataset'], data['dataset'])}.",
+    )
     return redirect("run-detail", pk=run.pk)
 
 
@@ -121,11 +145,17 @@ def evaluation_detail(request, pk: int):
         after = whole_number(request.GET.get("after"), -1, 2**31 - 1, default=-1)
     except NotAWholeNumber:
         after = -1
-    page = list(samples.filter(index__gt=after)[:SAMPLES_PAGE + 1])
+    page = list(samples.filter(index__gt=after)[: SAMPLES_PAGE + 1])
     next_after = page[SAMPLES_PAGE - 1].index if len(page) > SAMPLES_PAGE else None
-    context = {"job": job, "error": shown(job.error), "samples": page[:SAMPLES_PAGE], "next_after": next_after,
-               "correct": shown_filter, "poll": not job.finished,
-               "may_cancel": not job.finished and may_change(request.user, job)}
+    context = {
+        "job": job,
+        "error": shown(job.error),
+        "samples": page[:SAMPLES_PAGE],
+        "next_after": next_after,
+        "correct": shown_filter,
+        "poll": not job.finished,
+        "may_cancel": not job.finished and may_change(request.user, job),
+    }
     return render(request, "web/evaluation_detail.html", context)
 
 

@@ -45,6 +45,9 @@ def run_fork(request, pk: int):
         where = f"{exc.field}: " if exc.field else ""
         messages.error(request, f"Cannot fork run {parent.pk}: {where}{exc.message}")
         return redirect("run-detail", pk=parent.pk)
-    messages.success(request, f"Run {child.pk} forked from run {parent.pk}, step {child.forked_from_step} "
-                              f"({child.fork_optimizer} optimizer); it is queued.")
+    messages.success(
+        request,
+        f"Run {child.pk} forked from run {parent.pk}, step {child.forked_from_step} "
+        f"({child.fork_optimizer} optimizer); it is queued.",
+    )
     return redirect("run-detail", pk=child.pk)

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from django import forms
 from django.db import transaction
@@ -18,7 +19,6 @@ from experiments.models import ConfigVersion, Experiment, text_problem
 from experiments.models_dir import available_models
 from experiments.shown_paths import shown_errors
 from trainers.config import ConfigError, ExperimentConfig, FieldSpec, SectionSpec, field_specs
-
 from web.config_form import (
     config_from_values,
     error_target,
@@ -37,8 +37,15 @@ NO_MODEL_LABEL = "none: a randomly initialised model.preset (toy sizes)"
 # batch and its mini-batch, steps, learning rate). Every other field is in a collapsed group named after its schema
 # section, opened when it holds an error or a value that is not the default.
 BASIC_FIELDS = (
-    "model.path", "model.preset", "data.task", "data.train_dataset", "rewards",
-    "grpo.num_generations", "batch.prompts_per_step", "batch.mini_batch_prompts", "train.max_steps",
+    "model.path",
+    "model.preset",
+    "data.task",
+    "data.train_dataset",
+    "rewards",
+    "grpo.num_generations",
+    "batch.prompts_per_step",
+    "batch.mini_batch_prompts",
+    "train.max_steps",
     "optimizer.learning_rate",
 )
 
@@ -63,8 +70,9 @@ def dataset_choices(current: Any = "", owner=None) -> list[tuple[str, str]]:
     none of them stays selectable, marked (the config then says why it is refused)."""
     rows = Dataset.objects.visible_to(owner).select_related("owner").order_by("owner__username", "name")
     own = [(d.name, f"{d.name} ({d.rows} rows)") for d in rows if owner is not None and d.owner_id == owner.pk]
-    others = [(d.reference, f"{d.reference} ({d.rows} rows, shared)") for d in rows
-              if owner is None or d.owner_id != owner.pk]
+    others = [
+        (d.reference, f"{d.reference} ({d.rows} rows, shared)") for d in rows if owner is None or d.owner_id != owner.pk
+    ]
     choices = [("", NO_DATASET_LABEL)] + own + others
     current = "" if current is None else str(current)
     if current and current not in {value for value, _ in choices}:
@@ -98,11 +106,17 @@ def _form_field(spec: FieldSpec) -> forms.Field:
     if spec.kind == "list":
         return forms.CharField(strip=False, widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}), **common)
     if spec.kind == "mapping":  # a JSON object (env.settings)
-        return forms.CharField(strip=False, widget=forms.Textarea(
-            attrs={"rows": 2, "spellcheck": "false", "autocomplete": "off", "placeholder": "{}"}), **common)
+        return forms.CharField(
+            strip=False,
+            widget=forms.Textarea(attrs={"rows": 2, "spellcheck": "false", "autocomplete": "off", "placeholder": "{}"}),
+            **common,
+        )
     if spec.multiline:  # text whose line breaks count (a system prompt): a single-line input drops them
-        return forms.CharField(strip=False, widget=forms.Textarea(
-            attrs={"rows": 4, "placeholder": "null" if spec.nullable else ""}), **common)
+        return forms.CharField(
+            strip=False,
+            widget=forms.Textarea(attrs={"rows": 4, "placeholder": "null" if spec.nullable else ""}),
+            **common,
+        )
     attrs = {"autocomplete": "off", "spellcheck": "false"}
     if spec.kind in ("int", "float"):
         attrs["inputmode"] = "numeric" if spec.kind == "int" else "decimal"
@@ -151,7 +165,6 @@ class FieldRow:
     def item_suggestions(self) -> list[str]:
         return [s for f in self.spec.item_fields for s in f.suggestions]
 
-
     @property
     def is_default(self) -> bool:
         """Whether the field shows its schema default (a group holding none of those stays collapsed)."""
@@ -192,7 +205,9 @@ class ConfigForm(forms.Form):
     MODES = (("form", "Form"), ("yaml", "YAML"))
     mode = forms.ChoiceField(choices=MODES, required=False, initial="form")
     config_yaml = forms.CharField(
-        required=False, strip=False, label="YAML",
+        required=False,
+        strip=False,
+        label="YAML",
         widget=forms.Textarea(attrs={"rows": 32, "spellcheck": "false", "autocomplete": "off"}),
     )
 
@@ -290,8 +305,11 @@ class ExperimentForm(ConfigForm):
         if experiment is not None:
             kwargs["owner"] = experiment.owner
             kwargs.setdefault("config", experiment.config)
-            kwargs["initial"] = {"name": experiment.name, "description": experiment.description,
-                                 **(kwargs.get("initial") or {})}
+            kwargs["initial"] = {
+                "name": experiment.name,
+                "description": experiment.description,
+                **(kwargs.get("initial") or {}),
+            }
         super().__init__(data, files, **kwargs)
 
     def _text(self, field: str) -> str:
@@ -350,6 +368,7 @@ class DiffForm(forms.Form):
 class ExportForm(forms.Form):
     """Which checkpoint of a run to export as a Hugging Face folder, and in which dtype."""
 
-    step = forms.IntegerField(required=False, min_value=0, max_value=2**31 - 1,
-                              help_text="Empty: the newest checkpoint.")
+    step = forms.IntegerField(
+        required=False, min_value=0, max_value=2**31 - 1, help_text="Empty: the newest checkpoint."
+    )
     dtype = forms.ChoiceField(choices=[("float32", "float32"), ("bfloat16", "bfloat16")], required=False)

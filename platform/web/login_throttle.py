@@ -47,8 +47,9 @@ class LoginThrottleHandler(AxesDatabaseHandler):
 
 def address_failures(request) -> int:
     """Failed logins from the request's address, for any usernames, within the cool-off."""
-    recent = AccessAttempt.objects.filter(ip_address=request.axes_ip_address,
-                                          attempt_time__gte=get_cool_off_threshold(request))
+    recent = AccessAttempt.objects.filter(
+        ip_address=request.axes_ip_address, attempt_time__gte=get_cool_off_threshold(request)
+    )
     return recent.aggregate(total=Sum("failures_since_start"))["total"] or 0
 
 

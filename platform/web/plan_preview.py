@@ -77,12 +77,14 @@ def step_figures(check: StepCheck) -> dict[str, Any]:
 def step_text(check: StepCheck) -> str:
     """The memory estimate, the owner's limits and the launch verdict as lines for the preview."""
     plan, limits = check.plan, check.limits
-    lines = [check.memory.describe() if check.memory is not None else "Memory of a step: unknown (model shape unreadable)",
-             "Your limits",
-             f"  sequences per step            {plan.sequences_per_step} of {limits.max_sequences_per_step}",
-             f"  tokens per step               {plan.tokens_per_step} of {limits.max_tokens_per_step}",
-             f"  worker memory                 {gib(check.worker_memory_bytes)} GiB",
-             "Launch                          " + (f"refused: {check.refusal}" if check.refusal else "allowed")]
+    lines = [
+        check.memory.describe() if check.memory is not None else "Memory of a step: unknown (model shape unreadable)",
+        "Your limits",
+        f"  sequences per step            {plan.sequences_per_step} of {limits.max_sequences_per_step}",
+        f"  tokens per step               {plan.tokens_per_step} of {limits.max_tokens_per_step}",
+        f"  worker memory                 {gib(check.worker_memory_bytes)} GiB",
+        "Launch                          " + (f"refused: {check.refusal}" if check.refusal else "allowed"),
+    ]
     return "\n".join(lines)
 
 

@@ -9,10 +9,9 @@ from urllib.parse import urlencode
 from experiments.models import Experiment, Run, RunStatus, Tag
 from experiments.run_compare import MAX_RUNS
 from experiments.run_filters import METRIC_SORT_PREFIX, RunQuery, latest_values
-
 from trainers.config.metric_names import METRIC_NAMES
 
-CHOICES_SHOWN = 500   # experiments / owners / tags offered in the filter inputs
+CHOICES_SHOWN = 500  # experiments / owners / tags offered in the filter inputs
 SORT_MARKS = {True: "\u25bc", False: "\u25b2"}  # descending, ascending
 
 
@@ -63,10 +62,15 @@ def filter_choices(user, query: RunQuery) -> dict:
     return {
         "statuses": RunStatus.values,
         "experiments": list(visible.order_by("name", "pk").values_list("pk", "name")[:CHOICES_SHOWN]),
-        "owners": list(visible.order_by("owner__username").values_list("owner__username", flat=True)
-                       .distinct()[:CHOICES_SHOWN]),
-        "tag_names": list(Tag.objects.filter(runs__in=Run.objects.visible_to(user)).order_by("name")
-                          .values_list("name", flat=True).distinct()[:CHOICES_SHOWN]),
+        "owners": list(
+            visible.order_by("owner__username").values_list("owner__username", flat=True).distinct()[:CHOICES_SHOWN]
+        ),
+        "tag_names": list(
+            Tag.objects.filter(runs__in=Run.objects.visible_to(user))
+            .order_by("name")
+            .values_list("name", flat=True)
+            .distinct()[:CHOICES_SHOWN]
+        ),
         "known_metrics": [(name, name in query.metrics) for name in METRIC_NAMES],
         "other_metrics": ",".join(m for m in query.metrics if m not in METRIC_NAMES),
         "config_texts": [f.text for f in query.config],

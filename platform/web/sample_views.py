@@ -21,8 +21,17 @@ from experiments.access import get_for_user
 from experiments.models import RolloutSample, Run, SampleKind
 from experiments.shown_paths import shown
 
-FILTER_FIELDS = ("step_min", "step_max", "reward_min", "reward_max", "advantage_min", "advantage_max", "q", "end_reason",
-                 "tool")
+FILTER_FIELDS = (
+    "step_min",
+    "step_max",
+    "reward_min",
+    "reward_max",
+    "advantage_min",
+    "advantage_max",
+    "q",
+    "end_reason",
+    "tool",
+)
 
 
 def sample_badges(extra: dict[str, Any]) -> list[tuple[str, str]]:
@@ -86,13 +95,21 @@ def episode_view(extra: dict[str, Any]) -> dict[str, Any] | None:
     turns = []
     for turn in episode["turns"]:
         label = turn["label"]
-        turns.append({"label": label, "css": TURN_CLASSES.get(label, "other"), "tokens": turn["tokens"],
-                      "segments": sample_text.segments(turn["text"])})
+        turns.append(
+            {
+                "label": label,
+                "css": TURN_CLASSES.get(label, "other"),
+                "tokens": turn["tokens"],
+                "segments": sample_text.segments(turn["text"]),
+            }
+        )
     return {
         "env": episode["env"],
         "turns": turns,
-        "reward_parts": [(name, short_number(value), "" if value is None else value)
-                         for name, value in sorted(episode["reward_parts"].items())],  # jsonb keeps no order
+        "reward_parts": [
+            (name, short_number(value), "" if value is None else value)
+            for name, value in sorted(episode["reward_parts"].items())
+        ],  # jsonb keeps no order
         "end_reason": episode["end_reason"],
         "error": shown(episode["error"]) if episode["error"] is not None else None,
         "tool_calls": episode["tool_calls"],
@@ -132,8 +149,12 @@ def opens_at_newest(filters: sample_query.SampleFilters) -> bool:
     """Whether the browser opens at the newest steps (a page asked for with no cursor): a plain
     browse, not one group, one step, one prompt across steps or a value search (which reads the
     run forward in windows)."""
-    return (filters.group is None and filters.step is None and not filters.prompt_hash
-            and not sample_query.filters_values(filters))
+    return (
+        filters.group is None
+        and filters.step is None
+        and not filters.prompt_hash
+        and not sample_query.filters_values(filters)
+    )
 
 
 def group_count(run: Run, filters: sample_query.SampleFilters, shown_count: int, all_query: str) -> dict | None:
@@ -147,9 +168,14 @@ def group_count(run: Run, filters: sample_query.SampleFilters, shown_count: int,
     config = run.config if isinstance(run.config, dict) else {}
     size = (config.get("grpo") or {}).get("num_generations") if filters.kind == SampleKind.TRAIN else None
     size = size if isinstance(size, int) and size >= stored else stored
-    return {"shown": shown_count, "size": size, "stored": stored, "cut": stored < size,
-            "needed": size * (filters.group + 1),
-            "all_query": all_query if shown_count < stored else None}
+    return {
+        "shown": shown_count,
+        "size": size,
+        "stored": stored,
+        "cut": stored < size,
+        "needed": size * (filters.group + 1),
+        "all_query": all_query if shown_count < stored else None,
+    }
 
 
 @login_required
@@ -181,8 +207,10 @@ def run_samples(request, pk: int):
         "episode_filters": multi_turn(run) or bool(filters.end_reason or filters.tool),
         "end_reasons": sample_episodes.END_REASONS,
         "scanned_to_step": page.scanned_to_step,
-        "kinds": [(kind, _query({**current, "kind": kind, "step": "", "group": "", "prompt_hash": ""}))
-                  for kind in SampleKind.values],
+        "kinds": [
+            (kind, _query({**current, "kind": kind, "step": "", "group": "", "prompt_hash": ""}))
+            for kind in SampleKind.values
+        ],
         "next_query": _query({**current, "limit": limit, "after": page.next_after}) if page.next_after else None,
         "prev_query": _query({**current, "limit": limit, "before": page.prev_before}) if page.prev_before else None,
         "export_url": reverse("api-run-samples-export", args=[run.pk]) + _query(current),

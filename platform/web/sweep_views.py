@@ -20,10 +20,20 @@ from sweeps.models import Direction, Pruner, Sampler, Sweep
 
 EXAMPLE_SPACE = {"optimizer.learning_rate": {"type": "float", "low": 1e-4, "high": 1e-2, "log": True}}
 INT_FIELDS = ("max_trials", "max_concurrent_trials", "seed", "pruner_startup_trials", "pruner_warmup_steps")
-FORM_DEFAULTS = {"name": "", "metric": "reward/mean", "direction": Direction.MAXIMIZE, "sampler": Sampler.TPE,
-                 "pruner": Pruner.MEDIAN, "max_trials": "6", "max_concurrent_trials": "2", "seed": "0",
-                 "pruner_startup_trials": "2", "pruner_warmup_steps": "1",
-                 "space": json.dumps(EXAMPLE_SPACE, indent=2), "max_steps": ""}
+FORM_DEFAULTS = {
+    "name": "",
+    "metric": "reward/mean",
+    "direction": Direction.MAXIMIZE,
+    "sampler": Sampler.TPE,
+    "pruner": Pruner.MEDIAN,
+    "max_trials": "6",
+    "max_concurrent_trials": "2",
+    "seed": "0",
+    "pruner_startup_trials": "2",
+    "pruner_warmup_steps": "1",
+    "space": json.dumps(EXAMPLE_SPACE, indent=2),
+    "max_steps": "",
+}
 
 
 def _sweep(request, pk: int, change: bool = False) -> Sweep:
@@ -72,8 +82,14 @@ def sweep_new(request, pk: int):
     train = experiment.config.get("train") if isinstance(experiment.config, dict) else None
     steps = train.get("max_steps") if isinstance(train, dict) else None
     status = 400
-    values, errors = dict(FORM_DEFAULTS, name=f"{experiment.name[:40]}-sweep".replace(" ", "-"),
-                          max_steps="" if steps is None else str(steps)), {}
+    values, errors = (
+        dict(
+            FORM_DEFAULTS,
+            name=f"{experiment.name[:40]}-sweep".replace(" ", "-"),
+            max_steps="" if steps is None else str(steps),
+        ),
+        {},
+    )
     if request.method == "POST":
         values = {name: request.POST.get(name, "") for name in FORM_DEFAULTS}
         data, errors = form_data(request.POST)
@@ -87,8 +103,14 @@ def sweep_new(request, pk: int):
             else:
                 messages.success(request, f"Sweep {sweep.name} started: {sweep.trials.count()} trials launched.")
                 return redirect("sweep-detail", pk=sweep.pk)
-    context = {"experiment": experiment, "values": values, "errors": errors, "samplers": Sampler.values,
-               "pruners": Pruner.values, "directions": Direction.values}
+    context = {
+        "experiment": experiment,
+        "values": values,
+        "errors": errors,
+        "samplers": Sampler.values,
+        "pruners": Pruner.values,
+        "directions": Direction.values,
+    }
     return render(request, "web/sweep_form.html", context, status=status if errors else 200)
 
 
@@ -100,11 +122,21 @@ def sweep_detail(request, pk: int):
     param_names = sorted(sweep.space)
     for trial in detail["trials"]:
         trial["param_values"] = [trial["params"].get(name) for name in param_names]
-    context = {"sweep": sweep, "detail": detail, "param_names": param_names,
-               "space_json": json.dumps(sweep.space, indent=2, sort_keys=True),
-               "can_change": may_change(request.user, sweep.experiment),
-               "plot_data": {"id": sweep.pk, "metric": sweep.metric, "direction": sweep.direction,
-                             "status": sweep.status, "space": sweep.space, "trials": detail["trials"]}}
+    context = {
+        "sweep": sweep,
+        "detail": detail,
+        "param_names": param_names,
+        "space_json": json.dumps(sweep.space, indent=2, sort_keys=True),
+        "can_change": may_change(request.user, sweep.experiment),
+        "plot_data": {
+            "id": sweep.pk,
+            "metric": sweep.metric,
+            "direction": sweep.direction,
+            "status": sweep.status,
+            "space": sweep.space,
+            "trials": detail["trials"],
+        },
+    }
     return render(request, "web/sweep_detail.html", context)
 
 

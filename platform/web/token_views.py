@@ -14,14 +14,20 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from api.models import ApiToken
 
-EXPIRY_CHOICES_DAYS = [("", "never"), ("7", "in 7 days"), ("30", "in 30 days"), ("90", "in 90 days"),
-                       ("365", "in a year")]
+EXPIRY_CHOICES_DAYS = [
+    ("", "never"),
+    ("7", "in 7 days"),
+    ("30", "in 30 days"),
+    ("90", "in 90 days"),
+    ("365", "in a year"),
+]
 
 
 class TokenForm(forms.Form):
     name = forms.CharField(max_length=100, required=False, help_text="What it is for, e.g. 'laptop' or 'CI'.")
-    expires_in_days = forms.TypedChoiceField(choices=EXPIRY_CHOICES_DAYS, coerce=int, empty_value=None,
-                                             required=False, label="Expires")
+    expires_in_days = forms.TypedChoiceField(
+        choices=EXPIRY_CHOICES_DAYS, coerce=int, empty_value=None, required=False, label="Expires"
+    )
 
     def expires_at(self) -> datetime.datetime | None:
         days = self.cleaned_data.get("expires_in_days")
@@ -39,8 +45,12 @@ def token_list(request):
             new_token = ApiToken.issue(request.user, name=form.cleaned_data["name"], expires_at=form.expires_at())
             form = TokenForm()
     tokens = ApiToken.objects.filter(user=request.user)
-    response = render(request, "web/api_tokens.html", {"tokens": tokens, "form": form, "new_token": new_token},
-                      status=400 if form.errors else 200)
+    response = render(
+        request,
+        "web/api_tokens.html",
+        {"tokens": tokens, "form": form, "new_token": new_token},
+        status=400 if form.errors else 200,
+    )
     response["Cache-Control"] = "no-store"  # the page may hold a new key
     return response
 

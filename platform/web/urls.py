@@ -3,12 +3,21 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path, register_converter
 
-from web import (account_views, alert_views, compare_views, dataset_views, fork_views, run_label_views, sample_views,
-                 token_views, views)
-from web import evaluation_views
-from web import sweep_views
-from web import signup_views
-from web import docs_site
+from web import (
+    account_views,
+    alert_views,
+    compare_views,
+    dataset_views,
+    docs_site,
+    evaluation_views,
+    fork_views,
+    run_label_views,
+    sample_views,
+    signup_views,
+    sweep_views,
+    token_views,
+    views,
+)
 
 
 class IdConverter:
@@ -43,8 +52,9 @@ urlpatterns: list = [
     path("experiments/<web_id:pk>/launch/", views.experiment_launch, name="experiment-launch"),
     path("experiments/<web_id:pk>/config.yaml", views.experiment_export, name="experiment-export"),
     path("experiments/<web_id:pk>/versions/", views.version_list, name="version-list"),
-    path("experiments/<web_id:pk>/versions/<web_id:number>/config.yaml", views.experiment_export,
-         name="version-export"),
+    path(
+        "experiments/<web_id:pk>/versions/<web_id:number>/config.yaml", views.experiment_export, name="version-export"
+    ),
     path("experiments/<web_id:pk>/versions/<web_id:number>/restore/", views.version_restore, name="version-restore"),
     path("experiments/<web_id:pk>/diff/", views.version_diff, name="version-diff"),
     path("runs/", views.run_list, name="run-list"),

@@ -33,17 +33,15 @@ from experiments.shown_paths import shown, shown_errors
 from experiments.whole_numbers import NotAWholeNumber, whole_number
 from runner import exports, queues, services, step_time
 from runner.demo import DEMO_USERNAME, featured_demos
-
 from web import evaluation_views, fork_views, run_table
 from web.actions import clone_experiment, restore_version
 from web.config_form import config_from_values, form_values, to_yaml
-from web.run_panels import kl_note, run_panels
 from web.diffs import changed_fields, side_by_side_table, unified_lines
 from web.forms import ConfigForm, DiffForm, ExperimentForm, ExportForm, YamlImportForm
 from web.plan_preview import SHOWN_FIGURES, plan_payload
+from web.run_panels import kl_note, run_panels
 
 RUNS_PER_PAGE = 50
-
 
 
 def _experiment(request, pk: int, change: bool = False) -> Experiment:
@@ -82,8 +80,12 @@ def experiment_list(request):
     show_owner = any(e.owner_id != request.user.pk for e in page.object_list)
     # The demos, in the order to try them (the SmolLM2 demo first, the toy smoke test last).
     on_accelerator = step_time.accelerator_present()
-    demos = featured_demos(Experiment.objects.visible_to(request.user).select_related("owner")
-                           .filter(owner__username=DEMO_USERNAME, name__startswith="demo: ")[:50], on_accelerator)
+    demos = featured_demos(
+        Experiment.objects.visible_to(request.user)
+        .select_related("owner")
+        .filter(owner__username=DEMO_USERNAME, name__startswith="demo: ")[:50],
+        on_accelerator,
+    )
     for item in demos:
         item["step_time"] = step_time.expected_step_text(item["experiment"], on_accelerator)
     return render(request, "web/experiment_list.html", {"page": page, "show_owner": show_owner, "demos": demos})
@@ -153,8 +155,9 @@ def experiment_create(request):
         text = _example_text(example)
         form = ExperimentForm({"name": example, "mode": "yaml", "config_yaml": text}, owner=request.user)
         if form.is_valid():  # show it in both tabs, starting on the form
-            form = ExperimentForm(config=form.config, initial={"name": example, "config_yaml": text},
-                                  owner=request.user)
+            form = ExperimentForm(
+                config=form.config, initial={"name": example, "config_yaml": text}, owner=request.user
+            )
         return _form_page(request, form)
     return _form_page(request, ExperimentForm(owner=request.user))
 
@@ -197,9 +200,7 @@ def plan_preview(request):
     if form.validated is not None:
         payload.update(plan_payload(form.validated, owner))
     else:
-        payload["errors"] = form.config_errors or {
-            field: "; ".join(errors) for field, errors in form.errors.items()
-        }
+        payload["errors"] = form.config_errors or {field: "; ".join(errors) for field, errors in form.errors.items()}
     if request.POST.get("sync"):
         if payload["mode"] == "yaml":
             if isinstance(form.raw, dict):
@@ -297,9 +298,11 @@ def experiment_launch(request, pk: int):
     except evaluation_services.EvaluationRefused as exc:
         messages.error(request, f"Cannot launch: evaluate on end: {exc.message}")
         return redirect("experiment-detail", pk=experiment.pk)
-    messages.success(request, f"Launched run {run.pk} on queue {run.queue}"
-                              + (f"; its best checkpoint will be evaluated on {on_end} when it succeeds." if on_end
-                                 else "."))
+    messages.success(
+        request,
+        f"Launched run {run.pk} on queue {run.queue}"
+        + (f"; its best checkpoint will be evaluated on {on_end} when it succeeds." if on_end else "."),
+    )
     warning = queues.no_worker_warning(run.queue)
     if warning:
         messages.warning(request, warning)
@@ -325,8 +328,11 @@ def experiment_export(request, pk: int, number: int | None = None):
 def version_list(request, pk: int):
     experiment = _experiment(request, pk)
     versions = experiment.versions.select_related("created_by").order_by("-number")
-    return render(request, "web/version_list.html", {"experiment": experiment, "versions": versions,
-                                                      "can_change": may_change(request.user, experiment)})
+    return render(
+        request,
+        "web/version_list.html",
+        {"experiment": experiment, "versions": versions, "can_change": may_change(request.user, experiment)},
+    )
 
 
 @login_required
@@ -337,14 +343,20 @@ def version_diff(request, pk: int):
     versions = experiment.versions.order_by("-number")
     form = DiffForm(request.GET)
     if not form.is_valid():
-        return render(request, "web/version_diff.html",
-                      {"experiment": experiment, "form": form, "versions": versions}, status=400)
+        return render(
+            request, "web/version_diff.html", {"experiment": experiment, "form": form, "versions": versions}, status=400
+        )
     a = get_object_or_404(experiment.versions, number=form.cleaned_data["a"])
     b = get_object_or_404(experiment.versions, number=form.cleaned_data["b"])
     view = form.cleaned_data.get("view") or "unified"
     labels = (f"v{a.number}", f"v{b.number}")
     context = {
-        "experiment": experiment, "form": form, "versions": versions, "a": a, "b": b, "view": view,
+        "experiment": experiment,
+        "form": form,
+        "versions": versions,
+        "a": a,
+        "b": b,
+        "view": view,
         "changes": changed_fields(a.config, b.config),
         "lines": unified_lines(a.config, b.config, *labels) if view == "unified" else None,
         "table": mark_safe(side_by_side_table(a.config, b.config, *labels)) if view == "side" else None,
@@ -381,8 +393,12 @@ def run_list(request):
     try:
         query = run_filters.parse(dict(request.GET.lists()))
     except run_filters.FilterError as exc:
-        context = {"page": None, "error": f"{exc.parameter}: {exc.message}", "query": run_filters.RunQuery(),
-                   **run_table.filter_choices(request.user, run_filters.RunQuery())}
+        context = {
+            "page": None,
+            "error": f"{exc.parameter}: {exc.message}",
+            "query": run_filters.RunQuery(),
+            **run_table.filter_choices(request.user, run_filters.RunQuery()),
+        }
         return render(request, "web/run_list.html", context, status=400)
     runs = Run.objects.visible_to(request.user).select_related("experiment__owner").prefetch_related("tags")
     page = Paginator(run_filters.apply(runs, query), RUNS_PER_PAGE).get_page(request.GET.get("page"))
@@ -434,8 +450,9 @@ def _headline_metrics(run: Run) -> dict[str, float | None]:
     run.js keeps them current from the metrics it polls. One indexed query per metric."""
     values = {}
     for name in HEADLINE_METRICS:
-        values[name.replace("/", "_")] = (MetricPoint.objects.filter(run=run, name=name).order_by("-step")
-                                          .values_list("value", flat=True).first())
+        values[name.replace("/", "_")] = (
+            MetricPoint.objects.filter(run=run, name=name).order_by("-step").values_list("value", flat=True).first()
+        )
     return values
 
 
@@ -465,8 +482,9 @@ def run_export(request, pk: int):
         messages.error(request, f"Cannot export run {run.pk}: {problems}")
         return redirect("run-detail", pk=run.pk)
     try:
-        done = exports.export_checkpoint(run, step=form.cleaned_data["step"],
-                                         dtype=form.cleaned_data["dtype"] or "float32")
+        done = exports.export_checkpoint(
+            run, step=form.cleaned_data["step"], dtype=form.cleaned_data["dtype"] or "float32"
+        )
     except exports.ExportRefused as exc:
         messages.error(request, f"Cannot export run {run.pk}: {shown(exc.message)}")
         return redirect("run-detail", pk=run.pk)

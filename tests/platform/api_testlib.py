@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from api.models import ApiToken
 from django.test import Client
+from platform_testlib import tiny_config
+
+from api.models import ApiToken
 from experiments import metric_series, run_compare
 from experiments.models import Experiment, MetricPoint, Run
-from platform_testlib import tiny_config
 
 
 def make_experiment(user, name: str = "exp", **overrides) -> Experiment:
@@ -18,14 +19,24 @@ def make_experiment(user, name: str = "exp", **overrides) -> Experiment:
 
 def make_run(user, status: str = "queued", attempt: int = 1, experiment: Experiment | None = None, **fields) -> Run:
     experiment = experiment or make_experiment(user)
-    return Run.objects.create(experiment=experiment, config=experiment.config, status=status, attempt=attempt,
-                              max_steps=experiment.config["train"]["max_steps"], **fields)
+    return Run.objects.create(
+        experiment=experiment,
+        config=experiment.config,
+        status=status,
+        attempt=attempt,
+        max_steps=experiment.config["train"]["max_steps"],
+        **fields,
+    )
 
 
 def add_points(run: Run, series: dict[str, list[tuple[int, float]]]) -> None:
     MetricPoint.objects.bulk_create(
-        [MetricPoint(run=run, name=name, step=step, value=value) for name, points in series.items()
-         for step, value in points])
+        [
+            MetricPoint(run=run, name=name, step=step, value=value)
+            for name, points in series.items()
+            for step, value in points
+        ]
+    )
 
 
 def token_client(user) -> Client:

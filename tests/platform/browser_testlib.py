@@ -6,8 +6,8 @@ functions."""
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 import pytest
 from django.db import connections
@@ -27,8 +27,7 @@ def logged_in_page(live_server, client, alice, monkeypatch):
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         context = browser.new_context(base_url=live_server.url)
-        context.add_cookies([{"name": "sessionid", "value": client.cookies["sessionid"].value,
-                              "url": live_server.url}])
+        context.add_cookies([{"name": "sessionid", "value": client.cookies["sessionid"].value, "url": live_server.url}])
         page = context.new_page()
         page.set_default_timeout(10_000)
         errors: list[str] = []

@@ -25,8 +25,9 @@ def sent_messages(monkeypatch):
     import runner.services
 
     sent: list[tuple[int, int, str]] = []
-    monkeypatch.setattr(runner.services, "send_run_message", lambda run_id, attempt, queue: sent.append(
-        (run_id, attempt, queue)))
+    monkeypatch.setattr(
+        runner.services, "send_run_message", lambda run_id, attempt, queue: sent.append((run_id, attempt, queue))
+    )
     return sent
 
 

@@ -5,14 +5,16 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from experiments import datasets
 from experiments.dataset_models import Dataset
 
 
 def jsonl(rows: int = 6, start: int = 0) -> bytes:
     """`rows` good lines: {"prompt": "i+i=", "answer": "2i"}."""
-    return "".join(json.dumps({"prompt": f"{i}+{i}=", "answer": str(2 * i)}) + "\n"
-                   for i in range(start, start + rows)).encode()
+    return "".join(
+        json.dumps({"prompt": f"{i}+{i}=", "answer": str(2 * i)}) + "\n" for i in range(start, start + rows)
+    ).encode()
 
 
 @pytest.fixture
@@ -26,8 +28,9 @@ def dataset_root(settings, tmp_path):
 
 def upload(user, name: str = "arith", content: bytes | None = None, description: str = "") -> Dataset:
     """`user`'s new dataset `name` (through experiments.datasets, as the API and the page do)."""
-    dataset, check = datasets.upload(user, name, [jsonl() if content is None else content], f"{name}.jsonl",
-                                     description)
+    dataset, check = datasets.upload(
+        user, name, [jsonl() if content is None else content], f"{name}.jsonl", description
+    )
     assert dataset is not None, check.error_lines()
     return dataset
 

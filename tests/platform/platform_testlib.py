@@ -28,5 +28,3 @@ def tiny_config(**overrides) -> dict:
             node = node.setdefault(p, {})
         node[leaf] = value
     return parse_config(raw).model_dump(mode="json", by_alias=True)
-
-

@@ -9,8 +9,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 from urllib.parse import quote
 
 from django.conf import settings
@@ -30,7 +30,9 @@ def subprocess_env() -> dict[str, str]:
         env["DATABASE_URL"] = f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
     env.update(
         PLATFORM_DATA_DIR=str(settings.DATA_DIR),
-        PLATFORM_HEARTBEAT_S="0.5", PLATFORM_STALE_AFTER_S="5", PLATFORM_REAP_EVERY_S="1",
+        PLATFORM_HEARTBEAT_S="0.5",
+        PLATFORM_STALE_AFTER_S="5",
+        PLATFORM_REAP_EVERY_S="1",
         PYTHONUNBUFFERED="1",
         # the trainer children reuse each other's compiled XLA programs (test speed only)
         JAX_COMPILATION_CACHE_DIR=str(settings.DATA_DIR / "jax-cache"),
@@ -67,9 +69,15 @@ class Procs:
                 full_env.pop(key, None)
             else:
                 full_env[key] = value
-        proc = subprocess.Popen([sys.executable, str(MANAGE_PY), *args], env=full_env, stdout=log,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=settings.REPO_ROOT,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, str(MANAGE_PY), *args],
+            env=full_env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=settings.REPO_ROOT,
+            start_new_session=True,
+        )
         log.close()
         self.procs.append((name, proc))
         return proc
@@ -90,8 +98,9 @@ class Procs:
         return (self.log_dir / f"{name}.log").read_text(errors="replace")
 
     def logs(self, lines: int = 25) -> str:
-        return "\n".join(f"--- {name} (last lines) ---\n" + "\n".join(self.output(p).splitlines()[-lines:])
-                         for name, p in self.procs)
+        return "\n".join(
+            f"--- {name} (last lines) ---\n" + "\n".join(self.output(p).splitlines()[-lines:]) for name, p in self.procs
+        )
 
     def close(self) -> None:
         for _, proc in self.procs:

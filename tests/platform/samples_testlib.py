@@ -21,11 +21,31 @@ def fill(run, steps=(1, 2, 3)) -> None:
     for step in steps:
         for index in range(len(PROMPTS) * G):
             group, generation = divmod(index, G)
-            rows.append(RolloutSample(run=run, step=step, index=index, group=group, prompt=PROMPTS[group],
-                                      prompt_hash=prompt_hash(PROMPTS[group]),
-                                      completion=f"s{step}g{group}n{generation}", answer="4",
-                                      reward=float(generation), advantage=generation - 0.5,
-                                      extra={"generation": generation}))
-        rows.append(RolloutSample(run=run, step=step, index=0, kind="eval", prompt="eval prompt",
-                                  prompt_hash=prompt_hash("eval prompt"), completion=f"eval s{step}", reward=1.0))
+            rows.append(
+                RolloutSample(
+                    run=run,
+                    step=step,
+                    index=index,
+                    group=group,
+                    prompt=PROMPTS[group],
+                    prompt_hash=prompt_hash(PROMPTS[group]),
+                    completion=f"s{step}g{group}n{generation}",
+                    answer="4",
+                    reward=float(generation),
+                    advantage=generation - 0.5,
+                    extra={"generation": generation},
+                )
+            )
+        rows.append(
+            RolloutSample(
+                run=run,
+                step=step,
+                index=0,
+                kind="eval",
+                prompt="eval prompt",
+                prompt_hash=prompt_hash("eval prompt"),
+                completion=f"eval s{step}",
+                reward=1.0,
+            )
+        )
     RolloutSample.objects.bulk_create(rows)

@@ -8,10 +8,11 @@ import json
 import re
 
 import pytest
-from api.models import ApiToken
 from api_testlib import add_points, make_run  # noqa: F401 (fixtures)
 from django.urls import reverse
 from django.utils import timezone
+
+from api.models import ApiToken
 from experiments.models import Checkpoint, RolloutSample, Run
 from runner.models import Worker
 
@@ -36,8 +37,16 @@ def populated(alice, bob):
     return run
 
 
-MODELS = ["experiments.experiment", "experiments.run", "experiments.metricpoint", "experiments.rolloutsample",
-          "experiments.checkpoint", "experiments.runevent", "runner.worker", "api.apitoken"]
+MODELS = [
+    "experiments.experiment",
+    "experiments.run",
+    "experiments.metricpoint",
+    "experiments.rolloutsample",
+    "experiments.checkpoint",
+    "experiments.runevent",
+    "runner.worker",
+    "api.apitoken",
+]
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -75,13 +84,19 @@ def test_run_actions_report_how_many_changed(admin_client, alice, sent_messages)
         assert response.status_code == 200
         return [str(m) for m in response.context["messages"]]
 
-    assert act("pause_runs", [running, queued]) == ["Pause: 1 of 2 run(s) pausing; the others were in a status "
-                                                     "that does not allow it"]
+    assert act("pause_runs", [running, queued]) == [
+        "Pause: 1 of 2 run(s) pausing; the others were in a status that does not allow it"
+    ]
     assert Run.objects.get(pk=running.pk).status == "pausing" and Run.objects.get(pk=queued.pk).status == "queued"
     assert "2 of 3" in act("cancel_runs", [queued, done, running])[0]  # succeeded stays
     assert Run.objects.get(pk=queued.pk).status == "cancelled" and Run.objects.get(pk=running.pk).status == "cancelling"
-    assert "2 of 2" in act("requeue_runs", [queued, Run.objects.create(
-        experiment=done.experiment, config=done.config, status="failed")])[0]
+    assert (
+        "2 of 2"
+        in act(
+            "requeue_runs",
+            [queued, Run.objects.create(experiment=done.experiment, config=done.config, status="failed")],
+        )[0]
+    )
     assert Run.objects.get(pk=queued.pk).status == "queued"
     Run.objects.filter(pk=done.pk).update(status="paused")
     assert "1 of 1" in act("resume_runs", [done])[0]
@@ -103,8 +118,9 @@ def test_api_token_admin_generates_and_regenerates(admin_client, bob):
     token = ApiToken.objects.get(user=bob)
     key = re.search(r"The new key for bob: ([0-9a-f]{40})", response.content.decode()).group(1)
     assert ApiToken.find(key) == token and token.prefix == key[:8]
-    response = admin_client.post(reverse("admin:api_apitoken_changelist"),
-                                 {"action": "regenerate", "_selected_action": [token.pk]}, follow=True)
+    response = admin_client.post(
+        reverse("admin:api_apitoken_changelist"), {"action": "regenerate", "_selected_action": [token.pk]}, follow=True
+    )
     new_key = re.search(r"token ci: ([0-9a-f]{40})", response.content.decode()).group(1)
     assert new_key != key and ApiToken.find(new_key) == token and ApiToken.find(key) is None
 
@@ -114,8 +130,17 @@ def test_non_staff_cannot_reach_the_admin(client, alice):
     assert client.get(reverse("admin:experiments_run_changelist")).status_code == 302
 
 
-@pytest.mark.parametrize("model, query", [("run", "abc"), ("run", "alice"), ("experiment", "exp"), ("runevent", "hello"),
-                                          ("metricpoint", "reward/mean"), ("runner.worker", "w1")])
+@pytest.mark.parametrize(
+    "model, query",
+    [
+        ("run", "abc"),
+        ("run", "alice"),
+        ("experiment", "exp"),
+        ("runevent", "hello"),
+        ("metricpoint", "reward/mean"),
+        ("runner.worker", "w1"),
+    ],
+)
 def test_searches(admin_client, populated, model, query):
     app, _, name = model.rpartition(".")
     response = admin_client.get(reverse(f"admin:{app or 'experiments'}_{name}_changelist"), {"q": query})
@@ -152,8 +177,9 @@ def test_view_permission_cannot_steer_or_edit_in_the_admin(client, viewer, alice
     assert Run.objects.get(pk=theirs.pk).status == "running"
     change = reverse("admin:experiments_experiment_change", args=[theirs.experiment_id])
     assert client.get(change).status_code == 200  # read-only view
-    response = client.post(change, {"owner": viewer.pk, "name": "taken over", "description": "",
-                                    "config": json.dumps(theirs.config)})
+    response = client.post(
+        change, {"owner": viewer.pk, "name": "taken over", "description": "", "config": json.dumps(theirs.config)}
+    )
     assert response.status_code == 403
     assert Run.objects.get(pk=theirs.pk).experiment.name == "exp"
 

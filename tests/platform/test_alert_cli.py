@@ -4,12 +4,12 @@ test server: the rule it makes, the masked URL it lists, the log, an error as on
 from __future__ import annotations
 
 import pytest
+from api_testlib import make_experiment, make_run
+from test_cli_client import run_client
+
 from alerts.models import AlertDelivery, AlertRule
 from api.models import ApiToken
 from grpo_client import cli
-
-from api_testlib import make_experiment, make_run
-from test_cli_client import run_client
 
 URL = "https://hooks.slack.com/services/T1/B2/cli-secret-abcdef"
 
@@ -23,8 +23,10 @@ def cli_as_alice(live_server, alice, monkeypatch):
     return lambda *args: run_client(live_server.url, key, *args)
 
 
-@pytest.mark.parametrize("argv", [["alerts"], ["alerts", "add"], ["alerts", "list"], ["alerts", "log"],
-                                  ["alerts", "delete"], ["alerts", "enable"]])
+@pytest.mark.parametrize(
+    "argv",
+    [["alerts"], ["alerts", "add"], ["alerts", "list"], ["alerts", "log"], ["alerts", "delete"], ["alerts", "enable"]],
+)
 def test_every_alerts_command_has_help(argv, capsys):
     with pytest.raises(SystemExit) as exit_:
         cli.main([*argv, "--help"])
@@ -34,27 +36,65 @@ def test_every_alerts_command_has_help(argv, capsys):
 
 def test_add_list_disable_log_and_delete(cli_as_alice, alice):
     experiment = make_experiment(alice, name="arith")
-    added = cli_as_alice("alerts", "add", "--event", "failed", "--webhook", URL, "--experiment", str(experiment.pk),
-                         "--metric", "reward/mean", "--when", "<", "--threshold", "0.1", "--name", "slack")
+    added = cli_as_alice(
+        "alerts",
+        "add",
+        "--event",
+        "failed",
+        "--webhook",
+        URL,
+        "--experiment",
+        str(experiment.pk),
+        "--metric",
+        "reward/mean",
+        "--when",
+        "<",
+        "--threshold",
+        "0.1",
+        "--name",
+        "slack",
+    )
     assert added.returncode == 0, added.stderr
     rule = AlertRule.objects.get()
     assert added.stdout.strip() == str(rule.pk)
     assert (rule.events, rule.metric_name, rule.comparison, rule.threshold, rule.target) == (
-        ["failed", "metric"], "reward/mean", "<", 0.1, URL)
+        ["failed", "metric"],
+        "reward/mean",
+        "<",
+        0.1,
+        URL,
+    )
 
     listed = cli_as_alice("alerts", "list")
     assert listed.returncode == 0 and "secret" not in listed.stdout
-    assert listed.stdout.splitlines()[1].split() == [str(rule.pk), "slack", str(experiment.pk),
-                                                     "failed,reward/mean<0.1", "webhook", "https://hooks.slack.com/…cdef",
-                                                     "60", "yes"]
+    assert listed.stdout.splitlines()[1].split() == [
+        str(rule.pk),
+        "slack",
+        str(experiment.pk),
+        "failed,reward/mean<0.1",
+        "webhook",
+        "https://hooks.slack.com/…cdef",
+        "60",
+        "yes",
+    ]
     assert cli_as_alice("alerts", "disable", str(rule.pk)).stdout.strip() == f"alert {rule.pk}: disabled"
     rule.refresh_from_db()
     assert rule.enabled is False
 
-    AlertDelivery.objects.create(rule=rule, run=make_run(alice, experiment=experiment), event="failed", key="k",
-                                 message="m", status="failed", attempts=3, error="try 3: connection refused")
+    AlertDelivery.objects.create(
+        rule=rule,
+        run=make_run(alice, experiment=experiment),
+        event="failed",
+        key="k",
+        message="m",
+        status="failed",
+        attempts=3,
+        error="try 3: connection refused",
+    )
     shown = cli_as_alice("alerts", "log", "--status", "failed")
-    assert shown.returncode == 0 and shown.stdout.splitlines()[1].endswith("failed  failed  3      try 3: connection refused")
+    assert shown.returncode == 0 and shown.stdout.splitlines()[1].endswith(
+        "failed  failed  3      try 3: connection refused"
+    )
 
     refused = cli_as_alice("alerts", "add", "--event", "failed", "--webhook", "http://10.0.0.1/hook")
     assert refused.returncode == 1 and refused.stderr.startswith("error: HTTP 400: target: the webhook's host 10.0.0.1")

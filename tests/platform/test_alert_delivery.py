@@ -8,19 +8,26 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-from alerts import delivery
-from alerts.models import AlertDelivery, AlertRule
 from alerts_testlib import closed_port_url, webhook_receiver  # noqa: F401 - fixture
 from api_testlib import add_points, make_experiment, make_run
 from django.core import mail
 from django.utils import timezone
 
+from alerts import delivery
+from alerts.models import AlertDelivery, AlertRule
+
 pytestmark = pytest.mark.django_db
 
 
 def rule(owner, target, events=("failed",), channel="webhook", **fields) -> AlertRule:
-    return AlertRule.objects.create(owner=owner, events=list(events), channel=channel, target=target,
-                                    min_interval_s=fields.pop("min_interval_s", 0), **fields)
+    return AlertRule.objects.create(
+        owner=owner,
+        events=list(events),
+        channel=channel,
+        target=target,
+        min_interval_s=fields.pop("min_interval_s", 0),
+        **fields,
+    )
 
 
 def fail(run, django_capture_on_commit_callbacks, error="step 2: loss/policy is nan (non-finite)"):
@@ -34,10 +41,10 @@ def test_a_failed_run_is_sent_to_the_webhook(alice, bob, webhook_receiver, djang
     run = make_run(alice, status="running", experiment=experiment, step=2, name="lr-huge")
     watching = rule(alice, webhook_receiver.url, experiment=experiment)
     everywhere = rule(alice, webhook_receiver.url, events=("failed", "succeeded"))
-    rule(alice, webhook_receiver.url, experiment=other_experiment)      # another experiment
-    rule(alice, webhook_receiver.url, events=("succeeded",))            # another event
-    rule(alice, webhook_receiver.url, enabled=False)                    # disabled
-    rule(bob, webhook_receiver.url)                                     # bob's: alice's runs are not his
+    rule(alice, webhook_receiver.url, experiment=other_experiment)  # another experiment
+    rule(alice, webhook_receiver.url, events=("succeeded",))  # another event
+    rule(alice, webhook_receiver.url, enabled=False)  # disabled
+    rule(bob, webhook_receiver.url)  # bob's: alice's runs are not his
 
     fail(run, django_capture_on_commit_callbacks)
     pending = AlertDelivery.objects.filter(status="pending")
@@ -68,7 +75,8 @@ def test_the_rate_limit_logs_held_back_deliveries_and_counts_them_in_the_next(al
     assert delivery.tick() == {"sent": 1}
     assert webhook_receiver.texts() == [
         f"run {runs[0].pk} failed",
-        f"run {runs[2].pk} failed (+1 more alert held back by the rate limit; see the delivery log)"]
+        f"run {runs[2].pk} failed (+1 more alert held back by the rate limit; see the delivery log)",
+    ]
 
 
 def test_an_unreachable_webhook_is_retried_then_failed_with_the_error(alice, settings):
@@ -81,7 +89,9 @@ def test_an_unreachable_webhook_is_retried_then_failed_with_the_error(alice, set
     assert delivery.tick(now) == {"pending": 1}
     d.refresh_from_db()
     assert d.status == "pending" and d.attempts == 1
-    assert d.error.startswith("try 1: could not reach the webhook (http://127.0.0.1:") and "connection refused" in d.error
+    assert (
+        d.error.startswith("try 1: could not reach the webhook (http://127.0.0.1:") and "connection refused" in d.error
+    )
     assert "secret-part" not in d.error  # the URL's secret is not written into the log
     assert 25 < (d.next_attempt_at - now).total_seconds() < 40  # backoff: 30 s
     assert delivery.tick(now) == {}  # not due yet
@@ -116,7 +126,9 @@ def test_email_is_sent_and_a_mail_server_that_is_down_is_recorded(alice, setting
     r = rule(alice, "alice@example.com", channel="email")
     delivery.record(r, make_run(alice), "failed", "failed:1", 'Run #1 of "exp" failed at step 2/6. http://x/runs/1/')
     assert delivery.tick() == {"sent": 1}
-    assert [(m.to, m.subject) for m in mail.outbox] == [(["alice@example.com"], '[GRPO] Run #1 of "exp" failed at step 2/6')]
+    assert [(m.to, m.subject) for m in mail.outbox] == [
+        (["alice@example.com"], '[GRPO] Run #1 of "exp" failed at step 2/6')
+    ]
     assert "http://x/runs/1/" in mail.outbox[0].body
 
     settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
@@ -133,12 +145,13 @@ def test_a_stalled_run_is_notified_once_per_stall(alice, webhook_receiver, setti
     rule(alice, webhook_receiver.url, events=("stalled",))
     now = timezone.now()
     stalled = make_run(alice, status="running", heartbeat_at=now - dt.timedelta(seconds=30), step=4)
-    make_run(alice, status="running", heartbeat_at=now + dt.timedelta(seconds=40))         # beating throughout
-    make_run(alice, status="failed", heartbeat_at=now - dt.timedelta(seconds=300))         # not active
+    make_run(alice, status="running", heartbeat_at=now + dt.timedelta(seconds=40))  # beating throughout
+    make_run(alice, status="failed", heartbeat_at=now - dt.timedelta(seconds=300))  # not active
     delivery.tick(now)
     delivery.tick(now + dt.timedelta(seconds=5))
     assert webhook_receiver.texts() == [
-        f'Run #{stalled.pk} of "exp" has stalled: no heartbeat for 30 s (at step 4). http://localhost:8000/runs/{stalled.pk}/']
+        f'Run #{stalled.pk} of "exp" has stalled: no heartbeat for 30 s (at step 4). http://localhost:8000/runs/{stalled.pk}/'
+    ]
     # the heartbeat came back, then stopped again: a new stall
     stalled.heartbeat_at = now + dt.timedelta(seconds=20)
     stalled.save(update_fields=["heartbeat_at"])
@@ -150,8 +163,15 @@ def test_a_stalled_run_is_notified_once_per_stall(alice, webhook_receiver, setti
 
 def test_a_metric_threshold_is_notified_once_per_crossing(alice, webhook_receiver):
     experiment = make_experiment(alice, name="arith")
-    rule(alice, webhook_receiver.url, events=("metric",), experiment=experiment, metric_name="reward/mean",
-         comparison="<", threshold=0.2)
+    rule(
+        alice,
+        webhook_receiver.url,
+        events=("metric",),
+        experiment=experiment,
+        metric_name="reward/mean",
+        comparison="<",
+        threshold=0.2,
+    )
     run = make_run(alice, status="running", experiment=experiment)
     finished = make_run(alice, status="succeeded", experiment=experiment)
     add_points(finished, {"reward/mean": [(1, 0.0)]})
@@ -160,10 +180,11 @@ def test_a_metric_threshold_is_notified_once_per_crossing(alice, webhook_receive
     assert webhook_receiver.bodies == []
     add_points(run, {"reward/mean": [(2, 0.1)]})
     delivery.tick()
-    add_points(run, {"reward/mean": [(3, 0.05)]})   # still below: the same crossing
+    add_points(run, {"reward/mean": [(3, 0.05)]})  # still below: the same crossing
     delivery.tick()
     assert webhook_receiver.texts() == [
-        f'Run #{run.pk} of "arith": reward/mean = 0.1 at step 2 (reward/mean < 0.2). http://localhost:8000/runs/{run.pk}/']
+        f'Run #{run.pk} of "arith": reward/mean = 0.1 at step 2 (reward/mean < 0.2). http://localhost:8000/runs/{run.pk}/'
+    ]
     add_points(run, {"reward/mean": [(4, 0.3), (5, 0.15)]})  # back above, then below again between two ticks
     delivery.tick()
     assert len(webhook_receiver.bodies) == 2 and "reward/mean = 0.15 at step 5" in webhook_receiver.texts()[1]
@@ -172,14 +193,20 @@ def test_a_metric_threshold_is_notified_once_per_crossing(alice, webhook_receive
     assert len(webhook_receiver.bodies) == 2
 
 
-@pytest.mark.parametrize("start, status, recorded", [("running", "succeeded", True), ("cancelling", "pruned", True),
-                                                     ("cancelling", "cancelled", False)])
-def test_succeeded_and_pruned_runs_are_recorded_cancelled_ones_not(alice, start, status, recorded,
-                                                                   django_capture_on_commit_callbacks):
+@pytest.mark.parametrize(
+    "start, status, recorded",
+    [("running", "succeeded", True), ("cancelling", "pruned", True), ("cancelling", "cancelled", False)],
+)
+def test_succeeded_and_pruned_runs_are_recorded_cancelled_ones_not(
+    alice, start, status, recorded, django_capture_on_commit_callbacks
+):
     r = rule(alice, "alice@example.com", events=("succeeded", "pruned"), channel="email")
     run = make_run(alice, status=start, step=6, stop_as="pruned" if status == "pruned" else "")
     with django_capture_on_commit_callbacks(execute=True):
         assert run.transition(status)
     deliveries = list(AlertDelivery.objects.filter(rule=r).values_list("event", "key", "message"))
-    assert deliveries == ([(status, f"{status}:1", f'Run #{run.pk} of "exp" {status} at step 6/6. '
-                                                    f"http://localhost:8000/runs/{run.pk}/")] if recorded else [])
+    assert deliveries == (
+        [(status, f"{status}:1", f'Run #{run.pk} of "exp" {status} at step 6/6. http://localhost:8000/runs/{run.pk}/')]
+        if recorded
+        else []
+    )

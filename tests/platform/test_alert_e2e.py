@@ -4,19 +4,23 @@ receiver; a second rule's webhook, where nothing listens, records the error and 
 
 from __future__ import annotations
 
-
 import pytest
-from alerts.models import AlertDelivery, AlertRule
 from alerts_testlib import Receiver, closed_port_url
 from django.contrib.auth import get_user_model
-from experiments.models import Experiment, Run
 from platform_testlib import tiny_config
-from runner.services import launch_run
 from runner_testlib import platform_procs, wait_for
 
+from alerts.models import AlertDelivery, AlertRule
+from experiments.models import Experiment, Run
+from runner.services import launch_run
+
 pytestmark = pytest.mark.django_db(transaction=True)
-ALERT_ENV = {"PLATFORM_ALERT_WEBHOOK_ALLOW": "127.0.0.1", "PLATFORM_ALERT_TICK_S": "1",
-             "PLATFORM_ALERT_RETRY_S": "600", "PLATFORM_BASE_URL": "http://platform.test"}
+ALERT_ENV = {
+    "PLATFORM_ALERT_WEBHOOK_ALLOW": "127.0.0.1",
+    "PLATFORM_ALERT_TICK_S": "1",
+    "PLATFORM_ALERT_RETRY_S": "600",
+    "PLATFORM_BASE_URL": "http://platform.test",
+}
 
 
 @pytest.fixture
@@ -36,10 +40,18 @@ def test_a_failing_run_sends_a_webhook_to_a_local_receiver(procs, receiver):
     user = get_user_model().objects.create_user("alerted")
     experiment = Experiment(owner=user, name="diverges")
     experiment.set_config(tiny_config(optimizer__learning_rate=1e308, train__max_steps=4), user=user)
-    AlertRule.objects.create(owner=user, experiment=experiment, events=["failed"], channel="webhook",
-                             target=receiver.url, min_interval_s=0, name="local")
-    unreachable = AlertRule.objects.create(owner=user, events=["failed"], channel="webhook",
-                                           target=closed_port_url(), min_interval_s=0, name="nobody")
+    AlertRule.objects.create(
+        owner=user,
+        experiment=experiment,
+        events=["failed"],
+        channel="webhook",
+        target=receiver.url,
+        min_interval_s=0,
+        name="local",
+    )
+    unreachable = AlertRule.objects.create(
+        owner=user, events=["failed"], channel="webhook", target=closed_port_url(), min_interval_s=0, name="nobody"
+    )
     procs.start("worker", "--loglevel", "INFO", env=ALERT_ENV)
     procs.start("beat", "--loglevel", "INFO", env=ALERT_ENV)
     run = launch_run(experiment)

@@ -7,30 +7,49 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
+
 from alerts import rules, url_guard
 
-T0 = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
 
 
 def test_status_events():
     assert [rules.status_event(s) for s in ("failed", "succeeded", "pruned", "cancelled", "running", "queued")] == [
-        "failed", "succeeded", "pruned", None, None, None]
+        "failed",
+        "succeeded",
+        "pruned",
+        None,
+        None,
+        None,
+    ]
 
 
-@pytest.mark.parametrize("comparison, value, holds", [
-    (">", 0.6, True), (">", 0.5, False), (">=", 0.5, True), (">=", 0.49, False),
-    ("<", 0.4, True), ("<", 0.5, False), ("<=", 0.5, True), ("<=", 0.51, False),
-    (">", float("inf"), True), ("<", float("-inf"), True), (">", None, False), ("<", float("nan"), False),
-])
+@pytest.mark.parametrize(
+    "comparison, value, holds",
+    [
+        (">", 0.6, True),
+        (">", 0.5, False),
+        (">=", 0.5, True),
+        (">=", 0.49, False),
+        ("<", 0.4, True),
+        ("<", 0.5, False),
+        ("<=", 0.5, True),
+        ("<=", 0.51, False),
+        (">", float("inf"), True),
+        ("<", float("-inf"), True),
+        (">", None, False),
+        ("<", float("nan"), False),
+    ],
+)
 def test_condition_holds(comparison, value, holds):
     assert rules.Condition("reward/mean", comparison, 0.5).holds(value) is holds
 
 
 def test_a_crossing_is_new_once_until_the_metric_comes_back():
     c = rules.Condition("loss/policy", ">", 2.0)
-    assert rules.new_crossing(c, 3.0, notified_before=False, fell_back_since=False)      # first crossing
-    assert not rules.new_crossing(c, 3.5, notified_before=True, fell_back_since=False)   # still the same one
-    assert rules.new_crossing(c, 2.5, notified_before=True, fell_back_since=True)        # came back, crossed again
+    assert rules.new_crossing(c, 3.0, notified_before=False, fell_back_since=False)  # first crossing
+    assert not rules.new_crossing(c, 3.5, notified_before=True, fell_back_since=False)  # still the same one
+    assert rules.new_crossing(c, 2.5, notified_before=True, fell_back_since=True)  # came back, crossed again
     assert not rules.new_crossing(c, 1.0, notified_before=False, fell_back_since=False)  # not crossing
     assert c.describe() == "loss/policy > 2"
 
@@ -45,12 +64,20 @@ def test_messages():
     title = rules.run_title("#7", "arith")
     assert title == 'Run #7 of "arith"'
     assert rules.status_message(title, "failed", 3, 6, "step 3: loss is nan\nTraceback...", "http://x/runs/7/") == (
-        'Run #7 of "arith" failed at step 3/6. Error: step 3: loss is nan http://x/runs/7/')
+        'Run #7 of "arith" failed at step 3/6. Error: step 3: loss is nan http://x/runs/7/'
+    )
     assert rules.status_message(title, "succeeded", 6, 6, "", "http://x/runs/7/") == (
-        'Run #7 of "arith" succeeded at step 6/6. http://x/runs/7/')
-    assert rules.stalled_message(title, 12.4, 5, "u") == 'Run #7 of "arith" has stalled: no heartbeat for 12 s (at step 5). u'
+        'Run #7 of "arith" succeeded at step 6/6. http://x/runs/7/'
+    )
+    assert (
+        rules.stalled_message(title, 12.4, 5, "u")
+        == 'Run #7 of "arith" has stalled: no heartbeat for 12 s (at step 5). u'
+    )
     c = rules.Condition("reward/mean", "<", 0.1)
-    assert rules.metric_message(title, c, 0.05, 9, "u") == 'Run #7 of "arith": reward/mean = 0.05 at step 9 (reward/mean < 0.1). u'
+    assert (
+        rules.metric_message(title, c, 0.05, 9, "u")
+        == 'Run #7 of "arith": reward/mean = 0.05 at step 9 (reward/mean < 0.1). u'
+    )
     assert rules.with_held_back("m", 0) == "m"
     assert rules.with_held_back("m", 2) == "m (+2 more alerts held back by the rate limit; see the delivery log)"
 
@@ -71,38 +98,48 @@ def resolver(table: dict[str, list[str]]):
         if host not in table:
             raise OSError(f"[Errno -2] Name or service not known: {host}")
         return table[host]
+
     return resolve
 
 
-PUBLIC = resolver({"hooks.example.com": ["93.184.216.34"], "sneaky.example.com": ["127.0.0.1"],
-                   "mixed.example.com": ["93.184.216.34", "10.1.2.3"], "v6.example.com": ["2606:4700::1111"],
-                   "internal.corp": ["10.0.0.5"]})
+PUBLIC = resolver(
+    {
+        "hooks.example.com": ["93.184.216.34"],
+        "sneaky.example.com": ["127.0.0.1"],
+        "mixed.example.com": ["93.184.216.34", "10.1.2.3"],
+        "v6.example.com": ["2606:4700::1111"],
+        "internal.corp": ["10.0.0.5"],
+    }
+)
 
 
-@pytest.mark.parametrize("url, reason", [
-    ("https://hooks.example.com/services/T/B/secret", ""),
-    ("http://hooks.example.com:8080/x", ""),
-    ("https://v6.example.com/x", ""),
-    ("ftp://hooks.example.com/x", "only http:// and https://"),
-    ("file:///etc/passwd", "only http:// and https://"),
-    ("https:///nohost", "has no host"),
-    ("", "is required"),
-    ("http://127.0.0.1:9000/hook", "local or private network"),
-    ("http://10.2.3.4/hook", "local or private network"),
-    ("http://192.168.1.10/hook", "local or private network"),
-    ("http://172.16.0.1/hook", "local or private network"),
-    ("http://169.254.169.254/latest/meta-data", "local or private network"),  # cloud metadata
-    ("http://[::1]:8000/hook", "local or private network"),
-    ("http://[::ffff:127.0.0.1]/hook", "local or private network"),
-    ("http://[fe80::1]/hook", "local or private network"),
-    ("http://224.0.0.1/hook", "local or private network"),
-    ("http://0.0.0.0/hook", "local or private network"),
-    ("https://sneaky.example.com/hook", "sneaky.example.com (127.0.0.1) is in a local or private network"),
-    ("https://mixed.example.com/hook", "(10.1.2.3) is in a local or private network"),
-    ("https://nowhere.invalid/hook", "cannot resolve"),
-    ("http://hooks.example.com:99999/x", "not a valid URL"),
-    ("http://hooks.example.com/a b", "spaces"),
-])
+@pytest.mark.parametrize(
+    "url, reason",
+    [
+        ("https://hooks.example.com/services/T/B/secret", ""),
+        ("http://hooks.example.com:8080/x", ""),
+        ("https://v6.example.com/x", ""),
+        ("ftp://hooks.example.com/x", "only http:// and https://"),
+        ("file:///etc/passwd", "only http:// and https://"),
+        ("https:///nohost", "has no host"),
+        ("", "is required"),
+        ("http://127.0.0.1:9000/hook", "local or private network"),
+        ("http://10.2.3.4/hook", "local or private network"),
+        ("http://192.168.1.10/hook", "local or private network"),
+        ("http://172.16.0.1/hook", "local or private network"),
+        ("http://169.254.169.254/latest/meta-data", "local or private network"),  # cloud metadata
+        ("http://[::1]:8000/hook", "local or private network"),
+        ("http://[::ffff:127.0.0.1]/hook", "local or private network"),
+        ("http://[fe80::1]/hook", "local or private network"),
+        ("http://224.0.0.1/hook", "local or private network"),
+        ("http://0.0.0.0/hook", "local or private network"),
+        ("https://sneaky.example.com/hook", "sneaky.example.com (127.0.0.1) is in a local or private network"),
+        ("https://mixed.example.com/hook", "(10.1.2.3) is in a local or private network"),
+        ("https://nowhere.invalid/hook", "cannot resolve"),
+        ("http://hooks.example.com:99999/x", "not a valid URL"),
+        ("http://hooks.example.com/a b", "spaces"),
+    ],
+)
 def test_url_guard(url, reason):
     refusal = url_guard.refusal(url, allow=[], resolver=PUBLIC)
     if reason:
@@ -129,8 +166,9 @@ def test_the_admins_allow_list():
     assert "local or private" in url_guard.refusal("http://192.168.0.1/hook", allow=allow, resolver=PUBLIC)
     assert "local or private" in url_guard.refusal("http://127.0.0.2/hook", allow=allow, resolver=PUBLIC)
     # the name is allowed, not what else resolves to the same address
-    assert "local or private" in url_guard.refusal("https://sneaky.example.com/h", allow=["internal.corp"],
-                                                   resolver=PUBLIC)
+    assert "local or private" in url_guard.refusal(
+        "https://sneaky.example.com/h", allow=["internal.corp"], resolver=PUBLIC
+    )
 
 
 def test_saving_accepts_a_name_that_does_not_resolve_now():
@@ -141,7 +179,10 @@ def test_saving_accepts_a_name_that_does_not_resolve_now():
 def test_masked_targets_never_show_the_secret():
     secret = "https://hooks.slack.com/services/T000/B000/XXXXXXXXXXXXsecretZZ9f"
     assert url_guard.masked(secret) == "https://hooks.slack.com/…ZZ9f"
-    assert url_guard.masked("http://user:pw@host.example:8080/hook?token=abcdef0123456789") == "http://host.example:8080/…6789"
+    assert (
+        url_guard.masked("http://user:pw@host.example:8080/hook?token=abcdef0123456789")
+        == "http://host.example:8080/…6789"
+    )
     assert url_guard.masked("http://127.0.0.1:9000/short") == "http://127.0.0.1:9000/…"
     assert url_guard.masked("https://example.com") == "https://example.com/"
     assert url_guard.masked("http://[::1]:8000/a") == "http://[::1]:8000/…"

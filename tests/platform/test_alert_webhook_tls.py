@@ -12,15 +12,35 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+
 from alerts import url_guard, webhook
 
 
 @pytest.fixture
 def tls_receiver(tmp_path, settings, monkeypatch):
     key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=hooks.test",
-                    "-addext", "subjectAltName=DNS:hooks.test", "-keyout", str(key), "-out", str(cert)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=hooks.test",
+            "-addext",
+            "subjectAltName=DNS:hooks.test",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
     bodies: list[dict] = []
 
     class Handler(BaseHTTPRequestHandler):

@@ -12,10 +12,11 @@ import pytest
 import yaml
 from api_testlib import token_client
 from django.urls import reverse
-from experiments.models import Experiment
 from platform_testlib import TINY_CONFIG_YAML
-from web.config_form import html_name
 from web_testlib import form_data
+
+from experiments.models import Experiment
+from web.config_form import html_name
 
 pytestmark = pytest.mark.django_db
 
@@ -41,8 +42,7 @@ def test_form_offers_the_new_choices(alice_client):
 
 def test_form_saves_a_gspo_lora_dynamic_sampling_config(alice_client, alice):
     """The form tab posts the new fields like any other; the stored config holds them."""
-    data = form_data(name="gspo", grpo__policy_loss="gspo", model__lora__rank="4",
-                     rollout__dynamic_sampling=True)
+    data = form_data(name="gspo", grpo__policy_loss="gspo", model__lora__rank="4", rollout__dynamic_sampling=True)
     response = alice_client.post(reverse("experiment-new"), data)
     assert response.status_code == 302, response.content.decode()[:2000]
     config = Experiment.objects.get(owner=alice, name="gspo").config
@@ -53,8 +53,9 @@ def test_form_saves_a_gspo_lora_dynamic_sampling_config(alice_client, alice):
 def test_api_refuses_an_unknown_policy_loss_naming_the_field_and_the_known_ones(alice):
     raw = yaml.safe_load(TINY_CONFIG_YAML)
     raw["grpo"]["policy_loss"] = "ppo"
-    response = token_client(alice).post("/api/experiments", data=json.dumps({"name": "ppo", "config": raw}),
-                                        content_type="application/json")
+    response = token_client(alice).post(
+        "/api/experiments", data=json.dumps({"name": "ppo", "config": raw}), content_type="application/json"
+    )
     assert 400 <= response.status_code < 500
     errors = response.json()["errors"]
     assert list(errors) == ["grpo.policy_loss"]

@@ -6,8 +6,9 @@ import hashlib
 from io import StringIO
 
 import pytest
-from api.models import ApiToken
 from django.core.management import CommandError, call_command
+
+from api.models import ApiToken
 
 
 def apitoken(*args) -> str:

@@ -8,17 +8,17 @@ import json
 import re
 
 import pytest
-from api.models import ApiToken
 from api_testlib import make_run, token_client  # noqa: F401 (fixtures)
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
+
+from api.models import ApiToken
 from experiments.models import Experiment, Run
 
 
 def api_patterns() -> list[tuple[str, list[str]]]:
     """(URL template with <pk>/<action> to fill, methods) for every /api/ endpoint."""
-    resolver = next(p for p in get_resolver().url_patterns
-                    if isinstance(p, URLResolver) and str(p.pattern) == "api/")
+    resolver = next(p for p in get_resolver().url_patterns if isinstance(p, URLResolver) and str(p.pattern) == "api/")
     found = []
     for pattern in resolver.url_patterns:
         assert isinstance(pattern, URLPattern)
@@ -43,10 +43,22 @@ def call(client, method, url, body=None):
 
 def test_every_endpoint_is_covered_by_the_walk():
     urls = {url for url, _ in api_patterns()}
-    assert {"/api/experiments", "/api/experiments/{pk}", "/api/experiments/{pk}/runs", "/api/runs", "/api/runs/{pk}",
-            "/api/runs/{pk}/metrics", "/api/runs/{pk}/chart", "/api/runs/{pk}/samples", "/api/runs/{pk}/checkpoints",
-            "/api/runs/{pk}/events", "/api/runs/{pk}/cancel", "/api/runs/{pk}/pause", "/api/runs/{pk}/resume",
-            "/api/runs/{pk}/retry"} <= urls
+    assert {
+        "/api/experiments",
+        "/api/experiments/{pk}",
+        "/api/experiments/{pk}/runs",
+        "/api/runs",
+        "/api/runs/{pk}",
+        "/api/runs/{pk}/metrics",
+        "/api/runs/{pk}/chart",
+        "/api/runs/{pk}/samples",
+        "/api/runs/{pk}/checkpoints",
+        "/api/runs/{pk}/events",
+        "/api/runs/{pk}/cancel",
+        "/api/runs/{pk}/pause",
+        "/api/runs/{pk}/resume",
+        "/api/runs/{pk}/retry",
+    } <= urls
 
 
 def test_anonymous_gets_401_json_everywhere(alice):
@@ -89,8 +101,12 @@ def test_superuser_sees_and_steers_everyones_runs(alice, staff, sent_messages): 
 
 def _state(run):
     experiment = Experiment.objects.get(pk=run.experiment_id)
-    return (Run.objects.values_list("status", "attempt").get(pk=run.pk), experiment.name, experiment.config,
-            Run.objects.count())
+    return (
+        Run.objects.values_list("status", "attempt").get(pk=run.pk),
+        experiment.name,
+        experiment.config,
+        Run.objects.count(),
+    )
 
 
 def test_staff_without_permissions_gets_404_on_every_object_url(alice, plain_staff, sent_messages):  # noqa: F811
@@ -193,8 +209,15 @@ def test_wrong_methods_and_unknown_paths_answer_json(alice):
     assert client.head("/api/runs").status_code == 200
 
 
-@pytest.mark.parametrize("url", ["/api/runs/{pk}/metrics?after_step=1e3", "/api/runs/{pk}/events?limit=-1",
-                                 "/api/runs/{pk}/chart?max_points=-5", "/api/runs?offset=-1"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/api/runs/{pk}/metrics?after_step=1e3",
+        "/api/runs/{pk}/events?limit=-1",
+        "/api/runs/{pk}/chart?max_points=-5",
+        "/api/runs?offset=-1",
+    ],
+)
 def test_bad_query_parameters_are_400(alice, url):
     run = make_run(alice)
     response = token_client(alice).get(url.format(pk=run.pk))

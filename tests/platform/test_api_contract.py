@@ -10,24 +10,27 @@ import re
 
 import pytest
 import schemathesis
-from api import openapi
-from api.contract import Op, operations
-from api.endpoint import api_endpoint
-from api.models import ApiToken
+from api_testlib import add_points, make_experiment, make_run
 from django.core import signals
 from django.db import close_old_connections
 from django.test import Client
 from django.urls import re_path
-from experiments.models import Checkpoint, RolloutSample, RunEvent
-from grpo_platform.wsgi import application
 from hypothesis import HealthCheck, Phase, given, settings
 from pydantic import BaseModel
 from schemathesis.checks import not_a_server_error
 from schemathesis.generation import GenerationMode
-from schemathesis.specs.openapi.checks import (content_type_conformance, response_schema_conformance,
-                                               status_code_conformance)
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
 
-from api_testlib import add_points, make_experiment, make_run
+from api import openapi
+from api.contract import Op, operations
+from api.endpoint import api_endpoint
+from api.models import ApiToken
+from experiments.models import Checkpoint, RolloutSample, RunEvent
+from grpo_platform.wsgi import application
 
 EXAMPLES_PER_OPERATION = 40
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
@@ -48,8 +51,10 @@ def test_every_api_route_declares_its_operations():
 def test_path_templates_from_route_regexes():
     template, params = openapi.path_template(r"^runs/(?P<pk>[0-9]{1,18})/checkpoints/(?P<step>[0-9]{1,9})/hf\.zip$")
     assert template == "runs/{pk}/checkpoints/{step}/hf.zip"
-    assert params == {"pk": {"type": "integer", "minimum": 0, "maximum": 10**18 - 1},
-                      "step": {"type": "integer", "minimum": 0, "maximum": 10**9 - 1}}
+    assert params == {
+        "pk": {"type": "integer", "minimum": 0, "maximum": 10**18 - 1},
+        "step": {"type": "integer", "minimum": 0, "maximum": 10**9 - 1},
+    }
     template, params = openapi.path_template(r"^runs/(?P<pk>[0-9]{1,18})/(?P<action>cancel|pause)/?$")
     assert template == "runs/{pk}/{action}"
     assert params["action"] == {"type": "string", "enum": ["cancel", "pause"]}
@@ -98,18 +103,25 @@ def test_schema_is_openapi_31_with_the_token_scheme(client):
     document = response.json()
     assert document["openapi"] == "3.1.0"
     assert document["components"]["securitySchemes"]["token"] == {
-        "type": "apiKey", "in": "header", "name": "Authorization",
-        "description": "`Token <key>`: a key from the API tokens page"}
+        "type": "apiKey",
+        "in": "header",
+        "name": "Authorization",
+        "description": "`Token <key>`: a key from the API tokens page",
+    }
     run = document["paths"]["/api/runs/{pk}"]
     assert set(run) == {"get", "patch"}
     assert run["get"]["responses"]["200"]["content"]["application/json"]["schema"] == {
-        "$ref": "#/components/schemas/RunDetail"}
+        "$ref": "#/components/schemas/RunDetail"
+    }
     assert run["get"]["summary"] == "A run: status, progress, config and lineage"
     assert run["patch"]["summary"] == "Rename a run, or replace its tags or notes"
     assert "RunDetail" in document["components"]["schemas"]
     params = {p["name"]: p for p in document["paths"]["/api/runs"]["get"]["parameters"]}
-    assert params["tag"]["schema"] == {"type": "array", "maxItems": 10,
-                                       "items": {"type": "string", "pattern": "^(?:[A-Za-z0-9._:/-]{1,64})$"}}
+    assert params["tag"]["schema"] == {
+        "type": "array",
+        "maxItems": 10,
+        "items": {"type": "string", "pattern": "^(?:[A-Za-z0-9._:/-]{1,64})$"},
+    }
     assert params["tag"]["style"] == "form" and params["tag"]["explode"] is True  # ?tag=a&tag=b
     assert params["status"]["schema"]["items"]["enum"][0] == "queued"
 
@@ -125,10 +137,14 @@ def test_each_method_of_a_path_has_its_own_summary():
 
 
 def test_a_summary_from_a_docstring_that_describes_several_methods():
-    doc = ('GET: the run. PATCH {"name"?: text} (who may steer it. Or staff): replaces its name.\n'
-           "It answers the run. PUT (name required) /\nDELETE: 204; gone.")
+    doc = (
+        'GET: the run. PATCH {"name"?: text} (who may steer it. Or staff): replaces its name.\n'
+        "It answers the run. PUT (name required) /\nDELETE: 204; gone."
+    )
     assert openapi.method_summary(doc, "GET") == "GET: the run."
-    assert openapi.method_summary(doc, "PATCH") == 'PATCH {"name"?: text} (who may steer it. Or staff): replaces its name.'
+    assert (
+        openapi.method_summary(doc, "PATCH") == 'PATCH {"name"?: text} (who may steer it. Or staff): replaces its name.'
+    )
     assert openapi.method_summary(doc, "PUT") == "PUT (name required)"
     assert openapi.method_summary(doc, "DELETE") == "DELETE: 204; gone."
     assert openapi.method_summary(doc, "POST") == ""
@@ -167,10 +183,20 @@ def world(alice, sent_messages, in_process_requests):
     run = make_run(alice, status="failed", experiment=experiment, step=4)
     add_points(run, {"reward/mean": [(1, 0.1), (2, 0.5), (3, 0.75), (4, 1.0)], "loss": [(1, 2.0), (4, 1.5)]})
     for index in range(2):
-        RolloutSample.objects.create(run=run, step=4, index=index, prompt="1+1=", completion="2", answer="2",
-                                     reward=1.0, advantage=0.5, prompt_hash="0" * 32)
-    Checkpoint.objects.create(run=run, step=4, path=f"run-{run.pk}/checkpoints/4", size_bytes=10,
-                              metrics={"reward/mean": 1.0})
+        RolloutSample.objects.create(
+            run=run,
+            step=4,
+            index=index,
+            prompt="1+1=",
+            completion="2",
+            answer="2",
+            reward=1.0,
+            advantage=0.5,
+            prompt_hash="0" * 32,
+        )
+    Checkpoint.objects.create(
+        run=run, step=4, path=f"run-{run.pk}/checkpoints/4", size_bytes=10, metrics={"reward/mean": 1.0}
+    )
     RunEvent.objects.create(run=run, attempt=1, message="done")
     return {"token": ApiToken.issue(alice).key, "experiment": experiment.pk, "run": run.pk, "step": 4}
 
@@ -201,8 +227,14 @@ def test_operation_keeps_the_contract(label, mode, world):
     headers = {"Authorization": f"Token {world['token']}"}
     answered = []
 
-    @settings(max_examples=EXAMPLES_PER_OPERATION, deadline=None, derandomize=True, database=None,
-              phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=EXAMPLES_PER_OPERATION,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        phases=[Phase.explicit, Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
     @given(case=operation.as_strategy(generation_mode=mode))
     def fuzz(case):
         _aim_at_world(case, world)

@@ -12,6 +12,7 @@ from api_testlib import token_client
 from datasets_testlib import dataset_config, dataset_root, jsonl, upload  # noqa: F401 - fixture
 from django.core.exceptions import ValidationError
 from django.core.files.uploadedfile import SimpleUploadedFile
+
 from experiments.dataset_models import Dataset
 from experiments.models import Experiment, Run
 from trainers.data.examples import MAX_EXAMPLE_NESTING, MAX_LINE_BYTES, read_jsonl
@@ -39,18 +40,29 @@ def test_upload_answers_201_with_a_preview_and_stores_the_file(alice, dataset_ro
     assert [p.name for p in (dataset_root / "users" / str(alice.pk)).iterdir()] == ["arith.jsonl"]  # no temp file
 
 
-@pytest.mark.parametrize("content, message", [
-    (jsonl(2) + b'{"prompt": "x", "answer": }\n', "x.jsonl:3: bad JSON: Expecting value (column 27)"),
-    (jsonl(1) + b'{"answer": "1"}\n', "x.jsonl:2: missing 'prompt' (fields: ['answer'])"),
-    (b'{"prompt": "\xff", "answer": "1"}\n', "x.jsonl:1: not UTF-8 text (invalid start byte at byte 13 of the line)"),
-    (b"", "x.jsonl: empty file, no examples"),
-    (jsonl(1) + b"[" * 100_000 + b"]" * 100_000 + b"\n",
-     f"x.jsonl:2: nested deeper than {MAX_EXAMPLE_NESTING} levels of lists and objects; an example is an object "
-     "of text fields"),
-    (jsonl(2) + LONG_LINE + b"\n" + jsonl(1),
-     f"x.jsonl:3: the line is {len(LONG_LINE)} bytes, over the limit of {MAX_LINE_BYTES} bytes a line; shorten it "
-     "or split the example"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (jsonl(2) + b'{"prompt": "x", "answer": }\n', "x.jsonl:3: bad JSON: Expecting value (column 27)"),
+        (jsonl(1) + b'{"answer": "1"}\n', "x.jsonl:2: missing 'prompt' (fields: ['answer'])"),
+        (
+            b'{"prompt": "\xff", "answer": "1"}\n',
+            "x.jsonl:1: not UTF-8 text (invalid start byte at byte 13 of the line)",
+        ),
+        (b"", "x.jsonl: empty file, no examples"),
+        (
+            jsonl(1) + b"[" * 100_000 + b"]" * 100_000 + b"\n",
+            f"x.jsonl:2: nested deeper than {MAX_EXAMPLE_NESTING} levels of lists and objects; an example is an object "
+            "of text fields",
+        ),
+        (
+            jsonl(2) + LONG_LINE + b"\n" + jsonl(1),
+            f"x.jsonl:3: the line is {len(LONG_LINE)} bytes, over the limit of {MAX_LINE_BYTES} bytes a line; "
+            "shorten it "
+            "or split the example",
+        ),
+    ],
+)
 def test_a_bad_file_answers_400_naming_file_and_line(alice, dataset_root, content, message):
     response = _upload(token_client(alice), "bad", content)
     assert response.status_code == 400
@@ -70,8 +82,9 @@ def test_too_big(alice, dataset_root, settings):
     assert response.status_code == 400
     assert "larger than this server's limit of 100 bytes" in response.json()["errors"]["file"]
     settings.PLATFORM_DATASET_MAX_BYTES = 10
-    huge = token_client(alice).post("/api/datasets", b"x" * (2 * 1024 * 1024), content_type="multipart/form-data; "
-                                                                                            "boundary=zz")
+    huge = token_client(alice).post(
+        "/api/datasets", b"x" * (2 * 1024 * 1024), content_type="multipart/form-data; boundary=zz"
+    )
     assert huge.status_code == 413 and "limit of 10 bytes" in huge.json()["error"]
 
 
@@ -83,7 +96,8 @@ def test_names_taken_bad_or_missing(alice, bob, dataset_root):
     assert _upload(token_client(bob), "arith", jsonl()).status_code == 201  # unique per owner
     assert _upload(client, "../etc", jsonl()).json()["errors"]["name"].startswith("'../etc' is not a dataset name")
     assert client.post("/api/datasets", {"name": "x"}).json()["errors"] == {
-        "file": "required: the JSONL file, as a multipart file field"}
+        "file": "required: the JSONL file, as a multipart file field"
+    }
     assert client.post("/api/datasets", {"name": "x"}, content_type="application/json").status_code == 400
 
 
@@ -94,8 +108,10 @@ def test_list_detail_and_sharing(alice, bob, dataset_root):
     assert [d["name"] for d in alice_api.get("/api/datasets").json()["datasets"]] == ["arith"]
     assert bob_api.get(f"/api/datasets/{mine.pk}").status_code == 404
     assert bob_api.delete(f"/api/datasets/{mine.pk}").status_code == 404
-    assert bob_api.post(f"/api/datasets/{mine.pk}/share", {"users": ["bob"]}, content_type="application/json"
-                        ).status_code == 404
+    assert (
+        bob_api.post(f"/api/datasets/{mine.pk}/share", {"users": ["bob"]}, content_type="application/json").status_code
+        == 404
+    )
 
     shared = alice_api.post(f"/api/datasets/{mine.pk}/share", {"users": ["bob"]}, content_type="application/json")
     assert shared.status_code == 200 and shared.json() == {"shared_with": ["bob"]}
@@ -104,15 +120,22 @@ def test_list_detail_and_sharing(alice, bob, dataset_root):
     detail = bob_api.get(f"/api/datasets/{mine.pk}").json()
     assert detail["rows"] == 6 and detail["description"] == "sums" and len(detail["preview"]) == 5
     assert bob_api.delete(f"/api/datasets/{mine.pk}").status_code == 403
-    assert bob_api.post(f"/api/datasets/{mine.pk}/unshare", {"users": ["bob"]}, content_type="application/json"
-                        ).status_code == 403
+    assert (
+        bob_api.post(
+            f"/api/datasets/{mine.pk}/unshare", {"users": ["bob"]}, content_type="application/json"
+        ).status_code
+        == 403
+    )
 
     unknown = alice_api.post(f"/api/datasets/{mine.pk}/share", {"users": ["nobody"]}, content_type="application/json")
     assert unknown.status_code == 400
-    assert unknown.json()["errors"] == {"users": "cannot share with: nobody (no such user, or not one you can "
-                                                 "share with)"}
-    assert alice_api.post(f"/api/datasets/{mine.pk}/share", {"users": "bob"}, content_type="application/json"
-                          ).status_code == 400
+    assert unknown.json()["errors"] == {
+        "users": "cannot share with: nobody (no such user, or not one you can share with)"
+    }
+    assert (
+        alice_api.post(f"/api/datasets/{mine.pk}/share", {"users": "bob"}, content_type="application/json").status_code
+        == 400
+    )
     unshared = alice_api.post(f"/api/datasets/{mine.pk}/unshare", {"users": ["bob"]}, content_type="application/json")
     assert unshared.json() == {"shared_with": []}
     assert bob_api.get(f"/api/datasets/{mine.pk}").status_code == 404
@@ -126,14 +149,18 @@ def test_share_answers_unknown_and_inactive_users_alike(alice, bob, dataset_root
     dataset = upload(alice, "arith")
     api = token_client(alice)
     for action in ("share", "unshare"):
-        answers = {name: api.post(f"/api/datasets/{dataset.pk}/{action}", {"users": [name]},
-                                  content_type="application/json") for name in ("sleeper", "nobody")}
+        answers = {
+            name: api.post(f"/api/datasets/{dataset.pk}/{action}", {"users": [name]}, content_type="application/json")
+            for name in ("sleeper", "nobody")
+        }
         for name, answer in answers.items():
             assert answer.status_code == 400
-            assert answer.json() == {"errors": {"users": f"cannot share with: {name} (no such user, or not one you "
-                                                         "can share with)"}}
-    both = api.post(f"/api/datasets/{dataset.pk}/share", {"users": ["bob", "sleeper", "nobody"]},
-                    content_type="application/json")
+            assert answer.json() == {
+                "errors": {"users": f"cannot share with: {name} (no such user, or not one you can share with)"}
+            }
+    both = api.post(
+        f"/api/datasets/{dataset.pk}/share", {"users": ["bob", "sleeper", "nobody"]}, content_type="application/json"
+    )
     assert both.json()["errors"]["users"].startswith("cannot share with: nobody, sleeper (")
     assert not dataset.shared_with.exists()  # nothing shared when one name is refused
 
@@ -143,23 +170,31 @@ def test_experiments_on_datasets_resolve_for_their_owner(alice, bob, dataset_roo
     upload(alice, "held-out", jsonl(3, start=50))
     alice_api, bob_api = token_client(alice), token_client(bob)
     config = dataset_config(tiny_config, train="arith", evaluation="held-out")
-    created = alice_api.post("/api/experiments", {"name": "on-arith", "config": config}, content_type="application/json")
+    created = alice_api.post(
+        "/api/experiments", {"name": "on-arith", "config": config}, content_type="application/json"
+    )
     assert created.status_code == 201, created.content
     experiment = Experiment.objects.get(pk=created.json()["id"])
     assert (experiment.config["data"]["train_dataset"], experiment.config["data"]["train_path"]) == ("arith", None)
 
     # bob: alice's unshared dataset is unknown to him, by either name
     for name in ("alice/arith", "arith"):
-        refused = bob_api.post("/api/experiments", {"name": "x", "config": dataset_config(tiny_config, train=name)},
-                               content_type="application/json")
+        refused = bob_api.post(
+            "/api/experiments",
+            {"name": "x", "config": dataset_config(tiny_config, train=name)},
+            content_type="application/json",
+        )
         assert refused.status_code == 400
         assert list(refused.json()["errors"]) == ["data.train_dataset"], refused.json()
     # shared: he names it owner/name; YAML works the same way
     mine.shared_with.add(bob)
-    yaml_text = "model: {preset: tiny}\ndata: {train_dataset: alice/arith, train_prompts: 8}\n" \
-                "rollout: {max_new_tokens: 4}\nrewards: [{name: exact_match}]\ntrain: {max_steps: 2}\n"
-    bobs = bob_api.post("/api/experiments", {"name": "bob-on-alice", "config_yaml": yaml_text},
-                        content_type="application/json")
+    yaml_text = (
+        "model: {preset: tiny}\ndata: {train_dataset: alice/arith, train_prompts: 8}\n"
+        "rollout: {max_new_tokens: 4}\nrewards: [{name: exact_match}]\ntrain: {max_steps: 2}\n"
+    )
+    bobs = bob_api.post(
+        "/api/experiments", {"name": "bob-on-alice", "config_yaml": yaml_text}, content_type="application/json"
+    )
     assert bobs.status_code == 201, bobs.content
 
     # a path beside the name that names another file is refused; the same file is fine
@@ -171,12 +206,14 @@ def test_experiments_on_datasets_resolve_for_their_owner(alice, bob, dataset_roo
     mine.shared_with.remove(bob)
     launch = bob_api.post(f"/api/experiments/{bobs.json()['id']}/runs", {}, content_type="application/json")
     assert launch.status_code == 400 and list(launch.json()["errors"]) == ["data.train_dataset"]
-    assert alice_api.post(f"/api/experiments/{experiment.pk}/runs", {}, content_type="application/json"
-                          ).status_code == 201
+    assert (
+        alice_api.post(f"/api/experiments/{experiment.pk}/runs", {}, content_type="application/json").status_code == 201
+    )
 
 
-def test_delete_refused_while_named_then_removes_the_file(alice, bob, dataset_root, tiny_config,
-                                                          django_capture_on_commit_callbacks):
+def test_delete_refused_while_named_then_removes_the_file(
+    alice, bob, dataset_root, tiny_config, django_capture_on_commit_callbacks
+):
     dataset = upload(alice, "arith")
     dataset.shared_with.add(bob)
     theirs = Experiment(owner=bob, name="bob-on-alice")
@@ -207,8 +244,7 @@ def test_the_worker_validates_again_with_the_run_owner(alice, bob, dataset_root,
     dataset.shared_with.add(alice)
     experiment = Experiment(owner=alice, name="on-bobs")
     experiment.set_config(dataset_config(tiny_config, train="bob/theirs"), user=alice)
-    run = Run.objects.create(experiment=experiment, config=experiment.config, status="running", attempt=1,
-                             max_steps=6)
+    run = Run.objects.create(experiment=experiment, config=experiment.config, status="running", attempt=1, max_steps=6)
     dataset.shared_with.remove(alice)
     assert run_attempt(run.pk, 1) == 1
     run.refresh_from_db()

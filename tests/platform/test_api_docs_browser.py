@@ -5,11 +5,11 @@ no Content-Security-Policy violation."""
 from __future__ import annotations
 
 import pytest
-from api import openapi
+from browser_testlib import CHROMIUM, CHROMIUM_ARGS
 from django.db import connections
 from playwright.sync_api import expect, sync_playwright
 
-from browser_testlib import CHROMIUM, CHROMIUM_ARGS
+from api import openapi
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

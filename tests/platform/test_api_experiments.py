@@ -6,15 +6,19 @@ import json
 
 import yaml
 from api_testlib import make_experiment, token_client
-from experiments.models import Experiment
 from platform_testlib import TINY_CONFIG_YAML, tiny_config
 
+from experiments.models import Experiment
 from trainers.config import ConfigError, parse_config
 
 
 def post(client, url, body, **extra):
-    return client.post(url, data=json.dumps(body) if not isinstance(body, (str, bytes)) else body,
-                       content_type="application/json", **extra)
+    return client.post(
+        url,
+        data=json.dumps(body) if not isinstance(body, (str, bytes)) else body,
+        content_type="application/json",
+        **extra,
+    )
 
 
 def schema_errors(raw) -> dict:
@@ -122,11 +126,15 @@ def test_put_and_patch_add_a_version_only_when_the_config_changes(alice, bob):
     experiment.refresh_from_db()
     assert experiment.config == tiny_config() and experiment.name == "renamed"
     # PUT needs the whole thing; invalid configs change nothing
-    assert set(client.put(url, json.dumps({"name": "x"}), content_type="application/json").json()["errors"]) == {"config"}
+    assert set(client.put(url, json.dumps({"name": "x"}), content_type="application/json").json()["errors"]) == {
+        "config"
+    }
     bad = dict(tiny_config(), batch={"prompts_per_step": 4, "mini_batch_prompts": 3})
     response = client.patch(url, json.dumps({"config": bad}), content_type="application/json")
     assert response.status_code == 400 and "batch.mini_batch_prompts" in response.json()["errors"]
     assert Experiment.objects.get(pk=experiment.pk).versions.count() == 3
     # someone else's: 404, not 403
-    assert token_client(bob).patch(url, json.dumps({"name": "mine"}), content_type="application/json").status_code == 404
+    assert (
+        token_client(bob).patch(url, json.dumps({"name": "mine"}), content_type="application/json").status_code == 404
+    )
     assert Experiment.objects.get(pk=experiment.pk).name == "renamed"

@@ -13,6 +13,7 @@ from api_testlib import (  # noqa: F401 (fixtures)
     make_run,
     token_client,
 )
+
 from experiments.models import Checkpoint, RolloutSample, Run, RunEvent
 
 
@@ -45,9 +46,26 @@ def test_launch_options_and_errors(alice, bob, sent_messages):  # noqa: F811
 def test_run_detail_fields(alice, bob):
     run = make_run(alice, status="running", step=3, worker_host="w1@host", latest_reward=0.5)
     body = token_client(alice).get(f"/api/runs/{run.pk}").json()
-    for key in ("id", "status", "step", "max_steps", "progress", "restarts", "attempt", "max_restarts", "worker",
-                "heartbeat_at", "created_at", "started_at", "finished_at", "duration_s", "latest_reward", "error",
-                "params_digest", "experiment"):
+    for key in (
+        "id",
+        "status",
+        "step",
+        "max_steps",
+        "progress",
+        "restarts",
+        "attempt",
+        "max_restarts",
+        "worker",
+        "heartbeat_at",
+        "created_at",
+        "started_at",
+        "finished_at",
+        "duration_s",
+        "latest_reward",
+        "error",
+        "params_digest",
+        "experiment",
+    ):
         assert key in body, key
     assert body["status"] == "running" and body["step"] == 3 and body["progress"] == pytest.approx(0.5)
     assert body["worker"] == "w1@host" and body["latest_reward"] == 0.5
@@ -70,15 +88,18 @@ def test_run_list_visibility_and_status_filter(alice, bob, staff):
     assert len(token_client(staff).get("/api/runs?limit=1").json()["runs"]) == 1
 
 
-@pytest.mark.parametrize("action, before, after", [
-    ("cancel", "queued", "cancelled"),
-    ("cancel", "running", "cancelling"),
-    ("cancel", "paused", "cancelled"),
-    ("pause", "running", "pausing"),
-    ("resume", "paused", "queued"),
-    ("retry", "failed", "queued"),
-    ("retry", "cancelled", "queued"),
-])
+@pytest.mark.parametrize(
+    "action, before, after",
+    [
+        ("cancel", "queued", "cancelled"),
+        ("cancel", "running", "cancelling"),
+        ("cancel", "paused", "cancelled"),
+        ("pause", "running", "pausing"),
+        ("resume", "paused", "queued"),
+        ("retry", "failed", "queued"),
+        ("retry", "cancelled", "queued"),
+    ],
+)
 def test_actions(alice, sent_messages, action, before, after):  # noqa: F811
     run = make_run(alice, status=before)
     response = token_client(alice).post(f"/api/runs/{run.pk}/{action}")
@@ -87,10 +108,19 @@ def test_actions(alice, sent_messages, action, before, after):  # noqa: F811
     assert Run.objects.get(pk=run.pk).status == after
 
 
-@pytest.mark.parametrize("action, status", [
-    ("pause", "queued"), ("pause", "succeeded"), ("resume", "running"), ("resume", "failed"),
-    ("retry", "running"), ("retry", "succeeded"), ("cancel", "succeeded"), ("cancel", "failed"),
-])
+@pytest.mark.parametrize(
+    "action, status",
+    [
+        ("pause", "queued"),
+        ("pause", "succeeded"),
+        ("resume", "running"),
+        ("resume", "failed"),
+        ("retry", "running"),
+        ("retry", "succeeded"),
+        ("cancel", "succeeded"),
+        ("cancel", "failed"),
+    ],
+)
 def test_illegal_actions_are_409(alice, sent_messages, action, status):  # noqa: F811
     run = make_run(alice, status=status)
     response = token_client(alice).post(f"/api/runs/{run.pk}/{action}")
@@ -115,7 +145,10 @@ def test_metrics_by_name_incremental(alice, fresh_series_cache):  # noqa: F811
     assert body["points"] == [[0, 0.0], [1, 0.1], [2, 0.2]] and body["last_step"] == 2
     assert client.get(url, {"name": "reward/mean", "after_step": 1}).json()["points"] == [[2, 0.2]]
     assert client.get(url, {"name": "reward/mean", "after_step": 2}).json() == {
-        "name": "reward/mean", "points": [], "last_step": 2}
+        "name": "reward/mean",
+        "points": [],
+        "last_step": 2,
+    }
     add_points(run, {"reward/mean": [(3, 0.3)]})
     assert client.get(url, {"name": "reward/mean", "after_step": 2}).json()["points"] == [[3, 0.3]]
     assert client.get(url, {"name": "nope"}).json()["points"] == []
@@ -158,17 +191,34 @@ def test_samples(alice):
     run = make_run(alice)
     for step in (1, 3):
         for index in range(2):
-            RolloutSample.objects.create(run=run, step=step, index=index, prompt=f"p{step}", completion=f"c{index}",
-                                         answer="a", reward=float(index), advantage=-1.0)
+            RolloutSample.objects.create(
+                run=run,
+                step=step,
+                index=index,
+                prompt=f"p{step}",
+                completion=f"c{index}",
+                answer="a",
+                reward=float(index),
+                advantage=-1.0,
+            )
     client = token_client(alice)
     url = f"/api/runs/{run.pk}/samples"
     body = client.get(url).json()
     assert body["steps"] == [3, 1] and body["step"] == 3
-    assert body["samples"][1] == {"index": 1, "prompt": "p3", "completion": "c1", "answer": "a", "reward": 1.0,
-                                  "advantage": -1.0, "prompt_messages": None,
-                                  "prompt_segments": [{"kind": "text", "text": "p3"}],
-                                  "completion_segments": [{"kind": "text", "text": "c1"}],
-                                  "truncated": None, "in_loss": None, "overlong_penalty": None}
+    assert body["samples"][1] == {
+        "index": 1,
+        "prompt": "p3",
+        "completion": "c1",
+        "answer": "a",
+        "reward": 1.0,
+        "advantage": -1.0,
+        "prompt_messages": None,
+        "prompt_segments": [{"kind": "text", "text": "p3"}],
+        "completion_segments": [{"kind": "text", "text": "c1"}],
+        "truncated": None,
+        "in_loss": None,
+        "overlong_penalty": None,
+    }
     assert client.get(url, {"step": 1}).json()["samples"][0]["prompt"] == "p1"
     assert client.get(url, {"step": 2}).json()["samples"] == []
     assert client.get(url, {"step": "last"}).status_code == 400
@@ -218,7 +268,6 @@ def test_lists_do_not_query_per_row(alice, django_assert_max_num_queries):
         assert len(client.get(f"/api/experiments/{experiment.pk}").json()["runs"]) == 5
 
 
-
 def test_launch_onto_a_named_queue(alice, sent_messages, django_capture_on_commit_callbacks):  # noqa: F811
     """A run can target a queue an admin registered for the user (workers take `worker --queues Q`);
     a bad name is a 400 naming the field."""
@@ -228,9 +277,13 @@ def test_launch_onto_a_named_queue(alice, sent_messages, django_capture_on_commi
     experiment = make_experiment(alice)
     client = token_client(alice)
     with django_capture_on_commit_callbacks(execute=True):
-        ok = client.post(f"/api/experiments/{experiment.pk}/runs", {"queue": "gpu-h100"}, content_type="application/json")
+        ok = client.post(
+            f"/api/experiments/{experiment.pk}/runs", {"queue": "gpu-h100"}, content_type="application/json"
+        )
     assert ok.status_code == 201, ok.content
     assert Run.objects.get(pk=ok.json()["id"]).queue == "gpu-h100"
     assert sent_messages[-1][2] == "gpu-h100"
-    bad = client.post(f"/api/experiments/{experiment.pk}/runs", {"queue": "no spaces!"}, content_type="application/json")
+    bad = client.post(
+        f"/api/experiments/{experiment.pk}/runs", {"queue": "no spaces!"}, content_type="application/json"
+    )
     assert bad.status_code == 400 and "queue" in bad.json()["errors"]

@@ -13,32 +13,49 @@ import json
 from urllib.parse import urlsplit
 
 import pytest
-from api import openapi
-from api.contract import Error, Errors, Op, Shape, operations
-from api.endpoint import api_endpoint
 from api_testlib import add_points, make_run, token_client
-from alerts.models import AlertDelivery
 from datasets_testlib import dataset_root, jsonl  # noqa: F401 (fixture)
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.http import HttpResponseBase, JsonResponse
 from django.test import RequestFactory
 from django.urls import re_path, resolve
 from django.utils import timezone
-from evaluations.models import EvaluationJob, EvaluationSample
-from experiments.models import Checkpoint, RolloutSample, RunEvent
 from platform_testlib import tiny_config
 from pydantic import ValidationError
 
+from alerts.models import AlertDelivery
+from api import openapi
+from api.contract import Error, Errors, Op, Shape, operations
+from api.endpoint import api_endpoint
+from evaluations.models import EvaluationJob, EvaluationSample
+from experiments.models import Checkpoint, RolloutSample, RunEvent
 from tests.tiny_models import write_model_config
 
 pytestmark = pytest.mark.django_db
 
-EPISODE = {"env": "calculator", "turns": [{"role": "assistant", "text": "<tool_call>1+1</tool_call>", "tokens": 6},
-                                         {"role": "tool", "text": "2", "tokens": 1}],
-           "reward_parts": {"exact_match": 1.0}, "end_reason": "done", "tool_calls": 1, "tool_errors": 0,
-           "truncated": False, "in_loss": True, "overlong_penalty": 0.0, "generation": 1}
-SWEEP = {"name": "lr", "space": {"optimizer.learning_rate": {"type": "float", "low": 1e-4, "high": 1e-2}},
-         "metric": "reward/mean", "max_trials": 2, "max_concurrent_trials": 1, "sampler": "random"}
+EPISODE = {
+    "env": "calculator",
+    "turns": [
+        {"role": "assistant", "text": "<tool_call>1+1</tool_call>", "tokens": 6},
+        {"role": "tool", "text": "2", "tokens": 1},
+    ],
+    "reward_parts": {"exact_match": 1.0},
+    "end_reason": "done",
+    "tool_calls": 1,
+    "tool_errors": 0,
+    "truncated": False,
+    "in_loss": True,
+    "overlong_penalty": 0.0,
+    "generation": 1,
+}
+SWEEP = {
+    "name": "lr",
+    "space": {"optimizer.learning_rate": {"type": "float", "low": 1e-4, "high": 1e-2}},
+    "metric": "reward/mean",
+    "max_trials": 2,
+    "max_concurrent_trials": 1,
+    "sampler": "random",
+}
 
 
 def document_operations() -> set[str]:
@@ -70,8 +87,11 @@ class Caller:
     def __init__(self, client):
         self.client = client
         self.called: set[str] = set()
-        self.routes = {view: openapi.API_PREFIX + openapi.path_template(regex)[0]
-                       for regex, view in openapi.api_routes() if getattr(view, "api_ops", None)}
+        self.routes = {
+            view: openapi.API_PREFIX + openapi.path_template(regex)[0]
+            for regex, view in openapi.api_routes()
+            if getattr(view, "api_ops", None)
+        }
 
     def __call__(self, method: str, path: str, status: int, body=None) -> dict | None:
         send = getattr(self.client, method.lower())
@@ -104,21 +124,42 @@ def finished_run(alice, settings, tmp_path):
     settings.ARTIFACTS_DIR = tmp_path / "runs"
     run = make_run(alice, status="succeeded", run_dir="run-shapes", step=4, latest_reward=0.5)
     add_points(run, {"reward/mean": [(1, 0.1), (2, float("nan")), (4, 1.0)], "loss": [(1, 2.0), (4, 1.5)]})
-    RolloutSample.objects.create(run=run, step=4, index=0, prompt="1+1=", completion="2", answer="2", reward=1.0,
-                                 advantage=0.5, prompt_hash="0" * 32)
-    RolloutSample.objects.create(run=run, step=4, index=1, prompt="2+2=", completion="4", answer="4", reward=1.0,
-                                 advantage=0.5, prompt_hash="1" * 32, extra=EPISODE)
+    RolloutSample.objects.create(
+        run=run,
+        step=4,
+        index=0,
+        prompt="1+1=",
+        completion="2",
+        answer="2",
+        reward=1.0,
+        advantage=0.5,
+        prompt_hash="0" * 32,
+    )
+    RolloutSample.objects.create(
+        run=run,
+        step=4,
+        index=1,
+        prompt="2+2=",
+        completion="4",
+        answer="4",
+        reward=1.0,
+        advantage=0.5,
+        prompt_hash="1" * 32,
+        extra=EPISODE,
+    )
     RunEvent.objects.create(run=run, attempt=1, message="done")
     folder = settings.ARTIFACTS_DIR / "run-shapes" / "checkpoints" / "4" / "params"
     folder.mkdir(parents=True)
     (folder / "weights").write_text("weights")
-    Checkpoint.objects.create(run=run, step=4, path="run-shapes/checkpoints/4", size_bytes=10,
-                              metrics={"reward/mean": 1.0})
+    Checkpoint.objects.create(
+        run=run, step=4, path="run-shapes/checkpoints/4", size_bytes=10, metrics={"reward/mean": 1.0}
+    )
     return run
 
 
-def test_every_operation_answers_the_shape_its_contract_declares(alice, bob, sent_messages, dataset_root,
-                                                                 models_root, finished_run):
+def test_every_operation_answers_the_shape_its_contract_declares(
+    alice, bob, sent_messages, dataset_root, models_root, finished_run
+):
     call = Caller(token_client(alice))
     run = finished_run.pk
 
@@ -162,10 +203,12 @@ def test_every_operation_answers_the_shape_its_contract_declares(alice, bob, sen
     scored = call("POST", "/api/evaluations", 201, asked)["id"]
     cancelled = call("POST", "/api/evaluations", 201, asked)["id"]
     call("POST", f"/api/evaluations/{cancelled}/cancel", 202)
-    EvaluationJob.objects.filter(pk=scored).update(status="succeeded", accuracy=0.5, pass_at_1=0.5, pass_at_k=1.0,
-                                                   reward_mean=0.5, finished_at=timezone.now())
-    EvaluationSample.objects.create(job_id=scored, index=0, prompt="ab", completion="ba", answer="ba", reward=1.0,
-                                    correct=True, samples_correct=2)
+    EvaluationJob.objects.filter(pk=scored).update(
+        status="succeeded", accuracy=0.5, pass_at_1=0.5, pass_at_k=1.0, reward_mean=0.5, finished_at=timezone.now()
+    )
+    EvaluationSample.objects.create(
+        job_id=scored, index=0, prompt="ab", completion="ba", answer="ba", reward=1.0, correct=True, samples_correct=2
+    )
     call("GET", "/api/evaluations", 200)
     call("GET", f"/api/evaluations/{scored}", 200)
     call("GET", f"/api/evaluations/{scored}/samples", 200)
@@ -177,8 +220,9 @@ def test_every_operation_answers_the_shape_its_contract_declares(alice, bob, sen
     assert call("GET", f"/api/sweeps/{sweep}", 200)["trials"]
     call("POST", f"/api/sweeps/{sweep}/cancel", 202)
 
-    rule = call("POST", "/api/alerts", 201, {"events": ["failed"], "channel": "email",
-                                            "target": "alice@example.com"})["id"]
+    rule = call("POST", "/api/alerts", 201, {"events": ["failed"], "channel": "email", "target": "alice@example.com"})[
+        "id"
+    ]
     AlertDelivery.objects.create(rule_id=rule, run=finished_run, event="failed", key="k", message="run failed")
     call("GET", "/api/alerts", 200)
     call("GET", f"/api/alerts/{rule}", 200)
@@ -211,6 +255,7 @@ def test_an_answer_with_an_undeclared_key_or_without_a_field_fails_the_check():
 def test_a_view_that_strays_from_its_shape_answers_500(alice, caplog):
     """A view answering a dict, or building its shape with a key the shape lacks, is a bug the
     endpoint answers with a JSON 500 (logged), never a body that drifts from the document."""
+
     @operations(GET=Op(responses={200: Pair}))
     @api_endpoint("GET")
     def plain_dict(request):
@@ -232,5 +277,6 @@ def test_a_view_that_strays_from_its_shape_answers_500(alice, caplog):
     for view in (plain_dict, extra_key):
         response = view(request)
         assert response.status_code == 500 and json.loads(response.content) == {
-            "error": "internal error (logged on the server)"}
+            "error": "internal error (logged on the server)"
+        }
     assert len(openapi.build([re_path(r"^pairs/?$", fits)])["paths"]) == 1

@@ -7,10 +7,11 @@ import datetime
 import hashlib
 
 import pytest
-from api.models import ApiToken, hash_key
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
+
+from api.models import ApiToken, hash_key
 
 
 def api_get(key: str):

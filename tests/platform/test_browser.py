@@ -25,8 +25,13 @@ from playwright.sync_api import expect, sync_playwright
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-quic",
-    "--no-first-run", "--disable-component-update", "--disable-sync",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-component-update",
+    "--disable-sync",
 ]
 
 
@@ -57,7 +62,11 @@ def served_platform(env: dict, tmp_path: Path):
     log = open(tmp_path / "serve.log", "w")
     proc = subprocess.Popen(
         [sys.executable, str(ROOT / "manage.py"), "serve", "--port", str(port), "--workers", "1", "--no-model-demo"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     try:
         _wait_for_port(port, proc, timeout_s=120)
@@ -104,6 +113,7 @@ def platform_env(tmp_path):
         def dropper():
             with psycopg.connect(base + "/postgres", autocommit=True) as conn:
                 conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
     if os.environ.get("CELERY_BROKER_URL", "").startswith("redis://"):
         import redis
 

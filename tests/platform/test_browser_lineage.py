@@ -68,8 +68,7 @@ def test_browser_fork_a_finished_run_and_see_the_lineage(platform_env, tmp_path)
         parent_id = _run_id(page.url)
 
         # wait for it to finish; the page then offers its checkpoints to fork
-        expect(page.locator("#run-status")).to_have_attribute("data-status", "succeeded",
-                                                              timeout=RUN_FINISH_S * 1000)
+        expect(page.locator("#run-status")).to_have_attribute("data-status", "succeeded", timeout=RUN_FINISH_S * 1000)
         page.reload()
         expect(page.locator("#fork-step option")).to_have_count(2)  # checkpoints 2 and 1, newest first
         page.select_option("#fork-step", "1")

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from api_testlib import add_points, make_experiment, make_run, token_client
+from platform_testlib import TINY_CONFIG_YAML
+
 from api.models import ApiToken
 from experiments.models import Checkpoint, Experiment, RolloutSample, Run
 from grpo_client import cli, formatting
 from grpo_client.api import error_message
-
-from api_testlib import add_points, make_experiment, make_run, token_client
-from platform_testlib import TINY_CONFIG_YAML
 
 REPO = Path(__file__).resolve().parents[2]
 CLIENT_TIMEOUT_S = 60
@@ -29,8 +29,14 @@ CLIENT_TIMEOUT_S = 60
 def run_client(server: str, token: str, *args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GRPO_", "DJANGO_"))}
     env.update(GRPO_SERVER=server, GRPO_TOKEN=token)
-    return subprocess.run([sys.executable, "-m", "grpo_client", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=CLIENT_TIMEOUT_S)
+    return subprocess.run(
+        [sys.executable, "-m", "grpo_client", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=CLIENT_TIMEOUT_S,
+    )
 
 
 @pytest.fixture
@@ -44,8 +50,10 @@ def cli_as_alice(live_server, alice, sent_messages):
 
 def test_error_messages_from_the_api_answers():
     assert error_message(404, b'{"error": "run 9 not found"}') == "HTTP 404: run 9 not found"
-    assert error_message(400, b'{"errors": {"name": "required", "config": "bad"}}') == \
-        "HTTP 400: name: required; config: bad"
+    assert (
+        error_message(400, b'{"errors": {"name": "required", "config": "bad"}}')
+        == "HTTP 400: name: required; config: bad"
+    )
     assert error_message(502, b"<html>\nBad gateway</html>") == "HTTP 502: <html> Bad gateway</html>"
 
 
@@ -57,9 +65,24 @@ def test_watch_lines_and_tables():
     assert formatting.table(["ID", "NAME"], [["7", "a"], ["12", None]]) == "ID  NAME\n7   a\n12  -"
 
 
-@pytest.mark.parametrize("argv", [[], ["experiments"], ["experiments", "list"], ["runs"], ["runs", "list"],
-                                  ["launch"], ["watch"], ["pause"], ["resume"], ["cancel"], ["retry"],
-                                  ["samples"], ["download"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["experiments"],
+        ["experiments", "list"],
+        ["runs"],
+        ["runs", "list"],
+        ["launch"],
+        ["watch"],
+        ["pause"],
+        ["resume"],
+        ["cancel"],
+        ["retry"],
+        ["samples"],
+        ["download"],
+    ],
+)
 def test_every_command_has_help(argv, capsys):
     with pytest.raises(SystemExit) as exit_:
         cli.main([*argv, "--help"])
@@ -85,7 +108,8 @@ def test_experiments_and_runs_lists(cli_as_alice, alice, bob):
     listed = cli_as_alice("runs", "list", "--status", "running")
     assert listed.returncode == 0, listed.stderr
     assert [line.split()[:4] for line in listed.stdout.splitlines()[1:]] == [
-        [str(running.pk), "alice-exp", "running", "3/6"]]
+        [str(running.pk), "alice-exp", "running", "3/6"]
+    ]
 
 
 def test_launch_a_yaml_config_with_overrides(cli_as_alice, sent_messages, tmp_path):
@@ -147,12 +171,15 @@ def test_an_override_repairs_an_invalid_base_config(cli_as_alice, tmp_path):
     assert run.config["train"]["max_steps"] == 4 and run.experiment.versions.count() == 1
 
 
-@pytest.mark.parametrize("override, field", [
-    ("train.max_steps=-3", "train.max_steps"),  # a value the schema refuses
-    ("train.max_stepz=3", "train.max_stepz"),  # no such field
-    ("seed.x=1", "seed"),  # below a value
-    ("train.max_steps", "(--set)"),  # not PATH=VALUE
-])
+@pytest.mark.parametrize(
+    "override, field",
+    [
+        ("train.max_steps=-3", "train.max_steps"),  # a value the schema refuses
+        ("train.max_stepz=3", "train.max_stepz"),  # no such field
+        ("seed.x=1", "seed"),  # below a value
+        ("train.max_steps", "(--set)"),  # not PATH=VALUE
+    ],
+)
 def test_a_refused_override_creates_nothing(cli_as_alice, alice, tmp_path, override, field):
     make_experiment(alice, name="already-there")
     config_file = tmp_path / "arith.yaml"
@@ -170,8 +197,9 @@ def test_a_refused_launch_says_the_experiment_was_kept(cli_as_alice, tmp_path):
     launched = cli_as_alice("launch", str(config_file), "--queue", "no-such-queue")
     assert launched.returncode == 1 and launched.stdout == ""
     experiment = Experiment.objects.get()
-    assert launched.stderr.startswith(f"error: experiment {experiment.pk} was created, but no run was launched "
-                                      "(HTTP 4"), launched.stderr
+    assert launched.stderr.startswith(
+        f"error: experiment {experiment.pk} was created, but no run was launched (HTTP 4"
+    ), launched.stderr
     assert "queue" in launched.stderr and f"/experiments/{experiment.pk}/ once that is fixed" in launched.stderr
     assert not Run.objects.exists()
 
@@ -190,10 +218,12 @@ def test_the_api_applies_overrides_before_it_validates(alice):
     assert created.status_code == 201, created.content
     assert Experiment.objects.get(pk=created.json()["id"]).config["seed"] == 5
     assert bad["seed"] == "x"
-    for body, field in [({"name": "b", "config_yaml": TINY_CONFIG_YAML, "overrides": "seed=1"}, "overrides"),
-                        ({"name": "b", "config_yaml": TINY_CONFIG_YAML, "overrides": [1]}, "overrides"),
-                        ({"name": "b", "overrides": ["seed=1"]}, "overrides"),
-                        ({"name": "b", "config_yaml": "[1, 2]", "overrides": ["seed=1"]}, "(config)")]:
+    for body, field in [
+        ({"name": "b", "config_yaml": TINY_CONFIG_YAML, "overrides": "seed=1"}, "overrides"),
+        ({"name": "b", "config_yaml": TINY_CONFIG_YAML, "overrides": [1]}, "overrides"),
+        ({"name": "b", "overrides": ["seed=1"]}, "overrides"),
+        ({"name": "b", "config_yaml": "[1, 2]", "overrides": ["seed=1"]}, "(config)"),
+    ]:
         refused = post(body)
         assert refused.status_code == 400 and field in refused.json()["errors"], (body, refused.content)
     assert Experiment.objects.count() == 1
@@ -241,9 +271,16 @@ def test_samples_for_people_and_as_json_lines(cli_as_alice, alice):
     run = make_run(alice, status="succeeded", step=4)
     for step in (2, 4):
         for index in range(2):
-            RolloutSample.objects.create(run=run, step=step, index=index, prompt=f"{step}+{index}=",
-                                         completion=f"{step + index}", answer=f"{step + index}", reward=1.0,
-                                         advantage=0.25 * index)
+            RolloutSample.objects.create(
+                run=run,
+                step=step,
+                index=index,
+                prompt=f"{step}+{index}=",
+                completion=f"{step + index}",
+                answer=f"{step + index}",
+                reward=1.0,
+                advantage=0.25 * index,
+            )
     shown = cli_as_alice("samples", str(run.pk))
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.splitlines()[0] == "step 4 (2 samples; steps with samples: 4, 2)"
@@ -260,8 +297,14 @@ def test_watch_prints_each_step_as_it_arrives_and_exits_when_the_run_ends(live_s
     add_points(run, {"reward/mean": [(1, 0.25)], "loss": [(1, 2.0)]})
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GRPO_", "DJANGO_"))}
     env.update(GRPO_SERVER=live_server.url, GRPO_TOKEN=ApiToken.issue(alice).key)
-    watcher = subprocess.Popen([sys.executable, "-m", "grpo_client", "watch", str(run.pk), "--interval", "0.1"],
-                               cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    watcher = subprocess.Popen(
+        [sys.executable, "-m", "grpo_client", "watch", str(run.pk), "--interval", "0.1"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     killer = threading.Timer(CLIENT_TIMEOUT_S, watcher.kill)  # a hung watch fails the test, not the suite
     killer.start()
     try:
@@ -303,8 +346,10 @@ def test_download_a_checkpoint(cli_as_alice, alice, monkeypatch, tmp_path):
     assert downloaded.stdout == f"wrote {out} ({out.stat().st_size} bytes)\n"
     with zipfile.ZipFile(out) as archive:
         assert archive.read(f"run-{run.pk}-step-4/model.safetensors") == bytes(range(256)) * 40
-        assert sorted(archive.namelist()) == [f"run-{run.pk}-step-4/config.json",
-                                              f"run-{run.pk}-step-4/model.safetensors"]
+        assert sorted(archive.namelist()) == [
+            f"run-{run.pk}-step-4/config.json",
+            f"run-{run.pk}-step-4/model.safetensors",
+        ]
 
 
 def test_a_refused_download_leaves_no_file(cli_as_alice, alice, tmp_path):

@@ -12,10 +12,10 @@ import yaml
 from browser_testlib import logged_in_page  # noqa: F401 (fixture)
 from django.urls import reverse
 from playwright.sync_api import expect
-from web import config_form
 from web_testlib import fast_passwords  # noqa: F401 (fast_passwords: autouse)
 
 from trainers.config import iter_field_specs
+from web import config_form
 
 SPECS = {spec.path: spec for spec in iter_field_specs()}
 PROMPT = "You are terse.\nAnswer in one line.\n\nNever apologise."

@@ -7,9 +7,10 @@ import json
 
 import pytest
 from api_testlib import make_experiment, token_client
+from platform_testlib import tiny_config
+
 from experiments import configs
 from experiments.config_limits import field_value, limit_problems
-from platform_testlib import tiny_config
 
 LIMITS = {"train.max_steps": 1000, "rollout.max_new_tokens": 64, "batch.prompts_per_step": 32}
 
@@ -26,7 +27,10 @@ def test_limit_problems_name_the_field_value_and_limit():
     problems = limit_problems(data, LIMITS)
     assert [(p.field, p.message) for p in problems] == [
         ("train.max_steps", "5000 is above this server's limit of 1000; ask an admin to raise PLATFORM_CONFIG_LIMITS"),
-        ("batch.prompts_per_step", "33 is above this server's limit of 32; ask an admin to raise PLATFORM_CONFIG_LIMITS"),
+        (
+            "batch.prompts_per_step",
+            "33 is above this server's limit of 32; ask an admin to raise PLATFORM_CONFIG_LIMITS",
+        ),
     ]  # 64 == the limit: allowed
 
 
@@ -40,7 +44,8 @@ def test_every_validation_entry_point_applies_the_limits(settings):
     with pytest.raises(configs.ConfigError) as refused:
         configs.parse(tiny_config(train__max_steps=6))
     assert refused.value.as_dict() == {
-        "train.max_steps": "6 is above this server's limit of 5; ask an admin to raise PLATFORM_CONFIG_LIMITS"}
+        "train.max_steps": "6 is above this server's limit of 5; ask an admin to raise PLATFORM_CONFIG_LIMITS"
+    }
     with pytest.raises(configs.ConfigError, match="train.max_steps: 6 is above"):
         configs.parse_text("model: {preset: tiny}\ndata: {task: arithmetic}\ntrain: {max_steps: 6}\n")
     assert configs.parse(tiny_config(train__max_steps=5)).train.max_steps == 5
@@ -48,8 +53,11 @@ def test_every_validation_entry_point_applies_the_limits(settings):
 
 def test_api_create_answers_400_naming_the_field(alice, settings):
     settings.PLATFORM_CONFIG_LIMITS = {"rollout.max_new_tokens": 8}
-    response = token_client(alice).post("/api/experiments", {"name": "big", "config": tiny_config(
-        rollout__max_new_tokens=9)}, content_type="application/json")
+    response = token_client(alice).post(
+        "/api/experiments",
+        {"name": "big", "config": tiny_config(rollout__max_new_tokens=9)},
+        content_type="application/json",
+    )
     assert response.status_code == 400
     assert "limit of 8" in response.json()["errors"]["rollout.max_new_tokens"]
 
@@ -70,11 +78,25 @@ def test_env_overrides_single_entries(tmp_path, settings):
     import subprocess
     import sys
 
-    env = dict(os.environ, PLATFORM_CONFIG_LIMITS='{"train.max_steps": 5000}', PLATFORM_DATA_DIR=str(tmp_path),
-               DJANGO_SETTINGS_MODULE="grpo_platform.settings", PYTHONPATH="platform")
-    out = subprocess.run([sys.executable, "-c", "from django.conf import settings; import json; "
-                          "print(json.dumps(settings.PLATFORM_CONFIG_LIMITS))"], env=env, capture_output=True,
-                         text=True, check=True, cwd=settings.REPO_ROOT).stdout
+    env = dict(
+        os.environ,
+        PLATFORM_CONFIG_LIMITS='{"train.max_steps": 5000}',
+        PLATFORM_DATA_DIR=str(tmp_path),
+        DJANGO_SETTINGS_MODULE="grpo_platform.settings",
+        PYTHONPATH="platform",
+    )
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from django.conf import settings; import json; print(json.dumps(settings.PLATFORM_CONFIG_LIMITS))",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=settings.REPO_ROOT,
+    ).stdout
     limits = json.loads(out)
     assert limits["train.max_steps"] == 5000 and limits["rollout.max_new_tokens"] == 8192
 

@@ -10,13 +10,14 @@ import pytest
 from browser_testlib import CHROMIUM, CHROMIUM_ARGS
 from django.db import connections
 from django.urls import reverse
-from experiments.models import MetricPoint
 from playwright.sync_api import expect, sync_playwright
 from web_testlib import (  # noqa: F401 (fast_passwords: autouse)
     fast_passwords,
     make_experiment,
     make_run,
 )
+
+from experiments.models import MetricPoint
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

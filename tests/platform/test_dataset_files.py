@@ -10,14 +10,16 @@ import tracemalloc
 
 from experiments.dataset_files import MAX_ERRORS_SHOWN, check_jsonl, name_problem, relative_path, write_checked
 
-GOOD = (b'{"prompt": "1+1=", "answer": "2"}\n'
-        b'\n'
-        b'{"prompt": [{"role": "user", "content": "2+2="}], "answer": "4", "id": 7}\r\n'
-        b'{"prompt": "3+3=", "answer": "6"}')  # no newline at the end
+GOOD = (
+    b'{"prompt": "1+1=", "answer": "2"}\n'
+    b'\n'
+    b'{"prompt": [{"role": "user", "content": "2+2="}], "answer": "4", "id": 7}\r\n'
+    b'{"prompt": "3+3=", "answer": "6"}'
+)  # no newline at the end
 
 
 def _check(content: bytes, max_bytes: int = 10_000, chunk_bytes: int = 7):
-    chunks = [content[i:i + chunk_bytes] for i in range(0, len(content), chunk_bytes)]
+    chunks = [content[i : i + chunk_bytes] for i in range(0, len(content), chunk_bytes)]
     return check_jsonl(chunks, "d.jsonl", max_bytes)
 
 
@@ -26,9 +28,11 @@ def test_a_good_file():
     assert check.ok and check.errors == []
     assert (check.rows, check.size_bytes) == (3, len(GOOD))
     assert check.sha256 == hashlib.sha256(GOOD).hexdigest()
-    assert check.preview == [{"prompt": "1+1=", "answer": "2"},
-                             {"prompt": [{"role": "user", "content": "2+2="}], "answer": "4", "id": 7},
-                             {"prompt": "3+3=", "answer": "6"}]
+    assert check.preview == [
+        {"prompt": "1+1=", "answer": "2"},
+        {"prompt": [{"role": "user", "content": "2+2="}], "answer": "4", "id": 7},
+        {"prompt": "3+3=", "answer": "6"},
+    ]
 
 
 def test_chunks_split_anywhere_give_the_same_check():
@@ -58,8 +62,9 @@ def test_empty_and_blank_files():
 
 def test_too_big_stops_reading():
     check = _check(GOOD, max_bytes=50, chunk_bytes=20)
-    assert check.errors == ["d.jsonl: larger than this server's limit of 50 bytes (PLATFORM_DATASET_MAX_BYTES); "
-                            "split it or ask an admin"]
+    assert check.errors == [
+        "d.jsonl: larger than this server's limit of 50 bytes (PLATFORM_DATASET_MAX_BYTES); split it or ask an admin"
+    ]
     assert check.size_bytes == 60  # the chunk that crossed the limit is the last one read
 
 
@@ -120,6 +125,8 @@ def test_a_line_over_the_limit_is_refused_without_being_held():
     finally:
         tracemalloc.stop()
     assert peak_bytes < 8 << 20  # a few chunks and at most MAX_LINE_BYTES of the line, not its 64 MiB
-    assert check.errors == [f"d.jsonl:2: the line is {64 << 20} bytes, over the limit of {MAX_LINE_BYTES} bytes a "
-                            "line; shorten it or split the example"]
+    assert check.errors == [
+        f"d.jsonl:2: the line is {64 << 20} bytes, over the limit of {MAX_LINE_BYTES} bytes a "
+        "line; shorten it or split the example"
+    ]
     assert check.rows == 2 and len(chunks_made) == 64

@@ -9,16 +9,16 @@ import pytest
 from datasets_testlib import dataset_config, dataset_root, jsonl, upload  # noqa: F401 - fixture
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
+from web_testlib import form_data
+
 from experiments.dataset_models import Dataset
 from experiments.models import Experiment
-from web_testlib import form_data
 
 pytestmark = pytest.mark.django_db
 
 
 def _post_upload(client, name: str, content: bytes, file_name: str = "data.jsonl", **extra):
-    return client.post(reverse("dataset-list"), {"name": name, "file": SimpleUploadedFile(file_name, content),
-                                                 **extra})
+    return client.post(reverse("dataset-list"), {"name": name, "file": SimpleUploadedFile(file_name, content), **extra})
 
 
 def test_upload_page_stores_the_file_and_opens_its_page(alice_client, alice, dataset_root):
@@ -98,8 +98,10 @@ def test_detail_sharing_and_delete_owner_only(client, alice, bob, dataset_root, 
     page = client.get(reverse("dataset-detail", args=[dataset.pk])).content.decode()
     assert "data.train_dataset: alice/arith" in page and 'id="dataset-delete"' not in page
     assert client.post(reverse("dataset-delete", args=[dataset.pk])).status_code == 403
-    assert client.post(reverse("dataset-share", args=[dataset.pk]), {"users": "bob", "action": "unshare"}
-                       ).status_code == 403
+    assert (
+        client.post(reverse("dataset-share", args=[dataset.pk]), {"users": "bob", "action": "unshare"}).status_code
+        == 403
+    )
 
     client.force_login(alice)
     path = dataset.absolute_path
@@ -114,21 +116,24 @@ def test_delete_refused_while_an_experiment_names_it(alice_client, alice, datase
     experiment = Experiment(owner=alice, name="on-arith")
     experiment.set_config(dataset_config(tiny_config), user=alice)
     response = alice_client.post(reverse("dataset-delete", args=[dataset.pk]), follow=True)
-    assert "Cannot delete arith: experiments name this dataset in their config (&#x27;on-arith&#x27;)" \
+    assert (
+        "Cannot delete arith: experiments name this dataset in their config (&#x27;on-arith&#x27;)"
         in response.content.decode()
+    )
     assert Dataset.objects.filter(pk=dataset.pk).exists()
 
 
-def test_experiment_form_offers_datasets_and_creates_an_experiment_on_one(client, alice, bob, dataset_root,
-                                                                          tiny_config):
+def test_experiment_form_offers_datasets_and_creates_an_experiment_on_one(
+    client, alice, bob, dataset_root, tiny_config
+):
     upload(alice, "arith")
     theirs = upload(bob, "theirs")
     theirs.shared_with.add(alice)
     upload(bob, "private")
     client.force_login(alice)
     html = client.get(reverse("experiment-new")).content.decode()
-    select = html[html.index('name="data__train_dataset"'):]
-    select = select[:select.index("</select>")]
+    select = html[html.index('name="data__train_dataset"') :]
+    select = select[: select.index("</select>")]
     assert '<option value="arith">' in select and '<option value="bob/theirs">' in select
     assert "private" not in select
 
@@ -168,8 +173,10 @@ def test_share_form_answers_unknown_and_inactive_users_alike(client, alice, bob,
     get_user_model().objects.create_user("sleeper", password="sleeper-pass-123", is_active=False)
     dataset = upload(alice, "arith")
     client.force_login(alice)
-    pages = {name: client.post(reverse("dataset-share", args=[dataset.pk]), {"users": name, "action": "share"})
-             for name in ("sleeper", "nobody")}
+    pages = {
+        name: client.post(reverse("dataset-share", args=[dataset.pk]), {"users": name, "action": "share"})
+        for name in ("sleeper", "nobody")
+    }
     for name, page in pages.items():
         html = page.content.decode()
         assert page.status_code == 400

@@ -17,10 +17,11 @@ from django.conf import settings
 from django.db import connection
 from django.urls import reverse
 from django.utils.html import escape
-from experiments.models import ConfigVersion, Experiment
-from experiments.shown_paths import shown
 from platform_testlib import tiny_config
 from web_testlib import form_data
+
+from experiments.models import ConfigVersion, Experiment
+from experiments.shown_paths import shown
 
 pytestmark = pytest.mark.django_db
 
@@ -56,20 +57,25 @@ def refused_paths(files) -> list[str]:
         "/etc/shadow",
         "../../etc/passwd",
         "../" * 30 + "etc/passwd",
-        files["link"].name,                                   # a symlink inside pointing outside
+        files["link"].name,  # a symlink inside pointing outside
         str(files["link"]),
-        str(database),                                        # the platform's own database
+        str(database),  # the platform's own database
         os.path.relpath(settings.DATA_DIR / "secret_key", dataset_dir()),  # Django's secret key
         f"missing-{uuid.uuid4().hex}.jsonl",
-        str(dataset_dir()),                                   # the directory itself
+        str(dataset_dir()),  # the directory itself
     ]
 
 
 def jsonl_config(train_path: str, eval_path: str | None = None) -> dict:
     """A valid small config reading prompts from JSONL files (paths as written)."""
     raw = tiny_config()
-    raw["data"] = {"task": None, "train_path": train_path, "eval_path": eval_path, "train_prompts": 0,
-                   "eval_prompts": 0}
+    raw["data"] = {
+        "task": None,
+        "train_path": train_path,
+        "eval_path": eval_path,
+        "train_prompts": 0,
+        "eval_prompts": 0,
+    }
     raw["rewards"] = [{"name": "exact_match", "weight": 1.0}]
     return raw
 
@@ -82,25 +88,39 @@ def test_api_refuses_every_path_outside_with_one_message(alice, files, field):
     client = token_client(alice)
     for path in refused_paths(files):
         config = jsonl_config(path) if field == "train_path" else jsonl_config(files["good"].name, eval_path=path)
-        response = client.post("/api/experiments", json.dumps({"name": "x", "config": config}),
-                               content_type="application/json")
+        response = client.post(
+            "/api/experiments", json.dumps({"name": "x", "config": config}), content_type="application/json"
+        )
         assert response.status_code == 400, (path, response.content)
         assert response.json()["errors"] == {f"data.{field}": shown(REFUSED.format(path=path))}, path
-    response = client.post("/api/experiments", json.dumps({"name": "x", "config_yaml": (
-        "data: {task: null, train_path: /etc/passwd}\nrewards: [{name: exact_match}]\n")}),
-        content_type="application/json")
+    response = client.post(
+        "/api/experiments",
+        json.dumps(
+            {
+                "name": "x",
+                "config_yaml": ("data: {task: null, train_path: /etc/passwd}\nrewards: [{name: exact_match}]\n"),
+            }
+        ),
+        content_type="application/json",
+    )
     assert response.json()["errors"] == {"data.train_path": REFUSED.format(path="/etc/passwd")}
     experiment = make_experiment(alice)
-    response = client.patch(f"/api/experiments/{experiment.pk}", json.dumps({"config": jsonl_config("/etc/passwd")}),
-                            content_type="application/json")
+    response = client.patch(
+        f"/api/experiments/{experiment.pk}",
+        json.dumps({"config": jsonl_config("/etc/passwd")}),
+        content_type="application/json",
+    )
     assert response.status_code == 400
     assert Experiment.objects.count() == 1 and experiment.versions.count() == 1
 
 
 def test_api_accepts_a_file_in_the_dataset_dir_by_relative_path(alice, files):
     client = token_client(alice)
-    response = client.post("/api/experiments", json.dumps({"name": "jsonl", "config": jsonl_config(files["good"].name)}),
-                           content_type="application/json")
+    response = client.post(
+        "/api/experiments",
+        json.dumps({"name": "jsonl", "config": jsonl_config(files["good"].name)}),
+        content_type="application/json",
+    )
     assert response.status_code == 201, response.content
     stored = Experiment.objects.get(pk=response.json()["id"]).config["data"]
     assert stored["train_path"] == files["good"].name  # resolved, stored relative to the (first) root
@@ -109,8 +129,9 @@ def test_api_accepts_a_file_in_the_dataset_dir_by_relative_path(alice, files):
 def test_default_task_with_a_train_path_means_jsonl(alice, files):
     config = jsonl_config(files["good"].name)
     del config["data"]["task"]
-    response = token_client(alice).post("/api/experiments", json.dumps({"name": "jsonl", "config": config}),
-                                        content_type="application/json")
+    response = token_client(alice).post(
+        "/api/experiments", json.dumps({"name": "jsonl", "config": config}), content_type="application/json"
+    )
     assert response.status_code == 201, response.content
 
 
@@ -142,8 +163,11 @@ def test_web_accepts_a_dataset_file_and_previews_its_plan(alice_client, alice, f
 
 def _smuggle(experiment: Experiment, path: str) -> dict:
     """A stored config naming `path`, as a row written before the roots existed would hold."""
-    config = {**experiment.config, "data": {**experiment.config["data"], "task": None, "train_path": path},
-              "rewards": [{"name": "exact_match", "weight": 1.0}]}
+    config = {
+        **experiment.config,
+        "data": {**experiment.config["data"], "task": None, "train_path": path},
+        "rewards": [{"name": "exact_match", "weight": 1.0}],
+    }
     Experiment.objects.filter(pk=experiment.pk).update(config=config)
     return config
 
@@ -173,14 +197,30 @@ def test_restore_revalidates_the_version(alice_client, alice):
 def test_admin_add_validates_the_config(client, staff, files):
     client.force_login(staff)
     url = reverse("admin:experiments_experiment_add")
-    response = client.post(url, {"owner": staff.pk, "name": "admin-made", "description": "",
-                                 "config": json.dumps(jsonl_config("/etc/passwd")),
-                                 "versions-TOTAL_FORMS": "0", "versions-INITIAL_FORMS": "0"})
+    response = client.post(
+        url,
+        {
+            "owner": staff.pk,
+            "name": "admin-made",
+            "description": "",
+            "config": json.dumps(jsonl_config("/etc/passwd")),
+            "versions-TOTAL_FORMS": "0",
+            "versions-INITIAL_FORMS": "0",
+        },
+    )
     assert response.status_code == 200 and escape(REFUSED.format(path="/etc/passwd")) in response.content.decode()
     assert Experiment.objects.count() == 0
-    response = client.post(url, {"owner": staff.pk, "name": "admin-made", "description": "",
-                                 "config": json.dumps(jsonl_config(files["good"].name)),
-                                 "versions-TOTAL_FORMS": "0", "versions-INITIAL_FORMS": "0"})
+    response = client.post(
+        url,
+        {
+            "owner": staff.pk,
+            "name": "admin-made",
+            "description": "",
+            "config": json.dumps(jsonl_config(files["good"].name)),
+            "versions-TOTAL_FORMS": "0",
+            "versions-INITIAL_FORMS": "0",
+        },
+    )
     assert response.status_code == 302, response.content.decode()[:2000]
     experiment = Experiment.objects.get(name="admin-made")
     assert experiment.config["data"]["train_path"] == files["good"].name

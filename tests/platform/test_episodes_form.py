@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from browser_testlib import script_evaluator
 from django.urls import reverse
-from experiments.models import Experiment
-from web.config_form import error_target, form_values, mapping_from_text, mapping_problem, value_from_text
-from web.dashboard import chart_panels
 from web_testlib import fast_passwords, form_data  # noqa: F401 (fast_passwords: autouse)
 
+from experiments.models import Experiment
 from trainers.config import iter_field_specs
+from web.config_form import error_target, form_values, mapping_from_text, mapping_problem, value_from_text
+from web.dashboard import chart_panels
 
 SPECS = {spec.path: spec for spec in iter_field_specs()}
 CHARTS_JS = Path(__file__).resolve().parents[2] / "platform" / "static" / "web" / "charts.js"
@@ -53,8 +53,8 @@ def test_errors_inside_a_mapping_go_to_its_field():
     assert error_target("env.settings.a.b") == "env__settings"
     assert error_target("env.name") == "env__name"
     assert error_target("rewards[1].weight") == "rewards"
-    assert error_target("batch.nonsense") is None           # unknown key of a section: form-wide
-    assert error_target("rollout.temperature.x") is None    # under a field that is not a mapping
+    assert error_target("batch.nonsense") is None  # unknown key of a section: form-wide
+    assert error_target("rollout.temperature.x") is None  # under a field that is not a mapping
 
 
 # --- the form ---------------------------------------------------------------------------------------
@@ -78,15 +78,26 @@ def test_the_form_shows_the_env_section_collapsed(alice_client):
 def test_the_default_form_saves_with_empty_env_settings(alice_client):
     response = alice_client.post(reverse("experiment-new"), form_data(name="plain"))
     assert response.status_code == 302
-    assert Experiment.objects.get(name="plain").config["env"] == {"name": "single_turn", "max_turns": 4,
-                                                                   "max_total_tokens": None, "settings": {}}
+    assert Experiment.objects.get(name="plain").config["env"] == {
+        "name": "single_turn",
+        "max_turns": 4,
+        "max_total_tokens": None,
+        "settings": {},
+    }
 
 
 @pytest.mark.django_db
 def test_env_settings_are_saved_as_an_object(alice_client):
-    response = alice_client.post(reverse("experiment-new"), form_data(
-        name="calc", env__name="calculator", env__max_turns="3", env__settings='{"max_expression_chars": 50}',
-        rollout__stop_at_eos="on"))
+    response = alice_client.post(
+        reverse("experiment-new"),
+        form_data(
+            name="calc",
+            env__name="calculator",
+            env__max_turns="3",
+            env__settings='{"max_expression_chars": 50}',
+            rollout__stop_at_eos="on",
+        ),
+    )
     assert response.status_code == 302, response.context["form"].config_errors
     env = Experiment.objects.get(name="calc").config["env"]
     assert env["name"] == "calculator" and env["max_turns"] == 3 and env["settings"] == {"max_expression_chars": 50}
@@ -98,16 +109,20 @@ def test_env_settings_are_saved_as_an_object(alice_client):
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("text, message", [
-    ('{"max_expression_chars": 50', "not valid JSON (Expecting &#x27;,&#x27; delimiter: line 1 column 28"),
-    ("[1, 2]", "must be a JSON object such as {&quot;name&quot;: 1} ({} for none), got a JSON array"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('{"max_expression_chars": 50', "not valid JSON (Expecting &#x27;,&#x27; delimiter: line 1 column 28"),
+        ("[1, 2]", "must be a JSON object such as {&quot;name&quot;: 1} ({} for none), got a JSON array"),
+    ],
+)
 def test_bad_settings_text_is_refused_on_its_field(alice_client, text, message):
     response = alice_client.post(reverse("experiment-new"), form_data(name="bad", env__settings=text))
     assert response.status_code == 400
     assert "env.settings" in response.context["form"].config_errors
-    errors = re.search(r'<ul class="errorlist" data-error-for="env.settings">(.*?)</ul>',
-                       response.content.decode(), re.S).group(1)
+    errors = re.search(
+        r'<ul class="errorlist" data-error-for="env.settings">(.*?)</ul>', response.content.decode(), re.S
+    ).group(1)
     assert message in errors
     assert " open" in _details(response.content.decode(), "env").split(">", 1)[0]
     assert not Experiment.objects.filter(name="bad").exists()
@@ -117,14 +132,16 @@ def test_bad_settings_text_is_refused_on_its_field(alice_client, text, message):
 def test_bad_env_settings_name_the_field(alice_client):
     """The config checks validate env.settings against the environment's own settings: the error
     names env.settings.<field> and shows on the env.settings field, on the page and in the preview."""
-    data = form_data(name="bad", env__name="calculator", env__settings='{"max_expression_chars": "many"}',
-                     rollout__stop_at_eos="on")
+    data = form_data(
+        name="bad", env__name="calculator", env__settings='{"max_expression_chars": "many"}', rollout__stop_at_eos="on"
+    )
     response = alice_client.post(reverse("experiment-new"), data)
     assert response.status_code == 400
     errors = response.context["form"].config_errors
     assert "env.settings.max_expression_chars" in errors, errors
-    shown = re.search(r'<ul class="errorlist" data-error-for="env.settings">(.*?)</ul>',
-                      response.content.decode(), re.S).group(1)
+    shown = re.search(
+        r'<ul class="errorlist" data-error-for="env.settings">(.*?)</ul>', response.content.decode(), re.S
+    ).group(1)
     assert "env.settings.max_expression_chars: " in shown
     preview = alice_client.post(reverse("plan-preview"), data)
     assert preview.status_code == 200
@@ -155,9 +172,16 @@ def test_env_metrics_share_two_lazy_charts_and_eval_env_two_more():
     env = by_metric["env/turns_mean"]
     assert env["metrics"] == ["env/turns_mean", "env/tool_calls_mean", "env/tool_errors_mean"] and env["lazy"]
     assert by_metric["env/tool_use_fraction"]["metrics"] == [
-        "env/tool_use_fraction", "env/max_turns_fraction", "env/max_total_tokens_fraction", "env/error_fraction"]
+        "env/tool_use_fraction",
+        "env/max_turns_fraction",
+        "env/max_total_tokens_fraction",
+        "env/error_fraction",
+    ]
     assert by_metric["eval/env/turns_mean"]["metrics"] == [
-        "eval/env/turns_mean", "eval/env/tool_calls_mean", "eval/env/tool_errors_mean"]
+        "eval/env/turns_mean",
+        "eval/env/tool_calls_mean",
+        "eval/env/tool_errors_mean",
+    ]
     assert by_metric["eval/env/tool_use_fraction"]["metrics"][-1] == "eval/env/error_fraction"
     order = [p["metric"] for p in panels]
     # the training environment charts right before the evaluation charts, their eval twins right after
@@ -169,12 +193,24 @@ def test_env_metrics_share_two_lazy_charts_and_eval_env_two_more():
 
 
 def test_the_compare_page_orders_env_metrics_as_a_group():
-    names = ["system/cpu_percent", "env/turns_mean", "loss/policy", "env/error_fraction", "rollout/truncated_fraction",
-             "eval/env/turns_mean", "eval/pass@1", "train/trained_sequence_fraction"]
+    names = [
+        "system/cpu_percent",
+        "env/turns_mean",
+        "loss/policy",
+        "env/error_fraction",
+        "rollout/truncated_fraction",
+        "eval/env/turns_mean",
+        "eval/pass@1",
+        "train/trained_sequence_fraction",
+    ]
     with script_evaluator(CHARTS_JS) as js:
         assert js(f"GrpoCharts.orderMetrics({names})") == [
-            "eval/env/turns_mean", "eval/pass@1",           # eval/*
-            "loss/policy", "rollout/truncated_fraction",
-            "env/error_fraction", "env/turns_mean",         # env/*, after rollout/*
-            "train/trained_sequence_fraction", "system/cpu_percent",
+            "eval/env/turns_mean",
+            "eval/pass@1",  # eval/*
+            "loss/policy",
+            "rollout/truncated_fraction",
+            "env/error_fraction",
+            "env/turns_mean",  # env/*, after rollout/*
+            "train/trained_sequence_fraction",
+            "system/cpu_percent",
         ]

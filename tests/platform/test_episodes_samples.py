@@ -13,6 +13,7 @@ import re
 
 import pytest
 from api_testlib import make_run, token_client
+
 from experiments import sample_episodes
 from experiments.models import RolloutSample
 from runner.db_hooks import DatabaseHooks
@@ -25,8 +26,14 @@ TURNS = [
     {"role": "tool", "text": "<tool_response>\n11\n</tool_response>", "tokens": 9},
     {"role": "assistant", "text": "The answer is 11.", "tokens": 6},
 ]
-EPISODE = {"env": "calculator", "turns": TURNS, "reward_parts": {"math_answer": 1.0, "env/solved": 0.833333333},
-           "end_reason": "done", "tool_calls": 1, "tool_errors": 0}
+EPISODE = {
+    "env": "calculator",
+    "turns": TURNS,
+    "reward_parts": {"math_answer": 1.0, "env/solved": 0.833333333},
+    "end_reason": "done",
+    "tool_calls": 1,
+    "tool_errors": 0,
+}
 LABELS = ["tool call", "tool response", "assistant"]
 SHOWN = {**EPISODE, "error": None, "turns": [{**turn, "label": label} for turn, label in zip(TURNS, LABELS)]}
 HOSTILE_TURNS = [
@@ -43,8 +50,17 @@ def report(run, samples, step=1) -> None:
 
 
 def sample(completion: str, **keys) -> dict:
-    return {"prompt": "What is 39 - 28?", "completion": completion, "answer": "11", "reward": 1.0,
-            "advantage": 0.5, "group": 0, "generation": 0, "correct": True, **keys}
+    return {
+        "prompt": "What is 39 - 28?",
+        "completion": completion,
+        "answer": "11",
+        "reward": 1.0,
+        "advantage": 0.5,
+        "group": 0,
+        "generation": 0,
+        "correct": True,
+        **keys,
+    }
 
 
 @pytest.fixture
@@ -54,16 +70,35 @@ def episode_run(alice):
     run = make_run(alice)
     run.config = {**run.config, "env": {"name": "calculator"}}
     run.save(update_fields=["config"])
-    report(run, [
-        sample("CALC " + TOOL_CALL + " 11 The answer is 11.", **EPISODE),
-        sample("plain single turn"),
-        sample("HOSTILE", env="calculator", turns=HOSTILE_TURNS, reward_parts={"math_answer": 0.0},
-               end_reason="env_error", error="ValueError: <b>bad</b> in /srv/secret/env.py", tool_calls=1,
-               tool_errors=1),
-        sample("LONG", env="guess_number", turns=[{"role": "assistant", "text": "50", "tokens": 2},
-                                                  {"role": "user", "text": "higher", "tokens": 3}],
-               reward_parts={"solved": float("nan")}, end_reason="max_turns", tool_calls=0, tool_errors=0),
-    ])
+    report(
+        run,
+        [
+            sample("CALC " + TOOL_CALL + " 11 The answer is 11.", **EPISODE),
+            sample("plain single turn"),
+            sample(
+                "HOSTILE",
+                env="calculator",
+                turns=HOSTILE_TURNS,
+                reward_parts={"math_answer": 0.0},
+                end_reason="env_error",
+                error="ValueError: <b>bad</b> in /srv/secret/env.py",
+                tool_calls=1,
+                tool_errors=1,
+            ),
+            sample(
+                "LONG",
+                env="guess_number",
+                turns=[
+                    {"role": "assistant", "text": "50", "tokens": 2},
+                    {"role": "user", "text": "higher", "tokens": 3},
+                ],
+                reward_parts={"solved": float("nan")},
+                end_reason="max_turns",
+                tool_calls=0,
+                tool_errors=0,
+            ),
+        ],
+    )
     return run
 
 
@@ -95,20 +130,33 @@ def test_the_episode_reads_back_from_the_database(episode_run):
 
 def test_json_safe_spells_non_finite_values_at_any_depth():
     value = {"a": [1.5, float("inf"), {"b": float("-inf")}], "c": float("nan"), "d": "x", "e": 2}
-    assert sample_episodes.json_safe(value) == {"a": [1.5, "Infinity", {"b": "-Infinity"}], "c": "NaN", "d": "x",
-                                                "e": 2}
+    assert sample_episodes.json_safe(value) == {
+        "a": [1.5, "Infinity", {"b": "-Infinity"}],
+        "c": "NaN",
+        "d": "x",
+        "e": 2,
+    }
 
 
 def test_episode_reads_wrong_types_as_none():
-    extra = {"turns": [{"role": "assistant", "text": "hi", "tokens": "many"}, "not a turn", {"text": 5}],
-             "reward_parts": {"a": True, "b": "high", "c": 2, "d": "Infinity"}, "end_reason": 3, "tool_calls": 1.5,
-             "env": None}
+    extra = {
+        "turns": [{"role": "assistant", "text": "hi", "tokens": "many"}, "not a turn", {"text": 5}],
+        "reward_parts": {"a": True, "b": "high", "c": 2, "d": "Infinity"},
+        "end_reason": 3,
+        "tool_calls": 1.5,
+        "env": None,
+    }
     assert sample_episodes.episode(extra) == {
         "env": None,
-        "turns": [{"role": "assistant", "label": "assistant", "text": "hi", "tokens": None},
-                  {"role": "?", "label": "?", "text": "5", "tokens": None}],
+        "turns": [
+            {"role": "assistant", "label": "assistant", "text": "hi", "tokens": None},
+            {"role": "?", "label": "?", "text": "5", "tokens": None},
+        ],
         "reward_parts": {"a": 1.0, "b": None, "c": 2.0, "d": "Infinity"},
-        "end_reason": None, "error": None, "tool_calls": None, "tool_errors": None,
+        "end_reason": None,
+        "error": None,
+        "tool_calls": None,
+        "tool_errors": None,
     }
     assert sample_episodes.episode({"turns": "not a list"}) is None
     assert sample_episodes.episode(None) is None
@@ -130,8 +178,9 @@ def by_completion(samples: list[dict], start: str) -> dict:
 
 
 def test_the_browse_api_returns_the_episode(episode_run):
-    body = token_client(episode_run.experiment.owner).get(f"/api/runs/{episode_run.pk}/samples",
-                                                          {"kind": "train"}).json()
+    body = (
+        token_client(episode_run.experiment.owner).get(f"/api/runs/{episode_run.pk}/samples", {"kind": "train"}).json()
+    )
     calc = by_completion(body["samples"], "CALC")
     assert calc["episode"] == SHOWN
     assert "episode" not in by_completion(body["samples"], "plain")
@@ -145,8 +194,20 @@ def test_the_step_api_returns_the_episode_and_single_turn_unchanged(episode_run)
     body = token_client(episode_run.experiment.owner).get(f"/api/runs/{episode_run.pk}/samples", {"step": 1}).json()
     assert by_completion(body["samples"], "CALC")["episode"]["turns"] == SHOWN["turns"]
     plain = by_completion(body["samples"], "plain")
-    assert set(plain) == {"index", "prompt", "prompt_messages", "prompt_segments", "completion", "completion_segments",
-                          "answer", "reward", "advantage", "truncated", "in_loss", "overlong_penalty"}
+    assert set(plain) == {
+        "index",
+        "prompt",
+        "prompt_messages",
+        "prompt_segments",
+        "completion",
+        "completion_segments",
+        "answer",
+        "reward",
+        "advantage",
+        "truncated",
+        "in_loss",
+        "overlong_penalty",
+    }
 
 
 def test_the_jsonl_export_keeps_the_episode_keys(episode_run):
@@ -177,7 +238,9 @@ def test_the_browser_shows_the_turns_with_roles_and_tokens(episode_run, alice_cl
     assert turns_of(calc) == [("tool call", "17 tokens"), ("tool response", "9 tokens"), ("assistant", "6 tokens")]
     assert 'class="turn turn-tool-call"' in calc and 'class="turn turn-tool-response"' in calc
     assert re.findall(r'<span class="reward-part-name">([^<]*)</span> <b title="[^"]*">([^<]*)</b>', calc) == [
-        ("env/solved", "0.833"), ("math_answer", "1.0")]  # by name (PostgreSQL's jsonb keeps no key order)
+        ("env/solved", "0.833"),
+        ("math_answer", "1.0"),
+    ]  # by name (PostgreSQL's jsonb keeps no key order)
     assert '<b class="episode-end">done</b>' in calc and "1 tool call" in calc
     guess = row_of(page, "higher")
     assert turns_of(guess) == [("assistant", "2 tokens"), ("user", "3 tokens")]
@@ -213,7 +276,6 @@ def test_text_search_finds_text_inside_a_turn(episode_run, alice_client):
     assert page.count("<tr data-sample-id=") == 1 and "The answer is 11." in page
 
 
-
 # --- filters ------------------------------------------------------------------------------------
 
 
@@ -221,16 +283,19 @@ def starts(samples: list[dict]) -> list[str]:
     return [s["completion"].split(" ", 1)[0] for s in samples]
 
 
-@pytest.mark.parametrize("params, expected", [
-    ({"end_reason": "done"}, ["CALC"]),
-    ({"end_reason": "env_error"}, ["HOSTILE"]),
-    ({"end_reason": "max_turns"}, ["LONG"]),
-    ({"end_reason": "max_total_tokens"}, []),
-    ({"tool": "yes"}, ["CALC", "HOSTILE"]),
-    ({"tool": "no"}, ["LONG"]),                     # the single-turn sample is no episode: in neither
-    ({"tool": "yes", "end_reason": "done"}, ["CALC"]),
-    ({"tool": "yes", "q": "hostile"}, ["HOSTILE"]),
-])
+@pytest.mark.parametrize(
+    "params, expected",
+    [
+        ({"end_reason": "done"}, ["CALC"]),
+        ({"end_reason": "env_error"}, ["HOSTILE"]),
+        ({"end_reason": "max_turns"}, ["LONG"]),
+        ({"end_reason": "max_total_tokens"}, []),
+        ({"tool": "yes"}, ["CALC", "HOSTILE"]),
+        ({"tool": "no"}, ["LONG"]),  # the single-turn sample is no episode: in neither
+        ({"tool": "yes", "end_reason": "done"}, ["CALC"]),
+        ({"tool": "yes", "q": "hostile"}, ["HOSTILE"]),
+    ],
+)
 def test_the_api_filters_episodes(episode_run, params, expected):
     client = token_client(episode_run.experiment.owner)
     body = client.get(f"/api/runs/{episode_run.pk}/samples", params).json()
@@ -271,8 +336,18 @@ def test_an_environment_error_shows_no_server_directory(alice, alice_client, set
     relative to their root (experiments.shown_paths), like every error that leaves the server."""
     run = make_run(alice)
     path = f"{settings.REPO_ROOT}/trainers/envs/calculator.py"
-    report(run, [sample("ERR", env="calculator", turns=[{"role": "assistant", "text": "x", "tokens": 1}],
-                        end_reason="env_error", error=f'File "{path}", line 3: ZeroDivisionError')])
+    report(
+        run,
+        [
+            sample(
+                "ERR",
+                env="calculator",
+                turns=[{"role": "assistant", "text": "x", "tokens": 1}],
+                end_reason="env_error",
+                error=f'File "{path}", line 3: ZeroDivisionError',
+            )
+        ],
+    )
     shown = 'File "<code>/trainers/envs/calculator.py", line 3: ZeroDivisionError'
     client = token_client(alice)
     (api,) = client.get(f"/api/runs/{run.pk}/samples", {"kind": "train"}).json()["samples"]

@@ -10,31 +10,51 @@ import pytest
 from browser_testlib import logged_in_page  # noqa: F401 (fixture)
 from django.urls import reverse
 from django.utils import timezone
+from playwright.sync_api import expect
+from web_testlib import fast_passwords, make_experiment, make_run  # noqa: F401 (fast_passwords: autouse)
+
 from evaluations import services
 from evaluations.models import EvaluationJob
 from experiments.models import Checkpoint
-from playwright.sync_api import expect
-from web_testlib import fast_passwords, make_experiment, make_run  # noqa: F401 (fast_passwords: autouse)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def finished_job(owner, run, step, accuracy, key="task:reverse", label="task reverse", **fields):
     return EvaluationJob.objects.create(
-        owner=owner, run=run, step=step, checkpoint=run.checkpoints.get(step=step), dataset_kind="task",
-        task=key.split(":")[1], dataset_key=key, dataset_label=label, status="succeeded", accuracy=accuracy,
-        pass_at_1=accuracy, pass_at_k=fields.pop("pass_at_k", None), reward_mean=0.2, k=2,
-        finished_at=timezone.now(), **fields)
+        owner=owner,
+        run=run,
+        step=step,
+        checkpoint=run.checkpoints.get(step=step),
+        dataset_kind="task",
+        task=key.split(":")[1],
+        dataset_key=key,
+        dataset_label=label,
+        status="succeeded",
+        accuracy=accuracy,
+        pass_at_1=accuracy,
+        pass_at_k=fields.pop("pass_at_k", None),
+        reward_mean=0.2,
+        k=2,
+        finished_at=timezone.now(),
+        **fields,
+    )
 
 
 def test_compact_checkpoint_rows_and_the_leaderboard(logged_in_page, alice, monkeypatch):  # noqa: F811
     page = logged_in_page
     monkeypatch.setattr(services, "send_when_committed", lambda job: None)  # no worker here
     run = make_run(make_experiment(alice), status="succeeded", max_steps=4)
-    Checkpoint.objects.create(run=run, step=2, path="run/checkpoints/2", size_bytes=2048,
-                              metrics={"reward/mean": 0.4, "loss/policy": 0.1})
-    Checkpoint.objects.create(run=run, step=4, path="run/checkpoints/4", size_bytes=3 * 1024 * 1024,
-                              metrics={"reward/mean": 0.9, "eval/accuracy": 0.75})
+    Checkpoint.objects.create(
+        run=run, step=2, path="run/checkpoints/2", size_bytes=2048, metrics={"reward/mean": 0.4, "loss/policy": 0.1}
+    )
+    Checkpoint.objects.create(
+        run=run,
+        step=4,
+        path="run/checkpoints/4",
+        size_bytes=3 * 1024 * 1024,
+        metrics={"reward/mean": 0.9, "eval/accuracy": 0.75},
+    )
     worse = finished_job(alice, run, 4, 0.5)
     best = finished_job(alice, run, 4, 0.625, key="task:copy", label="task copy")
     first = finished_job(alice, run, 2, 0.25, pass_at_k=0.5)

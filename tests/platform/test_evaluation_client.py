@@ -5,15 +5,15 @@ queued, finished jobs are written straight into the database."""
 from __future__ import annotations
 
 import pytest
-from api.models import ApiToken
 from api_testlib import make_run
 from django.utils import timezone
+from test_cli_client import run_client
+
+from api.models import ApiToken
 from evaluations import services
 from evaluations.models import EvaluationJob
 from experiments.models import Checkpoint
 from grpo_client import cli
-
-from test_cli_client import run_client
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -45,16 +45,36 @@ def test_evaluate_list_and_leaderboard(client_as_alice, alice, bob):
     others = client_as_alice("evaluate", str(make_run(bob).pk), "--step", "1", "--dataset", "task:reverse")
     assert others.returncode == 1 and "HTTP 404" in others.stderr
 
-    EvaluationJob.objects.filter(pk=job.pk).update(status="succeeded", accuracy=0.625, pass_at_k=0.75,
-                                                   reward_mean=0.5, finished_at=timezone.now())
+    EvaluationJob.objects.filter(pk=job.pk).update(
+        status="succeeded", accuracy=0.625, pass_at_k=0.75, reward_mean=0.5, finished_at=timezone.now()
+    )
     listed = client_as_alice("evaluations", "list", "--status", "succeeded")
     assert listed.returncode == 0
-    assert listed.stdout.splitlines()[1].split()[:9] == [str(job.pk), f"#{run.pk}", "step", "2", "task", "reverse",
-                                                         "succeeded", "0.625", "0.75"]
+    assert listed.stdout.splitlines()[1].split()[:9] == [
+        str(job.pk),
+        f"#{run.pk}",
+        "step",
+        "2",
+        "task",
+        "reverse",
+        "succeeded",
+        "0.625",
+        "0.75",
+    ]
     boards = client_as_alice("leaderboard")
     assert boards.stdout.splitlines()[1].split() == ["task:reverse", "task", "reverse", "1"]
     board = client_as_alice("leaderboard", "task:reverse")
     assert board.returncode == 0
-    assert board.stdout.splitlines()[1].split() == ["1", f"#{run.pk}", "step", "2", "0.625", "0.75", "2", "0.5",
-                                                    str(job.pk), "64"]
+    assert board.stdout.splitlines()[1].split() == [
+        "1",
+        f"#{run.pk}",
+        "step",
+        "2",
+        "0.625",
+        "0.75",
+        "2",
+        "0.5",
+        str(job.pk),
+        "64",
+    ]
     assert checkpoint.evaluations.count() == 1

@@ -11,13 +11,14 @@ import json
 import pytest
 from api_testlib import token_client
 from django.contrib.auth import get_user_model
+from platform_testlib import tiny_config
+from runner_testlib import platform_procs, wait_for
+
 from evaluations.models import EvaluateOnEnd, EvaluationJob
 from evaluations.services import request_on_end
 from experiments.dataset_models import Dataset, dataset_root
 from experiments.models import Checkpoint, Experiment, Run
-from platform_testlib import tiny_config
 from runner.services import launch_run
-from runner_testlib import platform_procs, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -35,8 +36,9 @@ def job_status(pk: int) -> str:
 def test_jobs_fill_a_leaderboard_and_a_bad_dataset_fails_cleanly(procs):
     user = get_user_model().objects.create_user("evaluator", password="evaluator-pass-1")
     experiment = Experiment(owner=user, name="eval-e2e", config={})
-    experiment.set_config(tiny_config(train__max_steps=2, checkpoint__every_steps=1, checkpoint__keep_last=2),
-                          user=user)
+    experiment.set_config(
+        tiny_config(train__max_steps=2, checkpoint__every_steps=1, checkpoint__keep_last=2), user=user
+    )
     run = launch_run(experiment)
     request_on_end(user, run, {"dataset": "task:reverse", "prompts": 3, "k": 1})
     procs.worker()
@@ -45,8 +47,11 @@ def test_jobs_fill_a_leaderboard_and_a_bad_dataset_fails_cleanly(procs):
 
     # the API: checkpoint 1 on the arithmetic task's held-out prompts, pass@2
     client = token_client(user)
-    response = client.post("/api/evaluations", json.dumps({"run": run.pk, "step": 1, "dataset": "task:arithmetic",
-                                                          "prompts": 4, "k": 2}), content_type="application/json")
+    response = client.post(
+        "/api/evaluations",
+        json.dumps({"run": run.pk, "step": 1, "dataset": "task:arithmetic", "prompts": 4, "k": 2}),
+        content_type="application/json",
+    )
     assert response.status_code == 201, response.content
     job_id = response.json()["id"]
 
@@ -54,10 +59,14 @@ def test_jobs_fill_a_leaderboard_and_a_bad_dataset_fails_cleanly(procs):
     folder = dataset_root() / "users" / str(user.pk)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "broken.jsonl").write_text(json.dumps({"question": "1+1", "solution": "2"}) + "\n")
-    broken = Dataset.objects.create(owner=user, name="broken", path=f"users/{user.pk}/broken.jsonl", size_bytes=10,
-                                    rows=1, sha256="0" * 64)
-    response = client.post("/api/evaluations", json.dumps({"run": run.pk, "step": 2, "dataset": f"dataset:{broken.pk}"}),
-                           content_type="application/json")
+    broken = Dataset.objects.create(
+        owner=user, name="broken", path=f"users/{user.pk}/broken.jsonl", size_bytes=10, rows=1, sha256="0" * 64
+    )
+    response = client.post(
+        "/api/evaluations",
+        json.dumps({"run": run.pk, "step": 2, "dataset": f"dataset:{broken.pk}"}),
+        content_type="application/json",
+    )
     bad_id = response.json()["id"]
 
     on_end = wait_for(lambda: EvaluateOnEnd.objects.get(run=run).job_id, 60, "the on-end job", procs)
@@ -85,5 +94,8 @@ def test_jobs_fill_a_leaderboard_and_a_bad_dataset_fails_cleanly(procs):
     bad = EvaluationJob.objects.get(pk=bad_id)
     assert bad.status == "failed" and "missing 'prompt'" in bad.error and not bad.samples.exists()
     assert Run.objects.get(pk=run.pk).status == "succeeded" and Checkpoint.objects.filter(run=run).count() == 2
-    assert client.get(f"/api/evaluations/{bad_id}").json()["error"].endswith("missing 'prompt' (fields: "
-                                                                             "['question', 'solution'])")
+    assert (
+        client.get(f"/api/evaluations/{bad_id}")
+        .json()["error"]
+        .endswith("missing 'prompt' (fields: ['question', 'solution'])")
+    )

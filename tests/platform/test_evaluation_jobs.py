@@ -9,10 +9,10 @@ import json
 import pytest
 from api_testlib import make_run
 from datasets_testlib import dataset_root, upload  # noqa: F401 (fixture)
+
 from evaluations import jobs, services
 from evaluations.models import EvaluationJob
 from experiments.models import Checkpoint
-
 from tests.tiny_models import write_tiny_model
 
 pytestmark = pytest.mark.django_db
@@ -30,8 +30,9 @@ def test_a_model_folder_on_an_uploaded_dataset(alice, model_root, dataset_root, 
     monkeypatch.setattr(services, "send_when_committed", lambda job: None)
     rows = [{"prompt": f"What is {i}+{i}?", "answer": str(2 * i)} for i in range(3)]
     dataset = upload(alice, "sums", "".join(json.dumps(r) + "\n" for r in rows).encode())
-    job = services.create_job(alice, {"model": "tiny-chat", "dataset": f"dataset:{dataset.pk}", "prompts": 0,
-                                      "k": 2, "max_new_tokens": 4})
+    job = services.create_job(
+        alice, {"model": "tiny-chat", "dataset": f"dataset:{dataset.pk}", "prompts": 0, "k": 2, "max_new_tokens": 4}
+    )
     config = jobs.child_config(job)
     assert config["model"]["path"] == str(model_root / "tiny-chat")
     assert config["rewards"] == [{"name": "math_answer", "weight": 1.0}]  # an uploaded dataset on a model folder

@@ -8,12 +8,9 @@ from __future__ import annotations
 import re
 
 import pytest
-from django.urls import reverse
-from experiments.models import Experiment
-from platform_testlib import tiny_config
-from web.config_form import is_default
-from web.forms import BASIC_FIELDS, ExperimentForm
 from browser_testlib import logged_in_page  # noqa: F401 (fixture)
+from django.urls import reverse
+from platform_testlib import tiny_config
 from playwright.sync_api import expect
 from web_testlib import (  # noqa: F401 (fast_passwords: autouse)
     fast_passwords,
@@ -21,7 +18,10 @@ from web_testlib import (  # noqa: F401 (fast_passwords: autouse)
     make_experiment,
 )
 
+from experiments.models import Experiment
 from trainers.config import field_specs, iter_field_specs
+from web.config_form import is_default
+from web.forms import BASIC_FIELDS, ExperimentForm
 
 SPECS = {spec.path: spec for spec in iter_field_specs()}
 
@@ -77,8 +77,9 @@ def test_groups_open_only_for_a_changed_value_or_an_error(alice_client, alice):
 
 @pytest.mark.django_db
 def test_collapsed_fields_are_still_submitted(alice_client, alice):
-    response = alice_client.post(reverse("experiment-new"), form_data(name="kept", rollout__temperature="0.5",
-                                                                      eval__temperature="0.7"))
+    response = alice_client.post(
+        reverse("experiment-new"), form_data(name="kept", rollout__temperature="0.5", eval__temperature="0.7")
+    )
     assert response.status_code == 302
     config = Experiment.objects.get(name="kept").config
     assert config["rollout"]["temperature"] == 0.5 and config["eval"]["temperature"] == 0.7

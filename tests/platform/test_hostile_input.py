@@ -11,16 +11,18 @@ import logging
 import pytest
 from api_testlib import make_experiment, token_client
 from django.urls import reverse
-from experiments.models import Experiment
 from platform_testlib import TINY_CONFIG_YAML, tiny_config
 from web_testlib import form_data
+
+from experiments.models import Experiment
 
 pytestmark = pytest.mark.django_db
 
 DEEP_JSON = "[" * 5000 + "]" * 5000
 # 9 values, each level 9 aliases of the one before: 9**9 (387 million) values in ~300 bytes
 ALIAS_BOMB = "a: &a [x,x,x,x,x,x,x,x,x]\n" + "".join(
-    f"{chr(98 + i)}: &{chr(98 + i)} [" + ",".join([f"*{chr(97 + i)}"] * 9) + "]\n" for i in range(8))
+    f"{chr(98 + i)}: &{chr(98 + i)} [" + ",".join([f"*{chr(97 + i)}"] * 9) + "]\n" for i in range(8)
+)
 DEEP_YAML = "model:\n  preset: " + "[" * 500 + "]" * 500 + "\n"
 BRACKETS = "[" * 3000
 
@@ -65,8 +67,11 @@ def test_api_json_nested_5000_deep_is_400(alice, method):
     client = token_client(alice)
     experiment = make_experiment(alice)
     url = "/api/experiments" if method == "post" else f"/api/experiments/{experiment.pk}"
-    for body in (DEEP_JSON, '{"name": "x", "config": ' + DEEP_JSON + "}",
-                 '{"name": "x", "config": ' + "{\"a\": " * 5000 + "1" + "}" * 5001):
+    for body in (
+        DEEP_JSON,
+        '{"name": "x", "config": ' + DEEP_JSON + "}",
+        '{"name": "x", "config": ' + "{\"a\": " * 5000 + "1" + "}" * 5001,
+    ):
         response = post_json(client, url, body, method)
         assert_400_json(response)
         assert "nested too deeply" in response.json()["error"]
@@ -95,18 +100,21 @@ def test_api_lone_surrogate_inside_the_config_is_400(alice):
     assert_400_json(post_json(token_client(alice), "/api/experiments", body), "data.tokenizer")
 
 
-@pytest.mark.parametrize("payload, field", [
-    ({"config_yaml": DEEP_YAML}, "(yaml)"),
-    ({"config_yaml": ALIAS_BOMB}, "(yaml)"),
-    ({"config": {"model": deep_dict(500)}}, None),
-    ({"config": {"mesh": {"rollout_devices": BRACKETS}}}, "mesh.rollout_devices"),
-    ({"config_yaml": f"mesh:\n  rollout_devices: '{BRACKETS}'\n"}, "mesh.rollout_devices"),
-    ({"config": {"async": {"rollout_devices": BRACKETS}}}, "async.rollout_devices"),  # the old place
-    ({"config": {"batch": {"prompts_per_step": 10**12}}}, "batch.prompts_per_step"),
-    ({"config": {"batch": {"prompts_per_step": 100000001}}}, "batch.prompts_per_step"),
-    ({"config": {"grpo": {"num_generations": 10**12}}}, "grpo.num_generations"),
-    ({"config": {"train": {"max_steps": 10**15}}}, "train.max_steps"),
-])
+@pytest.mark.parametrize(
+    "payload, field",
+    [
+        ({"config_yaml": DEEP_YAML}, "(yaml)"),
+        ({"config_yaml": ALIAS_BOMB}, "(yaml)"),
+        ({"config": {"model": deep_dict(500)}}, None),
+        ({"config": {"mesh": {"rollout_devices": BRACKETS}}}, "mesh.rollout_devices"),
+        ({"config_yaml": f"mesh:\n  rollout_devices: '{BRACKETS}'\n"}, "mesh.rollout_devices"),
+        ({"config": {"async": {"rollout_devices": BRACKETS}}}, "async.rollout_devices"),  # the old place
+        ({"config": {"batch": {"prompts_per_step": 10**12}}}, "batch.prompts_per_step"),
+        ({"config": {"batch": {"prompts_per_step": 100000001}}}, "batch.prompts_per_step"),
+        ({"config": {"grpo": {"num_generations": 10**12}}}, "grpo.num_generations"),
+        ({"config": {"train": {"max_steps": 10**15}}}, "train.max_steps"),
+    ],
+)
 def test_api_hostile_configs_are_400(alice, payload, field):
     assert len(ALIAS_BOMB) < 450
     client = token_client(alice)
@@ -130,11 +138,13 @@ def form_errors(response) -> str:
 
 
 def test_web_yaml_tab_refuses_alias_bomb_deep_yaml_and_brackets(alice_client):
-    for text, expected in ((ALIAS_BOMB, "expands to more than"), (DEEP_YAML, "nested deeper"),
-                           (f"mesh:\n  rollout_devices: '{BRACKETS}'\n", "mesh.rollout_devices"),
-                           (TINY_CONFIG_YAML.replace("prompts_per_step: 4", "prompts_per_step: 1000000000000"),
-                            "batch.prompts_per_step"),
-                           (TINY_CONFIG_YAML + 'description_of_nothing: "\\ud800"\n', "description_of_nothing")):
+    for text, expected in (
+        (ALIAS_BOMB, "expands to more than"),
+        (DEEP_YAML, "nested deeper"),
+        (f"mesh:\n  rollout_devices: '{BRACKETS}'\n", "mesh.rollout_devices"),
+        (TINY_CONFIG_YAML.replace("prompts_per_step: 4", "prompts_per_step: 1000000000000"), "batch.prompts_per_step"),
+        (TINY_CONFIG_YAML + 'description_of_nothing: "\\ud800"\n', "description_of_nothing"),
+    ):
         response = alice_client.post(reverse("experiment-new"), {"name": "x", "mode": "yaml", "config_yaml": text})
         assert expected in form_errors(response), text[:60]
     assert Experiment.objects.count() == 0
@@ -170,8 +180,9 @@ def test_web_import_refuses_an_alias_bomb(alice_client):
 
 def test_web_edit_refuses_deep_yaml(alice_client, alice):
     experiment = make_experiment(alice)
-    response = alice_client.post(reverse("experiment-edit", args=[experiment.pk]),
-                                 {"name": "x", "mode": "yaml", "config_yaml": DEEP_YAML})
+    response = alice_client.post(
+        reverse("experiment-edit", args=[experiment.pk]), {"name": "x", "mode": "yaml", "config_yaml": DEEP_YAML}
+    )
     assert "nested deeper" in form_errors(response)
     assert Experiment.objects.get(pk=experiment.pk).versions.count() == 1
 
@@ -186,15 +197,18 @@ def test_web_yaml_tab_refuses_oversize_yaml(alice_client):
     assert Experiment.objects.count() == 0
 
 
-@pytest.mark.parametrize("data, field", [
-    ({"mode": "yaml", "config_yaml": ALIAS_BOMB}, "(yaml)"),
-    ({"mode": "yaml", "config_yaml": DEEP_YAML}, "(yaml)"),
-    ({"mode": "yaml", "config_yaml": f"mesh:\n  rollout_devices: '{BRACKETS}'\n"}, "mesh.rollout_devices"),
-    ({"mode": "yaml", "config_yaml": f"async:\n  rollout_devices: '{BRACKETS}'\n"}, "async.rollout_devices"),
-    (form_data(mesh__rollout_devices=BRACKETS), "mesh.rollout_devices"),
-    (form_data(batch__prompts_per_step=str(10**12)), "batch.prompts_per_step"),
-    ({"mode": "yaml", "config_yaml": "batch: {prompts_per_step: 100000001}"}, "batch.prompts_per_step"),
-])
+@pytest.mark.parametrize(
+    "data, field",
+    [
+        ({"mode": "yaml", "config_yaml": ALIAS_BOMB}, "(yaml)"),
+        ({"mode": "yaml", "config_yaml": DEEP_YAML}, "(yaml)"),
+        ({"mode": "yaml", "config_yaml": f"mesh:\n  rollout_devices: '{BRACKETS}'\n"}, "mesh.rollout_devices"),
+        ({"mode": "yaml", "config_yaml": f"async:\n  rollout_devices: '{BRACKETS}'\n"}, "async.rollout_devices"),
+        (form_data(mesh__rollout_devices=BRACKETS), "mesh.rollout_devices"),
+        (form_data(batch__prompts_per_step=str(10**12)), "batch.prompts_per_step"),
+        ({"mode": "yaml", "config_yaml": "batch: {prompts_per_step: 100000001}"}, "batch.prompts_per_step"),
+    ],
+)
 def test_plan_preview_refuses_hostile_input(alice_client, data, field):
     response = alice_client.post(reverse("plan-preview"), {**data, "sync": "1"})
     assert response.status_code == 200
@@ -227,17 +241,25 @@ def test_unicode_digits_in_whole_number_fields_are_a_400_naming_the_field(alice,
         "dataset": post("/api/evaluations", {"run": run.pk, "step": 1, "dataset": f"dataset:{two}"}),
         "step": post(f"/api/runs/{run.pk}/fork", {"step": two}),
         "max_restarts": post(f"/api/experiments/{experiment.pk}/runs", {"max_restarts": two}),
-        "max_trials": post(f"/api/experiments/{experiment.pk}/sweeps", {
-            "name": "s", "space": {"seed": {"type": "categorical", "choices": [1, 2]}}, "metric": "reward/mean",
-            "max_trials": two}),
+        "max_trials": post(
+            f"/api/experiments/{experiment.pk}/sweeps",
+            {
+                "name": "s",
+                "space": {"seed": {"type": "categorical", "choices": [1, 2]}},
+                "metric": "reward/mean",
+                "max_trials": two,
+            },
+        ),
         "prompts": post(f"/api/runs/{run.pk}/evaluate-on-end", {"dataset": "task:reverse", "prompts": two}),
     }
     export = post(f"/api/runs/{run.pk}/export", {"step": two})
     preview = alice_client.post(reverse("plan-preview") + f"?experiment={two}", form_data())
     for field, response in answers.items():
         assert response.status_code == 400, (field, response.content)
-        assert field in response.json().get("errors", {}) or response.json().get("field") == field, \
-            (field, response.json())
+        assert field in response.json().get("errors", {}) or response.json().get("field") == field, (
+            field,
+            response.json(),
+        )
     assert export.status_code == 400 and "step" in export.json()["errors"]
     assert preview.status_code == 400 and "experiment" in preview.json()["errors"]
     assert sent_messages == []

@@ -11,6 +11,7 @@ import pytest
 from api_testlib import make_run, token_client
 from django.urls import reverse
 from django.utils import timezone
+
 from evaluations.leaderboard import ranked
 from evaluations.models import EvaluationJob
 from experiments.models import Checkpoint
@@ -28,20 +29,38 @@ def run(alice):
 
 def done(owner, run, step, prompts, k, accuracy, minutes_ago, pass_k=None):
     return EvaluationJob.objects.create(
-        owner=owner, run=run, step=step, dataset_kind="task", task="reverse", dataset_key="task:reverse",
-        dataset_label="task reverse", prompts=prompts, k=k, status="succeeded", accuracy=accuracy,
-        pass_at_k=pass_k, reward_mean=accuracy, finished_at=timezone.now() - dt.timedelta(minutes=minutes_ago))
+        owner=owner,
+        run=run,
+        step=step,
+        dataset_kind="task",
+        task="reverse",
+        dataset_key="task:reverse",
+        dataset_label="task reverse",
+        prompts=prompts,
+        k=k,
+        status="succeeded",
+        accuracy=accuracy,
+        pass_at_k=pass_k,
+        reward_mean=accuracy,
+        finished_at=timezone.now() - dt.timedelta(minutes=minutes_ago),
+    )
 
 
 def test_the_issues_later_8_prompt_job_does_not_hide_the_16_prompt_one(alice, run):
-    wide = done(alice, run, 2, 16, 2, 0.5, 10, pass_k=0.75)   # earlier: 16 prompts, k=2
+    wide = done(alice, run, 2, 16, 2, 0.5, 10, pass_k=0.75)  # earlier: 16 prompts, k=2
     narrow = done(alice, run, 2, 8, 1, 0.25, 1, pass_k=None)  # later: 8 prompts, k=1, no pass@k
     other = done(alice, run, 4, 8, 1, 0.375, 2)
     body = token_client(alice).get("/api/evaluations/leaderboard?dataset=task:reverse").json()
     rows = [(r["id"], r["prompts"], r["k"], r["rank"]) for r in body["rows"]]
     assert rows == [(wide.pk, 16, 2, 1), (other.pk, 8, 1, 1), (narrow.pk, 8, 1, 2)]
-    assert body["boards"] == [{"key": "task:reverse", "label": "task reverse", "jobs": 3,
-                               "measures": [{"prompts": 16, "k": 2}, {"prompts": 8, "k": 1}]}]
+    assert body["boards"] == [
+        {
+            "key": "task:reverse",
+            "label": "task reverse",
+            "jobs": 3,
+            "measures": [{"prompts": 16, "k": 2}, {"prompts": 8, "k": 1}],
+        }
+    ]
     one = token_client(alice).get("/api/evaluations/leaderboard?dataset=task:reverse&prompts=8&k=1").json()
     assert [r["id"] for r in one["rows"]] == [other.pk, narrow.pk]
     from django.test import Client
@@ -64,4 +83,6 @@ def test_null_values_rank_below_measured_ones_within_a_measure(alice, run):
     with_pass = done(alice, run, 2, 16, 2, 0.5, 3, pass_k=0.75)
     without = done(alice, run, 4, 16, 2, 0.5, 1, pass_k=None)
     assert [(j.pk, j.rank) for j in ranked(EvaluationJob.objects.order_by("-finished_at"))] == [
-        (with_pass.pk, 1), (without.pk, 2)]
+        (with_pass.pk, 1),
+        (without.pk, 2),
+    ]

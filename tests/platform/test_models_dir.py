@@ -12,11 +12,11 @@ import pytest
 from api_testlib import make_experiment, token_client
 from django.test import Client
 from django.urls import reverse
-from experiments.models import Experiment
-from experiments.models_dir import available_models
 from platform_testlib import tiny_config
 from web_testlib import form_data
 
+from experiments.models import Experiment
+from experiments.models_dir import available_models
 from tests.tiny_models import write_model_config, write_tiny_model
 
 pytestmark = pytest.mark.django_db
@@ -57,8 +57,8 @@ def refused_paths(roots) -> list[str]:
         "../../",
         "../outside/secret-model",
         str(roots["outside"] / "secret-model"),
-        "escape",                      # a symlink inside a root that leads outside
-        "notes.txt",                   # a file, not a folder
+        "escape",  # a symlink inside a root that leads outside
+        "notes.txt",  # a file, not a folder
         "missing-model",
         "/",
     ]
@@ -77,12 +77,18 @@ def test_api_refuses_model_paths_outside_the_roots_naming_model_path(alice, root
         response = post_experiment(client, model_config(path))
         assert response.status_code == 400, (path, response.content)
         assert response.json()["errors"] == {"model.path": REFUSED.format(path=path)}, path
-    response = client.post("/api/experiments", json.dumps({"name": "m", "config_yaml": "model: {path: /etc}\n"}),
-                           content_type="application/json")
+    response = client.post(
+        "/api/experiments",
+        json.dumps({"name": "m", "config_yaml": "model: {path: /etc}\n"}),
+        content_type="application/json",
+    )
     assert response.json()["errors"] == {"model.path": REFUSED.format(path="/etc")}
     experiment = make_experiment(alice)
-    response = client.patch(f"/api/experiments/{experiment.pk}", json.dumps({"config": model_config("../../")}),
-                            content_type="application/json")
+    response = client.patch(
+        f"/api/experiments/{experiment.pk}",
+        json.dumps({"config": model_config("../../")}),
+        content_type="application/json",
+    )
     assert response.status_code == 400 and "model.path" in response.json()["errors"]
     assert Experiment.objects.count() == 1 and experiment.versions.count() == 1
 
@@ -90,10 +96,12 @@ def test_api_refuses_model_paths_outside_the_roots_naming_model_path(alice, root
 def test_a_folder_inside_a_root_is_accepted_and_stored_resolved(alice, roots):
     """Stored resolved: relative to the first root when inside it (where a relative path starts), else absolute."""
     client = token_client(alice)
-    for given, expected in [("tiny-llama", "tiny-llama"),            # relative to the first root
-                            ("./tiny-llama/../config-only", "config-only"),
-                            (str(roots["first"] / "tiny-llama"), "tiny-llama"),
-                            (str(roots["second"] / "other-model"), str((roots["second"] / "other-model").resolve()))]:
+    for given, expected in [
+        ("tiny-llama", "tiny-llama"),  # relative to the first root
+        ("./tiny-llama/../config-only", "config-only"),
+        (str(roots["first"] / "tiny-llama"), "tiny-llama"),
+        (str(roots["second"] / "other-model"), str((roots["second"] / "other-model").resolve())),
+    ]:
         response = post_experiment(client, model_config(given))
         assert response.status_code == 201, (given, response.content)
         stored = Experiment.objects.get(pk=response.json()["id"]).config["model"]["path"]
@@ -111,12 +119,12 @@ def test_web_form_and_yaml_tab_refuse_a_path_outside(alice_client, roots):
         message = REFUSED.format(path=path)
         response = alice_client.post(reverse("experiment-new"), form_data(model_config(path), name="x"))
         assert response.status_code == 400 and response.context["form"].errors["model__path"] == [message], path
-        response = alice_client.post(reverse("experiment-new"), {"name": "x", "mode": "yaml",
-                                                                 "config_yaml": f"model: {{path: '{path}'}}\n"})
+        response = alice_client.post(
+            reverse("experiment-new"), {"name": "x", "mode": "yaml", "config_yaml": f"model: {{path: '{path}'}}\n"}
+        )
         assert response.status_code == 400
         assert response.context["form"].errors["config_yaml"] == [f"model.path: {message}"], path
     assert Experiment.objects.count() == 0
-
 
 
 def test_the_worker_checks_model_path_again(alice, roots, restore_signals):
@@ -126,8 +134,14 @@ def test_the_worker_checks_model_path_again(alice, roots, restore_signals):
     from runner.attempt import run_attempt
 
     experiment = make_experiment(alice)
-    run = Run.objects.create(experiment=experiment, config=model_config("/etc"), status="running", attempt=1,
-                             max_steps=6, run_dir="run-model-path-check")
+    run = Run.objects.create(
+        experiment=experiment,
+        config=model_config("/etc"),
+        status="running",
+        attempt=1,
+        max_steps=6,
+        run_dir="run-model-path-check",
+    )
     assert run_attempt(run.pk, 1) == 1
     run.refresh_from_db()
     assert run.status == "failed" and f"model.path: {REFUSED.format(path='/etc')}" in run.error
@@ -145,7 +159,10 @@ def test_available_models_lists_model_folders_one_level_down(roots):
     ]  # not: hidden, broken, unsupported, a file, a symlink leading out
     tiny = models[1]
     assert (tiny.architecture, tiny.has_chat_template, tiny.label) == (
-        "LlamaForCausalLM", True, f"tiny-llama — LlamaForCausalLM, {tiny.size}")
+        "LlamaForCausalLM",
+        True,
+        f"tiny-llama — LlamaForCausalLM, {tiny.size}",
+    )
     assert models[0].has_chat_template is False
     assert tiny.parameters > 0 and models[2].parameters > tiny.parameters  # a larger vocabulary
 
@@ -177,8 +194,12 @@ def _options(html: str, name: str) -> list[tuple[str, str, bool]]:
 
     select = re.search(rf'<select name="{name}"[^>]*>(.*?)</select>', html, re.S)
     assert select, f"no select {name}"
-    return [(value, text.strip(), bool(selected)) for value, selected, text in
-            re.findall(r'<option value="([^"]*)"( selected)?>([^<]*)</option>', select.group(1))]
+    return [
+        (value, text.strip(), bool(selected))
+        for value, selected, text in re.findall(
+            r'<option value="([^"]*)"( selected)?>([^<]*)</option>', select.group(1)
+        )
+    ]
 
 
 def test_form_offers_the_model_folders_for_model_path(alice_client, alice, roots):
@@ -211,17 +232,34 @@ def test_models_dir_setting_reads_several_roots(tmp_path):
     import subprocess
     import sys
 
-    code = ("import django, os; os.environ['DJANGO_SETTINGS_MODULE'] = 'grpo_platform.settings'; "
-            "from django.conf import settings; print(settings.PLATFORM_MODELS_DIRS)")
-    env = {**os.environ, "PLATFORM_DATA_DIR": str(tmp_path / "data"),
-           "PLATFORM_MODELS_DIR": f"{tmp_path / 'a'}{os.pathsep}{tmp_path / 'b'},{tmp_path / 'c'}"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=str(Path(__file__).parents[2] / "platform"),
-                         capture_output=True, text=True, check=True).stdout
+    code = (
+        "import django, os; os.environ['DJANGO_SETTINGS_MODULE'] = 'grpo_platform.settings'; "
+        "from django.conf import settings; print(settings.PLATFORM_MODELS_DIRS)"
+    )
+    env = {
+        **os.environ,
+        "PLATFORM_DATA_DIR": str(tmp_path / "data"),
+        "PLATFORM_MODELS_DIR": f"{tmp_path / 'a'}{os.pathsep}{tmp_path / 'b'},{tmp_path / 'c'}",
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        cwd=str(Path(__file__).parents[2] / "platform"),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert out.strip() == repr([(tmp_path / n).resolve() for n in "abc"])
     assert all((tmp_path / n).is_dir() for n in "abc")
     env.pop("PLATFORM_MODELS_DIR")
-    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=str(Path(__file__).parents[2] / "platform"),
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        cwd=str(Path(__file__).parents[2] / "platform"),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert out.strip() == repr([(tmp_path / "data" / "models").resolve()])
 
 
@@ -244,7 +282,8 @@ def test_an_example_config_names_its_model_relative_to_the_repository(alice_clie
     assert (folder, "tiny-llama — LlamaForCausalLM, 29K", True) in _options(response.content.decode(), "model__path")
     response = alice_client.get(reverse("experiment-new"), {"example": "escape"})
     assert response.context["form"].errors["config_yaml"] == [
-        f"model.path: {REFUSED.format(path='../outside/secret-model')}"]
+        f"model.path: {REFUSED.format(path='../outside/secret-model')}"
+    ]
 
 
 def test_a_shipped_config_naming_var_models_is_accepted_through_the_api(alice, settings, tmp_path):
@@ -261,8 +300,9 @@ def test_a_shipped_config_naming_var_models_is_accepted_through_the_api(alice, s
     client = token_client(alice)
     shipped = (Path(__file__).resolve().parents[2] / "configs" / "calculator-arith.yaml").read_text()
     assert "path: var/models/smollm2-135m-instruct" in shipped
-    response = client.post("/api/experiments", json.dumps({"name": "calc", "config_yaml": shipped}),
-                           content_type="application/json")
+    response = client.post(
+        "/api/experiments", json.dumps({"name": "calc", "config_yaml": shipped}), content_type="application/json"
+    )
     assert response.status_code == 201, response.content
     assert Experiment.objects.get(pk=response.json()["id"]).config["model"]["path"] == "smollm2-135m-instruct"
     for path in ("var/models/../../../outside/secret-model", "configs", "var", "var/models/missing"):

@@ -10,11 +10,12 @@ from api_testlib import fresh_caches  # noqa: F401 (fixture)
 from browser_testlib import logged_in_page  # noqa: F401 (fixture)
 from django.urls import reverse
 from django.utils import timezone
+from web_testlib import fast_passwords, make_experiment, make_run  # noqa: F401 (fast_passwords: autouse)
+
 from evaluations.models import EvaluationJob
 from experiments.dataset_models import Dataset
 from experiments.models import Checkpoint, MetricPoint, RolloutSample
 from sweeps.models import Sweep, SweepStatus, Trial
-from web_testlib import fast_passwords, make_experiment, make_run  # noqa: F401 (fast_passwords: autouse)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("fresh_caches")]
 LONG = "a-rather-long-experiment-name-without-spaces-that-goes-on"
@@ -25,32 +26,87 @@ def main_pages(user) -> dict[str, str]:
     experiment = make_experiment(user, name=LONG)
     run = make_run(experiment, status="succeeded", step=3, name=LONG)
     other = make_run(experiment, status="succeeded", step=3)
-    MetricPoint.objects.bulk_create([MetricPoint(run=r, step=s, name="reward/mean", value=s / 10, wall_time=1e9 + s)
-                                     for r in (run, other) for s in (1, 2, 3)])
+    MetricPoint.objects.bulk_create(
+        [
+            MetricPoint(run=r, step=s, name="reward/mean", value=s / 10, wall_time=1e9 + s)
+            for r in (run, other)
+            for s in (1, 2, 3)
+        ]
+    )
     Checkpoint.objects.create(run=run, step=3, path="run/checkpoints/3", size_bytes=2048, metrics={"reward/mean": 0.3})
-    RolloutSample.objects.bulk_create([
-        RolloutSample(run=run, step=1, index=i, group=0, prompt="What is 12 + 30? " * 8, prompt_hash="0" * 32,
-                      completion="The answer is 42. " * 20, reward=1.0, advantage=0.5) for i in range(2)])
+    RolloutSample.objects.bulk_create(
+        [
+            RolloutSample(
+                run=run,
+                step=1,
+                index=i,
+                group=0,
+                prompt="What is 12 + 30? " * 8,
+                prompt_hash="0" * 32,
+                completion="The answer is 42. " * 20,
+                reward=1.0,
+                advantage=0.5,
+            )
+            for i in range(2)
+        ]
+    )
     space = {"optimizer.learning_rate": {"type": "float", "low": 1e-5, "high": 1e-2, "log": True}}
-    sweep = Sweep.objects.create(experiment=experiment, name=LONG[:60], space=space, base_config=experiment.config,
-                                 metric="reward/mean", max_trials=1, status=SweepStatus.FINISHED)
-    Trial.objects.create(sweep=sweep, number=0, params={"optimizer.learning_rate": 1e-3}, run=run,
-                         status="succeeded", value=0.3, value_step=3)
+    sweep = Sweep.objects.create(
+        experiment=experiment,
+        name=LONG[:60],
+        space=space,
+        base_config=experiment.config,
+        metric="reward/mean",
+        max_trials=1,
+        status=SweepStatus.FINISHED,
+    )
+    Trial.objects.create(
+        sweep=sweep,
+        number=0,
+        params={"optimizer.learning_rate": 1e-3},
+        run=run,
+        status="succeeded",
+        value=0.3,
+        value_step=3,
+    )
     job = EvaluationJob.objects.create(
-        owner=user, run=run, step=3, checkpoint=run.checkpoints.get(step=3), dataset_kind="task", task="reverse",
-        dataset_key="task:reverse", dataset_label="task reverse", status="succeeded", accuracy=0.5, pass_at_1=0.5,
-        reward_mean=0.2, k=2, finished_at=timezone.now())
+        owner=user,
+        run=run,
+        step=3,
+        checkpoint=run.checkpoints.get(step=3),
+        dataset_kind="task",
+        task="reverse",
+        dataset_key="task:reverse",
+        dataset_label="task reverse",
+        status="succeeded",
+        accuracy=0.5,
+        pass_at_1=0.5,
+        reward_mean=0.2,
+        k=2,
+        finished_at=timezone.now(),
+    )
     dataset = Dataset.objects.filter(owner=user).first()
     pages = {
-        "home": reverse("index"), "experiments": reverse("experiment-list"), "new experiment": reverse("experiment-new"),
-        "import": reverse("experiment-import"), "experiment": reverse("experiment-detail", args=[experiment.pk]),
-        "versions": reverse("version-list", args=[experiment.pk]), "runs": reverse("run-list"),
-        "run": reverse("run-detail", args=[run.pk]), "samples": reverse("run-samples", args=[run.pk]),
-        "compare": f"{reverse('run-compare')}?runs={run.pk},{other.pk}", "sweeps": reverse("sweep-list"),
-        "sweep": reverse("sweep-detail", args=[sweep.pk]), "new sweep": reverse("sweep-new", args=[experiment.pk]),
-        "evaluations": reverse("evaluation-list"), "new evaluation": reverse("evaluation-new"),
-        "evaluation": reverse("evaluation-detail", args=[job.pk]), "leaderboard": reverse("leaderboard"),
-        "datasets": reverse("dataset-list"), "alerts": reverse("alert-list"), "account": reverse("account"),
+        "home": reverse("index"),
+        "experiments": reverse("experiment-list"),
+        "new experiment": reverse("experiment-new"),
+        "import": reverse("experiment-import"),
+        "experiment": reverse("experiment-detail", args=[experiment.pk]),
+        "versions": reverse("version-list", args=[experiment.pk]),
+        "runs": reverse("run-list"),
+        "run": reverse("run-detail", args=[run.pk]),
+        "samples": reverse("run-samples", args=[run.pk]),
+        "compare": f"{reverse('run-compare')}?runs={run.pk},{other.pk}",
+        "sweeps": reverse("sweep-list"),
+        "sweep": reverse("sweep-detail", args=[sweep.pk]),
+        "new sweep": reverse("sweep-new", args=[experiment.pk]),
+        "evaluations": reverse("evaluation-list"),
+        "new evaluation": reverse("evaluation-new"),
+        "evaluation": reverse("evaluation-detail", args=[job.pk]),
+        "leaderboard": reverse("leaderboard"),
+        "datasets": reverse("dataset-list"),
+        "alerts": reverse("alert-list"),
+        "account": reverse("account"),
         "api tokens": reverse("api-tokens"),
     }
     if dataset is not None:
@@ -68,10 +124,15 @@ def widths(page, pages: dict[str, str], width: int) -> dict[str, tuple[int, int]
         out[name] = page.evaluate("""() => [document.documentElement.scrollWidth,
                                             Math.round(document.querySelector('header.topbar').getBoundingClientRect().width)]""")
         if out[name][0] > width:  # say what sticks out: the outermost elements past the right edge
-            out[name].append(page.evaluate("""(width) => [...document.querySelectorAll('body *')]
+            out[name].append(
+                page.evaluate(
+                    """(width) => [...document.querySelectorAll('body *')]
                 .filter(e => e.getBoundingClientRect().right > width + 1
                              && !(e.parentElement && e.parentElement.getBoundingClientRect().right > width + 1))
-                .slice(0, 5).map(e => e.tagName + (e.id ? '#' + e.id : '') + '.' + [...e.classList].join('.'))""", width))
+                .slice(0, 5).map(e => e.tagName + (e.id ? '#' + e.id : '') + '.' + [...e.classList].join('.'))""",
+                    width,
+                )
+            )
     return out
 
 
@@ -91,7 +152,9 @@ def test_a_wide_table_scrolls_inside_its_box_at_390_px(logged_in_page, alice):  
     page.set_viewport_size({"width": 390, "height": 800})
     page.goto(reverse("run-list"))
     table = page.locator("#run-table")
-    box = table.evaluate("t => { let e = t; while (e && getComputedStyle(e).overflowX !== 'auto') "
-                         "e = e.parentElement; return e ? [e.clientWidth, e.scrollWidth] : null; }")
+    box = table.evaluate(
+        "t => { let e = t; while (e && getComputedStyle(e).overflowX !== 'auto') "
+        "e = e.parentElement; return e ? [e.clientWidth, e.scrollWidth] : null; }"
+    )
     assert box is not None, "no scrolling box around the runs table"
     assert box[0] <= 390

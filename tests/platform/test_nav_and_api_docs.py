@@ -4,29 +4,33 @@ grouped by resource (OpenAPI tags from the URL, not from the Python module)."""
 from __future__ import annotations
 
 import pytest
-from api import openapi
+from browser_testlib import CHROMIUM, CHROMIUM_ARGS, logged_in_page  # noqa: F401 (fixture)
 from django.db import connections
 from django.urls import reverse
-from browser_testlib import CHROMIUM, CHROMIUM_ARGS, logged_in_page  # noqa: F401 (fixture)
 from playwright.sync_api import expect, sync_playwright
 from web_testlib import fast_passwords  # noqa: F401 (autouse)
+
+from api import openapi
 
 RESOURCES = {"experiments", "runs", "samples", "checkpoints", "datasets", "models", "account"}
 
 
-@pytest.mark.parametrize("template, tag", [
-    ("experiments", "experiments"),
-    ("experiments/{pk}", "experiments"),
-    ("experiments/{pk}/runs", "runs"),
-    ("runs/compare", "runs"),
-    ("runs/{pk}/metrics", "runs"),
-    ("runs/{pk}/{action}", "runs"),
-    ("runs/{pk}/samples", "samples"),
-    ("runs/{pk}/samples.jsonl", "samples"),
-    ("runs/{pk}/checkpoints/{step}/hf.zip", "checkpoints"),
-    ("datasets/{pk}/{action}", "datasets"),
-    ("widgets/{pk}/parts", "widgets"),  # a new resource is grouped by its first segment
-])
+@pytest.mark.parametrize(
+    "template, tag",
+    [
+        ("experiments", "experiments"),
+        ("experiments/{pk}", "experiments"),
+        ("experiments/{pk}/runs", "runs"),
+        ("runs/compare", "runs"),
+        ("runs/{pk}/metrics", "runs"),
+        ("runs/{pk}/{action}", "runs"),
+        ("runs/{pk}/samples", "samples"),
+        ("runs/{pk}/samples.jsonl", "samples"),
+        ("runs/{pk}/checkpoints/{step}/hf.zip", "checkpoints"),
+        ("datasets/{pk}/{action}", "datasets"),
+        ("widgets/{pk}/parts", "widgets"),  # a new resource is grouped by its first segment
+    ],
+)
 def test_resource_tag(template, tag):
     assert openapi.resource_tag(template, RESOURCES) == tag
 
@@ -80,12 +84,19 @@ def test_docs_group_operations_by_resource(live_server, monkeypatch):
         try:
             page.goto("/api/docs/")
             expect(page.locator(".opblock-tag-section").first).to_be_visible()
-            names = page.locator(".opblock-tag").evaluate_all(
-                "els => els.map(el => el.getAttribute('data-tag'))")
-            runs_paths = page.locator("#operations-tag-runs").locator("xpath=..").locator(
-                ".opblock-summary-path").all_inner_texts()
-            samples_paths = page.locator("#operations-tag-samples").locator("xpath=..").locator(
-                ".opblock-summary-path").all_inner_texts()
+            names = page.locator(".opblock-tag").evaluate_all("els => els.map(el => el.getAttribute('data-tag'))")
+            runs_paths = (
+                page.locator("#operations-tag-runs")
+                .locator("xpath=..")
+                .locator(".opblock-summary-path")
+                .all_inner_texts()
+            )
+            samples_paths = (
+                page.locator("#operations-tag-samples")
+                .locator("xpath=..")
+                .locator(".opblock-summary-path")
+                .all_inner_texts()
+            )
             expect(page.locator("#docs-home")).to_have_attribute("href", "/")
         finally:
             connections.close_all()

@@ -13,13 +13,13 @@ import pytest
 from api_testlib import fresh_caches  # noqa: F401 (fixture)
 from browser_testlib import logged_in_page, script_evaluator  # noqa: F401 (fixture)
 from django.urls import reverse
-from experiments.models import Checkpoint, MetricPoint, RolloutSample
-from playwright.sync_api import expect
 from platform_testlib import tiny_config
-from sweeps.models import Sweep, SweepStatus, Trial
+from playwright.sync_api import expect
+from test_web_charts_js import CHARTS_JS
 from web_testlib import fast_passwords, make_experiment, make_run  # noqa: F401 (fast_passwords: autouse)
 
-from test_web_charts_js import CHARTS_JS
+from experiments.models import Checkpoint, MetricPoint, RolloutSample
+from sweeps.models import Sweep, SweepStatus, Trial
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("fresh_caches")]
 
@@ -34,7 +34,7 @@ def test_a_single_point_has_a_marker_and_its_value_on_the_axis(logged_in_page, a
     assert chart.evaluate("div => div.data.find(t => t.name === 'reward/mean').mode") == "lines+markers"
     expect(chart.locator(".point")).to_have_count(1)
     expect(chart).to_have_attribute("data-y-ticks", "1.9e8")
-    assert chart.locator(".xtick text").all_text_contents() == ["19"]   # not 18.5, 19, 19.5
+    assert chart.locator(".xtick text").all_text_contents() == ["19"]  # not 18.5, 19, 19.5
 
 
 def test_slow_steps_that_are_the_runs_rhythm_are_not_compile_marks():
@@ -47,13 +47,27 @@ def test_slow_steps_that_are_the_runs_rhythm_are_not_compile_marks():
 
 def make_sweep(user, space, values):
     experiment = make_experiment(user, name="sweepme")
-    sweep = Sweep.objects.create(experiment=experiment, name="s", space=space, base_config=experiment.config,
-                                 sampler="random", metric="reward/mean", max_trials=max(len(values), 1),
-                                 status=SweepStatus.RUNNING if not values else SweepStatus.FINISHED)
+    sweep = Sweep.objects.create(
+        experiment=experiment,
+        name="s",
+        space=space,
+        base_config=experiment.config,
+        sampler="random",
+        metric="reward/mean",
+        max_trials=max(len(values), 1),
+        status=SweepStatus.RUNNING if not values else SweepStatus.FINISHED,
+    )
     for number, (lr, value) in enumerate(values):
         run = make_run(experiment, status="succeeded", step=3)
-        Trial.objects.create(sweep=sweep, number=number, params={"optimizer.learning_rate": lr}, run=run,
-                             status="succeeded", value=value, value_step=3)
+        Trial.objects.create(
+            sweep=sweep,
+            number=number,
+            params={"optimizer.learning_rate": lr},
+            run=run,
+            status="succeeded",
+            value=value,
+            value_step=3,
+        )
     return sweep
 
 
@@ -75,8 +89,9 @@ def test_sweep_plots_before_data_say_so_and_decades_get_a_log_axis(logged_in_pag
     expect(page.locator("#sweep-scatter .xtick").first).to_be_visible()
     assert page.locator("#sweep-scatter").evaluate("div => div.layout.xaxis.type") == "log"
     xs = page.locator("#sweep-scatter .point").evaluate_all(
-        "nodes => nodes.map(n => Math.round(n.getBoundingClientRect().x))")
-    assert len(set(xs)) == 3, xs   # three places, not three dots on top of each other at 0
+        "nodes => nodes.map(n => Math.round(n.getBoundingClientRect().x))"
+    )
+    assert len(set(xs)) == 3, xs  # three places, not three dots on top of each other at 0
 
 
 def test_the_checkpoint_column_is_the_configs_keep_best_metric(logged_in_page, alice):  # noqa: F811
@@ -84,8 +99,9 @@ def test_the_checkpoint_column_is_the_configs_keep_best_metric(logged_in_page, a
     config = tiny_config()
     config["checkpoint"] = {**config.get("checkpoint", {}), "keep_best_metric": "reward/mean"}
     run = make_run(make_experiment(alice, config=config), status="succeeded", max_steps=4)
-    Checkpoint.objects.create(run=run, step=4, path="run/checkpoints/4", size_bytes=1024,
-                              metrics={"reward/mean": 0.9, "eval/accuracy": 0.75})
+    Checkpoint.objects.create(
+        run=run, step=4, path="run/checkpoints/4", size_bytes=1024, metrics={"reward/mean": 0.9, "eval/accuracy": 0.75}
+    )
     page.goto(reverse("run-detail", args=[run.pk]))
     expect(page.locator("#checkpoint-key-head")).to_contain_text("reward/mean")
     key = page.locator("#checkpoints-table tr[data-step='4'] .checkpoint-key")
@@ -94,10 +110,25 @@ def test_the_checkpoint_column_is_the_configs_keep_best_metric(logged_in_page, a
 
 
 def samples(run, steps, per_group, groups=1):
-    RolloutSample.objects.bulk_create([
-        RolloutSample(run=run, step=step, index=group * per_group + n, group=group, prompt="p", prompt_hash="0" * 32,
-                      completion=f"s{step}g{group}n{n}", reward=1.0, advantage=0.0, extra={"generation": n})
-        for step in steps for group in range(groups) for n in range(per_group)])
+    RolloutSample.objects.bulk_create(
+        [
+            RolloutSample(
+                run=run,
+                step=step,
+                index=group * per_group + n,
+                group=group,
+                prompt="p",
+                prompt_hash="0" * 32,
+                completion=f"s{step}g{group}n{n}",
+                reward=1.0,
+                advantage=0.0,
+                extra={"generation": n},
+            )
+            for step in steps
+            for group in range(groups)
+            for n in range(per_group)
+        ]
+    )
 
 
 def test_the_group_view_says_how_many_of_the_group_it_shows(logged_in_page, alice):  # noqa: F811
@@ -105,7 +136,7 @@ def test_the_group_view_says_how_many_of_the_group_it_shows(logged_in_page, alic
     config = tiny_config()
     config["grpo"] = {**config.get("grpo", {}), "num_generations": 8}
     run = make_run(make_experiment(alice, config=config), status="succeeded", step=1)
-    samples(run, [1], per_group=4)   # train.samples_per_step 4 kept half of group 0
+    samples(run, [1], per_group=4)  # train.samples_per_step 4 kept half of group 0
     url = reverse("run-samples", args=[run.pk])
     page.goto(f"{url}?kind=train&step=1&group=0")
     expect(page.locator("#sample-group .sample-card")).to_have_count(4)
@@ -120,12 +151,12 @@ def test_the_group_view_says_how_many_of_the_group_it_shows(logged_in_page, alic
 def test_the_rollout_browser_opens_at_the_newest_step(logged_in_page, alice):  # noqa: F811
     page = logged_in_page
     run = make_run(make_experiment(alice), status="succeeded", step=3)
-    samples(run, [1, 2, 3], per_group=30)   # 90 samples, 50 a page
+    samples(run, [1, 2, 3], per_group=30)  # 90 samples, 50 a page
     page.goto(reverse("run-samples", args=[run.pk]))
     steps = page.locator("#samples-browse tbody tr td:first-child").all_text_contents()
     assert steps[-1] == "3" and "1" not in steps, steps
     expect(page.locator("#samples-next")).to_have_count(0)
-    page.click("#samples-prev")   # older samples
+    page.click("#samples-prev")  # older samples
     older = page.locator("#samples-browse tbody tr td:first-child").all_text_contents()
     assert older[0] == "1", older
 

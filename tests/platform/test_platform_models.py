@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from experiments.models import Experiment, Run, RunEvent
 from platform_testlib import tiny_config
+
+from experiments.models import Experiment, Run, RunEvent
 
 
 def make_run(user, status="queued", attempt=1):

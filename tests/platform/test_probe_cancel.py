@@ -29,15 +29,16 @@ from api_testlib import token_client
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connection
-from experiments.models import Checkpoint, Experiment, MetricPoint, Run, RunEvent
 from platform_testlib import tiny_config
-from runner import supervisor as supervisor_mod
 from runner_testlib import MANAGE_PY, Procs, alive, purge_broker, subprocess_env, wait_for
+
+from experiments.models import Checkpoint, Experiment, MetricPoint, Run, RunEvent
+from runner import supervisor as supervisor_mod
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 TRAINER_START_S = 300  # importing JAX and compiling on a busy 2-core machine: generous
-GONE_S = 60            # the deadline for the trainer to be gone after the request: generous too
+GONE_S = 60  # the deadline for the trainer to be gone after the request: generous too
 
 # Test-only: run `manage.py execute_run RUN ATTEMPT`, with GRPOTrainer.step blocking once the
 # trainer has finished PROBE_BLOCK_AT_STEP steps (0: its first step) -- busy as in a compilation,
@@ -81,8 +82,13 @@ class SupervisedRun:
         self.client = token_client(user)
         experiment = Experiment(owner=user, name=f"probe cancel {time.time_ns()}", config={})
         experiment.set_config(tiny_config(**config), user=user)
-        self.run = Run.objects.create(experiment=experiment, config=experiment.config, status="queued", attempt=1,
-                                      max_steps=experiment.config["train"]["max_steps"])
+        self.run = Run.objects.create(
+            experiment=experiment,
+            config=experiment.config,
+            status="queued",
+            attempt=1,
+            max_steps=experiment.config["train"]["max_steps"],
+        )
         self.run.run_dir = f"run-{self.run.pk}"
         self.run.save(update_fields=["run_dir"])
         self.marker = tmp_path / "blocking.pid"
@@ -96,8 +102,11 @@ class SupervisedRun:
             monkeypatch.setenv(key, value)
         monkeypatch.setenv("PROBE_BLOCK_AT_STEP", str(block_at_step))
         monkeypatch.setenv("PROBE_MARKER", str(self.marker))
-        monkeypatch.setattr(supervisor_mod.Supervisor, "command",
-                            lambda sup: [sys.executable, str(script), "execute_run", str(sup.run_id), str(sup.attempt)])
+        monkeypatch.setattr(
+            supervisor_mod.Supervisor,
+            "command",
+            lambda sup: [sys.executable, str(script), "execute_run", str(sup.run_id), str(sup.attempt)],
+        )
         self.result: dict[str, str] = {}
         self.thread = threading.Thread(target=self._supervise, name="probe-supervisor")
         self.thread.start()
@@ -114,8 +123,11 @@ class SupervisedRun:
 
     def wait_until_blocked(self) -> int:
         """The trainer's pid, once it blocks inside its step."""
-        wait_for(lambda: self.marker.exists() or not self.thread.is_alive(), TRAINER_START_S,
-                 "the trainer to block inside its step")
+        wait_for(
+            lambda: self.marker.exists() or not self.thread.is_alive(),
+            TRAINER_START_S,
+            "the trainer to block inside its step",
+        )
         assert self.marker.exists(), f"the supervisor ended first: {self.result}\n{self.attempt_log()[-3000:]}"
         return int(self.marker.read_text())
 
@@ -159,9 +171,11 @@ def test_cancel_kills_a_trainer_busy_inside_a_step(monkeypatch, tmp_path, fresh_
         pid = probe.wait_until_blocked()
         requested_at = probe.post("cancel")
         latency_s = wait_gone(pid, requested_at)
-        print(f"cancel latency, trainer blocked after {block_at_step} steps: request -> trainer gone "
-              f"{latency_s:.2f} s (PLATFORM_CANCEL_GRACE_S={settings.PLATFORM_CANCEL_GRACE_S:g}, "
-              f"PLATFORM_STATUS_POLL_S={settings.PLATFORM_STATUS_POLL_S:g})")
+        print(
+            f"cancel latency, trainer blocked after {block_at_step} steps: request -> trainer gone "
+            f"{latency_s:.2f} s (PLATFORM_CANCEL_GRACE_S={settings.PLATFORM_CANCEL_GRACE_S:g}, "
+            f"PLATFORM_STATUS_POLL_S={settings.PLATFORM_STATUS_POLL_S:g})"
+        )
         assert probe.finish() == "cancelled", probe.events()
         print("\n".join(line for line in probe.attempt_log().splitlines() if line.startswith("[supervisor")))
     finally:
@@ -182,8 +196,7 @@ def test_cancel_kills_a_trainer_busy_inside_a_step(monkeypatch, tmp_path, fresh_
         assert (settings.ARTIFACTS_DIR / path).is_dir()
 
 
-def test_pause_of_a_busy_trainer_ends_paused_at_the_newest_checkpoint(monkeypatch, tmp_path, fresh_artifacts,
-                                                                      settings):
+def test_pause_of_a_busy_trainer_ends_paused_at_the_newest_checkpoint(monkeypatch, tmp_path, fresh_artifacts, settings):
     """A pause needs a checkpoint, so it keeps the long grace: SIGTERM after PLATFORM_STOP_GRACE_S
     (a trainer inside a step would checkpoint at its next boundary), then SIGKILL after
     PLATFORM_KILL_GRACE_S. A trainer that stays busy (blocked in step 3) is killed and the run
@@ -240,8 +253,12 @@ def test_cancel_through_the_api_while_a_real_worker_compiles_the_first_step(tmp_
         assert response.status_code == 201, response.content
         run = Run.objects.get(pk=response.json()["id"])
         # the trainer reports its start (on_start) just before it compiles and runs step 1
-        wait_for(lambda: RunEvent.objects.filter(run=run, message__startswith="starting of").exists(),
-                 TRAINER_START_S, "the trainer to start", procs)
+        wait_for(
+            lambda: RunEvent.objects.filter(run=run, message__startswith="starting of").exists(),
+            TRAINER_START_S,
+            "the trainer to start",
+            procs,
+        )
         requested_at = time.monotonic()
         assert client.post(f"/api/runs/{run.pk}/cancel").status_code == 202
         log_path = settings.ARTIFACTS_DIR / Run.objects.get(pk=run.pk).run_dir / "logs" / "attempt-1.log"
@@ -249,8 +266,10 @@ def test_cancel_through_the_api_while_a_real_worker_compiles_the_first_step(tmp_
         pid = int(line.split("] trainer pid ", 1)[1].split()[0])
         latency_s = wait_gone(pid, requested_at)
         step = Run.objects.get(pk=run.pk).step
-        print(f"\ncancel latency, real worker, first step compiling: request -> trainer gone {latency_s:.2f} s "
-              f"(run at step {step})")
+        print(
+            f"\ncancel latency, real worker, first step compiling: request -> trainer gone {latency_s:.2f} s "
+            f"(run at step {step})"
+        )
         wait_for(lambda: Run.objects.get(pk=run.pk).status == "cancelled", GONE_S, "cancelled", procs)
     finally:
         procs.close()

@@ -20,10 +20,10 @@ import pytest
 import yaml
 from api_testlib import make_experiment, make_run, token_client
 from django.urls import reverse
-from experiments import configs
-from experiments.models import Experiment, Run, RunStatus
 from web_testlib import form_data
 
+from experiments import configs
+from experiments.models import Experiment, Run, RunStatus
 from trainers.envs.registry import ENVIRONMENT_NAMES
 
 pytestmark = pytest.mark.django_db
@@ -47,8 +47,7 @@ def planted(tmp_path, monkeypatch) -> Planted:
     package = tmp_path / module
     package.mkdir()
     marker = tmp_path / "imported.txt"
-    code = (f"open({str(marker)!r}, 'w').write('imported')\n"
-            "from trainers.envs.single_turn import SingleTurn as Env\n")
+    code = f"open({str(marker)!r}, 'w').write('imported')\nfrom trainers.envs.single_turn import SingleTurn as Env\n"
     (package / "__init__.py").write_text(code)
     (package / "sub.py").write_text(code)
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -59,8 +58,10 @@ def planted(tmp_path, monkeypatch) -> Planted:
 
 
 def refused(name: str) -> str:
-    return (f"unknown environment '{name}'; built in: {', '.join(ENVIRONMENT_NAMES)}; this server runs no other "
-            "environments (its administrator lists the modules it may load in PLATFORM_ENVIRONMENT_MODULES)")
+    return (
+        f"unknown environment '{name}'; built in: {', '.join(ENVIRONMENT_NAMES)}; this server runs no other "
+        "environments (its administrator lists the modules it may load in PLATFORM_ENVIRONMENT_MODULES)"
+    )
 
 
 def env_config(tiny_config, name: str) -> dict:
@@ -79,15 +80,21 @@ def test_api_create_yaml_overrides_update_and_launch_refuse_it(alice, planted, t
     for name in planted.names:
         answers = [
             post_json(api, "/api/experiments", {"name": "x", "config": env_config(tiny_config, name)}),
-            post_json(api, "/api/experiments", {"name": "x", "config_yaml": yaml.safe_dump(env_config(tiny_config, name))}),
-            post_json(api, "/api/experiments", {"name": "x", "config": tiny_config(), "overrides": [f"env.name={name}"]}),
+            post_json(
+                api, "/api/experiments", {"name": "x", "config_yaml": yaml.safe_dump(env_config(tiny_config, name))}
+            ),
+            post_json(
+                api, "/api/experiments", {"name": "x", "config": tiny_config(), "overrides": [f"env.name={name}"]}
+            ),
             post_json(api, f"/api/experiments/{experiment.pk}", {"config": env_config(tiny_config, name)}, "patch"),
         ]
         for response in answers:
             assert response.status_code == 400, (name, response.content)
             assert response.json() == {"errors": {"env.name": refused(name)}}, name
         planted.assert_not_imported()
-    Experiment.objects.filter(pk=experiment.pk).update(config=env_config(tiny_config, planted.names[0]))  # stored before
+    Experiment.objects.filter(pk=experiment.pk).update(
+        config=env_config(tiny_config, planted.names[0])
+    )  # stored before
     launched = post_json(api, f"/api/experiments/{experiment.pk}/runs", {})
     assert launched.status_code == 400 and launched.json()["errors"] == {"env.name": refused(planted.names[0])}
     assert sent_messages == [] and not Run.objects.exists()
@@ -121,8 +128,9 @@ def test_web_form_yaml_tab_import_and_preview_refuse_it(alice_client, alice, pla
         assert response.context["form"].errors["env__name"] == [refused(name)]
     text = yaml.safe_dump(env_config(tiny_config, name))
     yaml_tab = alice_client.post(reverse("experiment-new"), {"name": "x", "mode": "yaml", "config_yaml": text})
-    imported = alice_client.post(reverse("experiment-import"), {
-        "name": "imported", "file": SimpleUploadedFile("attack.yaml", text.encode())})
+    imported = alice_client.post(
+        reverse("experiment-import"), {"name": "imported", "file": SimpleUploadedFile("attack.yaml", text.encode())}
+    )
     for response in (yaml_tab, imported):
         assert response.status_code == 400
         assert response.context["form"].errors["config_yaml"] == [f"env.name: {refused(name)}"]
@@ -134,9 +142,15 @@ def test_web_form_yaml_tab_import_and_preview_refuse_it(alice_client, alice, pla
 
 def test_a_sweep_over_env_name_is_refused(alice, planted, sent_messages):
     experiment = make_experiment(alice)
-    body = {"name": "envs", "space": {"env.name": {"type": "categorical", "choices": ["single_turn",
-                                                                                      planted.names[0]]}},
-            "metric": "reward/mean", "max_trials": 2, "max_concurrent_trials": 1, "sampler": "grid", "pruner": "none"}
+    body = {
+        "name": "envs",
+        "space": {"env.name": {"type": "categorical", "choices": ["single_turn", planted.names[0]]}},
+        "metric": "reward/mean",
+        "max_trials": 2,
+        "max_concurrent_trials": 1,
+        "sampler": "grid",
+        "pruner": "none",
+    }
     response = post_json(token_client(alice), f"/api/experiments/{experiment.pk}/sweeps", body)
     assert response.status_code == 400, response.content
     assert refused(planted.names[0]) in json.dumps(response.json())
@@ -144,8 +158,9 @@ def test_a_sweep_over_env_name_is_refused(alice, planted, sent_messages):
     planted.assert_not_imported()
 
 
-def test_a_worker_starting_a_stored_config_fails_it_without_importing(alice, planted, tiny_config, monkeypatch,
-                                                                       restore_signals):
+def test_a_worker_starting_a_stored_config_fails_it_without_importing(
+    alice, planted, tiny_config, monkeypatch, restore_signals
+):
     import trainers
     from runner.attempt import run_attempt
 
@@ -168,8 +183,9 @@ def test_an_evaluation_of_a_stored_run_fails_without_importing(alice, planted, t
 
     run = make_run(alice, status="succeeded")
     Run.objects.filter(pk=run.pk).update(config=env_config(tiny_config, planted.names[0]))
-    job = EvaluationJob.objects.create(owner=alice, run=Run.objects.get(pk=run.pk), step=1,
-                                       dataset_kind=DatasetKind.RUN_EVAL)
+    job = EvaluationJob.objects.create(
+        owner=alice, run=Run.objects.get(pk=run.pk), step=1, dataset_kind=DatasetKind.RUN_EVAL
+    )
     with pytest.raises(JobFailed, match="env.name: unknown environment"):
         child_config(job)
     planted.assert_not_imported()

@@ -12,22 +12,29 @@ import json
 import pytest
 from api_testlib import make_experiment, make_run, token_client
 from django.urls import reverse
-from experiments.models import Experiment, Run
 from platform_testlib import tiny_config
+
+from experiments.models import Experiment, Run
 from runner.models import UserLimits
 
 pytestmark = pytest.mark.django_db
 
 # The issue's probe: 4096 prompts x G 256 x 8192 completion tokens on the qwen3-0.6b preset, every
 # field at or under this server's PLATFORM_CONFIG_LIMITS.
-HUGE = {"model": {"preset": "qwen3-0.6b"}, "batch": {"prompts_per_step": 4096}, "grpo": {"num_generations": 256},
-        "rollout": {"max_new_tokens": 8192}, "data": {"task": "arithmetic", "train_prompts": 64}}
+HUGE = {
+    "model": {"preset": "qwen3-0.6b"},
+    "batch": {"prompts_per_step": 4096},
+    "grpo": {"num_generations": 256},
+    "rollout": {"max_new_tokens": 8192},
+    "data": {"task": "arithmetic", "train_prompts": 64},
+}
 
 
 def huge_experiment(user) -> Experiment:
     """The probe's config, saved through the API as a user would: creating it is allowed (201)."""
-    response = token_client(user).post("/api/experiments", json.dumps({"name": "huge", "config": HUGE}),
-                                       content_type="application/json")
+    response = token_client(user).post(
+        "/api/experiments", json.dumps({"name": "huge", "config": HUGE}), content_type="application/json"
+    )
     assert response.status_code == 201, response.content
     return Experiment.objects.get(pk=response.json()["id"])
 
@@ -37,12 +44,16 @@ def test_the_issues_launch_is_refused_with_the_fields_and_nothing_is_queued(alic
     response = token_client(alice).post(f"/api/experiments/{experiment.pk}/runs")
     assert response.status_code == 429, response.content
     error = response.json()["error"]
-    assert error.startswith("a step of this run is too large: sequences per step: batch.prompts_per_step 4096 x "
-                            "grpo.num_generations 256 = 1048576, the limit is 8192; lower batch.prompts_per_step or "
-                            "grpo.num_generations, or an admin can raise your limit")
+    assert error.startswith(
+        "a step of this run is too large: sequences per step: batch.prompts_per_step 4096 x "
+        "grpo.num_generations 256 = 1048576, the limit is 8192; lower batch.prompts_per_step or "
+        "grpo.num_generations, or an admin can raise your limit"
+    )
     # tokens: 1048576 x (64 prompt + 8192 completion tokens), over 8 Mi
-    assert ("tokens per step: 1048576 sequences x (data.max_prompt_tokens 64 + rollout.max_new_tokens 8192) = "
-            "8657043456, the limit is 8388608") in error
+    assert (
+        "tokens per step: 1048576 sequences x (data.max_prompt_tokens 64 + rollout.max_new_tokens 8192) = "
+        "8657043456, the limit is 8388608"
+    ) in error
     assert "memory: a step needs about " in error and "GiB (PLATFORM_WORKER_MEMORY_BYTES)" in error
     assert experiment.runs.count() == 0 and sent_messages == []
 
@@ -69,7 +80,7 @@ def test_an_admin_override_lets_one_user_launch_a_bigger_step(alice, bob, settin
 
 
 def test_a_step_that_cannot_fit_a_worker_is_refused_with_the_estimate_and_the_limit(alice, settings, sent_messages):
-    settings.PLATFORM_WORKER_MEMORY_BYTES = 512 * 1024 ** 2
+    settings.PLATFORM_WORKER_MEMORY_BYTES = 512 * 1024**2
     experiment = make_experiment(alice)
     error = token_client(alice).post(f"/api/experiments/{experiment.pk}/runs").json()["error"]
     # the tiny config: the runtime's 0.78 GiB and a step's 0.01 GiB
@@ -96,8 +107,9 @@ def test_a_fork_of_a_run_whose_owner_limit_was_lowered_is_refused(alice, setting
     (tmp_path / "run-parent" / "checkpoints" / "2" / "params").mkdir(parents=True)
     Checkpoint.objects.create(run=parent, step=2, path="run-parent/checkpoints/2", size_bytes=1)
     UserLimits.objects.create(user=alice, max_sequences_per_step=15)
-    response = token_client(alice).post(f"/api/runs/{parent.pk}/fork", json.dumps({"step": 2}),
-                                        content_type="application/json")
+    response = token_client(alice).post(
+        f"/api/runs/{parent.pk}/fork", json.dumps({"step": 2}), content_type="application/json"
+    )
     assert response.status_code == 429 and "= 16, the limit is 15" in response.json()["error"]
     assert not Run.objects.filter(forked_from=parent).exists() and sent_messages == []
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run-parent"]  # no child directory left
@@ -114,15 +126,18 @@ def test_the_worker_fails_a_stored_run_over_the_caps_at_start(alice, restore_sig
     assert run_attempt(run.pk, 1) == 1
     run.refresh_from_db()
     assert run.status == "failed"
-    assert run.error.startswith("a step of this run is too large: tokens per step: 16 sequences x "
-                                "(data.max_prompt_tokens 64 + rollout.max_new_tokens 4) = 1088, the limit is 1000")
+    assert run.error.startswith(
+        "a step of this run is too large: tokens per step: 16 sequences x "
+        "(data.max_prompt_tokens 64 + rollout.max_new_tokens 4) = 1088, the limit is 1000"
+    )
     assert run.events.filter(level="error", message=run.error).exists()
 
 
 def test_the_plan_preview_shows_the_figures_the_limits_and_the_refusal(alice, alice_client):
     experiment = huge_experiment(alice)
-    response = alice_client.post(reverse("plan-preview"), {"mode": "yaml", "name": "huge",
-                                                             "config_yaml": json.dumps(HUGE)})
+    response = alice_client.post(
+        reverse("plan-preview"), {"mode": "yaml", "name": "huge", "config_yaml": json.dumps(HUGE)}
+    )
     plan = response.json()["plan"]
     assert plan["sequences_per_step"] == 1048576 and plan["tokens_per_step"] == 8657043456
     assert plan["max_sequences_per_step"] == 8192 and plan["max_tokens_per_step"] == 8388608
@@ -130,6 +145,7 @@ def test_the_plan_preview_shows_the_figures_the_limits_and_the_refusal(alice, al
     assert "Your limits\n  sequences per step            1048576 of 8192" in response.json()["text"]
     page = alice_client.get(reverse("experiment-detail", args=[experiment.pk])).content.decode()
     assert "Memory of a step (estimate)" in page and "Launch                          refused: sequences" in page
-    small = alice_client.post(reverse("plan-preview"), {"mode": "yaml", "name": "t",
-                                                        "config_yaml": json.dumps(tiny_config())}).json()["plan"]
+    small = alice_client.post(
+        reverse("plan-preview"), {"mode": "yaml", "name": "t", "config_yaml": json.dumps(tiny_config())}
+    ).json()["plan"]
     assert small["launch"] == "allowed" and small["tokens_per_step"] == 16 * (64 + 4)

@@ -18,9 +18,10 @@ import pytest
 from api_testlib import add_points, fresh_series_cache, make_run, token_client  # noqa: F401 - fixture
 from browser_testlib import logged_in_page  # noqa: F401 - fixture
 from datasets_testlib import dataset_config, dataset_root, upload  # noqa: F401 - fixture
+from platform_testlib import tiny_config
+
 from experiments import run_compare
 from experiments.models import Experiment, MetricPoint, Run, RunEvent
-from platform_testlib import tiny_config
 from runner import services
 from runner.db_hooks import DatabaseHooks
 
@@ -69,13 +70,22 @@ def test_non_finite_metrics_are_stored_and_answered_as_such(alice, fresh_caches)
         assert chart["loss/policy"]["values"] == [0.25, "-Infinity"]
         assert chart["is/weight_max"]["values"] == [2.0, "Infinity"]
         fresh = get(alice, f"{base}/metrics?after_step=1")["series"]
-        assert fresh == {"grad_norm": [[2, "NaN"]], "is/weight_max": [[2, "Infinity"]], "loss/policy": [[2, "-Infinity"]]}
+        assert fresh == {
+            "grad_norm": [[2, "NaN"]],
+            "is/weight_max": [[2, "Infinity"]],
+            "loss/policy": [[2, "-Infinity"]],
+        }
         compare = get(alice, f"/api/runs/compare?runs={run.pk}")["runs"][0]["series"]
         assert compare["grad_norm"]["values"] == [0.5, "NaN"]
         fresh_caches_clear()
     assert get(alice, f"{base}/metrics?name=grad_norm")["points"] == [[1, 0.5], [2, "NaN"]]
     assert get(alice, f"{base}/metrics?name=loss/policy&after_step=1")["points"] == [[2, "-Infinity"]]
-    for url in (f"{base}/chart", f"{base}/metrics", f"{base}/metrics?name=grad_norm", f"/api/runs/compare?runs={run.pk}"):
+    for url in (
+        f"{base}/chart",
+        f"{base}/metrics",
+        f"{base}/metrics?name=grad_norm",
+        f"/api/runs/compare?runs={run.pk}",
+    ):
         assert_strict_json(alice, url)
 
 
@@ -98,21 +108,28 @@ def test_a_nan_survives_downsampling_in_the_chart(alice, fresh_caches):
 
 
 @pytest.mark.django_db(transaction=True)  # the trainer's hooks write from their own threads
-def test_a_huge_learning_rate_fails_the_run_with_the_step_and_metric(alice, settings, tmp_path, sent_messages,
-                                                                     restore_signals):
+def test_a_huge_learning_rate_fails_the_run_with_the_step_and_metric(
+    alice, settings, tmp_path, sent_messages, restore_signals
+):
     from runner.attempt import run_attempt
 
     settings.ARTIFACTS_DIR = tmp_path / "runs"
     experiment = Experiment(owner=alice, name="diverges")
-    experiment.set_config(tiny_config(optimizer__learning_rate=1e308, train__max_steps=4, checkpoint__every_steps=1,
-                                      checkpoint__keep_last=4), user=alice)
+    experiment.set_config(
+        tiny_config(
+            optimizer__learning_rate=1e308, train__max_steps=4, checkpoint__every_steps=1, checkpoint__keep_last=4
+        ),
+        user=alice,
+    )
     run = services.launch_run(experiment)
     Run.objects.filter(pk=run.pk).update(status="running")
     assert run_attempt(run.pk, run.attempt) == 1
     run.refresh_from_db()
     assert run.status == "failed"
     assert "\n" not in run.error and "Traceback" not in run.error
-    assert run.error.startswith("step ") and "(non-finite): training diverged; lower optimizer.learning_rate" in run.error
+    assert (
+        run.error.startswith("step ") and "(non-finite): training diverged; lower optimizer.learning_rate" in run.error
+    )
     bad_step = int(run.error.split(":")[0].split()[1])
     metric = run.error.split(": ", 1)[1].split(" is ")[0]
     assert bad_step < 4
@@ -127,8 +144,9 @@ def test_a_huge_learning_rate_fails_the_run_with_the_step_and_metric(alice, sett
 
 # --- a chat dataset with the character tokenizer --------------------------------------------------
 
-CHAT_LINES = "".join(json.dumps({"prompt": [{"role": "user", "content": f"{i}+1="}], "answer": str(i + 1)}) + "\n"
-                     for i in range(6)).encode()
+CHAT_LINES = "".join(
+    json.dumps({"prompt": [{"role": "user", "content": f"{i}+1="}], "answer": str(i + 1)}) + "\n" for i in range(6)
+).encode()
 
 
 @pytest.mark.django_db
@@ -138,21 +156,28 @@ def test_chat_dataset_with_a_preset_is_refused_at_create(alice, dataset_root):  
     config["data"].update(task=None, train_path="chat.jsonl")
     config["rewards"] = [{"name": "exact_match", "weight": 1.0}]
     client = token_client(alice)
-    response = client.post("/api/experiments", json.dumps({"name": "chat", "config": config}),
-                           content_type="application/json")
+    response = client.post(
+        "/api/experiments", json.dumps({"name": "chat", "config": config}), content_type="application/json"
+    )
     assert response.status_code == 400, response.content
     message = response.json()["errors"]["data.train_path"]
     assert "chat messages" in message and "model.path" in message and "model.preset 'tiny'" in message
 
     upload(alice, "chat", CHAT_LINES)
-    response = client.post("/api/experiments", json.dumps({"name": "chat", "config": dataset_config(tiny_config, "chat")}),
-                           content_type="application/json")
+    response = client.post(
+        "/api/experiments",
+        json.dumps({"name": "chat", "config": dataset_config(tiny_config, "chat")}),
+        content_type="application/json",
+    )
     assert response.status_code == 400, response.content
     assert "chat messages" in response.json()["errors"]["data.train_dataset"]
     # the same file with string prompts is fine
     upload(alice, "plain")
-    response = client.post("/api/experiments", json.dumps({"name": "plain", "config": dataset_config(tiny_config, "plain")}),
-                           content_type="application/json")
+    response = client.post(
+        "/api/experiments",
+        json.dumps({"name": "plain", "config": dataset_config(tiny_config, "plain")}),
+        content_type="application/json",
+    )
     assert response.status_code == 201, response.content
 
 
@@ -162,15 +187,22 @@ def test_chat_dataset_with_a_preset_is_refused_at_create(alice, dataset_root):  
 def diverged_run(user) -> Run:
     """A failed run whose grad_norm is finite at steps 1-2 and NaN at step 3, loss/policy -inf there."""
     run = make_run(user, status="failed", step=3, error="step 3: grad_norm is nan (non-finite): training diverged")
-    add_points(run, {"grad_norm": [(1, 0.5), (2, 0.7), (3, NAN)], "loss/policy": [(1, 0.1), (2, 0.2), (3, -INF)],
-                     "reward/mean": [(1, 0.1), (2, 0.2), (3, 0.0)]})
+    add_points(
+        run,
+        {
+            "grad_norm": [(1, 0.5), (2, 0.7), (3, NAN)],
+            "loss/policy": [(1, 0.1), (2, 0.2), (3, -INF)],
+            "reward/mean": [(1, 0.1), (2, 0.2), (3, 0.0)],
+        },
+    )
     return run
 
 
 def marks(page, metric: str) -> list[tuple[list, list]]:
     """(x, hover texts) of the chart's non-finite marker traces, as drawn."""
     return page.locator(f".chart[data-metric='{metric}']").evaluate(
-        "div => div.data.filter(t => t.mode === 'markers').map(t => [Array.from(t.x), Array.from(t.text)])")
+        "div => div.data.filter(t => t.mode === 'markers').map(t => [Array.from(t.x), Array.from(t.text)])"
+    )
 
 
 @pytest.mark.django_db(transaction=True)

@@ -11,16 +11,15 @@ import urllib.error
 import urllib.request
 
 import pytest
-from api.long_urls import API_MAX_URL_CHARS, too_long_message
-from django.urls import reverse
-from experiments.models import Experiment, Run
-from experiments.shown_paths import shown, shown_errors
-
 from api_testlib import token_client
+from django.urls import reverse
 from platform_testlib import tiny_config
 from test_run_export import hf_config
 from test_runner_serve import procs, start_serve  # noqa: F401  (procs: a fixture)
 
+from api.long_urls import API_MAX_URL_CHARS, too_long_message
+from experiments.models import Experiment, Run
+from experiments.shown_paths import shown, shown_errors
 from tests.tiny_models import write_tiny_model
 
 GUNICORN_MAX_REQUEST_LINE_BYTES = 8190
@@ -96,16 +95,21 @@ def data_dir(settings, tmp_path):
 
 def test_shown_rewrites_known_roots_as_whole_paths(data_dir, settings, tmp_path):
     d, code = str(data_dir), str(settings.REPO_ROOT)
-    text = (f"No such file: '{d}/datasets/users/3/x.jsonl' (log {d}/runs/run-12/log.txt, model {d}/models/m)\n"
-            f'  File "{code}/trainers/loop/trainer.py", line 9\n'
-            f"{d} {d}base /elsewhere{d}/x /tmp/other {sys.prefix}/lib/x.py")
+    text = (
+        f"No such file: '{d}/datasets/users/3/x.jsonl' (log {d}/runs/run-12/log.txt, model {d}/models/m)\n"
+        f'  File "{code}/trainers/loop/trainer.py", line 9\n'
+        f"{d} {d}base /elsewhere{d}/x /tmp/other {sys.prefix}/lib/x.py"
+    )
     assert shown(text) == (
         "No such file: '<datasets>/users/3/x.jsonl' (log <data>/runs/run-12/log.txt, model <models>/m)\n"
         '  File "<code>/trainers/loop/trainer.py", line 9\n'
-        f"<data> {d}base /elsewhere{d}/x /tmp/other <python>/lib/x.py")
+        f"<data> {d}base /elsewhere{d}/x /tmp/other <python>/lib/x.py"
+    )
     assert shown("") == "" and shown("no paths here") == "no paths here"
-    assert shown_errors({"model.path": f"missing: {d}/models/x", "n": 3}) == {"model.path": "missing: <models>/x",
-                                                                            "n": 3}
+    assert shown_errors({"model.path": f"missing: {d}/models/x", "n": 3}) == {
+        "model.path": "missing: <models>/x",
+        "n": 3,
+    }
     (tmp_path / "link").symlink_to(data_dir)  # a root configured through a symlink: both forms are known
     settings.DATA_DIR = tmp_path / "link"
     assert shown(f"{d}/runs/1 {tmp_path}/link/runs/2") == "<data>/runs/1 <data>/runs/2"
@@ -115,7 +119,11 @@ def test_trained_by_names_the_run_and_model_without_paths():
     from trainers.commands.export import trained_by
 
     assert trained_by("/srv/platform/runs/run-12/", 4, "/srv/platform/models/smollm2-135m", "bfloat16") == {
-        "run": "run-12", "step": 4, "base_model": "smollm2-135m", "dtype": "bfloat16"}
+        "run": "run-12",
+        "step": 4,
+        "base_model": "smollm2-135m",
+        "dtype": "bfloat16",
+    }
 
 
 @pytest.mark.django_db(transaction=True)  # the trainer's hooks write from their own threads
@@ -130,8 +138,9 @@ def test_a_run_failing_on_a_bad_file_shows_no_server_path(alice, data_dir, clien
     config = tiny_config(train__max_steps=2, checkpoint__every_steps=0)
     config["data"] = {"task": None, "train_path": "arith.jsonl", "train_prompts": 0, "eval_prompts": 0}
     config["rewards"] = [{"name": "exact_match", "weight": 1.0}]
-    created = api.post("/api/experiments", json.dumps({"name": "bad file", "config": config}),
-                       content_type="application/json")
+    created = api.post(
+        "/api/experiments", json.dumps({"name": "bad file", "config": config}), content_type="application/json"
+    )
     assert created.status_code == 201, created.content
     launched = api.post(f"/api/experiments/{created.json()['id']}/runs")
     assert launched.status_code == 201, launched.content
@@ -145,8 +154,12 @@ def test_a_run_failing_on_a_bad_file_shows_no_server_path(alice, data_dir, clien
     shown_error = api.get(f"/api/runs/{run.pk}").json()["error"]
     assert "<datasets>/arith.jsonl" in shown_error, shown_error
     client.force_login(alice)
-    answers = [api.get(f"/api/runs/{run.pk}"), api.get("/api/runs"), api.get(f"/api/runs/{run.pk}/events"),
-               client.get(reverse("run-detail", args=[run.pk]))]
+    answers = [
+        api.get(f"/api/runs/{run.pk}"),
+        api.get("/api/runs"),
+        api.get(f"/api/runs/{run.pk}/events"),
+        client.get(reverse("run-detail", args=[run.pk])),
+    ]
     for answer in answers:
         assert answer.status_code == 200
         body = answer.content.decode()
@@ -160,16 +173,18 @@ def test_the_export_panel_and_its_messages_show_no_server_path(alice, alice_clie
     write_tiny_model(data_dir / "models" / "tiny-chat")
     experiment = Experiment(owner=alice, name="hf")
     experiment.set_config(hf_config(), user=alice)
-    run = Run.objects.create(experiment=experiment, config=experiment.config, status="succeeded", attempt=1,
-                             max_steps=2, run_dir="run-x")
+    run = Run.objects.create(
+        experiment=experiment, config=experiment.config, status="succeeded", attempt=1, max_steps=2, run_dir="run-x"
+    )
     (data_dir / "runs" / "run-x" / "checkpoints" / "2").mkdir(parents=True)
     (data_dir / "exports" / f"run-{run.pk}-step-2").mkdir()
     shown_folder = f"&lt;data&gt;/exports/run-{run.pk}-step-2"
 
     page = alice_client.get(reverse("run-detail", args=[run.pk])).content.decode()
     assert 'id="export-form"' in page and shown_folder in page and "&lt;data&gt;/exports</code>" in page
-    refused = token_client(alice).post(f"/api/runs/{run.pk}/export", json.dumps({"step": 2}),
-                                       content_type="application/json")
+    refused = token_client(alice).post(
+        f"/api/runs/{run.pk}/export", json.dumps({"step": 2}), content_type="application/json"
+    )
     assert refused.status_code == 409 and f"<data>/exports/run-{run.pk}-step-2" in refused.json()["error"]
     answered = alice_client.post(reverse("run-export", args=[run.pk]), {"step": "2", "dtype": "float32"}, follow=True)
     assert "is already exported" in answered.content.decode() and shown_folder in answered.content.decode()

@@ -27,17 +27,21 @@ from django.conf import settings
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 from django.utils.html import escape
+from web_testlib import form_data
+
 from experiments import configs
 from experiments.models import Checkpoint, Experiment, Run, RunStatus
-from web_testlib import form_data
 
 pytestmark = pytest.mark.django_db
 
 SECRET_MARK = "VICTIM-SECRET-7Q2"
-SECRET_ROWS = "".join(json.dumps({"prompt": f"{SECRET_MARK} prompt {i}", "answer": f"{SECRET_MARK} answer {i}"})
-                      + "\n" for i in range(12)).encode()
-REFUSED = ("not allowed: {path} is in the uploaded datasets; name an uploaded dataset in data.{name_field} instead "
-           "(your own by name, one shared with you as owner/name)")
+SECRET_ROWS = "".join(
+    json.dumps({"prompt": f"{SECRET_MARK} prompt {i}", "answer": f"{SECRET_MARK} answer {i}"}) + "\n" for i in range(12)
+).encode()
+REFUSED = (
+    "not allowed: {path} is in the uploaded datasets; name an uploaded dataset in data.{name_field} instead "
+    "(your own by name, one shared with you as owner/name)"
+)
 NAME_FIELDS = {"train_path": "train_dataset", "eval_path": "eval_dataset"}
 
 
@@ -66,6 +70,7 @@ def victim(bob, alice, dataset_root, monkeypatch):
             if isinstance(file, (str, bytes, os.PathLike)) and os.path.realpath(os.fsdecode(file)) == real_path:
                 spied.opened.append(os.fsdecode(file))
             return real_open(file, *args, **kwargs)
+
         return opening
 
     monkeypatch.setattr(builtins, "open", spy(builtins.open))
@@ -77,18 +82,18 @@ def victim(bob, alice, dataset_root, monkeypatch):
 @pytest.fixture
 def paths(victim, bob, alice, dataset_root) -> list[str]:
     """Every spelling of the victim's file (and of a missing one beside it: the same answer)."""
-    (dataset_root / "shortcut.jsonl").symlink_to(victim.path)            # a file symlink to it
-    (dataset_root / "linked").symlink_to(dataset_root / "users")          # a directory symlink to the tree
+    (dataset_root / "shortcut.jsonl").symlink_to(victim.path)  # a file symlink to it
+    (dataset_root / "linked").symlink_to(dataset_root / "users")  # a directory symlink to the tree
     return [
         f"users/{bob.pk}/secret.jsonl",
-        str(victim.path),                                                 # absolute
+        str(victim.path),  # absolute
         f"nothere/../users/{bob.pk}/secret.jsonl",
         f"users/{alice.pk}/../{bob.pk}/secret.jsonl",
         f"./users//{bob.pk}/./secret.jsonl",
         "shortcut.jsonl",
         f"linked/{bob.pk}/secret.jsonl",
         f"{dataset_root}/linked/../users/{bob.pk}/secret.jsonl",
-        f"users/{bob.pk}/missing.jsonl",                                  # no oracle: same message
+        f"users/{bob.pk}/missing.jsonl",  # no oracle: same message
     ]
 
 
@@ -141,14 +146,22 @@ def test_api_create_refuses_every_spelling(alice, victim, paths, tiny_config, fi
 def test_api_yaml_overrides_and_update_refuse_it(alice, bob, victim, paths, tiny_config):
     api = token_client(alice)
     path = paths[0]
-    as_yaml = post_json(api, "/api/experiments", {"name": "x", "config_yaml": yaml.safe_dump(
-        attack_config(tiny_config, path))})
-    overridden = post_json(api, "/api/experiments", {"name": "x", "config": dataset_config(tiny_config, train="mine"),
-                                                     "overrides": ["data.train_dataset=null",
-                                                                   f"data.train_path={path}"]})
+    as_yaml = post_json(
+        api, "/api/experiments", {"name": "x", "config_yaml": yaml.safe_dump(attack_config(tiny_config, path))}
+    )
+    overridden = post_json(
+        api,
+        "/api/experiments",
+        {
+            "name": "x",
+            "config": dataset_config(tiny_config, train="mine"),
+            "overrides": ["data.train_dataset=null", f"data.train_path={path}"],
+        },
+    )
     experiment = make_experiment(alice)
-    patched = post_json(api, f"/api/experiments/{experiment.pk}", {"config": attack_config(tiny_config, path)},
-                        method="patch")
+    patched = post_json(
+        api, f"/api/experiments/{experiment.pk}", {"config": attack_config(tiny_config, path)}, method="patch"
+    )
     for response in (as_yaml, overridden, patched):
         assert response.status_code == 400, response.content
         assert answer(response) == {"errors": refused(path)}
@@ -179,8 +192,10 @@ def test_web_form_create_edit_yaml_tab_and_preview_refuse_it(alice_client, alice
         for response in (created, edited):
             assert response.status_code == 400, path
             assert [unshown(e) for e in response.context["form"].errors["data__train_path"]] == [message], path
-        yaml_tab = alice_client.post(reverse("experiment-new"), {"name": "x", "mode": "yaml", "config_yaml":
-                                                                 yaml.safe_dump(attack_config(tiny_config, path))})
+        yaml_tab = alice_client.post(
+            reverse("experiment-new"),
+            {"name": "x", "mode": "yaml", "config_yaml": yaml.safe_dump(attack_config(tiny_config, path))},
+        )
         assert yaml_tab.status_code == 400
         assert [unshown(e) for e in yaml_tab.context["form"].errors["config_yaml"]] == [f"data.train_path: {message}"]
         preview = alice_client.post(reverse("plan-preview"), data)  # would count the victim's rows
@@ -193,11 +208,13 @@ def test_web_form_create_edit_yaml_tab_and_preview_refuse_it(alice_client, alice
 def test_web_yaml_import_refuses_it(alice_client, alice, victim, tiny_config):
     path = str(victim.path)
     text = yaml.safe_dump(attack_config(tiny_config, path)).encode()
-    response = alice_client.post(reverse("experiment-import"), {"name": "imported",
-                                                                "file": SimpleUploadedFile("attack.yaml", text)})
+    response = alice_client.post(
+        reverse("experiment-import"), {"name": "imported", "file": SimpleUploadedFile("attack.yaml", text)}
+    )
     assert response.status_code == 400
     assert [unshown(e) for e in response.context["form"].errors["config_yaml"]] == [
-        f"data.train_path: {refused(path)['data.train_path']}"]
+        f"data.train_path: {refused(path)['data.train_path']}"
+    ]
     assert not Experiment.objects.filter(owner=alice).exists()
     victim.assert_safe(response)
 
@@ -236,26 +253,37 @@ def stored_run(user, config: dict, artifacts: Path | None = None, run_dir: str =
     return run
 
 
-def test_fork_of_a_stored_config_is_refused_and_the_body_cannot_name_a_path(alice, victim, tiny_config,
-                                                                           artifacts, sent_messages, client):
+def test_fork_of_a_stored_config_is_refused_and_the_body_cannot_name_a_path(
+    alice, victim, tiny_config, artifacts, sent_messages, client
+):
     path = str(victim.path)
     parent = stored_run(alice, attack_config(tiny_config, path), artifacts, status="succeeded", step=6)
     api = token_client(alice)
     forked = post_json(api, f"/api/runs/{parent.pk}/fork", {"step": 2})
     assert forked.status_code == 409
-    assert answer(forked)["error"] == (f"run {parent.pk}'s config is not valid on this platform now "
-                                      f"(data.train_path: {refused(path)['data.train_path']})")
+    assert answer(forked)["error"] == (
+        f"run {parent.pk}'s config is not valid on this platform now "
+        f"(data.train_path: {refused(path)['data.train_path']})"
+    )
     client.force_login(alice)
     page = client.post(reverse("run-fork", args=[parent.pk]), {"step": "2"}, follow=True)
     assert escape(f"data.train_path: {refused(path)['data.train_path']}") in unshown(page.content.decode())
     assert not Run.objects.filter(forked_from=parent).exists() and sent_messages == []
 
     # a fork takes no config: a config or an override in its body changes nothing of what it reads
-    clean = stored_run(alice, dataset_config(tiny_config, train="mine"), artifacts, run_dir="run-clean",
-                       status="succeeded", step=6)
-    smuggled = post_json(api, f"/api/runs/{clean.pk}/fork", {"step": 2, "max_steps": 8,
-                                                             "config": attack_config(tiny_config, path),
-                                                             "overrides": [f"data.train_path={path}"]})
+    clean = stored_run(
+        alice, dataset_config(tiny_config, train="mine"), artifacts, run_dir="run-clean", status="succeeded", step=6
+    )
+    smuggled = post_json(
+        api,
+        f"/api/runs/{clean.pk}/fork",
+        {
+            "step": 2,
+            "max_steps": 8,
+            "config": attack_config(tiny_config, path),
+            "overrides": [f"data.train_path={path}"],
+        },
+    )
     assert smuggled.status_code == 201, smuggled.content
     child = Run.objects.get(pk=smuggled.json()["id"])
     assert (child.config["data"]["train_dataset"], child.config["data"]["train_path"]) == ("mine", None)
@@ -282,8 +310,9 @@ def _spy_on_training(monkeypatch) -> list:
 
 
 @pytest.mark.parametrize("route", ["api", "page"])
-def test_retry_of_a_stored_config_is_refused_naming_the_field(alice, victim, tiny_config, sent_messages, client,
-                                                             route, django_capture_on_commit_callbacks):
+def test_retry_of_a_stored_config_is_refused_naming_the_field(
+    alice, victim, tiny_config, sent_messages, client, route, django_capture_on_commit_callbacks
+):
     """A retry checks the stored config for its owner on request (issue 30, A6): 400 naming the field
     (the page says so), nothing queued, nothing read. The worker's own check at start is the next test."""
     path = str(victim.path)
@@ -293,7 +322,8 @@ def test_retry_of_a_stored_config_is_refused_naming_the_field(alice, victim, tin
             response = post_json(token_client(alice), f"/api/runs/{run.pk}/retry", {})
             assert response.status_code == 400
             assert answer(response)["errors"]["data.train_path"].startswith(
-                f"the run's config is no longer valid here (data.train_path: {refused(path)['data.train_path']})")
+                f"the run's config is no longer valid here (data.train_path: {refused(path)['data.train_path']})"
+            )
         else:
             client.force_login(alice)
             response = client.post(reverse("run-control", args=[run.pk, "retry"]), follow=True)
@@ -301,14 +331,16 @@ def test_retry_of_a_stored_config_is_refused_naming_the_field(alice, victim, tin
     run.refresh_from_db()
     assert run.status == "failed" and sent_messages == []
     api = token_client(alice)
-    shown = [api.get(f"/api/runs/{run.pk}"), api.get(f"/api/runs/{run.pk}/samples"),
-             api.get(f"/api/runs/{run.pk}/events")]
+    shown = [
+        api.get(f"/api/runs/{run.pk}"),
+        api.get(f"/api/runs/{run.pk}/samples"),
+        api.get(f"/api/runs/{run.pk}/events"),
+    ]
     assert all(r.status_code == 200 for r in shown)
     victim.assert_safe(response, *shown)
 
 
-def test_the_worker_refuses_a_stored_path_before_reading_it(alice, victim, tiny_config, monkeypatch,
-                                                             restore_signals):
+def test_the_worker_refuses_a_stored_path_before_reading_it(alice, victim, tiny_config, monkeypatch, restore_signals):
     """(a) a run whose stored config names another user's upload by path, started as stored."""
     for path in (str(victim.path), f"users/{victim.path.parent.name}/secret.jsonl"):
         Run.objects.all().delete()
@@ -317,19 +349,22 @@ def test_the_worker_refuses_a_stored_path_before_reading_it(alice, victim, tiny_
         assert start_as_the_worker(run) == 1
         run.refresh_from_db()
         assert run.status == "failed" and trained == []
-        assert unshown(run.error) == ("invalid config (1 problem(s)):\n"
-                                      f"  data.train_path: {refused(path)['data.train_path']}")
+        assert unshown(run.error) == (
+            f"invalid config (1 problem(s)):\n  data.train_path: {refused(path)['data.train_path']}"
+        )
     victim.assert_safe()
 
 
-def test_a_dataset_unshared_after_a_run_used_it_fails_the_retry(alice, bob, victim, tiny_config, sent_messages,
-                                                                monkeypatch, restore_signals):
+def test_a_dataset_unshared_after_a_run_used_it_fails_the_retry(
+    alice, bob, victim, tiny_config, sent_messages, monkeypatch, restore_signals
+):
     """(b) shared, named in a run, then unshared: the run's retry fails naming data.train_dataset."""
     bob_api, alice_api = token_client(bob), token_client(alice)
     secret_id = bob.datasets.get(name="secret").pk
     assert post_json(bob_api, f"/api/datasets/{secret_id}/share", {"users": ["alice"]}).status_code == 200
-    created = post_json(alice_api, "/api/experiments", {"name": "on-bobs",
-                                                        "config": dataset_config(tiny_config, train="bob/secret")})
+    created = post_json(
+        alice_api, "/api/experiments", {"name": "on-bobs", "config": dataset_config(tiny_config, train="bob/secret")}
+    )
     assert created.status_code == 201, created.content
     launched = post_json(alice_api, f"/api/experiments/{created.json()['id']}/runs", {})
     assert launched.status_code == 201, launched.content
@@ -360,8 +395,9 @@ def test_a_dataset_name_still_reaches_the_owners_own_upload(alice, victim, tiny_
     assert jsonl() == Path(config.data.train_path).read_bytes()
 
 
-def test_an_evaluation_job_queued_while_shared_is_refused_once_unshared(alice, bob, victim, tiny_config, artifacts,
-                                                                        monkeypatch, django_capture_on_commit_callbacks):
+def test_an_evaluation_job_queued_while_shared_is_refused_once_unshared(
+    alice, bob, victim, tiny_config, artifacts, monkeypatch, django_capture_on_commit_callbacks
+):
     """Issue 30, A2: a job's access is checked when it starts, not only when it was queued. Bob
     shares `secret`, Alice queues an evaluation on it, Bob unshares before the job runs: the job
     fails saying so, no child process starts, and its samples hold none of Bob's rows."""
@@ -384,8 +420,10 @@ def test_an_evaluation_job_queued_while_shared_is_refused_once_unshared(alice, b
 
     assert jobs.run_job(job_id) == "failed"
     job = EvaluationJob.objects.get(pk=job_id)
-    assert job.error == "dataset bob/secret is no longer one you may use (its owner stopped sharing it); choose " \
-                        "another dataset"
+    assert (
+        job.error == "dataset bob/secret is no longer one you may use (its owner stopped sharing it); choose "
+        "another dataset"
+    )
     assert children == [] and not job.samples.exists()
     samples = alice_api.get(f"/api/evaluations/{job_id}/samples")
     assert samples.status_code == 200

@@ -12,16 +12,20 @@ from pathlib import Path
 import pytest
 from api_testlib import make_run, token_client
 from datasets_testlib import jsonl
+from test_probe_storage_quota import QUOTA_BYTES, files_under, places, run_with_files, upload_request, write  # noqa: F401
+
 from experiments.dataset_models import Dataset
 from experiments.models import Run
 from runner import storage
-from test_probe_storage_quota import QUOTA_BYTES, files_under, places, run_with_files, upload_request, write  # noqa: F401
 
 pytestmark = pytest.mark.django_db
 
 
-def test_deleting_a_run_frees_its_directory_and_exports_once_committed(alice, places,  # noqa: F811
-                                                                       django_capture_on_commit_callbacks):
+def test_deleting_a_run_frees_its_directory_and_exports_once_committed(
+    alice,
+    places,  # noqa: F811
+    django_capture_on_commit_callbacks,
+):
     run = run_with_files(alice, {"checkpoints/2/w.bin": 500, "logs/train.log": 20})
     kept = run_with_files(alice, {"checkpoints/2/w.bin": 300})
     write(storage.export_folder(run, 2) / "model.safetensors", 200)
@@ -37,8 +41,11 @@ def test_deleting_a_run_frees_its_directory_and_exports_once_committed(alice, pl
     assert storage.usage_for(alice).checkpoints_bytes == 300 and storage.usage_for(alice).exports_bytes == 100
 
 
-def test_a_deleted_parent_leaves_its_forks_hard_linked_checkpoint(alice, places,  # noqa: F811
-                                                                  django_capture_on_commit_callbacks):
+def test_a_deleted_parent_leaves_its_forks_hard_linked_checkpoint(
+    alice,
+    places,  # noqa: F811
+    django_capture_on_commit_callbacks,
+):
     parent = run_with_files(alice, {"checkpoints/2/w.bin": 1000})
     child = run_with_files(alice, {"own.log": 10}, forked_from=parent)
     linked = Path(storage.run_directory(child)) / "checkpoints/2/w.bin"
@@ -72,8 +79,9 @@ def test_an_upload_that_a_concurrent_one_took_the_room_of_is_refused(alice, plac
 
     def write_checked_while_another_upload_commits(*args, **kwargs):
         checked = real_write_checked(*args, **kwargs)
-        Dataset.objects.create(owner=alice, name="other", path="users/other.jsonl", size_bytes=len(content),
-                               rows=40, sha256="0" * 64)  # the other upload, committed meanwhile
+        Dataset.objects.create(
+            owner=alice, name="other", path="users/other.jsonl", size_bytes=len(content), rows=40, sha256="0" * 64
+        )  # the other upload, committed meanwhile
         return checked
 
     monkeypatch.setattr(dataset_files, "write_checked", write_checked_while_another_upload_commits)
@@ -85,8 +93,9 @@ def test_an_upload_that_a_concurrent_one_took_the_room_of_is_refused(alice, plac
 
 
 @pytest.mark.parametrize("action, status", [("retry", "failed"), ("resume", "paused")])
-def test_a_retry_of_a_run_whose_config_no_longer_validates_is_400_naming_the_field(alice, action, status,
-                                                                                   sent_messages):
+def test_a_retry_of_a_run_whose_config_no_longer_validates_is_400_naming_the_field(
+    alice, action, status, sent_messages
+):
     run = make_run(alice, status=status, error="before")
     config = dict(run.config)
     config["model"] = {"path": "a-folder-deleted-since"}

@@ -21,12 +21,12 @@ from api_testlib import make_experiment, make_run, token_client
 from datasets_testlib import jsonl
 from django.test import Client
 from django.urls import reverse
+
 from experiments.dataset_models import Dataset
 from experiments.models import Checkpoint, Experiment, Run
 from runner import exports, storage
 from runner.models import UserLimits
 from runner.storage import StorageUsage, format_bytes, quota_message
-
 from tests.tiny_models import write_model_config
 
 pytestmark = pytest.mark.django_db
@@ -71,11 +71,16 @@ def run_with_files(user, sizes: dict[str, int], status: str = "succeeded", exper
 
 def hf_experiment(user) -> Experiment:
     """An experiment on the tiny Hugging Face model folder (exportable, downloadable)."""
-    config = {"seed": 0, "model": {"path": "tiny-chat"}, "data": {"task": "arithmetic", "train_prompts": 16,
-                                                                  "eval_prompts": 0},
-              "rollout": {"max_new_tokens": 4}, "batch": {"prompts_per_step": 2},
-              "grpo": {"num_generations": 2, "beta": 0.0}, "train": {"max_steps": 2, "samples_per_step": 2},
-              "checkpoint": {"every_steps": 1, "keep_last": 3}}
+    config = {
+        "seed": 0,
+        "model": {"path": "tiny-chat"},
+        "data": {"task": "arithmetic", "train_prompts": 16, "eval_prompts": 0},
+        "rollout": {"max_new_tokens": 4},
+        "batch": {"prompts_per_step": 2},
+        "grpo": {"num_generations": 2, "beta": 0.0},
+        "train": {"max_steps": 2, "samples_per_step": 2},
+        "checkpoint": {"every_steps": 1, "keep_last": 3},
+    }
     experiment = Experiment(owner=user, name="hf")
     experiment.set_config(config, user=user)
     return experiment
@@ -106,8 +111,12 @@ def test_usage_by_kind_against_sizes_computed_by_hand(alice, bob, places):
     write(places / "exports" / ".downloads" / "leftover.bin", 123)  # not an export
 
     usage = storage.usage_for(alice)
-    assert usage == StorageUsage(datasets_bytes=dataset_bytes, checkpoints_bytes=1000 + 234 + 50 + 300,
-                                 exports_bytes=710, quota_bytes=QUOTA_BYTES)
+    assert usage == StorageUsage(
+        datasets_bytes=dataset_bytes,
+        checkpoints_bytes=1000 + 234 + 50 + 300,
+        exports_bytes=710,
+        quota_bytes=QUOTA_BYTES,
+    )
     assert usage.used_bytes == dataset_bytes + 2294 and not usage.over_quota
     assert storage.usage_for(bob).checkpoints_bytes == 5000 and storage.usage_for(bob).exports_bytes == 900
 
@@ -121,8 +130,15 @@ def test_usage_by_kind_against_sizes_computed_by_hand(alice, bob, places):
 
 
 def test_format_bytes():
-    assert [format_bytes(n) for n in (0, 1023, 1024, 1536, 538 * 1024 ** 2, 50 * 1024 ** 3, 3 * 1024 ** 4)] == [
-        "0 B", "1023 B", "1.0 KiB", "1.5 KiB", "538.0 MiB", "50.0 GiB", "3.0 TiB"]
+    assert [format_bytes(n) for n in (0, 1023, 1024, 1536, 538 * 1024**2, 50 * 1024**3, 3 * 1024**4)] == [
+        "0 B",
+        "1023 B",
+        "1.0 KiB",
+        "1.5 KiB",
+        "538.0 MiB",
+        "50.0 GiB",
+        "3.0 TiB",
+    ]
 
 
 # --- uploads: 413 ------------------------------------------------------------------------------
@@ -138,8 +154,10 @@ def test_an_upload_over_the_quota_is_413_and_stores_nothing(alice, places):
     assert response.status_code == 413
     expected = quota_message(StorageUsage(0, 9000, 0, QUOTA_BYTES), len(content))
     assert response.json() == {"error": expected}
-    assert expected.startswith("over your storage quota: you use 8.8 KiB (datasets 0 B, checkpoints 8.8 KiB, "
-                               f"exports 0 B) of your 9.8 KiB quota; this upload is {format_bytes(len(content))}; ")
+    assert expected.startswith(
+        "over your storage quota: you use 8.8 KiB (datasets 0 B, checkpoints 8.8 KiB, "
+        f"exports 0 B) of your 9.8 KiB quota; this upload is {format_bytes(len(content))}; "
+    )
     assert "delete datasets you no longer need, or ask an admin" in expected
     assert files_under(places) == before and not Dataset.objects.exists()
 
@@ -161,8 +179,10 @@ def test_a_request_far_over_the_quota_is_refused_before_its_file_is_read(alice, 
     content = b"x" * (1024 * 1024 + 200)  # with the form's allowance of 1 MiB, still over 100 bytes
     response = upload_request(token_client(alice), "huge", content)
     assert response.status_code == 413
-    assert response.json()["error"].startswith("over your storage quota: you use 0 B (datasets 0 B, checkpoints 0 B, "
-                                               "exports 0 B) of your 100 B quota; this request is 1.0 MiB; ")
+    assert response.json()["error"].startswith(
+        "over your storage quota: you use 0 B (datasets 0 B, checkpoints 0 B, "
+        "exports 0 B) of your 100 B quota; this request is 1.0 MiB; "
+    )
     assert files_under(places / "datasets") == {}
 
 
@@ -270,8 +290,10 @@ def test_a_download_leaves_no_copy_on_the_server(alice, places, monkeypatch):
     # an export made on purpose is served as it is, and nothing else is written
     assert client.post(f"/api/runs/{run.pk}/export", "{}", content_type="application/json").status_code == 201
     exported = files_under(places)
-    assert download(client, run, 2).namelist() == [f"run-{run.pk}-step-2/config.json",
-                                                    f"run-{run.pk}-step-2/model.safetensors"]
+    assert download(client, run, 2).namelist() == [
+        f"run-{run.pk}-step-2/config.json",
+        f"run-{run.pk}-step-2/model.safetensors",
+    ]
     assert files_under(places) == exported and len(calls) == 3
     assert storage.usage_for(alice).exports_bytes == 10240 + len('{"model_type": "llama"}')
 
@@ -306,18 +328,26 @@ def test_account_api_and_page_show_usage_quota_and_limits(alice, bob, places, se
     body = token_client(alice).get("/api/account").json()
     assert body == {
         "username": "alice",
-        "storage": {"datasets_bytes": len(jsonl()), "checkpoints_bytes": 4000, "exports_bytes": 1000,
-                    "used_bytes": used, "quota_bytes": QUOTA_BYTES, "over_quota": False},
-        "limits": {**body["limits"],  # limits added later are checked by their own tests
-                   "max_active_runs": {"value": 4, "source": "default"},
-                   "max_queued_runs": {"value": 7, "source": "yours"},
-                   "max_sequences_per_step": {"value": 8192, "source": "default"},
-                   "max_tokens_per_step": {"value": 8 * 1024 * 1024, "source": "default"},
-                   "storage_quota_bytes": {"value": QUOTA_BYTES, "source": "default"},
-                   "max_hosts_per_run": {"value": 8, "source": "default"},
-                   "max_devices_per_run": {"value": 64, "source": "default"},
-                   "max_evaluation_jobs": {"value": 8, "source": "default"},
-                   "max_evaluation_tokens": {"value": 64 * 1024 * 1024, "source": "default"}},
+        "storage": {
+            "datasets_bytes": len(jsonl()),
+            "checkpoints_bytes": 4000,
+            "exports_bytes": 1000,
+            "used_bytes": used,
+            "quota_bytes": QUOTA_BYTES,
+            "over_quota": False,
+        },
+        "limits": {
+            **body["limits"],  # limits added later are checked by their own tests
+            "max_active_runs": {"value": 4, "source": "default"},
+            "max_queued_runs": {"value": 7, "source": "yours"},
+            "max_sequences_per_step": {"value": 8192, "source": "default"},
+            "max_tokens_per_step": {"value": 8 * 1024 * 1024, "source": "default"},
+            "storage_quota_bytes": {"value": QUOTA_BYTES, "source": "default"},
+            "max_hosts_per_run": {"value": 8, "source": "default"},
+            "max_devices_per_run": {"value": 64, "source": "default"},
+            "max_evaluation_jobs": {"value": 8, "source": "default"},
+            "max_evaluation_tokens": {"value": 64 * 1024 * 1024, "source": "default"},
+        },
         "runs": {"active": 0, "queued": 1},
         "evaluations": {"jobs": 0, "tokens": 0},
     }
@@ -330,11 +360,18 @@ def test_account_api_and_page_show_usage_quota_and_limits(alice, bob, places, se
     html = browser.get(reverse("account")).content.decode()
     assert 'id="nav-account"' in html and 'id="over-quota"' not in html
     assert f"You use <strong>{format_bytes(used)}</strong> of your <strong>9.8 KiB</strong> quota" in html
-    for kind, size_bytes in (("datasets_bytes", len(jsonl())), ("checkpoints_bytes", 4000), ("exports_bytes", 1000),
-                             ("used_bytes", used), ("quota_bytes", QUOTA_BYTES)):
+    for kind, size_bytes in (
+        ("datasets_bytes", len(jsonl())),
+        ("checkpoints_bytes", 4000),
+        ("exports_bytes", 1000),
+        ("used_bytes", used),
+        ("quota_bytes", QUOTA_BYTES),
+    ):
         assert f'<tr data-kind="{kind}">' in html and f'data-bytes="{size_bytes}"' in html
     assert '<tr data-limit="max_queued_runs"><td>Queued runs</td><td data-value="7">7</td><td>an admin, for you' in html
-    assert '<tr data-limit="max_tokens_per_step"><td>Tokens per step</td><td data-value="8388608">8,388,608</td>' in html
+    assert (
+        '<tr data-limit="max_tokens_per_step"><td>Tokens per step</td><td data-value="8388608">8,388,608</td>' in html
+    )
 
     write(places / "runs" / run.run_dir / "more.bin", QUOTA_BYTES)  # a running run crossed it, say
     Run.objects.filter(pk=run.pk).update(status="running")

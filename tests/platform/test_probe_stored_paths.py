@@ -15,11 +15,11 @@ import yaml
 from api_testlib import token_client
 from django.conf import settings
 from django.urls import reverse
-from experiments import configs
-from experiments.models import Experiment, RolloutSample, Run
 from test_probe_paths_and_limits import data_dir  # noqa: F401  (a fixture: this test's own data dir)
 from test_run_export import hf_config
 
+from experiments import configs
+from experiments.models import Experiment, RolloutSample, Run
 from tests.tiny_models import write_model_config, write_tiny_model
 
 # --- stored_path: hand-computed values -----------------------------------------------------------
@@ -44,16 +44,23 @@ def test_stored_path_is_relative_to_the_first_root_only(tmp_path):
 
 
 def write_jsonl(path, rows: int = 8, tag: str = "probe") -> None:
-    path.write_text("".join(json.dumps({"prompt": f"{tag}-{i}: 2+{i}=", "answer": str(2 + i)}) + "\n"
-                            for i in range(rows)))
+    path.write_text(
+        "".join(json.dumps({"prompt": f"{tag}-{i}: 2+{i}=", "answer": str(2 + i)}) + "\n" for i in range(rows))
+    )
 
 
 def path_config(model_path: str, train_path: str, eval_path: str) -> dict:
     """hf_config (the tiny chat model, 2 steps) reading prompts from JSONL files."""
     raw = hf_config()
     raw["model"] = {"path": model_path}
-    raw["data"] = {"task": None, "train_path": train_path, "eval_path": eval_path, "train_prompts": 0,
-                   "eval_prompts": 0, "system_prompt": "Answer briefly."}
+    raw["data"] = {
+        "task": None,
+        "train_path": train_path,
+        "eval_path": eval_path,
+        "train_prompts": 0,
+        "eval_prompts": 0,
+        "system_prompt": "Answer briefly.",
+    }
     raw["rewards"] = [{"name": "exact_match", "weight": 1.0}]
     return raw
 
@@ -73,14 +80,22 @@ def files(data_dir, settings):  # noqa: F811
 
 def test_stored_paths_round_trip_to_the_same_files(files):
     d = files
-    for model, train, evaluation in [("tiny-chat", "sub/train.jsonl", "eval.jsonl"),
-                                     (str(d / "models" / "tiny-chat"), str(d / "datasets" / "sub" / "train.jsonl"),
-                                      str(d / "datasets" / "eval.jsonl")),
-                                     ("./tiny-chat/../tiny-chat", "sub/../sub/train.jsonl", "./eval.jsonl")]:
+    for model, train, evaluation in [
+        ("tiny-chat", "sub/train.jsonl", "eval.jsonl"),
+        (
+            str(d / "models" / "tiny-chat"),
+            str(d / "datasets" / "sub" / "train.jsonl"),
+            str(d / "datasets" / "eval.jsonl"),
+        ),
+        ("./tiny-chat/../tiny-chat", "sub/../sub/train.jsonl", "./eval.jsonl"),
+    ]:
         first = configs.parse(path_config(model, train, evaluation))
         data = configs.stored(first)
         assert (data["model"]["path"], data["data"]["train_path"], data["data"]["eval_path"]) == (
-            "tiny-chat", os.path.join("sub", "train.jsonl"), "eval.jsonl"), model
+            "tiny-chat",
+            os.path.join("sub", "train.jsonl"),
+            "eval.jsonl",
+        ), model
         again = configs.parse(data)
         assert again.model.path == first.model.path == str((d / "models" / "tiny-chat").resolve())
         assert again.data.train_path == first.data.train_path == str((d / "datasets" / "sub" / "train.jsonl").resolve())
@@ -112,8 +127,9 @@ def assert_no_server_path(body: str, where: str) -> None:
 
 
 @pytest.mark.django_db(transaction=True)  # the trainer's hooks write from their own threads
-def test_configs_show_no_server_path_and_the_worker_trains_on_the_same_files(alice, client, files, sent_messages,
-                                                                              restore_signals, settings):
+def test_configs_show_no_server_path_and_the_worker_trains_on_the_same_files(
+    alice, client, files, sent_messages, restore_signals, settings
+):
     """With one root of each kind (the default settings)."""
     from runner.attempt import run_attempt
 
@@ -121,12 +137,21 @@ def test_configs_show_no_server_path_and_the_worker_trains_on_the_same_files(ali
     settings.PLATFORM_MODELS_DIRS = [d / "models"]
     api = token_client(alice)
     client.force_login(alice)
-    given = [("relative", path_config("tiny-chat", "sub/train.jsonl", "eval.jsonl")),
-             ("absolute", path_config(str(d / "models" / "tiny-chat"), str(d / "datasets" / "sub" / "train.jsonl"),
-                                      str(d / "datasets" / "eval.jsonl")))]
+    given = [
+        ("relative", path_config("tiny-chat", "sub/train.jsonl", "eval.jsonl")),
+        (
+            "absolute",
+            path_config(
+                str(d / "models" / "tiny-chat"),
+                str(d / "datasets" / "sub" / "train.jsonl"),
+                str(d / "datasets" / "eval.jsonl"),
+            ),
+        ),
+    ]
     for label, raw in given:
-        created = api.post("/api/experiments", json.dumps({"name": label, "config": raw}),
-                           content_type="application/json")
+        created = api.post(
+            "/api/experiments", json.dumps({"name": label, "config": raw}), content_type="application/json"
+        )
         assert created.status_code == 201, created.content
         pk = created.json()["id"]
         got = api.get(f"/api/experiments/{pk}")
@@ -134,7 +159,10 @@ def test_configs_show_no_server_path_and_the_worker_trains_on_the_same_files(ali
         assert_no_server_path(got.content.decode(), f"GET /api/experiments ({label})")
         config = got.json()["config"]
         assert (config["model"]["path"], config["data"]["train_path"], config["data"]["eval_path"]) == (
-            "tiny-chat", "sub/train.jsonl", "eval.jsonl")
+            "tiny-chat",
+            "sub/train.jsonl",
+            "eval.jsonl",
+        )
         # read back and sent again: accepted, and nothing changed (no new version)
         patched = api.patch(f"/api/experiments/{pk}", json.dumps({"config": config}), content_type="application/json")
         assert patched.status_code == 200, patched.content
@@ -145,7 +173,9 @@ def test_configs_show_no_server_path_and_the_worker_trains_on_the_same_files(ali
         text = b"".join(exported.streaming_content).decode() if exported.streaming else exported.content.decode()
         assert_no_server_path(text, f"config.yaml ({label})")
         assert yaml.safe_load(text)["model"]["path"] == "tiny-chat"
-        patched = api.patch(f"/api/experiments/{pk}", json.dumps({"config_yaml": text}), content_type="application/json")
+        patched = api.patch(
+            f"/api/experiments/{pk}", json.dumps({"config_yaml": text}), content_type="application/json"
+        )
         assert patched.status_code == 200, patched.content
         assert Experiment.objects.get(pk=pk).versions.count() == 1
         for name in ("experiment-detail", "experiment-edit", "version-list"):
@@ -173,10 +203,12 @@ def test_configs_show_no_server_path_and_the_worker_trains_on_the_same_files(ali
     assert trained["model"]["path"] == str((d / "models" / "tiny-chat").resolve())
     assert trained["data"]["train_path"] == str((d / "datasets" / "sub" / "train.jsonl").resolve())
     assert trained["data"]["eval_path"] == str((d / "datasets" / "eval.jsonl").resolve())
-    for where, answer in [("run page", client.get(reverse("run-detail", args=[run.pk]))),
-                          ("runs table", client.get(reverse("run-list"), {"config": "model.path:tiny-chat"})),
-                          ("GET /api/runs/<id>", api.get(f"/api/runs/{run.pk}")),
-                          ("GET /api/runs", api.get("/api/runs"))]:
+    for where, answer in [
+        ("run page", client.get(reverse("run-detail", args=[run.pk]))),
+        ("runs table", client.get(reverse("run-list"), {"config": "model.path:tiny-chat"})),
+        ("GET /api/runs/<id>", api.get(f"/api/runs/{run.pk}")),
+        ("GET /api/runs", api.get("/api/runs")),
+    ]:
         assert answer.status_code == 200, where
         assert_no_server_path(answer.content.decode(), where)
     # the runs table's config filter matches the stored (relative) value
@@ -194,6 +226,7 @@ def test_the_migration_rewrites_absolute_paths_stored_before(alice, files):
     import importlib
 
     from django.apps import apps
+
     from experiments.models import ConfigVersion
 
     d = files
@@ -201,15 +234,26 @@ def test_the_migration_rewrites_absolute_paths_stored_before(alice, files):
     experiment = Experiment(owner=alice, name="old")
     experiment.set_config(path_config("tiny-chat", "sub/train.jsonl", "eval.jsonl"), user=alice)
     new = experiment.config
-    old = {**new, "model": {**new["model"], "path": str((d / "models" / "tiny-chat").resolve())},
-           "data": {**new["data"], "train_path": str((d / "datasets" / "sub" / "train.jsonl").resolve()),
-                    "eval_path": str((d / "datasets" / "eval.jsonl").resolve())}}
-    other = {**old, "model": {**old["model"], "path": str((d / "more-models" / "other-model").resolve())},
-             "data": {**old["data"], "eval_path": "/etc/passwd"}}
+    old = {
+        **new,
+        "model": {**new["model"], "path": str((d / "models" / "tiny-chat").resolve())},
+        "data": {
+            **new["data"],
+            "train_path": str((d / "datasets" / "sub" / "train.jsonl").resolve()),
+            "eval_path": str((d / "datasets" / "eval.jsonl").resolve()),
+        },
+    }
+    other = {
+        **old,
+        "model": {**old["model"], "path": str((d / "more-models" / "other-model").resolve())},
+        "data": {**old["data"], "eval_path": "/etc/passwd"},
+    }
     Experiment.objects.filter(pk=experiment.pk).update(config=old)
     ConfigVersion.objects.filter(experiment=experiment).update(config=old)
-    runs = [Run.objects.create(experiment=experiment, config=config, status="succeeded", attempt=1, max_steps=2)
-            for config in (old, other, {"model": {"preset": "tiny"}}, ["not", "a", "config"])]
+    runs = [
+        Run.objects.create(experiment=experiment, config=config, status="succeeded", attempt=1, max_steps=2)
+        for config in (old, other, {"model": {"preset": "tiny"}}, ["not", "a", "config"])
+    ]
     migration.relative_paths(apps, None)
     experiment.refresh_from_db()
     assert experiment.config == new and experiment.versions.get().config == new

@@ -9,7 +9,6 @@ import json
 
 import pytest
 from api_testlib import make_experiment, make_run, token_client
-from experiments.models import Run
 
 pytestmark = pytest.mark.django_db
 
@@ -21,8 +20,10 @@ def test_the_issues_4096_hosts_are_refused_at_launch_naming_cluster_hosts(alice,
     response = token_client(alice).post(f"/api/experiments/{experiment.pk}/runs")
     assert response.status_code == 429, response.content
     body = response.json()
-    assert body["error"].startswith("this run asks too much of the cluster: cluster.hosts: cluster.hosts 4096 = 4096, "
-                                    "the limit is 8; lower cluster.hosts (PLATFORM_MAX_HOSTS_PER_RUN)")
+    assert body["error"].startswith(
+        "this run asks too much of the cluster: cluster.hosts: cluster.hosts 4096 = 4096, "
+        "the limit is 8; lower cluster.hosts (PLATFORM_MAX_HOSTS_PER_RUN)"
+    )
     assert experiment.runs.count() == 0 and sent_messages == []
 
 
@@ -30,8 +31,10 @@ def test_hosts_times_devices_counts(alice, settings, sent_messages):
     settings.PLATFORM_MAX_DEVICES_PER_RUN = 3
     experiment = make_experiment(alice, **GANG)  # 2 hosts x 2 devices = 4
     error = token_client(alice).post(f"/api/experiments/{experiment.pk}/runs").json()["error"]
-    assert ("cluster devices: cluster.hosts 2 x cluster.devices_per_host 2 = 4, the limit is 3; lower cluster.hosts "
-            "or cluster.devices_per_host") in error
+    assert (
+        "cluster devices: cluster.hosts 2 x cluster.devices_per_host 2 = 4, the limit is 3; lower cluster.hosts "
+        "or cluster.devices_per_host"
+    ) in error
     settings.PLATFORM_MAX_DEVICES_PER_RUN = 4
     assert token_client(alice).post(f"/api/experiments/{experiment.pk}/runs").status_code == 201
 
@@ -46,8 +49,7 @@ def test_a_retry_of_a_stored_run_over_the_host_limit_is_refused(alice, settings,
     assert run.status == "failed" and sent_messages == []
 
 
-def test_the_worker_fails_a_run_over_the_host_limit_before_starting_ray(alice, settings, restore_signals,
-                                                                       monkeypatch):
+def test_the_worker_fails_a_run_over_the_host_limit_before_starting_ray(alice, settings, restore_signals, monkeypatch):
     """A run queued before the limit (or the limit lowered since) fails at start: the gang's driver
     refuses it before a local Ray starts one process per host, and so does each host's trainer."""
     from runner import ray_gang
@@ -63,8 +65,9 @@ def test_the_worker_fails_a_run_over_the_host_limit_before_starting_ray(alice, s
     assert ray_gang.run_gang(run.pk, 1) == 1
     run.refresh_from_db()
     assert run.status == "failed"
-    assert run.error.startswith("this run asks too much of the cluster: cluster.hosts: cluster.hosts 2 = 2, "
-                                "the limit is 1")
+    assert run.error.startswith(
+        "this run asks too much of the cluster: cluster.hosts: cluster.hosts 2 = 2, the limit is 1"
+    )
     other = make_run(alice, status="running", experiment=experiment)
     assert run_attempt(other.pk, 1) == 1
     other.refresh_from_db()
@@ -86,8 +89,11 @@ def checkpoint_run(alice, monkeypatch):
 
 
 def _evaluate(user, run, **body):
-    return token_client(user).post("/api/evaluations", json.dumps({"run": run.pk, "step": 2, "dataset": "task:reverse",
-                                                                   **body}), content_type="application/json")
+    return token_client(user).post(
+        "/api/evaluations",
+        json.dumps({"run": run.pk, "step": 2, "dataset": "task:reverse", **body}),
+        content_type="application/json",
+    )
 
 
 def test_the_issues_huge_evaluation_job_is_refused_naming_the_token_limit(alice, checkpoint_run):
@@ -95,26 +101,27 @@ def test_the_issues_huge_evaluation_job_is_refused_naming_the_token_limit(alice,
 
     response = _evaluate(alice, checkpoint_run, prompts=10_000, k=64, max_new_tokens=4096)
     assert response.status_code == 429, response.content
-    assert response.json()["error"].startswith("evaluation tokens: this job's prompts x k x max_new_tokens = "
-                                               "2,621,440,000 (k 64, max_new_tokens 4096)")
+    assert response.json()["error"].startswith(
+        "evaluation tokens: this job's prompts x k x max_new_tokens = 2,621,440,000 (k 64, max_new_tokens 4096)"
+    )
     assert "the limit is 67,108,864 (PLATFORM_MAX_EVALUATION_TOKENS_PER_USER)" in response.json()["error"]
     assert EvaluationJob.objects.count() == 0
 
 
-def test_queued_jobs_and_their_tokens_count_and_show_on_the_account(alice, bob, checkpoint_run, settings,
-                                                                     alice_client):
+def test_queued_jobs_and_their_tokens_count_and_show_on_the_account(alice, bob, checkpoint_run, settings, alice_client):
     settings.PLATFORM_MAX_EVALUATION_JOBS_PER_USER = 2
     settings.PLATFORM_MAX_EVALUATION_TOKENS_PER_USER = 1000
     assert _evaluate(alice, checkpoint_run, prompts=10, k=2, max_new_tokens=20).status_code == 201  # 400 tokens
     over = _evaluate(alice, checkpoint_run, prompts=10, k=4, max_new_tokens=20)  # 800 more: 1200
     assert over.status_code == 429
-    assert ("with your queued and running jobs' 400 that is 1,200, the limit is 1,000" in over.json()["error"])
+    assert "with your queued and running jobs' 400 that is 1,200, the limit is 1,000" in over.json()["error"]
     second = _evaluate(alice, checkpoint_run, prompts=10, k=1, max_new_tokens=20)  # the run's tiny budget: fine
     assert second.status_code == 201
     third = _evaluate(alice, checkpoint_run, prompts=1, k=1, max_new_tokens=1)
     assert third.status_code == 429
-    assert third.json()["error"].startswith("evaluation jobs: you have 2 queued or running, the limit is 2 "
-                                            "(PLATFORM_MAX_EVALUATION_JOBS_PER_USER)")
+    assert third.json()["error"].startswith(
+        "evaluation jobs: you have 2 queued or running, the limit is 2 (PLATFORM_MAX_EVALUATION_JOBS_PER_USER)"
+    )
     account = token_client(alice).get("/api/account").json()
     assert account["evaluations"] == {"jobs": 2, "tokens": 600}
     assert account["limits"]["max_evaluation_jobs"] == {"value": 2, "source": "default"}
@@ -128,8 +135,9 @@ def test_queued_jobs_and_their_tokens_count_and_show_on_the_account(alice, bob, 
 
 
 def test_cancel_over_the_api_and_the_page(alice, bob, checkpoint_run, alice_client):
-    from evaluations.models import EvaluationJob
     from django.urls import reverse
+
+    from evaluations.models import EvaluationJob
 
     job_id = _evaluate(alice, checkpoint_run, prompts=2, k=1).json()["id"]
     assert token_client(bob).post(f"/api/evaluations/{job_id}/cancel").status_code == 404  # not theirs
@@ -141,6 +149,7 @@ def test_cancel_over_the_api_and_the_page(alice, bob, checkpoint_run, alice_clie
     assert again.status_code == 409 and "it is cancelled" in again.json()["error"]
     assert 'id="job-cancel"' not in alice_client.get(reverse("evaluation-detail", args=[job_id])).content.decode()
     from evaluations.jobs import run_job
+
     assert run_job(job_id) == ""  # a cancelled queued job never starts
     # the page's button: another user's job is 404, the owner's is cancelled
     other = _evaluate(alice, checkpoint_run, prompts=2, k=1).json()["id"]
@@ -164,6 +173,7 @@ def test_cancelling_a_running_job_stops_its_child_process(alice, checkpoint_run,
     import time
 
     from django.db import connection
+
     from evaluations import jobs
     from evaluations.models import EvaluationJob
 
@@ -199,10 +209,10 @@ def test_cancelling_a_running_job_stops_its_child_process(alice, checkpoint_run,
 
 @pytest.mark.django_db(transaction=True)
 def test_the_client_cancels_a_job(live_server, alice, checkpoint_run):
+    from test_cli_client import run_client
+
     from api.models import ApiToken
     from evaluations.models import EvaluationJob
-
-    from test_cli_client import run_client
 
     job_id = _evaluate(alice, checkpoint_run, prompts=2, k=1).json()["id"]
     key = ApiToken.issue(alice, name="cli").key

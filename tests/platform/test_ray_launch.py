@@ -23,12 +23,12 @@ from api_testlib import token_client
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.urls import reverse
-from experiments.models import Checkpoint, Experiment, MetricPoint, Run, RunEvent
 from platform_testlib import tiny_config
-from runner.ray_gang import Ending, child_env, cluster_of, with_device_count
 from runner_testlib import platform_procs, wait_for
 from web_testlib import form_data
 
+from experiments.models import Checkpoint, Experiment, MetricPoint, Run, RunEvent
+from runner.ray_gang import Ending, child_env, cluster_of, with_device_count
 from trainers.config import ConfigError, parse_config
 
 GANG = dict(cluster__hosts=2, cluster__devices_per_host=2, mesh__fsdp=-1)
@@ -59,20 +59,29 @@ def test_cluster_section_checks():
     assert _problems(cluster__hosts=2, cluster__devices_per_host=2, mesh__fsdp=2) == {
         "cluster.devices_per_host": "cluster.hosts=2 x cluster.devices_per_host=2 = 4 devices, but the mesh has "
         "mesh.data 1 x mesh.fsdp 2 x mesh.tensor 1 = 2 device(s); make them equal (e.g. mesh.fsdp=-1: the mesh "
-        "takes every device)"}
+        "takes every device)"
+    }
     assert _problems(cluster__hosts=3, mesh__fsdp=2) == {
         "cluster.hosts": "cluster.hosts=3 hosts cannot split a mesh of mesh.data 1 x mesh.fsdp 2 x mesh.tensor 1 = "
-        "2 device(s) evenly; use a mesh that spans every host's devices (e.g. mesh.fsdp=-1)"}
-    assert "asynchronous GRPO runs in one process" in _problems(cluster__hosts=2, mesh__fsdp=-1,
-                                                                async__enabled=True)["cluster.hosts"]
+        "2 device(s) evenly; use a mesh that spans every host's devices (e.g. mesh.fsdp=-1)"
+    }
+    assert (
+        "asynchronous GRPO runs in one process"
+        in _problems(cluster__hosts=2, mesh__fsdp=-1, async__enabled=True)["cluster.hosts"]
+    )
     assert "cluster.hosts" in _problems(cluster__hosts=0)
     assert "cluster.devices_per_host" in _problems(cluster__devices_per_host=0)
     assert cluster_of({}) == (1, None) and cluster_of(gang_config()) == (2, 2)
 
 
 def test_child_env_carries_the_contract():
-    environ = {"PLATFORM_DATA_DIR": "/d", "DATABASE_URL": "postgres://x", "HOME": "/root", "PLATFORM_SUPERVISOR_PID": "7",
-               "XLA_FLAGS": "--xla_foo=1 --xla_force_host_platform_device_count=8"}
+    environ = {
+        "PLATFORM_DATA_DIR": "/d",
+        "DATABASE_URL": "postgres://x",
+        "HOME": "/root",
+        "PLATFORM_SUPERVISOR_PID": "7",
+        "XLA_FLAGS": "--xla_foo=1 --xla_force_host_platform_device_count=8",
+    }
     env = child_env(1, 2, "10.0.0.1:1234", 4, False, environ, 60)
     assert env["GRPO_COORDINATOR_ADDRESS"] == "10.0.0.1:1234"
     assert (env["GRPO_NUM_PROCESSES"], env["GRPO_PROCESS_ID"], env["GRPO_INIT_TIMEOUT_S"]) == ("2", "1", "60")
@@ -138,8 +147,10 @@ def metric_steps(run: Run, name: str = "reward/mean") -> list[int]:
 
 def host_logs(run: Run, attempt: int) -> str:
     logs = Path(settings.ARTIFACTS_DIR) / run.run_dir / "logs"
-    return "\n".join(f"--- {p.name} ---\n" + "\n".join(p.read_text(errors="replace").splitlines()[-30:])
-                     for p in sorted(logs.glob(f"attempt-{attempt}*")))
+    return "\n".join(
+        f"--- {p.name} ---\n" + "\n".join(p.read_text(errors="replace").splitlines()[-30:])
+        for p in sorted(logs.glob(f"attempt-{attempt}*"))
+    )
 
 
 def trainer_pid(run: Run, attempt: int, host: int, which: str = "trainer") -> int:
@@ -191,8 +202,9 @@ def running(pid: int) -> bool:
 def test_killing_one_actor_restarts_the_gang_from_the_newest_checkpoint(procs):
     procs.worker()
     max_steps = 8
-    run = launch_through_api("ray kill one host", gang_config(train__max_steps=max_steps, checkpoint__every_steps=2,
-                                                              checkpoint__keep_last=3))
+    run = launch_through_api(
+        "ray kill one host", gang_config(train__max_steps=max_steps, checkpoint__every_steps=2, checkpoint__keep_last=3)
+    )
     wait_for(lambda: Checkpoint.objects.filter(run=run).exists(), 300, "the first checkpoint", procs)
     run.refresh_from_db()
     assert run.status == "running" and run.step < max_steps, "too late to kill mid-run"
@@ -204,8 +216,10 @@ def test_killing_one_actor_restarts_the_gang_from_the_newest_checkpoint(procs):
     assert run.status == "succeeded", f"{run.error}\n{host_logs(run, 2)}\n{procs.logs()}"
     assert (run.attempt, run.restarts, run.step) == (2, 1, max_steps)
     events = list(RunEvent.objects.filter(run=run).values_list("attempt", "message"))
-    assert any(a == 1 and m.startswith("host 1 of the gang lost (its Ray actor died") and "requeued, restart 1 of" in m
-               for a, m in events), events
+    assert any(
+        a == 1 and m.startswith("host 1 of the gang lost (its Ray actor died") and "requeued, restart 1 of" in m
+        for a, m in events
+    ), events
     assert not running(trainer_pid(run, 1, 1)) and not running(trainer_pid(run, 1, 0))  # none left behind
     assert any(a == 2 and m.startswith("resuming from checkpoint at step ") for a, m in events), events
     for name in ("reward/mean", "loss/policy", "grad_norm"):  # every step once, none lost
@@ -225,15 +239,26 @@ def test_pause_and_cancel_stop_every_host_at_the_same_step(procs):
     assert Checkpoint.objects.filter(run=run, step=paused_at).exists(), "a pause checkpoints first (every host)"
     assert metric_steps(run) == list(range(1, paused_at + 1))
     # both processes stopped by themselves at the same step (exit 0), none was killed
-    wait_for(lambda: "gang ended" in (Path(settings.ARTIFACTS_DIR) / run.run_dir / "logs" / "attempt-1.log").read_text(),
-             60, "the gang's end", procs)
-    assert "gang ended: exit codes {0: 0, 1: 0}, actors lost {}, killed here []" in (
-        Path(settings.ARTIFACTS_DIR) / run.run_dir / "logs" / "attempt-1.log").read_text()
+    wait_for(
+        lambda: "gang ended" in (Path(settings.ARTIFACTS_DIR) / run.run_dir / "logs" / "attempt-1.log").read_text(),
+        60,
+        "the gang's end",
+        procs,
+    )
+    assert (
+        "gang ended: exit codes {0: 0, 1: 0}, actors lost {}, killed here []"
+        in (Path(settings.ARTIFACTS_DIR) / run.run_dir / "logs" / "attempt-1.log").read_text()
+    )
 
     assert resume_run(run)
-    wait_for(lambda: RunEvent.objects.filter(run=run, attempt=2, message=f"resuming from checkpoint at step "
-                                                                          f"{paused_at}").exists(),
-             300, "the gang's resume from the pause checkpoint", procs)
+    wait_for(
+        lambda: RunEvent.objects.filter(
+            run=run, attempt=2, message=f"resuming from checkpoint at step {paused_at}"
+        ).exists(),
+        300,
+        "the gang's resume from the pause checkpoint",
+        procs,
+    )
     wait_for(lambda: Run.objects.get(pk=run.pk).step >= paused_at + 1, 120, "progress after resume", procs)
     assert request_cancel(Run.objects.get(pk=run.pk))
     wait_for(lambda: status_of(run) == "cancelled", 120, "cancelled", procs)
@@ -253,13 +278,19 @@ def test_a_stopping_worker_checkpoints_the_gang_and_requeues_it(procs):
     run.refresh_from_db()
     stopped_at = run.step
     assert run.restarts == 0 and Checkpoint.objects.filter(run=run, step=stopped_at).exists()
-    assert RunEvent.objects.filter(run=run, attempt=1, message=f"worker stopping: checkpointed at step {stopped_at}; "
-                                                               "requeued").exists()
+    assert RunEvent.objects.filter(
+        run=run, attempt=1, message=f"worker stopping: checkpointed at step {stopped_at}; requeued"
+    ).exists()
     assert worker.wait(timeout=60) == 0
     procs.worker()
-    wait_for(lambda: RunEvent.objects.filter(run=run, attempt=2, message=f"resuming from checkpoint at step "
-                                                                          f"{stopped_at}").exists(),
-             300, "the gang's resume on the new worker", procs)
+    wait_for(
+        lambda: RunEvent.objects.filter(
+            run=run, attempt=2, message=f"resuming from checkpoint at step {stopped_at}"
+        ).exists(),
+        300,
+        "the gang's resume on the new worker",
+        procs,
+    )
     assert request_cancel(Run.objects.get(pk=run.pk))
     wait_for(lambda: status_of(run) == "cancelled", 120, "cancelled", procs)
     run.refresh_from_db()
@@ -288,9 +319,23 @@ def one_node_ray(tmp_path):
     port = _closed_port()
     ray_bin = str(Path(sys.executable).parent / "ray")
     # token authentication (Ray's default): the head and the worker share ~/.ray/auth_token
-    proc = subprocess.Popen([ray_bin, "start", "--head", "--block", f"--port={port}", "--num-cpus=2", "--num-gpus=0",
-                             "--include-dashboard=false", "--object-store-memory=80000000", "--disable-usage-stats"],
-                            stdout=open(tmp_path / "ray.log", "wb"), stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            ray_bin,
+            "start",
+            "--head",
+            "--block",
+            f"--port={port}",
+            "--num-cpus=2",
+            "--num-gpus=0",
+            "--include-dashboard=false",
+            "--object-store-memory=80000000",
+            "--disable-usage-stats",
+        ],
+        stdout=open(tmp_path / "ray.log", "wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     address = f"127.0.0.1:{port}"
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
@@ -305,15 +350,21 @@ def one_node_ray(tmp_path):
 
 
 def test_hosts_that_never_join_fail_the_run_naming_cluster_hosts(procs, one_node_ray):
-    procs.start("worker", "--loglevel", "INFO", env={"PLATFORM_RAY_ADDRESS": one_node_ray, "RAY_AUTH_MODE": "token",
-                                                     "PLATFORM_RAY_JOIN_TIMEOUT_S": "5"})
+    procs.start(
+        "worker",
+        "--loglevel",
+        "INFO",
+        env={"PLATFORM_RAY_ADDRESS": one_node_ray, "RAY_AUTH_MODE": "token", "PLATFORM_RAY_JOIN_TIMEOUT_S": "5"},
+    )
     run = launch_through_api("ray too few hosts", gang_config())
     wait_for(lambda: status_of(run) in ("succeeded", "failed"), 120, "the run to fail", procs)
     run.refresh_from_db()
     assert run.status == "failed"
-    assert run.error.startswith(f"cluster.hosts=2: the Ray cluster at PLATFORM_RAY_ADDRESS={one_node_ray} did not "
-                                "find 2 hosts (one bundle {'CPU': 1.0} each, STRICT_SPREAD) within "
-                                "PLATFORM_RAY_JOIN_TIMEOUT_S=5 s; it has 1 node(s) alive"), run.error
+    assert run.error.startswith(
+        f"cluster.hosts=2: the Ray cluster at PLATFORM_RAY_ADDRESS={one_node_ray} did not "
+        "find 2 hosts (one bundle {'CPU': 1.0} each, STRICT_SPREAD) within "
+        "PLATFORM_RAY_JOIN_TIMEOUT_S=5 s; it has 1 node(s) alive"
+    ), run.error
 
 
 def test_a_single_host_run_starts_no_ray(procs):

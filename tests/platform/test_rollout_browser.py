@@ -8,10 +8,11 @@ import json
 
 import pytest
 from api_testlib import make_run, token_client
+from samples_testlib import PROMPTS, fill, prompt_hash
+
 from experiments import sample_query
 from experiments.models import RolloutSample
 from runner.db_hooks import DatabaseHooks
-from samples_testlib import PROMPTS, fill, prompt_hash
 
 
 def completions(body) -> list[str]:
@@ -31,8 +32,16 @@ def test_pages_follow_the_keyset_both_ways(browsed):
     first = client.get(url, {"limit": 5}).json()
     assert completions(first) == ["s1g0n0", "s1g0n1", "s1g1n0", "s1g1n1", "s2g0n0"]
     assert first["prev_before"] is None and first["next_after"] == first["samples"][-1]["id"]
-    assert first["samples"][0] == {**first["samples"][0], "kind": "train", "step": 1, "group": 0, "generation": 0,
-                                   "prompt_hash": prompt_hash(PROMPTS[0]), "reward": 0.0, "advantage": -0.5}
+    assert first["samples"][0] == {
+        **first["samples"][0],
+        "kind": "train",
+        "step": 1,
+        "group": 0,
+        "generation": 0,
+        "prompt_hash": prompt_hash(PROMPTS[0]),
+        "reward": 0.0,
+        "advantage": -0.5,
+    }
     second = client.get(url, {"limit": 5, "after": first["next_after"]}).json()
     assert completions(second) == ["s2g0n1", "s2g1n0", "s2g1n1", "s3g0n0", "s3g0n1"]
     third = client.get(url, {"limit": 5, "after": second["next_after"]}).json()
@@ -107,9 +116,19 @@ def test_jsonl_export(browsed):
     assert response["Content-Type"].startswith("application/x-ndjson")
     lines = [json.loads(line) for line in b"".join(response.streaming_content).decode().splitlines()]
     assert [line["completion"] for line in lines] == ["s3g0n0", "s3g0n1", "s3g1n0", "s3g1n1"]
-    assert lines[1] == {**lines[1], "kind": "train", "step": 3, "index": 1, "group": 0, "prompt": PROMPTS[0],
-                        "answer": "4", "reward": 1.0, "advantage": 0.5, "extra": {"generation": 1},
-                        "prompt_hash": prompt_hash(PROMPTS[0])}
+    assert lines[1] == {
+        **lines[1],
+        "kind": "train",
+        "step": 3,
+        "index": 1,
+        "group": 0,
+        "prompt": PROMPTS[0],
+        "answer": "4",
+        "reward": 1.0,
+        "advantage": 0.5,
+        "extra": {"generation": 1},
+        "prompt_hash": prompt_hash(PROMPTS[0]),
+    }
     eval_lines = b"".join(client.get(f"{url}.jsonl", {"kind": "eval"}).streaming_content).decode().splitlines()
     assert [json.loads(line)["completion"] for line in eval_lines] == ["eval s1", "eval s2", "eval s3"]
     assert client.get(f"{url}.jsonl", {"reward_min": "x"}).status_code == 400
@@ -122,14 +141,28 @@ def test_export_reads_in_chunks(alice):
     assert every == [f"s{step}g{g}n{n}" for step in range(5) for g in range(2) for n in range(2)]
 
 
-@pytest.mark.parametrize("params, name", [
-    ({"kind": "both"}, "kind"), ({"step_min": "one"}, "step_min"), ({"step_max": "1.5"}, "step_max"),
-    ({"reward_min": "nan"}, "reward_min"), ({"advantage_max": "inf"}, "advantage_max"),
-    ({"reward_max": "high"}, "reward_max"), ({"limit": "0"}, "limit"), ({"limit": "ten"}, "limit"),
-    ({"after": "-1"}, "after"), ({"after": "999999999"}, "after"), ({"before": "x"}, "before"),
-    ({"prompt_hash": "XYZ"}, "prompt_hash"), ({"q": "a" * 201}, "q"), ({"q": "a\x00b"}, "q"),
-    ({"group": "1"}, "group"), ({"step_min": "9" * 30}, "step_min"), ({"step_min": str(2**31)}, "step_min"),
-])
+@pytest.mark.parametrize(
+    "params, name",
+    [
+        ({"kind": "both"}, "kind"),
+        ({"step_min": "one"}, "step_min"),
+        ({"step_max": "1.5"}, "step_max"),
+        ({"reward_min": "nan"}, "reward_min"),
+        ({"advantage_max": "inf"}, "advantage_max"),
+        ({"reward_max": "high"}, "reward_max"),
+        ({"limit": "0"}, "limit"),
+        ({"limit": "ten"}, "limit"),
+        ({"after": "-1"}, "after"),
+        ({"after": "999999999"}, "after"),
+        ({"before": "x"}, "before"),
+        ({"prompt_hash": "XYZ"}, "prompt_hash"),
+        ({"q": "a" * 201}, "q"),
+        ({"q": "a\x00b"}, "q"),
+        ({"group": "1"}, "group"),
+        ({"step_min": "9" * 30}, "step_min"),
+        ({"step_min": str(2**31)}, "step_min"),
+    ],
+)
 def test_bad_parameters_answer_400_naming_them(browsed, params, name):
     run, client, url = browsed
     response = client.get(url, params)
@@ -151,13 +184,29 @@ def test_limit_is_capped(browsed):
 def test_db_hooks_store_kind_group_and_promptprompt_hash(alice):
     run = make_run(alice)
     hooks = DatabaseHooks(run.pk, attempt=1, flush_interval_s=3600, background_flush=False)
-    hooks.on_samples(4, [{"prompt": "p", "completion": "c", "reward": 1.0, "advantage": 0.0, "group": 1,
-                          "generation": 1, "correct": True},
-                         {"prompt": "q", "completion": "e", "kind": "eval"}])
+    hooks.on_samples(
+        4,
+        [
+            {
+                "prompt": "p",
+                "completion": "c",
+                "reward": 1.0,
+                "advantage": 0.0,
+                "group": 1,
+                "generation": 1,
+                "correct": True,
+            },
+            {"prompt": "q", "completion": "e", "kind": "eval"},
+        ],
+    )
     hooks.flush()
     evaluated, train = RolloutSample.objects.filter(run=run).order_by("kind")  # "eval" < "train"
-    assert (train.kind, train.group, train.prompt_hash, train.extra) == ("train", 1, prompt_hash("p"),
-                                                                         {"generation": 1, "correct": True})
+    assert (train.kind, train.group, train.prompt_hash, train.extra) == (
+        "train",
+        1,
+        prompt_hash("p"),
+        {"generation": 1, "correct": True},
+    )
     assert (evaluated.kind, evaluated.group, evaluated.prompt_hash) == ("eval", 0, prompt_hash("q"))
 
 
@@ -190,8 +239,13 @@ def test_page_says_where_a_text_search_stopped(browsed, alice_client, monkeypatc
 
 def test_page_escapes_model_text(alice, alice_client):
     run = make_run(alice)
-    RolloutSample.objects.create(run=run, step=1, prompt="<|im_start|>user\nhi<|im_end|>",
-                                 completion="<script>alert(1)</script>", prompt_hash=prompt_hash("x"))
+    RolloutSample.objects.create(
+        run=run,
+        step=1,
+        prompt="<|im_start|>user\nhi<|im_end|>",
+        completion="<script>alert(1)</script>",
+        prompt_hash=prompt_hash("x"),
+    )
     text = alice_client.get(f"/runs/{run.pk}/samples/").content.decode()
     assert "<script>alert(1)" not in text and "&lt;script&gt;alert(1)" in text
     assert '<span class="tok-special">&lt;|im_start|&gt;</span>' in text
@@ -216,11 +270,15 @@ def test_db_hooks_keep_a_steps_train_samples_when_its_eval_samples_follow(alice)
     hooks.on_samples(2, [{"prompt": "q", "completion": "evaluated", "kind": "eval"}])
     hooks.flush()
     assert sorted(RolloutSample.objects.filter(run=run).values_list("kind", "completion")) == [
-        ("eval", "evaluated"), ("train", "trained")]
+        ("eval", "evaluated"),
+        ("train", "trained"),
+    ]
     hooks.on_samples(2, [{"prompt": "p", "completion": "trained again", "group": 0}])  # a step reported again
     hooks.flush()
     assert sorted(RolloutSample.objects.filter(run=run).values_list("kind", "completion")) == [
-        ("eval", "evaluated"), ("train", "trained again")]
+        ("eval", "evaluated"),
+        ("train", "trained again"),
+    ]
 
 
 def test_reward_and_advantage_filters_read_a_bounded_window_per_request(browsed, monkeypatch):
@@ -254,8 +312,7 @@ def test_a_search_window_after_a_cursor_holds_the_rows_after_it(browsed, monkeyp
     assert back["scanned_to_step"] == 1
 
 
-def test_text_of_three_characters_searches_the_whole_run_where_postgresql_has_the_trigram_index(browsed,
-                                                                                                monkeypatch):
+def test_text_of_three_characters_searches_the_whole_run_where_postgresql_has_the_trigram_index(browsed, monkeypatch):
     """Migration 0010 creates pg_trgm indexes on PostgreSQL: a text search of 3+ characters then has
     no bounded window (the index finds the rows); SQLite, and shorter text, keep the window."""
     from django.db import connection

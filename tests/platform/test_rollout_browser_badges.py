@@ -9,9 +9,10 @@ import re
 
 import pytest
 from api_testlib import make_run
+from samples_testlib import prompt_hash
+
 from experiments.models import RolloutSample
 from runner.db_hooks import DatabaseHooks
-from samples_testlib import prompt_hash
 
 pytestmark = pytest.mark.django_db
 
@@ -32,9 +33,14 @@ def flagged_run(alice):
     run = make_run(alice)
     hooks = DatabaseHooks(run.pk, attempt=1, flush_interval_s=3600, background_flush=False)
     base = {"prompt": "p", "reward": 1.0, "advantage": 0.0, "group": 0, "correct": True}
-    hooks.on_samples(1, [{**base, "completion": "plain", "generation": 0},
-                         {**base, "completion": "flagged", "generation": 1, **FLAGGED},
-                         {**base, "completion": "penalised", "generation": 2, "overlong_penalty": 0.00625}])
+    hooks.on_samples(
+        1,
+        [
+            {**base, "completion": "plain", "generation": 0},
+            {**base, "completion": "flagged", "generation": 1, **FLAGGED},
+            {**base, "completion": "penalised", "generation": 2, "overlong_penalty": 0.00625},
+        ],
+    )
     hooks.flush()
     return run
 
@@ -62,8 +68,14 @@ def test_group_view_shows_the_badges(flagged_run, alice_client):
 def test_other_values_give_no_badge(alice, alice_client):
     """in_loss True, truncated False and a penalty that is not a number are not flags."""
     run = make_run(alice)
-    RolloutSample.objects.create(run=run, step=1, prompt="p", prompt_hash=prompt_hash("p"), completion="odd",
-                                 extra={"truncated": False, "in_loss": True, "overlong_penalty": "x"})
+    RolloutSample.objects.create(
+        run=run,
+        step=1,
+        prompt="p",
+        prompt_hash=prompt_hash("p"),
+        completion="odd",
+        extra={"truncated": False, "in_loss": True, "overlong_penalty": "x"},
+    )
     html = alice_client.get(f"/runs/{run.pk}/samples/").content.decode()
     assert badges_of(html, "odd") == [] and "sample-badge" not in html
 

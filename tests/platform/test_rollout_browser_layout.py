@@ -6,40 +6,56 @@ from __future__ import annotations
 
 import pytest
 from api_testlib import make_run
-from experiments.models import RolloutSample
-from web.sample_views import short_number
 from browser_testlib import logged_in_page  # noqa: F401 (fixture)
 from samples_testlib import prompt_hash
 
+from experiments.models import RolloutSample
+from web.sample_views import short_number
 
-@pytest.mark.parametrize("value, text", [
-    (0.8333333333333334, "0.833"),
-    (-0.7071067811865476, "-0.707"),
-    (1.224744871391589, "1.22"),
-    (12.345678, "12.3"),
-    (1.0, "1.0"),
-    (0.0, "0.0"),
-    (0.5, "0.5"),
-    (-2.0, "-2.0"),
-    (0.001234567, "0.00123"),
-    (1.234567e-05, "1.23e-05"),
-    (1234.5, "1234"),
-    (123456.7, "1.23e+05"),
-    (None, "–"),
-    (3, "3"),
-    (float("nan"), "nan"),
-])
+
+@pytest.mark.parametrize(
+    "value, text",
+    [
+        (0.8333333333333334, "0.833"),
+        (-0.7071067811865476, "-0.707"),
+        (1.224744871391589, "1.22"),
+        (12.345678, "12.3"),
+        (1.0, "1.0"),
+        (0.0, "0.0"),
+        (0.5, "0.5"),
+        (-2.0, "-2.0"),
+        (0.001234567, "0.00123"),
+        (1.234567e-05, "1.23e-05"),
+        (1234.5, "1234"),
+        (123456.7, "1.23e+05"),
+        (None, "–"),
+        (3, "3"),
+        (float("nan"), "nan"),
+    ],
+)
 def test_short_number(value, text):
     assert short_number(value) == text
 
 
 def _fill_many(run, count: int) -> None:
-    RolloutSample.objects.bulk_create([
-        RolloutSample(run=run, step=1 + i // 8, index=i % 8, group=(i % 8) // 4, prompt="What is 2+2?",
-                      prompt_hash=prompt_hash("What is 2+2?"), completion=f"c{i}", answer="4",
-                      reward=(i % 3) / 3, advantage=-0.7071067811865476 if i % 2 else 1.224744871391589,
-                      extra={"generation": i % 4})
-        for i in range(count)])
+    RolloutSample.objects.bulk_create(
+        [
+            RolloutSample(
+                run=run,
+                step=1 + i // 8,
+                index=i % 8,
+                group=(i % 8) // 4,
+                prompt="What is 2+2?",
+                prompt_hash=prompt_hash("What is 2+2?"),
+                completion=f"c{i}",
+                answer="4",
+                reward=(i % 3) / 3,
+                advantage=-0.7071067811865476 if i % 2 else 1.224744871391589,
+                extra={"generation": i % 4},
+            )
+            for i in range(count)
+        ]
+    )
 
 
 @pytest.mark.django_db(transaction=True)
@@ -93,8 +109,10 @@ def test_filter_bar_fits_on_one_line_at_1280_px(logged_in_page, alice):  # noqa:
     bar = page.locator("#samples-filter")
     items = bar.locator(":scope > label, :scope > button, :scope > a")
     assert items.count() == 6  # steps, reward, advantage, text, Filter, clear
-    tops = {round(items.nth(i).bounding_box()["y"] + items.nth(i).bounding_box()["height"] / 2)
-            for i in range(items.count())}
+    tops = {
+        round(items.nth(i).bounding_box()["y"] + items.nth(i).bounding_box()["height"] / 2)
+        for i in range(items.count())
+    }
     assert max(tops) - min(tops) <= 4, tops  # every item on the same line
     # each pair of inputs stays beside its label
     for name in ("step_min", "step_max", "reward_min", "advantage_max", "q"):

@@ -30,8 +30,14 @@ def test_browse_samples_from_the_run_page(logged_in_page, alice):  # noqa: F811
     page.locator("#samples-browse tbody tr").first.locator(".across-link").click()
     page.wait_for_url("**prompt_hash=**")
     across = page.locator("#samples-browse tbody tr")
-    assert [across.nth(i).locator("td").first.inner_text() for i in range(across.count())] == ["1", "1", "2", "2",
-                                                                                               "3", "3"]
+    assert [across.nth(i).locator("td").first.inner_text() for i in range(across.count())] == [
+        "1",
+        "1",
+        "2",
+        "2",
+        "3",
+        "3",
+    ]
     page.click("#sample-kinds [data-kind=eval]")
     page.wait_for_url("**kind=eval**")
     assert page.locator("#samples-browse tbody tr").count() == 3

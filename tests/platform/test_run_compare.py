@@ -14,6 +14,7 @@ from api_testlib import (  # noqa: F401 (fixtures)
     make_run,
     token_client,
 )
+
 from experiments import run_compare as rc
 from experiments.metric_series import Series
 from experiments.models import MetricPoint
@@ -24,8 +25,12 @@ T0 = 1_700_000_000.0  # a Unix time: wall times in the tests count from here
 def add_timed_points(run, series: dict[str, list[tuple[int, float, float]]]) -> None:
     """(step, value, seconds after T0) per point."""
     MetricPoint.objects.bulk_create(
-        [MetricPoint(run=run, name=name, step=step, value=value, wall_time=T0 + after_s)
-         for name, points in series.items() for step, value, after_s in points])
+        [
+            MetricPoint(run=run, name=name, step=step, value=value, wall_time=T0 + after_s)
+            for name, points in series.items()
+            for step, value, after_s in points
+        ]
+    )
 
 
 # --- the runs parameter ---------------------------------------------------------------------------
@@ -37,11 +42,22 @@ def test_parse_run_ids_keeps_the_order():
     assert rc.parse_run_ids(",".join(str(i) for i in range(1, 21))) == list(range(1, 21))
 
 
-@pytest.mark.parametrize("raw, says", [
-    (None, "give 1 to 20 run ids"), ("", "give 1 to 20 run ids"), ("1,,2", "not ''"),
-    ("1,x", "not 'x'"), ("1.5", "not '1.5'"), ("-3", "not '-3'"), ("0", "not '0'"), ("1,2,1", "repeated: 1"),
-    (",".join(str(i) for i in range(1, 22)), "at most 20 runs"), ("1" * 19, "not"), ("١", "not"),
-])
+@pytest.mark.parametrize(
+    "raw, says",
+    [
+        (None, "give 1 to 20 run ids"),
+        ("", "give 1 to 20 run ids"),
+        ("1,,2", "not ''"),
+        ("1,x", "not 'x'"),
+        ("1.5", "not '1.5'"),
+        ("-3", "not '-3'"),
+        ("0", "not '0'"),
+        ("1,2,1", "repeated: 1"),
+        (",".join(str(i) for i in range(1, 22)), "at most 20 runs"),
+        ("1" * 19, "not"),
+        ("١", "not"),
+    ],
+)
 def test_parse_run_ids_refuses(raw, says):
     with pytest.raises(ValueError, match=says):
         rc.parse_run_ids(raw)
@@ -53,13 +69,12 @@ def test_parse_run_ids_refuses(raw, says):
 def test_run_series_json_downsamples_and_counts_wall_time_from_the_first_point():
     series = {
         # 8 points cut to 4 (buckets [0..3], [4..7]): min 0 @0, max 9 @2, min -7 @6, max 7 @7
-        "a": Series(np.arange(8), np.array([0., 1, 9, 3, 4, 5, -7, 7]), T0 + 10 + np.arange(8) * 0.5),
+        "a": Series(np.arange(8), np.array([0.0, 1, 9, 3, 4, 5, -7, 7]), T0 + 10 + np.arange(8) * 0.5),
         # starts first: the run's origin is its first point (T0 + 2)
         "b": Series(np.array([0, 5]), np.array([np.nan, 2.5e-5]), np.array([T0 + 2, T0 + 3.0004])),
     }
     out = json.loads(rc.run_series_json(series, max_points=4))
-    assert out["a"] == {"steps": [0, 2, 6, 7], "values": [0.0, 9.0, -7.0, 7.0],
-                        "elapsed_s": [8.0, 9.0, 11.0, 11.5]}
+    assert out["a"] == {"steps": [0, 2, 6, 7], "values": [0.0, 9.0, -7.0, 7.0], "elapsed_s": [8.0, 9.0, 11.0, 11.5]}
     assert out["b"] == {"steps": [0, 5], "values": ["NaN", 2.5e-5], "elapsed_s": [0.0, 1.0]}
     assert json.loads(rc.run_series_json({}, 10)) == {}
 
@@ -74,8 +89,11 @@ def test_compare_follows_appends_and_a_resume(alice, fresh_caches):
     body = json.loads(rc.compare_json([run, other], max_points=4))
     assert [r["id"] for r in body["runs"]] == [run.pk, other.pk] and body["max_points"] == 4
     assert body["metrics"] == ["a"]
-    assert body["runs"][0]["series"]["a"] == {"steps": [0, 4, 5, 9], "values": [0.0, 4.0, 5.0, 9.0],
-                                              "elapsed_s": [0.0, 4.0, 5.0, 9.0]}
+    assert body["runs"][0]["series"]["a"] == {
+        "steps": [0, 4, 5, 9],
+        "values": [0.0, 4.0, 5.0, 9.0],
+        "elapsed_s": [0.0, 4.0, 5.0, 9.0],
+    }
     assert body["runs"][0]["last_step"] == 9 and body["runs"][1] == {**body["runs"][1], "series": {}, "last_step": -1}
     assert body["runs"][0]["config"] == run.config and body["runs"][0]["experiment"] == run.experiment.name
 
@@ -159,8 +177,11 @@ def test_api_compare_answers_every_run_in_order(alice, bob, fresh_caches):
     lr = body["runs"][0]["series"]["learning_rate"]
     assert len(lr["steps"]) <= 2 and set(lr["values"]) == {3e-4}
     # one bucket of 3 steps: its minimum (step 0) and maximum (step 2), seconds after the first point
-    assert body["runs"][1]["series"]["learning_rate"] == {"steps": [0, 2], "values": [1e-3, 3e-3],
-                                                          "elapsed_s": [0.0, 2.0]}
+    assert body["runs"][1]["series"]["learning_rate"] == {
+        "steps": [0, 2],
+        "values": [1e-3, 3e-3],
+        "elapsed_s": [0.0, 2.0],
+    }
     # someone else's run: 404, like one that does not exist
     response = client.get(f"/api/runs/compare?runs={mine.pk},{theirs.pk}")
     assert response.status_code == 404 and str(theirs.pk) in response.json()["error"]
@@ -170,10 +191,18 @@ def test_api_compare_answers_every_run_in_order(alice, bob, fresh_caches):
     assert client.get(f"/api/runs/compare/?runs={mine.pk}&max_points=99999").json()["max_points"] == 2000
 
 
-@pytest.mark.parametrize("query, field", [
-    ("", "runs"), ("runs=", "runs"), ("runs=1,1", "runs"), ("runs=a", "runs"), ("runs=1;2", "runs"),
-    ("runs=" + ",".join(str(i) for i in range(1, 22)), "runs"), ("runs=99999999999999999999", "runs"),
-])
+@pytest.mark.parametrize(
+    "query, field",
+    [
+        ("", "runs"),
+        ("runs=", "runs"),
+        ("runs=1,1", "runs"),
+        ("runs=a", "runs"),
+        ("runs=1;2", "runs"),
+        ("runs=" + ",".join(str(i) for i in range(1, 22)), "runs"),
+        ("runs=99999999999999999999", "runs"),
+    ],
+)
 def test_api_compare_refuses_bad_runs(alice, query, field):
     response = token_client(alice).get(f"/api/runs/compare?{query}")
     assert response.status_code == 400 and field in response.json()["errors"]

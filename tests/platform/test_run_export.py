@@ -18,14 +18,13 @@ import pytest
 from api_testlib import token_client
 from django.contrib.auth.models import Permission
 from django.urls import reverse
-from experiments.models import Checkpoint, Experiment, RolloutSample, Run
 from platform_testlib import tiny_config
-from runner import services
 
+from experiments.models import Checkpoint, Experiment, RolloutSample, Run
+from runner import services
 from tests.tiny_models import write_tiny_model
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the trainer's hooks write from their own threads
-
 
 
 @pytest.fixture
@@ -40,11 +39,15 @@ def places(settings, tmp_path):
 
 def hf_config(**changes) -> dict:
     raw = {
-        "seed": 0, "model": {"path": "tiny-chat"},
+        "seed": 0,
+        "model": {"path": "tiny-chat"},
         "data": {"task": "arithmetic", "train_prompts": 16, "eval_prompts": 0, "system_prompt": "Answer briefly."},
-        "rollout": {"max_new_tokens": 4}, "batch": {"prompts_per_step": 2}, "grpo": {"num_generations": 2, "beta": 0.0},
+        "rollout": {"max_new_tokens": 4},
+        "batch": {"prompts_per_step": 2},
+        "grpo": {"num_generations": 2, "beta": 0.0},
         "optimizer": {"weight_decay": 0.1},  # the weights move even when every reward ties
-        "train": {"max_steps": 2, "samples_per_step": 2}, "checkpoint": {"every_steps": 1, "keep_last": 3},
+        "train": {"max_steps": 2, "samples_per_step": 2},
+        "checkpoint": {"every_steps": 1, "keep_last": 3},
     }
     raw.update(changes)
     return raw
@@ -87,8 +90,11 @@ def test_train_then_export_through_the_api_and_the_page(alice, bob, places, sent
     body = token_client(alice).get(f"/api/runs/{run.pk}/samples?step={sample.step}").json()["samples"][0]
     assert body["prompt_messages"] == messages
     assert body["prompt_segments"][:4] == [
-        {"kind": "special", "text": "<|im_start|>"}, {"kind": "role", "text": "system"},
-        {"kind": "text", "text": "\nAnswer briefly."}, {"kind": "special", "text": "<|im_end|>"}]
+        {"kind": "special", "text": "<|im_start|>"},
+        {"kind": "role", "text": "system"},
+        {"kind": "text", "text": "\nAnswer briefly."},
+        {"kind": "special", "text": "<|im_end|>"},
+    ]
 
     # a download of a checkpoint not exported yet: exported for it into a temporary folder, zipped,
     # and gone afterwards; nothing under the data dir changes, however often it is downloaded
@@ -113,8 +119,10 @@ def test_train_then_export_through_the_api_and_the_page(alice, bob, places, sent
     model = transformers.AutoModelForCausalLM.from_pretrained(out)
     assert type(model).__name__ == "LlamaForCausalLM"
     tokenizer = transformers.AutoTokenizer.from_pretrained(out)
-    assert tokenizer.apply_chat_template([{"role": "user", "content": "1+1="}], tokenize=False,
-                                         add_generation_prompt=True) == "<|im_start|>user\n1+1=<|im_end|>\n<|im_start|>assistant\n"
+    assert (
+        tokenizer.apply_chat_template([{"role": "user", "content": "1+1="}], tokenize=False, add_generation_prompt=True)
+        == "<|im_start|>user\n1+1=<|im_end|>\n<|im_start|>assistant\n"
+    )
     exported = load_file(str(out / "model.safetensors"))
     base = load_file(str(places / "models" / "tiny-chat" / "model.safetensors"))
     assert set(exported) == set(base)
@@ -128,7 +136,8 @@ def test_train_then_export_through_the_api_and_the_page(alice, bob, places, sent
     assert response.status_code == 404
     assert response.json()["error"] == f"run {run.pk} has no checkpoint at step 7; it has steps 1, 2"
     assert post_export(client, run, {"step": "two"}).json()["errors"] == {
-        "step": "a checkpoint's step: a whole number (or leave it out for the newest)"}
+        "step": "a checkpoint's step: a whole number (or leave it out for the newest)"
+    }
     assert post_export(client, run, {"dtype": "float16"}).json()["errors"] == {"dtype": "one of float32, bfloat16"}
     assert not (places / "exports" / f"run-{run.pk}-step-7").exists()
 
@@ -148,28 +157,35 @@ def test_train_then_export_through_the_api_and_the_page(alice, bob, places, sent
     assert 'id="export-form"' in html and str(out) in html
     assert browser.post(reverse("run-export", args=[run.pk]), {"step": "1", "dtype": "bfloat16"}).status_code == 403
     token = page.cookies["csrftoken"].value
-    response = browser.post(reverse("run-export", args=[run.pk]), {"step": "1", "dtype": "bfloat16",
-                                                                   "csrfmiddlewaretoken": token}, follow=True)
+    response = browser.post(
+        reverse("run-export", args=[run.pk]),
+        {"step": "1", "dtype": "bfloat16", "csrfmiddlewaretoken": token},
+        follow=True,
+    )
     step1 = places / "exports" / f"run-{run.pk}-step-1"
     assert f"Exported run {run.pk} step 1 (bfloat16) to {step1}." in response.content.decode()
     assert json.loads((step1 / "config.json").read_text())["torch_dtype"] == "bfloat16"
-    response = browser.post(reverse("run-export", args=[run.pk]), {"step": "1", "csrfmiddlewaretoken": token},
-                            follow=True)
+    response = browser.post(
+        reverse("run-export", args=[run.pk]), {"step": "1", "csrfmiddlewaretoken": token}, follow=True
+    )
     assert "is already exported (or being exported) at" in response.content.decode()
 
 
 def test_export_refuses_a_toy_run_and_a_run_without_checkpoints(alice, places):
     toy = Experiment(owner=alice, name="toy")
     toy.set_config(tiny_config(), user=alice)
-    run = Run.objects.create(experiment=toy, config=toy.config, status="succeeded", attempt=1, max_steps=6,
-                             run_dir="run-toy")
+    run = Run.objects.create(
+        experiment=toy, config=toy.config, status="succeeded", attempt=1, max_steps=6, run_dir="run-toy"
+    )
     response = post_export(token_client(alice), run)
     assert response.status_code == 400
     assert response.json()["error"].startswith("export needs a run on a Hugging Face model (model.path)")
 
     hf = Experiment(owner=alice, name="hf")
     hf.set_config(hf_config(), user=alice)
-    run = Run.objects.create(experiment=hf, config=hf.config, status="queued", attempt=1, max_steps=2, run_dir="run-new")
+    run = Run.objects.create(
+        experiment=hf, config=hf.config, status="queued", attempt=1, max_steps=2, run_dir="run-new"
+    )
     response = post_export(token_client(alice), run)
     assert response.status_code == 400 and response.json()["error"].startswith(f"run {run.pk} has no checkpoint yet")
     assert not any((places / "exports").glob("*"))

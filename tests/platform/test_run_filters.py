@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 from api_testlib import add_points, make_experiment, make_run, token_client
+
 from experiments import run_filters
 from experiments.models import Run, Tag
 from experiments.run_filters import ConfigFilter, FilterError, RunQuery
@@ -14,15 +15,27 @@ from experiments.run_filters import ConfigFilter, FilterError, RunQuery
 
 
 def test_parse_reads_every_parameter():
-    query = run_filters.parse({
-        "status": ["running, queued", "running"], "experiment": ["12"], "owner": ["alice"],
-        "tag": ["baseline", "sweep-3,baseline"], "config": ["grpo.beta:0.04", "rewards.0.name:exact_match"],
-        "metrics": ["reward/mean,eval/pass@k", "kl"], "sort": ["-metric:kl"], "page": ["2"],
-    })
+    query = run_filters.parse(
+        {
+            "status": ["running, queued", "running"],
+            "experiment": ["12"],
+            "owner": ["alice"],
+            "tag": ["baseline", "sweep-3,baseline"],
+            "config": ["grpo.beta:0.04", "rewards.0.name:exact_match"],
+            "metrics": ["reward/mean,eval/pass@k", "kl"],
+            "sort": ["-metric:kl"],
+            "page": ["2"],
+        }
+    )
     assert query == RunQuery(
-        statuses=("running", "queued"), experiment_id=12, owner="alice", tags=("baseline", "sweep-3"),
+        statuses=("running", "queued"),
+        experiment_id=12,
+        owner="alice",
+        tags=("baseline", "sweep-3"),
         config=(ConfigFilter(("grpo", "beta"), 0.04), ConfigFilter(("rewards", "0", "name"), "exact_match")),
-        metrics=("reward/mean", "eval/pass@k", "kl"), sort="-metric:kl")
+        metrics=("reward/mean", "eval/pass@k", "kl"),
+        sort="-metric:kl",
+    )
     assert query.sort_metric == "kl" and query.descending and query.metric_columns == query.metrics
 
 
@@ -33,21 +46,24 @@ def test_parse_defaults_and_plain_strings():
     assert query.config == (ConfigFilter(("data", "task"), "7"),)  # quoted: the text "7", not the number
 
 
-@pytest.mark.parametrize("params, parameter, words", [
-    ({"status": "sleeping"}, "status", "unknown status sleeping"),
-    ({"experiment": "x"}, "experiment", "experiment's id"),
-    ({"experiment": "1" * 19}, "experiment", "experiment's id"),
-    ({"owner": "a b"}, "owner", "not a username"),
-    ({"tag": "no spaces!"}, "tag", "not a tag name"),
-    ({"config": "grpo.beta"}, "config", "PATH:VALUE"),
-    ({"config": "grpo..beta:1"}, "config", "dotted config path"),
-    ({"config": "grpo.beta:[1]"}, "config", "not an object or a list"),
-    ({"config": "grpo.beta:1e400"}, "config", "a number between"),
-    ({"metrics": "x" * 65}, "metrics", "not a metric name"),
-    ({"metrics": ",".join(f"m{i}" for i in range(11))}, "metrics", "at most 10"),
-    ({"sort": "size"}, "sort", "unknown sort 'size'"),
-    ({"sort": "-metric:"}, "sort", "metric:NAME"),
-])
+@pytest.mark.parametrize(
+    "params, parameter, words",
+    [
+        ({"status": "sleeping"}, "status", "unknown status sleeping"),
+        ({"experiment": "x"}, "experiment", "experiment's id"),
+        ({"experiment": "1" * 19}, "experiment", "experiment's id"),
+        ({"owner": "a b"}, "owner", "not a username"),
+        ({"tag": "no spaces!"}, "tag", "not a tag name"),
+        ({"config": "grpo.beta"}, "config", "PATH:VALUE"),
+        ({"config": "grpo..beta:1"}, "config", "dotted config path"),
+        ({"config": "grpo.beta:[1]"}, "config", "not an object or a list"),
+        ({"config": "grpo.beta:1e400"}, "config", "a number between"),
+        ({"metrics": "x" * 65}, "metrics", "not a metric name"),
+        ({"metrics": ",".join(f"m{i}" for i in range(11))}, "metrics", "at most 10"),
+        ({"sort": "size"}, "sort", "unknown sort 'size'"),
+        ({"sort": "-metric:"}, "sort", "metric:NAME"),
+    ],
+)
 def test_parse_refuses_bad_values_naming_the_parameter(params, parameter, words):
     with pytest.raises(FilterError) as caught:
         run_filters.parse(params)
@@ -55,10 +71,23 @@ def test_parse_refuses_bad_values_naming_the_parameter(params, parameter, words)
 
 
 def test_params_round_trip_and_header_toggle():
-    query = run_filters.parse({"status": "running", "tag": "a,b", "config": ["grpo.beta:0.04", "data.task:gsm8k"],
-                               "metrics": "kl", "sort": "step"})
-    assert query.params() == [("status", "running"), ("tag", "a,b"), ("config", "grpo.beta:0.04"),
-                              ("config", "data.task:gsm8k"), ("metrics", "kl"), ("sort", "step")]
+    query = run_filters.parse(
+        {
+            "status": "running",
+            "tag": "a,b",
+            "config": ["grpo.beta:0.04", "data.task:gsm8k"],
+            "metrics": "kl",
+            "sort": "step",
+        }
+    )
+    assert query.params() == [
+        ("status", "running"),
+        ("tag", "a,b"),
+        ("config", "grpo.beta:0.04"),
+        ("config", "data.task:gsm8k"),
+        ("metrics", "kl"),
+        ("sort", "step"),
+    ]
     assert run_filters.parse(dict((k, [v for kk, v in query.params() if kk == k]) for k, _ in query.params())) == query
     assert query.params(sort="-created") == query.params()[:-1]  # the default sort is left out
     assert query.toggled_sort("step") == "-step" and query.toggled_sort("id") == "id"
@@ -120,7 +149,7 @@ def test_sorts_by_every_key_with_ties_by_id(table):
     assert _ids(table, q("-id")) == ["z1", "b1", "a2", "a1"]
     assert _ids(table, q("-created")) == ["z1", "b1", "a2", "a1"]
     assert _ids(table, q("step")) == ["b1", "a1", "z1", "a2"]
-    assert _ids(table, q("status")) == ["z1", "a1", "b1", "a2"]       # failed, running x2 (by id), succeeded
+    assert _ids(table, q("status")) == ["z1", "a1", "b1", "a2"]  # failed, running x2 (by id), succeeded
     assert _ids(table, q("-experiment")) == ["z1", "b1", "a2", "a1"]  # zed, beta, alpha (ties by id, descending)
     assert _ids(table, q("owner")) == ["a1", "a2", "b1", "z1"]
 
@@ -171,15 +200,27 @@ def test_api_list_queries_stay_constant(alice, django_assert_max_num_queries):
     # the token (and its last use), the permissions (2), the rows with their metric columns, the tags, the count
     with django_assert_max_num_queries(7):
         body = client.get("/api/runs?metrics=reward/mean,kl,accuracy&sort=-metric:kl").json()
-    assert len(body["runs"]) == 6 and all(r["metrics"] == {"reward/mean": 0.2, "kl": 0.3, "accuracy": None}
-                                          for r in body["runs"])
+    assert len(body["runs"]) == 6 and all(
+        r["metrics"] == {"reward/mean": 0.2, "kl": 0.3, "accuracy": None} for r in body["runs"]
+    )
 
 
-@pytest.mark.parametrize("params", [
-    {"experiment": "\u00b2"}, {"experiment": "99999999999999999999"}, {"owner": "a\x00b"}, {"tag": "t\x00"},
-    {"metrics": "kl\x00"}, {"sort": "-metric:kl\x00"}, {"config": "data.task:a\x00b"}, {"config": 'data.task:"\\ud800"'},
-    {"config": "grpo.beta:99999999999999999999999"}, {"config": "a." * 20 + "b:1"}, {"sort": "x" * 3000},
-])
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"experiment": "\u00b2"},
+        {"experiment": "99999999999999999999"},
+        {"owner": "a\x00b"},
+        {"tag": "t\x00"},
+        {"metrics": "kl\x00"},
+        {"sort": "-metric:kl\x00"},
+        {"config": "data.task:a\x00b"},
+        {"config": 'data.task:"\\ud800"'},
+        {"config": "grpo.beta:99999999999999999999999"},
+        {"config": "a." * 20 + "b:1"},
+        {"sort": "x" * 3000},
+    ],
+)
 def test_hostile_values_are_400s_on_the_api_and_the_page(alice, client, params):
     response = token_client(alice).get("/api/runs", params)
     assert response.status_code == 400 and len(response.json()["errors"]) == 1, response.content
@@ -189,9 +230,16 @@ def test_hostile_values_are_400s_on_the_api_and_the_page(alice, client, params):
 
 def test_odd_but_valid_values_answer_200(alice, client):
     make_run(alice)
-    for params in ({"config": "data.task:"}, {"config": "rewards.0.name:exact_match"}, {"config": "seed:null"},
-                   {"config": "async.enabled:false"}, {"metrics": "eval/pass@k", "sort": "metric:eval/pass@k"},
-                   {"experiment": "999999999999999999"}, {"tag": "a:b/c.d_e-f"}, {"page": "999"}):
+    for params in (
+        {"config": "data.task:"},
+        {"config": "rewards.0.name:exact_match"},
+        {"config": "seed:null"},
+        {"config": "async.enabled:false"},
+        {"metrics": "eval/pass@k", "sort": "metric:eval/pass@k"},
+        {"experiment": "999999999999999999"},
+        {"tag": "a:b/c.d_e-f"},
+        {"page": "999"},
+    ):
         assert token_client(alice).get("/api/runs", params).status_code == 200, params
         client.force_login(alice)
         assert client.get("/runs/", params).status_code == 200, params

@@ -15,6 +15,7 @@ import pytest
 from api_testlib import make_run, token_client
 from django.contrib.auth.models import Permission
 from django.urls import reverse
+
 from experiments.models import Checkpoint, Run, RunEvent
 from runner import forks
 
@@ -34,8 +35,13 @@ def parent_with_checkpoints(user, artifacts, steps=(2, 4)) -> Run:
         folder = artifacts / "run-parent" / "checkpoints" / str(step) / "params"
         folder.mkdir(parents=True)
         (folder / "weights").write_text(f"weights of step {step}")
-        Checkpoint.objects.create(run=run, step=step, path=f"run-parent/checkpoints/{step}", size_bytes=100 + step,
-                                  metrics={"reward/mean": step / 10})
+        Checkpoint.objects.create(
+            run=run,
+            step=step,
+            path=f"run-parent/checkpoints/{step}",
+            size_bytes=100 + step,
+            metrics={"reward/mean": step / 10},
+        )
     (artifacts / "run-parent" / "checkpoints" / "4.orbax-checkpoint-tmp-7").mkdir()  # an unfinished save
     return run
 
@@ -45,24 +51,29 @@ def post_fork(user, run: Run, body: dict):
 
 
 def test_parse_fork_input_defaults_and_form_strings():
-    assert forks.parse_fork_input({"step": 3}) == forks.ForkRequest(step=3, optimizer="fresh", max_steps=None,
-                                                                     queue=None)
-    assert forks.parse_fork_input({"step": "3", "optimizer": "continued", "max_steps": "9", "queue": "gpu"}) == \
-        forks.ForkRequest(step=3, optimizer="continued", max_steps=9, queue="gpu")
+    assert forks.parse_fork_input({"step": 3}) == forks.ForkRequest(
+        step=3, optimizer="fresh", max_steps=None, queue=None
+    )
+    assert forks.parse_fork_input(
+        {"step": "3", "optimizer": "continued", "max_steps": "9", "queue": "gpu"}
+    ) == forks.ForkRequest(step=3, optimizer="continued", max_steps=9, queue="gpu")
     assert forks.parse_fork_input({"step": "0", "max_steps": " ", "optimizer": ""}) == forks.ForkRequest(step=0)
 
 
-@pytest.mark.parametrize("body, field, message", [
-    ({}, "step", "required: the step of the parent's checkpoint to start from"),
-    ({"step": "two"}, "step", "a whole number from 0 to 2147483647, got 'two'"),
-    ({"step": -1}, "step", "a whole number from 0 to 2147483647, got -1"),
-    ({"step": True}, "step", "a whole number from 0 to 2147483647, got True"),
-    ({"step": 2**31}, "step", f"a whole number from 0 to 2147483647, got {2**31}"),
-    ({"step": "\u00b2"}, "step", "a whole number from 0 to 2147483647, got '\u00b2'"),
-    ({"step": 2, "optimizer": "warm"}, "optimizer", "one of fresh, continued (got 'warm')"),
-    ({"step": 2, "max_steps": 0}, "max_steps", "a whole number from 1 to 2147483647, got 0"),
-    ({"step": 2, "queue": "no spaces"}, "queue", "a queue name: 1-64 letters, digits, '.', '_' or '-'"),
-])
+@pytest.mark.parametrize(
+    "body, field, message",
+    [
+        ({}, "step", "required: the step of the parent's checkpoint to start from"),
+        ({"step": "two"}, "step", "a whole number from 0 to 2147483647, got 'two'"),
+        ({"step": -1}, "step", "a whole number from 0 to 2147483647, got -1"),
+        ({"step": True}, "step", "a whole number from 0 to 2147483647, got True"),
+        ({"step": 2**31}, "step", f"a whole number from 0 to 2147483647, got {2**31}"),
+        ({"step": "\u00b2"}, "step", "a whole number from 0 to 2147483647, got '\u00b2'"),
+        ({"step": 2, "optimizer": "warm"}, "optimizer", "one of fresh, continued (got 'warm')"),
+        ({"step": 2, "max_steps": 0}, "max_steps", "a whole number from 1 to 2147483647, got 0"),
+        ({"step": 2, "queue": "no spaces"}, "queue", "a queue name: 1-64 letters, digits, '.', '_' or '-'"),
+    ],
+)
 def test_bad_input_is_a_400_naming_the_field(alice, artifacts, body, field, message):
     parent = parent_with_checkpoints(alice, artifacts)
     response = post_fork(alice, parent, body)
@@ -79,7 +90,8 @@ def test_a_step_without_a_checkpoint_is_a_400_listing_the_steps(alice, artifacts
     bare = make_run(alice, status="running", run_dir="run-bare")
     response = post_fork(alice, bare, {"step": 0})
     assert response.json() == {
-        "errors": {"step": f"run {bare.pk} has no checkpoint at step 0; it has no checkpoint yet"}}
+        "errors": {"step": f"run {bare.pk} has no checkpoint at step 0; it has no checkpoint yet"}
+    }
     assert not (artifacts / "run-bare").exists()
 
 
@@ -88,7 +100,8 @@ def test_a_continued_fork_needs_steps_left(alice, artifacts):
     response = post_fork(alice, parent, {"step": 6, "optimizer": "continued"})
     assert response.status_code == 400
     assert response.json()["errors"]["max_steps"].startswith(
-        "a continued fork from step 6 trains until train.max_steps = 6: nothing is left; give max_steps above 6")
+        "a continued fork from step 6 trains until train.max_steps = 6: nothing is left; give max_steps above 6"
+    )
 
 
 def test_only_who_may_steer_the_parent_forks_it(alice, bob, artifacts):
@@ -100,15 +113,22 @@ def test_only_who_may_steer_the_parent_forks_it(alice, bob, artifacts):
     assert not Run.objects.filter(forked_from=parent).exists()
 
 
-def test_a_fresh_fork_is_a_queued_run_with_the_checkpoint_to_start_from(alice, artifacts, sent_messages,
-                                                                         django_capture_on_commit_callbacks):
+def test_a_fresh_fork_is_a_queued_run_with_the_checkpoint_to_start_from(
+    alice, artifacts, sent_messages, django_capture_on_commit_callbacks
+):
     parent = parent_with_checkpoints(alice, artifacts)
     with django_capture_on_commit_callbacks(execute=True):
         response = post_fork(alice, parent, {"step": 2})
     assert response.status_code == 201, response.content
     child = Run.objects.get(pk=response.json()["id"])
-    assert response.json() == {"id": child.pk, "status": "queued", "queue": parent.queue, "forked_from": parent.pk,
-                               "forked_from_step": 2, "fork_optimizer": "fresh"}
+    assert response.json() == {
+        "id": child.pk,
+        "status": "queued",
+        "queue": parent.queue,
+        "forked_from": parent.pk,
+        "forked_from_step": 2,
+        "fork_optimizer": "fresh",
+    }
     assert response["Location"] == f"/api/runs/{child.pk}"
     assert (child.forked_from, child.forked_from_step, child.fork_optimizer) == (parent, 2, "fresh")
     assert (child.experiment, child.config, child.max_steps, child.step) == (parent.experiment, parent.config, 6, 0)
@@ -138,7 +158,8 @@ def test_a_continued_fork_owns_a_copy_of_the_checkpoint_and_may_train_longer(ali
     assert (child.fork_optimizer, child.step, child.max_steps) == ("continued", 4, 10)
     assert child.config["train"]["max_steps"] == 10 and parent.config["train"]["max_steps"] == 6
     assert {k: v for k, v in child.config.items() if k != "train"} == {
-        k: v for k, v in parent.config.items() if k != "train"}
+        k: v for k, v in parent.config.items() if k != "train"
+    }
     copied = artifacts / child.run_dir / "checkpoints" / "4" / "params" / "weights"
     assert copied.read_text() == "weights of step 4"
     assert forks.start_checkpoint(child, str(artifacts / child.run_dir)) is None  # it resumes instead
@@ -147,9 +168,14 @@ def test_a_continued_fork_owns_a_copy_of_the_checkpoint_and_may_train_longer(ali
     assert copied.read_text() == "weights of step 4"
     row = child.checkpoints.get()
     assert (row.step, row.path, row.size_bytes, row.metrics) == (
-        4, f"{child.run_dir}/checkpoints/4", 104, {"reward/mean": 0.4})
-    assert RunEvent.objects.filter(run=child, message=f"forked from run {parent.pk}, step 4 (continued optimizer); "
-                                                      f"train.max_steps 6 -> 10").exists()
+        4,
+        f"{child.run_dir}/checkpoints/4",
+        104,
+        {"reward/mean": 0.4},
+    )
+    assert RunEvent.objects.filter(
+        run=child, message=f"forked from run {parent.pk}, step 4 (continued optimizer); train.max_steps 6 -> 10"
+    ).exists()
 
 
 def test_a_refused_launch_leaves_no_run_and_no_files(alice, artifacts, sent_messages, settings):
@@ -179,8 +205,10 @@ def test_the_pages_show_the_fork_form_and_the_lineage_both_ways(alice, alice_cli
     assert f"{link}\n      from step 4 (fresh optimizer)" in html
     # refused: back to the parent, saying why
     response = alice_client.post(reverse("run-fork", args=[parent.pk]), {"step": "3"}, follow=True)
-    assert f"Cannot fork run {parent.pk}: step: run {parent.pk} has no checkpoint at step 3; it has steps 2, 4" in \
-        response.content.decode()
+    assert (
+        f"Cannot fork run {parent.pk}: step: run {parent.pk} has no checkpoint at step 3; it has steps 2, 4"
+        in response.content.decode()
+    )
     assert Run.objects.filter(forked_from=parent).count() == 1
 
 

@@ -17,10 +17,10 @@ import zipfile
 import numpy as np
 import pytest
 from api_testlib import token_client
-from experiments.models import Experiment, MetricPoint, Run, RunEvent
 from platform_testlib import tiny_config
-from runner import services
 
+from experiments.models import Experiment, MetricPoint, Run, RunEvent
+from runner import services
 from tests.tiny_models import write_tiny_model
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the trainer's hooks write from their own threads
@@ -57,8 +57,9 @@ def metric_steps(run: Run, name: str = "entropy") -> dict[int, float]:
 
 def test_continued_and_fresh_forks_train_from_the_checkpoint(alice, places, sent_messages, restore_signals):
     experiment = Experiment(owner=alice, name="toy")
-    experiment.set_config(tiny_config(train__max_steps=2, checkpoint__every_steps=1, checkpoint__keep_last=3,
-                                      grpo__beta=0.04), user=alice)
+    experiment.set_config(
+        tiny_config(train__max_steps=2, checkpoint__every_steps=1, checkpoint__keep_last=3, grpo__beta=0.04), user=alice
+    )
     parent = train_here(services.launch_run(experiment))
     assert sorted(parent.checkpoints.values_list("step", flat=True)) == [1, 2]
 
@@ -75,7 +76,8 @@ def test_continued_and_fresh_forks_train_from_the_checkpoint(alice, places, sent
     assert fresh.fork_optimizer == "fresh" and sorted(metric_steps(fresh)) == [1, 2]  # from step 0
     start = places / "runs" / fresh.run_dir / "fork-start" / "1"
     assert RunEvent.objects.filter(
-        run=fresh, message=f"starting from the weights of checkpoint {start} (new optimizer state)").exists()
+        run=fresh, message=f"starting from the weights of checkpoint {start} (new optimizer state)"
+    ).exists()
     # step 1 draws the parent's step-1 prompts with the parent's key (training is deterministic: the
     # continued fork above reproduced the parent exactly), but from the checkpoint's weights, not
     # the random init: another entropy (one step at lr 1e-3 moves it by about 1e-3), other weights
@@ -87,11 +89,15 @@ def test_continued_and_fresh_forks_train_from_the_checkpoint(alice, places, sent
 
 def hf_config() -> dict:
     return {
-        "seed": 0, "model": {"path": "tiny-chat"},
+        "seed": 0,
+        "model": {"path": "tiny-chat"},
         "data": {"task": "arithmetic", "train_prompts": 16, "eval_prompts": 0},
-        "rollout": {"max_new_tokens": 4}, "batch": {"prompts_per_step": 2}, "grpo": {"num_generations": 2, "beta": 0.0},
+        "rollout": {"max_new_tokens": 4},
+        "batch": {"prompts_per_step": 2},
+        "grpo": {"num_generations": 2, "beta": 0.0},
         "optimizer": {"weight_decay": 0.1},  # the weights move even when every reward ties
-        "train": {"max_steps": 2, "samples_per_step": 2}, "checkpoint": {"every_steps": 1, "keep_last": 3},
+        "train": {"max_steps": 2, "samples_per_step": 2},
+        "checkpoint": {"every_steps": 1, "keep_last": 3},
     }
 
 
@@ -109,8 +115,12 @@ def test_download_a_checkpoint_as_a_zipped_hugging_face_folder(alice, bob, place
     archive = zipfile.ZipFile(io.BytesIO(b"".join(response.streaming_content)))
     root = f"run-{run.pk}-step-1"
     names = set(archive.namelist())
-    assert {f"{root}/config.json", f"{root}/model.safetensors", f"{root}/tokenizer.json",
-            f"{root}/tokenizer_config.json"} <= names
+    assert {
+        f"{root}/config.json",
+        f"{root}/model.safetensors",
+        f"{root}/tokenizer.json",
+        f"{root}/tokenizer_config.json",
+    } <= names
     assert archive.getinfo(f"{root}/model.safetensors").compress_type == zipfile.ZIP_STORED
     assert json.loads(archive.read(f"{root}/trained_by.json"))["step"] == 1
     archive.extractall(places / "unzipped")
@@ -141,8 +151,9 @@ def test_download_a_checkpoint_as_a_zipped_hugging_face_folder(alice, bob, place
     assert token_client(bob).get(f"/api/runs/{run.pk}/checkpoints/1/hf.zip").status_code == 404
     toy = Experiment(owner=alice, name="toy")
     toy.set_config(tiny_config(), user=alice)
-    toy_run = Run.objects.create(experiment=toy, config=toy.config, status="succeeded", attempt=1, max_steps=6,
-                                 run_dir="run-toy")
+    toy_run = Run.objects.create(
+        experiment=toy, config=toy.config, status="succeeded", attempt=1, max_steps=6, run_dir="run-toy"
+    )
     response = token_client(alice).get(f"/api/runs/{toy_run.pk}/checkpoints/2/hf.zip")
     assert response.status_code == 409
     assert response.json()["error"].startswith("export needs a run on a Hugging Face model (model.path)")

@@ -8,6 +8,7 @@ import json
 import pytest
 from api_testlib import make_run, token_client
 from django.urls import reverse
+
 from experiments import run_labels
 from experiments.models import Tag
 from experiments.run_labels import LabelError
@@ -24,19 +25,22 @@ def test_check_labels_accepts_and_normalises():
     assert run_labels.split_tags(" a, b  c,,") == ["a", "b", "c"]
 
 
-@pytest.mark.parametrize("body, field, words", [
-    ({"tags": "baseline"}, "tags", "a list of tag names"),
-    ({"tags": ["ok", 3]}, "tags", "a list of tag names"),
-    ({"tags": [""]}, "tags", "not a tag name"),
-    ({"tags": ["has space"]}, "tags", "not a tag name"),
-    ({"tags": ["x" * 65]}, "tags", "not a tag name"),
-    ({"tags": [f"t{i}" for i in range(21)]}, "tags", "at most 20 tags"),
-    ({"notes": 5}, "notes", "text"),
-    ({"notes": "x" * 10_001}, "notes", "at most 10000 characters"),
-    ({"notes": "\ud800"}, "notes", "lone surrogate"),
-    ({"colour": "red"}, "colour", "unknown field"),
-    ({}, "tags", "give tags"),
-])
+@pytest.mark.parametrize(
+    "body, field, words",
+    [
+        ({"tags": "baseline"}, "tags", "a list of tag names"),
+        ({"tags": ["ok", 3]}, "tags", "a list of tag names"),
+        ({"tags": [""]}, "tags", "not a tag name"),
+        ({"tags": ["has space"]}, "tags", "not a tag name"),
+        ({"tags": ["x" * 65]}, "tags", "not a tag name"),
+        ({"tags": [f"t{i}" for i in range(21)]}, "tags", "at most 20 tags"),
+        ({"notes": 5}, "notes", "text"),
+        ({"notes": "x" * 10_001}, "notes", "at most 10000 characters"),
+        ({"notes": "\ud800"}, "notes", "lone surrogate"),
+        ({"colour": "red"}, "colour", "unknown field"),
+        ({}, "tags", "give tags"),
+    ],
+)
 def test_check_labels_refuses_naming_the_field(body, field, words):
     with pytest.raises(LabelError) as caught:
         run_labels.check_labels(body)
@@ -61,8 +65,11 @@ def test_patch_sets_tags_and_notes(alice):
 
 def test_patch_validation_is_a_400_naming_the_field(alice):
     run = make_run(alice)
-    for body, field in (({"tags": ["bad tag"]}, "tags"), ({"notes": "x" * 10_001}, "notes"),
-                        ({"tags": [f"t{i}" for i in range(21)]}, "tags")):
+    for body, field in (
+        ({"tags": ["bad tag"]}, "tags"),
+        ({"notes": "x" * 10_001}, "notes"),
+        ({"tags": [f"t{i}" for i in range(21)]}, "tags"),
+    ):
         response = _patch(alice, run, body)
         assert response.status_code == 400 and field in response.json()["errors"], (body, response.content)
     response = token_client(alice).patch(f"/api/runs/{run.pk}", "[1]", content_type="application/json")
@@ -72,8 +79,8 @@ def test_patch_validation_is_a_400_naming_the_field(alice):
 
 def test_only_who_may_steer_the_run_labels_it(alice, bob, viewer, changer):
     run = make_run(alice)
-    assert _patch(bob, run, {"tags": ["mine"]}).status_code == 404          # cannot see it: like no run
-    assert _patch(viewer, run, {"tags": ["mine"]}).status_code == 403       # may see, not steer
+    assert _patch(bob, run, {"tags": ["mine"]}).status_code == 404  # cannot see it: like no run
+    assert _patch(viewer, run, {"tags": ["mine"]}).status_code == 403  # may see, not steer
     assert not run.tags.exists()
     assert _patch(changer, run, {"tags": ["reviewed"]}).status_code == 200  # the change permission
     assert list(run.tags.values_list("name", flat=True)) == ["reviewed"]

@@ -12,12 +12,11 @@ from django.contrib.auth.models import Group
 from django.db import connection
 from django.urls import reverse
 from django.utils import timezone
+
 from experiments.models import Run
-from runner.models import Worker
 from runner import limits, queues, services
 from runner.limits import LaunchRefused, active_wait, limits_for, queued_refusal
-from runner.models import RunQueue, UserLimits
-
+from runner.models import RunQueue, UserLimits, Worker
 
 # --- the pure rules ------------------------------------------------------------------------------
 
@@ -31,8 +30,9 @@ def test_queued_refusal_message():
 
 def test_active_wait_message():
     assert active_wait(3, 4) is None
-    assert active_wait(4, 4) == ("waiting: the owner has 4 active runs, the limit is 4; "
-                                 "it starts when one of them ends")
+    assert active_wait(4, 4) == (
+        "waiting: the owner has 4 active runs, the limit is 4; it starts when one of them ends"
+    )
 
 
 def test_step_cap_arithmetic():
@@ -42,20 +42,32 @@ def test_step_cap_arithmetic():
     from trainers.config import ExperimentConfig, parse_config
     from trainers.step.plan import make_plan
 
-    plan = make_plan(parse_config({"batch": {"prompts_per_step": 12}, "grpo": {"num_generations": 5},
-                                   "data": {"task": "arithmetic", "max_prompt_tokens": 30}}))
+    plan = make_plan(
+        parse_config(
+            {
+                "batch": {"prompts_per_step": 12},
+                "grpo": {"num_generations": 5},
+                "data": {"task": "arithmetic", "max_prompt_tokens": 30},
+            }
+        )
+    )
     assert (plan.sequences_per_step, plan.completion_token_budget, plan.tokens_per_step) == (60, 6, 60 * 36)
     assert sequences_refusal(plan, 60) is None and tokens_refusal(plan, 2160) is None
     assert sequences_refusal(plan, 59) == (
         "sequences per step: batch.prompts_per_step 12 x grpo.num_generations 5 = 60, the limit is 59; lower "
         "batch.prompts_per_step or grpo.num_generations, or an admin can raise your limit (admin: Run execution > "
-        "User limits)")
+        "User limits)"
+    )
     assert tokens_refusal(plan, 2159) == (
         "tokens per step: 60 sequences x (data.max_prompt_tokens 30 + rollout.max_new_tokens 6) = 2160, the limit "
         "is 2159; lower batch.prompts_per_step, grpo.num_generations, rollout.max_new_tokens or "
-        "data.max_prompt_tokens, or an admin can raise your limit (admin: Run execution > User limits)")
-    jsonl = make_plan(ExperimentConfig.model_validate({"data": {"train_path": "x.jsonl"},
-                                                       "batch": {"prompts_per_step": 2}, "grpo": {"num_generations": 2}}))
+        "data.max_prompt_tokens, or an admin can raise your limit (admin: Run execution > User limits)"
+    )
+    jsonl = make_plan(
+        ExperimentConfig.model_validate(
+            {"data": {"train_path": "x.jsonl"}, "batch": {"prompts_per_step": 2}, "grpo": {"num_generations": 2}}
+        )
+    )
     assert jsonl.tokens_per_step == 4 * (64 + 64)  # JSONL data: 64 completion tokens unless set
 
 
@@ -64,7 +76,13 @@ def test_limits_come_from_settings_unless_overridden(alice, bob, settings):
     settings.PLATFORM_MAX_SEQUENCES_PER_STEP, settings.PLATFORM_MAX_TOKENS_PER_STEP = 8192, 1000
     UserLimits.objects.create(user=alice, max_queued_runs=50, max_tokens_per_step=5000)  # others empty: the defaults
     settings.PLATFORM_STORAGE_QUOTA_BYTES = 10**9
-    shown = ("max_active_runs", "max_queued_runs", "max_sequences_per_step", "max_tokens_per_step", "storage_quota_bytes")
+    shown = (
+        "max_active_runs",
+        "max_queued_runs",
+        "max_sequences_per_step",
+        "max_tokens_per_step",
+        "storage_quota_bytes",
+    )
     assert [getattr(limits_for(alice), f) for f in shown] == [4, 50, 8192, 5000, 10**9]
     assert [getattr(limits_for(bob), f) for f in shown] == [4, 20, 8192, 1000, 10**9]
     assert limits.limit_values(alice)["max_tokens_per_step"] == (5000, True)  # the account page says "yours"
@@ -74,8 +92,9 @@ def test_limits_come_from_settings_unless_overridden(alice, bob, settings):
 # --- queued-run cap ------------------------------------------------------------------------------
 
 
-def test_launch_over_the_queued_limit_is_429_and_creates_nothing(alice, bob, settings, sent_messages,
-                                                                  django_capture_on_commit_callbacks):
+def test_launch_over_the_queued_limit_is_429_and_creates_nothing(
+    alice, bob, settings, sent_messages, django_capture_on_commit_callbacks
+):
     settings.PLATFORM_MAX_QUEUED_RUNS_PER_USER = 2
     experiment = make_experiment(alice)
     make_run(bob, status="queued")  # someone else's queued runs do not count
@@ -100,8 +119,9 @@ def test_an_admin_override_raises_one_users_limit(alice, settings, sent_messages
     assert services.launch_run(experiment).status == "queued"
 
 
-def test_resume_and_retry_count_too_and_leave_the_run_as_it_was(alice, settings, sent_messages,
-                                                                 django_capture_on_commit_callbacks):
+def test_resume_and_retry_count_too_and_leave_the_run_as_it_was(
+    alice, settings, sent_messages, django_capture_on_commit_callbacks
+):
     settings.PLATFORM_MAX_QUEUED_RUNS_PER_USER = 1
     queued = make_run(alice, status="queued")
     paused = make_run(alice, status="paused", experiment=queued.experiment)
@@ -134,8 +154,11 @@ def test_web_launch_and_resume_say_why_in_a_message(alice_client, alice, setting
 def test_admin_resume_action_reports_the_refusal(admin_client, admin_user, settings, sent_messages):
     settings.PLATFORM_MAX_QUEUED_RUNS_PER_USER = 0
     paused = make_run(admin_user, status="paused")
-    response = admin_client.post(reverse("admin:experiments_run_changelist"),
-                                 {"action": "resume_runs", "_selected_action": [paused.pk]}, follow=True)
+    response = admin_client.post(
+        reverse("admin:experiments_run_changelist"),
+        {"action": "resume_runs", "_selected_action": [paused.pk]},
+        follow=True,
+    )
     shown = [str(m) for m in response.context["messages"]]
     assert shown[0] == f"run {paused.pk}: you have 0 queued runs, the limit is 0; cancel one or ask an admin"
     assert Run.objects.get(pk=paused.pk).status == "paused"
@@ -328,8 +351,9 @@ def test_web_launch_form_offers_only_allowed_queues(alice_client, alice, bob, se
     response = alice_client.post(reverse("experiment-launch", args=[experiment.pk]), {"queue": "gpu"}, follow=True)
     assert experiment.runs.get().queue == "gpu"
     assert "No live worker reads queue &#x27;gpu&#x27;" in response.content.decode()
-    page = alice_client.post(reverse("experiment-launch", args=[experiment.pk]), {"queue": "bobs"},
-                             follow=True).content.decode()
+    page = alice_client.post(
+        reverse("experiment-launch", args=[experiment.pk]), {"queue": "bobs"}, follow=True
+    ).content.decode()
     assert "Cannot launch: you may not launch to queue &#x27;bobs&#x27;; your queues: runs, gpu" in page
     assert experiment.runs.count() == 1
 

@@ -10,11 +10,12 @@ import re
 
 import pytest
 from django.urls import reverse
-from experiments.models import Experiment, MetricPoint, Run
 from platform_testlib import tiny_config
+from web_testlib import fast_passwords, make_experiment, make_run  # noqa: F401 (fast_passwords: autouse)
+
+from experiments.models import Experiment, MetricPoint
 from runner import demo
 from web import compare_views, run_panels
-from web_testlib import fast_passwords, make_experiment, make_run  # noqa: F401 (fast_passwords: autouse)
 
 pytestmark = pytest.mark.django_db
 
@@ -38,9 +39,15 @@ def test_api_patch_sets_and_clears_a_run_name(alice_client, alice):
     assert run.label == f"#{run.pk}"
 
 
-@pytest.mark.parametrize("name, problem", [
-    ("x" * 121, "at most 120 characters"), ("two\nlines", "one line"), (5, "text"), ("bad\ud800", "Unicode"),
-])
+@pytest.mark.parametrize(
+    "name, problem",
+    [
+        ("x" * 121, "at most 120 characters"),
+        ("two\nlines", "one line"),
+        (5, "text"),
+        ("bad\ud800", "Unicode"),
+    ],
+)
 def test_api_patch_refuses_a_bad_name(alice_client, alice, name, problem):
     run = make_run(make_experiment(alice), status="succeeded")
     body = json.dumps({"name": name})
@@ -68,7 +75,7 @@ def test_the_run_page_form_names_a_run_and_the_tables_show_it(alice_client, alic
     run.refresh_from_db()
     assert run.name == "warmup 10"
     page = alice_client.get(reverse("run-detail", args=[run.pk])).content.decode()
-    assert re.search(r'<span id="run-name">warmup 10 <span class="muted">#%d</span>' % run.pk, page)
+    assert re.search(rf'<span id="run-name">warmup 10 <span class="muted">#{run.pk}</span>', page)
     assert "<title>Run warmup 10" in page
     # the runs list and the experiment page name it, with its id beside
     for url in (reverse("run-list"), reverse("experiment-detail", args=[experiment.pk])):
@@ -100,7 +107,10 @@ def test_run_panels_add_a_reward_function_chart_and_leave_kl_out_at_beta_zero():
     assert {p["metric"]: p["lazy"] for p in panels if p["metric"] in ("kl", "loss/kl")} == {"kl": True, "loss/kl": True}
     assert run_panels.kl_note(tiny_config()).startswith("kl and loss/kl are not charted")
     with_kl = run_panels.run_panels(tiny_config(grpo__beta=0.04))
-    assert {p["metric"]: p["lazy"] for p in with_kl if p["metric"] in ("kl", "loss/kl")} == {"kl": False, "loss/kl": False}
+    assert {p["metric"]: p["lazy"] for p in with_kl if p["metric"] in ("kl", "loss/kl")} == {
+        "kl": False,
+        "loss/kl": False,
+    }
     assert run_panels.kl_note(tiny_config(grpo__beta=0.04)) == ""
     # the schema's default beta (0.04) when the config has none
     assert not run_panels.beta_is_zero({"grpo": {}})
@@ -108,11 +118,13 @@ def test_run_panels_add_a_reward_function_chart_and_leave_kl_out_at_beta_zero():
 
 def test_run_page_shows_accuracy_beside_the_reward_and_live_only_on_live_runs(alice_client, alice):
     finished = make_run(make_experiment(alice), status="succeeded", step=2)
-    MetricPoint.objects.bulk_create([
-        MetricPoint(run=finished, step=1, name="accuracy", value=0.125, wall_time=1.0),
-        MetricPoint(run=finished, step=2, name="accuracy", value=0.375, wall_time=2.0),
-        MetricPoint(run=finished, step=2, name="eval/accuracy", value=0.5, wall_time=2.0),
-    ])
+    MetricPoint.objects.bulk_create(
+        [
+            MetricPoint(run=finished, step=1, name="accuracy", value=0.125, wall_time=1.0),
+            MetricPoint(run=finished, step=2, name="accuracy", value=0.375, wall_time=2.0),
+            MetricPoint(run=finished, step=2, name="eval/accuracy", value=0.5, wall_time=2.0),
+        ]
+    )
     html = alice_client.get(reverse("run-detail", args=[finished.pk])).content.decode()
     assert '<b id="run-accuracy">0.375</b>' in html and '<b id="run-eval-accuracy">0.5</b>' in html
     assert re.search(r'<span [^>]*id="run-live"[^>]*hidden>', html)
@@ -140,15 +152,23 @@ def test_compare_page_offsets_forks_and_labels_runs(alice_client, alice):
     parent = make_run(experiment, status="succeeded", step=6, name="base")
     fresh = make_run(experiment, status="succeeded", forked_from=parent, forked_from_step=4, fork_optimizer="fresh")
     grandchild = make_run(experiment, status="queued", forked_from=fresh, forked_from_step=2, fork_optimizer="fresh")
-    continued = make_run(experiment, status="queued", forked_from=parent, forked_from_step=4,
-                         fork_optimizer="continued")
+    continued = make_run(
+        experiment, status="queued", forked_from=parent, forked_from_step=4, fork_optimizer="continued"
+    )
     ids = [parent.pk, fresh.pk, grandchild.pk, continued.pk]
     response = alice_client.get(reverse("run-compare") + "?runs=" + ",".join(map(str, ids)))
     assert response.status_code == 200
-    meta = json.loads(re.search(r'<script id="compare-run-meta" type="application/json">(.*?)</script>',
-                                response.content.decode()).group(1))
-    assert [(m["id"], m["step_offset"]) for m in meta] == [(parent.pk, 0), (fresh.pk, 4), (grandchild.pk, 6),
-                                                           (continued.pk, 0)]
+    meta = json.loads(
+        re.search(
+            r'<script id="compare-run-meta" type="application/json">(.*?)</script>', response.content.decode()
+        ).group(1)
+    )
+    assert [(m["id"], m["step_offset"]) for m in meta] == [
+        (parent.pk, 0),
+        (fresh.pk, 4),
+        (grandchild.pk, 6),
+        (continued.pk, 0),
+    ]
     assert meta[0]["label"] == f"base #{parent.pk}" and meta[1]["label"] == f"#{fresh.pk} exp"
 
 
@@ -175,10 +195,21 @@ def test_compare_picker_lists_the_users_runs_and_redirects_to_a_shareable_addres
 
 def test_demo_order_and_labels():
     """Issue 30, B6: on a CPU the toy (seconds a step) comes first; on an accelerator it comes last."""
-    names = ["demo: algo-gspo", demo.DEMO_EXPERIMENT, "demo: calculator-arith-notool", "demo: algo-dapo",
-             demo.MODEL_DEMO_EXPERIMENT, "demo: calculator-arith"]
-    middle = [demo.MODEL_DEMO_EXPERIMENT, "demo: calculator-arith", "demo: calculator-arith-notool", "demo: algo-dapo",
-              "demo: algo-gspo"]
+    names = [
+        "demo: algo-gspo",
+        demo.DEMO_EXPERIMENT,
+        "demo: calculator-arith-notool",
+        "demo: algo-dapo",
+        demo.MODEL_DEMO_EXPERIMENT,
+        "demo: calculator-arith",
+    ]
+    middle = [
+        demo.MODEL_DEMO_EXPERIMENT,
+        "demo: calculator-arith",
+        "demo: calculator-arith-notool",
+        "demo: algo-dapo",
+        "demo: algo-gspo",
+    ]
     assert sorted(names, key=lambda n: demo.demo_rank(n, on_accelerator=True)) == middle + [demo.DEMO_EXPERIMENT]
     assert sorted(names, key=demo.demo_rank) == [demo.DEMO_EXPERIMENT] + middle
     assert demo.demo_label(demo.DEMO_EXPERIMENT) == "smoke test: learns the answer format"
@@ -229,8 +260,12 @@ def test_on_a_cpu_the_toy_comes_first_and_each_demo_says_how_long_a_step_takes(c
     assert re.findall(r'<li data-demo="([^"]+)"', html) == [demo.DEMO_EXPERIMENT, demo.MODEL_DEMO_EXPERIMENT]
     assert "about 55 s to 2.2 min a step on a 2-core CPU (measured; not run here yet)" in html
     run = Run.objects.create(experiment=smollm2, config=smollm2.config, status="succeeded", attempt=1, max_steps=5)
-    MetricPoint.objects.bulk_create([MetricPoint(run=run, step=s, name="timing/step_s", value=v)
-                                     for s, v in enumerate([300.0, 61.0, 59.0, 64.0, 60.0], start=1)])
+    MetricPoint.objects.bulk_create(
+        [
+            MetricPoint(run=run, step=s, name="timing/step_s", value=v)
+            for s, v in enumerate([300.0, 61.0, 59.0, 64.0, 60.0], start=1)
+        ]
+    )
     page = client.get(reverse("experiment-detail", args=[smollm2.pk])).content.decode()
     assert f"about 61 s a step here (median of 5 steps of run {run.pk})" in page
     settings.PLATFORM_ACCELERATOR = "gpu"

@@ -13,9 +13,10 @@ import pytest
 from api_testlib import fresh_caches  # noqa: F401 (fixture)
 from browser_testlib import logged_in_page  # noqa: F401 (fixture)
 from django.urls import reverse
-from experiments.models import MetricPoint, Run
 from playwright.sync_api import expect
 from web_testlib import fast_passwords, make_experiment, make_run  # noqa: F401 (fast_passwords: autouse)
+
+from experiments.models import MetricPoint, Run
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("fresh_caches")]
 T0 = 1_700_000_000.0
@@ -33,8 +34,14 @@ def finished_run(user, experiment_name: str, steps: int = STEPS, **fields) -> Ru
     points = []
     for s in range(1, steps + 1):
         wall = T0 + s
-        values = {"reward/mean": s / 100, "accuracy": s / 200, "reward/exact_match": 0.0,
-                  "reward/prefix_match": s / 40, "reward/alphabet_match": 0.5, "timing/step_s": step_time_s(s)}
+        values = {
+            "reward/mean": s / 100,
+            "accuracy": s / 200,
+            "reward/exact_match": 0.0,
+            "reward/prefix_match": s / 40,
+            "reward/alphabet_match": 0.5,
+            "timing/step_s": step_time_s(s),
+        }
         points += [MetricPoint(run=run, step=s, name=n, value=v, wall_time=wall) for n, v in values.items()]
     MetricPoint.objects.bulk_create(points)
     return run
@@ -47,13 +54,14 @@ def test_run_page_reads_right_for_a_new_user(logged_in_page, alice):  # noqa: F8
     timing = page.locator(".chart[data-metric='timing/step_s']")
     expect(timing).to_have_attribute("data-points", str(STEPS))
     # accuracy beside the reward, from the newest step; a finished run is not "live"
-    expect(page.locator("#run-accuracy")).to_have_text("0.1")          # 20 / 200
+    expect(page.locator("#run-accuracy")).to_have_text("0.1")  # 20 / 200
     expect(page.locator("#run-live")).to_be_hidden()
     # one chart of the reward functions, a series each
     functions = page.locator(".chart[data-metric='reward/exact_match']")
     expect(functions).to_have_attribute("data-points", str(STEPS))
     expect(page.locator("figure[data-panel='reward/exact_match'] figcaption")).to_have_text(
-        "reward per function (mean raw score)")
+        "reward per function (mean raw score)"
+    )
     names = functions.evaluate("div => div.data.map(t => t.name)")
     assert names[:3] == ["reward/exact_match", "reward/prefix_match", "reward/alphabet_match"]
     # the timing chart: step 3's 6.8 s does not flatten it; steps 1 and 3 are marked
@@ -105,7 +113,9 @@ def test_compare_page_legends_order_fork_offset_and_picker(logged_in_page, alice
     page.check(f"#pick-{fork.pk}")
     expect(page.locator(f"#picker-table tr[data-run-id='{base.pk}']")).to_be_visible()  # ticked rows stay
     page.click("#picker-submit")
-    expect(page).to_have_url(re.compile(rf"/runs/compare/\?runs={fork.pk}%2C{base.pk}$|/runs/compare/\?runs={base.pk}%2C{fork.pk}$"))
+    expect(page).to_have_url(
+        re.compile(rf"/runs/compare/\?runs={fork.pk}%2C{base.pk}$|/runs/compare/\?runs={base.pk}%2C{fork.pk}$")
+    )
     page.goto(f"{reverse('run-compare')}?runs={base.pk},{fork.pk}")
     expect(page.locator("#compare")).to_have_attribute("data-state", "ready")
 
@@ -122,7 +132,8 @@ def test_compare_page_legends_order_fork_offset_and_picker(logged_in_page, alice
     xs = reward.evaluate("div => div.data.slice(0, 2).map(t => Array.from(t.x))")
     assert xs[0] == list(range(1, STEPS + 1)) and xs[1] == list(range(11, 17))
     expect(page.locator(f"#compare-runs-table tr[data-run-id='{fork.pk}'] td[data-col='offset']")).to_contain_text(
-        "fresh fork")
+        "fresh fork"
+    )
     # the wall-time axis keeps each run's own clock
     page.select_option("#chart-x", "elapsed_s")
     expect(reward).to_have_attribute("data-x", "elapsed_s")

@@ -16,6 +16,9 @@ from api_testlib import token_client
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db.models import Count
+from platform_testlib import tiny_config
+from runner_testlib import platform_procs, wait_for
+
 from experiments.models import (
     Checkpoint,
     Experiment,
@@ -24,18 +27,24 @@ from experiments.models import (
     Run,
     RunEvent,
 )
-from platform_testlib import tiny_config
 from runner.models import Worker
 from runner.services import launch_run, request_cancel, request_pause, resume_run
-from runner_testlib import platform_procs, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 # 40 short steps with a checkpoint every 4 (a checkpoint costs more than a tiny step): long
 # enough to act mid-run on the tiny model.
 LONG_RUN = dict(train__max_steps=40, checkpoint__every_steps=4, checkpoint__keep_last=3)
-CORE_METRICS = {"reward/mean", "reward/std", "accuracy", "loss/policy", "grad_norm", "learning_rate",
-                "timing/step_s", "throughput/tokens_per_s"}
+CORE_METRICS = {
+    "reward/mean",
+    "reward/std",
+    "accuracy",
+    "loss/policy",
+    "grad_norm",
+    "learning_rate",
+    "timing/step_s",
+    "throughput/tokens_per_s",
+}
 _reference_digest: dict[str, str] = {}  # config json -> params_digest of an uninterrupted run
 STEP_VISIBLE_S = 10.0  # README: a step reaches the dashboard within 2 s; this deadline is generous
 
@@ -109,7 +118,7 @@ def test_worker_trains_a_run_while_metrics_stream_in(procs):
     run = launch("e2e success", config)
     client = token_client(run.experiment.owner)
     metrics_file = settings.ARTIFACTS_DIR / run.run_dir / "metrics.jsonl"
-    in_file_since: dict[int, float] = {}   # step -> when the test first saw it in the file
+    in_file_since: dict[int, float] = {}  # step -> when the test first saw it in the file
     in_api: set[int] = set()
     seen_running_with_points = False
     deadline = time.monotonic() + 150
@@ -160,9 +169,14 @@ def test_pause_resume_cancel_through_the_database(procs):
     assert MetricPoint.objects.filter(run=run, step__gt=paused_at).count() == 0
 
     assert resume_run(run)
-    wait_for(lambda: RunEvent.objects.filter(run=run, attempt=2, message=f"resuming from checkpoint at step "
-                                                                          f"{paused_at}").exists(),
-             120, "the resume from the pause checkpoint", procs)
+    wait_for(
+        lambda: RunEvent.objects.filter(
+            run=run, attempt=2, message=f"resuming from checkpoint at step {paused_at}"
+        ).exists(),
+        120,
+        "the resume from the pause checkpoint",
+        procs,
+    )
     wait_for(lambda: Run.objects.get(pk=run.pk).step >= paused_at + 2, 60, "progress after resume", procs)
     assert request_cancel(Run.objects.get(pk=run.pk))
     wait_for(lambda: status_of(run) == "cancelled", 60, "cancelled", procs)
@@ -218,19 +232,35 @@ def test_a_lost_worker_is_noticed_within_25_s_at_the_default_settings(procs):
     procs.start("beat", "--loglevel", "INFO", env=DEFAULT_SUPERVISION)
     # the scheduler is running its reaper once it forgets a long-silent worker row
     Worker.objects.create(hostname="long-gone@host", heartbeat_at=timezone.now() - dt.timedelta(hours=1))
-    wait_for(lambda: not Worker.objects.filter(hostname="long-gone@host").exists(), 60,
-             "the scheduler's first reaper pass", procs)
+    wait_for(
+        lambda: not Worker.objects.filter(hostname="long-gone@host").exists(),
+        60,
+        "the scheduler's first reaper pass",
+        procs,
+    )
 
     user, _ = get_user_model().objects.get_or_create(username="runner-e2e")
     experiment = Experiment(owner=user, name="lost worker", config={})
     experiment.set_config(tiny_config(), user=user)
     last_heartbeat = timezone.now()
     waiting_since = time.monotonic()
-    run = Run.objects.create(experiment=experiment, config=experiment.config, status="running", attempt=1,
-                             worker_host="lost@host", heartbeat_at=last_heartbeat, max_steps=6, run_dir="run-lost")
+    run = Run.objects.create(
+        experiment=experiment,
+        config=experiment.config,
+        status="running",
+        attempt=1,
+        worker_host="lost@host",
+        heartbeat_at=last_heartbeat,
+        max_steps=6,
+        run_dir="run-lost",
+    )
     limit_s = settings.PLATFORM_STALE_AFTER_S + settings.PLATFORM_REAP_EVERY_S + SCHEDULER_SLACK_S
-    wait_for(lambda: Run.objects.get(pk=run.pk).restarts == 1, limit_s - (time.monotonic() - waiting_since),
-             f"the requeue within {limit_s:g} s of the last heartbeat", procs)
+    wait_for(
+        lambda: Run.objects.get(pk=run.pk).restarts == 1,
+        limit_s - (time.monotonic() - waiting_since),
+        f"the requeue within {limit_s:g} s of the last heartbeat",
+        procs,
+    )
     run.refresh_from_db()
     assert (run.status, run.attempt) == ("queued", 2)
     requeued = RunEvent.objects.get(run=run, attempt=1, message__contains="requeued, restart 1 of 3")
@@ -250,8 +280,9 @@ def test_a_run_trains_from_a_file_in_the_dataset_dir(procs):
         config = tiny_config(train__max_steps=3, checkpoint__every_steps=0)
         config["data"] = {"task": None, "train_path": dataset.name, "train_prompts": 0, "eval_prompts": 0}
         config["rewards"] = [{"name": "exact_match", "weight": 1.0}]
-        response = client.post("/api/experiments", json.dumps({"name": "from a file", "config": config}),
-                               content_type="application/json")
+        response = client.post(
+            "/api/experiments", json.dumps({"name": "from a file", "config": config}), content_type="application/json"
+        )
         assert response.status_code == 201, response.content
         procs.worker()
         response = client.post(f"/api/experiments/{response.json()['id']}/runs")

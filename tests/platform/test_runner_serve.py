@@ -11,9 +11,10 @@ import urllib.request
 
 import pytest
 from django.conf import settings
+from runner_testlib import Procs, alive, purge_broker, wait_for
+
 from experiments.models import Experiment
 from runner.models import Worker
-from runner_testlib import Procs, alive, purge_broker, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -18,6 +18,9 @@ from django.conf import settings as django_settings
 from django.contrib.auth import get_user_model
 from django.db import connection
 from django.utils import timezone
+from platform_testlib import tiny_config
+from runner_testlib import alive, wait_for
+
 from experiments.models import (
     Checkpoint,
     Experiment,
@@ -26,16 +29,13 @@ from experiments.models import (
     Run,
     RunEvent,
 )
-from platform_testlib import tiny_config
-from runner.models import Worker
 from runner import services, tasks
 from runner import supervisor as supervisor_mod
 from runner.control import DatabaseControl
 from runner.db_hooks import DatabaseHooks
+from runner.models import Worker
 from runner.recovery import reap_stale_runs
 from runner.services import request_cancel
-from runner_testlib import alive, wait_for
-
 from trainers.step.hooks import Action, RunInfo, TrainResult
 
 
@@ -70,8 +70,9 @@ def test_hooks_batch_flushes_by_interval_and_on_log(alice):
     hooks = DatabaseHooks(run.pk, attempt=1, flush_interval_s=3600, background_flush=False)
     hooks.on_step(1, metrics(1))  # the first step flushes at once
     assert MetricPoint.objects.filter(run=run).count() == 3
-    hooks.on_samples(2, [{"prompt": "1+1=", "completion": "2", "answer": "2", "reward": 1.0, "advantage": 0.5,
-                          "correct": True}])
+    hooks.on_samples(
+        2, [{"prompt": "1+1=", "completion": "2", "answer": "2", "reward": 1.0, "advantage": 0.5, "correct": True}]
+    )
     hooks.on_step(2, metrics(2))
     hooks.on_step(3, metrics(3))
     assert MetricPoint.objects.filter(run=run).count() == 3  # buffered: the interval has not passed
@@ -146,7 +147,11 @@ def test_hooks_upsert_and_resume_store_each_step_once(alice):
     assert len(got) == len({(name, step) for name, step, _ in got}) == 12
     assert ("reward/mean", 3, 3.0) in got and ("reward/mean", 4, 9.0) in got
     assert list(RolloutSample.objects.filter(run=run).values_list("step", "completion")) == [
-        (1, "c1"), (2, "c2"), (3, "again3"), (4, "again4")]
+        (1, "c1"),
+        (2, "c2"),
+        (3, "again3"),
+        (4, "again4"),
+    ]
     run.refresh_from_db()
     assert run.step == 4 and run.max_steps == 4 and run.latest_reward == 9.0
 
@@ -175,7 +180,6 @@ def test_checkpoint_rows_follow_the_trainers_retention(alice):
 
 
 # -- DatabaseControl ---------------------------------------------------------------------------
-
 
 
 def test_control_follows_status_and_attempt(alice, restore_signals):
@@ -238,8 +242,8 @@ def test_task_body_twice_for_the_same_attempt_runs_once(alice, fake_trainer, set
     starts = fake_trainer("print('trainer crashed: out of cheese')")
     run = make_run(alice, status="queued", attempt=1)
     assert tasks.execute_run.run(run.pk, 1) == "failed"  # exited without a final status
-    assert tasks.execute_run.run(run.pk, 1) == ""         # redelivered: the CAS refuses
-    assert tasks.execute_run.run(run.pk, 0) == ""         # a stale attempt's message
+    assert tasks.execute_run.run(run.pk, 1) == ""  # redelivered: the CAS refuses
+    assert tasks.execute_run.run(run.pk, 0) == ""  # a stale attempt's message
     assert starts == [(run.pk, 1)]
     run.refresh_from_db()
     assert run.status == "failed" and "out of cheese" in run.error and "exit code 0" in run.error
@@ -262,6 +266,7 @@ def test_supervisor_escalates_a_pause_the_trainer_ignores(django_user_model, fak
     """)
     user = django_user_model.objects.create_user("carol")
     run = make_run(user, status="queued", attempt=1)
+
     def pause():
         services.request_pause(Run.objects.get(pk=run.pk))
         connection.close()
@@ -284,7 +289,8 @@ def test_supervisor_escalates_a_pause_the_trainer_ignores(django_user_model, fak
 
 @pytest.mark.django_db(transaction=True)
 def test_supervisor_kills_a_cancelled_trainer_and_its_children_after_the_cancel_grace(
-        django_user_model, fake_trainer, settings, tmp_path):
+    django_user_model, fake_trainer, settings, tmp_path
+):
     """A cancel needs no checkpoint: a trainer that does not stop by itself (here it ignores
     SIGTERM and sleeps, as one compiling cannot look) is SIGKILLed with its process group after
     PLATFORM_CANCEL_GRACE_S, long before the pause's grace, and never gets SIGTERM. The run ends
@@ -418,16 +424,23 @@ def test_child_dies_with_its_parent(tmp_path):
     """PR_SET_PDEATHSIG: a trainer whose supervisor is SIGKILLed does not live on."""
     pid_file = tmp_path / "child.pid"
     child = tmp_path / "child.py"
-    child.write_text(textwrap.dedent(f"""
+    child.write_text(
+        textwrap.dedent(f"""
         import os, signal, sys, time
         sys.path.insert(0, {os.path.join(django_settings.REPO_ROOT, "platform")!r})
         from runner.procs import die_with_parent
         assert die_with_parent(signal.SIGKILL)
         open({str(pid_file)!r}, "w").write(str(os.getpid()))
         time.sleep(60)
-    """))
-    parent = subprocess.Popen([sys.executable, "-c", f"import subprocess, sys, time; "
-                               f"subprocess.Popen([sys.executable, {str(child)!r}]); time.sleep(60)"])
+    """)
+    )
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import subprocess, sys, time; subprocess.Popen([sys.executable, {str(child)!r}]); time.sleep(60)",
+        ]
+    )
     try:
         deadline = time.monotonic() + 30
         while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
@@ -473,13 +486,15 @@ def test_reaper_requeues_fails_and_leaves_fresh_runs(alice, sent, settings, djan
     done_run = make_run(alice, status="succeeded", heartbeat_at=old)
     with django_capture_on_commit_callbacks(execute=True):
         result = reap_stale_runs(now=now)
-    assert sorted(result) == sorted([(lost.pk, "requeued"), (spent.pk, "failed"), (cancelling.pk, "cancelled"),
-                                     (pausing.pk, "paused")])
+    assert sorted(result) == sorted(
+        [(lost.pk, "requeued"), (spent.pk, "failed"), (cancelling.pk, "cancelled"), (pausing.pk, "paused")]
+    )
     lost.refresh_from_db()
     assert (lost.status, lost.restarts, lost.attempt) == ("queued", 1, 2)
     assert sent == [(lost.pk, 2)]
-    assert RunEvent.objects.filter(run=lost, message__contains="worker w1@h lost (heartbeat 60 s old); "
-                                                             "requeued, restart 1 of 3").exists()
+    assert RunEvent.objects.filter(
+        run=lost, message__contains="worker w1@h lost (heartbeat 60 s old); requeued, restart 1 of 3"
+    ).exists()
     spent.refresh_from_db()
     assert spent.status == "failed" and "max_restarts" in spent.error
     for run, status in ((fresh, "running"), (cancelling, "cancelled"), (pausing, "paused"), (done_run, "succeeded")):
@@ -537,14 +552,18 @@ def test_worker_refuses_a_data_path_outside_the_dataset_roots(alice, restore_sig
     from runner.attempt import run_attempt
 
     run = make_run(alice, attempt=1)
-    config = {**run.config, "data": {**run.config["data"], "task": None, "train_path": path},
-              "rewards": [{"name": "exact_match", "weight": 1.0}]}
+    config = {
+        **run.config,
+        "data": {**run.config["data"], "task": None, "train_path": path},
+        "rewards": [{"name": "exact_match", "weight": 1.0}],
+    }
     Run.objects.filter(pk=run.pk).update(config=config)
     assert run_attempt(run.pk, 1) == 1
     run.refresh_from_db()
     assert run.status == "failed" and run.step == 0
-    assert (f"data.train_path: missing or not allowed: {path}; put the file under the platform's dataset "
-            f"directory") in run.error
+    assert (
+        f"data.train_path: missing or not allowed: {path}; put the file under the platform's dataset directory"
+    ) in run.error
 
 
 def test_child_does_nothing_for_an_attempt_it_does_not_own(alice, restore_signals):
@@ -599,7 +618,8 @@ def test_a_status_change_and_its_reason_are_written_together(alice, sent, settin
     assert reap_stale_runs(now=now) == [(run.pk, "requeued")]
     assert [(e.attempt, e.kind, e.message) for e in RunEvent.objects.filter(run=run).order_by("pk")] == [
         (2, "status", "status -> queued"),
-        (1, "system", "worker w1@h lost (heartbeat 60 s old); requeued, restart 1 of 3")]
+        (1, "system", "worker w1@h lost (heartbeat 60 s old); requeued, restart 1 of 3"),
+    ]
 
 
 def test_supervisor_does_not_kill_a_cancelled_trainer_that_already_wrote_its_final_status(alice, settings):
@@ -613,8 +633,8 @@ def test_supervisor_does_not_kill_a_cancelled_trainer_that_already_wrote_its_fin
     try:
         sup.watch_step()
         assert sup.cancel_seen_at is not None
-        Run.objects.filter(pk=run.pk).update(status="pruned")   # the trainer's finish_run
-        sup.cancel_grace_s = 0                                   # the cancel's grace is over
+        Run.objects.filter(pk=run.pk).update(status="pruned")  # the trainer's finish_run
+        sup.cancel_grace_s = 0  # the cancel's grace is over
         sup.watch_step()
         assert not sup.killed and sup.term_sent_at is None and sup.proc.poll() is None
         assert sup.cancel_seen_at is None and sup.next_tick_s() == settings.PLATFORM_STATUS_POLL_S

@@ -9,6 +9,7 @@ import json
 
 import pytest
 from api_testlib import make_run, token_client
+
 from experiments.models import RolloutSample
 from experiments.sample_text import message_segments, prompt_segments, segments, stored_prompt
 from runner.db_hooks import DatabaseHooks
@@ -21,20 +22,30 @@ HOSTILE = '<script>window.__xss = 1</script><img src=x onerror="window.__xss = 2
 
 def test_segments_cut_special_tokens_and_roles():
     assert segments(CHATML) == [
-        {"kind": "special", "text": "<|im_start|>"}, {"kind": "role", "text": "system"},
-        {"kind": "text", "text": "\nBe brief."}, {"kind": "special", "text": "<|im_end|>"},
-        {"kind": "text", "text": "\n"}, {"kind": "special", "text": "<|im_start|>"}, {"kind": "role", "text": "user"},
-        {"kind": "text", "text": "\nWhat is 2+3?"}, {"kind": "special", "text": "<|im_end|>"},
-        {"kind": "text", "text": "\n"}, {"kind": "special", "text": "<|im_start|>"},
-        {"kind": "role", "text": "assistant"}, {"kind": "text", "text": "\n"},
+        {"kind": "special", "text": "<|im_start|>"},
+        {"kind": "role", "text": "system"},
+        {"kind": "text", "text": "\nBe brief."},
+        {"kind": "special", "text": "<|im_end|>"},
+        {"kind": "text", "text": "\n"},
+        {"kind": "special", "text": "<|im_start|>"},
+        {"kind": "role", "text": "user"},
+        {"kind": "text", "text": "\nWhat is 2+3?"},
+        {"kind": "special", "text": "<|im_end|>"},
+        {"kind": "text", "text": "\n"},
+        {"kind": "special", "text": "<|im_start|>"},
+        {"kind": "role", "text": "assistant"},
+        {"kind": "text", "text": "\n"},
     ]
     llama3 = "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
     assert [s["kind"] for s in segments(llama3)] == ["special", "special", "role", "special", "text", "special"]
     assert segments("12+34=") == [{"kind": "text", "text": "12+34="}]
     assert segments("") == []
     # a role word not right after a special token is plain text; "<|user|>" alone is a special token
-    assert segments("user: hi <|x|>users") == [{"kind": "text", "text": "user: hi "},
-                                               {"kind": "special", "text": "<|x|>"}, {"kind": "text", "text": "users"}]
+    assert segments("user: hi <|x|>users") == [
+        {"kind": "text", "text": "user: hi "},
+        {"kind": "special", "text": "<|x|>"},
+        {"kind": "text", "text": "users"},
+    ]
     assert "".join(s["text"] for s in segments(HOSTILE)) == HOSTILE  # nothing lost or changed
 
 
@@ -44,9 +55,16 @@ def test_stored_prompt_shapes():
     text, extra = stored_prompt(messages)
     assert json.loads(text) == messages and "Grüße" in text  # readable JSON, not a Python repr
     assert extra == {"prompt_messages": messages, "prompt_format": "messages"}
-    assert prompt_segments(text, extra) == message_segments(messages) == [
-        {"kind": "role", "text": "system"}, {"kind": "text", "text": " Be brief.\n"},
-        {"kind": "role", "text": "user"}, {"kind": "text", "text": " Grüße <b>?</b>"}]
+    assert (
+        prompt_segments(text, extra)
+        == message_segments(messages)
+        == [
+            {"kind": "role", "text": "system"},
+            {"kind": "text", "text": " Be brief.\n"},
+            {"kind": "role", "text": "user"},
+            {"kind": "text", "text": " Grüße <b>?</b>"},
+        ]
+    )
     text, extra = stored_prompt("What is 2+3?", rendered=(CHATML, messages))
     assert text == CHATML and extra["prompt_format"] == "chat_template"
     assert prompt_segments(text, extra) == segments(CHATML)
@@ -57,11 +75,17 @@ def test_hooks_store_message_lists_and_chat_renderings(alice):
     hooks = DatabaseHooks(run.pk, attempt=1, flush_interval_s=0, background_flush=False)
     messages = [{"role": "user", "content": "2+2?"}]
     hooks.on_samples(1, [{"prompt": messages, "completion": "4", "answer": "4", "reward": 1.0, "correct": True}])
-    rendered = DatabaseHooks(run.pk, attempt=1, flush_interval_s=0, background_flush=False,
-                             chat_prompts=lambda p: (f"<|im_start|>user\n{p}<|im_end|>\n", [{"role": "user", "content": p}]))
+    rendered = DatabaseHooks(
+        run.pk,
+        attempt=1,
+        flush_interval_s=0,
+        background_flush=False,
+        chat_prompts=lambda p: (f"<|im_start|>user\n{p}<|im_end|>\n", [{"role": "user", "content": p}]),
+    )
     rendered.on_samples(2, [{"prompt": "3+3?", "completion": "6", "answer": "6", "reward": 1.0}])
-    failing = DatabaseHooks(run.pk, attempt=1, flush_interval_s=0, background_flush=False,
-                            chat_prompts=lambda p: 1 / 0)  # a template failure: the prompt as it came
+    failing = DatabaseHooks(
+        run.pk, attempt=1, flush_interval_s=0, background_flush=False, chat_prompts=lambda p: 1 / 0
+    )  # a template failure: the prompt as it came
     failing.on_samples(3, [{"prompt": "4+4?", "completion": "8", "answer": "8"}])
     for h in (hooks, rendered, failing):
         h.flush()
@@ -75,9 +99,15 @@ def test_hooks_store_message_lists_and_chat_renderings(alice):
 
 def test_api_gives_segments_and_keeps_hostile_text_as_text(alice):
     run = make_run(alice, status="running")
-    RolloutSample.objects.create(run=run, step=1, index=0, prompt=CHATML, completion=HOSTILE, answer="<i>5</i>",
-                                 extra={"prompt_format": "chat_template",
-                                        "prompt_messages": [{"role": "user", "content": "What is 2+3?"}]})
+    RolloutSample.objects.create(
+        run=run,
+        step=1,
+        index=0,
+        prompt=CHATML,
+        completion=HOSTILE,
+        answer="<i>5</i>",
+        extra={"prompt_format": "chat_template", "prompt_messages": [{"role": "user", "content": "What is 2+3?"}]},
+    )
     response = token_client(alice).get(f"/api/runs/{run.pk}/samples")
     assert response["Content-Type"] == "application/json"
     (sample,) = response.json()["samples"]
@@ -86,4 +116,5 @@ def test_api_gives_segments_and_keeps_hostile_text_as_text(alice):
     assert sample["completion"] == HOSTILE
     assert sample["completion_segments"] == [
         {"kind": "text", "text": '<script>window.__xss = 1</script><img src=x onerror="window.__xss = 2">'},
-        {"kind": "special", "text": "<|im_end|>"}]
+        {"kind": "special", "text": "<|im_end|>"},
+    ]

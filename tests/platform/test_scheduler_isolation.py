@@ -10,6 +10,7 @@ import threading
 import types
 
 import pytest
+
 from alerts import url_guard, webhook
 from runner import beat, recovery
 
@@ -50,7 +51,7 @@ def test_a_webhook_that_answers_a_byte_at_a_time_is_cut_off_at_the_deadline(sett
         webhook.post(f"http://hooks.test:{receiver.port}/services/secret", "run failed", 1.0)
     assert "timed out" in str(failed.value) and "secret" not in str(failed.value)
     receiver.thread.join(timeout=30)
-    assert receiver.cut_off and receiver.sent < len(ANSWER)   # the answer was never waited for in full
+    assert receiver.cut_off and receiver.sent < len(ANSWER)  # the answer was never waited for in full
     receiver.listener.close()
 
 
@@ -75,20 +76,20 @@ def test_a_slow_periodic_job_runs_in_its_own_thread_and_never_delays_the_reaper(
         beat.InProcessScheduler.apply_entry(scheduler, types.SimpleNamespace(name=name, task=task))
 
     def ticks():
-        apply("slow", beat.JOB_TASK)            # blocks until released, but in a thread of its own
+        apply("slow", beat.JOB_TASK)  # blocks until released, but in a thread of its own
         apply("reap-stale-runs", beat.REAP_TASK)
-        apply("slow", beat.JOB_TASK)            # the previous run still going: skipped
+        apply("slow", beat.JOB_TASK)  # the previous run still going: skipped
 
     caller = threading.Thread(target=ticks, daemon=True)
     caller.start()
     caller.join(timeout=30)
     try:
         assert not caller.is_alive(), "the scheduler's thread waited for the slow job"
-        assert reaped == [1]                    # the reaper ran in the scheduler's own thread, at once
-        assert slow_started == [1]              # one run of the slow job at a time
+        assert reaped == [1]  # the reaper ran in the scheduler's own thread, at once
+        assert slow_started == [1]  # one run of the slow job at a time
     finally:
         slow_release.set()
     beat._running["slow"].join(timeout=30)
-    apply("slow", beat.JOB_TASK)                # done: the next tick starts it again
+    apply("slow", beat.JOB_TASK)  # done: the next tick starts it again
     beat._running["slow"].join(timeout=30)
     assert slow_started == [1, 1]

@@ -11,9 +11,10 @@ import urllib.request
 
 import pytest
 from django.conf import settings
-from runner.serve_console import ConsoleFilter, LogFile, log_path, pump
 from runner_testlib import Procs, purge_broker, wait_for
 from test_runner_serve import free_port
+
+from runner.serve_console import ConsoleFilter, LogFile, log_path, pump
 
 CELERY_BANNER = ".> transport:"  # a line of the banner every Celery worker prints at start
 
@@ -49,8 +50,12 @@ def test_pump_writes_every_line_to_the_log_and_errors_to_the_console(tmp_path):
     assert verbose_said == ["web server: one", "web server: two"]
     log.close()
     assert (tmp_path / "serve.log").read_text().splitlines() == [
-        "[worker 1] celery banner", "[worker 1] WARNING django.request: Bad Request",
-        "[worker 1] ERROR something broke", "[web server] one", "[web server] two"]
+        "[worker 1] celery banner",
+        "[worker 1] WARNING django.request: Bad Request",
+        "[worker 1] ERROR something broke",
+        "[web server] one",
+        "[web server] two",
+    ]
 
 
 def test_log_path_moves_a_long_log_aside(tmp_path, monkeypatch):
@@ -78,8 +83,9 @@ def test_serve_console_is_quiet_and_the_log_file_has_the_details(tmp_path, verbo
     start = log.stat().st_size if log.exists() else 0
     port = free_port()
     try:
-        proc = procs.start("serve", "--port", str(port), "--workers", "1", "--no-model-demo",
-                           *(["--verbose"] if verbose else []))
+        proc = procs.start(
+            "serve", "--port", str(port), "--workers", "1", "--no-model-demo", *(["--verbose"] if verbose else [])
+        )
         wait_for(lambda: proc.poll() is not None or "Press Ctrl-C" in procs.output(proc), 90, "the banner", procs)
         assert proc.poll() is None, procs.logs(60)
         for _ in range(3):  # 4xx answers: a `WARNING django.request` line each, in the web server

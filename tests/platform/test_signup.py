@@ -4,11 +4,11 @@ it); with PLATFORM_ALLOW_SIGNUP on, anyone may create an account and is logged i
 from __future__ import annotations
 
 import pytest
+from browser_testlib import CHROMIUM, CHROMIUM_ARGS
 from django.conf import settings as django_settings
 from django.contrib.auth import get_user_model
 from django.db import connections
 from django.urls import reverse
-from browser_testlib import CHROMIUM, CHROMIUM_ARGS
 from playwright.sync_api import expect, sync_playwright
 from web_testlib import fast_passwords  # noqa: F401 (autouse)
 
@@ -43,11 +43,14 @@ def test_signup_on_creates_an_account_and_logs_in(client, settings):
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("changes, field", [
-    ({"password2": "something else entirely 42"}, "password2"),
-    ({"password1": "123", "password2": "123"}, "password2"),  # the password validators
-    ({"username": "alice"}, "username"),  # taken
-])
+@pytest.mark.parametrize(
+    "changes, field",
+    [
+        ({"password2": "something else entirely 42"}, "password2"),
+        ({"password1": "123", "password2": "123"}, "password2"),  # the password validators
+        ({"username": "alice"}, "username"),  # taken
+    ],
+)
 def test_signup_refuses_bad_input_with_a_400(client, settings, alice, changes, field):
     settings.PLATFORM_ALLOW_SIGNUP = True
     response = client.post(reverse("signup"), {**NEW_USER, **changes})

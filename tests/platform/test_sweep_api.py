@@ -7,6 +7,7 @@ import json
 
 import pytest
 from api_testlib import make_experiment, token_client
+
 from experiments.models import Run, RunStatus
 from sweeps.models import Sweep
 
@@ -15,9 +16,17 @@ pytestmark = pytest.mark.django_db
 
 
 def body(**fields) -> dict:
-    return {"name": "lr", "space": {LR: {"type": "float", "low": 1e-4, "high": 1e-2, "log": True}},
-            "metric": "reward/mean", "max_trials": 3, "max_concurrent_trials": 2, "sampler": "random",
-            "pruner": "median", "seed": 3, **fields}
+    return {
+        "name": "lr",
+        "space": {LR: {"type": "float", "low": 1e-4, "high": 1e-2, "log": True}},
+        "metric": "reward/mean",
+        "max_trials": 3,
+        "max_concurrent_trials": 2,
+        "sampler": "random",
+        "pruner": "median",
+        "seed": 3,
+        **fields,
+    }
 
 
 def post(client, path: str, data) -> tuple[int, dict]:
@@ -43,7 +52,9 @@ def test_create_list_show_and_cancel_a_sweep(alice, sent_messages):
     assert listed["count"] == 1 and listed["sweeps"][0]["id"] == created["id"]
     assert client.get(f"/api/experiments/{experiment.pk}/sweeps").json()["count"] == 1
     assert client.get("/api/sweeps?status=finished").json()["count"] == 0
-    assert client.get("/api/sweeps?status=bogus").json()["errors"] == {"status": "one of running, finished, cancelled, failed"}
+    assert client.get("/api/sweeps?status=bogus").json()["errors"] == {
+        "status": "one of running, finished, cancelled, failed"
+    }
     detail = client.get(f"/api/sweeps/{created['id']}").json()
     assert detail["trials"] == trials
 
@@ -54,20 +65,33 @@ def test_create_list_show_and_cancel_a_sweep(alice, sent_messages):
     assert response.status_code == 409 and "it is cancelled" in response.json()["error"]
 
 
-@pytest.mark.parametrize("fields, key, words", [
-    ({"space": {"optimizer.lr": {"type": "float", "low": 0.1, "high": 0.2}}}, "space.optimizer.lr", "no config field"),
-    ({"space": {"grpo.num_generations": {"type": "int", "low": 0, "high": 4}}}, "space.grpo.num_generations",
-     "the value 0 makes the config invalid"),
-    ({"space": {LR: {"type": "float", "low": -1.0, "high": 0.1}}}, f"space.{LR}", "the value -1.0"),
-    ({"metric": "made/up"}, "metric", "a metric the trainer reports"),
-    ({"max_trials": 0}, "max_trials", "from 1 to 1000"),
-    ({"sampler": "grid"}, f"space.{LR}", "listed values"),
-    ({"sampler": "grid", "space": {"seed": {"type": "categorical", "choices": [1, 2]}}}, "max_trials",
-     "the grid has 2 points"),
-    ({"pruner": "sometimes"}, "pruner", "one of none, median"),
-    ({"name": ""}, "name", "letters"),
-    ({"extra": 1}, "(input)", "unknown field(s) extra"),
-])
+@pytest.mark.parametrize(
+    "fields, key, words",
+    [
+        (
+            {"space": {"optimizer.lr": {"type": "float", "low": 0.1, "high": 0.2}}},
+            "space.optimizer.lr",
+            "no config field",
+        ),
+        (
+            {"space": {"grpo.num_generations": {"type": "int", "low": 0, "high": 4}}},
+            "space.grpo.num_generations",
+            "the value 0 makes the config invalid",
+        ),
+        ({"space": {LR: {"type": "float", "low": -1.0, "high": 0.1}}}, f"space.{LR}", "the value -1.0"),
+        ({"metric": "made/up"}, "metric", "a metric the trainer reports"),
+        ({"max_trials": 0}, "max_trials", "from 1 to 1000"),
+        ({"sampler": "grid"}, f"space.{LR}", "listed values"),
+        (
+            {"sampler": "grid", "space": {"seed": {"type": "categorical", "choices": [1, 2]}}},
+            "max_trials",
+            "the grid has 2 points",
+        ),
+        ({"pruner": "sometimes"}, "pruner", "one of none, median"),
+        ({"name": ""}, "name", "letters"),
+        ({"extra": 1}, "(input)", "unknown field(s) extra"),
+    ],
+)
 def test_bad_input_is_a_400_naming_the_field_and_starts_nothing(alice, sent_messages, fields, key, words):
     experiment = make_experiment(alice)
     status, answer = post(token_client(alice), f"/api/experiments/{experiment.pk}/sweeps", body(**fields))
@@ -77,7 +101,9 @@ def test_bad_input_is_a_400_naming_the_field_and_starts_nothing(alice, sent_mess
 
 def test_not_json_is_a_400(alice):
     experiment = make_experiment(alice)
-    response = token_client(alice).post(f"/api/experiments/{experiment.pk}/sweeps", "[1", content_type="application/json")
+    response = token_client(alice).post(
+        f"/api/experiments/{experiment.pk}/sweeps", "[1", content_type="application/json"
+    )
     assert response.status_code == 400 and "error" in response.json()
 
 

@@ -13,11 +13,12 @@ import re
 
 import pytest
 from browser_testlib import logged_in_page  # noqa: F401 (fixture)
-from experiments.models import MetricPoint, Run, RunStatus
 from playwright.sync_api import expect
+from web_testlib import fast_passwords, make_experiment  # noqa: F401 (fast_passwords: autouse)
+
+from experiments.models import MetricPoint, Run, RunStatus
 from sweeps import scheduler
 from sweeps.models import Sweep, SweepStatus
-from web_testlib import fast_passwords, make_experiment  # noqa: F401 (fast_passwords: autouse)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 S = RunStatus
@@ -34,9 +35,12 @@ def play_training(sweep: Sweep) -> None:
             continue
         if run.status == S.QUEUED:
             Run.objects.filter(pk=run.pk).update(status=S.RUNNING, step=3)
-            MetricPoint.objects.bulk_create([MetricPoint(run=run, step=s, name="learning_rate",
-                                                         value=run.config["optimizer"]["learning_rate"])
-                                             for s in (1, 2, 3)])
+            MetricPoint.objects.bulk_create(
+                [
+                    MetricPoint(run=run, step=s, name="learning_rate", value=run.config["optimizer"]["learning_rate"])
+                    for s in (1, 2, 3)
+                ]
+            )
         elif run.status == S.CANCELLING:
             Run.objects.filter(pk=run.pk).update(status=S.PRUNED)
         elif run.status == S.RUNNING:
@@ -66,7 +70,7 @@ def test_a_sweep_with_a_pruner_from_the_form_to_the_compare_page(logged_in_page,
     expect(page.locator("#trial-table tbody tr")).to_have_count(2)
     expect(page.locator('#trial-table tr[data-trial="0"] .badge')).to_have_text("queued")
 
-    play_training(sweep)   # trials 0 and 1 start
+    play_training(sweep)  # trials 0 and 1 start
     expect(page.locator('#trial-table tr[data-trial="0"] .badge')).to_have_text("running", timeout=15_000)
     for _ in range(12):
         play_training(sweep)

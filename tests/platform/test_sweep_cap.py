@@ -8,6 +8,7 @@ import json
 
 from api_testlib import make_experiment, token_client
 from django.urls import reverse
+
 from sweeps import services
 from sweeps.models import Sweep
 
@@ -32,10 +33,22 @@ def test_a_sweep_over_the_owners_cap_is_refused_with_429_naming_the_limit(alice,
     assert "2 running sweeps, the limit is 2" in message and "PLATFORM_MAX_ACTIVE_SWEEPS_PER_USER" in message
     assert Sweep.objects.count() == 2
     client.force_login(alice)
-    page = client.post(reverse("sweep-new", args=[experiment.pk]), {
-        "name": "four", "metric": "reward/mean", "direction": "maximize", "sampler": "grid", "pruner": "none",
-        "max_trials": "2", "max_concurrent_trials": "2", "seed": "0", "pruner_startup_trials": "2",
-        "pruner_warmup_steps": "1", "space": json.dumps(SPACE)})
+    page = client.post(
+        reverse("sweep-new", args=[experiment.pk]),
+        {
+            "name": "four",
+            "metric": "reward/mean",
+            "direction": "maximize",
+            "sampler": "grid",
+            "pruner": "none",
+            "max_trials": "2",
+            "max_concurrent_trials": "2",
+            "seed": "0",
+            "pruner_startup_trials": "2",
+            "pruner_warmup_steps": "1",
+            "space": json.dumps(SPACE),
+        },
+    )
     assert page.status_code == 429
     assert "the limit is 2" in page.content.decode()
     assert Sweep.objects.count() == 2

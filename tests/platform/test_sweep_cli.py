@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 
 import pytest
+from api_testlib import make_experiment
+from test_cli_client import run_client
+
 from api.models import ApiToken
 from experiments.models import Run, RunStatus
 from grpo_client import cli
 from sweeps.models import Sweep
-
-from api_testlib import make_experiment
-from test_cli_client import run_client
 
 SPACE = json.dumps({"optimizer.learning_rate": {"type": "categorical", "choices": [0.001, 0.002, 0.003]}})
 
@@ -23,8 +23,9 @@ def cli_as_alice(live_server, alice, sent_messages):
     return lambda *args: run_client(live_server.url, key, *args)
 
 
-@pytest.mark.parametrize("argv", [["sweep"], ["sweep", "create"], ["sweep", "list"], ["sweep", "show"],
-                                  ["sweep", "cancel"]])
+@pytest.mark.parametrize(
+    "argv", [["sweep"], ["sweep", "create"], ["sweep", "list"], ["sweep", "show"], ["sweep", "cancel"]]
+)
 def test_every_sweep_command_has_help(argv, capsys):
     with pytest.raises(SystemExit) as exit_:
         cli.main([*argv, "--help"])
@@ -35,8 +36,23 @@ def test_every_sweep_command_has_help(argv, capsys):
 def test_create_list_show_and_cancel(cli_as_alice, alice, tmp_path):
     experiment = make_experiment(alice, name="alice-exp")
     (tmp_path / "space.json").write_text(SPACE)
-    created = cli_as_alice("sweep", "create", str(experiment.pk), "--name", "lr", "--space", f"@{tmp_path / 'space.json'}",
-                           "--metric", "reward/mean", "--trials", "3", "--sampler", "grid", "--pruner", "median")
+    created = cli_as_alice(
+        "sweep",
+        "create",
+        str(experiment.pk),
+        "--name",
+        "lr",
+        "--space",
+        f"@{tmp_path / 'space.json'}",
+        "--metric",
+        "reward/mean",
+        "--trials",
+        "3",
+        "--sampler",
+        "grid",
+        "--pruner",
+        "median",
+    )
     assert created.returncode == 0, created.stderr
     sweep = Sweep.objects.get()
     assert created.stdout.strip() == str(sweep.pk) and "2 of 3 trials started" in created.stderr
@@ -63,14 +79,35 @@ def test_create_list_show_and_cancel(cli_as_alice, alice, tmp_path):
 
 def test_a_bad_space_is_one_line_naming_the_field(cli_as_alice, alice):
     experiment = make_experiment(alice)
-    result = cli_as_alice("sweep", "create", str(experiment.pk), "--name", "x", "--space",
-                          '{"optimizer.lr": {"type": "float", "low": 0.1, "high": 0.2}}', "--metric", "reward/mean",
-                          "--trials", "2")
+    result = cli_as_alice(
+        "sweep",
+        "create",
+        str(experiment.pk),
+        "--name",
+        "x",
+        "--space",
+        '{"optimizer.lr": {"type": "float", "low": 0.1, "high": 0.2}}',
+        "--metric",
+        "reward/mean",
+        "--trials",
+        "2",
+    )
     assert result.returncode == 1 and result.stdout == ""
     assert result.stderr.startswith("error: HTTP 400: space.optimizer.lr: no config field 'optimizer.lr'")
     assert not Sweep.objects.exists()
-    result = cli_as_alice("sweep", "create", str(experiment.pk), "--name", "x", "--space", "{nope",
-                          "--metric", "reward/mean", "--trials", "2")
+    result = cli_as_alice(
+        "sweep",
+        "create",
+        str(experiment.pk),
+        "--name",
+        "x",
+        "--space",
+        "{nope",
+        "--metric",
+        "reward/mean",
+        "--trials",
+        "2",
+    )
     assert result.returncode == 1 and "--space is not JSON" in result.stderr
 
 

@@ -12,14 +12,14 @@ from __future__ import annotations
 import pytest
 from browser_testlib import logged_in_page  # noqa: F401 (fixture)
 from django.conf import settings
-from experiments.models import Checkpoint, Experiment, MetricPoint, Run, RunStatus
-from playwright.sync_api import expect
 from platform_testlib import tiny_config
+from playwright.sync_api import expect
 from runner_testlib import wait_for
+from test_runner_e2e import procs  # noqa: F401 - the fixture that starts and kills the processes
+
+from experiments.models import Checkpoint, Experiment, MetricPoint, Run, RunStatus
 from sweeps import services
 from sweeps.models import Sweep, SweepStatus
-
-from test_runner_e2e import procs  # noqa: F401 - the fixture that starts and kills the processes
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -32,15 +32,39 @@ def test_a_sweep_of_six_trials_with_a_median_pruner_runs_end_to_end(procs, alice
     procs.start("beat", "--loglevel", "INFO", env={"PLATFORM_SWEEP_TICK_S": "0.5"})
     user = alice
     experiment = Experiment(owner=user, name="sweep e2e")
-    experiment.set_config(tiny_config(train__max_steps=40, checkpoint__every_steps=2, checkpoint__keep_last=2,
-                                      optimizer__schedule="constant", optimizer__warmup_steps=0), user=user)
-    sweep = services.create_sweep(experiment, {
-        "name": "lr-e2e", "space": {"optimizer.learning_rate": {"type": "categorical", "choices": LEARNING_RATES}},
-        "sampler": "grid", "pruner": "median", "metric": "learning_rate", "direction": "maximize",
-        "max_trials": 6, "max_concurrent_trials": 2, "pruner_startup_trials": 2, "pruner_warmup_steps": 3})
+    experiment.set_config(
+        tiny_config(
+            train__max_steps=40,
+            checkpoint__every_steps=2,
+            checkpoint__keep_last=2,
+            optimizer__schedule="constant",
+            optimizer__warmup_steps=0,
+        ),
+        user=user,
+    )
+    sweep = services.create_sweep(
+        experiment,
+        {
+            "name": "lr-e2e",
+            "space": {"optimizer.learning_rate": {"type": "categorical", "choices": LEARNING_RATES}},
+            "sampler": "grid",
+            "pruner": "median",
+            "metric": "learning_rate",
+            "direction": "maximize",
+            "max_trials": 6,
+            "max_concurrent_trials": 2,
+            "pruner_startup_trials": 2,
+            "pruner_warmup_steps": 3,
+        },
+    )
 
-    wait_for(lambda: Sweep.objects.get(pk=sweep.pk).status != SweepStatus.RUNNING, SWEEP_TIMEOUT_S,
-             "the sweep to finish", procs, interval_s=1.0)
+    wait_for(
+        lambda: Sweep.objects.get(pk=sweep.pk).status != SweepStatus.RUNNING,
+        SWEEP_TIMEOUT_S,
+        "the sweep to finish",
+        procs,
+        interval_s=1.0,
+    )
     sweep.refresh_from_db()
     trials = list(sweep.trials.select_related("run").order_by("number"))
     assert sweep.status == SweepStatus.FINISHED, sweep.note

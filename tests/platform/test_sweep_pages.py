@@ -8,6 +8,7 @@ import json
 
 import pytest
 from api_testlib import make_experiment
+
 from experiments.models import Run, RunStatus
 from sweeps.models import Sweep
 
@@ -16,10 +17,20 @@ pytestmark = pytest.mark.django_db
 
 
 def form(**fields) -> dict:
-    return {"name": "lr-web", "space": json.dumps({LR: {"type": "categorical", "choices": [0.001, 0.002, 0.003]}}),
-            "metric": "reward/mean", "direction": "maximize", "sampler": "grid", "pruner": "median",
-            "max_trials": "3", "max_concurrent_trials": "2", "seed": "0", "pruner_startup_trials": "2",
-            "pruner_warmup_steps": "1", **fields}
+    return {
+        "name": "lr-web",
+        "space": json.dumps({LR: {"type": "categorical", "choices": [0.001, 0.002, 0.003]}}),
+        "metric": "reward/mean",
+        "direction": "maximize",
+        "sampler": "grid",
+        "pruner": "median",
+        "max_trials": "3",
+        "max_concurrent_trials": "2",
+        "seed": "0",
+        "pruner_startup_trials": "2",
+        "pruner_warmup_steps": "1",
+        **fields,
+    }
 
 
 def test_the_experiment_page_links_the_form_and_the_nav_links_the_list(alice_client, alice):
@@ -31,12 +42,15 @@ def test_the_experiment_page_links_the_form_and_the_nav_links_the_list(alice_cli
     assert form_page.status_code == 200 and b'id="sweep-form"' in form_page.content
 
 
-@pytest.mark.parametrize("fields, named", [
-    ({"space": json.dumps({"optimizer.lr": {"type": "float", "low": 0.1, "high": 0.2}})}, "space.optimizer.lr"),
-    ({"space": "{not json"}, "space"),
-    ({"max_trials": "many"}, "max_trials"),
-    ({"metric": "nope"}, "metric"),
-])
+@pytest.mark.parametrize(
+    "fields, named",
+    [
+        ({"space": json.dumps({"optimizer.lr": {"type": "float", "low": 0.1, "high": 0.2}})}, "space.optimizer.lr"),
+        ({"space": "{not json"}, "space"),
+        ({"max_trials": "many"}, "max_trials"),
+        ({"metric": "nope"}, "metric"),
+    ],
+)
 def test_a_bad_form_is_shown_again_naming_the_field(alice_client, alice, sent_messages, fields, named):
     experiment = make_experiment(alice)
     response = alice_client.post(f"/experiments/{experiment.pk}/sweeps/new/", form(**fields))

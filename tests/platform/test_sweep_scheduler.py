@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 from api_testlib import add_points, make_experiment
+
 from experiments.models import Run, RunStatus
 from sweeps import scheduler, services
 from sweeps.models import Sweep, SweepStatus, Trial
@@ -17,10 +18,19 @@ LR = "optimizer.learning_rate"
 
 
 def sweep_input(**fields) -> dict:
-    return {"name": "lr-sweep", "space": {LR: {"type": "categorical", "choices": [0.004, 0.003, 0.002, 0.001]}},
-            "sampler": "grid", "pruner": "median", "metric": "learning_rate", "direction": "maximize",
-            "max_trials": 4, "max_concurrent_trials": 2, "pruner_startup_trials": 2, "pruner_warmup_steps": 0,
-            **fields}
+    return {
+        "name": "lr-sweep",
+        "space": {LR: {"type": "categorical", "choices": [0.004, 0.003, 0.002, 0.001]}},
+        "sampler": "grid",
+        "pruner": "median",
+        "metric": "learning_rate",
+        "direction": "maximize",
+        "max_trials": 4,
+        "max_concurrent_trials": 2,
+        "pruner_startup_trials": 2,
+        "pruner_warmup_steps": 0,
+        **fields,
+    }
 
 
 def finish(run: Run, status: str = S.SUCCEEDED) -> None:
@@ -34,34 +44,45 @@ def trials(sweep: Sweep) -> list[Trial]:
 def test_bad_input_is_refused_naming_each_field_and_creates_nothing(alice):
     experiment = make_experiment(alice)
     with pytest.raises(services.SweepInputError) as info:
-        services.create_sweep(experiment, sweep_input(
-            name="has space", metric="no/such", sampler="bayes", max_trials=0,
-            space={"optimizer.lr": {"type": "float", "low": 0.1, "high": 0.2},
-                   "grpo.num_generations": {"type": "int", "low": 0, "high": 4}}))
+        services.create_sweep(
+            experiment,
+            sweep_input(
+                name="has space",
+                metric="no/such",
+                sampler="bayes",
+                max_trials=0,
+                space={
+                    "optimizer.lr": {"type": "float", "low": 0.1, "high": 0.2},
+                    "grpo.num_generations": {"type": "int", "low": 0, "high": 4},
+                },
+            ),
+        )
     errors = info.value.errors
     assert set(errors) >= {"name", "metric", "sampler", "max_trials", "space.optimizer.lr"}, errors
     with pytest.raises(services.SweepInputError) as info:
-        services.create_sweep(experiment, sweep_input(sampler="tpe", space={
-            "grpo.num_generations": {"type": "int", "low": 0, "high": 4}}))
+        services.create_sweep(
+            experiment, sweep_input(sampler="tpe", space={"grpo.num_generations": {"type": "int", "low": 0, "high": 4}})
+        )
     assert "the value 0" in info.value.errors["space.grpo.num_generations"]
     assert not Sweep.objects.exists() and not Run.objects.exists()
 
 
-def test_a_grid_sweep_runs_its_trials_two_at_a_time_and_finishes(alice, sent_messages,
-                                                                 django_capture_on_commit_callbacks):
+def test_a_grid_sweep_runs_its_trials_two_at_a_time_and_finishes(
+    alice, sent_messages, django_capture_on_commit_callbacks
+):
     experiment = make_experiment(alice, train__max_steps=5)
     with django_capture_on_commit_callbacks(execute=True):
         sweep = services.create_sweep(experiment, sweep_input(pruner="none"))
     first = trials(sweep)
-    assert [t.params for t in first] == [{LR: 0.004}, {LR: 0.003}]       # the grid's order
+    assert [t.params for t in first] == [{LR: 0.004}, {LR: 0.003}]  # the grid's order
     assert [t.status for t in first] == [S.QUEUED, S.QUEUED] and len(sent_messages) == 2
     run = first[0].run
     assert run.name == "lr-sweep #0" and run.config["optimizer"]["learning_rate"] == 0.004
     assert list(run.tags.values_list("name", flat=True)) == ["lr-sweep"]
-    assert experiment.config["optimizer"]["learning_rate"] != 0.004     # the experiment is unchanged
+    assert experiment.config["optimizer"]["learning_rate"] != 0.004  # the experiment is unchanged
     scheduler.tick()
-    assert len(trials(sweep)) == 2                                       # both still active
-    finish(first[0].run)   # the receiver is not involved here: updates bypass transitions
+    assert len(trials(sweep)) == 2  # both still active
+    finish(first[0].run)  # the receiver is not involved here: updates bypass transitions
     scheduler.tick()
     assert [t.status for t in trials(sweep)] == [S.SUCCEEDED, S.QUEUED, S.QUEUED]
     for t in trials(sweep):
@@ -103,7 +124,7 @@ def two_finished_trials_and_a_running_third(alice):
 
 def test_the_median_pruner_prunes_a_weak_running_trial(alice, sent_messages):
     sweep, t2 = two_finished_trials_and_a_running_third(alice)
-    add_points(t2.run, {"learning_rate": [(1, 0.002), (2, 0.002)]})    # below the median 0.0035
+    add_points(t2.run, {"learning_rate": [(1, 0.002), (2, 0.002)]})  # below the median 0.0035
     scheduler.tick()
     t2.run.refresh_from_db()
     assert t2.run.status == S.CANCELLING and t2.run.stop_as == S.PRUNED  # the worker ends it as pruned
@@ -115,8 +136,9 @@ def test_the_median_pruner_prunes_a_weak_running_trial(alice, sent_messages):
 
 def test_a_strong_running_trial_is_not_pruned(alice, sent_messages):
     experiment = make_experiment(alice)
-    sweep = services.create_sweep(experiment, sweep_input(space={
-        LR: {"type": "categorical", "choices": [0.002, 0.001, 0.004, 0.003]}}))
+    sweep = services.create_sweep(
+        experiment, sweep_input(space={LR: {"type": "categorical", "choices": [0.002, 0.001, 0.004, 0.003]}})
+    )
     t0, t1 = trials(sweep)
     for t, lr in ((t0, 0.002), (t1, 0.001)):
         add_points(t.run, {"learning_rate": [(s, lr) for s in (1, 2)]})
@@ -133,9 +155,18 @@ def test_a_trial_whose_config_is_invalid_fails_with_the_message_and_the_sweep_go
     """Each value alone is valid (checked at creation), but together two exceed the step's size:
     prompts_per_step 2 with mini_batch_prompts 4."""
     experiment = make_experiment(alice)
-    sweep = services.create_sweep(experiment, sweep_input(pruner="none", max_trials=4, max_concurrent_trials=4, space={
-        "batch.prompts_per_step": {"type": "categorical", "choices": [2, 4]},
-        "batch.mini_batch_prompts": {"type": "categorical", "choices": [2, 4]}}))
+    sweep = services.create_sweep(
+        experiment,
+        sweep_input(
+            pruner="none",
+            max_trials=4,
+            max_concurrent_trials=4,
+            space={
+                "batch.prompts_per_step": {"type": "categorical", "choices": [2, 4]},
+                "batch.mini_batch_prompts": {"type": "categorical", "choices": [2, 4]},
+            },
+        ),
+    )
     rows = trials(sweep)
     assert len(rows) == 4
     bad = [t for t in rows if t.params == {"batch.mini_batch_prompts": 4, "batch.prompts_per_step": 2}]
@@ -198,8 +229,10 @@ def test_a_trial_whose_run_was_deleted_ends_and_the_sweep_goes_on(alice, sent_me
 
 def test_a_tpe_sweep_asks_optuna_with_running_trials_as_context(alice, sent_messages):
     experiment = make_experiment(alice)
-    space = {LR: {"type": "float", "low": 1e-4, "high": 1e-2, "log": True},
-             "optimizer.name": {"type": "categorical", "choices": ["adamw", "adam"]}}
+    space = {
+        LR: {"type": "float", "low": 1e-4, "high": 1e-2, "log": True},
+        "optimizer.name": {"type": "categorical", "choices": ["adamw", "adam"]},
+    }
     sweep = services.create_sweep(experiment, sweep_input(sampler="tpe", pruner="none", space=space, seed=5))
     first = trials(sweep)
     assert len(first) == 2 and first[0].params != first[1].params
@@ -218,15 +251,17 @@ def test_a_tpe_sweep_asks_optuna_with_running_trials_as_context(alice, sent_mess
 
 def test_a_halving_pruner_keeps_its_rungs_on_the_trial(alice, sent_messages):
     experiment = make_experiment(alice)
-    sweep = services.create_sweep(experiment, sweep_input(pruner="successive_halving", pruner_warmup_steps=1,
-                                                          max_concurrent_trials=1, max_trials=4))
+    sweep = services.create_sweep(
+        experiment,
+        sweep_input(pruner="successive_halving", pruner_warmup_steps=1, max_concurrent_trials=1, max_trials=4),
+    )
     t0 = trials(sweep)[0]
     Run.objects.filter(pk=t0.run.pk).update(status=S.RUNNING)
     add_points(t0.run, {"learning_rate": [(1, 0.004), (2, 0.004)]})
     scheduler.tick()
     t0 = trials(sweep)[0]
-    assert t0.optuna_attrs.get("completed_rung_0") == 0.004   # recorded while it ran, for later rebuilds
-    assert t0.status == S.RUNNING                               # alone in its rung: promoted, not pruned
+    assert t0.optuna_attrs.get("completed_rung_0") == 0.004  # recorded while it ran, for later rebuilds
+    assert t0.status == S.RUNNING  # alone in its rung: promoted, not pruned
 
 
 def test_a_trial_is_judged_when_its_trainer_writes_the_metric_not_a_tick_later(alice, sent_messages):
@@ -236,17 +271,18 @@ def test_a_trial_is_judged_when_its_trainer_writes_the_metric_not_a_tick_later(a
 
     sweep, t2 = two_finished_trials_and_a_running_third(alice)
     hooks = DatabaseHooks(t2.run.pk, t2.run.attempt, background_flush=False)
-    hooks.on_step(1, {"loss/policy": 0.5})                  # not the sweep's metric: nothing judged
+    hooks.on_step(1, {"loss/policy": 0.5})  # not the sweep's metric: nothing judged
     assert Run.objects.get(pk=t2.run.pk).status == S.RUNNING
-    hooks.on_step(2, {"learning_rate": 0.002})              # below the median 0.0035
+    hooks.on_step(2, {"learning_rate": 0.002})  # below the median 0.0035
     hooks.flush()
     t2.run.refresh_from_db()
     assert t2.run.status == S.CANCELLING and t2.run.stop_as == S.PRUNED
     assert t2.run.events.filter(message__contains="pruned by sweep 'lr-sweep' (median) at step 2").exists()
 
 
-def test_a_tick_over_sweeps_waiting_on_the_cap_validates_and_launches_nothing(alice, sent_messages, settings,
-                                                                               monkeypatch):
+def test_a_tick_over_sweeps_waiting_on_the_cap_validates_and_launches_nothing(
+    alice, sent_messages, settings, monkeypatch
+):
     """Issue 30 A3: sweeps whose trials wait on the owner's queued-run cap cost a count per tick, not
     a config validation and a refused launch each (40 such sweeps made a tick take 2.8-6.8 s)."""
     settings.PLATFORM_MAX_QUEUED_RUNS_PER_USER = 1

@@ -10,15 +10,16 @@ from __future__ import annotations
 import re
 
 import pytest
-from django.urls import reverse
-from experiments.models import Checkpoint, Experiment, MetricPoint, RolloutSample, Run
 from browser_testlib import logged_in_page  # noqa: F401 (fixture)
+from django.urls import reverse
 from playwright.sync_api import expect
 from web_testlib import (  # noqa: F401 (fast_passwords: autouse)
     fast_passwords,
     make_experiment,
     make_run,
 )
+
+from experiments.models import Checkpoint, Experiment, MetricPoint, RolloutSample, Run
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -67,13 +68,21 @@ def test_form_preview_errors_and_tabs(page, alice):
 
 
 def _report(run: Run, steps: range) -> None:
-    MetricPoint.objects.bulk_create([
-        MetricPoint(run=run, step=s, name=name, value=value)
-        for s in steps
-        for name, value in (("reward/mean", s / 10), ("reward/std", 0.1), ("loss/policy", -s / 100),
-                            ("timing/step_s", 0.5), ("timing/rollout_s", 0.3), ("eval/accuracy", 0.5),
-                            ("custom/new_metric", 1.0))
-    ])
+    MetricPoint.objects.bulk_create(
+        [
+            MetricPoint(run=run, step=s, name=name, value=value)
+            for s in steps
+            for name, value in (
+                ("reward/mean", s / 10),
+                ("reward/std", 0.1),
+                ("loss/policy", -s / 100),
+                ("timing/step_s", 0.5),
+                ("timing/rollout_s", 0.3),
+                ("eval/accuracy", 0.5),
+                ("custom/new_metric", 1.0),
+            )
+        ]
+    )
     Run.objects.filter(pk=run.pk).update(step=steps[-1], latest_reward=steps[-1] / 10)
 
 
@@ -84,16 +93,18 @@ def _points(page, metric: str) -> int:
 def test_dashboard_updates_live(page, alice):
     run = make_run(make_experiment(alice), status="running", max_steps=20)
     _report(run, range(1, 6))
-    RolloutSample.objects.create(run=run, step=5, index=0, prompt="1+1=", completion="2", answer="2",
-                                 reward=1.0, advantage=0.5)
-    Checkpoint.objects.create(run=run, step=4, path="run-1/checkpoints/4", size_bytes=2048,
-                              metrics={"reward/mean": 0.4})
+    RolloutSample.objects.create(
+        run=run, step=5, index=0, prompt="1+1=", completion="2", answer="2", reward=1.0, advantage=0.5
+    )
+    Checkpoint.objects.create(
+        run=run, step=4, path="run-1/checkpoints/4", size_bytes=2048, metrics={"reward/mean": 0.4}
+    )
     run.add_event("hello from the trainer")
     page.goto(reverse("run-detail", args=[run.pk]))
     page.evaluate("window.__no_reload = 1")
     expect(page.locator("[data-metric='reward/mean']")).to_have_attribute("data-points", "5")
     expect(page.locator("[data-metric='timing/step_s']")).to_have_attribute("data-points", "5")
-    expect(page.locator("[data-metric='eval/reward_mean']")).to_be_visible()   # lazy chart, shown once fed
+    expect(page.locator("[data-metric='eval/reward_mean']")).to_be_visible()  # lazy chart, shown once fed
     expect(page.locator("[data-metric='custom/new_metric']")).to_be_visible()  # unknown metric: own chart
     expect(page.locator("#samples-table tbody tr")).to_have_count(1)
     expect(page.locator("#checkpoints-table tbody tr")).to_have_count(1)
@@ -122,10 +133,20 @@ def test_dashboard_shows_chat_samples_with_roles_and_muted_special_tokens_as_tex
     """A chat-rendered prompt shows its roles as labels and its special tokens as muted spans; a
     completion full of markup stays text (nothing runs, nothing is added to the page)."""
     run = make_run(make_experiment(alice), status="succeeded", max_steps=1, step=1)
-    prompt = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is 2+3?<|im_end|>\n<|im_start|>assistant\n"
+    prompt = (
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is 2+3?<|im_end|>\n<|im_start|>assistant\n"
+    )
     hostile = '<script>window.__xss = 1</script><img src=x onerror="window.__xss = 2"><b>5</b><|im_end|>'
-    RolloutSample.objects.create(run=run, step=1, index=0, prompt=prompt, completion=hostile, answer="<i>5</i>",
-                                 reward=1.0, extra={"prompt_format": "chat_template"})
+    RolloutSample.objects.create(
+        run=run,
+        step=1,
+        index=0,
+        prompt=prompt,
+        completion=hostile,
+        answer="<i>5</i>",
+        reward=1.0,
+        extra={"prompt_format": "chat_template"},
+    )
     page.goto(reverse("run-detail", args=[run.pk]))
     row = page.locator("#samples-table tbody tr")
     expect(row).to_have_count(1)

@@ -38,22 +38,43 @@ def test_ema_against_hand_computed_values(js):
     assert close(js("GrpoCharts.ema([1, null, 2], 0.5)"), [1.0, None, 5 / 3])
 
 
-@pytest.mark.parametrize("value, text", [
-    (1e-3, "1e-3"), (2.5e-5, "2.5e-5"), (-3e-4, "-3e-4"), (0.5, "0.5"), (12.345, "12.3"), (0.0123, "0.0123"),
-    (123456, "1.23e5"), (0, "0"), (1, "1"), (-0.25, "-0.25"),
-])
+@pytest.mark.parametrize(
+    "value, text",
+    [
+        (1e-3, "1e-3"),
+        (2.5e-5, "2.5e-5"),
+        (-3e-4, "-3e-4"),
+        (0.5, "0.5"),
+        (12.345, "12.3"),
+        (0.0123, "0.0123"),
+        (123456, "1.23e5"),
+        (0, "0"),
+        (1, "1"),
+        (-0.25, "-0.25"),
+    ],
+)
 def test_format_value_keeps_the_magnitude(js, value, text):
     assert js(f"GrpoCharts.formatValue({value!r})") == text
 
 
 def test_format_value_of_missing_and_infinite(js):
     assert js("[GrpoCharts.formatValue(null), GrpoCharts.formatValue(NaN), GrpoCharts.formatValue(-Infinity)]") == [
-        "-", "-", "-inf"]
+        "-",
+        "-",
+        "-inf",
+    ]
 
 
 def test_tick_labels_one_style_per_axis(js):
     # a learning rate between 0 and 1e-3: exponents, never a row of zeros
-    assert js("GrpoCharts.tickLabels([0, 2e-4, 4e-4, 6e-4, 8e-4, 1e-3])") == ["0", "2e-4", "4e-4", "6e-4", "8e-4", "1e-3"]
+    assert js("GrpoCharts.tickLabels([0, 2e-4, 4e-4, 6e-4, 8e-4, 1e-3])") == [
+        "0",
+        "2e-4",
+        "4e-4",
+        "6e-4",
+        "8e-4",
+        "1e-3",
+    ]
     assert js("GrpoCharts.tickLabels([1e-3, 1.5e-3, 2e-3])") == ["1e-3", "1.5e-3", "2e-3"]
     assert js("GrpoCharts.tickLabels([0, 0.2, 0.4])") == ["0", "0.2", "0.4"]
     assert js("GrpoCharts.tickLabels([0, 5000, 10000])") == ["0", "5000", "10000"]
@@ -69,7 +90,7 @@ def test_nice_ticks(js):
 
 def test_log_ticks(js):
     assert js("GrpoCharts.logTicks(1e-5, 1)") == [1e-5, 1e-4, 1e-3, 1e-2, 0.1, 1]
-    assert js("GrpoCharts.logTicks(0.15, 6)") == [0.2, 0.5, 1, 2, 5]   # under two decades: 1-2-5
+    assert js("GrpoCharts.logTicks(0.15, 6)") == [0.2, 0.5, 1, 2, 5]  # under two decades: 1-2-5
     assert js("GrpoCharts.logTicks(0, 1)") == []
 
 
@@ -84,12 +105,17 @@ def test_robust_range_leaves_the_first_timing_point_out(js):
     assert close(js("GrpoCharts.robustRange([{x: [0, 1, 2], y: [-1, 0.01, 100]}], {log: true})"), [-2.2, 2.2])
     assert js("GrpoCharts.robustRange([{x: [0], y: [null]}])") is None
     assert [js(f"GrpoCharts.skipsFirstPoint({m!r})") for m in ("timing/step_s", "throughput/tokens_per_s", "loss")] == [
-        True, True, False]
+        True,
+        True,
+        False,
+    ]
 
 
 def test_metric_values_from_the_api_and_their_non_finite_marks(js):
-    assert js('["NaN", "Infinity", "-Infinity", 0.5, null, "x"].map(GrpoCharts.metricValue)'
-              '.map(v => v === null ? null : String(v))') == ["NaN", "Infinity", "-Infinity", "0.5", None, None]
+    assert js(
+        '["NaN", "Infinity", "-Infinity", 0.5, null, "x"].map(GrpoCharts.metricValue)'
+        '.map(v => v === null ? null : String(v))'
+    ) == ["NaN", "Infinity", "-Infinity", "0.5", None, None]
     # NaN and +inf at the top edge, -inf at the bottom, each with its hover text; finite points unmarked
     marks = js('GrpoCharts.nonFiniteMarks([1, 2, 3, 4, 5], [0.5, NaN, Infinity, -Infinity, null], [-1, 2], "step")')
     assert marks == {"x": [2, 3, 4], "y": [2, 2, -1], "text": ["step 2: NaN", "step 3: inf", "step 4: -inf"]}
@@ -97,5 +123,12 @@ def test_metric_values_from_the_api_and_their_non_finite_marks(js):
 
 
 def test_plot_text_escapes_what_plotly_would_read_as_markup(js):
-    assert js("""GrpoCharts.plotText('<a href="x">it\\'s & </a>')""") == "&lt;a href=&#34;x&#34;&gt;it&#39;s &amp; &lt;/a&gt;"
-    assert js("[GrpoCharts.plotText(null), GrpoCharts.plotText(3), GrpoCharts.plotText('lr 1e-3')]") == ["", "3", "lr 1e-3"]
+    assert (
+        js("""GrpoCharts.plotText('<a href="x">it\\'s & </a>')""")
+        == "&lt;a href=&#34;x&#34;&gt;it&#39;s &amp; &lt;/a&gt;"
+    )
+    assert js("[GrpoCharts.plotText(null), GrpoCharts.plotText(3), GrpoCharts.plotText('lr 1e-3')]") == [
+        "",
+        "3",
+        "lr 1e-3",
+    ]

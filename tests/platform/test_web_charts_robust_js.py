@@ -24,7 +24,7 @@ def close(a, b):
 
 def test_quantile(js):
     # numpy's linear definition: position (n - 1) q in the sorted values
-    assert js("GrpoCharts.quantile([5, 1, 4, 2, 3], 0.95)") == pytest.approx(4.8)   # 4 + 0.8 x (5 - 4)
+    assert js("GrpoCharts.quantile([5, 1, 4, 2, 3], 0.95)") == pytest.approx(4.8)  # 4 + 0.8 x (5 - 4)
     assert js("GrpoCharts.quantile([3, 1, 2], 0.5)") == 2
     assert js("GrpoCharts.quantile([], 0.5)") is None
 
@@ -41,22 +41,29 @@ def test_a_second_compile_step_does_not_flatten_a_timing_chart(js):
 
 def test_spread_out_values_are_not_clipped(js):
     # a rising reward: max - min = 0.9 is not above 4 x (q - min)
-    expression = "GrpoCharts.robustRange([{x: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10], y: [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]}])"
+    expression = (
+        "GrpoCharts.robustRange([{x: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10], "
+        "y: [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]}])"
+    )
     assert close(js(expression), [0.055, 1.045])
     assert js(f"{expression}.clipped") is False
     # fewer than 5 points: never clipped (the first of 4 is the top)
     assert close(js("GrpoCharts.robustRange([{x: [0, 1, 2, 3], y: [30, 0.5, 0.7, 0.6]}])"), [-0.975, 31.475])
     # log axes are not clipped either (log already shows orders of magnitude)
-    assert js("GrpoCharts.robustRange([{x: [1, 2, 3, 4, 5, 6], y: [1, 1, 1, 1, 1, 100]}], {log: true}).clipped") is False
+    assert (
+        js("GrpoCharts.robustRange([{x: [1, 2, 3, 4, 5, 6], y: [1, 1, 1, 1, 1, 100]}], {log: true}).clipped") is False
+    )
 
 
 def test_compile_steps_and_their_marks(js):
     # median of [13, 0.5, 6.8, 0.5, 0.5, 0.6] = 0.55; above 3 x 0.55 = 1.65: indices 0 and 2
     assert js("GrpoCharts.compileSteps([13, 0.5, 6.8, 0.5, 0.5, 0.6])") == [0, 2]
-    assert js("GrpoCharts.compileSteps([13, 0.5])") == []                  # too few to tell
+    assert js("GrpoCharts.compileSteps([13, 0.5])") == []  # too few to tell
     assert js("GrpoCharts.compileSteps([null, NaN, 1, 1, 1])") == []
     assert js("[GrpoCharts.marksCompile('timing/step_s'), GrpoCharts.marksCompile('throughput/tokens_per_s')]") == [
-        True, False]
+        True,
+        False,
+    ]
     # marks: step 1 above the axis top (0.6) sits on it; step 3 (under the top) is a compile mark at its value
     marks = js("GrpoCharts.outlierMarks([1, 2, 3, 4], [13, 0.5, 0.59, 0.5], 0.6, [0, 2], 'step')")
     assert marks["x"] == [1, 3] and marks["y"] == [0.6, 0.59]
@@ -68,14 +75,34 @@ def test_compile_steps_and_their_marks(js):
 
 
 def test_metric_order_puts_the_key_metrics_first_then_groups_by_prefix(js):
-    names = ["timing/step_s", "accuracy", "kl", "reward/std", "eval/accuracy", "reward/mean", "reward/exact_match",
-             "loss/policy", "zeta/x", "eval/pass@1", "entropy", "alpha/y", "system/cpu_percent"]
+    names = [
+        "timing/step_s",
+        "accuracy",
+        "kl",
+        "reward/std",
+        "eval/accuracy",
+        "reward/mean",
+        "reward/exact_match",
+        "loss/policy",
+        "zeta/x",
+        "eval/pass@1",
+        "entropy",
+        "alpha/y",
+        "system/cpu_percent",
+    ]
     assert js(f"GrpoCharts.orderMetrics({names})") == [
-        "reward/mean", "accuracy", "eval/accuracy",          # the key metrics
-        "reward/exact_match", "reward/std",                  # reward/*
-        "eval/pass@1",                                       # eval/*
-        "entropy", "kl",                                     # no prefix
-        "loss/policy", "timing/step_s", "system/cpu_percent",
-        "alpha/y", "zeta/x",                                 # unknown prefixes, alphabetical
+        "reward/mean",
+        "accuracy",
+        "eval/accuracy",  # the key metrics
+        "reward/exact_match",
+        "reward/std",  # reward/*
+        "eval/pass@1",  # eval/*
+        "entropy",
+        "kl",  # no prefix
+        "loss/policy",
+        "timing/step_s",
+        "system/cpu_percent",
+        "alpha/y",
+        "zeta/x",  # unknown prefixes, alphabetical
     ]
     assert js("[GrpoCharts.metricGroup('reward/std'), GrpoCharts.metricGroup('kl')]") == ["reward", ""]

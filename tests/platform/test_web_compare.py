@@ -4,8 +4,9 @@ to good, bad and someone else's run ids."""
 from __future__ import annotations
 
 from django.urls import reverse
-from web.diffs import FieldRow, fields_side_by_side
 from web_testlib import fast_passwords, make_experiment, make_run  # noqa: F401 (fast_passwords: autouse)
+
+from web.diffs import FieldRow, fields_side_by_side
 
 
 def test_fields_side_by_side():
@@ -40,4 +41,3 @@ def test_compare_page(alice_client, alice, bob):
     assert alice_client.get(f"{url}?runs=1,x").status_code == 400
     theirs = make_run(make_experiment(bob, name="bob's"), status="succeeded")
     assert alice_client.get(f"{url}?runs={fast.pk},{theirs.pk}").status_code == 404
-

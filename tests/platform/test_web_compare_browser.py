@@ -11,10 +11,11 @@ import pytest
 from api_testlib import fresh_caches  # noqa: F401 (fixture)
 from browser_testlib import logged_in_page  # noqa: F401 (fixture)
 from django.urls import reverse
-from experiments.models import MetricPoint, Run
-from playwright.sync_api import expect
 from platform_testlib import tiny_config
+from playwright.sync_api import expect
 from web_testlib import fast_passwords, make_experiment, make_run  # noqa: F401 (fast_passwords: autouse)
+
+from experiments.models import MetricPoint, Run
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("fresh_caches")]
 T0 = 1_700_000_000.0
@@ -23,15 +24,19 @@ T0 = 1_700_000_000.0
 def finished_run(user, name: str, learning_rate: float, steps: int = 6, step_s: float = 2.0) -> Run:
     """A succeeded run whose config's learning rate is `learning_rate`, with its metrics: reward
     rising, the learning rate, and step times whose first (compilation) is 30 s."""
-    run = make_run(make_experiment(user, name=name, config=tiny_config(optimizer__learning_rate=learning_rate)),
-                   status="succeeded", step=steps)
+    run = make_run(
+        make_experiment(user, name=name, config=tiny_config(optimizer__learning_rate=learning_rate)),
+        status="succeeded",
+        step=steps,
+    )
     points = []
     for s in range(1, steps + 1):
         wall = T0 + s * step_s
-        points += [MetricPoint(run=run, step=s, name="reward/mean", value=s / 10, wall_time=wall),
-                   MetricPoint(run=run, step=s, name="learning_rate", value=learning_rate, wall_time=wall),
-                   MetricPoint(run=run, step=s, name="timing/step_s", value=30.0 if s == 1 else 0.5 + s / 100,
-                               wall_time=wall)]
+        points += [
+            MetricPoint(run=run, step=s, name="reward/mean", value=s / 10, wall_time=wall),
+            MetricPoint(run=run, step=s, name="learning_rate", value=learning_rate, wall_time=wall),
+            MetricPoint(run=run, step=s, name="timing/step_s", value=30.0 if s == 1 else 0.5 + s / 100, wall_time=wall),
+        ]
     MetricPoint.objects.bulk_create(points)
     return run
 
@@ -39,13 +44,15 @@ def finished_run(user, name: str, learning_rate: float, steps: int = 6, step_s: 
 def chart_data(page, metric: str):
     """[(name, x, y)] of the chart's traces, as drawn."""
     return page.locator(f".chart[data-metric='{metric}']").evaluate(
-        "div => div.data.map(t => [t.name, Array.from(t.x), Array.from(t.y)])")
+        "div => div.data.map(t => [t.name, Array.from(t.x), Array.from(t.y)])"
+    )
 
 
 def y_ticks(page, metric: str) -> list[str]:
     """The y-axis tick labels as drawn (SVG text)."""
     return page.locator(f".chart[data-metric='{metric}'] .ytick text").evaluate_all(
-        "nodes => nodes.map(n => n.textContent)")
+        "nodes => nodes.map(n => n.textContent)"
+    )
 
 
 def y_range(page, metric: str) -> list[float]:
@@ -101,7 +108,8 @@ def test_compare_two_finished_runs(logged_in_page, alice):  # noqa: F811
     assert traces[0][1] == [0, 2, 4, 6, 8, 10] and traces[1][1] == [0, 10, 20, 30, 40, 50]
     # zooming one chart's x zooms them all
     page.locator(".chart[data-metric='reward/mean']").evaluate(
-        "div => Plotly.relayout(div, {'xaxis.range[0]': 4, 'xaxis.range[1]': 20})")
+        "div => Plotly.relayout(div, {'xaxis.range[0]': 4, 'xaxis.range[1]': 20})"
+    )
     assert page.locator(".chart[data-metric='timing/step_s']").evaluate("div => div.layout.xaxis.range") == [4, 20]
 
 

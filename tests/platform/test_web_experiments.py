@@ -6,14 +6,15 @@ import pytest
 import yaml
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
-from experiments.models import Experiment, Run
 from platform_testlib import TINY_CONFIG_YAML, tiny_config
-from web.forms import MAX_IMPORT_BYTES
 from web_testlib import (  # noqa: F401 (fast_passwords: autouse)
     fast_passwords,
     form_data,
     make_experiment,
 )
+
+from experiments.models import Experiment, Run
+from web.forms import MAX_IMPORT_BYTES
 
 pytestmark = pytest.mark.django_db
 
@@ -147,8 +148,15 @@ def test_launch_refuses_a_config_the_schema_now_refuses(alice_client, alice, sen
 def test_detail_page_elements(alice_client, alice):
     experiment = make_experiment(alice, "e")
     html = alice_client.get(reverse("experiment-detail", args=[experiment.pk])).content.decode()
-    for element in ('id="launch-run"', 'id="clone-experiment"', 'id="export-yaml"', 'id="edit-experiment"',
-                    'id="config-yaml"', 'id="plan-text"', 'id="version-table"'):
+    for element in (
+        'id="launch-run"',
+        'id="clone-experiment"',
+        'id="export-yaml"',
+        'id="edit-experiment"',
+        'id="config-yaml"',
+        'id="plan-text"',
+        'id="version-table"',
+    ):
         assert element in html
 
 

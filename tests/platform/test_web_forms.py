@@ -8,16 +8,16 @@ import re
 import pytest
 from django.urls import reverse
 from django.utils.html import escape
-from experiments.configs import load_yaml
 from platform_testlib import TINY_CONFIG_YAML, tiny_config
-from web.config_form import html_name
-from web.forms import BASIC_FIELDS
 from web_testlib import (  # noqa: F401 (fast_passwords: autouse)
     fast_passwords,
     form_data,
 )
 
+from experiments.configs import load_yaml
 from trainers.config import field_specs, iter_field_specs, parse_config
+from web.config_form import html_name
+from web.forms import BASIC_FIELDS
 
 pytestmark = pytest.mark.django_db
 
@@ -70,8 +70,10 @@ def test_form_saves_the_full_validated_config(alice_client, alice):
     response = alice_client.post(reverse("experiment-new"), data)
     assert response.status_code == 302
     experiment = alice.experiments.get(name="arith")
-    expected = tiny_config(batch__mini_batch_prompts=2,
-                           rewards=[{"name": "exact_match", "weight": 0.5}, {"name": "prefix_match", "weight": 1.0}])
+    expected = tiny_config(
+        batch__mini_batch_prompts=2,
+        rewards=[{"name": "exact_match", "weight": 0.5}, {"name": "prefix_match", "weight": 1.0}],
+    )
     assert experiment.config == expected
     assert experiment.versions.count() == 1
     assert response["Location"] == reverse("experiment-detail", args=[experiment.pk])
@@ -106,16 +108,20 @@ def test_create_from_yaml_tab(alice_client, alice):
 
 # Seven lines that stand for 10^7 values through aliases ("billion laughs").
 YAML_BOMB = "a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n" + "".join(
-    f"{c}: &{c} [{', '.join([f'*{p}'] * 10)}]\n" for p, c in zip("abcdef", "bcdefg"))
+    f"{c}: &{c} [{', '.join([f'*{p}'] * 10)}]\n" for p, c in zip("abcdef", "bcdefg")
+)
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("batch: {prompts_per_step: 4\n", "not valid YAML at line"),
-    ("- just\n- a list\n", "must be a mapping"),
-    (YAML_BOMB, "expands to more than"),
-    ("a: &a [*a]\n", "refers to itself"),
-    ("batch: {nonsense: 1}\n", "batch.nonsense: unknown key"),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("batch: {prompts_per_step: 4\n", "not valid YAML at line"),
+        ("- just\n- a list\n", "must be a mapping"),
+        (YAML_BOMB, "expands to more than"),
+        ("a: &a [*a]\n", "refers to itself"),
+        ("batch: {nonsense: 1}\n", "batch.nonsense: unknown key"),
+    ],
+)
 def test_bad_yaml_gives_400_with_a_clear_message(alice_client, text, expected):
     response = alice_client.post(reverse("experiment-new"), {"name": "y", "mode": "yaml", "config_yaml": text})
     assert response.status_code == 400
@@ -193,8 +199,11 @@ def test_a_nullable_bool_is_a_three_state_select(alice_client, alice):
         data = form_data(name=f"chat {text or 'null'}", data__chat_template=text)
         if value:  # the char tokenizer has no template: true is refused by the schema, naming the field
             response = alice_client.post(reverse("experiment-new"), data)
-            assert response.context["form"].errors["data__chat_template"][0].startswith(
-                "the built-in character tokenizer has no chat template")
+            assert (
+                response.context["form"]
+                .errors["data__chat_template"][0]
+                .startswith("the built-in character tokenizer has no chat template")
+            )
             continue
         assert alice_client.post(reverse("experiment-new"), data).status_code == 302
         experiment = alice.experiments.get(name=f"chat {text or 'null'}")

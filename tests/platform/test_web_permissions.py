@@ -5,18 +5,19 @@ pages are public: tests/platform/test_docs_site.py)."""
 from __future__ import annotations
 
 import pytest
-from django.urls import reverse
 from datasets_testlib import dataset_root, upload  # noqa: F401 (fixture)
-from experiments.dataset_models import Dataset
-from experiments.models import Experiment, Run
+from django.urls import reverse
 from platform_testlib import tiny_config
-from web import urls as web_urls
 from web_testlib import (  # noqa: F401 (fast_passwords: autouse)
     fast_passwords,
     form_data,
     make_experiment,
     make_run,
 )
+
+from experiments.dataset_models import Dataset
+from experiments.models import Experiment, Run
+from web import urls as web_urls
 
 pytestmark = pytest.mark.django_db
 
@@ -90,8 +91,12 @@ def _request(client, name, objects):
     method, kind, _ = VIEWS[name]
     experiment, run = objects
     args = {
-        None: [], "experiment": [experiment.pk], "version": [experiment.pk, 1], "diff": [experiment.pk],
-        "run": [run.pk], "control": [run.pk, "cancel"],
+        None: [],
+        "experiment": [experiment.pk],
+        "version": [experiment.pk, 1],
+        "diff": [experiment.pk],
+        "run": [run.pk],
+        "control": [run.pk, "cancel"],
     }[kind]
     url = reverse(name, args=args)
     if kind == "diff":
@@ -110,13 +115,21 @@ def test_anonymous_goes_to_login(client, objects, name):
 @pytest.mark.parametrize("name", sorted(n for n, v in VIEWS.items() if v[1]))
 def test_other_users_objects_answer_404(client, bob, objects, name):
     experiment, run = objects
-    before = (Experiment.objects.count(), Run.objects.count(), experiment.versions.count(),
-              Run.objects.get(pk=run.pk).status)
+    before = (
+        Experiment.objects.count(),
+        Run.objects.count(),
+        experiment.versions.count(),
+        Run.objects.get(pk=run.pk).status,
+    )
     client.force_login(bob)
     response = _request(client, name, objects)
     assert response.status_code == 404
-    after = (Experiment.objects.count(), Run.objects.count(), experiment.versions.count(),
-             Run.objects.get(pk=run.pk).status)
+    after = (
+        Experiment.objects.count(),
+        Run.objects.count(),
+        experiment.versions.count(),
+        Run.objects.get(pk=run.pk).status,
+    )
     assert after == before
 
 
@@ -151,14 +164,27 @@ def test_nav_shows_admin_only_to_staff(client, alice, staff):
 
 # Someone else's rows by permission, not by is_staff. Reading views need the view permission;
 # views that change the experiment or steer the run need the change permission.
-CHANGING_VIEWS = {"experiment-edit", "experiment-launch", "version-restore", "run-control", "run-export", "run-labels",
-                  "run-fork", "sweep-new"}
+CHANGING_VIEWS = {
+    "experiment-edit",
+    "experiment-launch",
+    "version-restore",
+    "run-control",
+    "run-export",
+    "run-labels",
+    "run-fork",
+    "sweep-new",
+}
 OBJECT_VIEWS = sorted(n for n, v in VIEWS.items() if v[1])
 
 
 def _snapshot(experiment, run):
-    return (Experiment.objects.count(), Run.objects.count(), experiment.versions.count(),
-            Run.objects.get(pk=run.pk).status, Experiment.objects.get(pk=experiment.pk).config)
+    return (
+        Experiment.objects.count(),
+        Run.objects.count(),
+        experiment.versions.count(),
+        Run.objects.get(pk=run.pk).status,
+        Experiment.objects.get(pk=experiment.pk).config,
+    )
 
 
 @pytest.mark.parametrize("name", OBJECT_VIEWS)
@@ -212,8 +238,9 @@ def test_change_permission_may_change(client, changer, objects, name):
 def test_change_permission_edits_and_steers(client, changer, objects):
     experiment, run = objects
     client.force_login(changer)
-    response = client.post(reverse("experiment-edit", args=[experiment.pk]),
-                           form_data(tiny_config(seed=7), name="edited by changer"))
+    response = client.post(
+        reverse("experiment-edit", args=[experiment.pk]), form_data(tiny_config(seed=7), name="edited by changer")
+    )
     assert response.status_code == 302
     assert Experiment.objects.get(pk=experiment.pk).config["seed"] == 7
     assert client.post(reverse("run-control", args=[run.pk, "cancel"])).status_code == 302

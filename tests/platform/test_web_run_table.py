@@ -8,13 +8,14 @@ import re
 import pytest
 from api_testlib import add_points
 from django.urls import reverse
-from experiments.models import Tag
 from platform_testlib import tiny_config
 from web_testlib import (  # noqa: F401 (fast_passwords: autouse)
     fast_passwords,
     make_experiment,
     make_run,
 )
+
+from experiments.models import Tag
 
 pytestmark = pytest.mark.django_db
 
@@ -40,16 +41,26 @@ def runs(alice, bob):
 
 def test_page_renders_with_filters_metric_columns_and_sort(alice_client, runs):
     first, second, third, theirs = runs
-    html = alice_client.get(reverse("run-list"), {"metrics": "reward/mean,kl", "sort": "-metric:reward/mean"}
-                            ).content.decode()
+    html = alice_client.get(
+        reverse("run-list"), {"metrics": "reward/mean,kl", "sort": "-metric:reward/mean"}
+    ).content.decode()
     assert _row_ids(html) == [first.pk, second.pk, third.pk]  # 0.75, 0.5, none; bob's run is not listed
     # the metric columns' headers sort by them; the current one shows its direction and flips it
-    assert '<a href="?metrics=reward%2Fmean%2Ckl&amp;sort=metric%3Areward%2Fmean">reward/mean</a> <span class="sort-mark">' in html
+    assert (
+        '<a href="?metrics=reward%2Fmean%2Ckl&amp;sort=metric%3Areward%2Fmean">reward/mean</a> <span class="sort-mark">'
+        in html
+    )
     assert '<a href="?metrics=reward%2Fmean%2Ckl&amp;sort=-metric%3Akl">kl</a></th>' in html
     assert '<a href="?metrics=reward%2Fmean%2Ckl&amp;sort=step">Progress</a>' in html
     cells = re.findall(r'<td data-col="metric" data-metric="([^"]+)">([^<]*)</td>', html)
-    assert cells == [("reward/mean", "0.75"), ("kl", "-"), ("reward/mean", "0.5"), ("kl", "0.02"),
-                     ("reward/mean", "-"), ("kl", "-")]
+    assert cells == [
+        ("reward/mean", "0.75"),
+        ("kl", "-"),
+        ("reward/mean", "0.5"),
+        ("kl", "0.02"),
+        ("reward/mean", "-"),
+        ("kl", "-"),
+    ]
     # the metric picker shows the chosen columns ticked; every run has a compare checkbox
     assert re.search(r'<input type="checkbox" name="metrics" value="kl" checked>', html)
     assert not re.search(r'<input type="checkbox" name="metrics" value="entropy" checked>', html)
@@ -77,8 +88,12 @@ def test_filters_narrow_the_rows_and_fill_their_inputs(alice_client, runs):
 
 
 def test_bad_parameters_are_a_400_naming_them(alice_client, runs):
-    for params, words in (({"sort": "size"}, "sort: unknown sort"), ({"config": "grpo.beta"}, "config: "),
-                          ({"status": "bogus"}, "status: unknown status bogus"), ({"tag": "a b"}, "tag: ")):
+    for params, words in (
+        ({"sort": "size"}, "sort: unknown sort"),
+        ({"config": "grpo.beta"}, "config: "),
+        ({"status": "bogus"}, "status: unknown status bogus"),
+        ({"tag": "a b"}, "tag: "),
+    ):
         response = alice_client.get(reverse("run-list"), params)
         assert response.status_code == 400, params
         assert re.search(r'id="run-filter-error">' + re.escape(words), response.content.decode()), params

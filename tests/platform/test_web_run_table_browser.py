@@ -10,9 +10,10 @@ import re
 import pytest
 from browser_testlib import logged_in_page  # noqa: F401 (fixture)
 from django.urls import reverse
-from experiments.models import MetricPoint, Run, Tag
 from playwright.sync_api import expect
 from web_testlib import fast_passwords, make_experiment, make_run  # noqa: F401 (fast_passwords: autouse)
+
+from experiments.models import MetricPoint, Run, Tag
 
 pytestmark = pytest.mark.django_db(transaction=True)
 POLL_WAIT_MS = 12_000  # the page polls every 5 s
@@ -40,8 +41,9 @@ def test_cells_follow_the_database_without_a_reload(logged_in_page, alice):  # n
     expect(row.locator("td[data-col='tags'] a.tag")).to_have_text("baseline")
 
     newer = make_run(experiment, status="running", step=2)  # newest first: a new first row
-    expect(page.locator("#run-table tbody tr").first).to_have_attribute("data-run-id", str(newer.pk),
-                                                                         timeout=POLL_WAIT_MS)
+    expect(page.locator("#run-table tbody tr").first).to_have_attribute(
+        "data-run-id", str(newer.pk), timeout=POLL_WAIT_MS
+    )
     expect(page.locator(f"tr[data-run-id='{newer.pk}'] td[data-metric='reward/mean']")).to_have_text("-")
     expect(page.locator("#runs-count")).to_have_text("2 runs")
     assert page.evaluate("window.__notReloaded") is True

@@ -6,15 +6,15 @@ import re
 
 import pytest
 from django.urls import reverse
-from experiments.models import Run
-from web.dashboard import chart_panels
 from web_testlib import (  # noqa: F401 (fast_passwords: autouse)
     fast_passwords,
     make_experiment,
     make_run,
 )
 
+from experiments.models import Run
 from trainers.config.metric_names import METRIC_NAMES
+from web.dashboard import chart_panels
 
 pytestmark = pytest.mark.django_db
 
@@ -42,9 +42,24 @@ def test_run_page_has_the_dashboard_elements(alice_client, alice):
     assert response.status_code == 200
     html = response.content.decode()
     assert f'data-api="/api/runs/{run.pk}"' in html
-    for element in ("run-status", "run-step", "run-max-steps", "run-progress", "run-reward", "run-attempt",
-                    "run-restarts", "run-worker", "run-duration", "run-error", "charts", "sample-step",
-                    "samples-table", "checkpoints-table", "run-log", "run-config"):
+    for element in (
+        "run-status",
+        "run-step",
+        "run-max-steps",
+        "run-progress",
+        "run-reward",
+        "run-attempt",
+        "run-restarts",
+        "run-worker",
+        "run-duration",
+        "run-error",
+        "charts",
+        "sample-step",
+        "samples-table",
+        "checkpoints-table",
+        "run-log",
+        "run-config",
+    ):
         assert f'id="{element}"' in html, element
     assert '<div class="chart" id="chart-reward/mean" data-metric="reward/mean" data-points="0"></div>' in html
     assert "/static/plotly/plotly.min.js" in html and "/static/web/run.js" in html
@@ -53,10 +68,16 @@ def test_run_page_has_the_dashboard_elements(alice_client, alice):
     assert charted == set(METRIC_NAMES)
     # controls by status: a running run can be paused or cancelled, not resumed or retried
     assert 'id="run-pause"' in html and 'id="run-cancel"' in html
-    tags = {name: re.search(rf'<form[^>]*data-control="{name}"[^>]*>', html).group(0)
-            for name in ("cancel", "pause", "resume", "retry")}
+    tags = {
+        name: re.search(rf'<form[^>]*data-control="{name}"[^>]*>', html).group(0)
+        for name in ("cancel", "pause", "resume", "retry")
+    }
     assert {name: " hidden" not in tag for name, tag in tags.items()} == {
-        "cancel": True, "pause": True, "resume": False, "retry": False}
+        "cancel": True,
+        "pause": True,
+        "resume": False,
+        "retry": False,
+    }
     assert html.count("csrfmiddlewaretoken") >= 4
 
 
@@ -67,14 +88,17 @@ def test_static_files_are_served(alice_client):
     assert response.status_code == 200
 
 
-@pytest.mark.parametrize("status, action, expected", [
-    ("running", "pause", "pausing"),
-    ("running", "cancel", "cancelling"),
-    ("queued", "cancel", "cancelled"),
-    ("paused", "resume", "queued"),
-    ("failed", "retry", "queued"),
-    ("cancelled", "retry", "queued"),
-])
+@pytest.mark.parametrize(
+    "status, action, expected",
+    [
+        ("running", "pause", "pausing"),
+        ("running", "cancel", "cancelling"),
+        ("queued", "cancel", "cancelled"),
+        ("paused", "resume", "queued"),
+        ("failed", "retry", "queued"),
+        ("cancelled", "retry", "queued"),
+    ],
+)
 def test_controls_change_status(alice_client, alice, sent_messages, status, action, expected):
     run = make_run(make_experiment(alice), status=status)
     response = alice_client.post(reverse("run-control", args=[run.pk, action]))

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from experiments.models import Experiment, Run
 from platform_testlib import tiny_config
+
+from experiments.models import Experiment, Run
 from web.config_form import form_values, html_name
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from typing import Callable
+from collections.abc import Callable
 
 
 @dataclasses.dataclass(frozen=True)

@@ -66,8 +66,14 @@ def evaluation_rows(scored: Scored) -> list[dict[str, Any]]:
     g = scored.greedy
     rows = []
     for i, example in enumerate(g.examples):
-        row = {"index": i, "prompt": example["prompt"], "answer": example.get("answer"),
-               "completion": g.completions[i], "reward": float(g.rewards[i]), "correct": bool(g.correct[i])}
+        row = {
+            "index": i,
+            "prompt": example["prompt"],
+            "answer": example.get("answer"),
+            "completion": g.completions[i],
+            "reward": float(g.rewards[i]),
+            "correct": bool(g.correct[i]),
+        }
         if scored.sampled_correct is not None:
             row["samples_correct"] = int(scored.sampled_correct[i].sum())
             row["samples"] = int(scored.sampled_correct.shape[1])
@@ -75,10 +81,18 @@ def evaluation_rows(scored: Scored) -> list[dict[str, Any]]:
     return rows
 
 
-def evaluate_policy_on(path: str, config: ExperimentConfig | None = None, *, step: int | None = None,
-                       dataset: str | None = None, prompts: int = 0, samples_per_prompt: int | None = None,
-                       pass_k: int | None = None, max_new_tokens: int | None = None,
-                       progress: Progress | None = None) -> Evaluation:
+def evaluate_policy_on(
+    path: str,
+    config: ExperimentConfig | None = None,
+    *,
+    step: int | None = None,
+    dataset: str | None = None,
+    prompts: int = 0,
+    samples_per_prompt: int | None = None,
+    pass_k: int | None = None,
+    max_new_tokens: int | None = None,
+    progress: Progress | None = None,
+) -> Evaluation:
     """Score a model folder or a run directory's checkpoint (`step`, default the newest) on
     `evaluation_examples(config, dataset, prompts)` with the config's rewards (those of its own
     data.task when it names none, whatever dataset is scored), greedy at eval.temperature, plus
@@ -88,8 +102,9 @@ def evaluate_policy_on(path: str, config: ExperimentConfig | None = None, *, ste
     bad one fails fast. Raises DataError, FileNotFoundError, ValueError (FieldError)."""
     if config is None:
         if not is_run_dir(path):
-            raise ValueError(f"{path} is not a run directory: give a config (its rewards and data) to evaluate "
-                             "a model folder")
+            raise ValueError(
+                f"{path} is not a run directory: give a config (its rewards and data) to evaluate a model folder"
+            )
         config = run_config(path)
     e = config.eval
     n = e.samples_per_prompt if samples_per_prompt is None else samples_per_prompt
@@ -105,7 +120,16 @@ def evaluate_policy_on(path: str, config: ExperimentConfig | None = None, *, ste
         spec = dataclasses.replace(spec, sampling=dataclasses.replace(spec.sampling, max_new_tokens=max_new_tokens))
     check_prompts_fit(spec, examples, "evaluation")
     weights = lambda: (policy.params, 0)  # noqa: E731
-    scored = score_prompts(policy.graphdef, weights, examples, spec, jax.random.key(config.seed),
-                           temperature=e.temperature, samples_per_prompt=n,
-                           sample_temperature=config.rollout.temperature, chunk_prompts=micro, progress=progress)
+    scored = score_prompts(
+        policy.graphdef,
+        weights,
+        examples,
+        spec,
+        jax.random.key(config.seed),
+        temperature=e.temperature,
+        samples_per_prompt=n,
+        sample_temperature=config.rollout.temperature,
+        chunk_prompts=micro,
+        progress=progress,
+    )
     return Evaluation(evaluation_rows(scored), scored.metrics(k), policy.description)

@@ -21,20 +21,27 @@ import shutil
 import tempfile
 from typing import Any
 
-import numpy as np
-
-from trainers.config import ExperimentConfig
-from trainers.loop.policy import model_config_for, run_config
 import jax
 import ml_dtypes
+import numpy as np
 import orbax.checkpoint as ocp
 import safetensors.numpy
+
+from trainers.config import ExperimentConfig
 from trainers.loop.checkpoint import check_fits, checkpoint_step_dir, key_name
-from trainers.loop.policy import restore_run_params
+from trainers.loop.policy import model_config_for, restore_run_params, run_config
 from trainers.models.hf_weights import abstract_params, hf_name
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
-                   "chat_template.jinja", "vocab.json", "merges.txt", "added_tokens.json")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "generation_config.json",
+    "chat_template.jinja",
+    "vocab.json",
+    "merges.txt",
+    "added_tokens.json",
+)
 
 MAX_FILE_BYTES = 2 * 1024**3
 """The most tensor bytes in one exported safetensors file (2 GiB); a larger model is split into files."""
@@ -64,7 +71,6 @@ class ExportTensor:
 def export_tensors(params_like: Any, dtype: str) -> list[ExportTensor]:
     """The tensors of params (arrays or jax.ShapeDtypeStructs, e.g. `abstract_params(cfg)[1]`), in
     parameter order, with their Hugging Face names (`hf_weights.hf_name`) and sizes in `dtype`."""
-
 
     out = []
     for path, leaf in jax.tree_util.tree_flatten_with_path(params_like)[0]:
@@ -113,15 +119,20 @@ def _lookup(tree: Any, keys: tuple[str, ...]) -> Any:
     return tree
 
 
-def write_weights(step_dir: str, params_like: Any, folder: str, dtype: str = "float32",
-                  max_file_bytes: int = MAX_FILE_BYTES, read_bytes: int | None = None) -> list[str]:
+def write_weights(
+    step_dir: str,
+    params_like: Any,
+    folder: str,
+    dtype: str = "float32",
+    max_file_bytes: int = MAX_FILE_BYTES,
+    read_bytes: int | None = None,
+) -> list[str]:
     """Write the params of checkpoint directory `step_dir` (`<run_dir>/checkpoints/<step>`) into
     `folder` as Hugging Face safetensors (names, PyTorch layout, `dtype`), file by file, each read
     from the checkpoint in reads of at most `read_bytes` (default READ_BYTES) or one parameter;
     returns the file names written (with the index, when several). `params_like`: the model's
     structure (`abstract_params(cfg)[1]`); a checkpoint of another shape raises IncompatibleCheckpoint
     first."""
-
 
     if dtype not in DTYPE_BYTES:
         raise ValueError(f"dtype must be float32 or bfloat16, got {dtype!r}")
@@ -135,10 +146,14 @@ def write_weights(step_dir: str, params_like: Any, folder: str, dtype: str = "fl
         saved = getattr(saved, "tree", saved)
 
         def read(paths: list[tuple[str, ...]]) -> Any:
-            return checkpointer.restore(params_dir, args=ocp.args.PyTreeRestore(
-                item=_nested(paths, lambda keys: _lookup(saved, keys)),
-                restore_args=_nested(paths, lambda keys: ocp.RestoreArgs(restore_type=np.ndarray)),
-                partial_restore=True))
+            return checkpointer.restore(
+                params_dir,
+                args=ocp.args.PyTreeRestore(
+                    item=_nested(paths, lambda keys: _lookup(saved, keys)),
+                    restore_args=_nested(paths, lambda keys: ocp.RestoreArgs(restore_type=np.ndarray)),
+                    partial_restore=True,
+                ),
+            )
 
         return _write_files(groups, read, folder, target, read_bytes)
 
@@ -150,16 +165,17 @@ def write_params(params: Any, folder: str, dtype: str = "float32", max_file_byte
     if dtype not in DTYPE_BYTES:
         raise ValueError(f"dtype must be float32 or bfloat16, got {dtype!r}")
 
-
     target = np.float32 if dtype == "float32" else ml_dtypes.bfloat16
     groups = group_into_files(export_tensors(params, dtype), max_file_bytes)
-    flat = {tuple(key_name(entry) for entry in path): leaf
-            for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]}
+    flat = {
+        tuple(key_name(entry) for entry in path): leaf for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]
+    }
     return _write_files(groups, lambda paths: _nested(paths, lambda keys: np.asarray(flat[keys])), folder, target, None)
 
 
-def _write_files(groups: list[list[ExportTensor]], read: Any, folder: str, target: Any,
-                 read_bytes: int | None) -> list[str]:
+def _write_files(
+    groups: list[list[ExportTensor]], read: Any, folder: str, target: Any, read_bytes: int | None
+) -> list[str]:
     """Each group of tensors as one safetensors file (transformers' names when several, with the
     index); read(paths) -> nested arrays at those key paths, called for at most `read_bytes` (default
     READ_BYTES) of tensors at a time."""
@@ -189,12 +205,22 @@ def trained_by(run_dir: str, step: int, model_path: str, dtype: str) -> dict:
     """What trained_by.json records: the run and the base model by their folder names (the run
     directory's name, the model's name under its models directory), never absolute paths, which would
     show where the server keeps its files to whoever downloads the export."""
-    return {"run": os.path.basename(os.path.normpath(run_dir)), "step": step,
-            "base_model": os.path.basename(os.path.normpath(model_path)), "dtype": dtype}
+    return {
+        "run": os.path.basename(os.path.normpath(run_dir)),
+        "step": step,
+        "base_model": os.path.basename(os.path.normpath(model_path)),
+        "dtype": dtype,
+    }
 
 
-def export_run(run_dir: str, out_dir: str, step: int | None = None, dtype: str = "float32",
-               config: ExperimentConfig | None = None, max_file_bytes: int = MAX_FILE_BYTES) -> tuple[str, int]:
+def export_run(
+    run_dir: str,
+    out_dir: str,
+    step: int | None = None,
+    dtype: str = "float32",
+    config: ExperimentConfig | None = None,
+    max_file_bytes: int = MAX_FILE_BYTES,
+) -> tuple[str, int]:
     """Write checkpoint `step` (default: the newest) of `run_dir` as a Hugging Face folder `out_dir`;
     returns (out_dir, step). `config`: the run's config (default: its config.yaml). The folder is
     written beside `out_dir` and renamed into place at the end, so a failed export leaves no half folder.
@@ -204,8 +230,10 @@ def export_run(run_dir: str, out_dir: str, step: int | None = None, dtype: str =
     config = config or run_config(run_dir)
     source = config.model.path
     if source is None:
-        raise ValueError("export needs a run on a Hugging Face model (model.path); this run trained the toy preset "
-                         f"'{config.model.preset}' with the character tokenizer")
+        raise ValueError(
+            "export needs a run on a Hugging Face model (model.path); this run trained the toy preset "
+            f"'{config.model.preset}' with the character tokenizer"
+        )
     if os.path.exists(out_dir) and os.listdir(out_dir):
         raise FileExistsError(f"{out_dir} exists and is not empty; choose a new --out")
 
@@ -226,7 +254,6 @@ def export_run(run_dir: str, out_dir: str, step: int | None = None, dtype: str =
             if os.path.isfile(os.path.join(source, name)):
                 shutil.copyfile(os.path.join(source, name), os.path.join(staging, name))
         if config.model.lora.rank:  # the checkpoint holds adapters: fold them into the base weights
-
             _, merged, _ = restore_run_params(config, run_dir, model_config_for(config), step)
             write_params(merged, staging, dtype, max_file_bytes)
         else:

@@ -46,7 +46,7 @@ class FieldSpec:
     choices: tuple[Any, ...] = ()
     bounds: tuple[tuple[str, float], ...] = ()
     suggestions: tuple[str, ...] = ()
-    item_fields: tuple["FieldSpec", ...] = ()
+    item_fields: tuple[FieldSpec, ...] = ()
     required: bool = False
     multiline: bool = False
 
@@ -162,8 +162,8 @@ def _field_spec(model: type[BaseModel], name: str, path: str, known: dict[str, t
         suggestions=known.get(path, ()),
         item_fields=item_fields,
         required=required,
-        multiline=kind == "str" and bool(isinstance(field.json_schema_extra, dict)
-                                         and field.json_schema_extra.get("multiline")),
+        multiline=kind == "str"
+        and bool(isinstance(field.json_schema_extra, dict) and field.json_schema_extra.get("multiline")),
     )
 
 

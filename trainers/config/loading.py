@@ -7,7 +7,7 @@ import difflib
 import json
 import os
 from collections.abc import Callable, Mapping
-from typing import Any, Union
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -23,10 +23,10 @@ from trainers.config.yaml_guard import (
 from trainers.errors import ConfigError, Problem
 from trainers.models.hf_config import ModelFolderError, describe_folder
 
-RAW_MAX_VALUES = 100_000     # values a raw (JSON) config may hold
+RAW_MAX_VALUES = 100_000  # values a raw (JSON) config may hold
 
 # What `parse_config` resolves dataset names with: name -> JSONL path (None or absent: no such dataset).
-DatasetResolver = Union[Mapping[str, str], Callable[[str], "str | None"]]
+DatasetResolver = Mapping[str, str] | Callable[[str], str | None]
 
 
 def _plain_data_problems(raw: Any) -> list[Problem]:
@@ -51,11 +51,19 @@ def _plain_data_problems(raw: Any) -> list[Problem]:
             stack.extend((item, loc + (i,), depth + 1) for i, item in enumerate(value))
         elif isinstance(value, str):
             if not _is_unicode(value):
-                return [Problem(_dotted(loc), "contains characters that are not valid Unicode text (a lone "
-                                              "surrogate); remove them")]
+                return [
+                    Problem(
+                        _dotted(loc),
+                        "contains characters that are not valid Unicode text (a lone surrogate); remove them",
+                    )
+                ]
         elif not (value is None or isinstance(value, (bool, int, float))):
-            return [Problem(_dotted(loc), f"must be plain data (text, number, boolean, list or mapping), "
-                                          f"got {type(value).__name__}")]
+            return [
+                Problem(
+                    _dotted(loc),
+                    f"must be plain data (text, number, boolean, list or mapping), got {type(value).__name__}",
+                )
+            ]
     return []
 
 
@@ -67,13 +75,17 @@ def _is_unicode(text: str) -> bool:
     return True
 
 
-def parse_config(raw: dict[str, Any] | None, overrides: list[str] | tuple[str, ...] = (), *,
-                 dataset_dirs: list[str] | tuple[str, ...] | None = None,
-                 model_dirs: list[str] | tuple[str, ...] | None = None,
-                 datasets: DatasetResolver | None = None,
-                 private_dirs: list[str] | tuple[str, ...] | None = None,
-                 env_modules: list[str] | tuple[str, ...] | None = None,
-                 model_path_bases: list[str] | tuple[str, ...] | None = None) -> ExperimentConfig:
+def parse_config(
+    raw: dict[str, Any] | None,
+    overrides: list[str] | tuple[str, ...] = (),
+    *,
+    dataset_dirs: list[str] | tuple[str, ...] | None = None,
+    model_dirs: list[str] | tuple[str, ...] | None = None,
+    datasets: DatasetResolver | None = None,
+    private_dirs: list[str] | tuple[str, ...] | None = None,
+    env_modules: list[str] | tuple[str, ...] | None = None,
+    model_path_bases: list[str] | tuple[str, ...] | None = None,
+) -> ExperimentConfig:
     """Validate a raw dict (from YAML/JSON) plus `--set` overrides; raise ConfigError listing every problem.
 
     dataset_dirs (the platform's dataset roots): when given, `data.train_path` / `data.eval_path`
@@ -119,15 +131,26 @@ def parse_config(raw: dict[str, Any] | None, overrides: list[str] | tuple[str, .
     return config
 
 
-def parse_yaml(text: str, overrides: list[str] | tuple[str, ...] = (), *,
-               dataset_dirs: list[str] | tuple[str, ...] | None = None,
-               model_dirs: list[str] | tuple[str, ...] | None = None,
-               datasets: DatasetResolver | None = None,
-               private_dirs: list[str] | tuple[str, ...] | None = None,
-               env_modules: list[str] | tuple[str, ...] | None = None) -> ExperimentConfig:
+def parse_yaml(
+    text: str,
+    overrides: list[str] | tuple[str, ...] = (),
+    *,
+    dataset_dirs: list[str] | tuple[str, ...] | None = None,
+    model_dirs: list[str] | tuple[str, ...] | None = None,
+    datasets: DatasetResolver | None = None,
+    private_dirs: list[str] | tuple[str, ...] | None = None,
+    env_modules: list[str] | tuple[str, ...] | None = None,
+) -> ExperimentConfig:
     """Parse YAML text with the guarded loader (`load_yaml_data`) and validate it (`parse_config`)."""
-    return parse_config(load_yaml_data(text), overrides, dataset_dirs=dataset_dirs, model_dirs=model_dirs,
-                        datasets=datasets, private_dirs=private_dirs, env_modules=env_modules)
+    return parse_config(
+        load_yaml_data(text),
+        overrides,
+        dataset_dirs=dataset_dirs,
+        model_dirs=model_dirs,
+        datasets=datasets,
+        private_dirs=private_dirs,
+        env_modules=env_modules,
+    )
 
 
 def load_config(path: str | os.PathLike, overrides: list[str] | tuple[str, ...] = ()) -> ExperimentConfig:
@@ -141,17 +164,23 @@ def load_config(path: str | os.PathLike, overrides: list[str] | tuple[str, ...] 
 
 
 DATA_PATH_REFUSED = "missing or not allowed: {path}; put the file under the platform's dataset directory"
-DATASET_NAMES_NEED_PLATFORM = ("dataset names are resolved by the platform; the CLI reads data.{path_field} "
-                               "(a JSONL file)")
-DATASET_UNKNOWN = ("no dataset named '{name}' that you may use: give one of your datasets by name, or one "
-                   "shared with you as owner/name")
-DATASET_PATH_DISAGREES = ("names another file than data.{path_field} ({path}); set only one of them")
-PRIVATE_PATH_REFUSED = ("not allowed: {path} is in the uploaded datasets; name an uploaded dataset in "
-                        "data.{name_field} instead (your own by name, one shared with you as owner/name)")
+DATASET_NAMES_NEED_PLATFORM = (
+    "dataset names are resolved by the platform; the CLI reads data.{path_field} (a JSONL file)"
+)
+DATASET_UNKNOWN = (
+    "no dataset named '{name}' that you may use: give one of your datasets by name, or one "
+    "shared with you as owner/name"
+)
+DATASET_PATH_DISAGREES = "names another file than data.{path_field} ({path}); set only one of them"
+PRIVATE_PATH_REFUSED = (
+    "not allowed: {path} is in the uploaded datasets; name an uploaded dataset in "
+    "data.{name_field} instead (your own by name, one shared with you as owner/name)"
+)
 
 
-def _resolve_dataset_names(config: ExperimentConfig, datasets: DatasetResolver | None,
-                           dataset_dirs: list[str] | tuple[str, ...] | None) -> tuple[list[Problem], set[str]]:
+def _resolve_dataset_names(
+    config: ExperimentConfig, datasets: DatasetResolver | None, dataset_dirs: list[str] | tuple[str, ...] | None
+) -> tuple[list[Problem], set[str]]:
     """Turn `data.train_dataset` / `data.eval_dataset` into `data.train_path` / `data.eval_path`;
     returns the problems and the path fields a name set (those came through `datasets`' check).
 
@@ -168,15 +197,18 @@ def _resolve_dataset_names(config: ExperimentConfig, datasets: DatasetResolver |
             continue
         if lookup is None:
             if path is None:
-                problems.append(Problem(f"data.{name_field}", DATASET_NAMES_NEED_PLATFORM.format(path_field=path_field)))
+                problems.append(
+                    Problem(f"data.{name_field}", DATASET_NAMES_NEED_PLATFORM.format(path_field=path_field))
+                )
             continue
         resolved = lookup(name)
         if resolved is None:
             problems.append(Problem(f"data.{name_field}", DATASET_UNKNOWN.format(name=name)))
             continue
         if path is not None and _real_path(path, dataset_dirs) != os.path.realpath(resolved):
-            problems.append(Problem(f"data.{name_field}", DATASET_PATH_DISAGREES.format(path_field=path_field,
-                                                                                          path=path)))
+            problems.append(
+                Problem(f"data.{name_field}", DATASET_PATH_DISAGREES.format(path_field=path_field, path=path))
+            )
             continue
         setattr(config.data, path_field, resolved)
         named.add(path_field)
@@ -189,8 +221,12 @@ def _real_path(path: str, roots: list[str] | tuple[str, ...] | None) -> str:
     return os.path.realpath(os.path.join(base, path))
 
 
-def _resolve_data_paths(config: ExperimentConfig, dataset_dirs: list[str] | tuple[str, ...] | None,
-                        private_dirs: list[str] | tuple[str, ...] | None, named: set[str]) -> list[Problem]:
+def _resolve_data_paths(
+    config: ExperimentConfig,
+    dataset_dirs: list[str] | tuple[str, ...] | None,
+    private_dirs: list[str] | tuple[str, ...] | None,
+    named: set[str],
+) -> list[Problem]:
     """Check `data.train_path` / `data.eval_path` (see `parse_config`); with dataset_dirs, replace
     each by its resolved absolute path inside a root. A path field not in `named` (given directly,
     not set by a dataset name) must not resolve into `private_dirs`."""
@@ -214,22 +250,27 @@ def _resolve_data_paths(config: ExperimentConfig, dataset_dirs: list[str] | tupl
     return problems
 
 
-def _is_private(path: str, dataset_dirs: list[str] | tuple[str, ...] | None,
-                private_dirs: list[str] | tuple[str, ...]) -> bool:
+def _is_private(
+    path: str, dataset_dirs: list[str] | tuple[str, ...] | None, private_dirs: list[str] | tuple[str, ...]
+) -> bool:
     """Whether `path` (resolved as `_inside_roots` would: `..` and symlinks followed) lies in one of
     `private_dirs`. Decided from the path alone, never from whether the file exists."""
     if "\0" in path:
         return False  # refused as not allowed anyway
     candidate = _real_path(path, dataset_dirs)
-    return any(os.path.commonpath([candidate, private]) == private
-               for private in (os.path.realpath(d) for d in private_dirs))
+    return any(
+        os.path.commonpath([candidate, private]) == private for private in (os.path.realpath(d) for d in private_dirs)
+    )
 
 
 MODEL_PATH_REFUSED = "missing or not allowed: {path}; put the model folder under the platform's models directory"
 
 
-def _resolve_model_path(config: ExperimentConfig, model_dirs: list[str] | tuple[str, ...] | None,
-                        model_path_bases: list[str] | tuple[str, ...] | None = None) -> list[Problem]:
+def _resolve_model_path(
+    config: ExperimentConfig,
+    model_dirs: list[str] | tuple[str, ...] | None,
+    model_path_bases: list[str] | tuple[str, ...] | None = None,
+) -> list[Problem]:
     """Check `model.path` (see `parse_config`): inside a root when model_dirs are given (then replaced by
     its resolved absolute path), a Hugging Face folder of a supported architecture, and with a chat
     template when data.chat_template is true."""
@@ -252,8 +293,12 @@ def _resolve_model_path(config: ExperimentConfig, model_dirs: list[str] | tuple[
     except ModelFolderError as exc:
         return [Problem("model.path", str(exc))]
     if config.data.chat_template and not description["has_chat_template"]:
-        return [Problem("data.chat_template", f"the tokenizer in {path} has no chat_template; set "
-                                              "data.chat_template to false or null")]
+        return [
+            Problem(
+                "data.chat_template",
+                f"the tokenizer in {path} has no chat_template; set data.chat_template to false or null",
+            )
+        ]
     return []
 
 
@@ -348,8 +393,10 @@ def moved_to_mesh_message(name: str, value: Any) -> str:
         devices = [0]
     listed = "[" + ", ".join(str(d) for d in devices) + "]"
     mesh = f"{name}: {listed}" + (f", data: {len(devices)}" if name == "train_devices" and len(devices) > 1 else "")
-    return (f"async.{name} moved to mesh.{name}; write mesh: {{{mesh}}} (--set mesh.{name}={listed}) and remove "
-            f"async.{name}")
+    return (
+        f"async.{name} moved to mesh.{name}; write mesh: {{{mesh}}} (--set mesh.{name}={listed}) and remove "
+        f"async.{name}"
+    )
 
 
 def _dotted(loc: tuple[Any, ...]) -> str:
@@ -395,7 +442,9 @@ def _problems_from_pydantic(exc: ValidationError, raw: dict[str, Any]) -> list[P
             problems.append(Problem(field, _unknown_key_message(str(loc[-1]), fields)))
             continue
         value = err.get("input")
-        shown = json.dumps(value) if isinstance(value, (int, float, str, bool)) or value is None else type(value).__name__
+        shown = (
+            json.dumps(value) if isinstance(value, (int, float, str, bool)) or value is None else type(value).__name__
+        )
         if len(shown) > 80:
             shown = shown[:60] + f"... ({len(shown)} characters)"
         message = err["msg"]

@@ -88,14 +88,21 @@ ENV_METRICS = (
 step, and per evaluation as eval/env/<...>. An environment's reward parts are reward/env/<part>."""
 ENV_REWARD_PART_PATTERN = r"reward/env/[A-Za-z0-9_]+"
 
-METRIC_NAMES = (TRAIN_METRICS + ASYNC_METRICS + ALGORITHM_METRICS + GENERATION_METRICS + EVAL_METRICS + SYSTEM_METRICS + ENV_METRICS
-                + tuple(f"eval/{name}" for name in ENV_METRICS))
+METRIC_NAMES = (
+    TRAIN_METRICS
+    + ASYNC_METRICS
+    + ALGORITHM_METRICS
+    + GENERATION_METRICS
+    + EVAL_METRICS
+    + SYSTEM_METRICS
+    + ENV_METRICS
+    + tuple(f"eval/{name}" for name in ENV_METRICS)
+)
 
 
 def is_metric_name(name: str) -> bool:
     """A name the trainer reports: one of METRIC_NAMES, eval/pass@<k>, reward/<a reward function> or
     reward/env/<an environment's reward part>."""
-
 
     if name in METRIC_NAMES or re.fullmatch(PASS_AT_K_PATTERN, name) is not None:
         return True
@@ -117,7 +124,7 @@ METRIC_GROUPS = (
 
 METRIC_DESCRIPTIONS = {
     "reward/mean": "mean total reward of the step's completions (with dynamic sampling: over every completion "
-                   "sampled, not only the groups kept)",
+    "sampled, not only the groups kept)",
     "reward/std": "standard deviation of those rewards",
     "accuracy": "share of completions whose answer is right (the task's check)",
     "loss/policy": "the policy loss, mean over the step's updates",
@@ -131,11 +138,11 @@ METRIC_DESCRIPTIONS = {
     "learning_rate": "the optimizer's rate at the step",
     "timing/step_s": "the whole step, seconds (async: includes async/wait_s)",
     "timing/rollout_s": "encoding, generating, decoding and scoring the step's sequences, seconds (async: the "
-                        "collector's time, overlapping training)",
+    "collector's time, overlapping training)",
     "timing/train_s": "from the rollout in hand to the new weights published: log-prob passes and updates, seconds",
     "throughput/tokens_per_s": "tokens (prompt and completion) of the step per second of the step",
     "train/trained_sequence_fraction": "share of the step's sequences the updates trained (without a KL term the "
-                                       "sequences of all-equal groups are skipped)",
+    "sequences of all-equal groups are skipped)",
     "async/trajectory_age_mean": "mean age of the step's groups, in steps",
     "async/token_age_mean": "mean age of the step's tokens, in steps (lower than the groups' with in-flight updates)",
     "async/buffer_size": "groups waiting in the buffer",

@@ -25,17 +25,17 @@ from trainers.models.lora_targets import DEFAULT_TARGET_MODULES
 
 # Upper bounds of the size fields: far above any real run, low enough that no request can make the
 # server build a plan, an error message or a dataset of absurd size.
-MAX_SEED = 2**32 - 1                 # jax.random.key and grain both take 32-bit seeds
-MAX_PROMPTS = 65_536                 # prompts per step / per mini-batch
-MAX_SEQUENCES = 1_048_576            # sequences per micro-batch
-MAX_GENERATIONS = 1_024              # G
-MAX_ITERATIONS = 64                  # mu
-MAX_TOKENS = 131_072                 # prompt or completion length
-MAX_DATASET_PROMPTS = 10_000_000     # prompts generated or read
-MAX_STEPS = 10_000_000               # steps, and every period counted in steps
+MAX_SEED = 2**32 - 1  # jax.random.key and grain both take 32-bit seeds
+MAX_PROMPTS = 65_536  # prompts per step / per mini-batch
+MAX_SEQUENCES = 1_048_576  # sequences per micro-batch
+MAX_GENERATIONS = 1_024  # G
+MAX_ITERATIONS = 64  # mu
+MAX_TOKENS = 131_072  # prompt or completion length
+MAX_DATASET_PROMPTS = 10_000_000  # prompts generated or read
+MAX_STEPS = 10_000_000  # steps, and every period counted in steps
 MAX_DEVICE_INDEX = 4_095
-MAX_HOSTS = 4_096                    # hosts (processes) of one run
-MAX_ENV_TURNS = 64                   # assistant turns of one episode
+MAX_HOSTS = 4_096  # hosts (processes) of one run
+MAX_ENV_TURNS = 64  # assistant turns of one episode
 
 
 class _Section(BaseModel):
@@ -48,32 +48,48 @@ class _Section(BaseModel):
 class LoraSection(_Section):
     """LoRA adapters (Qwix): only the adapters train; the base weights stay frozen and shared."""
 
-    rank: int = Field(0, ge=0, le=65_536, description="Adapter rank r (0 = off: full fine-tuning). "
-                      "Each targeted projection W [in, out] gets A [in, r] and B [r, out]; r must not exceed "
-                      "min(in, out).")
+    rank: int = Field(
+        0,
+        ge=0,
+        le=65_536,
+        description="Adapter rank r (0 = off: full fine-tuning). "
+        "Each targeted projection W [in, out] gets A [in, r] and B [r, out]; r must not exceed "
+        "min(in, out).",
+    )
     alpha: float = Field(32.0, gt=0.0, description="Scale: the adapters add (alpha / rank) x A B to W.")
-    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="Dropout on the adapters' input (only 0 is "
-                           "supported for now).")
+    dropout: float = Field(
+        0.0, ge=0.0, lt=1.0, description="Dropout on the adapters' input (only 0 is supported for now)."
+    )
     target_modules: str = Field(
-        DEFAULT_TARGET_MODULES, max_length=1_000, description="A regex that must match a projection's whole "
+        DEFAULT_TARGET_MODULES,
+        max_length=1_000,
+        description="A regex that must match a projection's whole "
         "module path, e.g. blocks/0/attn/q_proj or blocks/11/mlp/down_proj; the default takes every attention "
-        "and MLP projection.")
+        "and MLP projection.",
+    )
 
 
 class ModelSection(_Section):
     path: str | None = Field(
-        None, description="A local Hugging Face model folder (config.json, *.safetensors, tokenizer files) of a "
+        None,
+        description="A local Hugging Face model folder (config.json, *.safetensors, tokenizer files) of a "
         "LlamaForCausalLM, Qwen2ForCausalLM or Qwen3ForCausalLM; training starts from its weights and uses its "
-        "tokenizer. null = a randomly initialised model.preset."
+        "tokenizer. null = a randomly initialised model.preset.",
     )
-    preset: str = Field("tiny", description="Named size of a randomly initialised model (when model.path is null): "
-                        "tiny, small, w1, base, qwen3-0.6b, smollm2-135m, qwen2-0.5b.")
+    preset: str = Field(
+        "tiny",
+        description="Named size of a randomly initialised model (when model.path is null): "
+        "tiny, small, w1, base, qwen3-0.6b, smollm2-135m, qwen2-0.5b.",
+    )
     dtype: Literal["float32", "bfloat16"] = Field(
-        "float32", description="Compute dtype. Parameters (master weights), optimizer state, log-probs and the "
-        "loss stay float32."
+        "float32",
+        description="Compute dtype. Parameters (master weights), optimizer state, log-probs and the loss stay float32.",
     )
-    remat: bool = Field(False, description="Recompute each block's activations in the backward pass instead of "
-                        "storing them (less memory, about a third more compute).")
+    remat: bool = Field(
+        False,
+        description="Recompute each block's activations in the backward pass instead of "
+        "storing them (less memory, about a third more compute).",
+    )
     lora: LoraSection = Field(default_factory=LoraSection)
 
 
@@ -84,29 +100,45 @@ class DataSection(_Section):
     train_path: str | None = Field(None, description="JSONL file, one {\"prompt\", \"answer\"} per line.")
     eval_path: str | None = Field(None, description="JSONL file for evaluation (optional).")
     train_dataset: str | None = Field(
-        None, max_length=256, description="On the platform: an uploaded dataset by name (yours as 'name', one "
-        "shared with you as 'owner/name') instead of data.train_path; the platform resolves it to its file."
+        None,
+        max_length=256,
+        description="On the platform: an uploaded dataset by name (yours as 'name', one "
+        "shared with you as 'owner/name') instead of data.train_path; the platform resolves it to its file.",
     )
     eval_dataset: str | None = Field(
-        None, max_length=256, description="On the platform: an uploaded dataset by name for evaluation (optional), "
-        "instead of data.eval_path."
+        None,
+        max_length=256,
+        description="On the platform: an uploaded dataset by name for evaluation (optional), "
+        "instead of data.eval_path.",
     )
     train_prompts: int = Field(
-        4096, ge=0, le=MAX_DATASET_PROMPTS, description="Training prompts to generate for a built-in task, or to read from JSONL (0 = all)."
+        4096,
+        ge=0,
+        le=MAX_DATASET_PROMPTS,
+        description="Training prompts to generate for a built-in task, or to read from JSONL (0 = all).",
     )
-    eval_prompts: int = Field(64, ge=0, le=MAX_DATASET_PROMPTS, description="Evaluation prompts (built-in task), or cap for eval JSONL (0 = all).")
+    eval_prompts: int = Field(
+        64,
+        ge=0,
+        le=MAX_DATASET_PROMPTS,
+        description="Evaluation prompts (built-in task), or cap for eval JSONL (0 = all).",
+    )
     max_prompt_tokens: int = Field(64, ge=1, le=MAX_TOKENS, description="Longest prompt allowed, in tokens.")
     tokenizer: Literal["auto", "char", "model"] = Field(
-        "auto", description="auto: the model folder's own tokenizer with model.path, else 'char' (the built-in "
-        "character tokenizer of the toy tasks); model: the folder's tokenizer.json."
+        "auto",
+        description="auto: the model folder's own tokenizer with model.path, else 'char' (the built-in "
+        "character tokenizer of the toy tasks); model: the folder's tokenizer.json.",
     )
     chat_template: bool | None = Field(
-        None, description="Render each prompt with the tokenizer's chat template (a prompt may then be a list of "
-        "{role, content} messages); null = on when the tokenizer has a template."
+        None,
+        description="Render each prompt with the tokenizer's chat template (a prompt may then be a list of "
+        "{role, content} messages); null = on when the tokenizer has a template.",
     )
     system_prompt: str | None = Field(
-        None, max_length=20_000, description="With the chat template: a system message put before each prompt "
-        "that has none.", json_schema_extra={"multiline": True}  # a form shows a text area (form_specs)
+        None,
+        max_length=20_000,
+        description="With the chat template: a system message put before each prompt that has none.",
+        json_schema_extra={"multiline": True},  # a form shows a text area (form_specs)
     )
 
     @model_validator(mode="before")
@@ -114,8 +146,9 @@ class DataSection(_Section):
     def _path_means_jsonl(cls, data: Any) -> Any:
         """A config that names data.train_path (or data.train_dataset) reads JSONL: the default task
         does not apply."""
-        names_jsonl = isinstance(data, dict) and (data.get("train_path") is not None
-                                                  or data.get("train_dataset") is not None)
+        names_jsonl = isinstance(data, dict) and (
+            data.get("train_path") is not None or data.get("train_dataset") is not None
+        )
         if names_jsonl and "task" not in data:
             return {**data, "task": None}
         return data
@@ -128,71 +161,111 @@ class RewardSpec(_Section):
 
 class RolloutSection(_Section):
     max_new_tokens: int | None = Field(
-        None, ge=1, le=MAX_TOKENS, description="Completion budget in tokens; null = the task's own budget (64 for JSONL data)."
+        None,
+        ge=1,
+        le=MAX_TOKENS,
+        description="Completion budget in tokens; null = the task's own budget (64 for JSONL data).",
     )
-    temperature: float = Field(1.0, ge=0.0, description="Sampling temperature, > 0 (greedy sampling would give every "
-                               "group zero advantage). Log-probs use it too.")
+    temperature: float = Field(
+        1.0,
+        ge=0.0,
+        description="Sampling temperature, > 0 (greedy sampling would give every "
+        "group zero advantage). Log-probs use it too.",
+    )
     top_k: int = Field(0, ge=0, le=MAX_SEQUENCES, description="Keep the k most likely tokens (0 = off).")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass (1.0 = off).")
     stop_at_eos: bool = Field(True, description="Stop a sequence at its EOS token (false: always max_new_tokens).")
     dynamic_sampling: bool = Field(
-        False, description="DAPO dynamic sampling: drop every group whose G rewards are all equal (it teaches "
+        False,
+        description="DAPO dynamic sampling: drop every group whose G rewards are all equal (it teaches "
         "nothing) and keep generating prompts, without rounds, until the step holds batch.prompts_per_step "
         "informative groups, or batch.prompts_per_step x (1 + rollout.dynamic_sampling_max_rounds) prompts are "
         "consumed (the rest of the step is then left out of the loss). Informative groups still generating "
         "when the step is full carry over to the next step, weighed by async.importance_sampling as one step "
         "stale. The data position counts every prompt consumed. Asynchronous runs filter their buffered "
-        "groups the same way.")
+        "groups the same way.",
+    )
     dynamic_sampling_max_rounds: int = Field(
-        4, ge=0, le=MAX_STEPS, description="With dynamic sampling: a step consumes at most batch.prompts_per_step "
-        "x (1 + this) prompts, in steps' worth of prompts beyond its own.")
+        4,
+        ge=0,
+        le=MAX_STEPS,
+        description="With dynamic sampling: a step consumes at most batch.prompts_per_step "
+        "x (1 + this) prompts, in steps' worth of prompts beyond its own.",
+    )
     dynamic_sampling_metric: Literal[DYNAMIC_SAMPLING_METRICS] = Field(
-        "reward", description="With dynamic sampling: what makes a group flat. reward: its G rewards are all "
+        "reward",
+        description="With dynamic sampling: what makes a group flat. reward: its G rewards are all "
         "equal (advantage 0 everywhere); correct: its answers are all right or all wrong, whatever other reward "
-        "terms (an overlong penalty, a format reward) add: DAPO's own filter, on accuracy.")
+        "terms (an overlong penalty, a format reward) add: DAPO's own filter, on accuracy.",
+    )
     overlong_buffer_tokens: int = Field(
-        0, ge=0, le=MAX_TOKENS, description="DAPO soft overlong punishment: a completion longer than "
+        0,
+        ge=0,
+        le=MAX_TOKENS,
+        description="DAPO soft overlong punishment: a completion longer than "
         "max_new_tokens - this gets a penalty growing linearly to -rollout.overlong_penalty at max_new_tokens, "
-        "added to its reward (0 = off).")
+        "added to its reward (0 = off).",
+    )
     overlong_penalty: float = Field(
-        1.0, ge=0.0, description="The overlong penalty at max_new_tokens (with rollout.overlong_buffer_tokens > 0).")
+        1.0, ge=0.0, description="The overlong penalty at max_new_tokens (with rollout.overlong_buffer_tokens > 0)."
+    )
     overlong_filter: bool = Field(
-        False, description="Leave truncated completions (no end of sequence within max_new_tokens) out of the "
-        "loss: their reward says nothing about an answer they never finished.")
+        False,
+        description="Leave truncated completions (no end of sequence within max_new_tokens) out of the "
+        "loss: their reward says nothing about an answer they never finished.",
+    )
     decode_slots: int | None = Field(
-        None, ge=1, le=MAX_SEQUENCES, description="Sequences the generation engine decodes at once; a slot is refilled "
+        None,
+        ge=1,
+        le=MAX_SEQUENCES,
+        description="Sequences the generation engine decodes at once; a slot is refilled "
         "from the waiting sequences as soon as its sequence ends. null = batch.rollout_micro_batch_sequences (the "
         "memory plan's size), and on an accelerator more, in whole groups up to a generation's sequences, as "
-        "long as the KV pages fit in half the device's free memory."
+        "long as the KV pages fit in half the device's free memory.",
     )
     decode_chunk_tokens: int = Field(
-        16, ge=1, le=MAX_TOKENS, description="Most decode steps between two visits of the engine's host loop, which "
+        16,
+        ge=1,
+        le=MAX_TOKENS,
+        description="Most decode steps between two visits of the engine's host loop, which "
         "refills ended slots; a chunk ends sooner once a waiting group fits the slots freed, or the slots still "
         "running fit a smaller bucket (smaller = weights in flight and turns reach the slots sooner, more host "
-        "round trips)."
+        "round trips).",
     )
     prefill_chunk_tokens: int = Field(
-        512, ge=0, le=MAX_TOKENS, description="When a step's prompts are padded wider than this, the engine "
+        512,
+        ge=0,
+        le=MAX_TOKENS,
+        description="When a step's prompts are padded wider than this, the engine "
         "prefills them in pieces of at most this many tokens, one piece between two decode chunks, so the "
         "sequences already decoding never wait for a whole long prompt, short prompts do not pay for the long "
-        "ones' width, and a prefill's memory stays bounded (0 = every prompt at once)."
+        "ones' width, and a prefill's memory stays bounded (0 = every prompt at once).",
     )
 
 
 class BatchSection(_Section):
     prompts_per_step: int = Field(16, ge=1, le=MAX_PROMPTS, description="Prompts consumed per step (the global batch).")
     mini_batch_prompts: int | None = Field(
-        None, ge=1, le=MAX_PROMPTS, description="Prompts per optimizer update; null = prompts_per_step (one update per pass)."
+        None,
+        ge=1,
+        le=MAX_PROMPTS,
+        description="Prompts per optimizer update; null = prompts_per_step (one update per pass).",
     )
     train_micro_batch_sequences: int | None = Field(
-        None, ge=1, le=MAX_SEQUENCES, description="Sequences per forward/backward pass; null = the whole mini-batch. "
-        "Gradient accumulation = mini_batch_prompts x G / this (derived)."
+        None,
+        ge=1,
+        le=MAX_SEQUENCES,
+        description="Sequences per forward/backward pass; null = the whole mini-batch. "
+        "Gradient accumulation = mini_batch_prompts x G / this (derived).",
     )
     rollout_micro_batch_sequences: int | None = Field(
         None, ge=1, le=MAX_SEQUENCES, description="Sequences per generation call; null = all sequences of the step."
     )
     logprob_micro_batch_sequences: int | None = Field(
-        None, ge=1, le=MAX_SEQUENCES, description="Sequences per old-policy / reference log-prob pass; null = train micro-batch."
+        None,
+        ge=1,
+        le=MAX_SEQUENCES,
+        description="Sequences per old-policy / reference log-prob pass; null = train micro-batch.",
     )
 
 
@@ -202,34 +275,41 @@ class GrpoSection(_Section):
     beta: float = Field(0.04, ge=0.0, description="KL penalty weight; 0 = no reference model is loaded.")
     kl_estimator: Literal[KL_ESTIMATORS] = Field("k3", description="KL estimator (Schulman's k1/k2/k3).")
     policy_loss: Literal[POLICY_LOSSES] = Field(
-        "grpo", description="grpo: PPO's clipped surrogate per token; gspo: the clipped sequence-level ratio "
+        "grpo",
+        description="grpo: PPO's clipped surrogate per token; gspo: the clipped sequence-level ratio "
         "(geometric mean of the token ratios); gspo-token: GSPO's value with a gradient per token; cispo: the "
-        "clipped importance weight (no gradient) times A times log-prob, so clipped tokens still learn."
+        "clipped importance weight (no gradient) times A times log-prob, so clipped tokens still learn.",
     )
     epsilon_low: float | None = Field(
-        None, ge=0.0, lt=1.0, description="Lower clip: ratio >= 1 - epsilon_low; null = the policy loss's "
-        "default (grpo 0.2, gspo 3e-4, cispo 1.0: no lower clip)."
+        None,
+        ge=0.0,
+        lt=1.0,
+        description="Lower clip: ratio >= 1 - epsilon_low; null = the policy loss's "
+        "default (grpo 0.2, gspo 3e-4, cispo 1.0: no lower clip).",
     )
     epsilon_high: float | None = Field(
-        None, ge=0.0, description="Upper clip: ratio <= 1 + epsilon_high; null = the policy loss's default "
-        "(grpo 0.2, DAPO uses 0.28; gspo 4e-4; cispo 4.0, a weight of at most 5)."
+        None,
+        ge=0.0,
+        description="Upper clip: ratio <= 1 + epsilon_high; null = the policy loss's default "
+        "(grpo 0.2, DAPO uses 0.28; gspo 4e-4; cispo 4.0, a weight of at most 5).",
     )
     dual_clip: float | None = Field(
-        None, description="Dual-clip constant c > 1 bounding the loss of negative-advantage tokens (grpo loss "
-        "only; null = off)."
+        None,
+        description="Dual-clip constant c > 1 bounding the loss of negative-advantage tokens (grpo loss "
+        "only; null = off).",
     )
     entropy_coef: float = Field(
         0.0, ge=0.0, description="Entropy bonus: subtract this x the mean token entropy from the loss (0 = off)."
     )
     advantage: Literal[ADVANTAGE_ESTIMATORS] = Field(
-        "grpo", description="grpo: (r - mean)/std per group; drgrpo: r - mean (Dr. GRPO); rloo: leave-one-out "
-        "baseline."
+        "grpo", description="grpo: (r - mean)/std per group; drgrpo: r - mean (Dr. GRPO); rloo: leave-one-out baseline."
     )
     advantage_eps: float = Field(1e-6, gt=0.0, description="Added to the group std before dividing (grpo).")
     loss_aggregation: Literal[LOSS_AGGREGATIONS] = Field(
-        "token-mean", description="How token losses become the mini-batch loss: token-mean (DAPO), "
+        "token-mean",
+        description="How token losses become the mini-batch loss: token-mean (DAPO), "
         "seq-mean-token-mean (GRPO), seq-mean-token-sum, seq-mean-token-sum-norm (Dr. GRPO: token sums "
-        "divided by the completion budget). Normalised over the whole mini-batch."
+        "divided by the completion budget). Normalised over the whole mini-batch.",
     )
 
 
@@ -240,15 +320,14 @@ class ImportanceSamplingSection(_Section):
         True, description="Multiply each token's loss by pi_old / pi_generator (required with async.enabled)."
     )
     level: Literal["token", "sequence"] = Field(
-        "token", description="token: one weight per token; sequence: the whole completion's likelihood ratio "
-        "(product over its tokens) on every token."
+        "token",
+        description="token: one weight per token; sequence: the whole completion's likelihood ratio "
+        "(product over its tokens) on every token.",
     )
     mode: Literal["clamp", "mask"] = Field(
         "clamp", description="clamp: min(weight, max) (truncated IS); mask: weight 0 outside [min, max]."
     )
-    max: float = Field(
-        2.0, ge=1.0, description="Upper truncation of a weight (>= 1: on-policy tokens have weight 1)."
-    )
+    max: float = Field(2.0, ge=1.0, description="Upper truncation of a weight (>= 1: on-policy tokens have weight 1).")
     min: float = Field(
         0.0, ge=0.0, le=1.0, description="Lower end of the kept range, mode mask only (0 = no lower end)."
     )
@@ -272,8 +351,11 @@ def parse_device_list(value: Any) -> Any:
     return value
 
 
-DeviceList = Annotated[list[Annotated[int, Field(ge=0, le=MAX_DEVICE_INDEX)]], Field(max_length=MAX_DEVICE_INDEX + 1),
-                      BeforeValidator(parse_device_list)]
+DeviceList = Annotated[
+    list[Annotated[int, Field(ge=0, le=MAX_DEVICE_INDEX)]],
+    Field(max_length=MAX_DEVICE_INDEX + 1),
+    BeforeValidator(parse_device_list),
+]
 
 
 class AsyncSection(_Section):
@@ -282,21 +364,31 @@ class AsyncSection(_Section):
 
     enabled: bool = Field(False, description="Asynchronous rollout (collector + replay buffer).")
     max_trajectory_age_steps: int = Field(
-        1, ge=0, le=MAX_STEPS, description="How many weight versions old a trajectory may be (weights v train steps v .. v + this; "
-        "0 = on-policy, like the synchronous loop)."
+        1,
+        ge=0,
+        le=MAX_STEPS,
+        description="How many weight versions old a trajectory may be (weights v train steps v .. v + this; "
+        "0 = on-policy, like the synchronous loop).",
     )
     buffer_capacity_groups: int | None = Field(
-        None, ge=1, le=MAX_SEQUENCES, description="Replay buffer size in prompt groups (how far ahead of training the collector may "
-        "run); null = batch.prompts_per_step x max(1, max_trajectory_age_steps) x 2."
+        None,
+        ge=1,
+        le=MAX_SEQUENCES,
+        description="Replay buffer size in prompt groups (how far ahead of training the collector may "
+        "run); null = batch.prompts_per_step x max(1, max_trajectory_age_steps) x 2.",
     )
     in_flight_weight_updates: bool = Field(
-        False, description="Swap new weights into the generator between decode chunks instead of at a group "
+        False,
+        description="Swap new weights into the generator between decode chunks instead of at a group "
         "boundary (long generations do not hold up the update). The KV cache is kept across a swap, and each "
-        "token's recorded log-prob is the one it was sampled with."
+        "token's recorded log-prob is the one it was sampled with.",
     )
     in_flight_chunk_tokens: int = Field(
-        8, ge=1, le=MAX_TOKENS, description="With in_flight_weight_updates: decode steps between weight checks (smaller = "
-        "newer weights sooner, more host round trips)."
+        8,
+        ge=1,
+        le=MAX_TOKENS,
+        description="With in_flight_weight_updates: decode steps between weight checks (smaller = "
+        "newer weights sooner, more host round trips).",
     )
     importance_sampling: ImportanceSamplingSection = Field(default_factory=ImportanceSamplingSection)
 
@@ -311,38 +403,69 @@ class MeshSection(_Section):
     """How a run's devices are arranged: the train mesh's named axes data x fsdp x tensor, and which
     devices train and which generate. All 1 (the default) = one device, no mesh."""
 
-    data: int = Field(1, ge=-1, le=MAX_AXIS_SIZE, description="Data-parallel size: each device of this axis "
-                      "trains its own slice of every micro-batch with a full copy of the parameters (-1 = the "
-                      "rest of the devices).")
-    fsdp: int = Field(1, ge=-1, le=MAX_AXIS_SIZE, description="Fully sharded data-parallel size: parameters, "
-                      "gradients and optimizer state are split over this axis, and so is every micro-batch "
-                      "(-1 = the rest of the devices).")
-    tensor: int = Field(1, ge=-1, le=MAX_AXIS_SIZE, description="Tensor-parallel size: attention is split by "
-                        "heads, the MLP by its width and the LM head by the vocabulary (-1 = the rest of the "
-                        "devices). Heads, KV heads, MLP width and vocabulary must divide by it.")
+    data: int = Field(
+        1,
+        ge=-1,
+        le=MAX_AXIS_SIZE,
+        description="Data-parallel size: each device of this axis "
+        "trains its own slice of every micro-batch with a full copy of the parameters (-1 = the "
+        "rest of the devices).",
+    )
+    fsdp: int = Field(
+        1,
+        ge=-1,
+        le=MAX_AXIS_SIZE,
+        description="Fully sharded data-parallel size: parameters, "
+        "gradients and optimizer state are split over this axis, and so is every micro-batch "
+        "(-1 = the rest of the devices).",
+    )
+    tensor: int = Field(
+        1,
+        ge=-1,
+        le=MAX_AXIS_SIZE,
+        description="Tensor-parallel size: attention is split by "
+        "heads, the MLP by its width and the LM head by the vocabulary (-1 = the rest of the "
+        "devices). Heads, KV heads, MLP width and vocabulary must divide by it.",
+    )
     train_devices: DeviceList = Field(
-        default_factory=list, description="Device indices the train mesh uses, e.g. [0, 1, 2, 3]; empty = the "
-        "first data x fsdp x tensor devices not in mesh.rollout_devices."
+        default_factory=list,
+        description="Device indices the train mesh uses, e.g. [0, 1, 2, 3]; empty = the "
+        "first data x fsdp x tensor devices not in mesh.rollout_devices.",
     )
     rollout_devices: DeviceList = Field(
-        default_factory=list, description="Device indices for generation (asynchronous GRPO), e.g. [4, 5]; "
-        "empty = generation runs on the train mesh. Must not overlap mesh.train_devices."
+        default_factory=list,
+        description="Device indices for generation (asynchronous GRPO), e.g. [4, 5]; "
+        "empty = generation runs on the train mesh. Must not overlap mesh.train_devices.",
     )
-    rollout_tensor: int = Field(1, ge=1, le=MAX_AXIS_SIZE, description="Tensor-parallel size of the rollout "
-                                "mesh (mesh.rollout_devices); the rest of its devices split the sequences.")
+    rollout_tensor: int = Field(
+        1,
+        ge=1,
+        le=MAX_AXIS_SIZE,
+        description="Tensor-parallel size of the rollout "
+        "mesh (mesh.rollout_devices); the rest of its devices split the sequences.",
+    )
 
 
 class ClusterSection(_Section):
     """Where a run's processes run: one process per host, launched by the platform through Ray (or by
     `srun` / `mpirun` from the CLI). 1 host (the default) = today's single process, no Ray."""
 
-    hosts: int = Field(1, ge=1, le=MAX_HOSTS, description="Hosts (processes) the run spans: the platform reserves "
-                       "one Ray placement-group bundle per host and starts one trainer process on each; they form "
-                       "one run whose mesh spans all their devices. 1 = one process on the worker itself.")
+    hosts: int = Field(
+        1,
+        ge=1,
+        le=MAX_HOSTS,
+        description="Hosts (processes) the run spans: the platform reserves "
+        "one Ray placement-group bundle per host and starts one trainer process on each; they form "
+        "one run whose mesh spans all their devices. 1 = one process on the worker itself.",
+    )
     devices_per_host: int | None = Field(
-        None, ge=1, le=MAX_AXIS_SIZE, description="Accelerators each host gives the run (GPUs reserved per Ray "
+        None,
+        ge=1,
+        le=MAX_AXIS_SIZE,
+        description="Accelerators each host gives the run (GPUs reserved per Ray "
         "bundle; on CPU, the number of CPU devices each process makes); empty = whatever each host has. "
-        "cluster.hosts x this must equal the mesh's devices.")
+        "cluster.hosts x this must equal the mesh's devices.",
+    )
 
 
 class OptimizerSection(_Section):
@@ -351,8 +474,13 @@ class OptimizerSection(_Section):
     schedule: Literal["constant", "cosine", "linear"] = Field(
         "constant", description="Learning-rate shape after warmup (decays to 0 at train.max_steps)."
     )
-    warmup_steps: int = Field(0, ge=0, le=MAX_STEPS, description="Linear warmup length in steps (the first update "
-                              "already gets 1/(warmup updates) of the peak rate).")
+    warmup_steps: int = Field(
+        0,
+        ge=0,
+        le=MAX_STEPS,
+        description="Linear warmup length in steps (the first update "
+        "already gets 1/(warmup updates) of the peak rate).",
+    )
     weight_decay: float = Field(0.0, ge=0.0, description="Decoupled weight decay (adamw).")
     b1: float = Field(0.9, ge=0.0, lt=1.0, description="Adam beta1 (sgd: momentum, 0 = none).")
     b2: float = Field(0.999, ge=0.0, lt=1.0, description="Adam beta2.")
@@ -363,8 +491,12 @@ class TrainSection(_Section):
     max_steps: int = Field(100, ge=1, le=MAX_STEPS, description="Steps to run.")
     samples_per_step: int = Field(4, ge=0, le=1_024, description="Rollout samples reported per step.")
     system_metrics_every_s: float = Field(
-        10.0, ge=0.0, le=86_400.0, description="Report system metrics (system/: CPU, host and accelerator "
-        "memory, GPU utilisation) with a step at most this often, in seconds (0 = every step).")
+        10.0,
+        ge=0.0,
+        le=86_400.0,
+        description="Report system metrics (system/: CPU, host and accelerator "
+        "memory, GPU utilisation) with a step at most this often, in seconds (0 = every step).",
+    )
 
 
 class CheckpointSection(_Section):
@@ -377,17 +509,26 @@ class CheckpointSection(_Section):
 class EvalSection(_Section):
     every_steps: int = Field(0, ge=0, le=MAX_STEPS, description="Evaluate every N steps (0 = off).")
     before_training: bool = Field(
-        False, description="Also evaluate the starting policy before the first step, reported as step 0 "
-        "(with eval.every_steps > 0): the baseline the run's gain is measured against.")
+        False,
+        description="Also evaluate the starting policy before the first step, reported as step 0 "
+        "(with eval.every_steps > 0): the baseline the run's gain is measured against.",
+    )
     prompts: int = Field(0, ge=0, le=MAX_DATASET_PROMPTS, description="Eval prompts per evaluation (0 = all).")
     temperature: float = Field(0.0, ge=0.0, description="Eval sampling temperature (0 = greedy) of eval/accuracy.")
     samples_per_prompt: int = Field(
-        1, ge=1, le=MAX_GENERATIONS, description="n > 1: also sample n completions per eval prompt at "
+        1,
+        ge=1,
+        le=MAX_GENERATIONS,
+        description="n > 1: also sample n completions per eval prompt at "
         "rollout.temperature and report eval/pass@1 and eval/pass@k (k = eval.pass_k) from them, with the "
-        "unbiased estimator 1 - C(n-c, k) / C(n, k) per prompt (c correct of n).")
+        "unbiased estimator 1 - C(n-c, k) / C(n, k) per prompt (c correct of n).",
+    )
     pass_k: int | None = Field(
-        None, ge=1, le=MAX_GENERATIONS, description="The k of eval/pass@k (at most eval.samples_per_prompt); "
-        "null = eval.samples_per_prompt.")
+        None,
+        ge=1,
+        le=MAX_GENERATIONS,
+        description="The k of eval/pass@k (at most eval.samples_per_prompt); null = eval.samples_per_prompt.",
+    )
 
 
 class EnvSection(_Section):
@@ -396,27 +537,41 @@ class EnvSection(_Section):
     until it says the episode is done."""
 
     name: str = Field(
-        "single_turn", min_length=1, max_length=200,
+        "single_turn",
+        min_length=1,
+        max_length=200,
         description="single_turn (one completion per prompt: the default), calculator (the model may call a "
         "calculator tool in <tool_call> tags), guess_number (a higher/lower guessing game over several turns), "
-        "or your own environment as a dotted path package.module:Class.")
+        "or your own environment as a dotted path package.module:Class.",
+    )
     max_turns: int = Field(
-        4, ge=1, le=MAX_ENV_TURNS, description="Most assistant turns in one episode; an episode that reaches it "
-        "ends with the reason max_turns (multi-turn environments only).")
+        4,
+        ge=1,
+        le=MAX_ENV_TURNS,
+        description="Most assistant turns in one episode; an episode that reaches it "
+        "ends with the reason max_turns (multi-turn environments only).",
+    )
     max_total_tokens: int | None = Field(
-        None, ge=1, le=MAX_TOKENS, description="Tokens an episode holds after its prompt: the model's turns and "
+        None,
+        ge=1,
+        le=MAX_TOKENS,
+        description="Tokens an episode holds after its prompt: the model's turns and "
         "the environment's replies together (its completion budget); the episode ends with the reason "
-        "max_total_tokens when the next reply would not fit. null = rollout.max_new_tokens (or the task's).")
+        "max_total_tokens when the next reply would not fit. null = rollout.max_new_tokens (or the task's).",
+    )
     settings: dict[str, Any] = Field(
-        default_factory=dict, description="The environment's own settings, checked against its settings "
-        "schema (calculator: max_expression_chars, max_result_digits; guess_number: low, high).")
+        default_factory=dict,
+        description="The environment's own settings, checked against its settings "
+        "schema (calculator: max_expression_chars, max_result_digits; guess_number: low, high).",
+    )
 
 
 class ExperimentConfig(_Section):
     """A whole GRPO experiment. See each section's fields for meaning and units."""
 
-    seed: int = Field(0, ge=0, le=MAX_SEED, description="The one seed every random choice derives from "
-                     "(0 to 2**32 - 1).")
+    seed: int = Field(
+        0, ge=0, le=MAX_SEED, description="The one seed every random choice derives from (0 to 2**32 - 1)."
+    )
     model: ModelSection = Field(default_factory=ModelSection)
     data: DataSection = Field(default_factory=DataSection)
     rewards: list[RewardSpec] = Field(

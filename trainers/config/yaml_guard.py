@@ -13,9 +13,9 @@ import yaml
 
 from trainers.errors import ConfigError, Problem
 
-YAML_MAX_CHARS = 1_000_000   # longest YAML text accepted
-YAML_MAX_VALUES = 10_000     # values a document may stand for once aliases are expanded
-MAX_NESTING = 32             # deepest nesting of mappings and lists (a config needs 3)
+YAML_MAX_CHARS = 1_000_000  # longest YAML text accepted
+YAML_MAX_VALUES = 10_000  # values a document may stand for once aliases are expanded
+MAX_NESTING = 32  # deepest nesting of mappings and lists (a config needs 3)
 
 
 class YamlRefused(ValueError):

@@ -21,7 +21,7 @@ def encode_prompts(
     chat: bool = False,
     system_prompt: str | None = None,
     bucket_tokens: int = 1,
-    cache: "PromptIdCache | None" = None,
+    cache: PromptIdCache | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Encodes prompts with `tokenizer.encode_prompt` and left-pads them to one width.
 
@@ -156,8 +156,7 @@ def _preview(prompt) -> str:
 _MARK = "\u2063turn-end\u2063"  # stands for the assistant's text, to find what the template writes after it
 
 
-def encode_reply(tokenizer, history: list[dict], reply: list[dict], *, chat: bool,
-                 ended_by: str = "") -> list[int]:
+def encode_reply(tokenizer, history: list[dict], reply: list[dict], *, chat: bool, ended_by: str = "") -> list[int]:
     """The token ids that continue a multi-turn episode after an assistant turn: the rest of that
     turn's closing (what the chat template writes after the assistant's text, less `ended_by`, the
     end-of-turn text the model itself wrote), the reply messages and the next assistant header.
@@ -173,10 +172,14 @@ def encode_reply(tokenizer, history: list[dict], reply: list[dict], *, chat: boo
     before = tokenizer.apply_chat_template(history, add_generation_prompt=False)
     after = tokenizer.apply_chat_template(history + reply, add_generation_prompt=True)
     if not after.startswith(before):
-        raise ValueError("the chat template renders the conversation differently once the reply is added, so the "
-                         "reply cannot continue the sequence")
-    marked = tokenizer.apply_chat_template(history[:-1] + [dict(history[-1], content=_MARK)], add_generation_prompt=False)
-    closing = marked[marked.index(_MARK) + len(_MARK):] if _MARK in marked else ""
+        raise ValueError(
+            "the chat template renders the conversation differently once the reply is added, so the "
+            "reply cannot continue the sequence"
+        )
+    marked = tokenizer.apply_chat_template(
+        history[:-1] + [dict(history[-1], content=_MARK)], add_generation_prompt=False
+    )
+    closing = marked[marked.index(_MARK) + len(_MARK) :] if _MARK in marked else ""
     if ended_by and closing.startswith(ended_by):
-        closing = closing[len(ended_by):]
-    return tokenizer.encode(closing + after[len(before):], add_bos=False)
+        closing = closing[len(ended_by) :]
+    return tokenizer.encode(closing + after[len(before) :], add_bos=False)

@@ -15,11 +15,12 @@ class DataError(ValueError):
     """A dataset file or prompt is unusable; the message says where and why."""
 
 
-MAX_LINE_BYTES = 1 << 20        # one line of a JSONL dataset, checked before it is parsed (1 MiB)
-MAX_EXAMPLE_NESTING = 100       # lists and objects inside one example (a chat prompt needs 3)
+MAX_LINE_BYTES = 1 << 20  # one line of a JSONL dataset, checked before it is parsed (1 MiB)
+MAX_EXAMPLE_NESTING = 100  # lists and objects inside one example (a chat prompt needs 3)
 READ_CHUNK_BYTES = 1 << 16
-TOO_DEEP = (f"nested deeper than {MAX_EXAMPLE_NESTING} levels of lists and objects; an example is an object "
-            "of text fields")
+TOO_DEEP = (
+    f"nested deeper than {MAX_EXAMPLE_NESTING} levels of lists and objects; an example is an object of text fields"
+)
 
 
 def read_jsonl(path: str) -> list[dict]:
@@ -55,7 +56,7 @@ def jsonl_lines(chunks: Iterable[bytes], max_line_bytes: int = MAX_LINE_BYTES) -
     "\\n" included (b"" when the text ends with one). A line longer than `max_line_bytes` comes
     as (None, its size): it is counted, never held, so at most max_line_bytes of one line (plus
     the current chunk) are in memory."""
-    head, size_bytes = b"", 0   # the current line so far (dropped once over the limit) and its size
+    head, size_bytes = b"", 0  # the current line so far (dropped once over the limit) and its size
     for chunk in chunks:
         *ended, rest = chunk.split(b"\n")
         for piece in ended:
@@ -72,8 +73,10 @@ def parse_jsonl_line(line: bytes | None, size_bytes: int, max_line_bytes: int = 
     line. Raises DataError (no location: the caller adds file:line) for a line over
     `max_line_bytes` (checked before anything is parsed) or one that is not UTF-8."""
     if line is None or size_bytes > max_line_bytes:
-        raise DataError(f"the line is {size_bytes} bytes, over the limit of {max_line_bytes} bytes a line; "
-                        "shorten it or split the example")
+        raise DataError(
+            f"the line is {size_bytes} bytes, over the limit of {max_line_bytes} bytes a line; "
+            "shorten it or split the example"
+        )
     try:
         text = line.decode("utf-8")
     except UnicodeDecodeError as error:

@@ -30,10 +30,15 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from trainers.data.chat_template import (
-    TOOL_RESPONSE_CLOSE, TOOL_RESPONSE_OPEN, conversation, render_chat_template, validate_messages,
-)
 from tokenizers import AddedToken, Tokenizer
+
+from trainers.data.chat_template import (
+    TOOL_RESPONSE_CLOSE,
+    TOOL_RESPONSE_OPEN,
+    conversation,
+    render_chat_template,
+    validate_messages,
+)
 
 # The named special tokens transformers passes to chat templates (its SPECIAL_TOKENS_ATTRIBUTES).
 SPECIAL_TOKEN_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
@@ -114,7 +119,7 @@ class HFTokenizer:
         self._clean_up_spaces = bool(clean_up_tokenization_spaces) and type(backend.model).__name__ != "BPE"
 
     @classmethod
-    def from_folder(cls, path: str | Path) -> "HFTokenizer":
+    def from_folder(cls, path: str | Path) -> HFTokenizer:
         """Reads the tokenizer of the Hugging Face model folder `path` (see the module docstring).
 
         Named special tokens (and added_tokens_decoder entries) that tokenizer.json lacks are added as
@@ -146,8 +151,11 @@ class HFTokenizer:
             content = spec["content"] if isinstance(spec, dict) else str(spec)
             if backend.token_to_id(content) is not None:
                 continue
-            options = {key: spec[key] for key in ("single_word", "lstrip", "rstrip", "normalized", "special")
-                       if isinstance(spec, dict) and key in spec}
+            options = {
+                key: spec[key]
+                for key in ("single_word", "lstrip", "rstrip", "normalized", "special")
+                if isinstance(spec, dict) and key in spec
+            }
             backend.add_tokens([AddedToken(content, **options)])
             if backend.token_to_id(content) != token_id:
                 raise ValueError(
@@ -172,8 +180,9 @@ class HFTokenizer:
         if not (folder / "generation_config.json").is_file():
             generation = _read_json(folder / "config.json")
         eos_token_id = generation.get("eos_token_id")
-        generation_eos_ids = [] if eos_token_id is None else (
-            list(eos_token_id) if isinstance(eos_token_id, list) else [eos_token_id])
+        generation_eos_ids = (
+            [] if eos_token_id is None else (list(eos_token_id) if isinstance(eos_token_id, list) else [eos_token_id])
+        )
 
         return cls(
             backend,
@@ -246,8 +255,10 @@ class HFTokenizer:
         variables = dict(self.special_tokens)
         messages = validate_messages(messages)
         if not self._wraps_tool_responses(template, variables):
-            messages = [dict(m, content=TOOL_RESPONSE_OPEN + m["content"] + TOOL_RESPONSE_CLOSE)
-                        if m["role"] == "tool" else m for m in messages]
+            messages = [
+                dict(m, content=TOOL_RESPONSE_OPEN + m["content"] + TOOL_RESPONSE_CLOSE) if m["role"] == "tool" else m
+                for m in messages
+            ]
         return render_chat_template(template, messages, add_generation_prompt=add_generation_prompt, **variables)
 
     def _wraps_tool_responses(self, template: str, variables: dict) -> bool:
@@ -255,8 +266,11 @@ class HFTokenizer:
         where it does not (SmolLM2's), `apply_chat_template` wraps a tool message's content in those
         tags (the Hermes format the calculator's prompt describes). Probed once."""
         if self._tool_wrapping is None:
-            probe = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"},
-                     {"role": "tool", "content": "r"}]
+            probe = [
+                {"role": "user", "content": "q"},
+                {"role": "assistant", "content": "a"},
+                {"role": "tool", "content": "r"},
+            ]
             try:
                 self._tool_wrapping = "<tool_response>" in render_chat_template(template, probe, **variables)
             except ValueError:
@@ -328,8 +342,7 @@ class HFTokenizer:
         if self._chat_template is None:
             if self._chat_templates:
                 raise ValueError(
-                    f"{self.folder}: several chat templates {sorted(self._chat_templates)} and none named "
-                    f"'default'"
+                    f"{self.folder}: several chat templates {sorted(self._chat_templates)} and none named 'default'"
                 )
             raise ValueError(
                 f"{self.folder}: the tokenizer has no chat_template (tokenizer_config.json or "
@@ -338,8 +351,10 @@ class HFTokenizer:
         return self._chat_template
 
     def __repr__(self) -> str:
-        return (f"HFTokenizer({self.folder!r}, vocab_size={self.vocab_size}, bos_id={self.bos_id}, "
-                f"eos_ids={self.eos_ids}, pad_id={self.pad_id}, chat_template={self.has_chat_template})")
+        return (
+            f"HFTokenizer({self.folder!r}, vocab_size={self.vocab_size}, bos_id={self.bos_id}, "
+            f"eos_ids={self.eos_ids}, pad_id={self.pad_id}, chat_template={self.has_chat_template})"
+        )
 
 
 def _read_json(path: Path) -> dict:
@@ -387,6 +402,14 @@ def _named_special_tokens(config: dict, special_tokens_map: dict) -> dict[str, s
 def _clean_up_tokenization(text: str) -> str:
     """transformers' clean_up_tokenization: no space before punctuation and English contractions."""
     return (
-        text.replace(" .", ".").replace(" ?", "?").replace(" !", "!").replace(" ,", ",").replace(" ' ", "'")
-        .replace(" n't", "n't").replace(" 'm", "'m").replace(" 's", "'s").replace(" 've", "'ve").replace(" 're", "'re")
+        text.replace(" .", ".")
+        .replace(" ?", "?")
+        .replace(" !", "!")
+        .replace(" ,", ",")
+        .replace(" ' ", "'")
+        .replace(" n't", "n't")
+        .replace(" 'm", "'m")
+        .replace(" 's", "'s")
+        .replace(" 've", "'ve")
+        .replace(" 're", "'re")
     )

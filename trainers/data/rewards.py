@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import logging
 import re
 import string
 from collections import Counter
@@ -22,7 +23,6 @@ from collections.abc import Callable
 from fractions import Fraction
 
 import numpy as np
-import logging
 
 RewardFn = Callable[[str, dict], float]
 
@@ -310,7 +310,7 @@ def boxed_answer(text: str) -> str | None:
         if depth:  # not closed before the end of the text
             position = opening.end()
             continue
-        last = text[opening.end():index - 1]
+        last = text[opening.end() : index - 1]
         position = index
     if last is None or not last.strip():
         return None
@@ -379,8 +379,11 @@ def math_answer(completion: str, example: dict) -> float:
 
 
 def _safe_for_sympy(text: str) -> bool:
-    return (len(text) <= MATH_ANSWER_MAX_CHARS and len(_POWER_RE.findall(text)) <= 1
-            and _BIG_EXPONENT_RE.search(text) is None)
+    return (
+        len(text) <= MATH_ANSWER_MAX_CHARS
+        and len(_POWER_RE.findall(text)) <= 1
+        and _BIG_EXPONENT_RE.search(text) is None
+    )
 
 
 def math_format(completion: str, example: dict) -> float:

@@ -99,7 +99,7 @@ def _example_maker(task_name: str, make_one: Callable[[np.random.Generator], dic
 
 
 def _arithmetic_one(rng: np.random.Generator) -> dict:
-    """"a+b=" or "a-b=" with a, b in 0..99 and a non-negative result (1-3 digits)."""
+    """ "a+b=" or "a-b=" with a, b in 0..99 and a non-negative result (1-3 digits)."""
     a, b = (int(x) for x in rng.integers(0, 100, size=2))
     if rng.random() < 0.5:
         return {"prompt": f"{a}+{b}=", "answer": str(a + b)}
@@ -174,12 +174,15 @@ def _guess_number_one(rng: np.random.Generator) -> dict:
     low = int(rng.integers(1, 101))
     high = low + width - 1
     secret = int(rng.integers(low, high + 1))
-    prompt = (f"{name} is thinking of a whole number from {low} to {high}. Guess it: answer with one number. "
-              f"{name} will say higher or lower.")
+    prompt = (
+        f"{name} is thinking of a whole number from {low} to {high}. Guess it: answer with one number. "
+        f"{name} will say higher or lower."
+    )
     return {"prompt": prompt, "answer": str(secret), "low": low, "high": high}
 
 
 _TEXT_REWARDS = [("exact_match", 1.0), ("prefix_match", 0.5), ("alphabet_match", 0.25)]
+
 
 def _word_problem_task(name: str, variant: dict[str, bool], description: str) -> Task:
     """A task of `word_problems.make_problems` drawn with `variant` (two_step_only / mostly_two_step),
@@ -187,7 +190,8 @@ def _word_problem_task(name: str, variant: dict[str, bool], description: str) ->
     return Task(
         name=name,
         make_examples=lambda seed, count, exclude_prompts=(), stream=0: word_problems.make_problems(
-            seed, count, stream, set(exclude_prompts), **variant),
+            seed, count, stream, set(exclude_prompts), **variant
+        ),
         default_rewards=[("math_answer", 1.0)],
         max_new_tokens=128,
         description=description,
@@ -240,25 +244,32 @@ TASKS: dict[str, Task] = {
     "arithmetic_words": Task(
         name="arithmetic_words",
         make_examples=lambda seed, count, exclude_prompts=(), stream=0: word_problems.make_problems(
-            seed, count, stream, set(exclude_prompts)),
+            seed, count, stream, set(exclude_prompts)
+        ),
         default_rewards=[("math_answer", 1.0)],
         max_new_tokens=128,
         description="one- and two-step arithmetic word problems in English for pretrained chat models "
-                    "(the make-dataset arithmetic-words generator): answer checked with math_answer",
+        "(the make-dataset arithmetic-words generator): answer checked with math_answer",
     ),
     "arithmetic_words_two_step": _word_problem_task(
-        "arithmetic_words_two_step", {"two_step_only": True},
+        "arithmetic_words_two_step",
+        {"two_step_only": True},
         "two-step arithmetic word problems only (a + b - c, a - b + c): sparse rewards for a small chat model "
-        "(SmolLM2-135M-Instruct: 1% greedy), answer checked with math_answer"),
+        "(SmolLM2-135M-Instruct: 1% greedy), answer checked with math_answer",
+    ),
     "arithmetic_words_hard": _word_problem_task(
-        "arithmetic_words_hard", {"mostly_two_step": True},
+        "arithmetic_words_hard",
+        {"mostly_two_step": True},
         "arithmetic word problems, about four in five two-step: below 10% greedy for SmolLM2-135M-Instruct at "
-        "the start, sparse but learnable rewards (the learning curves' task), answer checked with math_answer"),
+        "the start, sparse but learnable rewards (the learning curves' task), answer checked with math_answer",
+    ),
     "arithmetic_words_calc": _word_problem_task(
-        "arithmetic_words_calc", {"calculator": True},
+        "arithmetic_words_calc",
+        {"calculator": True},
         "word problems with two- and three-digit numbers (add, subtract, multiply by a 1-2 digit count, some "
         "add-then-subtract), each prompt ending with the answer format: hard in a small model's head, easy with "
-        "the calculator environment (configs/calculator-arith.yaml), answer checked with math_answer"),
+        "the calculator environment (configs/calculator-arith.yaml), answer checked with math_answer",
+    ),
     "guess_number": Task(
         name="guess_number",
         make_examples=_example_maker("guess_number", _guess_number_one),
@@ -267,7 +278,7 @@ TASKS: dict[str, Task] = {
         default_rewards=[("numeric_match", 0.0)],
         max_new_tokens=256,
         description="a higher/lower guessing game over several turns (env.name guess_number): guess the secret "
-                    "whole number; rewarded by the turns used",
+        "whole number; rewarded by the turns used",
     ),
 }
 TASK_NAMES: tuple[str, ...] = tuple(TASKS)

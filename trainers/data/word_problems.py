@@ -4,8 +4,8 @@ Each row is `{"prompt", "answer", "expression"}`: a short story problem in Engli
 whole number, and the arithmetic that gives it (`"12 + 5 - 3"`, for readers and tests). One or
 two operations on small numbers: hard enough that a 135M instruct model gets some wrong, easy
 enough that it gets some right, so GRPO groups carry signal. With `two_step_only`, every problem
-adds and subtracts twice (the `arithmetic_words_two_step` task, where most groups are flat). Deterministic in (seed, stream):
-train rows come from stream 0, eval rows from stream 1 with every train prompt excluded, so the
+adds and subtracts twice (the `arithmetic_words_two_step` task, where most groups are flat). Deterministic in (seed,
+stream): train rows come from stream 0, eval rows from stream 1 with every train prompt excluded, so the
 held-out prompts never appear in training.
 
 With `calculator`, the problems are the `arithmetic_words_calc` task's (`_calculator_problem`): the
@@ -21,8 +21,28 @@ import os
 
 import numpy as np
 
-NAMES = ("Ana", "Ben", "Chloe", "David", "Emma", "Farid", "Grace", "Hiro", "Ines", "Jamal", "Kira", "Liam",
-         "Maya", "Noah", "Olga", "Priya", "Quinn", "Rosa", "Sam", "Tariq")
+NAMES = (
+    "Ana",
+    "Ben",
+    "Chloe",
+    "David",
+    "Emma",
+    "Farid",
+    "Grace",
+    "Hiro",
+    "Ines",
+    "Jamal",
+    "Kira",
+    "Liam",
+    "Maya",
+    "Noah",
+    "Olga",
+    "Priya",
+    "Quinn",
+    "Rosa",
+    "Sam",
+    "Tariq",
+)
 ITEMS = ("apples", "books", "marbles", "stickers", "pencils", "cookies", "stamps", "shells", "coins", "cards")
 
 TRAIN_STREAM = 0
@@ -59,8 +79,7 @@ def _problem(rng: np.random.Generator) -> dict:
     elif kind == 3:
         each, people = int(rng.integers(2, 13)), int(rng.integers(2, 10))
         total = each * people
-        prompt = (f"{name} shares {total} {item} equally among {people} friends. "
-                  f"How many {item} does each friend get?")
+        prompt = f"{name} shares {total} {item} equally among {people} friends. How many {item} does each friend get?"
         expression = f"{total} / {people}"
     else:
         prompt, expression = _buy_then_give(rng, name, friend, item)
@@ -72,8 +91,10 @@ def _buy_then_give(rng: np.random.Generator, name: str, friend: str, item: str) 
     """(prompt, expression) of "has a, buys b more, gives c away": a + b - c with 0 < c < a + b."""
     a, b = int(rng.integers(5, 50)), int(rng.integers(2, 30))
     c = int(rng.integers(2, a + b))
-    prompt = (f"{name} has {a} {item} and buys {b} more. Then {name} gives {c} {item} to {friend}. "
-              f"How many {item} does {name} have now?")
+    prompt = (
+        f"{name} has {a} {item} and buys {b} more. Then {name} gives {c} {item} to {friend}. "
+        f"How many {item} does {name} have now?"
+    )
     return prompt, f"{a} + {b} - {c}"
 
 
@@ -90,8 +111,10 @@ def _two_step_problem(rng: np.random.Generator) -> dict:
         a = int(rng.integers(10, 90))
         b = int(rng.integers(1, a))
         c = int(rng.integers(2, 40))
-        prompt = (f"{name} had {a} {item} and gave {b} of them to {friend}. Then {name} found {c} more {item}. "
-                  f"How many {item} does {name} have now?")
+        prompt = (
+            f"{name} had {a} {item} and gave {b} of them to {friend}. Then {name} found {c} more {item}. "
+            f"How many {item} does {name} have now?"
+        )
         expression = f"{a} - {b} + {c}"
     return {"prompt": prompt, "answer": str(_evaluate(expression)), "expression": expression}
 
@@ -134,14 +157,17 @@ def _calculator_problem(rng: np.random.Generator) -> dict:
     elif kind == "multiply":
         boxes = int(rng.integers(2, 10)) if rng.random() < 0.5 else int(rng.integers(10, 100))
         per_box = _two_or_three_digits(rng)
-        story = (f"{name} buys {boxes} boxes of {item} with {per_box} {item} in each box. "
-                 f"How many {item} is that in all?")
+        story = (
+            f"{name} buys {boxes} boxes of {item} with {per_box} {item} in each box. How many {item} is that in all?"
+        )
         expression = f"{boxes} * {per_box}"
     else:
         a, b = _two_or_three_digits(rng), _two_or_three_digits(rng)
         c = int(rng.integers(10, min(a + b, 1000)))
-        story = (f"{name} has {a} {item} and buys {b} more. Then {name} gives {c} {item} to {friend}. "
-                 f"How many {item} does {name} have now?")
+        story = (
+            f"{name} has {a} {item} and buys {b} more. Then {name} gives {c} {item} to {friend}. "
+            f"How many {item} does {name} have now?"
+        )
         expression = f"{a} + {b} - {c}"
     return {"prompt": f"{story} {ANSWER_FORMAT}", "answer": str(_evaluate(expression)), "expression": expression}
 
@@ -166,16 +192,30 @@ def _evaluate(expression: str) -> int:
     return value
 
 
-def make_problems(seed: int, count: int, stream: int = TRAIN_STREAM, exclude_prompts: set[str] = frozenset(),
-                  two_step_only: bool = False, mostly_two_step: bool = False, calculator: bool = False) -> list[dict]:
+def make_problems(
+    seed: int,
+    count: int,
+    stream: int = TRAIN_STREAM,
+    exclude_prompts: set[str] = frozenset(),
+    two_step_only: bool = False,
+    mostly_two_step: bool = False,
+    calculator: bool = False,
+) -> list[dict]:
     """`count` problems with distinct prompts, none in `exclude_prompts`, deterministic in (seed, stream).
     two_step_only: draw from the two-step templates only (`_two_step_problem`), not the five mixed ones;
     mostly_two_step: about four in five two-step (`_mostly_two_step_problem`); calculator: the
     two- and three-digit problems of `arithmetic_words_calc` (`_calculator_problem`). At most one of the three."""
     if two_step_only + mostly_two_step + calculator > 1:
         raise ValueError("make_problems: choose at most one of two_step_only, mostly_two_step and calculator")
-    draw = (_two_step_problem if two_step_only else _mostly_two_step_problem if mostly_two_step
-            else _calculator_problem if calculator else _problem)
+    draw = (
+        _two_step_problem
+        if two_step_only
+        else _mostly_two_step_problem
+        if mostly_two_step
+        else _calculator_problem
+        if calculator
+        else _problem
+    )
     rng = np.random.default_rng([seed, stream])
     rows: list[dict] = []
     seen = set(exclude_prompts)
@@ -191,8 +231,9 @@ def make_problems(seed: int, count: int, stream: int = TRAIN_STREAM, exclude_pro
     return rows
 
 
-def make_train_eval(seed: int, train_count: int, eval_count: int,
-                    two_step_only: bool = False) -> tuple[list[dict], list[dict]]:
+def make_train_eval(
+    seed: int, train_count: int, eval_count: int, two_step_only: bool = False
+) -> tuple[list[dict], list[dict]]:
     """(train, eval) problems: eval from its own stream with every train prompt excluded."""
     train = make_problems(seed, train_count, TRAIN_STREAM, two_step_only=two_step_only)
     held_out = make_problems(seed, eval_count, EVAL_STREAM, {row["prompt"] for row in train}, two_step_only)

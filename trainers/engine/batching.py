@@ -46,7 +46,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -57,8 +58,8 @@ from jax.sharding import NamedSharding, PartitionSpec
 from trainers.data.encoding import bucket_width
 from trainers.engine import programs
 from trainers.engine.pages import PAGE_TOKENS, PagePool
-from trainers.models.paged_attention import default_implementation
 from trainers.models.generate import GenerationResult, SamplingParams, TurnEnd, TurnStops, static_graph
+from trainers.models.paged_attention import default_implementation
 from trainers.parallel.host import to_host, tree_to_host
 
 Weights = Callable[[], tuple[Any, int]]  # () -> (params, version): see `rollout.spec.Weights`
@@ -111,8 +112,9 @@ class EngineSettings:
             raise ValueError(f"memory_fraction must be in [0, 1), got {self.memory_fraction}")
 
 
-def memory_slots(num_slots: int, rows: int, group: int, slot_bytes: int, free_bytes: int | None,
-                 fraction: float) -> int:
+def memory_slots(
+    num_slots: int, rows: int, group: int, slot_bytes: int, free_bytes: int | None, fraction: float
+) -> int:
     """The decode slots of a call of `rows` rows in groups of `group`: num_slots, or more where the
     device's free memory allows: the most whole groups, up to `rows`, whose slots' KV pages
     (`slot_bytes` each: a slot can hold a whole sequence) fit in fraction x free_bytes. Never fewer
@@ -168,13 +170,17 @@ class EngineStats:
     def kv_overhead(self) -> float:
         return self.kv_positions_held / self.kv_tokens_stored if self.kv_tokens_stored else 0.0
 
-    def add(self, other: "EngineStats") -> None:
+    def add(self, other: EngineStats) -> None:
         """Sum another call's figures into these (the peak is the larger of the two)."""
         for field in dataclasses.fields(self):
             mine, theirs = getattr(self, field.name), getattr(other, field.name)
-            setattr(self, field.name, max(mine, theirs) if field.name in ("peak_pages_in_use", "pool_pages",
-                                                                          "longest_prefill_s")
-                    else mine + theirs)
+            setattr(
+                self,
+                field.name,
+                max(mine, theirs)
+                if field.name in ("peak_pages_in_use", "pool_pages", "longest_prefill_s")
+                else mine + theirs,
+            )
 
 
 def step_uniforms(rng_key: jax.Array, rows: int, max_new_tokens: int) -> np.ndarray:
@@ -183,26 +189,41 @@ def step_uniforms(rng_key: jax.Array, rows: int, max_new_tokens: int) -> np.ndar
     return np.asarray(programs.uniforms_jit(rng_key, rows, max_new_tokens))
 
 
-def micro_batch_uniforms(rng_key: jax.Array, first_call: int, rows: int, micro_batch: int,
-                         max_new_tokens: int, call_stride: int = 1) -> np.ndarray:
+def micro_batch_uniforms(
+    rng_key: jax.Array, first_call: int, rows: int, micro_batch: int, max_new_tokens: int, call_stride: int = 1
+) -> np.ndarray:
     """[N, rows]: the uniforms of `rows` rows cut into micro-batches of `micro_batch` rows, the k-th
     drawing as `generate` does from fold_in(rng_key, first_call + k x call_stride): the samples of a
     rollout whose micro-batch k has that key, whichever way the engine groups the rows."""
     if not rows:
         return np.zeros((max_new_tokens, 0), np.float32)
-    return np.asarray(programs.micro_batch_uniforms_jit(rng_key, np.uint32(first_call), rows, micro_batch,
-                                                        max_new_tokens, call_stride))
+    return np.asarray(
+        programs.micro_batch_uniforms_jit(
+            rng_key, np.uint32(first_call), rows, micro_batch, max_new_tokens, call_stride
+        )
+    )
 
 
 def _fixed(params) -> Weights:
     return lambda: (params, 0)
 
 
-def generate_paged(graphdef: nnx.GraphDef, weights: Weights | nnx.State, prompt_tokens, prompt_valid,
-                   rng_key: jax.Array, sampling: SamplingParams, settings: EngineSettings, *,
-                   uniforms: np.ndarray | None = None, in_flight: bool = False, turns: TurnStops | None = None,
-                   on_turn_end: TurnEnd | None = None, mesh: Any = None,
-                   gate: GroupGate | None = None) -> tuple[GenerationResult, EngineStats]:
+def generate_paged(
+    graphdef: nnx.GraphDef,
+    weights: Weights | nnx.State,
+    prompt_tokens,
+    prompt_valid,
+    rng_key: jax.Array,
+    sampling: SamplingParams,
+    settings: EngineSettings,
+    *,
+    uniforms: np.ndarray | None = None,
+    in_flight: bool = False,
+    turns: TurnStops | None = None,
+    on_turn_end: TurnEnd | None = None,
+    mesh: Any = None,
+    gate: GroupGate | None = None,
+) -> tuple[GenerationResult, EngineStats]:
     """`generate`'s samples (see its docstring for the arguments and the result), generated with
     continuous batching over settings.num_slots slots and a paged KV cache (the module docstring).
 
@@ -228,29 +249,58 @@ def generate_paged(graphdef: nnx.GraphDef, weights: Weights | nnx.State, prompt_
     if max_new < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new}")
     if rows and not prompt_valid[:, -1].all():
-        raise ValueError("prompts must be LEFT-padded: prompt_valid[:, -1] is False for rows "
-                         f"{np.flatnonzero(~prompt_valid[:, -1]).tolist()}")
+        raise ValueError(
+            "prompts must be LEFT-padded: prompt_valid[:, -1] is False for rows "
+            f"{np.flatnonzero(~prompt_valid[:, -1]).tolist()}"
+        )
     if rows % group or settings.num_slots < group:
-        raise ValueError(f"{rows} rows in groups of {group} on {settings.num_slots} slots: the rows must be whole "
-                         "groups and a group must fit the slots")
+        raise ValueError(
+            f"{rows} rows in groups of {group} on {settings.num_slots} slots: the rows must be whole "
+            "groups and a group must fit the slots"
+        )
     if turns is not None and (on_turn_end is None or not sampling.stop_at_eos):
-        raise ValueError("multi-turn generation needs on_turn_end and stop_at_eos (a turn ends at the end-of-turn "
-                         "token)")
+        raise ValueError(
+            "multi-turn generation needs on_turn_end and stop_at_eos (a turn ends at the end-of-turn token)"
+        )
     if uniforms is None:
         uniforms = step_uniforms(rng_key, rows, max_new)  # [N, rows]
     elif uniforms.shape != (max_new, rows):
         raise ValueError(f"uniforms of shape {uniforms.shape}: expected (max_new_tokens, rows) = {(max_new, rows)}")
-    run = _Run(graphdef, weights if callable(weights) else _fixed(weights), prompt_tokens, prompt_valid, uniforms,
-               sampling, settings, in_flight, turns, on_turn_end, mesh, gate)
+    run = _Run(
+        graphdef,
+        weights if callable(weights) else _fixed(weights),
+        prompt_tokens,
+        prompt_valid,
+        uniforms,
+        sampling,
+        settings,
+        in_flight,
+        turns,
+        on_turn_end,
+        mesh,
+        gate,
+    )
     return run.generate()
 
 
 class _Run:
     """One `generate_paged` call: the pool, the slots' host state and the outputs."""
 
-    def __init__(self, graphdef, weights: Weights, prompt_tokens, prompt_valid, uniforms, sampling: SamplingParams,
-                 settings: EngineSettings, in_flight: bool, turns: TurnStops | None, on_turn_end, mesh,
-                 gate: GroupGate | None = None) -> None:
+    def __init__(
+        self,
+        graphdef,
+        weights: Weights,
+        prompt_tokens,
+        prompt_valid,
+        uniforms,
+        sampling: SamplingParams,
+        settings: EngineSettings,
+        in_flight: bool,
+        turns: TurnStops | None,
+        on_turn_end,
+        mesh,
+        gate: GroupGate | None = None,
+    ) -> None:
         self.weights, self.in_flight, self.turns, self.on_turn_end = weights, in_flight, turns, on_turn_end
         self.gate = gate
         self.prompt_tokens, self.prompt_valid, self.uniforms = prompt_tokens, prompt_valid, uniforms
@@ -263,11 +313,26 @@ class _Run:
         max_new, page = sampling.max_new_tokens, settings.page_tokens
         max_pages = -(-(prompt_width + max_new) // page)
         if settings.memory_fraction:
-            slot_bytes = (2 * model_cfg.num_layers * model_cfg.num_kv_heads * max_pages * page * model_cfg.head_dim
-                          * jnp.dtype(model_cfg.dtype).itemsize)
-            settings = dataclasses.replace(settings, num_slots=memory_slots(
-                settings.num_slots, rows, sampling.prompt_group, slot_bytes, free_device_bytes(mesh),
-                settings.memory_fraction))
+            slot_bytes = (
+                2
+                * model_cfg.num_layers
+                * model_cfg.num_kv_heads
+                * max_pages
+                * page
+                * model_cfg.head_dim
+                * jnp.dtype(model_cfg.dtype).itemsize
+            )
+            settings = dataclasses.replace(
+                settings,
+                num_slots=memory_slots(
+                    settings.num_slots,
+                    rows,
+                    sampling.prompt_group,
+                    slot_bytes,
+                    free_device_bytes(mesh),
+                    settings.memory_fraction,
+                ),
+            )
             self.settings = settings
         slots = settings.num_slots
         self.pool = PagePool(slots * max_pages, page, slots, max_pages)
@@ -297,8 +362,13 @@ class _Run:
             arrivals = self.admit()
             fused = None  # a call's only admission runs in one program with the first chunk
             if arrivals is not None:
-                if (not self.queue_open() and self.turns is None and not self.in_flight and not self.active.any()
-                        and not self.prefilling):
+                if (
+                    not self.queue_open()
+                    and self.turns is None
+                    and not self.in_flight
+                    and not self.active.any()
+                    and not self.prefilling
+                ):
                     self.start(arrivals.rows, arrivals.slots)
                     fused = arrivals
                 else:
@@ -314,10 +384,15 @@ class _Run:
             self.reserve()
             self.decode(fused)
         lengths = self.mask.sum(axis=1).astype(np.int32)
-        result = GenerationResult(tokens=self.tokens, logprobs=self.logprobs, mask=self.mask, lengths=lengths,
-                                  decode_steps=int(lengths.max()) if len(lengths) else 0,
-                                  token_versions=self.versions,
-                                  sampled=self.sampled if self.turns is not None else None)
+        result = GenerationResult(
+            tokens=self.tokens,
+            logprobs=self.logprobs,
+            mask=self.mask,
+            lengths=lengths,
+            decode_steps=int(lengths.max()) if len(lengths) else 0,
+            token_versions=self.versions,
+            sampled=self.sampled if self.turns is not None else None,
+        )
         return result, self.stats
 
     def newest_weights(self) -> None:
@@ -364,7 +439,7 @@ class _Run:
         firsts, self.waiting = self.waiting[:count], self.waiting[count:]
         if self.gate is not None:
             self.rows_left.update((first, group) for first in firsts)
-        slots = free[:count * group]
+        slots = free[: count * group]
         rows = (np.asarray(firsts, np.int64)[:, None] + np.arange(group)).reshape(-1)
         self.stats.prefills += 1
         padded = 1 << (count - 1).bit_length()  # power-of-two prefill batches: few compiled shapes
@@ -375,8 +450,17 @@ class _Run:
         if piece and width > piece:  # prompts this long in the call: every arrival's prefill goes in pieces
             self.slot_row[slots] = rows  # taken: they start once their prompt's last piece has run
             last_pages = np.take_along_axis(prompt_pages, ((lengths - 1) // page)[:, None], axis=1)[:, 0]
-            self.prefilling.append(_Prefill(rows, slots, np.asarray(firsts, np.int64), lengths.astype(np.int32),
-                                            np.where(lengths % page > 0, last_pages, -1), own_tails, padded))
+            self.prefilling.append(
+                _Prefill(
+                    rows,
+                    slots,
+                    np.asarray(firsts, np.int64),
+                    lengths.astype(np.int32),
+                    np.where(lengths % page > 0, last_pages, -1),
+                    own_tails,
+                    padded,
+                )
+            )
             return None
         token = np.arange(width)[None, :] - (width - lengths)[:, None]  # each column's token; < 0: padding
         valid = token >= 0
@@ -393,10 +477,17 @@ class _Run:
         tail_pages = np.full((padded, group - 1, page), self.scratch, np.int32)
         tail_pages[:count] = np.where(in_tail[:, None, :], own_tails[:, :, None], self.scratch)
         uniforms = np.zeros(padded * group, np.float32)
-        uniforms[:len(rows)] = self.uniforms[0, rows]
+        uniforms[: len(rows)] = self.uniforms[0, rows]
         firsts = firsts + [firsts[0]] * (padded - count)  # padding rows repeat a real prompt, written nowhere
-        args = (self.prompt_tokens[firsts], self.prompt_valid[firsts], pages, offsets, tail_columns, tail_pages,
-                uniforms)
+        args = (
+            self.prompt_tokens[firsts],
+            self.prompt_valid[firsts],
+            pages,
+            offsets,
+            tail_columns,
+            tail_pages,
+            uniforms,
+        )
         return _Arrivals(rows, slots, args)
 
     def prefill(self, arrivals: _Arrivals) -> None:
@@ -405,12 +496,13 @@ class _Run:
         partly filled last one written once per slot) and sample token 0 of each completion."""
         start = time.perf_counter()
         self.newest_weights()
-        self.kv_pages, token0, logprob0 = programs.admit(self.graph, self.params, self.kv_pages, *arrivals.args,
-                                                         self.sampling)
+        self.kv_pages, token0, logprob0 = programs.admit(
+            self.graph, self.params, self.kv_pages, *arrivals.args, self.sampling
+        )
         token0, logprob0 = tree_to_host((token0, logprob0))
         self.took_prefill_time(time.perf_counter() - start)
         rows = arrivals.rows
-        self.took_token0(rows, arrivals.slots, token0[:len(rows)], logprob0[:len(rows)])
+        self.took_token0(rows, arrivals.slots, token0[: len(rows)], logprob0[: len(rows)])
 
     def prefill_piece(self) -> None:
         """The next piece of the oldest chunked prefill (`programs.prefill_piece`): each of its prompts'
@@ -420,8 +512,12 @@ class _Run:
         piece between two chunks, not a whole long prompt."""
         start = time.perf_counter()
         self.newest_weights()
-        job, piece, page, group = self.prefilling[0], self.settings.prefill_chunk_tokens, self.pool.page_tokens, \
-            self.sampling.prompt_group
+        job, piece, page, group = (
+            self.prefilling[0],
+            self.settings.prefill_chunk_tokens,
+            self.pool.page_tokens,
+            self.sampling.prompt_group,
+        )
         count, width = len(job.firsts), self.prompt_tokens.shape[1]
         counts = np.zeros(job.padded, np.int32)
         counts[:count] = np.clip(job.lengths - job.done, 0, piece)
@@ -432,8 +528,11 @@ class _Run:
         token = done[:count, None] + np.arange(piece)[None, :]  # [count, C]: the prompt token of each column
         columns = np.clip(width - job.lengths[:, None] + token, 0, width - 1)
         piece_tokens = np.zeros((job.padded, piece), np.int32)
-        piece_tokens[:count] = np.where(np.arange(piece)[None, :] < counts[:count, None],
-                                        np.take_along_axis(self.prompt_tokens[job.firsts], columns, axis=1), 0)
+        piece_tokens[:count] = np.where(
+            np.arange(piece)[None, :] < counts[:count, None],
+            np.take_along_axis(self.prompt_tokens[job.firsts], columns, axis=1),
+            0,
+        )
         tables = np.zeros((job.padded, self.pool.max_pages_per_slot), np.int32)
         tables[:count] = self.pool.tables[job.slots[::group]]
         ends = (counts[:count] > 0) & (job.done + counts[:count] == job.lengths)
@@ -443,10 +542,22 @@ class _Run:
         tail_pages = np.full((job.padded, group - 1), self.scratch, np.int32)
         tail_pages[:count] = np.where(copies[:, None], job.own_tails, self.scratch)
         uniforms = np.zeros(job.padded * group, np.float32)
-        uniforms[:len(job.rows)] = self.uniforms[0, job.rows]
+        uniforms[: len(job.rows)] = self.uniforms[0, job.rows]
         self.kv_pages, token0, logprob0 = programs.prefill_piece(
-            self.graph, self.params, self.kv_pages, piece_tokens, tables, done, counts, tail_source, tail_pages,
-            uniforms, self.sampling, self.view_width(int(done.max())), self.scratch)
+            self.graph,
+            self.params,
+            self.kv_pages,
+            piece_tokens,
+            tables,
+            done,
+            counts,
+            tail_source,
+            tail_pages,
+            uniforms,
+            self.sampling,
+            self.view_width(int(done.max())),
+            self.scratch,
+        )
         token0, logprob0 = tree_to_host((token0, logprob0))
         self.took_prefill_time(time.perf_counter() - start)
         job.done += step_tokens
@@ -454,8 +565,12 @@ class _Run:
             self.prefilling.pop(0)
         if ends.any():
             starting = np.repeat(ends, group)
-            self.took_token0(job.rows[starting], job.slots[starting], token0[:len(job.rows)][starting],
-                             logprob0[:len(job.rows)][starting])
+            self.took_token0(
+                job.rows[starting],
+                job.slots[starting],
+                token0[: len(job.rows)][starting],
+                logprob0[: len(job.rows)][starting],
+            )
 
     def took_prefill_time(self, seconds: float) -> None:
         self.stats.prefill_s += seconds
@@ -514,8 +629,13 @@ class _Run:
         """settings.chunk_tokens; without EOS stops, once no group waits and nothing else needs the
         host between chunks (weights in flight, turns), the whole budget: every sequence runs to
         max_new_tokens, so no slot frees early and one chunk finishes the call."""
-        if (not self.queue_open() and not self.prefilling and not self.in_flight and self.turns is None
-                and not self.sampling.stop_at_eos):
+        if (
+            not self.queue_open()
+            and not self.prefilling
+            and not self.in_flight
+            and self.turns is None
+            and not self.sampling.stop_at_eos
+        ):
             return self.sampling.max_new_tokens
         return self.settings.chunk_tokens
 
@@ -563,21 +683,23 @@ class _Run:
         rows, starts = self.slot_row[running], self.generated[running]
         steps = starts[:, None] + np.arange(chunk)[None, :]  # [n, K]: the token index each step samples
         chunk_uniforms = np.zeros((bucket, chunk), np.float32)
-        chunk_uniforms[:n] = np.where(steps < self.sampling.max_new_tokens,
-                                      self.uniforms[np.minimum(steps, self.sampling.max_new_tokens - 1),
-                                                    rows[:, None]], 0.0)
+        chunk_uniforms[:n] = np.where(
+            steps < self.sampling.max_new_tokens,
+            self.uniforms[np.minimum(steps, self.sampling.max_new_tokens - 1), rows[:, None]],
+            0.0,
+        )
         forced_tokens, forced = np.zeros((bucket, chunk), np.int32), np.zeros((bucket, chunk), bool)
         recent_tokens = np.full((bucket, window), self.sampling.pad_id, np.int32)
         recent_sampled = np.zeros((bucket, window), bool)
-        for i in (range(n) if self.turns is not None else ()):
+        for i in range(n) if self.turns is not None else ():
             reply = self.pending.get(int(running[i]))
             if reply is not None:
-                forced_tokens[i, :len(reply[:chunk])], forced[i, :len(reply[:chunk])] = reply[:chunk], True
+                forced_tokens[i, : len(reply[:chunk])], forced[i, : len(reply[:chunk])] = reply[:chunk], True
             if window:
                 row, start = rows[i], starts[i]
                 first = max(start - window, 0)
-                recent_tokens[i, window - (start - first):] = self.tokens[row, first:start]
-                recent_sampled[i, window - (start - first):] = self.sampled[row, first:start]
+                recent_tokens[i, window - (start - first) :] = self.tokens[row, first:start]
+                recent_sampled[i, window - (start - first) :] = self.sampled[row, first:start]
         picked = np.zeros(bucket, np.int64)
         picked[:n] = running
         in_bucket = np.arange(bucket) < n
@@ -585,22 +707,54 @@ class _Run:
         # numpy arguments go to the device with the call (no separate transfer per array)
         if arrivals is None:
             out = programs.decode_chunk(
-                self.graph, self.params, self.kv_pages, self.pool.tables[picked], self.lengths[picked],
-                self.last_token[picked], in_bucket, self.generated[picked], chunk_uniforms, forced_tokens, forced,
-                recent_tokens, recent_sampled, exit_active, exit_steps_left, self.sampling, chunk, self.scratch,
-                self.turns, self.attention, self.view_tokens(running))
+                self.graph,
+                self.params,
+                self.kv_pages,
+                self.pool.tables[picked],
+                self.lengths[picked],
+                self.last_token[picked],
+                in_bucket,
+                self.generated[picked],
+                chunk_uniforms,
+                forced_tokens,
+                forced,
+                recent_tokens,
+                recent_sampled,
+                exit_active,
+                exit_steps_left,
+                self.sampling,
+                chunk,
+                self.scratch,
+                self.turns,
+                self.attention,
+                self.view_tokens(running),
+            )
         else:
             positions = np.full(len(arrivals.args[-1]), bucket, np.int32)  # padding rows: out of range, dropped
-            positions[:len(arrivals.slots)] = np.searchsorted(running, arrivals.slots)
+            positions[: len(arrivals.slots)] = np.searchsorted(running, arrivals.slots)
             out = programs.admit_and_decode(
-                self.graph, self.params, self.kv_pages, *arrivals.args, positions, self.pool.tables[picked],
-                self.lengths[picked], self.generated[picked], chunk_uniforms, exit_active, exit_steps_left,
-                self.sampling, chunk, self.scratch, self.attention, self.view_tokens(running))
+                self.graph,
+                self.params,
+                self.kv_pages,
+                *arrivals.args,
+                positions,
+                self.pool.tables[picked],
+                self.lengths[picked],
+                self.generated[picked],
+                chunk_uniforms,
+                exit_active,
+                exit_steps_left,
+                self.sampling,
+                chunk,
+                self.scratch,
+                self.attention,
+                self.view_tokens(running),
+            )
         self.kv_pages = out.pop("kv_pages")
         host = tree_to_host(out)
         if arrivals is not None:
             rows0 = arrivals.rows
-            self.took_first_tokens(rows0, host["token0"][:len(rows0)], host["logprob0"][:len(rows0)])
+            self.took_first_tokens(rows0, host["token0"][: len(rows0)], host["logprob0"][: len(rows0)])
         emitted = host["emitted"][:n]  # a prefix of each slot's steps: a slot that stops stays stopped
         self.stats.chunks += 1
         self.stats.slot_steps += bucket * int(host["steps"])
@@ -618,7 +772,7 @@ class _Run:
                 if counts[i] >= len(reply):
                     del self.pending[int(slot)]
                 else:
-                    self.pending[int(slot)] = reply[counts[i]:]
+                    self.pending[int(slot)] = reply[counts[i] :]
         self.lengths[running] = host["lengths"][:n]
         self.last_token[running] = host["last_token"][:n]
         self.generated[running] = host["generated"][:n]
@@ -682,8 +836,9 @@ def _zero_pages(shape: tuple[int, ...], dtype, num_layers: int, mesh: Any) -> li
     sharding = None
     if mesh is not None:
         tensor = dict(zip(mesh.axis_names, mesh.devices.shape)).get("tensor", 1)
-        sharding = NamedSharding(mesh, PartitionSpec("tensor") if tensor > 1 and shape[0] % tensor == 0
-                                 else PartitionSpec())
+        sharding = NamedSharding(
+            mesh, PartitionSpec("tensor") if tensor > 1 and shape[0] % tensor == 0 else PartitionSpec()
+        )
     return _zeros_jit(shape, jnp.dtype(dtype), num_layers, sharding)
 
 

@@ -24,7 +24,6 @@ import dataclasses
 
 import numpy as np
 
-
 PAGE_TOKENS = 16
 """The engine's default page size in token positions (`batching.EngineSettings.page_tokens`)."""
 
@@ -78,7 +77,7 @@ class PagePool:
         return -(-tokens // self.page_tokens)
 
     def slot_pages(self, slot: int) -> list[int]:
-        return self.tables[slot, :self.pages_held[slot]].tolist()
+        return self.tables[slot, : self.pages_held[slot]].tolist()
 
     def tokens_stored(self) -> int:
         """The token positions written in the pages in use: each slot's tokens, a shared page once."""
@@ -174,8 +173,10 @@ class PagePool:
         over = tokens > self.pages_held[slots] * self.page_tokens
         if over.any():
             slot = int(slots[over][0])
-            raise ValueError(f"slot {slot}: {int(tokens[over][0])} tokens, but its pages hold "
-                             f"{self.pages_held[slot] * self.page_tokens}")
+            raise ValueError(
+                f"slot {slot}: {int(tokens[over][0])} tokens, but its pages hold "
+                f"{self.pages_held[slot] * self.page_tokens}"
+            )
         self.lengths[slots] = tokens
 
     def release(self, slots) -> None:

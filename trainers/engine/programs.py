@@ -36,21 +36,29 @@ uniforms_jit = jax.jit(_step_uniforms, static_argnames=("rows", "max_new_tokens"
 
 
 @functools.partial(jax.jit, static_argnames=("rows", "micro_batch", "max_new_tokens", "call_stride"))
-def micro_batch_uniforms_jit(rng_key, first_call, rows: int, micro_batch: int, max_new_tokens: int,
-                             call_stride: int):
+def micro_batch_uniforms_jit(rng_key, first_call, rows: int, micro_batch: int, max_new_tokens: int, call_stride: int):
     """[N, rows]: `_step_uniforms` of each micro-batch of `micro_batch` rows, the k-th drawn from
     fold_in(rng_key, first_call + k x call_stride) (first_call traced: one program for every call)."""
-    return jnp.concatenate([_step_uniforms(jax.random.fold_in(rng_key, first_call + k * call_stride),
-                                           min(micro_batch, rows - start), max_new_tokens)
-                            for k, start in enumerate(range(0, rows, micro_batch))], axis=1)
+    return jnp.concatenate(
+        [
+            _step_uniforms(
+                jax.random.fold_in(rng_key, first_call + k * call_stride),
+                min(micro_batch, rows - start),
+                max_new_tokens,
+            )
+            for k, start in enumerate(range(0, rows, micro_batch))
+        ],
+        axis=1,
+    )
 
 
 def _prefill(model, prompt_tokens, prompt_valid):
     """Dense forward of left-padded prompts [n, Lp]: (last position's logits [n, V], per layer keys
     [n, KVH, D, Lp] and values [n, KVH, Lp, D])."""
     valid = prompt_valid.astype(jnp.bool_)
-    hidden, prompt_kv = model(prompt_tokens, model_lib.positions_from_valid(valid),
-                              model_lib.causal_padding_mask(valid))
+    hidden, prompt_kv = model(
+        prompt_tokens, model_lib.positions_from_valid(valid), model_lib.causal_padding_mask(valid)
+    )
     return model.logits(hidden[:, -1, :]), prompt_kv
 
 
@@ -73,34 +81,80 @@ def _write_prompts(kv_pages, prompt_kv, pages, offsets, tail_columns, tail_pages
             v_tail = jnp.take_along_axis(v_new, columns, axis=2)[:, :, None]
             tail_shape = (k_tail.shape[0], *tail_pages.shape, k_tail.shape[-1])  # [KVH, n, G - 1, T, D]
             k_pages = k_pages.at[:, tail_pages, offsets_tail].set(
-                jnp.broadcast_to(k_tail, tail_shape).astype(k_pages.dtype))
+                jnp.broadcast_to(k_tail, tail_shape).astype(k_pages.dtype)
+            )
             v_pages = v_pages.at[:, tail_pages, offsets_tail].set(
-                jnp.broadcast_to(v_tail, tail_shape).astype(v_pages.dtype))
+                jnp.broadcast_to(v_tail, tail_shape).astype(v_pages.dtype)
+            )
         out.append((k_pages, v_pages))
     return out
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "sampling"), donate_argnames=("kv_pages",))
-def admit(graphdef: StaticGraph, params, kv_pages, prompt_tokens, prompt_valid, pages, offsets, tail_columns,
-          tail_pages, uniforms, sampling: SamplingParams):
+def admit(
+    graphdef: StaticGraph,
+    params,
+    kv_pages,
+    prompt_tokens,
+    prompt_valid,
+    pages,
+    offsets,
+    tail_columns,
+    tail_pages,
+    uniforms,
+    sampling: SamplingParams,
+):
     """One program for arrivals: prefill n distinct prompts [n, Lp], write their keys and values
     into pages (`_write_prompts`), and sample token 0 of each of their G = sampling.prompt_group
     completions from the prompt's last logits with uniforms [n x G]. Returns (kv_pages, tokens,
     logprobs [n x G])."""
-    return _admit(nnx.merge(graphdef.graphdef, params), kv_pages, prompt_tokens, prompt_valid, pages, offsets,
-                  tail_columns, tail_pages, uniforms, sampling)
+    return _admit(
+        nnx.merge(graphdef.graphdef, params),
+        kv_pages,
+        prompt_tokens,
+        prompt_valid,
+        pages,
+        offsets,
+        tail_columns,
+        tail_pages,
+        uniforms,
+        sampling,
+    )
 
 
-def _admit(model, kv_pages, prompt_tokens, prompt_valid, pages, offsets, tail_columns, tail_pages, uniforms,
-           sampling: SamplingParams):
+def _admit(
+    model,
+    kv_pages,
+    prompt_tokens,
+    prompt_valid,
+    pages,
+    offsets,
+    tail_columns,
+    tail_pages,
+    uniforms,
+    sampling: SamplingParams,
+):
     logits, prompt_kv = _prefill(model, prompt_tokens, prompt_valid)
     token, logprob = sample_token(jnp.repeat(logits, sampling.prompt_group, axis=0), uniforms, sampling)
     return _write_prompts(kv_pages, prompt_kv, pages, offsets, tail_columns, tail_pages), token, logprob
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "sampling", "view_tokens"), donate_argnames=("kv_pages",))
-def prefill_piece(graphdef: StaticGraph, params, kv_pages, piece_tokens, tables, done, counts, tail_source, tail_pages,
-                  uniforms, sampling: SamplingParams, view_tokens: int, scratch_page: int):
+def prefill_piece(
+    graphdef: StaticGraph,
+    params,
+    kv_pages,
+    piece_tokens,
+    tables,
+    done,
+    counts,
+    tail_source,
+    tail_pages,
+    uniforms,
+    sampling: SamplingParams,
+    view_tokens: int,
+    scratch_page: int,
+):
     """One piece of a chunked prefill: n prompts' next C tokens, piece_tokens [n, C] (prompt token
     done[i] + j at column j, the first counts[i] columns real), attend to the tokens 0 .. done[i] - 1
     already in their pages (tables [n, max_pages], the group's first slot: gathered into a dense view
@@ -126,30 +180,57 @@ def prefill_piece(graphdef: StaticGraph, params, kv_pages, piece_tokens, tables,
         k_pages, v_pages = write_view_tokens(k_pages, v_pages, view, tables, done, counts, view_tokens, scratch_page)
         if tail_pages.shape[1]:
             k_pages = k_pages.at[:, tail_pages].set(
-                jnp.broadcast_to(k_pages[:, tail_source][:, :, None], (k_pages.shape[0], *tail_pages.shape,
-                                                                       *k_pages.shape[2:])))
+                jnp.broadcast_to(
+                    k_pages[:, tail_source][:, :, None], (k_pages.shape[0], *tail_pages.shape, *k_pages.shape[2:])
+                )
+            )
             v_pages = v_pages.at[:, tail_pages].set(
-                jnp.broadcast_to(v_pages[:, tail_source][:, :, None], (v_pages.shape[0], *tail_pages.shape,
-                                                                       *v_pages.shape[2:])))
+                jnp.broadcast_to(
+                    v_pages[:, tail_source][:, :, None], (v_pages.shape[0], *tail_pages.shape, *v_pages.shape[2:])
+                )
+            )
         out.append((k_pages, v_pages))
     return out, token, logprob
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "sampling", "chunk_tokens", "scratch_page", "attention",
-                                             "view_tokens"),
-                   donate_argnames=("kv_pages",))
-def admit_and_decode(graphdef: StaticGraph, params, kv_pages, prompt_tokens, prompt_valid, pages, offsets,
-                     tail_columns, tail_pages, admit_uniforms, positions, tables, lengths, generated, uniforms,
-                     exit_active, exit_steps_left, sampling: SamplingParams, chunk_tokens: int, scratch_page: int,
-                     attention: str = "view", view_tokens: int = 0):
+@functools.partial(
+    jax.jit,
+    static_argnames=("graphdef", "sampling", "chunk_tokens", "scratch_page", "attention", "view_tokens"),
+    donate_argnames=("kv_pages",),
+)
+def admit_and_decode(
+    graphdef: StaticGraph,
+    params,
+    kv_pages,
+    prompt_tokens,
+    prompt_valid,
+    pages,
+    offsets,
+    tail_columns,
+    tail_pages,
+    admit_uniforms,
+    positions,
+    tables,
+    lengths,
+    generated,
+    uniforms,
+    exit_active,
+    exit_steps_left,
+    sampling: SamplingParams,
+    chunk_tokens: int,
+    scratch_page: int,
+    attention: str = "view",
+    view_tokens: int = 0,
+):
     """`admit` and then `decode_chunk` in one program, for a call whose groups all fit its slots at
     once (its only admission): no host read between the two. The admitted completions sit at
     `positions` [n x G] of the chunk's slots (out of range: a padding row, dropped); each starts
     from its token 0, or stays inactive if token 0 ended it (EOS, or a budget of one token).
     Returns decode_chunk's dict plus token0, logprob0 [n x G]. Single-turn only."""
     model = nnx.merge(graphdef.graphdef, params)
-    kv_pages, token0, logprob0 = _admit(model, kv_pages, prompt_tokens, prompt_valid, pages, offsets, tail_columns,
-                                        tail_pages, admit_uniforms, sampling)
+    kv_pages, token0, logprob0 = _admit(
+        model, kv_pages, prompt_tokens, prompt_valid, pages, offsets, tail_columns, tail_pages, admit_uniforms, sampling
+    )
     ended = jnp.full(token0.shape, sampling.max_new_tokens <= 1)
     if sampling.stop_at_eos:
         ended = ended | _is_eos(token0, sampling)
@@ -157,20 +238,60 @@ def admit_and_decode(graphdef: StaticGraph, params, kv_pages, prompt_tokens, pro
     last_token = jnp.zeros((slots,), jnp.int32).at[positions].set(token0, mode="drop")
     active = jnp.zeros((slots,), jnp.bool_).at[positions].set(~ended, mode="drop")
     empty = jnp.zeros((slots, 0), jnp.int32)
-    out = _decode(model, kv_pages, tables, lengths, last_token, active, generated, uniforms, empty,
-                  empty.astype(jnp.bool_), empty, empty.astype(jnp.bool_), exit_active, exit_steps_left, sampling,
-                  chunk_tokens, scratch_page, None, attention, view_tokens)
+    out = _decode(
+        model,
+        kv_pages,
+        tables,
+        lengths,
+        last_token,
+        active,
+        generated,
+        uniforms,
+        empty,
+        empty.astype(jnp.bool_),
+        empty,
+        empty.astype(jnp.bool_),
+        exit_active,
+        exit_steps_left,
+        sampling,
+        chunk_tokens,
+        scratch_page,
+        None,
+        attention,
+        view_tokens,
+    )
     out["token0"], out["logprob0"] = token0, logprob0
     return out
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "sampling", "chunk_tokens", "scratch_page", "turns",
-                                             "attention", "view_tokens"),
-                   donate_argnames=("kv_pages",))
-def decode_chunk(graphdef: StaticGraph, params, kv_pages, tables, lengths, last_token, active, generated, uniforms,
-                 forced_tokens, forced, recent_tokens, recent_sampled, exit_active, exit_steps_left,
-                 sampling: SamplingParams, chunk_tokens: int, scratch_page: int, turns: TurnStops | None,
-                 attention: str = "view", view_tokens: int = 0):
+@functools.partial(
+    jax.jit,
+    static_argnames=("graphdef", "sampling", "chunk_tokens", "scratch_page", "turns", "attention", "view_tokens"),
+    donate_argnames=("kv_pages",),
+)
+def decode_chunk(
+    graphdef: StaticGraph,
+    params,
+    kv_pages,
+    tables,
+    lengths,
+    last_token,
+    active,
+    generated,
+    uniforms,
+    forced_tokens,
+    forced,
+    recent_tokens,
+    recent_sampled,
+    exit_active,
+    exit_steps_left,
+    sampling: SamplingParams,
+    chunk_tokens: int,
+    scratch_page: int,
+    turns: TurnStops | None,
+    attention: str = "view",
+    view_tokens: int = 0,
+):
     """Up to `chunk_tokens` decode steps of every slot, fewer once at most `exit_active` slots are
     still active while at least `exit_steps_left` steps would be left (of the chunk, and of the
     longest budget left): the host can then refill or shrink the bucket while it still pays (both
@@ -191,14 +312,52 @@ def decode_chunk(graphdef: StaticGraph, params, kv_pages, tables, lengths, last_
     steps run the static sampler's dense decode over it, and the chunk's new keys and values are
     written to the pages at the end: on a CPU a gather per step costs more than the step's
     attention, one per chunk does not, and the view is only as wide as the bucket's longest slot."""
-    return _decode(nnx.merge(graphdef.graphdef, params), kv_pages, tables, lengths, last_token, active, generated,
-                   uniforms, forced_tokens, forced, recent_tokens, recent_sampled, exit_active, exit_steps_left,
-                   sampling, chunk_tokens, scratch_page, turns, attention, view_tokens)
+    return _decode(
+        nnx.merge(graphdef.graphdef, params),
+        kv_pages,
+        tables,
+        lengths,
+        last_token,
+        active,
+        generated,
+        uniforms,
+        forced_tokens,
+        forced,
+        recent_tokens,
+        recent_sampled,
+        exit_active,
+        exit_steps_left,
+        sampling,
+        chunk_tokens,
+        scratch_page,
+        turns,
+        attention,
+        view_tokens,
+    )
 
 
-def _decode(model, kv_pages, tables, lengths, last_token, active, generated, uniforms, forced_tokens, forced,
-            recent_tokens, recent_sampled, exit_active, exit_steps_left, sampling: SamplingParams, chunk_tokens: int,
-            scratch_page: int, turns: TurnStops | None, attention: str, view_tokens: int):
+def _decode(
+    model,
+    kv_pages,
+    tables,
+    lengths,
+    last_token,
+    active,
+    generated,
+    uniforms,
+    forced_tokens,
+    forced,
+    recent_tokens,
+    recent_sampled,
+    exit_active,
+    exit_steps_left,
+    sampling: SamplingParams,
+    chunk_tokens: int,
+    scratch_page: int,
+    turns: TurnStops | None,
+    attention: str,
+    view_tokens: int,
+):
     slots = tables.shape[0]
     window = recent_tokens.shape[1]
     width = view_tokens
@@ -219,8 +378,9 @@ def _decode(model, kv_pages, tables, lengths, last_token, active, generated, uni
         j, active = carry["j"], carry["active"]
         if attention == "view":
             valid = _set_column(carry["view_valid"], width + j, jnp.ones((slots,), jnp.bool_))
-            hidden, cache = model(carry["last_token"][:, None], carry["lengths"][:, None], valid[:, None, :],
-                                  carry["cache"], width + j)
+            hidden, cache = model(
+                carry["last_token"][:, None], carry["lengths"][:, None], valid[:, None, :], carry["cache"], width + j
+            )
         else:
             valid = carry["view_valid"]
             write_tables = jnp.where(active[:, None], tables, scratch_page)
@@ -247,39 +407,64 @@ def _decode(model, kv_pages, tables, lengths, last_token, active, generated, uni
             else:
                 stop = is_eos
                 if window:
-                    recent = jnp.where(active[:, None], jnp.concatenate([recent[:, 1:], token[:, None]], axis=1),
-                                       recent)
-                    recent_s = jnp.where(active[:, None],
-                                         jnp.concatenate([recent_s[:, 1:], sampled[:, None]], axis=1), recent_s)
+                    recent = jnp.where(
+                        active[:, None], jnp.concatenate([recent[:, 1:], token[:, None]], axis=1), recent
+                    )
+                    recent_s = jnp.where(
+                        active[:, None], jnp.concatenate([recent_s[:, 1:], sampled[:, None]], axis=1), recent_s
+                    )
                     for sequence in turns.sequences:
                         m = len(sequence)
-                        stop = stop | (jnp.all(recent[:, window - m:] == jnp.asarray(sequence, jnp.int32), axis=1)
-                                       & jnp.all(recent_s[:, window - m:], axis=1))
+                        stop = stop | (
+                            jnp.all(recent[:, window - m :] == jnp.asarray(sequence, jnp.int32), axis=1)
+                            & jnp.all(recent_s[:, window - m :], axis=1)
+                        )
                 paused = paused | (sampled & stop)
         return dict(
-            j=j + 1, cache=cache, view_valid=valid,
+            j=j + 1,
+            cache=cache,
+            view_valid=valid,
             lengths=carry["lengths"] + active.astype(jnp.int32),
             last_token=jnp.where(active, token, carry["last_token"]),
-            active=active & ~ended & ~paused, generated=generated, paused=paused,
-            recent_tokens=recent, recent_sampled=recent_s,
+            active=active & ~ended & ~paused,
+            generated=generated,
+            paused=paused,
+            recent_tokens=recent,
+            recent_sampled=recent_s,
             tokens=_set_column(carry["tokens"], j, token),
             logprobs=_set_column(carry["logprobs"], j, jnp.where(active, logprob, 0.0)),
             emitted=_set_column(carry["emitted"], j, active),
-            sampled=_set_column(carry["sampled"], j, sampled))
+            sampled=_set_column(carry["sampled"], j, sampled),
+        )
 
-    carry = jax.lax.while_loop(cond, body, dict(
-        j=jnp.zeros((), jnp.int32), cache=cache, view_valid=view_valid, lengths=lengths, last_token=last_token,
-        active=active, generated=generated, paused=jnp.zeros((slots,), jnp.bool_),
-        recent_tokens=recent_tokens, recent_sampled=recent_sampled,
-        tokens=jnp.full((slots, chunk_tokens), sampling.pad_id, jnp.int32),
-        logprobs=jnp.zeros((slots, chunk_tokens), jnp.float32),
-        emitted=jnp.zeros((slots, chunk_tokens), jnp.bool_), sampled=jnp.zeros((slots, chunk_tokens), jnp.bool_)))
+    carry = jax.lax.while_loop(
+        cond,
+        body,
+        dict(
+            j=jnp.zeros((), jnp.int32),
+            cache=cache,
+            view_valid=view_valid,
+            lengths=lengths,
+            last_token=last_token,
+            active=active,
+            generated=generated,
+            paused=jnp.zeros((slots,), jnp.bool_),
+            recent_tokens=recent_tokens,
+            recent_sampled=recent_sampled,
+            tokens=jnp.full((slots, chunk_tokens), sampling.pad_id, jnp.int32),
+            logprobs=jnp.zeros((slots, chunk_tokens), jnp.float32),
+            emitted=jnp.zeros((slots, chunk_tokens), jnp.bool_),
+            sampled=jnp.zeros((slots, chunk_tokens), jnp.bool_),
+        ),
+    )
     carry["steps"] = carry.pop("j")
     cache = carry.pop("cache")
     if attention == "view":
         counts = carry["lengths"] - lengths  # the tokens each slot fed in this chunk
-        cache = [write_view_tokens(k, v, view, tables, lengths, counts, width, scratch_page)
-                 for (k, v), view in zip(kv_pages, cache)]
+        cache = [
+            write_view_tokens(k, v, view, tables, lengths, counts, width, scratch_page)
+            for (k, v), view in zip(kv_pages, cache)
+        ]
     carry["kv_pages"] = cache
     for name in ("recent_tokens", "recent_sampled", "view_valid"):
         carry.pop(name)

@@ -34,8 +34,7 @@ MAX_DECIMAL_PLACES = 12
 _MAX_EXPONENT_CHARS = 6  # a literal's exponent ("1e400", "1e0000000") of more digits is refused before it is read
 
 _SYMBOLS = str.maketrans({"\u2212": "-", "\u2013": "-", "\u00d7": "*", "\u22c5": "*", "\u00f7": "/"})
-_BINARY = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
-           ast.Pow: "**"}
+_BINARY = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%", ast.Pow: "**"}
 _LITERAL_RE = re.compile(r"(?P<whole>[0-9_]*)(?:\.(?P<fraction>[0-9_]*))?(?:[eE](?P<exponent>[+-]?[0-9_]+))?")
 ALLOWED = "numbers and + - * / // % ** ( )"
 
@@ -157,9 +156,8 @@ class _Walker:
         largest = max(abs(base.numerator), base.denominator)
         estimated_digits = abs(e) * math.log10(largest)
         if estimated_digits > self.max_digits + 1:
-            raise ArithmeticRefused(f"result too large: about {estimated_digits:.0f} digits; at most "
-                                    f"{self.max_digits}")
-        return base ** e
+            raise ArithmeticRefused(f"result too large: about {estimated_digits:.0f} digits; at most {self.max_digits}")
+        return base**e
 
     def checked(self, value: Fraction) -> Fraction:
         """`value`, or ArithmeticRefused when its numerator or denominator has too many digits."""
@@ -192,9 +190,9 @@ def format_number(value: Fraction) -> str:
     places = _decimal_places(value.denominator)
     if places is None or places > MAX_DECIMAL_PLACES:
         return f"{value.numerator}/{value.denominator}"
-    scaled = abs(value.numerator) * 10 ** places // value.denominator
+    scaled = abs(value.numerator) * 10**places // value.denominator
     sign = "-" if value < 0 else ""
-    whole, fraction = divmod(scaled, 10 ** places)
+    whole, fraction = divmod(scaled, 10**places)
     return f"{sign}{whole}.{fraction:0{places}d}".rstrip("0")
 
 

@@ -51,7 +51,7 @@ class EpisodeState:
     """One episode as the environment sees it: the example, the turns so far and its own scratch space."""
 
     example: dict[str, Any]
-    turn: int = 0                  # assistant turns answered so far (this one included, inside `step`)
+    turn: int = 0  # assistant turns answered so far (this one included, inside `step`)
     data: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 

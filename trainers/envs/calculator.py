@@ -85,20 +85,41 @@ class CalculatorSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    max_expression_chars: int = Field(200, ge=1, le=10_000, description="Longest expression the calculator "
-                                      "reads, in characters; a longer one gets an error reply.")
-    max_result_digits: int = Field(30, ge=1, le=1_000, description="Most digits a number (a literal, an "
-                                   "intermediate value or the result) may have; a larger one gets an error reply.")
-    max_calls_per_turn: int = Field(4, ge=1, le=64, description="Tool calls answered per assistant turn; "
-                                    "the rest get one error reply.")
-    demonstration: bool = Field(False, description="Put one worked example (a word problem, the calculator "
-                                "call, its result, a one-sentence answer) before each question as chat messages. "
-                                "Needs a chat model (data.chat_template).")
-    enabled: bool = Field(True, description="false: the no-tool twin of a run; the calculator answers nothing, "
-                          "the first turn is the final answer and the demonstration answers without the tool.")
-    call_bonus: float = Field(0.0, ge=0.0, le=10.0, description="Reward part tool_call (reward/env/tool_call): "
-                              "this much, once per episode, for its first call the calculator answers without "
-                              "an error (0 = off). Shaping for a model that rarely calls the tool by itself.")
+    max_expression_chars: int = Field(
+        200,
+        ge=1,
+        le=10_000,
+        description="Longest expression the calculator reads, in characters; a longer one gets an error reply.",
+    )
+    max_result_digits: int = Field(
+        30,
+        ge=1,
+        le=1_000,
+        description="Most digits a number (a literal, an "
+        "intermediate value or the result) may have; a larger one gets an error reply.",
+    )
+    max_calls_per_turn: int = Field(
+        4, ge=1, le=64, description="Tool calls answered per assistant turn; the rest get one error reply."
+    )
+    demonstration: bool = Field(
+        False,
+        description="Put one worked example (a word problem, the calculator "
+        "call, its result, a one-sentence answer) before each question as chat messages. "
+        "Needs a chat model (data.chat_template).",
+    )
+    enabled: bool = Field(
+        True,
+        description="false: the no-tool twin of a run; the calculator answers nothing, "
+        "the first turn is the final answer and the demonstration answers without the tool.",
+    )
+    call_bonus: float = Field(
+        0.0,
+        ge=0.0,
+        le=10.0,
+        description="Reward part tool_call (reward/env/tool_call): "
+        "this much, once per episode, for its first call the calculator answers without "
+        "an error (0 = off). Shaping for a model that rarely calls the tool by itself.",
+    )
 
 
 def find_tool_calls(message: str) -> list[str]:
@@ -128,8 +149,7 @@ def answer_tool_call(body: str, settings: CalculatorSettings) -> tuple[str, bool
     if not isinstance(expression, str):
         return 'error: "arguments" needs "expression", a string such as "12 + 7"', True
     if len(expression) > settings.max_expression_chars:
-        return (f"error: the expression is {len(expression)} characters; at most "
-                f"{settings.max_expression_chars}"), True
+        return (f"error: the expression is {len(expression)} characters; at most {settings.max_expression_chars}"), True
     try:
         value = evaluate(expression, settings.max_result_digits, settings.max_expression_chars)
     except ArithmeticRefused as refused:
@@ -183,8 +203,11 @@ class Calculator(Environment):
                 parts["tool_call"] = self.settings.call_bonus
         skipped = len(calls) - limit
         if skipped > 0:
-            messages.append({"role": "tool", "content": f"error: at most {limit} tool calls per turn; the other "
-                                                        f"{skipped} were not run"})
+            messages.append(
+                {
+                    "role": "tool",
+                    "content": f"error: at most {limit} tool calls per turn; the other {skipped} were not run",
+                }
+            )
             errors += skipped
-        return StepResult(messages=messages, reward_parts=parts, done=False, tool_calls=len(calls),
-                          tool_errors=errors)
+        return StepResult(messages=messages, reward_parts=parts, done=False, tool_calls=len(calls), tool_errors=errors)

@@ -35,12 +35,11 @@ class GuessNumberSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    low: int = Field(1, ge=-_BOUND, le=_BOUND, description="Smallest secret, for examples without their own "
-                     "\"low\".")
-    high: int = Field(100, ge=-_BOUND, le=_BOUND, description="Largest secret, for examples without their own "
-                      "\"high\"; above low.")
-    max_guesses: int = Field(8, ge=1, le=100, description="Turns the model has; the episode ends unsolved after "
-                             "them.")
+    low: int = Field(1, ge=-_BOUND, le=_BOUND, description="Smallest secret, for examples without their own \"low\".")
+    high: int = Field(
+        100, ge=-_BOUND, le=_BOUND, description="Largest secret, for examples without their own \"high\"; above low."
+    )
+    max_guesses: int = Field(8, ge=1, le=100, description="Turns the model has; the episode ends unsolved after them.")
 
     @field_validator("high")
     @classmethod
@@ -87,8 +86,14 @@ class GuessNumber(Environment):
         guess = last_integer(assistant_message)
         last_turn = state.turn >= self.settings.max_guesses
         if guess == secret:
-            return StepResult(messages=[{"role": "user", "content": "correct"}], done=True,
-                              reward_parts={"solved": solved_reward(state.turn, self.settings.max_guesses)})
+            return StepResult(
+                messages=[{"role": "user", "content": "correct"}],
+                done=True,
+                reward_parts={"solved": solved_reward(state.turn, self.settings.max_guesses)},
+            )
         reply = NO_NUMBER if guess is None else "higher" if guess < secret else "lower"
-        return StepResult(messages=[{"role": "user", "content": reply}], done=last_turn,
-                          reward_parts={"solved": 0.0} if last_turn else {})
+        return StepResult(
+            messages=[{"role": "user", "content": reply}],
+            done=last_turn,
+            reward_parts={"solved": 0.0} if last_turn else {},
+        )

@@ -20,11 +20,11 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from trainers.errors import FieldError
 from trainers.envs.base import Environment
 from trainers.envs.calculator import Calculator
 from trainers.envs.guess_number import GuessNumber
 from trainers.envs.single_turn import SingleTurn
+from trainers.errors import FieldError
 
 ENVIRONMENTS: dict[str, type[Environment]] = {
     SingleTurn.name: SingleTurn,
@@ -51,27 +51,37 @@ def resolve(name: str, allowed_modules: Collection[str] | None = None) -> type[E
     if allowed_modules is not None and not module_allowed(module_name, allowed_modules):
         raise EnvError("env.name", refused_message(name, allowed_modules))
     if module_name is None:
-        raise EnvError("env.name", f"unknown environment '{name}'; {_did_you_mean(name)}built in: "
-                                   f"{', '.join(ENVIRONMENT_NAMES)}; or your own Environment class as a dotted path "
-                                   "package.module:Class")
+        raise EnvError(
+            "env.name",
+            f"unknown environment '{name}'; {_did_you_mean(name)}built in: "
+            f"{', '.join(ENVIRONMENT_NAMES)}; or your own Environment class as a dotted path "
+            "package.module:Class",
+        )
     if not module_name or not attribute:
         raise EnvError("env.name", f"'{name}' is not a dotted path; write package.module:Class")
     try:
         module = importlib.import_module(module_name)
     except (Exception, SystemExit) as error:  # an import runs the module's code: anything may fail there
-        raise EnvError("env.name", f"cannot import module '{module_name}' of '{name}': {type(error).__name__}: "
-                                   f"{error}; check the module is on the Python path (PYTHONPATH) and imports "
-                                   "cleanly") from error
+        raise EnvError(
+            "env.name",
+            f"cannot import module '{module_name}' of '{name}': {type(error).__name__}: "
+            f"{error}; check the module is on the Python path (PYTHONPATH) and imports "
+            "cleanly",
+        ) from error
     cls = getattr(module, attribute, None)
     if cls is None:
-        raise EnvError("env.name", f"module '{module_name}' has no attribute '{attribute}'; name a class defined "
-                                   "in it")
+        raise EnvError("env.name", f"module '{module_name}' has no attribute '{attribute}'; name a class defined in it")
     if not (isinstance(cls, type) and issubclass(cls, Environment)):
-        raise EnvError("env.name", f"'{name}' is not an Environment subclass; subclass "
-                                   "trainers.envs.base.Environment (a name, Settings, reset and step)")
+        raise EnvError(
+            "env.name",
+            f"'{name}' is not an Environment subclass; subclass "
+            "trainers.envs.base.Environment (a name, Settings, reset and step)",
+        )
     if not (isinstance(cls.Settings, type) and issubclass(cls.Settings, BaseModel)):
-        raise EnvError("env.name", f"'{name}'.Settings is not a pydantic model; make it a pydantic BaseModel "
-                                   "(or leave it out: no settings)")
+        raise EnvError(
+            "env.name",
+            f"'{name}'.Settings is not a pydantic model; make it a pydantic BaseModel (or leave it out: no settings)",
+        )
     return cls
 
 
@@ -98,9 +108,12 @@ def module_allowed(module_name: str | None, allowed_modules: Collection[str]) ->
 def refused_message(name: str, allowed_modules: Collection[str]) -> str:
     """What a platform answers for an env.name it will not import: the same text whether or not a
     module of that name exists, so the answer tells nothing about what is installed."""
-    listed = (f"or a class of the modules this server's administrator lists: {', '.join(sorted(allowed_modules))}"
-              if allowed_modules else "this server runs no other environments (its administrator lists the "
-                                      "modules it may load in PLATFORM_ENVIRONMENT_MODULES)")
+    listed = (
+        f"or a class of the modules this server's administrator lists: {', '.join(sorted(allowed_modules))}"
+        if allowed_modules
+        else "this server runs no other environments (its administrator lists the "
+        "modules it may load in PLATFORM_ENVIRONMENT_MODULES)"
+    )
     return f"unknown environment '{name}'; {_did_you_mean(name)}built in: {', '.join(ENVIRONMENT_NAMES)}; {listed}"
 
 
@@ -140,8 +153,9 @@ def make_settings(cls: type[Environment], settings: dict[str, Any]) -> BaseModel
     return cls.Settings.model_validate(settings)
 
 
-def make_environment(name: str, settings: dict[str, Any] | None = None,
-                     allowed_modules: Collection[str] | None = None) -> Environment:
+def make_environment(
+    name: str, settings: dict[str, Any] | None = None, allowed_modules: Collection[str] | None = None
+) -> Environment:
     """The environment `name` (see `resolve`) with its settings validated (see `make_settings`)."""
     cls = resolve(name, allowed_modules)
     return cls(make_settings(cls, settings or {}))

@@ -62,8 +62,10 @@ def key_name(entry: Any) -> str:
 def _named_shapes(tree: Any) -> dict[str, tuple[int, ...]]:
     """{dotted path (e.g. 'blocks.0.attn.q_proj.kernel.value'): shape} of a tree of arrays,
     ShapeDtypeStructs or Orbax array metadata."""
-    return {".".join(key_name(e) for e in path): tuple(getattr(leaf, "shape", ()) or ())
-            for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
+    return {
+        ".".join(key_name(e) for e in path): tuple(getattr(leaf, "shape", ()) or ())
+        for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]
+    }
 
 
 def saved_shapes(item_dir: str) -> dict[str, tuple[int, ...]]:
@@ -98,14 +100,19 @@ def _differences(saved: dict, wanted: dict) -> list[str]:
     lines = []
     if reshaped:
         name = reshaped[0]
-        lines.append(f"{len(reshaped)} array(s) of another shape (e.g. {name} is {list(saved[name])} in the "
-                     f"checkpoint, {list(wanted[name])} here)")
+        lines.append(
+            f"{len(reshaped)} array(s) of another shape (e.g. {name} is {list(saved[name])} in the "
+            f"checkpoint, {list(wanted[name])} here)"
+        )
     if only_saved:
-        lines.append(f"{len(only_saved)} array(s) in the checkpoint only (e.g. {only_saved[0]} "
-                     f"{list(saved[only_saved[0]])})")
+        lines.append(
+            f"{len(only_saved)} array(s) in the checkpoint only (e.g. {only_saved[0]} {list(saved[only_saved[0]])})"
+        )
     if only_wanted:
-        lines.append(f"{len(only_wanted)} array(s) missing from the checkpoint (e.g. {only_wanted[0]} "
-                     f"{list(wanted[only_wanted[0]])})")
+        lines.append(
+            f"{len(only_wanted)} array(s) missing from the checkpoint (e.g. {only_wanted[0]} "
+            f"{list(wanted[only_wanted[0]])})"
+        )
     return lines
 
 
@@ -125,14 +132,18 @@ def check_fits(step_dir: str, items: dict[str, Any], asked: dict | None = None) 
             holds = _describe_identity(saved_meta.get("model")) if saved_meta.get("model") else "a model"
             asks = _describe_identity(asked) if asked else "this model"
             field = "model.path" if asked and asked.get("path") else "model.preset" if asked else "model"
-            message = (f"{where} holds {holds} ({describe_model_shapes(saved)}) but the config asks for {asks} "
-                       f"({describe_model_shapes(wanted)}): {'; '.join(differences)}. Set model.preset / model.path "
-                       "to the checkpoint's model, or train this model in a new run directory")
+            message = (
+                f"{where} holds {holds} ({describe_model_shapes(saved)}) but the config asks for {asks} "
+                f"({describe_model_shapes(wanted)}): {'; '.join(differences)}. Set model.preset / model.path "
+                "to the checkpoint's model, or train this model in a new run directory"
+            )
         else:
             field = "optimizer.name"
-            message = (f"{where} holds optimizer state of another shape than the config's optimizer makes: "
-                       f"{'; '.join(differences)}. Resume with the optimizer the run was started with, or start "
-                       "a new run directory")
+            message = (
+                f"{where} holds optimizer state of another shape than the config's optimizer makes: "
+                f"{'; '.join(differences)}. Resume with the optimizer the run was started with, or start "
+                "a new run directory"
+            )
         raise IncompatibleCheckpoint(field, message)
 
 
@@ -152,8 +163,11 @@ def finished_steps(directory: str) -> list[int]:
     renames a checkpoint to its step number only once it is complete."""
     if not os.path.isdir(directory):
         return []
-    return sorted(int(name) for name in os.listdir(directory)
-                  if name.isdigit() and os.path.isdir(os.path.join(directory, name, "params")))
+    return sorted(
+        int(name)
+        for name in os.listdir(directory)
+        if name.isdigit() and os.path.isdir(os.path.join(directory, name, "params"))
+    )
 
 
 def checkpoint_step_dir(run_dir: str, step: int | None = None) -> tuple[str, int]:
@@ -165,8 +179,9 @@ def checkpoint_step_dir(run_dir: str, step: int | None = None) -> tuple[str, int
     if step is None:
         step = steps[-1]
     elif step not in steps:
-        raise FileNotFoundError(f"{run_dir} has no checkpoint at step {step}; it has steps "
-                                f"{', '.join(map(str, steps))}")
+        raise FileNotFoundError(
+            f"{run_dir} has no checkpoint at step {step}; it has steps {', '.join(map(str, steps))}"
+        )
     return os.path.join(os.path.abspath(run_dir), "checkpoints", str(step)), step
 
 
@@ -207,12 +222,14 @@ class Checkpointer:
         self.directory = os.path.abspath(os.fspath(directory))
         policies: list[Any] = [LatestN(n=keep_last)]
         if best_metric is not None:
-            policies.append(BestN(
-                get_metric_fn=lambda metrics: metrics[best_metric],
-                reverse=best_mode == "min",  # BestN keeps the tail of the sorted list
-                n=1,
-                keep_checkpoints_without_metrics=False,
-            ))
+            policies.append(
+                BestN(
+                    get_metric_fn=lambda metrics: metrics[best_metric],
+                    reverse=best_mode == "min",  # BestN keeps the tail of the sorted list
+                    n=1,
+                    keep_checkpoints_without_metrics=False,
+                )
+            )
         self._best_metric = best_metric
         options = ocp.CheckpointManagerOptions(
             preservation_policy=AnyPreservationPolicy(policies),

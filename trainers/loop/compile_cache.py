@@ -11,6 +11,7 @@ TRAINERS_COMPILATION_CACHE=0 turns it off.
 from __future__ import annotations
 
 import os
+
 import jax
 
 MIN_COMPILE_TIME_S = 0.5
@@ -21,7 +22,9 @@ def default_directory() -> str:
     return os.path.join(os.path.expanduser("~"), ".cache", "grpo-trainers", "jax-cache")
 
 
-def enable_compilation_cache(directory: str | None = None, min_compile_time_s: float = MIN_COMPILE_TIME_S) -> str | None:
+def enable_compilation_cache(
+    directory: str | None = None, min_compile_time_s: float = MIN_COMPILE_TIME_S
+) -> str | None:
     """Turn on JAX's persistent compilation cache; returns its folder (None when turned off by
     TRAINERS_COMPILATION_CACHE=0). Call before the first compile; safe to call again."""
     if os.environ.get("TRAINERS_COMPILATION_CACHE", "1").strip().lower() in ("0", "false", "no", "off"):

@@ -67,28 +67,29 @@ from trainers.config import ExperimentConfig
 from trainers.config.schema import OptimizerSection
 from trainers.data.encoding import bucket_width, prompt_bucket_tokens
 from trainers.engine.pages import PAGE_TOKENS
-from trainers.step.plan import BatchPlan
-from trainers.models.hf_config import parameter_count
-from trainers.models.presets import LOGITS_CHUNK_ELEMENTS, ModelConfig
 from trainers.loop.policy import model_config_for
+from trainers.models.hf_config import parameter_count
 from trainers.models.lora_targets import targeted
+from trainers.models.presets import LOGITS_CHUNK_ELEMENTS, ModelConfig
+from trainers.step.plan import BatchPlan
 
-GIB = 1024 ** 3
+GIB = 1024**3
 FLOAT32_BYTES = 4
-RUNTIME_BYTES = 800 * 1024 ** 2
+RUNTIME_BYTES = 800 * 1024**2
 """The Python process with JAX and XLA loaded, the dataset and the tokenizer: a tiny-preset run (the
 demo) peaks at 0.68 GiB of RSS on this project's CPU machine; the runtime part adds one parameters'
 size to it (see the module docstring)."""
-PROMPT_BYTES_PER_TOKEN = 5          # int32 token + bool valid
-COMPLETION_BYTES_PER_TOKEN = 25     # int32 token + bool mask + 5 float32 (generator, old, reference log-probs, weights)
-SAMPLER_BUFFERS = 5                 # [B, V] float32: logits, filtered, log-probs, probs, cdf
-LOGITS_BUFFERS = 4                  # [chunk, V] float32: logits, probs; the backward's recomputed logits and their gradient
-ATTENTION_BUFFERS = 4               # [NH, S] float32 per position and layer (XLA:CPU keeps about 3.5)
+PROMPT_BYTES_PER_TOKEN = 5  # int32 token + bool valid
+COMPLETION_BYTES_PER_TOKEN = 25  # int32 token + bool mask + 5 float32 (generator, old, reference log-probs, weights)
+SAMPLER_BUFFERS = 5  # [B, V] float32: logits, filtered, log-probs, probs, cdf
+LOGITS_BUFFERS = 4  # [chunk, V] float32: logits, probs; the backward's recomputed logits and their gradient
+ATTENTION_BUFFERS = 4  # [NH, S] float32 per position and layer (XLA:CPU keeps about 3.5)
 
 
 @dataclasses.dataclass(frozen=True)
 class MemoryPart:
     """One part of the estimate: `name`, its size and the config fields that make it smaller."""
+
     name: str
     bytes: int
     lower: tuple[str, ...]
@@ -124,8 +125,10 @@ class StepMemory:
         """Lines for `validate` and the plan preview: the total and the prompt width it counts, then
         every part in GiB."""
         width = "the data's longest prompt, bucketed" if self.from_data else "data.max_prompt_tokens"
-        lines = [f"Memory of a step (estimate)     {gib(self.total_bytes)} GiB  "
-                 f"(prompts of {self.prompt_tokens} tokens: {width})"]
+        lines = [
+            f"Memory of a step (estimate)     {gib(self.total_bytes)} GiB  "
+            f"(prompts of {self.prompt_tokens} tokens: {width})"
+        ]
         for part in self.held:
             lines.append(f"  {part.name:<30}{gib(part.bytes)} GiB")
         for part in self.phases:
@@ -150,8 +153,12 @@ def layer_elements(model: ModelConfig, sequence_tokens: int) -> int:
     """float32 values one layer keeps per position for the backward pass, in a sequence of
     `sequence_tokens` (see the module docstring)."""
     m = model
-    return (5 * m.hidden_size + 3 * (m.num_heads + m.num_kv_heads) * m.head_dim + 4 * m.mlp_size
-            + ATTENTION_BUFFERS * m.num_heads * sequence_tokens)
+    return (
+        5 * m.hidden_size
+        + 3 * (m.num_heads + m.num_kv_heads) * m.head_dim
+        + 4 * m.mlp_size
+        + ATTENTION_BUFFERS * m.num_heads * sequence_tokens
+    )
 
 
 def forward_elements(model: ModelConfig, rows: int, group: int, prompt_tokens: int, completion_tokens: int) -> int:
@@ -173,10 +180,18 @@ def logits_chunk_bytes(model: ModelConfig, positions: int, chunk_elements: int =
     return LOGITS_BUFFERS * chunk_positions * model.vocab_size * FLOAT32_BYTES
 
 
-def estimate_step_memory(plan: BatchPlan, model: ModelConfig, moments: int, concurrent_rollout: bool = False,
-                         chunk_elements: int = LOGITS_CHUNK_ELEMENTS, adapter_parameters: int = 0,
-                         prompt_tokens: int | None = None, decode_slots: int | None = None,
-                         decode_chunk_tokens: int = 16, prefill_chunk_tokens: int = 0) -> StepMemory:
+def estimate_step_memory(
+    plan: BatchPlan,
+    model: ModelConfig,
+    moments: int,
+    concurrent_rollout: bool = False,
+    chunk_elements: int = LOGITS_CHUNK_ELEMENTS,
+    adapter_parameters: int = 0,
+    prompt_tokens: int | None = None,
+    decode_slots: int | None = None,
+    decode_chunk_tokens: int = 16,
+    prefill_chunk_tokens: int = 0,
+) -> StepMemory:
     """The estimate for `plan` on `model` with an optimizer of `moments` float32 buffers per
     parameter; `concurrent_rollout`: async.enabled (the collector's own weights); `adapter_parameters`:
     the LoRA adapters' size (0: full fine-tuning); `prompt_tokens`: the width a step's prompts are
@@ -197,39 +212,62 @@ def estimate_step_memory(plan: BatchPlan, model: ModelConfig, moments: int, conc
     if concurrent_rollout:
         held.append(MemoryPart("collector weights", params_bytes, ("async.enabled",)))
     held += [
-        MemoryPart("step arrays", plan.sequences_per_step * (lp * PROMPT_BYTES_PER_TOKEN
-                                                             + lc * COMPLETION_BYTES_PER_TOKEN),
-                   ("batch.prompts_per_step", "grpo.num_generations", "rollout.max_new_tokens")),
+        MemoryPart(
+            "step arrays",
+            plan.sequences_per_step * (lp * PROMPT_BYTES_PER_TOKEN + lc * COMPLETION_BYTES_PER_TOKEN),
+            ("batch.prompts_per_step", "grpo.num_generations", "rollout.max_new_tokens"),
+        ),
         MemoryPart("runtime", RUNTIME_BYTES + params_bytes, ()),
     ]
     lengths = ("rollout.max_new_tokens", "data.max_prompt_tokens")
 
     rows = max(decode_slots or plan.rollout_micro_batch_sequences, plan.num_generations)
     distinct_prompts = max(rows // plan.num_generations, 1)  # the engine admits whole groups
-    kv_position = 2 * model.num_layers * rows * model.num_kv_heads * model.head_dim * (
-        2 if model.dtype == "bfloat16" else FLOAT32_BYTES)
+    kv_position = (
+        2
+        * model.num_layers
+        * rows
+        * model.num_kv_heads
+        * model.head_dim
+        * (2 if model.dtype == "bfloat16" else FLOAT32_BYTES)
+    )
     pages = kv_position * -(-seq // PAGE_TOKENS) * PAGE_TOKENS
     view = kv_position * (seq + decode_chunk_tokens)
     piece = min(lp, prefill_chunk_tokens) if prefill_chunk_tokens else lp  # a long prompt's prefill runs in pieces
     prefill = distinct_prompts * piece * layer_elements(model, lp) * FLOAT32_BYTES
     sampler = SAMPLER_BUFFERS * rows * model.vocab_size * FLOAT32_BYTES
-    phases = [MemoryPart("rollout", pages + view + prefill + sampler,
-                         ("rollout.decode_slots", "batch.rollout_micro_batch_sequences") + lengths)]
+    phases = [
+        MemoryPart(
+            "rollout",
+            pages + view + prefill + sampler,
+            ("rollout.decode_slots", "batch.rollout_micro_batch_sequences") + lengths,
+        )
+    ]
 
     g = plan.num_generations
     if plan.needs_old_logprobs or plan.needs_reference:
         rows = plan.logprob_micro_batch_sequences
         positions = rows * lc  # the LM head runs on completion positions only
         forward = forward_elements(model, rows, g, lp, lc) * FLOAT32_BYTES  # one layer live
-        phases.append(MemoryPart("log-prob", forward + logits_chunk_bytes(model, positions, chunk_elements),
-                                 ("batch.logprob_micro_batch_sequences",) + lengths))
+        phases.append(
+            MemoryPart(
+                "log-prob",
+                forward + logits_chunk_bytes(model, positions, chunk_elements),
+                ("batch.logprob_micro_batch_sequences",) + lengths,
+            )
+        )
 
     rows = plan.train_micro_batch_sequences
     positions = rows * lc
     gradients = trained_bytes * (2 if plan.accumulation_steps > 1 else 1)
     activations = model.num_layers * forward_elements(model, rows, g, lp, lc) * FLOAT32_BYTES
-    phases.append(MemoryPart("update", gradients + activations + logits_chunk_bytes(model, positions, chunk_elements),
-                             ("batch.train_micro_batch_sequences",) + lengths))
+    phases.append(
+        MemoryPart(
+            "update",
+            gradients + activations + logits_chunk_bytes(model, positions, chunk_elements),
+            ("batch.train_micro_batch_sequences",) + lengths,
+        )
+    )
     return StepMemory(tuple(held), tuple(phases), lp, prompt_tokens is not None)
 
 
@@ -241,14 +279,24 @@ def step_memory(config: ExperimentConfig, plan: BatchPlan, longest_prompt_tokens
 
     model = model_config_for(config)
     lora = config.model.lora
-    adapters = sum(lora.rank * (fan_in + fan_out) for fan_in, fan_out in
-                   targeted(model, lora.target_modules).values()) if lora.rank else 0
-    width = None if longest_prompt_tokens is None else bucket_width(
-        longest_prompt_tokens, prompt_bucket_tokens(bool(config.model.path)))
-    return estimate_step_memory(plan, model, optimizer_moments(config.optimizer),
-                                concurrent_rollout=config.async_.enabled, adapter_parameters=adapters,
-                                prompt_tokens=width, decode_slots=config.rollout.decode_slots,
-                                decode_chunk_tokens=config.rollout.decode_chunk_tokens,
-                                prefill_chunk_tokens=config.rollout.prefill_chunk_tokens)
-
-
+    adapters = (
+        sum(lora.rank * (fan_in + fan_out) for fan_in, fan_out in targeted(model, lora.target_modules).values())
+        if lora.rank
+        else 0
+    )
+    width = (
+        None
+        if longest_prompt_tokens is None
+        else bucket_width(longest_prompt_tokens, prompt_bucket_tokens(bool(config.model.path)))
+    )
+    return estimate_step_memory(
+        plan,
+        model,
+        optimizer_moments(config.optimizer),
+        concurrent_rollout=config.async_.enabled,
+        adapter_parameters=adapters,
+        prompt_tokens=width,
+        decode_slots=config.rollout.decode_slots,
+        decode_chunk_tokens=config.rollout.decode_chunk_tokens,
+        prefill_chunk_tokens=config.rollout.prefill_chunk_tokens,
+    )

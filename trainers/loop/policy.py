@@ -5,22 +5,20 @@ The trainer, the `generate` and `export` commands and the benchmarks all start h
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any
 
-from trainers.config import ExperimentConfig
-from trainers.errors import FieldError
-from trainers.models.presets import PRESETS, ModelConfig
-import os
-from trainers.config import load_config
+from trainers.config import ExperimentConfig, load_config
 from trainers.data.tokenizer import model_tokenizer
+from trainers.errors import FieldError
 from trainers.models.hf_config import read_model_config
+from trainers.models.presets import PRESETS, ModelConfig
 
 
 def model_config_for(config: ExperimentConfig) -> ModelConfig:
     """The model's shape and numerics (dtype, remat) under `config`."""
     m = config.model
     if m.path is not None:
-
         return read_model_config(m.path, dtype=m.dtype, remat=m.remat)
     return dataclasses.replace(PRESETS[m.preset], dtype=m.dtype, remat=m.remat)
 
@@ -47,14 +45,18 @@ def check_tokenizer_fits(tokenizer: Any, model_config: ModelConfig, source: str)
         return
     folder = getattr(tokenizer, "folder", None)
     which = f"the tokenizer of {folder}" if folder is not None else "the built-in character tokenizer"
-    raise FieldError(source, f"{which} produces ids up to {largest_id} (added and special tokens included) but "
-                             f"the model's vocab_size is {model_config.vocab_size} (embedding rows 0.."
-                             f"{model_config.vocab_size - 1}); use a model whose config.json vocab_size is at "
-                             f"least {largest_id + 1}, or a tokenizer made for this model")
+    raise FieldError(
+        source,
+        f"{which} produces ids up to {largest_id} (added and special tokens included) but "
+        f"the model's vocab_size is {model_config.vocab_size} (embedding rows 0.."
+        f"{model_config.vocab_size - 1}); use a model whose config.json vocab_size is at "
+        f"least {largest_id + 1}, or a tokenizer made for this model",
+    )
 
 
-def initial_params(config: ExperimentConfig, model_config: ModelConfig, progress: bool = True,
-                   shardings: Any = None) -> tuple[Any, Any]:
+def initial_params(
+    config: ExperimentConfig, model_config: ModelConfig, progress: bool = True, shardings: Any = None
+) -> tuple[Any, Any]:
     """(graphdef, float32 params): the folder's weights with `model.path` (loaded tensor by tensor, with
     a progress bar when `progress`), else a random init from `config.seed`.
 
@@ -93,6 +95,7 @@ def _init_params_sharded(model_config: ModelConfig, seed: int, shardings: Any) -
 @dataclasses.dataclass
 class LoadedPolicy:
     """A policy ready to generate with: from a Hugging Face folder or a run's checkpoint."""
+
     model_config: ModelConfig
     graphdef: Any
     params: Any
@@ -110,12 +113,12 @@ def is_run_dir(path: str) -> bool:
 def run_config(run_dir: str) -> ExperimentConfig:
     """The config a run directory was trained under (its config.yaml)."""
 
-
     return load_config(os.path.join(run_dir, "config.yaml"))
 
 
-def restore_run_params(config: ExperimentConfig, run_dir: str, model_config: ModelConfig,
-                       step: int | None = None) -> tuple[Any, Any, int]:
+def restore_run_params(
+    config: ExperimentConfig, run_dir: str, model_config: ModelConfig, step: int | None = None
+) -> tuple[Any, Any, int]:
     """(graphdef, params, step) of a run's checkpoint `step` (default: the newest), on the default device,
     whatever mesh wrote it. No weights are loaded from the model folder: the checkpoint is restored into
     the model's abstract structure. Read-only (no checkpoint manager is opened over a run that may be
@@ -162,8 +165,9 @@ def load_policy(path: str, step: int | None = None, progress: bool = True) -> Lo
         check_tokenizer_fits(tokenizer, model_config, model_field(config))
         graphdef, params, step = restore_run_params(config, path, model_config, step)
         chat = tokenizer.has_chat_template if config.data.chat_template is None else config.data.chat_template
-        return LoadedPolicy(model_config, graphdef, params, tokenizer, chat, config.data.system_prompt,
-                            f"{path} step {step}")
+        return LoadedPolicy(
+            model_config, graphdef, params, tokenizer, chat, config.data.system_prompt, f"{path} step {step}"
+        )
     if os.path.isfile(os.path.join(path, "config.json")):
         if step is not None:
             raise ValueError(f"--step applies to a run directory; {path} is a model folder")
@@ -176,5 +180,7 @@ def load_policy(path: str, step: int | None = None, progress: bool = True) -> Lo
         check_tokenizer_fits(tokenizer, model_config, "model.path")
         graphdef, params = load_pretrained(path, model_config, progress=progress)
         return LoadedPolicy(model_config, graphdef, params, tokenizer, tokenizer.has_chat_template, None, path)
-    raise FileNotFoundError(f"{path} is neither a Hugging Face model folder (config.json) nor a run directory "
-                            "(config.yaml and checkpoints/)")
+    raise FileNotFoundError(
+        f"{path} is neither a Hugging Face model folder (config.json) nor a run directory "
+        "(config.yaml and checkpoints/)"
+    )

@@ -14,19 +14,19 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import numpy as np
 
 from trainers.rollout.batch import Rollout
-from trainers.rollout.episodes import episode_metrics
 from trainers.rollout.collect import collect_rollout
+from trainers.rollout.episodes import episode_metrics
 from trainers.rollout.spec import RolloutSpec, Weights
 
 Progress = Callable[[int, int], None]
 """progress(prompts_done, prompts_total): called after each chunk of prompts is scored."""
-
 
 
 def pass_at_k(correct: np.ndarray, k: int) -> float:
@@ -64,27 +64,51 @@ class Scored:
         return out
 
 
-def score_prompts(graphdef: Any, weights: Weights, examples: list[dict], spec: RolloutSpec, key: jax.Array, *,
-                  temperature: float = 0.0, samples_per_prompt: int = 1, sample_temperature: float = 1.0,
-                  mesh: Any = None, chunk_prompts: int | None = None, progress: Progress | None = None) -> Scored:
+def score_prompts(
+    graphdef: Any,
+    weights: Weights,
+    examples: list[dict],
+    spec: RolloutSpec,
+    key: jax.Array,
+    *,
+    temperature: float = 0.0,
+    samples_per_prompt: int = 1,
+    sample_temperature: float = 1.0,
+    mesh: Any = None,
+    chunk_prompts: int | None = None,
+    progress: Progress | None = None,
+) -> Scored:
     """One completion of each example at `temperature` (0 = greedy), and with samples_per_prompt > 1
     that many more at `sample_temperature` for pass@k. chunk_prompts: prompts per chunk (a multiple
     of spec.rollout_micro_batch_sequences; None = all at once); `progress` after each chunk."""
     total = len(examples)
     chunk = chunk_prompts or total
     if chunk_prompts and chunk_prompts % spec.rollout_micro_batch_sequences:
-        raise ValueError(f"chunk_prompts={chunk_prompts} is not a multiple of the rollout micro-batch "
-                         f"({spec.rollout_micro_batch_sequences} sequences)")
+        raise ValueError(
+            f"chunk_prompts={chunk_prompts} is not a multiple of the rollout micro-batch "
+            f"({spec.rollout_micro_batch_sequences} sequences)"
+        )
     greedy_spec = spec.for_evaluation(temperature)
     sampled_spec = spec.for_evaluation(sample_temperature, samples_per_prompt) if samples_per_prompt > 1 else None
     greedy_parts, sampled_parts = [], []
     for first in range(0, total, chunk):
         count = min(chunk, total - first)
-        greedy_parts.append(collect_rollout(graphdef, weights, examples, greedy_spec, key, first_prompt=first,
-                                            prompt_count=count, mesh=mesh))
+        greedy_parts.append(
+            collect_rollout(
+                graphdef, weights, examples, greedy_spec, key, first_prompt=first, prompt_count=count, mesh=mesh
+            )
+        )
         if sampled_spec is not None:
-            sampled = collect_rollout(graphdef, weights, examples, sampled_spec, jax.random.fold_in(key, 1),
-                                      first_prompt=first, prompt_count=count, mesh=mesh)
+            sampled = collect_rollout(
+                graphdef,
+                weights,
+                examples,
+                sampled_spec,
+                jax.random.fold_in(key, 1),
+                first_prompt=first,
+                prompt_count=count,
+                mesh=mesh,
+            )
             sampled_parts.append(sampled.correct.reshape(count, samples_per_prompt))
         if progress is not None:
             progress(first + count, total)

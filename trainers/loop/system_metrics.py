@@ -22,7 +22,9 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
+
 import jax
 import psutil
 
@@ -102,9 +104,16 @@ class SystemMetricsSampler:
     psutil_module, process, devices, nvml: stand-ins for tests (default: psutil, this process,
     `jax.local_devices()`, NVML when a GPU is present); clock: monotonic seconds."""
 
-    def __init__(self, every_s: float, *, psutil_module: Any = None, process: Any = None,
-                 devices: Callable[[], Iterable[Any]] | None = None, nvml: tuple[Any, list[int]] | None | str = "auto",
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        every_s: float,
+        *,
+        psutil_module: Any = None,
+        process: Any = None,
+        devices: Callable[[], Iterable[Any]] | None = None,
+        nvml: tuple[Any, list[int]] | None | str = "auto",
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.every_s = every_s
         self.clock = clock
         psutil_module = psutil if psutil_module is None else psutil_module

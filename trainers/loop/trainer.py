@@ -35,25 +35,14 @@ import numpy as np
 from flax import nnx
 
 from trainers.algo.loss import token_weights
-from trainers.algo.sampling_filters import informative_groups
 from trainers.algo.optim import make_optimizer, make_schedule
-from trainers.rollout.async_source import AsyncRolloutSource
+from trainers.algo.sampling_filters import informative_groups
 from trainers.config import ExperimentConfig
 from trainers.data.examples import load_examples
 from trainers.data.prompt_stream import PromptStream
-from trainers.loop.scoring import score_prompts
 from trainers.loop.checkpoint import Checkpointer, IncompatibleCheckpoint, restore_params_at
-from trainers.step.hooks import Action, Control, Hooks, RunInfo, TrainResult, shared_control
-from trainers.step.placement import Placement
-from trainers.step.plan import BatchPlan, informative_first, make_plan, shared_prompt_group
-from trainers.rollout.batch import Rollout
-from trainers.rollout.spec import RolloutSpec, check_prompts_fit
-from trainers.rollout.source import (
-    RolloutContext,
-    RolloutSource,
-    SourceFactory,
-    SyncRolloutSource,
-)
+from trainers.loop.policy import check_tokenizer_fits, initial_params, model_config_for, model_field, tokenizer_for
+from trainers.loop.scoring import score_prompts
 from trainers.loop.system_metrics import SystemMetricsSampler
 from trainers.loop.update import (
     MAX_METRICS,
@@ -63,11 +52,22 @@ from trainers.loop.update import (
     make_update_fn,
     make_zero_update_fn,
 )
-from trainers.loop.policy import check_tokenizer_fits, initial_params, model_config_for, model_field, tokenizer_for
 from trainers.models.hf_weights import abstract_params
+from trainers.models.lora import adapters_off, add_lora, lora_settings, split_adapters
 from trainers.models.transformer import param_count
 from trainers.parallel.host import to_host
-from trainers.models.lora import adapters_off, add_lora, lora_settings, split_adapters
+from trainers.rollout.async_source import AsyncRolloutSource
+from trainers.rollout.batch import Rollout
+from trainers.rollout.source import (
+    RolloutContext,
+    RolloutSource,
+    SourceFactory,
+    SyncRolloutSource,
+)
+from trainers.rollout.spec import RolloutSpec, check_prompts_fit
+from trainers.step.hooks import Action, Control, Hooks, RunInfo, TrainResult, shared_control
+from trainers.step.placement import Placement
+from trainers.step.plan import BatchPlan, informative_first, make_plan, shared_prompt_group
 
 
 def params_digest(params: Any) -> str:
@@ -107,11 +107,17 @@ def divergence(step: int, metrics: dict[str, float], config: ExperimentConfig) -
         value = metrics.get(name)
         if value is not None and not math.isfinite(value):
             o = config.optimizer
-            clip = (f"optimizer.max_grad_norm (now {o.max_grad_norm:g})" if o.max_grad_norm
-                    else "set optimizer.max_grad_norm (now 0, no clipping)")
+            clip = (
+                f"optimizer.max_grad_norm (now {o.max_grad_norm:g})"
+                if o.max_grad_norm
+                else "set optimizer.max_grad_norm (now 0, no clipping)"
+            )
             return TrainingDiverged(
                 f"step {step}: {name} is {value} (non-finite): training diverged; lower "
-                f"optimizer.learning_rate (now {o.learning_rate:g}) or {clip}", step, name)
+                f"optimizer.learning_rate (now {o.learning_rate:g}) or {clip}",
+                step,
+                name,
+            )
     return None
 
 
@@ -128,15 +134,15 @@ def _fetch(tree: Any) -> Any:
 
 def _stack(arrays: dict[str, np.ndarray], micro_batches: tuple) -> dict[str, np.ndarray]:
     """Slice each step-level [N, ...] array by an update's micro-batches and stack to [A, M, ...]."""
-    return {k: np.stack([v[m.start:m.stop] for m in micro_batches]) for k, v in arrays.items()}
+    return {k: np.stack([v[m.start : m.stop] for m in micro_batches]) for k, v in arrays.items()}
 
 
 @dataclasses.dataclass
 class _State:
     params: Any
     opt_state: Any
-    step: int            # completed steps = the version of `params`
-    data_position: int   # prompts consumed
+    step: int  # completed steps = the version of `params`
+    data_position: int  # prompts consumed
 
 
 class GRPOTrainer:
@@ -151,9 +157,17 @@ class GRPOTrainer:
       any, still wins: a resumed run goes on from where it was.
     """
 
-    def __init__(self, config: ExperimentConfig, run_dir: str, hooks: Hooks | None = None,
-                 control: Control | None = None, *, source: SourceFactory | None = None,
-                 placement: Placement | None = None, init_checkpoint: str | None = None):
+    def __init__(
+        self,
+        config: ExperimentConfig,
+        run_dir: str,
+        hooks: Hooks | None = None,
+        control: Control | None = None,
+        *,
+        source: SourceFactory | None = None,
+        placement: Placement | None = None,
+        init_checkpoint: str | None = None,
+    ):
         self.config = config
         self.run_dir = os.path.abspath(run_dir)
         # A run of several processes (`trainers.parallel.distributed`): every process trains the same
@@ -161,9 +175,11 @@ class GRPOTrainer:
         self.hooks = (hooks or Hooks()) if jax.process_index() == 0 else Hooks()
         self.control = shared_control(control or Control())
         if config.async_.enabled and jax.process_count() > 1:
-            raise ValueError("async.enabled: asynchronous GRPO runs in one process only (its collector's timing "
-                             f"would differ between the {jax.process_count()} processes); turn it off or run one "
-                             "process")
+            raise ValueError(
+                "async.enabled: asynchronous GRPO runs in one process only (its collector's timing "
+                f"would differ between the {jax.process_count()} processes); turn it off or run one "
+                "process"
+            )
         self.placement = placement if placement is not None else Placement.from_config(config)
         self.tokenizer = tokenizer_for(config)
         d = config.data
@@ -185,7 +201,6 @@ class GRPOTrainer:
         # shared by the policy and the reference, and never donated (`policy_params` joins them).
         self.frozen_params, self.base_digest = None, None
         if config.model.lora.rank:
-
             self.graphdef, params = add_lora(self.graphdef, params, lora_settings(config.model.lora), config.seed)
             params, self.frozen_params = split_adapters(params)
             self.base_digest = params_digest(self.frozen_params)
@@ -198,16 +213,24 @@ class GRPOTrainer:
         if self.plan.needs_reference:
             self.ref_params = jax.tree.map(jnp.copy, params)
             if self.frozen_params is not None:
-
                 self.ref_params = adapters_off(self.policy_params(self.ref_params))
         self.schedule = make_schedule(config.optimizer, self.plan.optimizer_updates_per_step, config.train.max_steps)
         self.optimizer = make_optimizer(config.optimizer, self.schedule)
         self.state = _State(params, self.placement.init_optimizer(self.optimizer, params), 0, 0)
         self.base_key = jax.random.key(config.seed)
-        self.source: RolloutSource = (source or rollout_source_for(config))(RolloutContext(
-            config=config, plan=self.plan, spec=self.spec, graphdef=self.graphdef, stream=self.stream,
-            base_key=self.base_key, placement=self.placement, hooks=self.hooks, control=self.control,
-        ))
+        self.source: RolloutSource = (source or rollout_source_for(config))(
+            RolloutContext(
+                config=config,
+                plan=self.plan,
+                spec=self.spec,
+                graphdef=self.graphdef,
+                stream=self.stream,
+                base_key=self.base_key,
+                placement=self.placement,
+                hooks=self.hooks,
+                control=self.control,
+            )
+        )
         g = config.grpo
         self.loss_cfg = loss_config(config)
         self.logprob_temperature = config.rollout.temperature or 1.0
@@ -219,13 +242,23 @@ class GRPOTrainer:
         self.skip_flat_groups = g.beta == 0 and g.entropy_coef == 0
         state_shardings = self.placement.state_shardings((self.state.params, self.state.opt_state))
         self.update_fn = make_update_fn(
-            self.graphdef, self.optimizer, self.loss_cfg, self.logprob_temperature,
-            self.plan.needs_old_logprobs, importance=self.source.importance, state_shardings=state_shardings,
+            self.graphdef,
+            self.optimizer,
+            self.loss_cfg,
+            self.logprob_temperature,
+            self.plan.needs_old_logprobs,
+            importance=self.source.importance,
+            state_shardings=state_shardings,
         )
         self.zero_update_fn = make_zero_update_fn(self.optimizer, state_shardings)
         c = config.checkpoint
-        self.checkpointer = Checkpointer(os.path.join(self.run_dir, "checkpoints"), c.keep_last,
-                                         c.keep_best_metric, c.keep_best_mode, model=config.model)
+        self.checkpointer = Checkpointer(
+            os.path.join(self.run_dir, "checkpoints"),
+            c.keep_last,
+            c.keep_best_metric,
+            c.keep_best_mode,
+            model=config.model,
+        )
         self.last_metrics: dict[str, float] = {}
         # system/ metrics (CPU, memory, accelerator memory) merged into a step's metrics at low frequency
         self.system_metrics = SystemMetricsSampler(config.train.system_metrics_every_s)
@@ -253,9 +286,11 @@ class GRPOTrainer:
         saved_base = meta.get("lora_base", {}).get("digest")
         if saved_base is not None and saved_base != self.base_digest:
             raise IncompatibleCheckpoint(
-                "model.path", f"checkpoint {step} holds LoRA adapters trained on other base weights than "
+                "model.path",
+                f"checkpoint {step} holds LoRA adapters trained on other base weights than "
                 f"{self.config.model.path or self.config.model.preset}'s (digest {saved_base[:12]} vs "
-                f"{(self.base_digest or 'none')[:12]}); point model.path at the base model the run started from")
+                f"{(self.base_digest or 'none')[:12]}); point model.path at the base model the run started from",
+            )
         self.state = _State(params, opt_state, int(meta["step"]), int(meta["data_position"]))
         self.source.restore_state(meta.get("rollout_source", {}))
         self._place_training_state()
@@ -278,8 +313,10 @@ class GRPOTrainer:
         if source_state:  # dynamic sampling's groups carried into the next step
             meta["rollout_source"] = source_state
         if self.base_digest is not None:  # the checkpoint holds adapters: name the base they belong to
-            meta["lora_base"] = {"model": self.config.model.path or self.config.model.preset,
-                                 "digest": self.base_digest}
+            meta["lora_base"] = {
+                "model": self.config.model.path or self.config.model.preset,
+                "digest": self.base_digest,
+            }
         path = self.checkpointer.save(s.step, s.params, s.opt_state, meta, self.last_metrics)
         size = self.checkpointer.size_bytes(s.step)
         self.hooks.on_checkpoint(s.step, path, size, dict(self.last_metrics))
@@ -300,16 +337,29 @@ class GRPOTrainer:
         the caller fetches them together (`_fetch`), so the device never waits on the host between them."""
         parts = []
         for s in self.plan.logprob_slices():
-            group = shared_prompt_group(r.prompt_tokens[s.start:s.stop], r.prompt_valid[s.start:s.stop],
-                                        self.plan.num_generations)
-            a = self.placement.train_batch({"prompt_tokens": r.prompt_tokens[s.start:s.stop],
-                                            "prompt_valid": r.prompt_valid[s.start:s.stop],
-                                            "completion_tokens": r.completion_tokens[s.start:s.stop, :width],
-                                            "completion_mask": r.completion_mask[s.start:s.stop, :width]},
-                                           batch_axis=0)
+            group = shared_prompt_group(
+                r.prompt_tokens[s.start : s.stop], r.prompt_valid[s.start : s.stop], self.plan.num_generations
+            )
+            a = self.placement.train_batch(
+                {
+                    "prompt_tokens": r.prompt_tokens[s.start : s.stop],
+                    "prompt_valid": r.prompt_valid[s.start : s.stop],
+                    "completion_tokens": r.completion_tokens[s.start : s.stop, :width],
+                    "completion_mask": r.completion_mask[s.start : s.stop, :width],
+                },
+                batch_axis=0,
+            )
             with self.placement.training():
-                parts.append(self.logprob_fn(params, a["prompt_tokens"], a["prompt_valid"], a["completion_tokens"],
-                                             a["completion_mask"], prompt_group=group))
+                parts.append(
+                    self.logprob_fn(
+                        params,
+                        a["prompt_tokens"],
+                        a["prompt_valid"],
+                        a["completion_tokens"],
+                        a["completion_mask"],
+                        prompt_group=group,
+                    )
+                )
         return parts
 
     def train_on(self, r: Rollout) -> dict[str, float] | None:
@@ -385,8 +435,9 @@ class GRPOTrainer:
             batch = self.placement.train_batch(stacked, batch_axis=1)
             with self.placement.training():
                 frozen = {} if self.frozen_params is None else {"frozen": self.frozen_params}
-                params, opt_state, metrics = self.update_fn(self.state.params, self.state.opt_state, batch,
-                                                            prompt_group=group, **frozen)
+                params, opt_state, metrics = self.update_fn(
+                    self.state.params, self.state.opt_state, batch, prompt_group=group, **frozen
+                )
             self.state.params, self.state.opt_state = params, opt_state
             update_metrics.append(metrics)
         # The rate of this step's last update: the schedule counts optimizer updates from 0.
@@ -417,9 +468,17 @@ class GRPOTrainer:
         params = self.placement.generation_weights(self.policy_params())  # matrices cast once, not per decode step
         weights = lambda: (params, self.state.step)  # noqa: E731
         e = self.config.eval
-        scored = score_prompts(self.graphdef, weights, examples, self.spec, key, temperature=e.temperature,
-                               samples_per_prompt=e.samples_per_prompt,
-                               sample_temperature=self.config.rollout.temperature, mesh=self.placement.train_mesh)
+        scored = score_prompts(
+            self.graphdef,
+            weights,
+            examples,
+            self.spec,
+            key,
+            temperature=e.temperature,
+            samples_per_prompt=e.samples_per_prompt,
+            sample_temperature=self.config.rollout.temperature,
+            mesh=self.placement.train_mesh,
+        )
         evaluated = [{**sample, "kind": "eval"} for sample in scored.greedy.samples(self.config.train.samples_per_step)]
         if evaluated:
             self.hooks.on_samples(self.state.step, evaluated)
@@ -476,10 +535,16 @@ class GRPOTrainer:
             self.hooks.on_log(f"resumed from checkpoint at step {resumed} (data position {self.state.data_position})")
         elif self.init_checkpoint is not None:
             self.hooks.on_log(f"starting from the weights of checkpoint {self.init_checkpoint} (new optimizer state)")
-        self.hooks.on_start(RunInfo(
-            config=cfg.to_dict(), plan_text=self.plan.describe(), start_step=self.state.step,
-            max_steps=cfg.train.max_steps, run_dir=self.run_dir, param_count=param_count(self.policy_params()),
-        ))
+        self.hooks.on_start(
+            RunInfo(
+                config=cfg.to_dict(),
+                plan_text=self.plan.describe(),
+                start_step=self.state.step,
+                max_steps=cfg.train.max_steps,
+                run_dir=self.run_dir,
+                param_count=param_count(self.policy_params()),
+            )
+        )
         if self.state.step == 0 and cfg.eval.every_steps and cfg.eval.before_training and self.eval_examples:
             # The starting policy's held-out scores, as step 0: what training is measured against.
             self.last_metrics = self.evaluate()
@@ -527,8 +592,13 @@ class GRPOTrainer:
         return result
 
 
-def train(config: ExperimentConfig, run_dir: str, hooks: Hooks | None = None, control: Control | None = None,
-          init_checkpoint: str | None = None) -> TrainResult:
+def train(
+    config: ExperimentConfig,
+    run_dir: str,
+    hooks: Hooks | None = None,
+    control: Control | None = None,
+    init_checkpoint: str | None = None,
+) -> TrainResult:
     """Train under `config`, resuming from the newest checkpoint in `run_dir/checkpoints` if any
     (else from `init_checkpoint`'s weights when given: see GRPOTrainer).
     With `async.enabled` the rollouts come from the asynchronous source (`rollout_source_for`)."""

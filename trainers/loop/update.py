@@ -21,7 +21,8 @@ gradient all-reduce.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -44,8 +45,11 @@ COMPLETION_WIDTH_PARTS = 4
 COMPLETION_WIDTH_MULTIPLE_TOKENS = 16
 
 
-def completion_width(completion_mask: np.ndarray, parts: int = COMPLETION_WIDTH_PARTS,
-                     multiple_tokens: int = COMPLETION_WIDTH_MULTIPLE_TOKENS) -> int:
+def completion_width(
+    completion_mask: np.ndarray,
+    parts: int = COMPLETION_WIDTH_PARTS,
+    multiple_tokens: int = COMPLETION_WIDTH_MULTIPLE_TOKENS,
+) -> int:
     """The completion columns a step's log-prob passes and updates need: the step's longest
     completion (its last column with a valid token) rounded up to a width bucket, capped at Lc.
 
@@ -58,7 +62,8 @@ def completion_width(completion_mask: np.ndarray, parts: int = COMPLETION_WIDTH_
     total = completion_mask.shape[1]
     used = np.flatnonzero(np.asarray(completion_mask).any(axis=0))
     longest = int(used[-1]) + 1 if used.size else 1
-    bucket = max(multiple_tokens, -(-(-(-total // parts)) // multiple_tokens) * multiple_tokens)
+    per_part = -(-total // parts)  # ceil(total / parts)
+    bucket = max(multiple_tokens, -(-per_part // multiple_tokens) * multiple_tokens)
     return min(-(-longest // bucket) * bucket, total)
 
 
@@ -70,7 +75,10 @@ def loss_config(config: ExperimentConfig) -> LossConfig:
     return LossConfig(
         epsilon_low=low if g.epsilon_low is None else g.epsilon_low,
         epsilon_high=high if g.epsilon_high is None else g.epsilon_high,
-        dual_clip=g.dual_clip, beta=g.beta, kl_estimator=g.kl_estimator, policy_loss=g.policy_loss,
+        dual_clip=g.dual_clip,
+        beta=g.beta,
+        kl_estimator=g.kl_estimator,
+        policy_loss=g.policy_loss,
         entropy_coef=g.entropy_coef,
     )
 
@@ -81,7 +89,13 @@ def make_logprob_fn(graphdef: Any, temperature: float) -> Callable:
 
     def logprobs(params, prompt_tokens, prompt_valid, completion_tokens, completion_mask, prompt_group=1):
         lp, _ = completion_logprobs(
-            graphdef, params, prompt_tokens, prompt_valid, completion_tokens, completion_mask, temperature,
+            graphdef,
+            params,
+            prompt_tokens,
+            prompt_valid,
+            completion_tokens,
+            completion_mask,
+            temperature,
             prompt_group,
         )
         return lp
@@ -101,8 +115,9 @@ def make_update_fn(
     """jit(params, opt_state, batch, prompt_group=1, frozen=None) -> (params, opt_state, metrics) for one
     optimizer update. frozen: parameters that take part in the loss but are not trained (model.lora's
     base weights; `params` are then the adapters): the policy is nnx.merge_state(params, frozen), and
-    gradients and optimizer state exist for `params` only. prompt_group (static) = G when every micro-batch is whole groups of G rows sharing a
-    prompt (`plan.shared_prompt_group`): each prompt then runs once per group (`completion_logprobs`).
+    gradients and optimizer state exist for `params` only. prompt_group (static) = G when every micro-batch is whole
+    groups of G rows sharing a prompt (`plan.shared_prompt_group`): each prompt then runs once per group
+    (`completion_logprobs`).
 
     use_old_logprobs: pi_old is batch["old_logprobs"] (a separate log-prob pass under the weights the
     step started with: mu > 1 or several mini-batches); otherwise pi_old is this update's own forward
@@ -126,8 +141,14 @@ def make_update_fn(
     def micro_loss(params, mb, prompt_group, frozen):
         policy = params if frozen is None else nnx.merge_state(params, frozen)
         logprobs, entropy = completion_logprobs(
-            graphdef, policy, mb["prompt_tokens"], mb["prompt_valid"],
-            mb["completion_tokens"], mb["completion_mask"], temperature, prompt_group,
+            graphdef,
+            policy,
+            mb["prompt_tokens"],
+            mb["prompt_valid"],
+            mb["completion_tokens"],
+            mb["completion_mask"],
+            temperature,
+            prompt_group,
         )
         old = mb["old_logprobs"] if use_old_logprobs else jax.lax.stop_gradient(logprobs)
         ref = mb["ref_logprobs"] if use_ref else None
@@ -137,8 +158,16 @@ def make_update_fn(
             gen = jnp.where(mb["on_policy"][:, None], old, mb["gen_logprobs"])
             is_weights, is_metrics = importance_weights(old, gen, trained, importance, mb["metric_weights"])
         loss, metrics = policy_loss(
-            logprobs, old, mb["advantages"], mb["weights"], mb["metric_weights"], loss_cfg, ref, is_weights,
-            entropy=entropy if loss_cfg.entropy_coef > 0 else None, mask=trained,
+            logprobs,
+            old,
+            mb["advantages"],
+            mb["weights"],
+            mb["metric_weights"],
+            loss_cfg,
+            ref,
+            is_weights,
+            entropy=entropy if loss_cfg.entropy_coef > 0 else None,
+            mask=trained,
         )
         metrics["entropy"] = jnp.sum(jax.lax.stop_gradient(entropy) * mb["metric_weights"])
         return loss, {**metrics, **is_metrics}
@@ -151,8 +180,9 @@ def make_update_fn(
             (_, metrics), grads = grad_fn(params, mb, prompt_group, frozen)
             grads_sum = jax.tree.map(jnp.add, grads_sum, grads)
             # Micro-batch metrics are already weighted over the mini-batch: they add up (a max combines by max).
-            metrics_sum = {k: (jnp.maximum if k in MAX_METRICS else jnp.add)(metrics_sum[k], metrics[k])
-                           for k in metrics_sum}
+            metrics_sum = {
+                k: (jnp.maximum if k in MAX_METRICS else jnp.add)(metrics_sum[k], metrics[k]) for k in metrics_sum
+            }
             return (grads_sum, metrics_sum), None
 
         keys = metric_keys(loss_cfg, use_ref) + ("entropy",) + (IS_METRICS if importance is not None else ())
@@ -167,8 +197,9 @@ def make_update_fn(
     return _jit_update(update, state_shardings, static_argnames=("prompt_group",))
 
 
-def make_zero_update_fn(optimizer: optax.GradientTransformation,
-                        state_shardings: tuple[Any, Any] | None = None) -> Callable:
+def make_zero_update_fn(
+    optimizer: optax.GradientTransformation, state_shardings: tuple[Any, Any] | None = None
+) -> Callable:
     """jit(params, opt_state) -> (params, opt_state, {"grad_norm": 0, "param_norm"}): one optimizer update with a
     zero gradient, and no forward or backward pass. It is the update of a mini-batch whose every
     group is flat when the loss has no KL or entropy term (their gradient is exactly 0), so skipping
@@ -190,8 +221,9 @@ def _jit_update(update: Callable, state_shardings: tuple[Any, Any] | None, **jit
     if state_shardings is None:
         return jax.jit(update, donate_argnums=(0, 1), **jit_kwargs)
     params_sharding, opt_sharding = state_shardings
-    metrics_sharding = jax.sharding.NamedSharding(jax.tree.leaves(params_sharding)[0].mesh,
-                                                  jax.sharding.PartitionSpec())
-    return jax.jit(update, donate_argnums=(0, 1), out_shardings=(params_sharding, opt_sharding, metrics_sharding),
-                   **jit_kwargs)
-
+    metrics_sharding = jax.sharding.NamedSharding(
+        jax.tree.leaves(params_sharding)[0].mesh, jax.sharding.PartitionSpec()
+    )
+    return jax.jit(
+        update, donate_argnums=(0, 1), out_shardings=(params_sharding, opt_sharding, metrics_sharding), **jit_kwargs
+    )

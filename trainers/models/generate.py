@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -86,8 +86,11 @@ def eos_settings(tokenizer) -> dict:
     """SamplingParams fields for a tokenizer's end of sequence: `eos_id` (its primary EOS), `pad_id`
     and `extra_eos_ids` (every other id in its `eos_ids`, e.g. a chat model's end-of-turn)."""
     eos_ids = tuple(getattr(tokenizer, "eos_ids", (tokenizer.eos_id,)))
-    return {"eos_id": tokenizer.eos_id, "pad_id": tokenizer.pad_id,
-            "extra_eos_ids": tuple(i for i in eos_ids if i != tokenizer.eos_id)}
+    return {
+        "eos_id": tokenizer.eos_id,
+        "pad_id": tokenizer.pad_id,
+        "extra_eos_ids": tuple(i for i in eos_ids if i != tokenizer.eos_id),
+    }
 
 
 @dataclasses.dataclass
@@ -167,8 +170,9 @@ def sample_token(logits: jax.Array, uniform: jax.Array, sampling: SamplingParams
     return token, token_logprob
 
 
-def _prefill(model, prompt_tokens: jax.Array, prompt_valid: jax.Array, rng_key: jax.Array,
-             sampling: SamplingParams) -> dict[str, jax.Array]:
+def _prefill(
+    model, prompt_tokens: jax.Array, prompt_valid: jax.Array, rng_key: jax.Array, sampling: SamplingParams
+) -> dict[str, jax.Array]:
     """Run the prompt through `model`, fill the first Lp cache slots and sample token 0. Returns the
     decode state (a dict of arrays, the while-loop carry) that `_decode` continues.
 
@@ -184,12 +188,12 @@ def _prefill(model, prompt_tokens: jax.Array, prompt_valid: jax.Array, rng_key: 
     prompt_valid = prompt_valid.astype(jnp.bool_)
     group = sampling.prompt_group
     unique_tokens, unique_valid = prompt_tokens[::group], prompt_valid[::group]
-    hidden, prompt_kv = model(unique_tokens, model_lib.positions_from_valid(unique_valid),
-                              model_lib.causal_padding_mask(unique_valid))
+    hidden, prompt_kv = model(
+        unique_tokens, model_lib.positions_from_valid(unique_valid), model_lib.causal_padding_mask(unique_valid)
+    )
     last_logits = model.logits(hidden[:, -1, :])  # [B/G, V]
     if group > 1:
-        prompt_kv = [(jnp.repeat(keys, group, axis=0), jnp.repeat(values, group, axis=0))
-                     for keys, values in prompt_kv]
+        prompt_kv = [(jnp.repeat(keys, group, axis=0), jnp.repeat(values, group, axis=0)) for keys, values in prompt_kv]
         last_logits = jnp.repeat(last_logits, group, axis=0)
     state = dict(
         step=jnp.ones((), jnp.int32),  # index of the token sampled next; token 0 comes from the prefill
@@ -214,7 +218,8 @@ def _record(state: dict[str, jax.Array], step, logits: jax.Array, sampling: Samp
     state = dict(state)
     state["tokens"] = jax.lax.dynamic_update_slice(state["tokens"], token[:, None], (0, step))
     state["logprobs"] = jax.lax.dynamic_update_slice(
-        state["logprobs"], jnp.where(active, token_logprob, 0.0)[:, None], (0, step))
+        state["logprobs"], jnp.where(active, token_logprob, 0.0)[:, None], (0, step)
+    )
     state["mask"] = jax.lax.dynamic_update_slice(state["mask"], active[:, None], (0, step))
     if sampling.stop_at_eos:
         is_eos = token == sampling.eos_id
@@ -255,8 +260,14 @@ def _outputs(state: dict[str, jax.Array]):
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "sampling"))
-def _generate_jit(graphdef: nnx.GraphDef, params: nnx.State, prompt_tokens: jax.Array, prompt_valid: jax.Array,
-                  rng_key: jax.Array, sampling: SamplingParams):
+def _generate_jit(
+    graphdef: nnx.GraphDef,
+    params: nnx.State,
+    prompt_tokens: jax.Array,
+    prompt_valid: jax.Array,
+    rng_key: jax.Array,
+    sampling: SamplingParams,
+):
     """Prefill + decode loop in one program. Returns (tokens [B,N] int32, logprobs [B,N] f32,
     mask [B,N] bool, lengths [B] int32, decode_steps [] int32)."""
     model = nnx.merge(graphdef, params)
@@ -271,16 +282,20 @@ def _check_prompts(sampling: SamplingParams, prompt_valid, prompt_tokens=None) -
     if group > 1 and prompt_tokens is not None:
         tokens = to_host(prompt_tokens)
         if tokens.shape[0] % group or not np.all(tokens.reshape(-1, group, tokens.shape[1]) == tokens[::group, None]):
-            raise ValueError(f"prompt_group={group}: the rows must be consecutive groups of {group} copies of "
-                             "one prompt")
+            raise ValueError(
+                f"prompt_group={group}: the rows must be consecutive groups of {group} copies of one prompt"
+            )
     last_column_valid = to_host(prompt_valid)[:, -1]
     if not np.all(last_column_valid):
-        raise ValueError("prompts must be LEFT-padded: prompt_valid[:, -1] is False for rows "
-                         f"{np.flatnonzero(~last_column_valid.astype(bool)).tolist()}")
+        raise ValueError(
+            "prompts must be LEFT-padded: prompt_valid[:, -1] is False for rows "
+            f"{np.flatnonzero(~last_column_valid.astype(bool)).tolist()}"
+        )
 
 
-def generate(graphdef: nnx.GraphDef, params: nnx.State, prompt_tokens, prompt_valid, rng_key: jax.Array,
-             sampling: SamplingParams) -> GenerationResult:
+def generate(
+    graphdef: nnx.GraphDef, params: nnx.State, prompt_tokens, prompt_valid, rng_key: jax.Array, sampling: SamplingParams
+) -> GenerationResult:
     """Sample up to sampling.max_new_tokens tokens per prompt.
 
     prompt_tokens [B,Lp] int32 LEFT-padded to the batch's longest prompt, prompt_valid [B,Lp] bool
@@ -292,10 +307,15 @@ def generate(graphdef: nnx.GraphDef, params: nnx.State, prompt_tokens, prompt_va
     """
     _check_prompts(sampling, prompt_valid, prompt_tokens)
     tokens, logprobs, mask, lengths, decode_steps = _generate_jit(
-        graphdef, params, jnp.asarray(prompt_tokens, jnp.int32), jnp.asarray(prompt_valid, jnp.bool_),
-        rng_key, sampling)
-    return GenerationResult(tokens=to_host(tokens), logprobs=to_host(logprobs), mask=to_host(mask),
-                            lengths=to_host(lengths), decode_steps=int(to_host(decode_steps)))
+        graphdef, params, jnp.asarray(prompt_tokens, jnp.int32), jnp.asarray(prompt_valid, jnp.bool_), rng_key, sampling
+    )
+    return GenerationResult(
+        tokens=to_host(tokens),
+        logprobs=to_host(logprobs),
+        mask=to_host(mask),
+        lengths=to_host(lengths),
+        decode_steps=int(to_host(decode_steps)),
+    )
 
 
 TurnEnd = Callable[[int, int, np.ndarray], "np.ndarray | None"]

@@ -102,8 +102,10 @@ def read_llama_config(reader) -> dict[str, Any]:
     head_dim = int(_field(reader, "llama.attention.key_length", hidden_size // num_heads))
     rope_dim = int(_field(reader, "llama.rope.dimension_count", head_dim))
     if rope_dim != head_dim:
-        raise ValueError(f"GGUF llama.rope.dimension_count={rope_dim} differs from head_dim={head_dim}: "
-                         "partial rotary embeddings are not supported")
+        raise ValueError(
+            f"GGUF llama.rope.dimension_count={rope_dim} differs from head_dim={head_dim}: "
+            "partial rotary embeddings are not supported"
+        )
     scaling = _field(reader, "llama.rope.scaling.type", "none")
     if scaling not in ("none", None) or any(t.name == "rope_freqs.weight" for t in reader.tensors):
         raise ValueError(f"GGUF RoPE scaling ({scaling!r}, or a rope_freqs tensor) is not supported")
@@ -170,8 +172,9 @@ def _float32_tensor(tensor, shape: tuple[int, ...], config: dict[str, Any], unpe
     return np.ascontiguousarray(values)
 
 
-def write_weights(reader, config: dict[str, Any], path: pathlib.Path, *, progress: bool,
-                  unpermute_qk: bool = True) -> None:
+def write_weights(
+    reader, config: dict[str, Any], path: pathlib.Path, *, progress: bool, unpermute_qk: bool = True
+) -> None:
     """Write every tensor as float32 to a safetensors file, one tensor in memory at a time.
 
     The safetensors layout: 8-byte little-endian header size, a JSON header {name: {dtype, shape,
@@ -182,7 +185,8 @@ def write_weights(reader, config: dict[str, Any], path: pathlib.Path, *, progres
     names = {hf_name for hf_name, _, _ in plan}
     layers = range(config["num_hidden_layers"])
     expected = {"model.embed_tokens.weight", "model.norm.weight"} | {
-        f"model.layers.{i}.{suffix}" for i in layers for suffix in _BLOCK_TENSORS.values()}
+        f"model.layers.{i}.{suffix}" for i in layers for suffix in _BLOCK_TENSORS.values()
+    }
     if not config["tie_word_embeddings"]:
         expected.add("lm_head.weight")
     if names != expected:
@@ -201,7 +205,7 @@ def write_weights(reader, config: dict[str, Any], path: pathlib.Path, *, progres
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(header_bytes)))
         f.write(header_bytes)
-        for hf_name, tensor, shape in bar:
+        for _, tensor, shape in bar:
             f.write(_float32_tensor(tensor, shape, config, unpermute_qk).astype("<f4", copy=False).tobytes())
     bar.close()
 
@@ -213,13 +217,18 @@ def build_tokenizer(reader):
         raise ValueError(f"GGUF tokenizer.ggml.model is {kind!r}; only 'gpt2' (byte-level BPE) is supported")
     pre = _field(reader, "tokenizer.ggml.pre", "gpt2")
     if pre in SPLIT_DIGITS_PRE:
-        pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
-                                                 pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+        pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Digits(individual_digits=True),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+            ]
+        )
     elif pre in GPT2_PRE:
         pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     else:
-        raise ValueError(f"GGUF tokenizer.ggml.pre {pre!r} is not supported (supported: "
-                         f"{', '.join(SPLIT_DIGITS_PRE + GPT2_PRE)})")
+        raise ValueError(
+            f"GGUF tokenizer.ggml.pre {pre!r} is not supported (supported: {', '.join(SPLIT_DIGITS_PRE + GPT2_PRE)})"
+        )
 
     tokens = list(_field(reader, "tokenizer.ggml.tokens"))
     token_types = list(_field(reader, "tokenizer.ggml.token_type", [TOKEN_TYPE_NORMAL] * len(tokens)))
@@ -252,10 +261,15 @@ def build_tokenizer(reader):
         bos = [(tokens[bos_id], bos_id)] if add_bos else []
         eos = [(tokens[eos_id], eos_id)] if add_eos else []
         single = " ".join([b for b, _ in bos] + ["$A"] + [e for e, _ in eos])
-        pair = " ".join([b for b, _ in bos] + ["$A"] + [e for e, _ in eos] + [b for b, _ in bos] + ["$B:1"]
-                        + [f"{e}:1" for e, _ in eos])
-        tokenizer.post_processor = processors.TemplateProcessing(single=single, pair=pair,
-                                                                 special_tokens=bos + eos)
+        pair = " ".join(
+            [b for b, _ in bos]
+            + ["$A"]
+            + [e for e, _ in eos]
+            + [b for b, _ in bos]
+            + ["$B:1"]
+            + [f"{e}:1" for e, _ in eos]
+        )
+        tokenizer.post_processor = processors.TemplateProcessing(single=single, pair=pair, special_tokens=bos + eos)
     else:
         tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
     return tokenizer
@@ -266,8 +280,7 @@ def write_tokenizer(reader, tokenizer, config: dict[str, Any], out: pathlib.Path
     tokenizer.save(str(out / "tokenizer.json"))
     tokens = _field(reader, "tokenizer.ggml.tokens")
     special = {}
-    for name, key in (("bos_token", "bos"), ("eos_token", "eos"), ("unk_token", "unknown"),
-                      ("pad_token", "padding")):
+    for name, key in (("bos_token", "bos"), ("eos_token", "eos"), ("unk_token", "unknown"), ("pad_token", "padding")):
         token_id = _field(reader, f"tokenizer.ggml.{key}_token_id")
         if token_id is not None and 0 <= int(token_id) < len(tokens):
             special[name] = tokens[int(token_id)]
@@ -281,14 +294,17 @@ def write_tokenizer(reader, tokenizer, config: dict[str, Any], out: pathlib.Path
         "add_bos_token": bool(_field(reader, "tokenizer.ggml.add_bos_token", False)),
         "add_eos_token": bool(_field(reader, "tokenizer.ggml.add_eos_token", False)),
     }
-    (out / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2, ensure_ascii=False) + "\n",
-                                               encoding="utf-8")
-    (out / "special_tokens_map.json").write_text(json.dumps(special, indent=2, ensure_ascii=False) + "\n",
-                                                 encoding="utf-8")
+    (out / "tokenizer_config.json").write_text(
+        json.dumps(tokenizer_config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
+    (out / "special_tokens_map.json").write_text(
+        json.dumps(special, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
 
 
-def import_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, *, progress: bool = True,
-                _unpermute_qk: bool = True) -> pathlib.Path:
+def import_gguf(
+    gguf_path: str | os.PathLike, out_dir: str | os.PathLike, *, progress: bool = True, _unpermute_qk: bool = True
+) -> pathlib.Path:
     """Convert a llama-architecture GGUF file into a Hugging Face model folder at `out_dir` (created if
     needed; files there of the same names are overwritten). Returns `out_dir` as a Path.
 

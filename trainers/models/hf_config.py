@@ -17,8 +17,7 @@ from typing import Any
 from trainers.models.presets import Llama3RopeScaling, ModelConfig
 
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
-_ARCHITECTURE_OF_MODEL_TYPE = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
-                               "qwen3": "Qwen3ForCausalLM"}
+_ARCHITECTURE_OF_MODEL_TYPE = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
 
 
@@ -70,24 +69,31 @@ def _llama3_scaling(scaling: dict[str, Any], path: str) -> Llama3RopeScaling:
     if kind != "llama3":
         raise ModelFolderError(
             f"{path}: rope_scaling type {kind!r} is not supported (supported: llama3, or none); "
-            "use a checkpoint without that RoPE scaling")
+            "use a checkpoint without that RoPE scaling"
+        )
     try:
         return Llama3RopeScaling(
-            factor=float(scaling["factor"]), low_freq_factor=float(scaling["low_freq_factor"]),
+            factor=float(scaling["factor"]),
+            low_freq_factor=float(scaling["low_freq_factor"]),
             high_freq_factor=float(scaling["high_freq_factor"]),
-            original_max_position_embeddings=int(scaling["original_max_position_embeddings"]))
+            original_max_position_embeddings=int(scaling["original_max_position_embeddings"]),
+        )
     except (KeyError, TypeError, ValueError) as exc:
-        raise ModelFolderError(f"{path}: rope_scaling of type llama3 needs factor, low_freq_factor, "
-                               f"high_freq_factor and original_max_position_embeddings ({exc})") from exc
+        raise ModelFolderError(
+            f"{path}: rope_scaling of type llama3 needs factor, low_freq_factor, "
+            f"high_freq_factor and original_max_position_embeddings ({exc})"
+        ) from exc
 
 
-def model_config_from_json(data: dict[str, Any], path: str = "config.json", dtype: str = "float32",
-                           remat: bool = False) -> ModelConfig:
+def model_config_from_json(
+    data: dict[str, Any], path: str = "config.json", dtype: str = "float32", remat: bool = False
+) -> ModelConfig:
     """config.json contents -> ModelConfig; ModelFolderError naming the field for anything unsupported."""
     architecture = architecture_of(data)
     if architecture not in SUPPORTED_ARCHITECTURES:
-        raise ModelFolderError(f"{path}: architecture {architecture!r} is not supported; supported: "
-                               f"{', '.join(SUPPORTED_ARCHITECTURES)}")
+        raise ModelFolderError(
+            f"{path}: architecture {architecture!r} is not supported; supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
+        )
     if data.get("hidden_act", "silu") != "silu":
         raise ModelFolderError(f"{path}: hidden_act {data.get('hidden_act')!r} is not supported (only silu)")
     if data.get("mlp_bias"):
@@ -98,8 +104,11 @@ def model_config_from_json(data: dict[str, Any], path: str = "config.json", dtyp
         hidden_size = int(data["hidden_size"])
         num_heads = int(data["num_attention_heads"])
         shape = dict(
-            vocab_size=int(data["vocab_size"]), num_layers=int(data["num_hidden_layers"]), hidden_size=hidden_size,
-            mlp_size=int(data["intermediate_size"]), num_heads=num_heads,
+            vocab_size=int(data["vocab_size"]),
+            num_layers=int(data["num_hidden_layers"]),
+            hidden_size=hidden_size,
+            mlp_size=int(data["intermediate_size"]),
+            num_heads=num_heads,
             head_dim=int(data.get("head_dim") or hidden_size // num_heads),
             num_kv_heads=int(data.get("num_key_value_heads") or num_heads),
         )
@@ -110,12 +119,16 @@ def model_config_from_json(data: dict[str, Any], path: str = "config.json", dtyp
     qwen2 = architecture == "Qwen2ForCausalLM"
     try:
         return ModelConfig(
-            **shape, rope_theta=theta, rms_eps=float(data.get("rms_norm_eps", 1e-6)),
+            **shape,
+            rope_theta=theta,
+            rms_eps=float(data.get("rms_norm_eps", 1e-6)),
             qk_norm=architecture == "Qwen3ForCausalLM",
-            qkv_bias=True if qwen2 else attention_bias, o_bias=False if qwen2 else attention_bias,
+            qkv_bias=True if qwen2 else attention_bias,
+            o_bias=False if qwen2 else attention_bias,
             tie_embeddings=bool(data.get("tie_word_embeddings", False)),
             rope_scaling=None if not scaling else _llama3_scaling(scaling, path),
-            dtype=dtype, remat=remat,
+            dtype=dtype,
+            remat=remat,
         )
     except ValueError as exc:
         raise ModelFolderError(f"{path}: {exc}") from exc
@@ -125,16 +138,20 @@ def read_model_config(folder: str, dtype: str = "float32", remat: bool = False) 
     """ModelConfig of a Hugging Face folder; also checks that weights are there (ModelFolderError if not)."""
     config = model_config_from_json(read_config_json(folder), os.path.join(folder, "config.json"), dtype, remat)
     if not any(os.path.isfile(os.path.join(folder, name)) for name in WEIGHT_FILES) and not any(
-            name.endswith(".safetensors") for name in os.listdir(folder)):
-        raise ModelFolderError(f"{folder} has no *.safetensors weights (model.safetensors, or shards with "
-                               "model.safetensors.index.json)")
+        name.endswith(".safetensors") for name in os.listdir(folder)
+    ):
+        raise ModelFolderError(
+            f"{folder} has no *.safetensors weights (model.safetensors, or shards with model.safetensors.index.json)"
+        )
     return config
 
 
 def parameter_count(cfg: ModelConfig) -> int:
     """Parameters of the model `cfg` describes (what the folder's weights hold, tied head counted once)."""
-    attention = cfg.hidden_size * (cfg.num_heads + 2 * cfg.num_kv_heads) * cfg.head_dim \
+    attention = (
+        cfg.hidden_size * (cfg.num_heads + 2 * cfg.num_kv_heads) * cfg.head_dim
         + cfg.num_heads * cfg.head_dim * cfg.hidden_size
+    )
     if cfg.qkv_bias:
         attention += (cfg.num_heads + 2 * cfg.num_kv_heads) * cfg.head_dim
     if cfg.o_bias:

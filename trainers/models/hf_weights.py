@@ -27,19 +27,20 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import jax
+import ml_dtypes
 import numpy as np
+import safetensors.numpy
 from flax import nnx
+from safetensors import safe_open
+from tqdm import tqdm
 
 from trainers.models.hf_config import ModelFolderError
 from trainers.models.presets import ModelConfig
 from trainers.models.transformer import Transformer
-import ml_dtypes
-from safetensors import safe_open
-import safetensors.numpy
-from tqdm import tqdm
 
 _NORM_NAMES = {"attn_norm": "input_layernorm", "mlp_norm": "post_attention_layernorm"}
 
@@ -109,10 +110,13 @@ def _ignored(name: str, cfg: ModelConfig) -> bool:
     return (name == "lm_head.weight" and cfg.tie_embeddings) or name.endswith("rotary_emb.inv_freq")
 
 
-def _shape_error(folder: str, name: str, file_shape: tuple[int, ...], shape: tuple[int, ...],
-                 transposed: bool) -> ModelFolderError:
-    return ModelFolderError(f"{folder}: tensor {name!r} has shape {file_shape}, expected "
-                            f"{shape[::-1] if transposed else shape} from config.json")
+def _shape_error(
+    folder: str, name: str, file_shape: tuple[int, ...], shape: tuple[int, ...], transposed: bool
+) -> ModelFolderError:
+    return ModelFolderError(
+        f"{folder}: tensor {name!r} has shape {file_shape}, expected "
+        f"{shape[::-1] if transposed else shape} from config.json"
+    )
 
 
 def _unexpected_error(folder: str, name: str) -> ModelFolderError:
@@ -120,8 +124,7 @@ def _unexpected_error(folder: str, name: str) -> ModelFolderError:
 
 
 def _missing_error(folder: str, missing: list[str]) -> ModelFolderError:
-    return ModelFolderError(f"{folder}: missing tensors {', '.join(missing[:5])}"
-                            f"{' ...' if len(missing) > 5 else ''}")
+    return ModelFolderError(f"{folder}: missing tensors {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}")
 
 
 def _load_whole(folder: str, cfg: ModelConfig, slot_of_name: dict, filled: list, bar: Any) -> None:
@@ -158,8 +161,7 @@ def _shard_reader(tensor_slice: Any, transposed: bool) -> Callable[[tuple[slice,
     return read
 
 
-def _load_sharded(folder: str, cfg: ModelConfig, slot_of_name: dict, filled: list, shardings: list,
-                  bar: Any) -> None:
+def _load_sharded(folder: str, cfg: ModelConfig, slot_of_name: dict, filled: list, shardings: list, bar: Any) -> None:
     """Fill `filled` parameter by parameter with global arrays of `shardings` (one per slot): every
     device's shard is read straight from the file (`get_slice`), so this process reads only the
     blocks its own devices hold and no device holds more than its shard. Names and shapes are
@@ -185,13 +187,15 @@ def _load_sharded(folder: str, cfg: ModelConfig, slot_of_name: dict, filled: lis
         for name, handle in handle_of_name.items():
             slot, transposed, shape = slot_of_name[name]
             filled[slot] = jax.make_array_from_callback(
-                shape, shardings[slot], _shard_reader(handle.get_slice(name), transposed))
+                shape, shardings[slot], _shard_reader(handle.get_slice(name), transposed)
+            )
             if bar is not None:
                 bar.update(1)
 
 
-def load_pretrained(folder: str, cfg: ModelConfig, progress: bool = True,
-                    shardings: Any = None) -> tuple[nnx.GraphDef, Any]:
+def load_pretrained(
+    folder: str, cfg: ModelConfig, progress: bool = True, shardings: Any = None
+) -> tuple[nnx.GraphDef, Any]:
     """(graphdef, params) of the Hugging Face checkpoint in `folder`, params float32 (the master
     weights, whatever the files' dtype).
 
@@ -212,9 +216,13 @@ def load_pretrained(folder: str, cfg: ModelConfig, progress: bool = True,
     filled: list[Any] = [None] * len(leaves_with_paths)
     bar = None
     if progress:
-
-        bar = tqdm(total=len(slot_of_name), unit="tensor", desc=f"loading {os.path.basename(folder.rstrip('/'))}",
-                   dynamic_ncols=True, file=__import__("sys").stderr)
+        bar = tqdm(
+            total=len(slot_of_name),
+            unit="tensor",
+            desc=f"loading {os.path.basename(folder.rstrip('/'))}",
+            dynamic_ncols=True,
+            file=__import__("sys").stderr,
+        )
     try:
         if shardings is None:
             _load_whole(folder, cfg, slot_of_name, filled, bar)

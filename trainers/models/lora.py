@@ -59,7 +59,6 @@ from trainers.models.lora_targets import DEFAULT_TARGET_MODULES
 from trainers.models.transformer import Linear, Transformer, causal_padding_mask, positions_from_valid
 from trainers.parallel.rules import is_variable
 
-
 _LORA_A, _LORA_B = "kernel_lora_a", "kernel_lora_b"  # Qwix's names: the weight's name + "_lora_a" / "_lora_b"
 
 
@@ -90,55 +89,76 @@ def _module_path(path: tuple) -> str:
 
 def _targeted_linears(model: nnx.Module, pattern: str) -> dict[str, Linear]:
     """{path: Linear} of the projections whose module path fullmatches `pattern`."""
-    return {_module_path(path): module for path, module in nnx.iter_modules(model)
-            if isinstance(module, Linear) and re.fullmatch(pattern, _module_path(path))}
+    return {
+        _module_path(path): module
+        for path, module in nnx.iter_modules(model)
+        if isinstance(module, Linear) and re.fullmatch(pattern, _module_path(path))
+    }
 
 
-def add_lora(graphdef: nnx.GraphDef, params: nnx.State, settings: LoraSettings,
-             seed: int) -> tuple[nnx.GraphDef, nnx.State]:
+def add_lora(
+    graphdef: nnx.GraphDef, params: nnx.State, settings: LoraSettings, seed: int
+) -> tuple[nnx.GraphDef, nnx.State]:
     """The model with LoRA adapters on every projection matched by `settings.target_modules`:
     (graphdef, params) where params holds the base `nnx.Param` arrays (the same arrays, not copies)
     and the new `nnx.LoRAParam` A (random, from `seed`) and B (zero), so the initial function is the
     base model's. Runs the model once eagerly on a [1, 2] token input (Qwix creates the adapters as
     the matmuls run), with the blocks as the Python loop (`transformer.SCAN_LAYERS` set to False for
     that call, then restored: call it before other threads use the model). Works on placed
-    (sharded) params too: each adapter is then placed like its kernel's outer axis. Raises ValueError naming model.lora.target_modules when the pattern matches no
-    projection, model.lora.rank when rank < 1 or rank > min(in, out) of a targeted projection, and
-    model.lora.dropout when dropout is not 0."""
+    (sharded) params too: each adapter is then placed like its kernel's outer axis. Raises ValueError naming
+    model.lora.target_modules when the pattern matches no projection, model.lora.rank when rank < 1 or rank > min(in,
+    out) of a targeted projection, and model.lora.dropout when dropout is not 0."""
     model = nnx.merge(graphdef, params)
     try:
         targets = _targeted_linears(model, settings.target_modules)
     except re.error as error:
-        raise ValueError(f"model.lora.target_modules {settings.target_modules!r} is not a valid regex: {error}")
+        raise ValueError(
+            f"model.lora.target_modules {settings.target_modules!r} is not a valid regex: {error}"
+        ) from error
     if not targets:
         paths = [_module_path(path) for path, module in nnx.iter_modules(model) if isinstance(module, Linear)]
-        raise ValueError(f"model.lora.target_modules {settings.target_modules!r} matches no projection; "
-                         f"module paths look like {', '.join(paths[:7])}")
+        raise ValueError(
+            f"model.lora.target_modules {settings.target_modules!r} matches no projection; "
+            f"module paths look like {', '.join(paths[:7])}"
+        )
     if settings.rank < 1:
         raise ValueError(f"model.lora.rank must be at least 1, got {settings.rank}")
     for path, linear in targets.items():
         in_features, out_features = linear.kernel.shape
         if settings.rank > min(in_features, out_features):
-            raise ValueError(f"model.lora.rank {settings.rank} is larger than {path} "
-                             f"({in_features} x {out_features}): at most {min(in_features, out_features)}")
+            raise ValueError(
+                f"model.lora.rank {settings.rank} is larger than {path} "
+                f"({in_features} x {out_features}): at most {min(in_features, out_features)}"
+            )
     if settings.dropout != 0.0:
-        raise ValueError(f"model.lora.dropout {settings.dropout}: only 0.0 is supported (Qwix's LoRA dropout "
-                         "needs a stateful nnx.Rngs on the modules)")
+        raise ValueError(
+            f"model.lora.dropout {settings.dropout}: only 0.0 is supported (Qwix's LoRA dropout "
+            "needs a stateful nnx.Rngs on the modules)"
+        )
 
-    provider = qwix.LoraProvider(module_path=settings.target_modules, rank=settings.rank, alpha=settings.alpha,
-                                 dropout=0.0)
+    provider = qwix.LoraProvider(
+        module_path=settings.target_modules, rank=settings.rank, alpha=settings.alpha, dropout=0.0
+    )
     valid = jnp.ones((1, 2), jnp.bool_)
     # The creating call must run the blocks as the Python loop: the scanned path (on a mesh) calls
     # per-iteration copies of a block, so adapters created there would be lost.
     scan_layers, transformer.SCAN_LAYERS = transformer.SCAN_LAYERS, False
     try:
-        lora_model = qwix.apply_lora_to_model(model, provider, jnp.zeros((1, 2), jnp.int32),
-                                              positions_from_valid(valid), causal_padding_mask(valid),
-                                              rngs=nnx.Rngs(seed))
+        lora_model = qwix.apply_lora_to_model(
+            model,
+            provider,
+            jnp.zeros((1, 2), jnp.int32),
+            positions_from_valid(valid),
+            causal_padding_mask(valid),
+            rngs=nnx.Rngs(seed),
+        )
     finally:
         transformer.SCAN_LAYERS = scan_layers
-    missing = [path for path, linear in _targeted_linears(lora_model, settings.target_modules).items()
-               if not hasattr(linear, _LORA_B)]
+    missing = [
+        path
+        for path, linear in _targeted_linears(lora_model, settings.target_modules).items()
+        if not hasattr(linear, _LORA_B)
+    ]
     if missing:
         raise RuntimeError(f"Qwix created no adapters for {', '.join(missing)}")
     lora_model.lora_settings = settings  # static: merge_into_base reads alpha / rank from the graphdef
@@ -164,6 +184,7 @@ def merge_params(adapters: nnx.State, base: nnx.State) -> nnx.State:
 
 def _with_adapter_values(params: nnx.State, value_of) -> nnx.State:
     """params with each adapter leaf's array replaced by value_of(name, array), name the leaf's last key."""
+
     def one(path, leaf):
         if not is_adapter(leaf):
             return leaf
@@ -194,7 +215,8 @@ def merge_into_base(graphdef: nnx.GraphDef, params: nnx.State) -> tuple[nnx.Grap
         if path[-1] == "kernel" and path[:-1] + (_LORA_A,) in flat:
             lora_a, lora_b = flat[path[:-1] + (_LORA_A,)][...], flat[path[:-1] + (_LORA_B,)][...]
             variable = variable.replace(
-                variable[...] + scale * jnp.matmul(lora_a, lora_b, precision=jax.lax.Precision.HIGHEST))
+                variable[...] + scale * jnp.matmul(lora_a, lora_b, precision=jax.lax.Precision.HIGHEST)
+            )
         merged[path] = variable
     base_graphdef, _ = nnx.split(nnx.eval_shape(lambda: Transformer(cfg, nnx.Rngs(params=0))), nnx.Param)
     return base_graphdef, nnx.from_flat_state(merged)

@@ -19,9 +19,12 @@ def projection_shapes(cfg: ModelConfig) -> dict[str, tuple[int, int]]:
     """{module path: (in features, out features)} of every projection of every block."""
     heads, kv_heads = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
     per_block = {
-        "attn/q_proj": (cfg.hidden_size, heads), "attn/k_proj": (cfg.hidden_size, kv_heads),
-        "attn/v_proj": (cfg.hidden_size, kv_heads), "attn/o_proj": (heads, cfg.hidden_size),
-        "mlp/gate_proj": (cfg.hidden_size, cfg.mlp_size), "mlp/up_proj": (cfg.hidden_size, cfg.mlp_size),
+        "attn/q_proj": (cfg.hidden_size, heads),
+        "attn/k_proj": (cfg.hidden_size, kv_heads),
+        "attn/v_proj": (cfg.hidden_size, kv_heads),
+        "attn/o_proj": (heads, cfg.hidden_size),
+        "mlp/gate_proj": (cfg.hidden_size, cfg.mlp_size),
+        "mlp/up_proj": (cfg.hidden_size, cfg.mlp_size),
         "mlp/down_proj": (cfg.mlp_size, cfg.hidden_size),
     }
     return {f"blocks/{layer}/{name}": shape for layer in range(cfg.num_layers) for name, shape in per_block.items()}

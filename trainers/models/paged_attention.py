@@ -26,12 +26,12 @@ head h reads KV head h // (NH / KVH), as in `transformer.Attention`. Returns [B,
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import contextlib
 
 
 class PagedKV(NamedTuple):
@@ -56,6 +56,7 @@ def write_token_kv(cache: PagedKV, keys: jax.Array, values: jax.Array) -> PagedK
     k_pages = cache.k_pages.at[:, pages, offsets].set(keys.transpose(1, 0, 2).astype(cache.k_pages.dtype))
     v_pages = cache.v_pages.at[:, pages, offsets].set(values.transpose(1, 0, 2).astype(cache.v_pages.dtype))
     return cache._replace(k_pages=k_pages, v_pages=v_pages)
+
 
 IMPLEMENTATIONS = ("gather", "pallas_gpu", "pallas_tpu")
 TPU_HEAD_DIM, TPU_PAGE_TOKENS = 128, 8  # the TPU kernel's tiles: head size and page size multiples
@@ -85,8 +86,15 @@ def _taken(pages: jax.Array, block_tables: jax.Array) -> jax.Array:
     return pages[:, block_tables].reshape(kv_heads, batch, max_pages * page_tokens, head_dim)
 
 
-def paged_decode_attention(q: jax.Array, k_pages: jax.Array, v_pages: jax.Array, block_tables: jax.Array,
-                           lengths: jax.Array, implementation: str = "gather", interpret: bool = False) -> jax.Array:
+def paged_decode_attention(
+    q: jax.Array,
+    k_pages: jax.Array,
+    v_pages: jax.Array,
+    block_tables: jax.Array,
+    lengths: jax.Array,
+    implementation: str = "gather",
+    interpret: bool = False,
+) -> jax.Array:
     """Attention of each slot's one query over its tokens 0 .. lengths - 1 (see the module docstring),
     scaled by 1 / sqrt(D). `interpret` runs a Pallas kernel in its interpreter (any backend)."""
     batch, num_heads, head_dim = q.shape
@@ -109,21 +117,31 @@ def paged_decode_attention(q: jax.Array, k_pages: jax.Array, v_pages: jax.Array,
         from jax.experimental.pallas.ops.gpu import paged_attention as kernel
 
         pages_per_slot = block_tables.shape[1]
-        return kernel.paged_attention(q * jnp.asarray(scale, q.dtype), k_pages, v_pages, block_tables,
-                                      lengths.astype(jnp.int32), interpret=interpret,
-                                      pages_per_compute_block=_divisor_at_most(pages_per_slot, 8),
-                                      k_splits=1).astype(q.dtype)
+        return kernel.paged_attention(
+            q * jnp.asarray(scale, q.dtype),
+            k_pages,
+            v_pages,
+            block_tables,
+            lengths.astype(jnp.int32),
+            interpret=interpret,
+            pages_per_compute_block=_divisor_at_most(pages_per_slot, 8),
+            k_splits=1,
+        ).astype(q.dtype)
     if implementation == "pallas_tpu":
-
         # lazy: the Pallas kernels load only on their accelerator
         from jax.experimental.pallas import tpu as pltpu
         from jax.experimental.pallas.ops.tpu.paged_attention import paged_attention as tpu_kernel
 
         pages_per_slot = block_tables.shape[1]
         with pltpu.force_tpu_interpret_mode() if interpret else contextlib.nullcontext():
-            return tpu_kernel(q * jnp.asarray(scale, q.dtype), k_pages, v_pages, lengths.astype(jnp.int32),
-                              block_tables, pages_per_compute_block=_divisor_at_most(pages_per_slot, 8)
-                              ).astype(q.dtype)
+            return tpu_kernel(
+                q * jnp.asarray(scale, q.dtype),
+                k_pages,
+                v_pages,
+                lengths.astype(jnp.int32),
+                block_tables,
+                pages_per_compute_block=_divisor_at_most(pages_per_slot, 8),
+            ).astype(q.dtype)
     raise ValueError(f"attention implementation {implementation!r}: expected one of {', '.join(IMPLEMENTATIONS)}")
 
 
@@ -132,8 +150,9 @@ def _divisor_at_most(total: int, most: int) -> int:
     return max(d for d in range(1, min(total, most) + 1) if total % d == 0)
 
 
-def dense_view(k_pages: jax.Array, v_pages: jax.Array, block_tables: jax.Array, lengths: jax.Array,
-               width: int, extra: int) -> tuple[list, jax.Array]:
+def dense_view(
+    k_pages: jax.Array, v_pages: jax.Array, block_tables: jax.Array, lengths: jax.Array, width: int, extra: int
+) -> tuple[list, jax.Array]:
     """Each slot's cached tokens gathered once into the dense layout of `transformer.Attention`,
     right-aligned: slot b's token t sits at column width - lengths[b] + t, so that its next `extra`
     tokens all go to columns width .. width + extra - 1, the same column for every slot (the static
@@ -154,9 +173,16 @@ def dense_view(k_pages: jax.Array, v_pages: jax.Array, block_tables: jax.Array, 
     return (keys, values), jnp.pad(valid, ((0, 0), (0, extra)))
 
 
-def write_view_tokens(k_pages: jax.Array, v_pages: jax.Array, view: tuple[jax.Array, jax.Array],
-                      block_tables: jax.Array, lengths: jax.Array, counts: jax.Array, width: int,
-                      scratch_page: int) -> tuple[jax.Array, jax.Array]:
+def write_view_tokens(
+    k_pages: jax.Array,
+    v_pages: jax.Array,
+    view: tuple[jax.Array, jax.Array],
+    block_tables: jax.Array,
+    lengths: jax.Array,
+    counts: jax.Array,
+    width: int,
+    scratch_page: int,
+) -> tuple[jax.Array, jax.Array]:
     """Write back the tokens a `dense_view` gained: slot b's columns width .. width + counts[b] - 1
     become its tokens lengths[b] .. lengths[b] + counts[b] - 1 (the rest go to the scratch page)."""
     keys, values = view
@@ -168,5 +194,7 @@ def write_view_tokens(k_pages: jax.Array, v_pages: jax.Array, view: tuple[jax.Ar
     offsets = token % page_tokens
     new_keys = keys[:, :, :, width:].transpose(1, 0, 3, 2)  # [KVH, B, extra, D]
     new_values = values[:, :, width:, :].transpose(1, 0, 2, 3)
-    return (k_pages.at[:, pages, offsets].set(new_keys.astype(k_pages.dtype)),
-            v_pages.at[:, pages, offsets].set(new_values.astype(v_pages.dtype)))
+    return (
+        k_pages.at[:, pages, offsets].set(new_keys.astype(k_pages.dtype)),
+        v_pages.at[:, pages, offsets].set(new_values.astype(v_pages.dtype)),
+    )

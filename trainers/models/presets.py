@@ -54,25 +54,57 @@ class ModelConfig:
 
 PRESETS: dict[str, ModelConfig] = {
     # CPU unit tests; must train fast.
-    "tiny": ModelConfig(vocab_size=128, num_layers=2, hidden_size=64, mlp_size=256,
-                        num_heads=4, head_dim=16, num_kv_heads=2),
-    "small": ModelConfig(vocab_size=128, num_layers=4, hidden_size=128, mlp_size=512,
-                         num_heads=4, head_dim=32, num_kv_heads=2),
+    "tiny": ModelConfig(
+        vocab_size=128, num_layers=2, hidden_size=64, mlp_size=256, num_heads=4, head_dim=16, num_kv_heads=2
+    ),
+    "small": ModelConfig(
+        vocab_size=128, num_layers=4, hidden_size=128, mlp_size=512, num_heads=4, head_dim=32, num_kv_heads=2
+    ),
     # Benchmark workload W1.
-    "w1": ModelConfig(vocab_size=512, num_layers=4, hidden_size=256, mlp_size=1024,
-                      num_heads=4, head_dim=64, num_kv_heads=2),
-    "base": ModelConfig(vocab_size=512, num_layers=8, hidden_size=512, mlp_size=2048,
-                        num_heads=8, head_dim=64, num_kv_heads=4),
+    "w1": ModelConfig(
+        vocab_size=512, num_layers=4, hidden_size=256, mlp_size=1024, num_heads=4, head_dim=64, num_kv_heads=2
+    ),
+    "base": ModelConfig(
+        vocab_size=512, num_layers=8, hidden_size=512, mlp_size=2048, num_heads=8, head_dim=64, num_kv_heads=4
+    ),
     # The real Qwen3-0.6B shape (for GPU users).
-    "qwen3-0.6b": ModelConfig(vocab_size=151936, num_layers=28, hidden_size=1024, mlp_size=3072,
-                              num_heads=16, head_dim=128, num_kv_heads=8, rope_theta=1_000_000.0,
-                              tie_embeddings=True),
+    "qwen3-0.6b": ModelConfig(
+        vocab_size=151936,
+        num_layers=28,
+        hidden_size=1024,
+        mlp_size=3072,
+        num_heads=16,
+        head_dim=128,
+        num_kv_heads=8,
+        rope_theta=1_000_000.0,
+        tie_embeddings=True,
+    ),
     # SmolLM2-135M's shape (HuggingFaceTB/SmolLM2-135M config.json), randomly initialised: bench/scale.py.
-    "smollm2-135m": ModelConfig(vocab_size=49152, num_layers=30, hidden_size=576, mlp_size=1536,
-                                num_heads=9, head_dim=64, num_kv_heads=3, rope_theta=100_000.0, rms_eps=1e-5,
-                                qk_norm=False, tie_embeddings=True),
+    "smollm2-135m": ModelConfig(
+        vocab_size=49152,
+        num_layers=30,
+        hidden_size=576,
+        mlp_size=1536,
+        num_heads=9,
+        head_dim=64,
+        num_kv_heads=3,
+        rope_theta=100_000.0,
+        rms_eps=1e-5,
+        qk_norm=False,
+        tie_embeddings=True,
+    ),
     # Qwen2-0.5B's shape (Qwen/Qwen2-0.5B config.json: bias on q/k/v, no q/k norm), randomly initialised.
-    "qwen2-0.5b": ModelConfig(vocab_size=151936, num_layers=24, hidden_size=896, mlp_size=4864,
-                              num_heads=14, head_dim=64, num_kv_heads=2, rope_theta=1_000_000.0,
-                              qk_norm=False, tie_embeddings=True, qkv_bias=True),
+    "qwen2-0.5b": ModelConfig(
+        vocab_size=151936,
+        num_layers=24,
+        hidden_size=896,
+        mlp_size=4864,
+        num_heads=14,
+        head_dim=64,
+        num_kv_heads=2,
+        rope_theta=1_000_000.0,
+        qk_norm=False,
+        tie_embeddings=True,
+        qkv_bias=True,
+    ),
 }

@@ -36,7 +36,6 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from trainers.parallel.rules import active_axis_size, constrain, is_variable, logical_axes
 from trainers.models.paged_attention import PagedKV, default_implementation, paged_decode_attention, write_token_kv
 from trainers.models.presets import (  # the chunk sizes live with the shapes: the JAX-free memory estimate reads them
     ACCELERATOR_LOGITS_CHUNK_ELEMENTS,
@@ -44,6 +43,7 @@ from trainers.models.presets import (  # the chunk sizes live with the shapes: t
     Llama3RopeScaling,
     ModelConfig,
 )
+from trainers.parallel.rules import active_axis_size, constrain, is_variable, logical_axes
 
 # A kv cache is one (keys, values) pair per layer in the model dtype: keys [B, KVH, D, S], values
 # [B, KVH, S, D]. With these layouts both attention einsums are plain batched matmuls
@@ -136,11 +136,15 @@ class Linear(nnx.Module):
     float32, bias [out_features] float32 when use_bias; x [..., in] -> [..., out]. axes: the logical
     axes of (in_features, out_features)."""
 
-    def __init__(self, in_features: int, out_features: int, rngs: nnx.Rngs, use_bias: bool = False,
-                 axes: tuple[str, str] = ("embed", "embed")):
-        self.kernel = nnx.Param(
-            _normal_init(rngs.params(), (in_features, out_features)),
-            **_axes(*axes))
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        rngs: nnx.Rngs,
+        use_bias: bool = False,
+        axes: tuple[str, str] = ("embed", "embed"),
+    ):
+        self.kernel = nnx.Param(_normal_init(rngs.params(), (in_features, out_features)), **_axes(*axes))
         self.bias = nnx.Param(jnp.zeros((out_features,), jnp.float32), **_axes(axes[1])) if use_bias else None
 
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -192,10 +196,12 @@ class Attention(nnx.Module):
         self.num_kv_heads = cfg.num_kv_heads
         self.head_dim = cfg.head_dim
         self.q_proj = Linear(cfg.hidden_size, cfg.num_heads * cfg.head_dim, rngs, cfg.qkv_bias, ("embed", "heads"))
-        self.k_proj = Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, rngs, cfg.qkv_bias,
-                             ("embed", "kv_heads"))
-        self.v_proj = Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, rngs, cfg.qkv_bias,
-                             ("embed", "kv_heads"))
+        self.k_proj = Linear(
+            cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, rngs, cfg.qkv_bias, ("embed", "kv_heads")
+        )
+        self.v_proj = Linear(
+            cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, rngs, cfg.qkv_bias, ("embed", "kv_heads")
+        )
         self.o_proj = Linear(cfg.num_heads * cfg.head_dim, cfg.hidden_size, rngs, cfg.o_bias, ("heads", "embed"))
         if cfg.qk_norm:
             self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_eps)
@@ -204,9 +210,15 @@ class Attention(nnx.Module):
             self.q_norm = None
             self.k_norm = None
 
-    def __call__(self, x: jax.Array, sin: jax.Array, cos: jax.Array, attn_mask: jax.Array,
-                 kv_cache: tuple[jax.Array, jax.Array] | None = None,
-                 cache_index: jax.Array | int | None = None) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+    def __call__(
+        self,
+        x: jax.Array,
+        sin: jax.Array,
+        cos: jax.Array,
+        attn_mask: jax.Array,
+        kv_cache: tuple[jax.Array, jax.Array] | None = None,
+        cache_index: jax.Array | int | None = None,
+    ) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
         """x [B,T,H]; sin/cos [B,T,1,D/2]; attn_mask [B,T,S] bool (True = query may attend to key).
 
         Without kv_cache the keys are this call's own tokens (S = T) and the returned pair is this
@@ -233,9 +245,14 @@ class Attention(nnx.Module):
 
         if isinstance(kv_cache, PagedKV):
             paged = write_token_kv(kv_cache, k[:, 0], v[:, 0])
-            out = paged_decode_attention(q[:, 0], paged.k_pages, paged.v_pages, paged.block_tables,
-                                         paged.lengths + 1,
-                                         implementation=default_implementation(self.head_dim, paged.k_pages.shape[2]))
+            out = paged_decode_attention(
+                q[:, 0],
+                paged.k_pages,
+                paged.v_pages,
+                paged.block_tables,
+                paged.lengths + 1,
+                implementation=default_implementation(self.head_dim, paged.k_pages.shape[2]),
+            )
             return self.o_proj(out.reshape(batch, 1, self.num_heads * self.head_dim)), paged
 
         keys = k.transpose(0, 2, 3, 1)  # [B,KVH,D,T]
@@ -243,16 +260,21 @@ class Attention(nnx.Module):
         if kv_cache is not None:
             cache_keys, cache_values = kv_cache
             keys = jax.lax.dynamic_update_slice(cache_keys, keys.astype(cache_keys.dtype), (0, 0, 0, cache_index))
-            values = jax.lax.dynamic_update_slice(cache_values, values.astype(cache_values.dtype),
-                                                  (0, 0, cache_index, 0))
+            values = jax.lax.dynamic_update_slice(
+                cache_values, values.astype(cache_values.dtype), (0, 0, cache_index, 0)
+            )
         keys = constrain(keys, ("batch", "act_kv_heads", None, None))
         values = constrain(values, ("batch", "act_kv_heads", None, None))
 
         if num_tokens > 1 and _fused_attention():
             # [B,T,N,D] queries, [B,S,KVH,D] keys and values; query head h uses kv head h // G, as below.
-            out = jax.nn.dot_product_attention(q, keys.transpose(0, 3, 1, 2).astype(q.dtype),
-                                               values.transpose(0, 2, 1, 3).astype(q.dtype),
-                                               mask=attn_mask[:, None, :, :], scale=1.0 / math.sqrt(self.head_dim))
+            out = jax.nn.dot_product_attention(
+                q,
+                keys.transpose(0, 3, 1, 2).astype(q.dtype),
+                values.transpose(0, 2, 1, 3).astype(q.dtype),
+                mask=attn_mask[:, None, :, :],
+                scale=1.0 / math.sqrt(self.head_dim),
+            )
             out = out.reshape(batch, num_tokens, self.num_heads * self.head_dim)
         else:
             # Query head h uses kv head h // G (grouped-query attention; see KVCache for the layouts).
@@ -303,20 +325,26 @@ class Transformer(nnx.Module):
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
         self.cfg = cfg
         self.embed = nnx.Param(
-            _normal_init(rngs.params(), (cfg.vocab_size, cfg.hidden_size)),
-            **_axes("vocab", "embed"))
+            _normal_init(rngs.params(), (cfg.vocab_size, cfg.hidden_size)), **_axes("vocab", "embed")
+        )
         self.blocks = nnx.List([Block(cfg, rngs) for _ in range(cfg.num_layers)])
         self.final_norm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
         if cfg.tie_embeddings:
             self.lm_head = None
         else:
             self.lm_head = nnx.Param(
-                _normal_init(rngs.params(), (cfg.hidden_size, cfg.vocab_size)),
-                **_axes("embed", "vocab"))
+                _normal_init(rngs.params(), (cfg.hidden_size, cfg.vocab_size)), **_axes("embed", "vocab")
+            )
 
-    def __call__(self, tokens: jax.Array, positions: jax.Array, attn_mask: jax.Array,
-                 kv_cache: KVCache | None = None,
-                 cache_index: jax.Array | int | None = None, remat: bool = False) -> tuple[jax.Array, KVCache]:
+    def __call__(
+        self,
+        tokens: jax.Array,
+        positions: jax.Array,
+        attn_mask: jax.Array,
+        kv_cache: KVCache | None = None,
+        cache_index: jax.Array | int | None = None,
+        remat: bool = False,
+    ) -> tuple[jax.Array, KVCache]:
         """tokens [B,T] int32, positions [B,T] int32 (RoPE positions), attn_mask [B,T,S] bool.
 
         Returns (hidden [B,T,H] after the final norm, in the model dtype; kv cache), see
@@ -341,15 +369,17 @@ class Transformer(nnx.Module):
                 # jax.checkpoint over the block's split state (what nnx.remat does), written out because
                 # nnx.remat's merge fails under Qwix's LoRA interception (`trainers.models.lora`).
                 block_graphdef, block_state = nnx.split(block)
-                x, kv = jax.checkpoint(lambda state, *args: nnx.merge(block_graphdef, state)(*args))(
-                    block_state, x, sin, cos, attn_mask, layer_cache, cache_index)
+                x, kv = jax.checkpoint(lambda state, *args: nnx.merge(block_graphdef, state)(*args))(  # noqa: B023 (called at once, in this iteration)
+                    block_state, x, sin, cos, attn_mask, layer_cache, cache_index
+                )
             else:
                 x, kv = block(x, sin, cos, attn_mask, layer_cache, cache_index)
             new_cache.append(kv)
         return self.final_norm(x), new_cache
 
-    def _scan_blocks(self, x, sin, cos, attn_mask, kv_cache: KVCache | None,
-                     cache_index, remat: bool = False) -> tuple[jax.Array, KVCache]:
+    def _scan_blocks(
+        self, x, sin, cos, attn_mask, kv_cache: KVCache | None, cache_index, remat: bool = False
+    ) -> tuple[jax.Array, KVCache]:
         """The blocks as one `jax.lax.scan` over layers: every parameter leaf of the L blocks is
         stacked into an [L, ...] array (sharded like the leaf, the layer axis whole), and the scan
         body rebuilds one Block from its layer's slice. On a mesh each iteration gathers only its
@@ -360,14 +390,16 @@ class Transformer(nnx.Module):
         block_graphdef, _ = nnx.split(self.blocks[0])
         treedef = jax.tree.structure(nnx.state(self.blocks[0]))
         per_layer = [jax.tree.leaves(nnx.state(block), is_leaf=is_variable) for block in self.blocks]
-        stacked = [constrain(jnp.stack([layer[i][...] for layer in per_layer]),
-                             ("layers", *logical_axes(variable)))
-                   for i, variable in enumerate(per_layer[0])]
+        stacked = [
+            constrain(jnp.stack([layer[i][...] for layer in per_layer]), ("layers", *logical_axes(variable)))
+            for i, variable in enumerate(per_layer[0])
+        ]
 
         def block_of(layer_leaves) -> Block:
             return nnx.merge(block_graphdef, jax.tree.unflatten(treedef, layer_leaves))
 
         if kv_cache is None:
+
             def body(h, layer_leaves):
                 return block_of(layer_leaves)(constrain(h, _BATCH_HIDDEN), sin, cos, attn_mask)
 
@@ -375,10 +407,12 @@ class Transformer(nnx.Module):
                 body = jax.checkpoint(body, prevent_cse=False)
             x, (keys, values) = jax.lax.scan(body, x, stacked)
         else:
+
             def body(h, layer):
                 layer_leaves, layer_cache = layer
-                return block_of(layer_leaves)(constrain(h, _BATCH_HIDDEN), sin, cos, attn_mask, layer_cache,
-                                              cache_index)
+                return block_of(layer_leaves)(
+                    constrain(h, _BATCH_HIDDEN), sin, cos, attn_mask, layer_cache, cache_index
+                )
 
             if remat:  # training's cached completion chunk (`_grouped_hidden`): keep only each layer's inputs
                 body = jax.checkpoint(body, prevent_cse=False)
@@ -406,9 +440,13 @@ def init_params(cfg: ModelConfig, seed: int) -> tuple[nnx.GraphDef, nnx.State]:
 
 def extend_kv_cache(kv_cache: KVCache, extra_slots: int) -> KVCache:
     """Append extra_slots empty (zero) slots to every layer's keys [B,KVH,D,S] and values [B,KVH,S,D]."""
-    return [(jnp.pad(keys, ((0, 0), (0, 0), (0, 0), (0, extra_slots))),
-             jnp.pad(values, ((0, 0), (0, 0), (0, extra_slots), (0, 0))))
-            for keys, values in kv_cache]
+    return [
+        (
+            jnp.pad(keys, ((0, 0), (0, 0), (0, 0), (0, extra_slots))),
+            jnp.pad(values, ((0, 0), (0, 0), (0, extra_slots), (0, 0))),
+        )
+        for keys, values in kv_cache
+    ]
 
 
 def positions_from_valid(valid: jax.Array) -> jax.Array:
@@ -441,9 +479,16 @@ def forward(graphdef: nnx.GraphDef, params: nnx.State, tokens: jax.Array, valid:
     return model.logits(hidden)
 
 
-def completion_logprobs(graphdef: nnx.GraphDef, params: nnx.State, prompt_tokens: jax.Array,
-                        prompt_valid: jax.Array, completion_tokens: jax.Array, completion_mask: jax.Array,
-                        temperature: float | jax.Array, prompt_group: int = 1) -> tuple[jax.Array, jax.Array]:
+def completion_logprobs(
+    graphdef: nnx.GraphDef,
+    params: nnx.State,
+    prompt_tokens: jax.Array,
+    prompt_valid: jax.Array,
+    completion_tokens: jax.Array,
+    completion_mask: jax.Array,
+    temperature: float | jax.Array,
+    prompt_group: int = 1,
+) -> tuple[jax.Array, jax.Array]:
     """prompt_tokens/prompt_valid [B,Lp] (left-padded), completion_tokens/completion_mask [B,Lc] (right-padded).
 
     Runs the model over concat(prompt, completion) and returns (logprobs [B,Lc] float32,
@@ -462,14 +507,15 @@ def completion_logprobs(graphdef: nnx.GraphDef, params: nnx.State, prompt_tokens
     completion_len = completion_tokens.shape[1]
     completion_tokens = completion_tokens.astype(prompt_tokens.dtype)
     if prompt_group > 1:
-        model, hidden = _grouped_hidden(graphdef, params, prompt_tokens, prompt_valid, completion_tokens,
-                                        completion_mask, prompt_group)
+        model, hidden = _grouped_hidden(
+            graphdef, params, prompt_tokens, prompt_valid, completion_tokens, completion_mask, prompt_group
+        )
     else:
         tokens = jnp.concatenate([prompt_tokens, completion_tokens], axis=1)
         valid = jnp.concatenate([prompt_valid, completion_mask], axis=1)
         model, hidden = forward_hidden(graphdef, params, tokens, valid)
         # The hidden state at index i predicts token i+1: completion token j is predicted at prompt_len-1+j.
-        hidden = hidden[:, prompt_len - 1: prompt_len - 1 + completion_len]  # [B,Lc,H]
+        hidden = hidden[:, prompt_len - 1 : prompt_len - 1 + completion_len]  # [B,Lc,H]
     temperature = jnp.asarray(temperature, dtype=jnp.float32)
     temperature = jnp.where(temperature > 0, temperature, 1.0)
     token_logprobs, entropy = token_logprobs_and_entropy(model, hidden, completion_tokens, temperature)
@@ -477,8 +523,15 @@ def completion_logprobs(graphdef: nnx.GraphDef, params: nnx.State, prompt_tokens
     return jnp.where(completion_mask, token_logprobs, zeros), jnp.where(completion_mask, entropy, zeros)
 
 
-def _grouped_hidden(graphdef: nnx.GraphDef, params: nnx.State, prompt_tokens: jax.Array, prompt_valid: jax.Array,
-                    completion_tokens: jax.Array, completion_mask: jax.Array, group: int):
+def _grouped_hidden(
+    graphdef: nnx.GraphDef,
+    params: nnx.State,
+    prompt_tokens: jax.Array,
+    prompt_valid: jax.Array,
+    completion_tokens: jax.Array,
+    completion_mask: jax.Array,
+    group: int,
+):
     """(model, hidden [B,Lc,H] whose row j predicts completion token j), with the prompt of each group of
     `group` rows run once: a prefill of the B/G distinct prompts gives their last hidden state (which
     predicts completion token 0) and every layer's keys/values; those are repeated G times and the
@@ -488,22 +541,30 @@ def _grouped_hidden(graphdef: nnx.GraphDef, params: nnx.State, prompt_tokens: ja
     model = nnx.merge(graphdef, params)
     prompt_len, completion_len = prompt_tokens.shape[1], completion_tokens.shape[1]
     unique_valid = prompt_valid[::group].astype(jnp.bool_)
-    prompt_hidden, prompt_kv = model(prompt_tokens[::group], positions_from_valid(unique_valid),
-                                     causal_padding_mask(unique_valid), remat=model.cfg.remat)
-    cache = extend_kv_cache([(jnp.repeat(keys, group, axis=0), jnp.repeat(values, group, axis=0))
-                             for keys, values in prompt_kv], completion_len)
+    prompt_hidden, prompt_kv = model(
+        prompt_tokens[::group],
+        positions_from_valid(unique_valid),
+        causal_padding_mask(unique_valid),
+        remat=model.cfg.remat,
+    )
+    cache = extend_kv_cache(
+        [(jnp.repeat(keys, group, axis=0), jnp.repeat(values, group, axis=0)) for keys, values in prompt_kv],
+        completion_len,
+    )
     slot_valid = jnp.concatenate([prompt_valid.astype(jnp.bool_), completion_mask.astype(jnp.bool_)], axis=1)
     query_slots = prompt_len + jnp.arange(completion_len)
     causal = jnp.arange(prompt_len + completion_len)[None, :] <= query_slots[:, None]  # [Lc, Lp+Lc]
     positions = jnp.sum(prompt_valid, axis=1, dtype=jnp.int32)[:, None] + jnp.arange(completion_len)[None, :]
-    completion_hidden, _ = model(completion_tokens, positions, causal[None] & slot_valid[:, None, :], cache,
-                                 prompt_len, remat=model.cfg.remat)
+    completion_hidden, _ = model(
+        completion_tokens, positions, causal[None] & slot_valid[:, None, :], cache, prompt_len, remat=model.cfg.remat
+    )
     first = jnp.repeat(prompt_hidden[:, -1:], group, axis=0)  # the last prompt slot is always valid
     return model, jnp.concatenate([first, completion_hidden[:, :-1]], axis=1)
 
 
-def token_logprobs_and_entropy(model: Transformer, hidden: jax.Array, tokens: jax.Array,
-                               temperature: jax.Array) -> tuple[jax.Array, jax.Array]:
+def token_logprobs_and_entropy(
+    model: Transformer, hidden: jax.Array, tokens: jax.Array, temperature: jax.Array
+) -> tuple[jax.Array, jax.Array]:
     """hidden [B,L,H], tokens [B,L] -> (log-prob of each token under log_softmax(logits / temperature)
     [B,L] float32, entropy of that distribution [B,L] float32).
 
@@ -540,8 +601,9 @@ def token_logprobs_and_entropy(model: Transformer, hidden: jax.Array, tokens: ja
     return unpad(token_logprobs), unpad(entropy)
 
 
-def _sharded_token_logprobs(model: Transformer, hidden: jax.Array, tokens: jax.Array,
-                            temperature: jax.Array) -> tuple[jax.Array, jax.Array]:
+def _sharded_token_logprobs(
+    model: Transformer, hidden: jax.Array, tokens: jax.Array, temperature: jax.Array
+) -> tuple[jax.Array, jax.Array]:
     """`token_logprobs_and_entropy` on a mesh: chunks of [B, span] positions (rows split over the
     batch axes, logits [B, span, V] split over the vocabulary axis), so no device ever holds a whole
     row of logits and no chunk lives on only part of the mesh. The picked token's logit is a masked
@@ -566,8 +628,9 @@ def _sharded_token_logprobs(model: Transformer, hidden: jax.Array, tokens: jax.A
         entropy = log_norm - jnp.sum(probs * logits, axis=-1)
         return picked - log_norm, entropy
 
-    token_logprobs, entropy = jax.lax.map(lambda args: one_chunk(*args),
-                                          (chunked_hidden.transpose(1, 0, 2, 3), chunked_tokens.transpose(1, 0, 2)))
+    token_logprobs, entropy = jax.lax.map(
+        lambda args: one_chunk(*args), (chunked_hidden.transpose(1, 0, 2, 3), chunked_tokens.transpose(1, 0, 2))
+    )
     unchunk = lambda x: x.transpose(1, 0, 2).reshape(batch, num_chunks * span)[:, :length]  # noqa: E731
     return unchunk(token_logprobs), unchunk(entropy)
 
@@ -579,8 +642,10 @@ def param_count(params: nnx.State) -> int:
 
 def matmul_param_count(cfg: ModelConfig) -> int:
     """Parameters used in a matmul per token: attention + MLP projections + LM head (not the embedding lookup)."""
-    attention = cfg.hidden_size * (cfg.num_heads + 2 * cfg.num_kv_heads) * cfg.head_dim \
+    attention = (
+        cfg.hidden_size * (cfg.num_heads + 2 * cfg.num_kv_heads) * cfg.head_dim
         + cfg.num_heads * cfg.head_dim * cfg.hidden_size
+    )
     mlp = 3 * cfg.hidden_size * cfg.mlp_size
     lm_head = cfg.hidden_size * cfg.vocab_size
     return cfg.num_layers * (attention + mlp) + lm_head

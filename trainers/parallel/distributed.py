@@ -83,8 +83,9 @@ def explicit_settings() -> dict | None:
     process_id = _int_env(PROCESS_ID_ENV, minimum=0)
     if num_processes is None or process_id is None:
         missing = [n for n, v in ((NUM_PROCESSES_ENV, num_processes), (PROCESS_ID_ENV, process_id)) if v is None]
-        raise DistributedInitError(f"{COORDINATOR_ENV} is set but {' and '.join(missing)} not: set all three "
-                                   "(or none, for one process)")
+        raise DistributedInitError(
+            f"{COORDINATOR_ENV} is set but {' and '.join(missing)} not: set all three (or none, for one process)"
+        )
     if process_id >= num_processes:
         raise DistributedInitError(f"{PROCESS_ID_ENV}={process_id} must be below {NUM_PROCESSES_ENV}={num_processes}")
     settings = {"coordinator_address": address, "num_processes": num_processes, "process_id": process_id}
@@ -124,7 +125,8 @@ def wait_for_coordinator(address: str, timeout_s: float) -> None:
             if time.monotonic() >= deadline:
                 raise DistributedInitError(
                     f"{COORDINATOR_ENV}={address}: no coordinator answered within {INIT_TIMEOUT_ENV}="
-                    f"{timeout_s:g} s ({exc}); start process 0 first, or fix the address") from None
+                    f"{timeout_s:g} s ({exc}); start process 0 first, or fix the address"
+                ) from None
         time.sleep(0.5)
 
 
@@ -147,8 +149,10 @@ def initialize_from_environment() -> tuple[int, int]:
     from jax._src import xla_bridge
 
     if xla_bridge.backends_are_initialized():
-        raise DistributedInitError("jax.distributed must be initialised before any other JAX call in the process "
-                                   "(something already used jax.devices() or an array)")
+        raise DistributedInitError(
+            "jax.distributed must be initialised before any other JAX call in the process "
+            "(something already used jax.devices() or an array)"
+        )
     if "JAX_CPU_COLLECTIVES_IMPLEMENTATION" not in os.environ:
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
     init_timeout_s = _int_env(INIT_TIMEOUT_ENV, DEFAULT_INIT_TIMEOUT_S, minimum=1)
@@ -157,8 +161,12 @@ def initialize_from_environment() -> tuple[int, int]:
         wait_for_coordinator(settings["coordinator_address"], init_timeout_s)
     # JAX's runtime aborts the process (SIGABRT, "DEADLINE_EXCEEDED ... RegisterTask") when the
     # processes do not all join in time: this line, printed first, says what it was waiting for.
-    print(f"[info] joining the run's processes through {where} (waiting up to {INIT_TIMEOUT_ENV}={init_timeout_s} s "
-          "for all of them)", file=sys.stderr, flush=True)
+    print(
+        f"[info] joining the run's processes through {where} (waiting up to {INIT_TIMEOUT_ENV}={init_timeout_s} s "
+        "for all of them)",
+        file=sys.stderr,
+        flush=True,
+    )
     try:
         jax.distributed.initialize(
             **settings,
@@ -171,7 +179,8 @@ def initialize_from_environment() -> tuple[int, int]:
         raise DistributedInitError(
             f"could not join the run's processes through {where} within {INIT_TIMEOUT_ENV}={init_timeout_s} s: "
             f"{first_line}. Check that process 0 is running and its address is reachable, and that every "
-            f"process was started with the same process count") from exc
+            f"process was started with the same process count"
+        ) from exc
     return jax.process_index(), jax.process_count()
 
 

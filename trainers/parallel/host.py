@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import jax
 import numpy as np
-from jax.sharding import Sharding
 from jax.experimental import multihost_utils
+from jax.sharding import Sharding
 
 
 def put(array: np.ndarray, sharding: Sharding) -> jax.Array:
@@ -23,7 +23,6 @@ def to_host(array: jax.Array | np.ndarray) -> np.ndarray:
     """The whole array as numpy, on every process (gathered across processes when this process's
     devices hold only part of it)."""
     if isinstance(array, jax.Array) and not array.is_fully_addressable and not array.is_fully_replicated:
-
         return np.asarray(multihost_utils.process_allgather(array, tiled=True))
     return np.asarray(array)
 

@@ -34,14 +34,17 @@ def make_mesh(devices: list, sizes: dict[str, int]) -> Mesh:
 def _pick(indices: list[int], devices: list, field: str) -> list:
     missing = [i for i in indices if i >= len(devices)]
     if missing:
-        raise MeshError(field, f"device index {missing[0]} is out of range: the run sees {len(devices)} device(s) "
-                        "(on a CPU host, XLA_FLAGS=--xla_force_host_platform_device_count=N gives N)")
+        raise MeshError(
+            field,
+            f"device index {missing[0]} is out of range: the run sees {len(devices)} device(s) "
+            "(on a CPU host, XLA_FLAGS=--xla_force_host_platform_device_count=N gives N)",
+        )
     return [devices[i] for i in indices]
 
 
 def meshes_for(m, devices: list | None = None) -> tuple[Mesh | None, Mesh | None]:
-    """(train mesh, rollout mesh) for the config's `mesh` section `m` over `devices` (default: all of `jax.devices()`, every
-    process's). None = the default device (train) / the train mesh (rollout)."""
+    """(train mesh, rollout mesh) for the config's `mesh` section `m` over `devices` (default: all of
+    `jax.devices()`, every process's). None = the default device (train) / the train mesh (rollout)."""
     sizes = {"data": m.data, "fsdp": m.fsdp, "tensor": m.tensor}
     if all(n == 1 for n in sizes.values()) and not m.train_devices and not m.rollout_devices:
         return None, None
@@ -56,15 +59,20 @@ def meshes_for(m, devices: list | None = None) -> tuple[Mesh | None, Mesh | None
             sizes = resolve_axis_sizes(sizes, len(free))
         wanted = math.prod(sizes.values())
         if wanted > len(free):
-            raise MeshError("mesh", f"data x fsdp x tensor = {wanted} devices but the run sees {len(free)} "
-                            f"free device(s){' (besides mesh.rollout_devices)' if rollout else ''}; lower the "
-                            "sizes, or start the run with more devices")
+            raise MeshError(
+                "mesh",
+                f"data x fsdp x tensor = {wanted} devices but the run sees {len(free)} "
+                f"free device(s){' (besides mesh.rollout_devices)' if rollout else ''}; lower the "
+                "sizes, or start the run with more devices",
+            )
         train = free[:wanted]
     rollout_mesh = None
     if rollout:
         if len(rollout) % m.rollout_tensor:
-            raise MeshError("mesh.rollout_tensor", f"{m.rollout_tensor} does not divide the {len(rollout)} "
-                            "devices of mesh.rollout_devices")
+            raise MeshError(
+                "mesh.rollout_tensor",
+                f"{m.rollout_tensor} does not divide the {len(rollout)} devices of mesh.rollout_devices",
+            )
         rollout_mesh = make_mesh(rollout, {"data": len(rollout) // m.rollout_tensor, "tensor": m.rollout_tensor})
     return make_mesh(train, sizes), rollout_mesh
 

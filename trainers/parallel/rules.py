@@ -37,10 +37,10 @@ RULES: dict[str, tuple[str, ...]] = {
     # parameters
     "vocab": ("tensor",),
     "embed": ("fsdp",),
-    "heads": ("tensor",),       # q/o projections: heads x head_dim, split by whole heads
-    "kv_heads": ("tensor",),    # k/v projections
+    "heads": ("tensor",),  # q/o projections: heads x head_dim, split by whole heads
+    "kv_heads": ("tensor",),  # k/v projections
     "mlp": ("tensor",),
-    "norm": (),                 # norm scales: small, replicated
+    "norm": (),  # norm scales: small, replicated
     # activations
     "batch": ("data", "fsdp"),
     "act_heads": ("tensor",),

@@ -61,25 +61,26 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from trainers.algo.importance import ImportanceConfig
+from trainers.algo.sampling_filters import dynamic_sampling_values, informative_groups
+from trainers.rollout.batch import Rollout
 from trainers.rollout.collector import Collector, unit_prompts
+from trainers.rollout.dynamic_sampling import Selection, assemble, select_informative, step_metrics
 from trainers.rollout.replay_buffer import (
     ReplayBuffer,
     TrajectoryGroup,
     default_capacity,
 )
-from trainers.algo.sampling_filters import dynamic_sampling_values, informative_groups
-from trainers.rollout.dynamic_sampling import Selection, assemble, select_informative, step_metrics
-from trainers.step.hooks import Action
-from trainers.rollout.batch import Rollout
 from trainers.rollout.source import RolloutContext
+from trainers.step.hooks import Action
 
-WAIT_POLL_S = 0.1          # `next` re-checks the collector's error at least this often
-CONTROL_POLL_S = 0.5       # ... and Control (STOP, PAUSE) this often while waiting
+WAIT_POLL_S = 0.1  # `next` re-checks the collector's error at least this often
+CONTROL_POLL_S = 0.5  # ... and Control (STOP, PAUSE) this often while waiting
 
 
 class AsyncRolloutSource:
@@ -90,8 +91,9 @@ class AsyncRolloutSource:
         a, plan = context.config.async_, context.plan
         i = a.importance_sampling
         self.importance = ImportanceConfig(i.level, i.mode, i.max, i.min)
-        self.capacity_groups = a.buffer_capacity_groups or default_capacity(plan.prompts_per_step,
-                                                                            a.max_trajectory_age_steps)
+        self.capacity_groups = a.buffer_capacity_groups or default_capacity(
+            plan.prompts_per_step, a.max_trajectory_age_steps
+        )
         self.unit_prompts = unit_prompts(plan.num_generations, plan.rollout_micro_batch_sequences)
         self.cond = threading.Condition()
         self.buffer: ReplayBuffer | None = None
@@ -107,24 +109,36 @@ class AsyncRolloutSource:
         a, plan = c.config.async_, c.plan
         position = plan.data_position_at(step) if data_position is None else data_position
         end_prompt = plan.total_prompts
-        if c.config.rollout.dynamic_sampling:    # the most the remaining steps can consume
+        if c.config.rollout.dynamic_sampling:  # the most the remaining steps can consume
             end_prompt = position + (plan.max_steps - step) * self.max_step_prompts
-        self.buffer = ReplayBuffer(self.capacity_groups, a.max_trajectory_age_steps,
-                                   next_prompt_index=position, next_step=step)
+        self.buffer = ReplayBuffer(
+            self.capacity_groups, a.max_trajectory_age_steps, next_prompt_index=position, next_step=step
+        )
         self.collector = Collector(
-            buffer=self.buffer, cond=self.cond, stream=c.stream, graphdef=c.graphdef, spec=c.spec,
-            params=c.placement.rollout_copy(params), version=step,
-            prompts_per_step=plan.prompts_per_step, max_age_steps=a.max_trajectory_age_steps,
-            end_prompt=end_prompt, base_key=c.base_key,
+            buffer=self.buffer,
+            cond=self.cond,
+            stream=c.stream,
+            graphdef=c.graphdef,
+            spec=c.spec,
+            params=c.placement.rollout_copy(params),
+            version=step,
+            prompts_per_step=plan.prompts_per_step,
+            max_age_steps=a.max_trajectory_age_steps,
+            end_prompt=end_prompt,
+            base_key=c.base_key,
             in_flight_chunk_tokens=a.in_flight_chunk_tokens if a.in_flight_weight_updates else 0,
             mesh=c.placement.generation_mesh,
         )
-        swaps = (f"in-flight weight updates every {a.in_flight_chunk_tokens} decode steps" if a.in_flight_weight_updates
-                 else "weights swapped between units")
+        swaps = (
+            f"in-flight weight updates every {a.in_flight_chunk_tokens} decode steps"
+            if a.in_flight_weight_updates
+            else "weights swapped between units"
+        )
         c.hooks.on_log(
             f"async: collector started at data position {position} (weights v{step}), max age "
             f"{a.max_trajectory_age_steps}, buffer {self.capacity_groups} groups, unit {self.unit_prompts} prompts, "
-            f"{swaps}, {c.placement.describe()}")
+            f"{swaps}, {c.placement.describe()}"
+        )
         self.collector.start()
 
     def next(self, step: int) -> Rollout | None:
@@ -138,8 +152,7 @@ class AsyncRolloutSource:
         with self.cond:
             buffer_metrics = self.buffer.metrics()
         rollout = Rollout.concat([group.payload for group in groups])
-        self._metrics = {**buffer_metrics, "async/wait_s": wait_s,
-                         "async/token_age_mean": rollout.token_age_mean(step)}
+        self._metrics = {**buffer_metrics, "async/wait_s": wait_s, "async/token_age_mean": rollout.token_age_mean(step)}
         return rollout
 
     def _next_informative(self, step: int) -> Rollout | None:
@@ -157,11 +170,20 @@ class AsyncRolloutSource:
         rollout = assemble(payloads, selection, self.context.spec.sampling.pad_id)
         rollout.generate_s = sum(p.generate_s for p in payloads)
         p = self.context.plan.prompts_per_step
-        dynamic = step_metrics(selection, (selection.consumed - p) / p, selection.consumed,
-                               np.concatenate([g.rewards for g in payloads]),
-                               np.concatenate([g.correct for g in payloads]), payloads)
-        self._metrics = {**buffer_metrics, "async/wait_s": wait_s,
-                         "async/token_age_mean": rollout.token_age_mean(step), **dynamic}
+        dynamic = step_metrics(
+            selection,
+            (selection.consumed - p) / p,
+            selection.consumed,
+            np.concatenate([g.rewards for g in payloads]),
+            np.concatenate([g.correct for g in payloads]),
+            payloads,
+        )
+        self._metrics = {
+            **buffer_metrics,
+            "async/wait_s": wait_s,
+            "async/token_age_mean": rollout.token_age_mean(step),
+            **dynamic,
+        }
         return rollout
 
     def saved_state(self) -> dict[str, Any]:
@@ -183,6 +205,7 @@ class AsyncRolloutSource:
     def _wait_for_groups(self, step: int) -> list[TrajectoryGroup] | None:
         """Exactly the next prompts_per_step groups for `step`; None on a STOP or PAUSE request (in
         `interrupted_by`). Re-raises the collector's exception as soon as it is stored."""
+
         def attempt() -> tuple[list[TrajectoryGroup] | None, bool]:
             groups = self.buffer.take(step, self.context.plan.prompts_per_step)
             return groups, groups is not None
@@ -202,9 +225,15 @@ class AsyncRolloutSource:
         def attempt() -> tuple[tuple[list[TrajectoryGroup], Selection] | None, bool]:
             run = self.buffer.peek_run(step, self.max_step_prompts - len(consumed))
             metric = self.context.config.rollout.dynamic_sampling_metric
-            run_flags = informative_groups(np.stack([
-                dynamic_sampling_values(group.payload.rewards, group.payload.correct, metric) for group in run
-            ])).tolist() if run else []
+            run_flags = (
+                informative_groups(
+                    np.stack(
+                        [dynamic_sampling_values(group.payload.rewards, group.payload.correct, metric) for group in run]
+                    )
+                ).tolist()
+                if run
+                else []
+            )
             selection = select_informative(flags + run_flags, prompts, self.max_step_prompts)
             count = selection.consumed - len(consumed)
             if count or selection.complete:
@@ -225,18 +254,22 @@ class AsyncRolloutSource:
             while True:
                 error = self.collector.error
                 if error is not None:
-                    error.add_note(f"raised in the rollout collector thread; the trainer was waiting for step "
-                                   f"{step + 1}'s trajectories")
+                    error.add_note(
+                        f"raised in the rollout collector thread; the trainer was waiting for step "
+                        f"{step + 1}'s trajectories"
+                    )
                     raise error
                 dropped_before = self.buffer.dropped_stale
                 result, took = attempt()
                 if took or self.buffer.dropped_stale != dropped_before:
-                    self.cond.notify_all()      # the window moved, or stale prompts await regeneration
+                    self.cond.notify_all()  # the window moved, or stale prompts await regeneration
                 if result is not None:
                     return result
                 if not self.collector.is_alive():
-                    raise RuntimeError("the rollout collector thread ended without an error before step "
-                                       f"{step + 1}'s trajectories were complete")
+                    raise RuntimeError(
+                        "the rollout collector thread ended without an error before step "
+                        f"{step + 1}'s trajectories were complete"
+                    )
                 now = time.perf_counter()
                 if now - last_poll >= CONTROL_POLL_S:
                     last_poll = now

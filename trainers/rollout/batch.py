@@ -28,9 +28,14 @@ _LARGEST = ("peak_pages", "pool_pages")
 
 def generation_figures(stats: Any) -> dict[str, float]:
     """The figures of an `engine.batching.EngineStats` a rollout keeps (see `Rollout.generation`)."""
-    return {"slot_steps": float(stats.slot_steps), "decode_tokens": float(stats.decode_tokens),
-            "prefill_s": stats.prefill_s, "decode_s": stats.decode_s,
-            "peak_pages": float(stats.peak_pages_in_use), "pool_pages": float(stats.pool_pages)}
+    return {
+        "slot_steps": float(stats.slot_steps),
+        "decode_tokens": float(stats.decode_tokens),
+        "prefill_s": stats.prefill_s,
+        "decode_s": stats.decode_s,
+        "peak_pages": float(stats.peak_pages_in_use),
+        "pool_pages": float(stats.pool_pages),
+    }
 
 
 def join_generation(figures: list[dict[str, float] | None]) -> dict[str, float] | None:
@@ -67,19 +72,19 @@ class Rollout:
     which is how the asynchronous loop buffers and trains it.
     """
 
-    examples: list[dict[str, Any]]   # [P] the prompts' dataset items
-    num_generations: int             # G
-    prompt_tokens: np.ndarray        # [N, Lp] int32, left-padded
-    prompt_valid: np.ndarray         # [N, Lp] bool
-    completion_tokens: np.ndarray    # [N, Lc] int32
-    completion_mask: np.ndarray      # [N, Lc] bool
-    sample_logprobs: np.ndarray      # [N, Lc] float32, log pi_gen: recorded when sampling (generate.sample_token)
-    token_versions: np.ndarray       # [N, Lc] int32, the version of the weights that sampled each token
-    completions: list[str]           # [N] decoded
-    rewards: np.ndarray              # [N] float32 weighted sum
-    correct: np.ndarray              # [N] bool
-    advantages: np.ndarray           # [N] float32
-    generate_s: float                # seconds spent encoding, generating, decoding and scoring these sequences
+    examples: list[dict[str, Any]]  # [P] the prompts' dataset items
+    num_generations: int  # G
+    prompt_tokens: np.ndarray  # [N, Lp] int32, left-padded
+    prompt_valid: np.ndarray  # [N, Lp] bool
+    completion_tokens: np.ndarray  # [N, Lc] int32
+    completion_mask: np.ndarray  # [N, Lc] bool
+    sample_logprobs: np.ndarray  # [N, Lc] float32, log pi_gen: recorded when sampling (generate.sample_token)
+    token_versions: np.ndarray  # [N, Lc] int32, the version of the weights that sampled each token
+    completions: list[str]  # [N] decoded
+    rewards: np.ndarray  # [N] float32 weighted sum
+    correct: np.ndarray  # [N] bool
+    advantages: np.ndarray  # [N] float32
+    generate_s: float  # seconds spent encoding, generating, decoding and scoring these sequences
     # [N] bool: the sequence enters the loss (False: truncated under rollout.overlong_filter, or a group
     # dynamic sampling could not replace); None = every sequence
     in_loss: np.ndarray | None = None
@@ -128,7 +133,7 @@ class Rollout:
     def total_tokens(self) -> int:
         return int(self.prompt_valid.sum() + self.completion_mask.sum())
 
-    def with_prompt_width(self, bucket_tokens: int) -> "Rollout":
+    def with_prompt_width(self, bucket_tokens: int) -> Rollout:
         """The rollout with its prompts' leading padding cut to the width its own longest prompt
         needs, in buckets of `bucket_tokens` (`encoding.bucket_width`, as `encode_prompts` pads), or
         itself when no column can go: prompts padded together with longer ones lose their extra."""
@@ -136,29 +141,43 @@ class Rollout:
         needed = min(bucket_width(int(self.prompt_valid.sum(axis=1).max()), bucket_tokens), width)
         if needed == width:
             return self
-        return dataclasses.replace(self, prompt_tokens=self.prompt_tokens[:, width - needed:],
-                                   prompt_valid=self.prompt_valid[:, width - needed:])
+        return dataclasses.replace(
+            self,
+            prompt_tokens=self.prompt_tokens[:, width - needed :],
+            prompt_valid=self.prompt_valid[:, width - needed :],
+        )
 
     # -- groups ------------------------------------------------------------------------------------
 
-    def group(self, j: int) -> "Rollout":
+    def group(self, j: int) -> Rollout:
         """Prompt j's G sequences, with an equal share (1 / P) of `generate_s`."""
         g = self.num_generations
         rows = slice(j * g, (j + 1) * g)
         return Rollout(
-            examples=self.examples[j:j + 1], num_generations=g,
-            prompt_tokens=self.prompt_tokens[rows], prompt_valid=self.prompt_valid[rows],
-            completion_tokens=self.completion_tokens[rows], completion_mask=self.completion_mask[rows],
-            sample_logprobs=self.sample_logprobs[rows], token_versions=self.token_versions[rows],
-            completions=self.completions[rows], rewards=self.rewards[rows], correct=self.correct[rows],
-            advantages=self.advantages[rows], generate_s=self.generate_s / self.prompts,
-            in_loss=self.in_loss[rows], truncated=self.truncated[rows],
-            overlong_penalties=self.overlong_penalties[rows], prompts_consumed=1,
-            reward_names=self.reward_names, reward_values=self.reward_values[rows],
+            examples=self.examples[j : j + 1],
+            num_generations=g,
+            prompt_tokens=self.prompt_tokens[rows],
+            prompt_valid=self.prompt_valid[rows],
+            completion_tokens=self.completion_tokens[rows],
+            completion_mask=self.completion_mask[rows],
+            sample_logprobs=self.sample_logprobs[rows],
+            token_versions=self.token_versions[rows],
+            completions=self.completions[rows],
+            rewards=self.rewards[rows],
+            correct=self.correct[rows],
+            advantages=self.advantages[rows],
+            generate_s=self.generate_s / self.prompts,
+            in_loss=self.in_loss[rows],
+            truncated=self.truncated[rows],
+            overlong_penalties=self.overlong_penalties[rows],
+            prompts_consumed=1,
+            reward_names=self.reward_names,
+            reward_values=self.reward_values[rows],
             loss_mask=None if self.loss_mask is None else self.loss_mask[rows],
             episodes=None if self.episodes is None else self.episodes[rows],
-            generation=None if self.generation is None else {
-                name: value if name in _LARGEST else value / self.prompts for name, value in self.generation.items()},
+            generation=None
+            if self.generation is None
+            else {name: value if name in _LARGEST else value / self.prompts for name, value in self.generation.items()},
         )
 
     @property
@@ -173,7 +192,7 @@ class Rollout:
         return {**self.episodes[i], "reward_parts": parts}
 
     @classmethod
-    def concat(cls, rollouts: list["Rollout"], pad_id: int | None = None) -> "Rollout":
+    def concat(cls, rollouts: list[Rollout], pad_id: int | None = None) -> Rollout:
         """The rollouts' sequences in order, as one rollout (`generate_s` and `prompts_consumed` add
         up). Their prompts must have one padded length, as the groups of one step have
         (`collect_rollout` pads a step's prompts together, whichever part of them one call
@@ -193,20 +212,34 @@ class Rollout:
         def cat(name: str) -> np.ndarray:
             if name in ("prompt_tokens", "prompt_valid") and pad_id is not None:
                 fill = pad_id if name == "prompt_tokens" else False
-                return np.concatenate([np.pad(getattr(r, name), ((0, 0), (width - r.prompt_tokens.shape[1], 0)),
-                                              constant_values=fill) for r in rollouts])
+                return np.concatenate(
+                    [
+                        np.pad(getattr(r, name), ((0, 0), (width - r.prompt_tokens.shape[1], 0)), constant_values=fill)
+                        for r in rollouts
+                    ]
+                )
             return np.concatenate([getattr(r, name) for r in rollouts])
 
         return cls(
-            examples=[e for r in rollouts for e in r.examples], num_generations=g,
-            prompt_tokens=cat("prompt_tokens"), prompt_valid=cat("prompt_valid"),
-            completion_tokens=cat("completion_tokens"), completion_mask=cat("completion_mask"),
-            sample_logprobs=cat("sample_logprobs"), token_versions=cat("token_versions"),
+            examples=[e for r in rollouts for e in r.examples],
+            num_generations=g,
+            prompt_tokens=cat("prompt_tokens"),
+            prompt_valid=cat("prompt_valid"),
+            completion_tokens=cat("completion_tokens"),
+            completion_mask=cat("completion_mask"),
+            sample_logprobs=cat("sample_logprobs"),
+            token_versions=cat("token_versions"),
             completions=[c for r in rollouts for c in r.completions],
-            rewards=cat("rewards"), correct=cat("correct"), advantages=cat("advantages"),
-            generate_s=sum(r.generate_s for r in rollouts), in_loss=cat("in_loss"), truncated=cat("truncated"),
-            overlong_penalties=cat("overlong_penalties"), prompts_consumed=sum(r.prompts_consumed for r in rollouts),
-            reward_names=rollouts[0].reward_names, reward_values=cat("reward_values"),
+            rewards=cat("rewards"),
+            correct=cat("correct"),
+            advantages=cat("advantages"),
+            generate_s=sum(r.generate_s for r in rollouts),
+            in_loss=cat("in_loss"),
+            truncated=cat("truncated"),
+            overlong_penalties=cat("overlong_penalties"),
+            prompts_consumed=sum(r.prompts_consumed for r in rollouts),
+            reward_names=rollouts[0].reward_names,
+            reward_values=cat("reward_values"),
             loss_mask=cat("loss_mask") if multi_turn else None,
             episodes=[e for r in rollouts for e in r.episodes] if multi_turn else None,
             generation=join_generation([r.generation for r in rollouts]),
@@ -257,18 +290,20 @@ class Rollout:
         for i in range(min(count, self.sequences)):
             group, generation = divmod(i, self.num_generations)
             example = self.examples[group]
-            out.append({
-                "group": group,
-                "generation": generation,
-                "prompt": example["prompt"],
-                "completion": self.completions[i],
-                "answer": example.get("answer"),
-                "reward": float(self.rewards[i]),
-                "advantage": float(self.advantages[i]),
-                "correct": bool(self.correct[i]),
-                **({"truncated": True} if self.truncated[i] else {}),
-                **({"overlong_penalty": float(self.overlong_penalties[i])} if self.overlong_penalties[i] else {}),
-                **({"in_loss": False} if not self.in_loss[i] else {}),
-                **(self._episode_sample(i) if self.episodes is not None else {}),
-            })
+            out.append(
+                {
+                    "group": group,
+                    "generation": generation,
+                    "prompt": example["prompt"],
+                    "completion": self.completions[i],
+                    "answer": example.get("answer"),
+                    "reward": float(self.rewards[i]),
+                    "advantage": float(self.advantages[i]),
+                    "correct": bool(self.correct[i]),
+                    **({"truncated": True} if self.truncated[i] else {}),
+                    **({"overlong_penalty": float(self.overlong_penalties[i])} if self.overlong_penalties[i] else {}),
+                    **({"in_loss": False} if not self.in_loss[i] else {}),
+                    **(self._episode_sample(i) if self.episodes is not None else {}),
+                }
+            )
         return out

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import jax
 import numpy as np
@@ -24,8 +25,14 @@ from trainers.algo.advantages import compute_advantages
 from trainers.algo.sampling_filters import overlong_penalty, truncated
 from trainers.data.encoding import encode_prompts
 from trainers.data.rewards import accuracy, score
-from trainers.engine.batching import (KV_MEMORY_FRACTION, EngineSettings, EngineStats, GroupGate, generate_paged,
-                                      micro_batch_uniforms)
+from trainers.engine.batching import (
+    KV_MEMORY_FRACTION,
+    EngineSettings,
+    EngineStats,
+    GroupGate,
+    generate_paged,
+    micro_batch_uniforms,
+)
 from trainers.models.generate import GenerationResult
 from trainers.parallel.mesh import mesh_context
 from trainers.rollout.batch import Rollout, generation_figures
@@ -34,23 +41,41 @@ from trainers.rollout.prompt_fit import prompts_of
 from trainers.rollout.spec import RolloutSpec, Weights
 
 
-def encode_examples(spec: RolloutSpec, examples: list[dict[str, Any]], first_prompt: int,
-                    count: int) -> tuple[np.ndarray, np.ndarray]:
+def encode_examples(
+    spec: RolloutSpec, examples: list[dict[str, Any]], first_prompt: int, count: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Step 1: the prompts of examples[first_prompt : first_prompt + count], each repeated G times
     (prompt-major), left-padded as all of `examples`: (tokens [N, Lp] int32, valid [N, Lp] bool)."""
-    tokens, valid = encode_prompts(spec.tokenizer, prompts_of(spec.env, examples), spec.max_prompt_tokens,
-                                   chat=spec.chat, system_prompt=spec.system_prompt,
-                                   bucket_tokens=spec.prompt_bucket_tokens, cache=spec.prompt_ids)
+    tokens, valid = encode_prompts(
+        spec.tokenizer,
+        prompts_of(spec.env, examples),
+        spec.max_prompt_tokens,
+        chat=spec.chat,
+        system_prompt=spec.system_prompt,
+        bucket_tokens=spec.prompt_bucket_tokens,
+        cache=spec.prompt_ids,
+    )
     g = spec.num_generations
-    return (np.repeat(tokens[first_prompt:first_prompt + count], g, axis=0),
-            np.repeat(valid[first_prompt:first_prompt + count], g, axis=0))
+    return (
+        np.repeat(tokens[first_prompt : first_prompt + count], g, axis=0),
+        np.repeat(valid[first_prompt : first_prompt + count], g, axis=0),
+    )
 
 
-def generate_sequences(graphdef: Any, weights: Weights, prompt_tokens: np.ndarray, prompt_valid: np.ndarray,
-                       spec: RolloutSpec, key: jax.Array, first_call: int, in_flight_chunk_tokens: int,
-                       mesh: Any, chosen: list[dict[str, Any]],
-                       finish_group: Callable[[int, np.ndarray, np.ndarray, Episodes | None], None] | None = None,
-                       gate: GroupGate | None = None) -> tuple[GenerationResult, Episodes | None, EngineStats]:
+def generate_sequences(
+    graphdef: Any,
+    weights: Weights,
+    prompt_tokens: np.ndarray,
+    prompt_valid: np.ndarray,
+    spec: RolloutSpec,
+    key: jax.Array,
+    first_call: int,
+    in_flight_chunk_tokens: int,
+    mesh: Any,
+    chosen: list[dict[str, Any]],
+    finish_group: Callable[[int, np.ndarray, np.ndarray, Episodes | None], None] | None = None,
+    gate: GroupGate | None = None,
+) -> tuple[GenerationResult, Episodes | None, EngineStats]:
     """Step 2: generate the sequences with the engine (`engine.batching.generate_paged`: continuous
     batching over spec's decode slots and a paged KV cache), sequence i with the uniforms of rollout
     micro-batch k = i // micro-batch, drawn from fold_in(key, first_call + k) (so the samples do not
@@ -66,23 +91,43 @@ def generate_sequences(graphdef: Any, weights: Weights, prompt_tokens: np.ndarra
     sampling = dataclasses.replace(spec.sampling, prompt_group=g)  # whole groups share a prompt's pages
     uniforms = micro_batch_uniforms(key, first_call, rows, micro, sampling.max_new_tokens)
     # rollout.decode_slots unset: the micro-batch, or more where an accelerator's free memory holds them
-    settings = EngineSettings(num_slots=max(min(spec.decode_slots or micro, rows), g),
-                              chunk_tokens=in_flight_chunk_tokens or spec.decode_chunk_tokens,
-                              memory_fraction=0.0 if spec.decode_slots else KV_MEMORY_FRACTION,
-                              prefill_chunk_tokens=spec.prefill_chunk_tokens)
+    settings = EngineSettings(
+        num_slots=max(min(spec.decode_slots or micro, rows), g),
+        chunk_tokens=in_flight_chunk_tokens or spec.decode_chunk_tokens,
+        memory_fraction=0.0 if spec.decode_slots else KV_MEMORY_FRACTION,
+        prefill_chunk_tokens=spec.prefill_chunk_tokens,
+    )
     episodes = None
     turn_args = {}
     if spec.env is not None:
         played = [chosen[i // g] for i in range(rows)]
-        episodes = Episodes(spec.env, spec.tokenizer, played, prompts_of(spec.env, played), chat=spec.chat,
-                            system_prompt=spec.system_prompt, max_turns=spec.max_turns,
-                            max_total_tokens=sampling.max_new_tokens)
+        episodes = Episodes(
+            spec.env,
+            spec.tokenizer,
+            played,
+            prompts_of(spec.env, played),
+            chat=spec.chat,
+            system_prompt=spec.system_prompt,
+            max_turns=spec.max_turns,
+            max_total_tokens=sampling.max_new_tokens,
+        )
         turn_args = dict(turns=spec.turn_stops, on_turn_end=episodes.on_turn_end)
     if gate is not None:
         turn_args["gate"] = _GroupsEnded(gate, lambda first, tokens, mask: finish_group(first, tokens, mask, episodes))
     with mesh_context(mesh):
-        result, stats = generate_paged(graphdef, weights, prompt_tokens, prompt_valid, key, sampling, settings,
-                                       uniforms=uniforms, in_flight=in_flight_chunk_tokens > 0, mesh=mesh, **turn_args)
+        result, stats = generate_paged(
+            graphdef,
+            weights,
+            prompt_tokens,
+            prompt_valid,
+            key,
+            sampling,
+            settings,
+            uniforms=uniforms,
+            in_flight=in_flight_chunk_tokens > 0,
+            mesh=mesh,
+            **turn_args,
+        )
     return result, episodes, stats
 
 
@@ -101,9 +146,14 @@ class _GroupsEnded:
         self.finish(first_row, tokens, mask)
 
 
-def score_sequences(spec: RolloutSpec, chosen: list[dict[str, Any]], completions: list[str],
-                    completion_tokens: np.ndarray, completion_mask: np.ndarray,
-                    episodes: list[Episode] | None = None) -> dict[str, Any]:
+def score_sequences(
+    spec: RolloutSpec,
+    chosen: list[dict[str, Any]],
+    completions: list[str],
+    completion_tokens: np.ndarray,
+    completion_mask: np.ndarray,
+    episodes: list[Episode] | None = None,
+) -> dict[str, Any]:
     """Step 3: score the decoded completions of the prompts `chosen` (G each, prompt-major): the
     rewards (weighted sum plus DAPO's overlong penalty), correctness, truncation, the raw reward
     components and the group advantages, as `Rollout` fields.
@@ -123,25 +173,35 @@ def score_sequences(spec: RolloutSpec, chosen: list[dict[str, Any]], completions
         for name in spec.env.reward_parts:
             components[f"env/{name}"] = np.array([e.reward_parts.get(name, 0.0) for e in episodes], np.float32)
             rewards = np.asarray(rewards, np.float32) + components[f"env/{name}"]
-    penalties = overlong_penalty(completion_mask.sum(axis=1), sampling_params.max_new_tokens,
-                                 spec.overlong_buffer_tokens, spec.overlong_penalty)
+    penalties = overlong_penalty(
+        completion_mask.sum(axis=1), sampling_params.max_new_tokens, spec.overlong_buffer_tokens, spec.overlong_penalty
+    )
     rewards = np.asarray(rewards, np.float32) + penalties
     correct = accuracy(answers, per_sequence, components)
     reward_names = tuple(components)
-    reward_values = (np.stack([components[name] for name in reward_names], axis=1).astype(np.float32) if reward_names
-                     else np.zeros((len(completions), 0), np.float32))
+    reward_values = (
+        np.stack([components[name] for name in reward_names], axis=1).astype(np.float32)
+        if reward_names
+        else np.zeros((len(completions), 0), np.float32)
+    )
     if spec.advantage is None:
         advantages = np.zeros(len(completions), np.float32)
     else:
-        advantages = compute_advantages(rewards.reshape(len(chosen), g), spec.advantage,
-                                        spec.advantage_eps).reshape(-1)
+        advantages = compute_advantages(rewards.reshape(len(chosen), g), spec.advantage, spec.advantage_eps).reshape(-1)
     in_loss = ~cut if spec.overlong_filter else None
     if episodes is not None and any(e.end_reason == END_ERROR for e in episodes):
         failed = np.array([e.end_reason == END_ERROR for e in episodes], bool)
         in_loss = ~failed if in_loss is None else in_loss & ~failed
-    return dict(rewards=rewards, correct=correct, advantages=advantages,
-                in_loss=in_loss, truncated=cut, overlong_penalties=penalties,
-                reward_names=reward_names, reward_values=reward_values)
+    return dict(
+        rewards=rewards,
+        correct=correct,
+        advantages=advantages,
+        in_loss=in_loss,
+        truncated=cut,
+        overlong_penalties=penalties,
+        reward_names=reward_names,
+        reward_values=reward_values,
+    )
 
 
 class RolloutGate(Protocol):
@@ -187,12 +247,19 @@ def collect_rollout(
     count = len(examples) - first_prompt if prompt_count is None else prompt_count
     if (first_prompt * g) % micro:
         raise ValueError(f"first_prompt={first_prompt} x G={g} is not a multiple of the rollout micro-batch ({micro})")
-    chosen = examples[first_prompt:first_prompt + count]
+    chosen = examples[first_prompt : first_prompt + count]
     prompt_tokens, prompt_valid = encode_examples(spec, examples, first_prompt, count)
     groups: dict[int, Rollout] = {}
 
-    def finish_rows(first_row: int, tokens: np.ndarray, mask: np.ndarray, sampled: np.ndarray | None,
-                    logprobs: np.ndarray, versions: np.ndarray, episodes: Episodes | None) -> Rollout:
+    def finish_rows(
+        first_row: int,
+        tokens: np.ndarray,
+        mask: np.ndarray,
+        sampled: np.ndarray | None,
+        logprobs: np.ndarray,
+        versions: np.ndarray,
+        episodes: Episodes | None,
+    ) -> Rollout:
         """The rollout of whole groups: rows first_row .. first_row + len(tokens) - 1, decoded and scored."""
         rows = slice(first_row, first_row + len(tokens))
         played = episodes.finish(tokens, mask, first_row) if episodes is not None else None
@@ -200,30 +267,57 @@ def collect_rollout(
             completions = [spec.tokenizer.decode_completion(row[m]) for row, m in zip(tokens, mask)]
         else:
             completions = [e.text for e in played]
-        prompts = chosen[first_row // g:(first_row + len(tokens)) // g]
+        prompts = chosen[first_row // g : (first_row + len(tokens)) // g]
         scored = score_sequences(spec, prompts, completions, tokens, mask, played)
         return Rollout(
-            examples=list(prompts), num_generations=g, prompt_tokens=prompt_tokens[rows],
-            prompt_valid=prompt_valid[rows], completion_tokens=tokens, completion_mask=mask,
-            sample_logprobs=logprobs, token_versions=versions, completions=completions, generate_s=0.0,
-            loss_mask=sampled, episodes=None if played is None else [e.display(spec.env_name) for e in played],
+            examples=list(prompts),
+            num_generations=g,
+            prompt_tokens=prompt_tokens[rows],
+            prompt_valid=prompt_valid[rows],
+            completion_tokens=tokens,
+            completion_mask=mask,
+            sample_logprobs=logprobs,
+            token_versions=versions,
+            completions=completions,
+            generate_s=0.0,
+            loss_mask=sampled,
+            episodes=None if played is None else [e.display(spec.env_name) for e in played],
             **scored,
         )
 
     def finish_group(first_row: int, tokens: np.ndarray, mask: np.ndarray, episodes: Episodes | None) -> None:
         # the group's log-probs and versions are final too, but only the result holds them: they are
         # filled in when the call returns; scoring needs the tokens only
-        group = finish_rows(first_row, tokens, mask, None, np.zeros(tokens.shape, np.float32),
-                            np.zeros(tokens.shape, np.int32), episodes)
+        group = finish_rows(
+            first_row,
+            tokens,
+            mask,
+            None,
+            np.zeros(tokens.shape, np.float32),
+            np.zeros(tokens.shape, np.int32),
+            episodes,
+        )
         groups[first_row] = group
         gate.scored(group)
 
-    result, episodes, engine_stats = generate_sequences(graphdef, weights, prompt_tokens, prompt_valid, spec, key,
-                                                        first_prompt * g // micro, in_flight_chunk_tokens, mesh,
-                                                        chosen, finish_group if gate is not None else None, gate)
+    result, episodes, engine_stats = generate_sequences(
+        graphdef,
+        weights,
+        prompt_tokens,
+        prompt_valid,
+        spec,
+        key,
+        first_prompt * g // micro,
+        in_flight_chunk_tokens,
+        mesh,
+        chosen,
+        finish_group if gate is not None else None,
+        gate,
+    )
     if gate is None:
-        rollout = finish_rows(0, result.tokens, result.mask, result.sampled, result.logprobs, result.token_versions,
-                              episodes)
+        rollout = finish_rows(
+            0, result.tokens, result.mask, result.sampled, result.logprobs, result.token_versions, episodes
+        )
     else:
         firsts = sorted(groups)
         if not firsts or firsts != list(range(0, len(firsts) * g, g)):

@@ -63,9 +63,9 @@ from typing import Any
 
 import jax
 
-from trainers.rollout.replay_buffer import ReplayBuffer, TrajectoryGroup
 from trainers.data.prompt_stream import PromptStream
 from trainers.rollout.collect import collect_rollout
+from trainers.rollout.replay_buffer import ReplayBuffer, TrajectoryGroup
 from trainers.rollout.spec import RolloutSpec, Weights
 
 
@@ -117,7 +117,7 @@ class Collector(threading.Thread):
         self.mesh = mesh
         # next never-generated unit (data order); a resumed dynamic-sampling position may lie inside one
         self.next_unit_start = buffer.next_prompt_index - buffer.next_prompt_index % self.unit
-        self._regenerate: set[int] = set()                     # unit starts to regenerate first
+        self._regenerate: set[int] = set()  # unit starts to regenerate first
         self.error: BaseException | None = None
         self._stopping = False
 
@@ -164,7 +164,9 @@ class Collector(threading.Thread):
                         # be consumed already (dynamic sampling: the window starts inside the unit).
                         if group.prompt_index >= self.buffer.next_prompt_index and group.prompt_index not in buffered:
                             if not self.buffer.put(group):
-                                raise RuntimeError(f"replay buffer refused prompt {group.prompt_index} inside its window")
+                                raise RuntimeError(
+                                    f"replay buffer refused prompt {group.prompt_index} inside its window"
+                                )
                     self.cond.notify_all()
         except BaseException as error:  # noqa: BLE001 - stored and re-raised by the trainer's thread
             with self.cond:
@@ -180,15 +182,15 @@ class Collector(threading.Thread):
             candidates.append(self.next_unit_start)
         for start in candidates:
             last = start + self.unit - 1
-            if last < self.buffer.next_prompt_index:        # already trained (cannot happen; be safe)
+            if last < self.buffer.next_prompt_index:  # already trained (cannot happen; be safe)
                 self._regenerate.discard(start)
                 continue
             if not self.buffer.has_room_for(last):
-                return None                                 # later units are further out of the window
-            first = max(start, self.buffer.next_prompt_index)   # > start only inside a dynamic-sampling step
+                return None  # later units are further out of the window
+            first = max(start, self.buffer.next_prompt_index)  # > start only inside a dynamic-sampling step
             target = self.buffer.target_step(first, self.prompts_per_step)
             if target - self.version > self.max_age_steps:
-                return None                                 # would be stale when trained: wait for weights
+                return None  # would be stale when trained: wait for weights
             if start in self._regenerate:
                 self._regenerate.discard(start)
             else:
@@ -210,12 +212,20 @@ class Collector(threading.Thread):
         if self.in_flight_chunk_tokens:
             weights = self._weights_from(version)
         else:
+
             def weights() -> tuple[Any, int]:
                 return params, version
+
         rollout = collect_rollout(
-            self.graphdef, weights, self.stream.take(step * p, p), self.spec,
-            jax.random.fold_in(self.base_key, step), first_prompt=offset, prompt_count=self.unit,
-            in_flight_chunk_tokens=self.in_flight_chunk_tokens, mesh=self.mesh,
+            self.graphdef,
+            weights,
+            self.stream.take(step * p, p),
+            self.spec,
+            jax.random.fold_in(self.base_key, step),
+            first_prompt=offset,
+            prompt_count=self.unit,
+            in_flight_chunk_tokens=self.in_flight_chunk_tokens,
+            mesh=self.mesh,
         )
         groups = [rollout.group(j) for j in range(self.unit)]
         return [TrajectoryGroup(start + j, group.oldest_version(), group) for j, group in enumerate(groups)]

@@ -27,12 +27,14 @@ groups with `select_informative` and leave the groups after a complete step in t
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 from trainers.algo.sampling_filters import dynamic_sampling_values, informative_groups
 from trainers.rollout.batch import Rollout, reward_metrics
+
 
 @dataclasses.dataclass(frozen=True)
 class Selection:
@@ -90,29 +92,43 @@ def select_admitted(informative: Sequence[bool], prompts: int, max_prompts: int)
     The admitted groups must complete the step (the gate admits until they do)."""
     walk = select_informative(informative, prompts, max_prompts)
     if not walk.complete:
-        raise ValueError(f"{len(informative)} groups admitted hold {len(walk.kept)} informative ones of the {prompts} "
-                         f"a step needs, and the cap of {max_prompts} is not reached")
+        raise ValueError(
+            f"{len(informative)} groups admitted hold {len(walk.kept)} informative ones of the {prompts} "
+            f"a step needs, and the cap of {max_prompts} is not reached"
+        )
     rest = range(walk.consumed, len(informative))
-    return dataclasses.replace(walk, dropped=walk.dropped + tuple(j for j in rest if not informative[j]),
-                               carried=tuple(j for j in rest if informative[j]))
+    return dataclasses.replace(
+        walk,
+        dropped=walk.dropped + tuple(j for j in rest if not informative[j]),
+        carried=tuple(j for j in rest if informative[j]),
+    )
 
 
-def assemble(groups: Sequence[Rollout], selection: Selection, pad_id: int, carried_in: Sequence[Rollout] = ()
-             ) -> Rollout:
+def assemble(
+    groups: Sequence[Rollout], selection: Selection, pad_id: int, carried_in: Sequence[Rollout] = ()
+) -> Rollout:
     """The step's rollout from its consumed groups (groups[j] = the group at position j, one prompt
     each): the groups carried in from the step before (`carried_in`, trained first), the kept groups
     in data order, then the left-out ones with in_loss False, prompts left-padded with `pad_id` to the
     widest; `prompts_consumed` = selection.consumed (the carried-in groups were consumed before)."""
     if not selection.complete:
         raise ValueError("assemble needs a complete selection")
-    step = Rollout.concat(list(carried_in) + [groups[j] for j in selection.kept]
-                          + [_left_out(groups[j]) for j in selection.left_out], pad_id=pad_id)
+    step = Rollout.concat(
+        list(carried_in) + [groups[j] for j in selection.kept] + [_left_out(groups[j]) for j in selection.left_out],
+        pad_id=pad_id,
+    )
     step.prompts_consumed = selection.consumed
     return step
 
 
-def step_metrics(selection: Selection, refill_rounds: float, prompts_sampled: int, rewards: np.ndarray,
-                 correct: np.ndarray, sampled: Sequence[Rollout] = ()) -> dict[str, float]:
+def step_metrics(
+    selection: Selection,
+    refill_rounds: float,
+    prompts_sampled: int,
+    rewards: np.ndarray,
+    correct: np.ndarray,
+    sampled: Sequence[Rollout] = (),
+) -> dict[str, float]:
     """dynamic/dropped_group_fraction = len(dropped) / consumed, dynamic/refill_rounds,
     dynamic/prompts_consumed, dynamic/prompts_sampled (generated for the step), and reward/mean,
     reward/std, accuracy over the completions given (`rewards`, `correct`: the caller says which);
@@ -161,9 +177,15 @@ def is_informative(group: Rollout, metric: str) -> bool:
     return bool(informative_groups(values.reshape(1, -1))[0])
 
 
-def fill_informative(generate: Callable[[InformativeGate], Rollout], carried_in: Sequence[Rollout], prompts: int,
-                     max_prompts: int, pad_id: int, prompt_width: Callable[[Rollout], Rollout],
-                     metric: str = "reward") -> tuple[Rollout, list[Rollout], dict[str, float]]:
+def fill_informative(
+    generate: Callable[[InformativeGate], Rollout],
+    carried_in: Sequence[Rollout],
+    prompts: int,
+    max_prompts: int,
+    pad_id: int,
+    prompt_width: Callable[[Rollout], Rollout],
+    metric: str = "reward",
+) -> tuple[Rollout, list[Rollout], dict[str, float]]:
     """(the step's rollout, the groups it carries to the next step, its metrics): the synchronous
     loop's dynamic sampling, without rounds (the module docstring).
 
@@ -183,16 +205,21 @@ def fill_informative(generate: Callable[[InformativeGate], Rollout], carried_in:
         step = Rollout.concat(list(carried_in), pad_id=pad_id)
         step.prompts_consumed, step.generate_s, step.generation = 0, 0.0, None
         selection = Selection((), (), (), True)
-        metrics = {"dynamic/dropped_group_fraction": 0.0, "dynamic/refill_rounds": 0.0,
-                   "dynamic/prompts_consumed": 0.0, "dynamic/prompts_sampled": 0.0}
+        metrics = {
+            "dynamic/dropped_group_fraction": 0.0,
+            "dynamic/refill_rounds": 0.0,
+            "dynamic/prompts_consumed": 0.0,
+            "dynamic/prompts_sampled": 0.0,
+        }
         return prompt_width(step), [], {**metrics, "dynamic/groups_carried": float(len(carried_in))}
     admitted = generate(InformativeGate(need, prompts, metric))
     groups = [admitted.group(j) for j in range(admitted.prompts)]
     selection = select_admitted([is_informative(group, metric) for group in groups], need, max_prompts)
     step = prompt_width(assemble(groups, selection, pad_id, carried_in))
     step.generate_s, step.generation = admitted.generate_s, admitted.generation
-    metrics = step_metrics(selection, (admitted.prompts - need) / prompts, admitted.prompts, admitted.rewards,
-                           admitted.correct, [admitted])
+    metrics = step_metrics(
+        selection, (admitted.prompts - need) / prompts, admitted.prompts, admitted.rewards, admitted.correct, [admitted]
+    )
     carried_out = [groups[j] for j in selection.carried]
     return step, carried_out, {**metrics, "dynamic/groups_carried": float(len(carried_in))}
 
@@ -200,8 +227,9 @@ def fill_informative(generate: Callable[[InformativeGate], Rollout], carried_in:
 def carry_state(groups: Sequence[Rollout]) -> list[dict[str, Any]]:
     """The carried groups as JSON values (a checkpoint's meta): each `Rollout` field, arrays as
     {"dtype", "shape", "values"} (float32 values survive JSON exactly: a double holds them)."""
-    return [{field.name: _to_json(getattr(group, field.name)) for field in dataclasses.fields(Rollout)}
-            for group in groups]
+    return [
+        {field.name: _to_json(getattr(group, field.name)) for field in dataclasses.fields(Rollout)} for group in groups
+    ]
 
 
 def groups_from_carry_state(state: Sequence[dict[str, Any]]) -> list[Rollout]:

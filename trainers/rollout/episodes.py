@@ -37,6 +37,7 @@ def bound_reply(messages: list[dict[str, str]], limit: int) -> tuple[list[dict[s
     """`messages` with their text together cut to `limit` characters, and how many were cut (0: the
     messages as given). The message where the cut falls ends with a note saying so; the messages after
     it are dropped. Content that is not text is left for the encoder to refuse."""
+
     def is_text(message: Any) -> bool:
         return isinstance(message, dict) and isinstance(message.get("content"), str)
 
@@ -71,10 +72,10 @@ class Episode:
     """One sequence's episode: its conversation, its turns for display and what it earned."""
 
     state: EpisodeState
-    history: list[dict[str, str]]          # the conversation rendered so far (chat runs)
-    prompt: Any = None                      # what the model saw first: the environment's reset (text or messages)
+    history: list[dict[str, str]]  # the conversation rendered so far (chat runs)
+    prompt: Any = None  # what the model saw first: the environment's reset (text or messages)
     turns: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    turn_start: int = 0                     # completion index where the current assistant turn began
+    turn_start: int = 0  # completion index where the current assistant turn began
     reward_parts: dict[str, float] = dataclasses.field(default_factory=dict)
     tool_calls: int = 0
     tool_errors: int = 0
@@ -93,8 +94,14 @@ class Episode:
 
     def display(self, env_name: str) -> dict[str, Any]:
         """The keys a multi-turn sample adds to its display dict (`Rollout.samples`)."""
-        out = {"env": env_name, "turns": [dict(t) for t in self.turns], "reward_parts": dict(self.reward_parts),
-               "end_reason": self.end_reason, "tool_calls": self.tool_calls, "tool_errors": self.tool_errors}
+        out = {
+            "env": env_name,
+            "turns": [dict(t) for t in self.turns],
+            "reward_parts": dict(self.reward_parts),
+            "end_reason": self.end_reason,
+            "tool_calls": self.tool_calls,
+            "tool_errors": self.tool_errors,
+        }
         if self.prompt is not None:
             out["prompt"] = self.prompt  # replaces the example's prompt in the sample: a worked example, a game's rules
         if self.error is not None:
@@ -105,21 +112,36 @@ class Episode:
 class Episodes:
     """The episodes of one generation call's rows (row i plays `examples[i]`)."""
 
-    def __init__(self, env: Environment, tokenizer: Any, examples: list[dict[str, Any]], prompts: list[Any], *,
-                 chat: bool, system_prompt: str | None, max_turns: int, max_total_tokens: int,
-                 max_reply_chars: int = MAX_REPLY_CHARS) -> None:
+    def __init__(
+        self,
+        env: Environment,
+        tokenizer: Any,
+        examples: list[dict[str, Any]],
+        prompts: list[Any],
+        *,
+        chat: bool,
+        system_prompt: str | None,
+        max_turns: int,
+        max_total_tokens: int,
+        max_reply_chars: int = MAX_REPLY_CHARS,
+    ) -> None:
         self.env, self.tokenizer, self.chat = env, tokenizer, chat
         self.max_turns, self.max_total_tokens = max_turns, max_total_tokens
         self.max_reply_chars = max_reply_chars
         self.eos_ids = frozenset(getattr(tokenizer, "eos_ids", (tokenizer.eos_id,)))
-        self.episodes = [Episode(state=EpisodeState(example=example),
-                                 history=conversation(prompt, system_prompt) if chat else [], prompt=prompt)
-                         for example, prompt in zip(examples, prompts)]
+        self.episodes = [
+            Episode(
+                state=EpisodeState(example=example),
+                history=conversation(prompt, system_prompt) if chat else [],
+                prompt=prompt,
+            )
+            for example, prompt in zip(examples, prompts)
+        ]
 
     def on_turn_end(self, row: int, step: int, tokens: np.ndarray) -> np.ndarray | None:
         """`generate.TurnEnd`: row `row` ended an assistant turn at token step - 1."""
         episode = self.episodes[row]
-        turn_ids = tokens[episode.turn_start:step]
+        turn_ids = tokens[episode.turn_start : step]
         text = self.tokenizer.decode_completion(turn_ids)
         last = int(turn_ids[-1]) if len(turn_ids) else None
         if last not in self.eos_ids and not any(text.endswith(stop) for stop in self.env.stop_strings):
@@ -145,8 +167,9 @@ class Episodes:
         episode.history.append({"role": "assistant", "content": text})
         try:
             messages, _ = bound_reply(result.messages, self.max_reply_chars)  # before any tokenizing
-            reply_ids = np.asarray(encode_reply(self.tokenizer, episode.history, messages, chat=self.chat,
-                                                ended_by=ended_by), np.int32)
+            reply_ids = np.asarray(
+                encode_reply(self.tokenizer, episode.history, messages, chat=self.chat, ended_by=ended_by), np.int32
+            )
         except (ValueError, KeyError, TypeError) as error:
             return self._end(episode, END_ERROR, f"the reply could not be rendered: {error}"[:ERROR_CHARS])
         if step + len(reply_ids) >= self.max_total_tokens:
@@ -163,13 +186,18 @@ class Episodes:
         """Close the episodes of rows first_row .. first_row + len(tokens) - 1 that were still going when
         generation stopped: the budget cut them mid-turn (their last turn is kept as written).
         tokens / mask [rows, N]: those rows of the generation. Returns their episodes."""
-        episodes = self.episodes[first_row:first_row + len(tokens)]
+        episodes = self.episodes[first_row : first_row + len(tokens)]
         for row, episode in enumerate(episodes):
             if episode.end_reason is None:
                 end = int(mask[row].sum())
-                turn_ids = tokens[row, episode.turn_start:end]
-                episode.turns.append({"role": "assistant", "text": self.tokenizer.decode_completion(turn_ids),
-                                      "tokens": int(len(turn_ids))})
+                turn_ids = tokens[row, episode.turn_start : end]
+                episode.turns.append(
+                    {
+                        "role": "assistant",
+                        "text": self.tokenizer.decode_completion(turn_ids),
+                        "tokens": int(len(turn_ids)),
+                    }
+                )
                 episode.end_reason = END_MAX_TOKENS
         return episodes
 

@@ -30,15 +30,24 @@ def renders_chat(config: ExperimentConfig, tokenizer: Any) -> bool:
     return tokenizer.has_chat_template if config.data.chat_template is None else config.data.chat_template
 
 
-def check_prompts_fit(tokenizer: Any, env: Any, examples: list[dict[str, Any]], dataset: str, *,
-                      max_prompt_tokens: int, chat: bool, system_prompt: str | None,
-                      cache: PromptIdCache | None = None) -> int:
+def check_prompts_fit(
+    tokenizer: Any,
+    env: Any,
+    examples: list[dict[str, Any]],
+    dataset: str,
+    *,
+    max_prompt_tokens: int,
+    chat: bool,
+    system_prompt: str | None,
+    cache: PromptIdCache | None = None,
+) -> int:
     """Encode every example's episode prompt once (into `cache`) and return the longest one's token
     count. Raises DataError naming the dataset ("training", "eval") and the field to change when one
     is over `max_prompt_tokens` (or the tokenizer cannot take it)."""
     try:
-        tokens, _ = encode_prompts(tokenizer, prompts_of(env, examples), max_prompt_tokens, chat=chat,
-                                   system_prompt=system_prompt, cache=cache)
+        tokens, _ = encode_prompts(
+            tokenizer, prompts_of(env, examples), max_prompt_tokens, chat=chat, system_prompt=system_prompt, cache=cache
+        )
     except DataError as error:
         raise DataError(f"{dataset} data: {error} (data.max_prompt_tokens sets the limit)") from None
     return int(tokens.shape[1])  # no bucket: the width is the longest prompt
@@ -53,8 +62,9 @@ class PromptFit:
     longest_training_tokens: int | None
 
 
-def config_prompt_fit(config: ExperimentConfig, train_examples: list[dict[str, Any]],
-                      eval_examples: list[dict[str, Any]]) -> PromptFit:
+def config_prompt_fit(
+    config: ExperimentConfig, train_examples: list[dict[str, Any]], eval_examples: list[dict[str, Any]]
+) -> PromptFit:
     """Whether every prompt of the run's data fits as its episode starts (what the trainer would
     refuse at start), with the run's tokenizer and environment, over the training prompts and the
     eval prompts it evaluates; and the longest training prompt (what a step's memory depends on)."""
@@ -62,8 +72,12 @@ def config_prompt_fit(config: ExperimentConfig, train_examples: list[dict[str, A
     tokenizer = model_tokenizer(config.model.path, config.data.tokenizer)
     env = make_environment(config.env.name, config.env.settings)
     env = env if env.multi_turn else None
-    fit = dict(max_prompt_tokens=config.data.max_prompt_tokens, chat=renders_chat(config, tokenizer),
-               system_prompt=config.data.system_prompt, cache=PromptIdCache())
+    fit = dict(
+        max_prompt_tokens=config.data.max_prompt_tokens,
+        chat=renders_chat(config, tokenizer),
+        system_prompt=config.data.system_prompt,
+        cache=PromptIdCache(),
+    )
     try:
         longest = check_prompts_fit(tokenizer, env, train_examples, "training", **fit)
         if eval_examples:

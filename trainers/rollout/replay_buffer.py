@@ -14,8 +14,8 @@ A collector generates prompt groups (one prompt's G completions) with the newest
 Data order is strict. Steps train a contiguous run of the prompt stream: the step that follows a
 take of prompts [p, p + n) trains exactly prompts [p + n, p + n + count). So the prompts trained so
 far are always exactly [start, next_prompt_index), no prompt is skipped or repeated, and a checkpoint
-needs one integer: `next_prompt_index`, the first prompt not yet trained. A take waits (returns None) until every group of its
-window is here and fresh; groups that arrive out of order (several generation workers, or a
+needs one integer: `next_prompt_index`, the first prompt not yet trained. A take waits (returns None) until every group
+of its window is here and fresh; groups that arrive out of order (several generation workers, or a
 re-generated stale group) simply wait in the buffer for their turn.
 
 Staleness. At each take every buffered group older than max_age_steps is dropped (steps only grow,
@@ -35,8 +35,8 @@ for a group that would repeat a prompt (already trained, or already buffered).
 
 Checkpoint and resume: buffered groups are NOT persisted. The checkpoint's data position is
 `next_prompt_index`, the first prompt not yet trained; on resume the buffer starts empty at that
-position (`ReplayBuffer(..., next_prompt_index=data position, next_step=step)`) and the collector regenerates every buffered-but-untrained
-prompt with the restored weights. No prompt is skipped or repeated; the regenerated groups are
+position (`ReplayBuffer(..., next_prompt_index=data position, next_step=step)`) and the collector regenerates every
+buffered-but-untrained prompt with the restored weights. No prompt is skipped or repeated; the regenerated groups are
 sampled by the restored (newer) weights, so an async run resumed mid-way is not bitwise equal to an
 uninterrupted one (a synchronous run, or max age 0, is).
 
@@ -125,11 +125,11 @@ class ReplayBuffer:
         self.next_step = next_step
         self._groups: dict[int, TrajectoryGroup] = {}
         self._dropped_pending: list[int] = []
-        self.dropped_stale = 0                    # groups dropped as too old, over the buffer's life
-        self.last_take_dropped_stale = 0          # ... since the take before the last successful one
-        self.last_take_age_mean_steps = 0.0       # mean age of the groups of the last successful take
+        self.dropped_stale = 0  # groups dropped as too old, over the buffer's life
+        self.last_take_dropped_stale = 0  # ... since the take before the last successful one
+        self.last_take_age_mean_steps = 0.0  # mean age of the groups of the last successful take
         self._dropped_since_take = 0
-        self._open_step_ages: list[int] = []      # ages of the groups consumed so far by the open step (runs)
+        self._open_step_ages: list[int] = []  # ages of the groups consumed so far by the open step (runs)
 
     # --- sizes -----------------------------------------------------------------------------------
 
@@ -223,8 +223,10 @@ class ReplayBuffer:
         groups consumed by its runs. Raises ValueError if one of them is not buffered and fresh."""
         run = self.peek_run(step, count)
         if len(run) != count:
-            raise ValueError(f"prompts {self.next_prompt_index}..{self.next_prompt_index + count - 1} are not all "
-                             f"buffered and fresh at step {step}")
+            raise ValueError(
+                f"prompts {self.next_prompt_index}..{self.next_prompt_index + count - 1} are not all "
+                f"buffered and fresh at step {step}"
+            )
         for group in run:
             del self._groups[group.prompt_index]
         self.next_prompt_index += count

@@ -11,20 +11,21 @@ replay buffer that a collector thread fills ahead of training.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import jax
 
 from trainers.algo.importance import ImportanceConfig
 from trainers.config import ExperimentConfig
 from trainers.data.prompt_stream import PromptStream
-from trainers.step.hooks import Action, Control, Hooks
-from trainers.step.placement import Placement
-from trainers.rollout.dynamic_sampling import InformativeGate, carry_state, fill_informative, groups_from_carry_state
-from trainers.step.plan import BatchPlan
 from trainers.rollout.batch import Rollout
 from trainers.rollout.collect import collect_rollout
+from trainers.rollout.dynamic_sampling import InformativeGate, carry_state, fill_informative, groups_from_carry_state
 from trainers.rollout.spec import RolloutSpec
+from trainers.step.hooks import Action, Control, Hooks
+from trainers.step.placement import Placement
+from trainers.step.plan import BatchPlan
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,7 +37,7 @@ class RolloutContext:
     spec: RolloutSpec
     graphdef: Any
     stream: PromptStream
-    base_key: jax.Array    # key(seed); step s samples with fold_in(base_key, s)
+    base_key: jax.Array  # key(seed); step s samples with fold_in(base_key, s)
     placement: Placement
     hooks: Hooks
     control: Control
@@ -123,16 +124,28 @@ class SyncRolloutSource:
         prompts = c.plan.prompts_per_step
 
         def generate(count: int, gate: InformativeGate | None = None) -> Rollout:
-            return collect_rollout(c.graphdef, lambda: (params, self.version), c.stream.take(self.position, count),
-                                   c.spec, step_key, mesh=c.placement.train_mesh, gate=gate)
+            return collect_rollout(
+                c.graphdef,
+                lambda: (params, self.version),
+                c.stream.take(self.position, count),
+                c.spec,
+                step_key,
+                mesh=c.placement.train_mesh,
+                gate=gate,
+            )
 
         r = c.config.rollout
         if r.dynamic_sampling:
             max_prompts = prompts * (1 + r.dynamic_sampling_max_rounds)
             rollout, self.carried, self._metrics = fill_informative(
-                lambda gate: generate(max_prompts, gate), self.carried, prompts, max_prompts, c.spec.sampling.pad_id,
+                lambda gate: generate(max_prompts, gate),
+                self.carried,
+                prompts,
+                max_prompts,
+                c.spec.sampling.pad_id,
                 lambda step_rollout: step_rollout.with_prompt_width(c.spec.prompt_bucket_tokens),
-                r.dynamic_sampling_metric)
+                r.dynamic_sampling_metric,
+            )
         else:
             rollout = generate(prompts)
         self.position += rollout.prompts_consumed

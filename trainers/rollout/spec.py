@@ -6,16 +6,17 @@ and the prompt checks done before the first step.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from trainers.config import ExperimentConfig
 from trainers.config.budgets import completion_token_budget
 from trainers.data.encoding import PromptIdCache, prompt_bucket_tokens
 from trainers.data.tasks import TASKS
 from trainers.engine.batching import PREFILL_CHUNK_TOKENS
+from trainers.envs.registry import make_environment
 from trainers.models.generate import SamplingParams, TurnStops, eos_settings
 from trainers.rollout import prompt_fit
-from trainers.envs.registry import make_environment
 
 Weights = Callable[[], tuple[Any, int]]
 """weights() -> (params, version): the weights to generate with and their version (optimizer steps
@@ -43,7 +44,7 @@ class RolloutSpec:
     prompt_bucket_tokens: int = 1  # prompt lengths are padded up to a bucket of this (fewer compiles)
     overlong_buffer_tokens: int = 0  # DAPO soft overlong punishment (0 = off), see `sampling_filters`
     overlong_penalty: float = 1.0
-    overlong_filter: bool = False    # truncated completions leave the loss (Rollout.in_loss)
+    overlong_filter: bool = False  # truncated completions leave the loss (Rollout.in_loss)
     # The environment of multi-turn episodes (`trainers.envs`); None = single_turn, one completion per
     # prompt through the plain sampler. turn_stops: the token ids of its stop strings.
     env: Any = None
@@ -59,31 +60,53 @@ class RolloutSpec:
     prompt_ids: PromptIdCache = dataclasses.field(default_factory=PromptIdCache, compare=False, repr=False)
 
     @classmethod
-    def from_config(cls, config: ExperimentConfig, tokenizer: Any, rollout_micro_batch_sequences: int) -> "RolloutSpec":
+    def from_config(cls, config: ExperimentConfig, tokenizer: Any, rollout_micro_batch_sequences: int) -> RolloutSpec:
         r, d = config.rollout, config.data
         sampling = SamplingParams(
-            max_new_tokens=completion_token_budget(config), temperature=r.temperature, top_k=r.top_k, top_p=r.top_p,
-            stop_at_eos=r.stop_at_eos, **eos_settings(tokenizer),
+            max_new_tokens=completion_token_budget(config),
+            temperature=r.temperature,
+            top_k=r.top_k,
+            top_p=r.top_p,
+            stop_at_eos=r.stop_at_eos,
+            **eos_settings(tokenizer),
         )
         chat = prompt_fit.renders_chat(config, tokenizer)
         env, turn_stops = environment(config, tokenizer)
-        return cls(tokenizer=tokenizer, sampling=sampling, num_generations=config.grpo.num_generations,
-                   rollout_micro_batch_sequences=rollout_micro_batch_sequences,
-                   max_prompt_tokens=d.max_prompt_tokens, reward_specs=tuple(reward_specs(config)),
-                   advantage=config.grpo.advantage, advantage_eps=config.grpo.advantage_eps,
-                   chat=chat, system_prompt=d.system_prompt,
-                   prompt_bucket_tokens=prompt_bucket_tokens(bool(config.model.path)),
-                   overlong_buffer_tokens=r.overlong_buffer_tokens, overlong_penalty=r.overlong_penalty,
-                   overlong_filter=r.overlong_filter, env=env, env_name=config.env.name,
-                   max_turns=config.env.max_turns, turn_stops=turn_stops, decode_slots=r.decode_slots or 0,
-                   decode_chunk_tokens=r.decode_chunk_tokens, prefill_chunk_tokens=r.prefill_chunk_tokens)
+        return cls(
+            tokenizer=tokenizer,
+            sampling=sampling,
+            num_generations=config.grpo.num_generations,
+            rollout_micro_batch_sequences=rollout_micro_batch_sequences,
+            max_prompt_tokens=d.max_prompt_tokens,
+            reward_specs=tuple(reward_specs(config)),
+            advantage=config.grpo.advantage,
+            advantage_eps=config.grpo.advantage_eps,
+            chat=chat,
+            system_prompt=d.system_prompt,
+            prompt_bucket_tokens=prompt_bucket_tokens(bool(config.model.path)),
+            overlong_buffer_tokens=r.overlong_buffer_tokens,
+            overlong_penalty=r.overlong_penalty,
+            overlong_filter=r.overlong_filter,
+            env=env,
+            env_name=config.env.name,
+            max_turns=config.env.max_turns,
+            turn_stops=turn_stops,
+            decode_slots=r.decode_slots or 0,
+            decode_chunk_tokens=r.decode_chunk_tokens,
+            prefill_chunk_tokens=r.prefill_chunk_tokens,
+        )
 
-    def for_evaluation(self, temperature: float, samples_per_prompt: int = 1) -> "RolloutSpec":
+    def for_evaluation(self, temperature: float, samples_per_prompt: int = 1) -> RolloutSpec:
         """`samples_per_prompt` completions per prompt at `temperature` (0 = greedy), no advantages and no
         length shaping (eval rewards are the task's own)."""
-        return dataclasses.replace(self, sampling=dataclasses.replace(self.sampling, temperature=temperature),
-                                   num_generations=samples_per_prompt, advantage=None, overlong_buffer_tokens=0,
-                                   overlong_filter=False)
+        return dataclasses.replace(
+            self,
+            sampling=dataclasses.replace(self.sampling, temperature=temperature),
+            num_generations=samples_per_prompt,
+            advantage=None,
+            overlong_buffer_tokens=0,
+            overlong_filter=False,
+        )
 
 
 def environment(config: ExperimentConfig, tokenizer: Any) -> tuple[Any, TurnStops | None]:
@@ -111,6 +134,13 @@ def check_prompts_fit(spec: RolloutSpec, examples: list[dict[str, Any]], dataset
     """`prompt_fit.check_prompts_fit` with the spec's tokenizer, environment and rendering, so a prompt
     over data.max_prompt_tokens (as its episode starts) stops the run before its first step, not at
     the step that meets it. Raises DataError naming the dataset and the field to change."""
-    prompt_fit.check_prompts_fit(spec.tokenizer, spec.env, examples, dataset,
-                                 max_prompt_tokens=spec.max_prompt_tokens, chat=spec.chat,
-                                 system_prompt=spec.system_prompt, cache=spec.prompt_ids)
+    prompt_fit.check_prompts_fit(
+        spec.tokenizer,
+        spec.env,
+        examples,
+        dataset,
+        max_prompt_tokens=spec.max_prompt_tokens,
+        chat=spec.chat,
+        system_prompt=spec.system_prompt,
+        cache=spec.prompt_ids,
+    )

@@ -22,9 +22,9 @@ from typing import Any
 class RunInfo:
     """What a run is about to do, given to `Hooks.on_start`."""
 
-    config: dict[str, Any]        # the validated config as plain data
-    plan_text: str                # BatchPlan.describe()
-    start_step: int               # 0, or the checkpoint step a resume starts after
+    config: dict[str, Any]  # the validated config as plain data
+    plan_text: str  # BatchPlan.describe()
+    start_step: int  # 0, or the checkpoint step a resume starts after
     max_steps: int
     run_dir: str
     param_count: int
@@ -32,10 +32,10 @@ class RunInfo:
 
 @dataclasses.dataclass(frozen=True)
 class TrainResult:
-    status: str                   # "succeeded", "paused" or "cancelled"
+    status: str  # "succeeded", "paused" or "cancelled"
     final_step: int
     params_digest: str
-    metrics: dict[str, float]     # the last step's metrics
+    metrics: dict[str, float]  # the last step's metrics
     run_dir: str
 
 
@@ -96,8 +96,8 @@ class MultiHooks(Hooks):
 
 class Action(enum.Enum):
     CONTINUE = "continue"
-    PAUSE = "pause"     # checkpoint, then return with status "paused"
-    STOP = "stop"       # return with status "cancelled"; no checkpoint of a partial step
+    PAUSE = "pause"  # checkpoint, then return with status "paused"
+    STOP = "stop"  # return with status "cancelled"; no checkpoint of a partial step
 
 
 class Control:

@@ -20,7 +20,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, NamedSharding
+from jax.sharding import Mesh
 
 from trainers.config import ExperimentConfig
 from trainers.models.generate import cast_for_generation
@@ -38,7 +38,7 @@ class Placement:
     generation_dtype: str | None = None  # model.dtype: the generator's matrices are kept in it (None: as trained)
 
     @classmethod
-    def from_config(cls, config: ExperimentConfig) -> "Placement":
+    def from_config(cls, config: ExperimentConfig) -> Placement:
         """The meshes of the config's `mesh` section (MeshError names the field when the devices
         cannot form them)."""
         return cls(*meshes_for(config.mesh), generation_dtype=config.model.dtype)
@@ -77,8 +77,10 @@ class Placement:
         over the train mesh's data x fsdp along the batch axis; as they are on the default device."""
         if self.train_mesh is None:
             return arrays
-        return {name: put(value, rules.batch_sharding(self.train_mesh, np.shape(value), batch_axis))
-                for name, value in arrays.items()}
+        return {
+            name: put(value, rules.batch_sharding(self.train_mesh, np.shape(value), batch_axis))
+            for name, value in arrays.items()
+        }
 
     def generation_weights(self, params: Any) -> Any:
         """`params` as the generator reads them: matrices cast once to `generation_dtype`
@@ -100,4 +102,3 @@ class Placement:
     def describe(self) -> str:
         rollout = "the train mesh" if self.rollout_mesh is None else describe(self.rollout_mesh)
         return f"train: {describe(self.train_mesh)}; rollout: {rollout}"
-

@@ -29,6 +29,7 @@ from trainers.config import ExperimentConfig
 from trainers.config.budgets import DEFAULT_MAX_NEW_TOKENS, completion_token_budget  # noqa: F401 (re-exported)
 from trainers.parallel.sizes import resolve_axis_sizes
 
+
 @dataclasses.dataclass(frozen=True)
 class SequenceSlice:
     """Sequences [start, stop) of a step's prompt-major layout."""
@@ -117,15 +118,15 @@ class BatchPlan:
     reference_logprob_passes_per_step: int
     max_steps: int
     dataset_prompts: int | None
-    prompt_token_budget: int       # data.max_prompt_tokens
-    completion_token_budget: int   # rollout.max_new_tokens, or the task's own budget
+    prompt_token_budget: int  # data.max_prompt_tokens
+    completion_token_budget: int  # rollout.max_new_tokens, or the task's own budget
     # the train mesh (mesh.*, a -1 resolved when mesh.train_devices says how many devices; else it
     # stays -1, the rest of the devices, known when the run starts) and the rollout mesh's devices
     mesh_data: int = 1
     mesh_fsdp: int = 1
     mesh_tensor: int = 1
     train_devices: tuple[int, ...] = ()
-    rollout_devices: tuple[int, ...] = ()   # empty: generation runs on the train mesh
+    rollout_devices: tuple[int, ...] = ()  # empty: generation runs on the train mesh
     rollout_tensor: int = 1
 
     # -- devices -------------------------------------------------------------------------------
@@ -162,8 +163,10 @@ class BatchPlan:
         """The rollout mesh, e.g. "data 2 x tensor 2 (4 devices: mesh.rollout_devices [4, 5, 6, 7])"."""
         if not self.rollout_devices:
             return "the train mesh"
-        return (f"data {self.rollout_split} x tensor {self.rollout_tensor} ({len(self.rollout_devices)} devices: "
-                f"mesh.rollout_devices {list(self.rollout_devices)})")
+        return (
+            f"data {self.rollout_split} x tensor {self.rollout_tensor} ({len(self.rollout_devices)} devices: "
+            f"mesh.rollout_devices {list(self.rollout_devices)})"
+        )
 
     @property
     def train_sequences_per_device(self) -> int | None:
@@ -171,7 +174,7 @@ class BatchPlan:
         return None if self.batch_split is None else self.train_micro_batch_sequences // self.batch_split
 
     def _per_device(self, sequences: int, split: int | None, axes: str = "data x fsdp") -> str:
-        """"16 sequences = 2 per device (split over data x fsdp = 8)"."""
+        """ "16 sequences = 2 per device (split over data x fsdp = 8)"."""
         if split is None:
             return f"{sequences} sequences (split over {axes} when the run starts)"
         if split == 1 and self.mesh_text == "one device (no mesh)":
@@ -232,11 +235,17 @@ class BatchPlan:
             f"  rollout passes                {self.rollout_passes_per_step}  "
             f"(of {self.rollout_micro_batch_sequences} sequences)",
             f"  old-policy log-prob passes    {self.old_logprob_passes_per_step}  "
-            + (f"(of {self.logprob_micro_batch_sequences} sequences)" if self.needs_old_logprobs
-               else "(not needed: mu=1 and one mini-batch, so the current log-probs stand in)"),
+            + (
+                f"(of {self.logprob_micro_batch_sequences} sequences)"
+                if self.needs_old_logprobs
+                else "(not needed: mu=1 and one mini-batch, so the current log-probs stand in)"
+            ),
             f"  reference log-prob passes     {self.reference_logprob_passes_per_step}  "
-            + (f"(of {self.logprob_micro_batch_sequences} sequences)" if self.needs_reference
-               else "(grpo.beta=0: no reference model is loaded)"),
+            + (
+                f"(of {self.logprob_micro_batch_sequences} sequences)"
+                if self.needs_reference
+                else "(grpo.beta=0: no reference model is loaded)"
+            ),
             f"  mini-batches per pass         {self.mini_batches_per_iteration}  "
             f"(of {self.mini_batch_prompts} prompts = {self.mini_batch_sequences} sequences)",
             f"  passes (mu)                   {self.num_iterations}",
@@ -252,15 +261,19 @@ class BatchPlan:
             f"  rollout mesh                  {self.rollout_mesh_text}",
         ]
         if self.mesh_tensor != 1 or self.rollout_tensor != 1:
-            lines.append("                                (tensor splits the model, not the sequences: the "
-                         "devices of one tensor group share theirs)")
+            lines.append(
+                "                                (tensor splits the model, not the sequences: the "
+                "devices of one tensor group share theirs)"
+            )
         rollout_axes = "the rollout mesh's data axis" if self.rollout_devices else "data x fsdp"
         lines += [
             f"  train micro-batch             {self._per_device(self.train_micro_batch_sequences, self.batch_split)}",
         ]
         if self.needs_old_logprobs or self.needs_reference:
-            lines.append(f"  log-prob micro-batch          "
-                         f"{self._per_device(self.logprob_micro_batch_sequences, self.batch_split)}")
+            lines.append(
+                f"  log-prob micro-batch          "
+                f"{self._per_device(self.logprob_micro_batch_sequences, self.batch_split)}"
+            )
         lines += [
             f"  rollout micro-batch           "
             f"{self._per_device(self.rollout_micro_batch_sequences, self.rollout_split, rollout_axes)}",

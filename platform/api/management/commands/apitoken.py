@@ -28,11 +28,16 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("username", help="the user to issue the token for")
-        parser.add_argument("--create", action="store_true",
-                            help="accepted for older scripts; every call creates a new token")
+        parser.add_argument(
+            "--create", action="store_true", help="accepted for older scripts; every call creates a new token"
+        )
         parser.add_argument("--name", default="cli", help="what the token is for (default: cli)")
-        parser.add_argument("--expires-days", type=int, default=None,
-                            help=f"expire after this many days (1-{MAX_EXPIRES_DAYS}; default: never)")
+        parser.add_argument(
+            "--expires-days",
+            type=int,
+            default=None,
+            help=f"expire after this many days (1-{MAX_EXPIRES_DAYS}; default: never)",
+        )
 
     def handle(self, *args, username: str, name: str, expires_days: int | None, **options):
         User = get_user_model()
@@ -45,6 +50,8 @@ class Command(BaseCommand):
         expires_at = timezone.now() + datetime.timedelta(days=expires_days) if expires_days else None
         token = ApiToken.issue(user, name=name[:100], expires_at=expires_at)
         self.stdout.write(token.key)
-        self.stderr.write(f"a new API token {token.prefix}… for {username}"
-                          + (f", expires {expires_at:%Y-%m-%d}" if expires_at else "")
-                          + "; keys are stored hashed: keep this one, it cannot be shown again")
+        self.stderr.write(
+            f"a new API token {token.prefix}… for {username}"
+            + (f", expires {expires_at:%Y-%m-%d}" if expires_at else "")
+            + "; keys are stored hashed: keep this one, it cannot be shown again"
+        )

@@ -12,16 +12,17 @@ from django.core.management.base import BaseCommand
 
 
 class Command(BaseCommand):
-    help = ("Internal: drive one attempt of a multi-host run (cluster.hosts > 1) as a gang of Ray actors, one "
-            "trainer process per host (started by the worker's supervisor; dies with it).")
+    help = (
+        "Internal: drive one attempt of a multi-host run (cluster.hosts > 1) as a gang of Ray actors, one "
+        "trainer process per host (started by the worker's supervisor; dies with it)."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("run_id", type=int, help="the Run's id")
         parser.add_argument("attempt", type=int, help="the attempt this process owns (the task message's)")
 
     def handle(self, *args, run_id: int, attempt: int, **options):
-        from runner.procs import die_with_parent
-        from runner.procs import SUPERVISOR_PID_ENV
+        from runner.procs import SUPERVISOR_PID_ENV, die_with_parent
 
         parent = os.environ.get(SUPERVISOR_PID_ENV)
         if parent:

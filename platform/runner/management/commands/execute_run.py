@@ -10,8 +10,10 @@ from django.core.management.base import BaseCommand
 
 
 class Command(BaseCommand):
-    help = ("Internal: train one attempt of a run in this process and write its final status "
-            "(started by the worker's supervisor; dies with it).")
+    help = (
+        "Internal: train one attempt of a run in this process and write its final status "
+        "(started by the worker's supervisor; dies with it)."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("run_id", type=int, help="the Run's id")

