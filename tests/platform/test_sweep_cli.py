@@ -112,7 +112,7 @@ def test_a_bad_space_is_one_line_naming_the_field(cli_as_alice, alice):
 
 
 def test_the_readme_synopsis_of_sweep_create_names_every_option_of_its_help():
-    """Issue 30 C6: platform/README.md's and the package docstring's `sweep create` synopsis name
+    """Issue 30 C6: the docs' (docs/platform-features.md) and the package docstring's `sweep create` synopsis name
     each option `grpo_client sweep create --help` has, and nothing else."""
     import argparse
     import re
@@ -124,7 +124,7 @@ def test_the_readme_synopsis_of_sweep_create_names_every_option_of_its_help():
     create = next(a for a in commands._actions if isinstance(a, argparse._SubParsersAction)).choices["create"]
     options = {s for a in create._actions for s in a.option_strings if s.startswith("--")} - {"--help"}
     assert {"--seed", "--direction", "--pruner-startup-trials", "--pruner-warmup-steps"} <= options
-    readme = (Path(__file__).resolve().parents[2] / "platform" / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "platform-features.md").read_text()
     synopsis = re.search(r"`python -m grpo_client sweep create ([^`]*)`", readme).group(1)
     assert set(re.findall(r"--[a-z-]+", synopsis)) == options, synopsis
     docstring = re.search(r"grpo_client sweep create (.*?)\n    python", grpo_client.__doc__, re.S).group(1)
