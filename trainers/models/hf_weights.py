@@ -35,7 +35,6 @@ import ml_dtypes
 import numpy as np
 import safetensors.numpy
 from flax import nnx
-from safetensors import safe_open
 from tqdm import tqdm
 
 from trainers.models.hf_config import ModelFolderError
@@ -99,7 +98,7 @@ def _weight_files(folder: str) -> list[str]:
 def _tensors(folder: str) -> Iterator[tuple[str, np.ndarray]]:
     """(name, float32 array) for every tensor of the folder, one at a time, shard by shard."""
     for file_name in _weight_files(folder):
-        with safe_open(os.path.join(folder, file_name), framework="flax") as f:
+        with safetensors.safe_open(os.path.join(folder, file_name), framework="flax") as f:
             for name in f.keys():
                 yield name, np.asarray(f.get_tensor(name), dtype=np.float32)
 
@@ -170,7 +169,7 @@ def _load_sharded(folder: str, cfg: ModelConfig, slot_of_name: dict, filled: lis
     with contextlib.ExitStack() as stack:
         handle_of_name: dict[str, Any] = {}
         for file_name in _weight_files(folder):
-            handle = stack.enter_context(safe_open(os.path.join(folder, file_name), framework="numpy"))
+            handle = stack.enter_context(safetensors.safe_open(os.path.join(folder, file_name), framework="numpy"))
             for name in handle.keys():
                 if name not in slot_of_name:
                     if _ignored(name, cfg):
