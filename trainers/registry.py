@@ -84,6 +84,7 @@ class Registry:
         self.dotted = dotted
         self.allow_list_setting = allow_list_setting
         self._declared = None if names is None else tuple(names)
+        self._names = self._declared or ()
         self._entries: dict[str, Entry] = {}
         self._loaded = home is None
 
@@ -110,22 +111,24 @@ class Registry:
             )
         text = (inspect.getdoc(obj) or "") if doc is None else doc
         self._entries[name] = Entry(name, obj, text, tuple(metric_keys), dict(meta))
+        if self._declared is None:
+            self._names = tuple(self._entries)
         return obj
 
     # ------------------------------------------------------------ reading
 
     def names(self) -> tuple[str, ...]:
         """Every name, without importing a home module."""
-        return self._declared if self._declared is not None else tuple(self._entries)
+        return self._names
 
     def __contains__(self, name: object) -> bool:
-        return name in self.names()
+        return name in self._names
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self.names())
+        return iter(self._names)
 
     def __len__(self) -> int:
-        return len(self.names())
+        return len(self._names)
 
     def get(self, name: str) -> Entry:
         """The entry of `name`; RegistryError (a ValueError) listing the known names otherwise."""
