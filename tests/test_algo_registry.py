@@ -1,5 +1,6 @@
-"""The registries of trainers/algo: their names are the JAX-free tuples of names.py, in order; an unknown
-name lists the known ones; every entry's docstring states its paper."""
+"""The registries of trainers/algo: declared with their names in names.py (JAX-free), registered in
+advantages.py, loss.py and optim.py, the same names in the same order; an unknown name lists the known
+ones; every entry's docstring states its paper."""
 
 import subprocess
 import sys
@@ -9,37 +10,42 @@ import pytest
 from trainers.algo import names
 from trainers.algo.advantages import ADVANTAGES, compute_advantages
 from trainers.algo.loss import AGGREGATIONS, KL_ESTIMATORS, POLICY_LOSSES, LossConfig, metric_keys, token_weights
-from trainers.algo.registry import Registry
+from trainers.algo.optim import OPTIMIZERS, SCHEDULES
 
 
 @pytest.mark.parametrize(
     "registry, expected",
     [
-        (ADVANTAGES, names.ADVANTAGE_ESTIMATORS),
-        (POLICY_LOSSES, names.POLICY_LOSSES),
-        (AGGREGATIONS, names.LOSS_AGGREGATIONS),
-        (KL_ESTIMATORS, names.KL_ESTIMATORS),
+        (ADVANTAGES, ("grpo", "drgrpo", "rloo")),
+        (POLICY_LOSSES, ("grpo", "gspo", "gspo-token", "cispo")),
+        (AGGREGATIONS, ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")),
+        (KL_ESTIMATORS, ("k1", "k2", "k3")),
+        (OPTIMIZERS, ("adamw", "adam", "sgd")),
+        (SCHEDULES, ("constant", "cosine", "linear")),
     ],
 )
-def test_registry_names_are_the_name_tuples_in_order(registry, expected):
+def test_declared_names_are_the_registered_functions_in_order(registry, expected):
     assert registry.names() == expected
+    assert tuple(entry.name for entry in registry.entries()) == expected
 
 
 def test_clip_defaults_cover_every_policy_loss():
-    assert set(names.CLIP_DEFAULTS) == set(names.POLICY_LOSSES)
+    assert set(names.CLIP_DEFAULTS) == set(names.POLICY_LOSSES.names())
     assert names.CLIP_DEFAULTS["grpo"] == (0.2, 0.2)
     assert names.CLIP_DEFAULTS["gspo"] == names.CLIP_DEFAULTS["gspo-token"] == (3e-4, 4e-4)
     low, high = names.CLIP_DEFAULTS["cispo"]
     assert 1.0 - low <= 0.0  # no lower bound on the IS weight (MiniMax-M1)
     assert 1.0 + high == 5.0  # TRL's recommended epsilon_high=5.0 for loss_type="cispo"
-    assert set(names.SEQUENCE_LEVEL_LOSSES) <= set(names.POLICY_LOSSES)
+    assert set(names.SEQUENCE_LEVEL_LOSSES) <= set(names.POLICY_LOSSES.names())
 
 
 def test_names_module_imports_no_jax():
-    """The names and the registry are pure Python; importing them loads the `trainers` package, whose
-    config checks tasks (NumPy, as the web server already does) but never JAX."""
+    """The declared registries and their names are pure Python; importing them loads the `trainers`
+    package, whose config checks tasks (NumPy, as the web server already does) but never JAX."""
     code = (
-        "import sys; import trainers.algo.names, trainers.algo.registry; "
+        "import sys; from trainers.algo import names; "
+        "[r.names() for r in (names.ADVANTAGES, names.POLICY_LOSSES, names.AGGREGATIONS, names.KL_ESTIMATORS, "
+        "names.OPTIMIZERS, names.SCHEDULES)]; "
         "print([m for m in ('jax', 'flax', 'optax') if m in sys.modules])"
     )
     out = subprocess.run(
@@ -49,7 +55,9 @@ def test_names_module_imports_no_jax():
 
 
 def test_unknown_names_list_the_known_ones():
-    with pytest.raises(ValueError, match="unknown advantage estimator 'ppo'; known: grpo, drgrpo, rloo"):
+    with pytest.raises(
+        ValueError, match="unknown advantage estimator 'ppo'; did you mean 'grpo'\\? known: grpo, drgrpo, rloo"
+    ):
         compute_advantages([[1.0, 0.0]], "ppo")
     with pytest.raises(
         ValueError, match="token-mean, seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm"
@@ -59,21 +67,6 @@ def test_unknown_names_list_the_known_ones():
         POLICY_LOSSES.get("ppo")
     with pytest.raises(ValueError, match="k1, k2, k3"):
         KL_ESTIMATORS.get("k4")
-
-
-def test_register_refuses_a_duplicate_and_keeps_the_function():
-    reg = Registry("thing")
-
-    @reg.register("a", metric_keys=("m",))
-    def a():
-        """Formula a."""
-        return 1
-
-    assert a() == 1
-    entry = reg.get("a")
-    assert (entry.name, entry.fn, entry.metric_keys, entry.doc) == ("a", a, ("m",), "Formula a.")
-    with pytest.raises(ValueError, match="registered twice"):
-        reg.register("a")(a)
 
 
 @pytest.mark.parametrize(

@@ -64,10 +64,11 @@ def env_error(name, settings=None):
 
 
 def test_built_ins_by_name():
-    assert ENVIRONMENTS == {"single_turn": SingleTurn, "calculator": Calculator, "guess_number": GuessNumber}
-    for name, cls in ENVIRONMENTS.items():
+    built_in = {name: ENVIRONMENTS[name] for name in ENVIRONMENTS}
+    assert built_in == {"single_turn": SingleTurn, "calculator": Calculator, "guess_number": GuessNumber}
+    for name, cls in built_in.items():
         assert cls.name == name and resolve(name) is cls
-    assert [cls.multi_turn for cls in ENVIRONMENTS.values()] == [False, True, True]
+    assert [cls.multi_turn for cls in built_in.values()] == [False, True, True]
     assert SingleTurn.Settings is NoSettings and SingleTurn.stop_strings == ()
 
 

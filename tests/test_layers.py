@@ -11,6 +11,7 @@ TRAINERS = Path(__file__).resolve().parents[1] / "trainers"
 
 LAYERS = {
     "errors": 0,
+    "registry": 0,
     "data": 1,
     "parallel": 1,
     "algo": 1,

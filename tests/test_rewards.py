@@ -225,7 +225,8 @@ def test_is_correct_non_countdown():
 def test_all_rewards_in_unit_interval():
     completions = ["", "32", "dcba", "#### 72", "3*5+7", "x" * 30, "\ufffd\ufffd"]
     examples = [ex("32"), ex("dcba"), ex("a\n#### 72"), CD]
-    for name, reward_fn in rewards.REWARDS.items():
+    for name in rewards.REWARDS:
+        reward_fn = rewards.REWARDS[name]
         for example in examples:
             if name.startswith("countdown") and "numbers" not in example:
                 continue
@@ -257,6 +258,17 @@ def test_score_rejects_bad_specs():
 
 
 def test_reward_names():
-    assert rewards.REWARD_NAMES == tuple(rewards.REWARDS)
-    for name in ["exact_match", "prefix_match", "numeric_match", "gsm8k_format", "gsm8k_answer", "countdown"]:
-        assert name in rewards.REWARD_NAMES
+    assert rewards.REWARDS.names() == (
+        "exact_match",
+        "prefix_match",
+        "alphabet_match",
+        "char_overlap",
+        "numeric_match",
+        "gsm8k_format",
+        "gsm8k_answer",
+        "countdown",
+        "countdown_partial",
+        "math_answer",
+        "math_format",
+    )
+    assert rewards.REWARDS["countdown"] is rewards.countdown

@@ -57,7 +57,7 @@ def test_get_tokenizer_rejects_unknown_name():
 # ---------------------------------------------------------------- tasks
 
 
-@pytest.mark.parametrize("name", tasks.TASK_NAMES)
+@pytest.mark.parametrize("name", tasks.TASKS.names())
 def test_task_is_deterministic_and_prefix_stable(name):
     task = tasks.TASKS[name]
     first = task.make_examples(7, 50)
@@ -67,7 +67,7 @@ def test_task_is_deterministic_and_prefix_stable(name):
     assert len({example["prompt"] for example in first}) == 50
 
 
-@pytest.mark.parametrize("name", tasks.TASK_NAMES)
+@pytest.mark.parametrize("name", tasks.TASKS.names())
 def test_train_eval_disjoint_and_deterministic(name):
     train, eval_examples = tasks.make_train_eval(name, 3, 500, 200)
     assert len(train) == 500 and len(eval_examples) == 200
@@ -75,7 +75,7 @@ def test_train_eval_disjoint_and_deterministic(name):
     assert (train, eval_examples) == tasks.make_train_eval(name, 3, 500, 200)
 
 
-@pytest.mark.parametrize("name", tasks.TASK_NAMES)
+@pytest.mark.parametrize("name", tasks.TASKS.names())
 def test_every_answer_is_correct(name):
     task = tasks.TASKS[name]
     for example in task.make_examples(11, 300):
@@ -91,7 +91,7 @@ def test_every_answer_is_correct(name):
             assert rewards.exact_match(example["answer"], example) == 1.0
 
 
-@pytest.mark.parametrize("name", tasks.TASK_NAMES)
+@pytest.mark.parametrize("name", tasks.TASKS.names())
 def test_task_metadata(name):
     task = tasks.TASKS[name]
     assert task.name == name

@@ -62,7 +62,7 @@ class DatasetChoice:
 def parse_dataset(user, spec: Any) -> DatasetChoice:
     """A dataset spec (see the module docstring) -> the choice; EvaluationRefused 400 for a malformed
     one or an unknown task, 404 for a dataset the user may not see."""
-    from trainers.data.tasks import TASK_NAMES
+    from trainers.data.tasks import TASKS
 
     if not isinstance(spec, str) or not spec:
         raise EvaluationRefused(400, "give a dataset: 'task:NAME', 'dataset:ID' or 'run_eval'", "dataset")
@@ -70,8 +70,8 @@ def parse_dataset(user, spec: Any) -> DatasetChoice:
         return DatasetChoice(DatasetKind.RUN_EVAL)
     kind, _, value = spec.partition(":")
     if kind == "task":
-        if value not in TASK_NAMES:
-            raise EvaluationRefused(400, f"unknown task {value!r}; known: {', '.join(TASK_NAMES)}", "dataset")
+        if value not in TASKS:
+            raise EvaluationRefused(400, TASKS.unknown(value), "dataset")
         return DatasetChoice(DatasetKind.TASK, task=value)
     if kind == "dataset":
         try:

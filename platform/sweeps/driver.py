@@ -5,6 +5,11 @@ plain records (`TrialRecord`: params, state, value, the metric by step, the attr
 pruner keeps), then asked for the next trial's params (`ask_params`) or whether a running trial
 should stop (`should_prune`). Samplers are seeded from the sweep's seed and the trial's number, so
 equal histories give equal answers. No Django here: sweeps.scheduler turns rows into records.
+
+The samplers and pruners a sweep may name are registered here (`trainers.registry`), one decorated
+function each; the Sweep model's choices are their names.
+  SAMPLERS  fn(spec, number) -> the Optuna sampler asking for trial `number` (None: the grid)
+  PRUNERS   fn(spec) -> the Optuna pruner; `rungs=True`: it judges a trial at its rungs' steps
 """
 
 from __future__ import annotations
@@ -18,12 +23,17 @@ import optuna
 from optuna.distributions import BaseDistribution
 from optuna.trial import TrialState, create_trial
 
+from trainers.registry import Registry
+
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 COMPLETE, PRUNED, FAIL, RUNNING = "complete", "pruned", "fail", "running"
 _STATES = {COMPLETE: TrialState.COMPLETE, PRUNED: TrialState.PRUNED, FAIL: TrialState.FAIL, RUNNING: TrialState.RUNNING}
 HALVING_REDUCTION_FACTOR = 3
 SEED_STRIDE = 100_003  # sweep seeds s and s+1 must not give shifted copies of one sequence
+
+SAMPLERS = Registry("sweep sampler")
+PRUNERS = Registry("sweep pruner")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,8 +55,8 @@ class StudySpec:
 
     name: str
     direction: str  # "maximize" | "minimize"
-    sampler: str  # "random" | "tpe" (a grid does not ask Optuna)
-    pruner: str  # "none" | "median" | "successive_halving" | "hyperband"
+    sampler: str  # a SAMPLERS name
+    pruner: str  # a PRUNERS name
     seed: int = 0
     max_trials: int = 10
     startup_trials: int = 2
@@ -60,32 +70,62 @@ def trial_seed(seed: int, number: int) -> int:
     return (seed * SEED_STRIDE + number) % 2**32
 
 
-def make_sampler(spec: StudySpec, number: int) -> optuna.samplers.BaseSampler:
-    seed = trial_seed(spec.seed, number)
-    if spec.sampler == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
-    if spec.sampler == "tpe":
-        # a third of the trials (2 to 10) are random before TPE models the history
-        startup = max(2, min(10, spec.max_trials // 3))
-        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup, constant_liar=True)
-    raise ValueError(f"no Optuna sampler for {spec.sampler!r}")
+@SAMPLERS.register("grid")
+def grid_sampler(spec: StudySpec, number: int) -> None:
+    """The grid's points in order (sweeps.space.grid_point): trial n takes point n; Optuna samples nothing."""
+    return None
+
+
+@SAMPLERS.register("random")
+def random_sampler(spec: StudySpec, number: int) -> optuna.samplers.BaseSampler:
+    """Optuna's RandomSampler."""
+    return optuna.samplers.RandomSampler(seed=trial_seed(spec.seed, number))
+
+
+@SAMPLERS.register("tpe")
+def tpe_sampler(spec: StudySpec, number: int) -> optuna.samplers.BaseSampler:
+    """Optuna's TPESampler: a third of the trials (2 to 10) are random before TPE models the history."""
+    startup = max(2, min(10, spec.max_trials // 3))
+    return optuna.samplers.TPESampler(seed=trial_seed(spec.seed, number), n_startup_trials=startup, constant_liar=True)
+
+
+@PRUNERS.register("none")
+def no_pruner(spec: StudySpec) -> optuna.pruners.BasePruner:
+    """Every trial runs to the end."""
+    return optuna.pruners.NopPruner()
+
+
+@PRUNERS.register("median")
+def median_pruner(spec: StudySpec) -> optuna.pruners.BasePruner:
+    """Optuna's MedianPruner: stop a trial below the median of the others at its step."""
+    return optuna.pruners.MedianPruner(n_startup_trials=spec.startup_trials, n_warmup_steps=spec.warmup_steps)
+
+
+@PRUNERS.register("successive_halving", rungs=True)
+def successive_halving_pruner(spec: StudySpec) -> optuna.pruners.BasePruner:
+    """Optuna's SuccessiveHalvingPruner, the first rung at warmup_steps, each next one 3x later."""
+    return optuna.pruners.SuccessiveHalvingPruner(
+        min_resource=max(1, spec.warmup_steps), reduction_factor=HALVING_REDUCTION_FACTOR
+    )
+
+
+@PRUNERS.register("hyperband", rungs=True)
+def hyperband_pruner(spec: StudySpec) -> optuna.pruners.BasePruner:
+    """Optuna's HyperbandPruner: successive halving in brackets, from warmup_steps to the run's max_steps."""
+    min_resource = max(1, spec.warmup_steps)
+    return optuna.pruners.HyperbandPruner(
+        min_resource=min_resource,
+        max_resource=max(min_resource, spec.max_steps),
+        reduction_factor=HALVING_REDUCTION_FACTOR,
+    )
+
+
+def make_sampler(spec: StudySpec, number: int) -> optuna.samplers.BaseSampler | None:
+    return SAMPLERS[spec.sampler](spec, number)
 
 
 def make_pruner(spec: StudySpec) -> optuna.pruners.BasePruner:
-    if spec.pruner == "median":
-        return optuna.pruners.MedianPruner(n_startup_trials=spec.startup_trials, n_warmup_steps=spec.warmup_steps)
-    min_resource = max(1, spec.warmup_steps)
-    if spec.pruner == "successive_halving":
-        return optuna.pruners.SuccessiveHalvingPruner(
-            min_resource=min_resource, reduction_factor=HALVING_REDUCTION_FACTOR
-        )
-    if spec.pruner == "hyperband":
-        return optuna.pruners.HyperbandPruner(
-            min_resource=min_resource,
-            max_resource=max(min_resource, spec.max_steps),
-            reduction_factor=HALVING_REDUCTION_FACTOR,
-        )
-    return optuna.pruners.NopPruner()
+    return PRUNERS[spec.pruner](spec)
 
 
 def _frozen(record: TrialRecord, distributions: dict[str, BaseDistribution]) -> optuna.trial.FrozenTrial:
@@ -113,7 +153,7 @@ def build_study(
     study = optuna.create_study(
         study_name=spec.name,
         direction=spec.direction,
-        sampler=make_sampler(spec, number) if spec.sampler != "grid" else None,
+        sampler=make_sampler(spec, number),
         pruner=make_pruner(spec),
     )
     by_number = {r.number: r for r in records}
@@ -168,7 +208,7 @@ def should_prune(
         return next(t for t in study.get_trials(deepcopy=False) if t.number == running.number)
 
     finite = {int(s): float(v) for s, v in running.intermediate.items() if math.isfinite(v)}
-    if spec.pruner not in ("successive_halving", "hyperband") or not finite:
+    if not PRUNERS.get(spec.pruner).meta.get("rungs") or not finite:
         pruned = study.pruner.prune(study, frozen())
         return bool(pruned), dict(frozen().system_attrs)
     for step in rung_steps(spec, max(finite)):

@@ -7,19 +7,12 @@ from __future__ import annotations
 from django.db import models
 
 from experiments.models import Experiment, Run, RunStatus, VisibleToQuerySet
+from sweeps.driver import PRUNERS, SAMPLERS
 
-
-class Sampler(models.TextChoices):
-    GRID = "grid"  # the grid's points in order (sweeps.space.grid_point)
-    RANDOM = "random"  # Optuna's RandomSampler
-    TPE = "tpe"  # Optuna's TPESampler
-
-
-class Pruner(models.TextChoices):
-    NONE = "none"
-    MEDIAN = "median"
-    SUCCESSIVE_HALVING = "successive_halving"
-    HYPERBAND = "hyperband"
+# The choices of a sweep's sampler and pruner: the names registered in sweeps.driver (Sampler.GRID is
+# "grid", Pruner.SUCCESSIVE_HALVING "successive_halving", ...), so a new one is one decorated function.
+Sampler = models.TextChoices("Sampler", [(name.upper(), name) for name in SAMPLERS.names()])
+Pruner = models.TextChoices("Pruner", [(name.upper(), name) for name in PRUNERS.names()])
 
 
 class Direction(models.TextChoices):

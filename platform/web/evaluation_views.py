@@ -24,10 +24,10 @@ SAMPLES_PAGE = 50
 
 def dataset_choices(user) -> list[tuple[str, str]]:
     """The form's datasets: the run's eval set, the built-in tasks, the uploaded datasets `user` may use."""
-    from trainers.data.tasks import TASK_NAMES
+    from trainers.data.tasks import TASKS
 
     choices = [("run_eval", "the run's eval set")]
-    choices += [(f"task:{name}", f"task {name}") for name in TASK_NAMES]
+    choices += [(f"task:{name}", f"task {name}") for name in TASKS.names()]
     choices += [
         (f"dataset:{d.pk}", f"dataset {d.reference}")
         for d in Dataset.objects.visible_to(user).select_related("owner").order_by("owner__username", "name")

@@ -28,7 +28,8 @@ def reward_function_names(config: dict[str, Any]) -> list[str]:
     from trainers.data.tasks import TASKS
 
     data = config.get("data") if isinstance(config, dict) else None
-    task = TASKS.get((data or {}).get("task") or "") if isinstance(data, dict) else None
+    name = data.get("task") if isinstance(data, dict) else None
+    task = TASKS[name] if name in TASKS else None
     return [name for name, _ in task.default_rewards] if task else []
 
 

@@ -24,7 +24,7 @@ from web_testlib import form_data
 
 from experiments import configs
 from experiments.models import Experiment, Run, RunStatus
-from trainers.envs.registry import ENVIRONMENT_NAMES
+from trainers.envs.registry import ENVIRONMENTS
 
 pytestmark = pytest.mark.django_db
 
@@ -59,7 +59,7 @@ def planted(tmp_path, monkeypatch) -> Planted:
 
 def refused(name: str) -> str:
     return (
-        f"unknown environment '{name}'; built in: {', '.join(ENVIRONMENT_NAMES)}; this server runs no other "
+        f"unknown environment '{name}'; built in: {', '.join(ENVIRONMENTS.names())}; this server runs no other "
         "environments (its administrator lists the modules it may load in PLATFORM_ENVIRONMENT_MODULES)"
     )
 

@@ -10,6 +10,7 @@ import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from platform_testlib import tiny_config
 
+from grpo_client import sweep_commands
 from sweeps import driver
 from sweeps import space as spaces
 from trainers.config import ConfigError, parse_config
@@ -267,3 +268,19 @@ def test_halving_judges_each_rung_at_its_own_step_however_late_a_tick_saw_the_tr
     assert "completed_rung_1" not in records[1].attrs  # step 12 < 15: not judged yet
     assert driver.rung_steps(hb, 17) == [5, 15] and driver.rung_steps(hb, 4) == []
     assert driver.value_at({4: 0.4, 8: 0.8}, 5) == 0.4 and driver.value_at({8: 0.8}, 5) == 0.8
+
+
+def test_samplers_and_pruners_are_registered_functions():
+    """The registries hold the sweep model's choices and the client's (a separate program, which
+    keeps its own copy of the names for --sampler / --pruner)."""
+    assert driver.SAMPLERS.names() == ("grid", "random", "tpe") == sweep_commands.SAMPLERS
+    assert driver.PRUNERS.names() == ("none", "median", "successive_halving", "hyperband") == sweep_commands.PRUNERS
+    assert driver.make_sampler(spec(sampler="grid"), 0) is None
+    assert type(driver.make_sampler(spec(sampler="random"), 0)).__name__ == "RandomSampler"
+    assert type(driver.make_pruner(spec(pruner="hyperband"))).__name__ == "HyperbandPruner"
+    assert [name for name in driver.PRUNERS if driver.PRUNERS.get(name).meta.get("rungs")] == [
+        "successive_halving",
+        "hyperband",
+    ]
+    with pytest.raises(ValueError, match="unknown sweep sampler 'tep'; did you mean 'tpe'"):
+        driver.make_sampler(spec(sampler="tep"), 0)

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from trainers.algo.registry import Registry
-
-ADVANTAGES = Registry("advantage estimator")
+from trainers.algo.names import ADVANTAGES
 
 
 @ADVANTAGES.register("grpo")
@@ -54,4 +52,4 @@ def rloo_advantages(rewards: np.ndarray, eps: float = 1e-6) -> np.ndarray:
 def compute_advantages(rewards: np.ndarray, method: str, eps: float = 1e-6) -> np.ndarray:
     """Dispatch by `grpo.advantage` name; rewards [prompts, G] -> advantages [prompts, G] float32.
     An unknown name raises ValueError listing the known ones."""
-    return ADVANTAGES.get(method).fn(rewards, eps)
+    return ADVANTAGES[method](rewards, eps)

@@ -8,7 +8,7 @@ and summing micro-batch gradients gives exactly the gradient of the whole mini-b
 policy loss needs only its own sequences' tokens (GSPO's sequence ratio is a mean over one
 sequence), so that exactness holds for all of them.
 
-Registries (name -> `registry.Entry`; the names are the tuples of `names.py`, in the same order):
+Registries (`trainers.registry`, declared with their names in `names.py`; each function registers here):
   POLICY_LOSSES  fn(logprobs, old_logprobs, advantages, mask, cfg) -> (pg [B, T], clipped [B, T])
   AGGREGATIONS   fn(mask float64 [B, T], norm_tokens) -> weights float64 [B, T]
   KL_ESTIMATORS  fn(logprobs, ref_logprobs) -> kl [B, T]
@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from trainers.algo.registry import Registry
+from trainers.algo.names import AGGREGATIONS, KL_ESTIMATORS, POLICY_LOSSES
 
 LOG_RATIO_LIMIT = 20.0
 """Log-ratios log(pi / pi') are clamped to +-this before `exp` (`ratio_from_log`). Why 20: e^20 ~ 4.9e8
@@ -35,10 +35,6 @@ gradient is 0 * inf = NaN, which global-norm clipping spreads to every parameter
 POLICY_METRICS = ("loss/policy", "clip_fraction")
 KL_METRICS = ("loss/kl", "kl")
 ENTROPY_METRICS = ("loss/entropy_bonus",)
-
-POLICY_LOSSES = Registry("policy loss")
-AGGREGATIONS = Registry("loss aggregation")
-KL_ESTIMATORS = Registry("KL estimator")
 
 
 def ratio_from_log(log_ratio: jax.Array) -> jax.Array:
@@ -53,7 +49,7 @@ class LossConfig:
 
     epsilon_low / epsilon_high: the ratio's clip range [1 - low, 1 + high] (`names.CLIP_DEFAULTS`
     gives each policy loss's usual values); dual_clip: grpo only; beta: weight of the KL penalty
-    (estimator `kl_estimator`); policy_loss: a `names.POLICY_LOSSES` name; entropy_coef: weight of
+    (estimator `kl_estimator`); policy_loss: a name of `POLICY_LOSSES`; entropy_coef: weight of
     the entropy bonus subtracted from the loss.
     """
 
@@ -115,7 +111,7 @@ def token_weights(mask: np.ndarray, aggregation: str, norm_tokens: int | None = 
     seq-mean-token-sum-norm: mask / (sequences in the mini-batch * norm_tokens)   (needs norm_tokens)
     """
     mask = np.asarray(mask, dtype=np.float64)
-    return AGGREGATIONS.get(aggregation).fn(mask, norm_tokens).astype(np.float32)
+    return AGGREGATIONS[aggregation](mask, norm_tokens).astype(np.float32)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -147,7 +143,7 @@ def kl_penalty(logprobs: jax.Array, ref_logprobs: jax.Array, estimator: str) -> 
 
     With log r = ref_logprobs - logprobs:  k1 = -log r;  k2 = (log r)^2 / 2;  k3 = r - 1 - log r.
     """
-    return KL_ESTIMATORS.get(estimator).fn(logprobs, ref_logprobs)
+    return KL_ESTIMATORS[estimator](logprobs, ref_logprobs)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -286,7 +282,7 @@ def policy_loss(
     if mask is None:
         mask = metric_weights > 0
     mask = mask.astype(bool)
-    pg, clipped = POLICY_LOSSES.get(cfg.policy_loss).fn(logprobs, old_logprobs, advantages, mask, cfg)
+    pg, clipped = POLICY_LOSSES[cfg.policy_loss](logprobs, old_logprobs, advantages, mask, cfg)
     loss_weights = weights if is_weights is None else weights * jax.lax.stop_gradient(is_weights)
     policy = jnp.sum(pg * loss_weights)
     metrics = {

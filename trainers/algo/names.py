@@ -1,21 +1,28 @@
-"""The names of the algorithm's pieces, and the clip ranges each policy loss starts from.
+"""The registries of the algorithm's pieces, declared with their names, and the clip ranges each
+policy loss starts from.
 
-Pure Python on purpose (no JAX, no NumPy): the config schema, the web form and the API import these
-tuples to list the choices. The registries in `advantages.py` and `loss.py` hold exactly these names,
-in this order (a test checks it), so adding an algorithm is one decorated function plus its name here.
+Pure Python on purpose (no JAX, no NumPy): the config schema, the web form and the API list the
+choices from these registries' names without importing the modules that register the functions
+(`trainers.registry`: a declared registry imports its home module on the first `get`, and a name
+registered there but not declared here, or declared here but not registered there, is an error).
+Adding an algorithm is one decorated function in its module plus its name here.
 """
 
 from __future__ import annotations
 
-ADVANTAGE_ESTIMATORS: tuple[str, ...] = ("grpo", "drgrpo", "rloo")
-POLICY_LOSSES: tuple[str, ...] = ("grpo", "gspo", "gspo-token", "cispo")
-LOSS_AGGREGATIONS: tuple[str, ...] = (
-    "token-mean",
-    "seq-mean-token-mean",
-    "seq-mean-token-sum",
-    "seq-mean-token-sum-norm",
+from trainers.registry import Registry
+
+ADVANTAGES = Registry("advantage estimator", names=("grpo", "drgrpo", "rloo"), home="trainers.algo.advantages")
+POLICY_LOSSES = Registry("policy loss", names=("grpo", "gspo", "gspo-token", "cispo"), home="trainers.algo.loss")
+AGGREGATIONS = Registry(
+    "loss aggregation",
+    names=("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"),
+    home="trainers.algo.loss",
 )
-KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3")
+KL_ESTIMATORS = Registry("KL estimator", names=("k1", "k2", "k3"), home="trainers.algo.loss")
+OPTIMIZERS = Registry("optimizer", names=("adamw", "adam", "sgd"), home="trainers.algo.optim")
+SCHEDULES = Registry("learning-rate schedule", names=("constant", "cosine", "linear"), home="trainers.algo.optim")
+
 DYNAMIC_SAMPLING_METRICS: tuple[str, ...] = ("reward", "correct")
 """What dynamic sampling tests for a flat group (`sampling_filters.dynamic_sampling_values`): the
 rewards, or only whether each answer is correct (DAPO's own filter, on accuracy)."""

@@ -5,7 +5,6 @@ imports their JAX-free modules; none of them imports the config."""
 
 from __future__ import annotations
 
-import difflib
 import math
 import re
 from collections.abc import Collection
@@ -15,7 +14,7 @@ from trainers.config.budgets import completion_token_budget
 from trainers.config.metric_names import METRIC_NAMES, is_metric_name
 from trainers.config.schema import ExperimentConfig
 from trainers.data.examples import READ_CHUNK_BYTES, DataError, jsonl_lines, parse_jsonl_line
-from trainers.data.rewards import REWARD_NAMES
+from trainers.data.rewards import REWARDS
 from trainers.data.tasks import TASKS
 from trainers.data.tokenizer import get_tokenizer
 from trainers.envs.registry import EnvError, resolve, settings_problems
@@ -24,6 +23,7 @@ from trainers.models.hf_config import ModelFolderError, read_model_config
 from trainers.models.lora_targets import projection_shapes, targeted
 from trainers.models.presets import PRESETS
 from trainers.parallel.sizes import MeshError, check_one_unknown, resolve_axis_sizes
+from trainers.registry import closest
 
 
 def _divisors(n: int) -> list[int]:
@@ -575,7 +575,7 @@ def _check_data_and_rewards(config: ExperimentConfig) -> list[Problem]:
             )
         )
     if d.task is not None and d.task not in TASKS:
-        problems.append(Problem("data.task", f"unknown task '{d.task}'; {_one_of(d.task, sorted(TASKS))}"))
+        problems.append(Problem("data.task", f"unknown task '{d.task}'; {_one_of(d.task, sorted(TASKS.names()))}"))
     if d.task is None and not config.rewards:
         problems.append(
             Problem(
@@ -584,9 +584,9 @@ def _check_data_and_rewards(config: ExperimentConfig) -> list[Problem]:
             )
         )
     for i, spec in enumerate(config.rewards):
-        if spec.name not in REWARD_NAMES:
+        if spec.name not in REWARDS:
             problems.append(
-                Problem(f"rewards[{i}].name", f"unknown reward '{spec.name}'; {_one_of(spec.name, REWARD_NAMES)}")
+                Problem(f"rewards[{i}].name", f"unknown reward '{spec.name}'; {_one_of(spec.name, REWARDS.names())}")
             )
     if config.rewards and all(spec.weight == 0 for spec in config.rewards):
         problems.append(
@@ -702,5 +702,5 @@ def _check_checkpoint(config: ExperimentConfig) -> list[Problem]:
 
 
 def _one_of(value: str, names: list[str] | tuple[str, ...]) -> str:
-    close = difflib.get_close_matches(value, list(names), n=1, cutoff=0.5)
-    return (f"did you mean '{close[0]}'? " if close else "") + "choose one of: " + ", ".join(names)
+    near = closest(value, names)
+    return (f"did you mean '{near}'? " if near else "") + "choose one of: " + ", ".join(names)

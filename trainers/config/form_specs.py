@@ -14,7 +14,7 @@ from pydantic import BaseModel
 
 from trainers.config.metric_names import METRIC_NAMES
 from trainers.config.schema import ExperimentConfig
-from trainers.data.rewards import REWARD_NAMES
+from trainers.data.rewards import REWARDS
 from trainers.data.tasks import TASKS
 from trainers.envs.registry import ENVIRONMENTS
 from trainers.models.presets import PRESETS
@@ -83,10 +83,10 @@ def _known_values() -> dict[str, tuple[str, ...]]:
 
     return {
         "model.preset": tuple(PRESETS),
-        "data.task": tuple(TASKS),
-        "rewards.name": tuple(REWARD_NAMES),
+        "data.task": TASKS.names(),
+        "rewards.name": REWARDS.names(),
         "checkpoint.keep_best_metric": tuple(METRIC_NAMES),
-        "env.name": tuple(ENVIRONMENTS),  # the built-ins; a dotted path "package.module:Class" is accepted too
+        "env.name": ENVIRONMENTS.names(),  # the built-ins; a dotted path "package.module:Class" is accepted too
     }
 
 

@@ -2,7 +2,7 @@
 
 import re
 
-from trainers.data.rewards import REWARD_NAMES
+from trainers.data.rewards import REWARDS
 
 TRAIN_METRICS = (
     "reward/mean",
@@ -62,7 +62,7 @@ PASS_AT_K_PATTERN = r"eval/pass@[1-9][0-9]*"
 
 REWARD_FUNCTION_PATTERN = r"reward/[a-z][a-z0-9_]*"
 """reward/<name>: the mean raw score of each reward function of the run's spec (data.rewards), one per
-name of trainers.data.rewards.REWARD_NAMES that the spec lists (reward/mean and reward/std are the total's)."""
+name of trainers.data.rewards.REWARDS that the spec lists (reward/mean and reward/std are the total's)."""
 
 SYSTEM_METRICS = (
     "system/cpu_percent",
@@ -108,7 +108,7 @@ def is_metric_name(name: str) -> bool:
         return True
     if re.fullmatch(ENV_REWARD_PART_PATTERN, name) is not None:
         return True
-    return re.fullmatch(REWARD_FUNCTION_PATTERN, name) is not None and name.split("/", 1)[1] in REWARD_NAMES
+    return re.fullmatch(REWARD_FUNCTION_PATTERN, name) is not None and name.split("/", 1)[1] in REWARDS
 
 
 METRIC_GROUPS = (

@@ -14,11 +14,13 @@ import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from trainers.algo.names import (
-    ADVANTAGE_ESTIMATORS,
+    ADVANTAGES,
+    AGGREGATIONS,
     DYNAMIC_SAMPLING_METRICS,
     KL_ESTIMATORS,
-    LOSS_AGGREGATIONS,
+    OPTIMIZERS,
     POLICY_LOSSES,
+    SCHEDULES,
 )
 from trainers.config.yaml_guard import YamlRefused, guarded_yaml
 from trainers.models.lora_targets import DEFAULT_TARGET_MODULES
@@ -273,8 +275,8 @@ class GrpoSection(_Section):
     num_generations: int = Field(8, ge=1, le=MAX_GENERATIONS, description="G: completions sampled per prompt.")
     num_iterations: int = Field(1, ge=1, le=MAX_ITERATIONS, description="mu: passes over each step's rollouts.")
     beta: float = Field(0.04, ge=0.0, description="KL penalty weight; 0 = no reference model is loaded.")
-    kl_estimator: Literal[KL_ESTIMATORS] = Field("k3", description="KL estimator (Schulman's k1/k2/k3).")
-    policy_loss: Literal[POLICY_LOSSES] = Field(
+    kl_estimator: Literal[KL_ESTIMATORS.names()] = Field("k3", description="KL estimator (Schulman's k1/k2/k3).")
+    policy_loss: Literal[POLICY_LOSSES.names()] = Field(
         "grpo",
         description="grpo: PPO's clipped surrogate per token; gspo: the clipped sequence-level ratio "
         "(geometric mean of the token ratios); gspo-token: GSPO's value with a gradient per token; cispo: the "
@@ -301,11 +303,11 @@ class GrpoSection(_Section):
     entropy_coef: float = Field(
         0.0, ge=0.0, description="Entropy bonus: subtract this x the mean token entropy from the loss (0 = off)."
     )
-    advantage: Literal[ADVANTAGE_ESTIMATORS] = Field(
+    advantage: Literal[ADVANTAGES.names()] = Field(
         "grpo", description="grpo: (r - mean)/std per group; drgrpo: r - mean (Dr. GRPO); rloo: leave-one-out baseline."
     )
     advantage_eps: float = Field(1e-6, gt=0.0, description="Added to the group std before dividing (grpo).")
-    loss_aggregation: Literal[LOSS_AGGREGATIONS] = Field(
+    loss_aggregation: Literal[AGGREGATIONS.names()] = Field(
         "token-mean",
         description="How token losses become the mini-batch loss: token-mean (DAPO), "
         "seq-mean-token-mean (GRPO), seq-mean-token-sum, seq-mean-token-sum-norm (Dr. GRPO: token sums "
@@ -469,9 +471,9 @@ class ClusterSection(_Section):
 
 
 class OptimizerSection(_Section):
-    name: Literal["adamw", "adam", "sgd"] = Field("adamw", description="Optax optimizer.")
+    name: Literal[OPTIMIZERS.names()] = Field("adamw", description="Optax optimizer.")
     learning_rate: float = Field(1e-3, gt=0.0, description="Peak learning rate.")
-    schedule: Literal["constant", "cosine", "linear"] = Field(
+    schedule: Literal[SCHEDULES.names()] = Field(
         "constant", description="Learning-rate shape after warmup (decays to 0 at train.max_steps)."
     )
     warmup_steps: int = Field(

@@ -159,7 +159,7 @@ def load_examples(
         if train_path is not None or eval_path is not None:
             raise DataError("give either a built-in task or train_path/eval_path, not both")
         if task not in tasks.TASKS:
-            raise DataError(f"unknown task {task!r}; known: {', '.join(tasks.TASK_NAMES)}")
+            raise DataError(tasks.TASKS.unknown(task))
         if train_prompts == 0:
             raise DataError(f"task {task!r}: train_prompts must be > 0 for a built-in task")
         try:

@@ -7,8 +7,9 @@ the prompt, up to the first EOS); `example` is the dataset row, with at least
 reward reads it) and "answer" (str) and, for countdown, "numbers" (list of int)
 and "target" (int).
 
-Rewards are registered by name in REWARDS; a run's reward spec is a list of
-(name, weight) pairs, combined by `score`.
+Rewards are registered by name in REWARDS (`trainers.registry`: one decorated
+function each); a run's reward spec is a list of (name, weight) pairs, combined
+by `score`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,10 @@ from fractions import Fraction
 
 import numpy as np
 
+from trainers.registry import Registry
+
 RewardFn = Callable[[str, dict], float]
+REWARDS = Registry("reward")
 
 # A number: optional minus sign directly before the digits, optional thousands
 # separators ("1,234"), optional decimal part. "3-5" therefore reads as 3, -5.
@@ -182,11 +186,13 @@ def countdown_value(expression: str, numbers: list[int]) -> Fraction | None:
 # ---------------------------------------------------------------- rewards
 
 
+@REWARDS.register("exact_match")
 def exact_match(completion: str, example: dict) -> float:
     """1.0 if the stripped completion equals the stripped answer, else 0.0."""
     return float(completion.strip() == example["answer"].strip())
 
 
+@REWARDS.register("prefix_match")
 def prefix_match(completion: str, example: dict) -> float:
     """Partial credit: position-wise character matches, aligned at the start.
 
@@ -207,6 +213,7 @@ def prefix_match(completion: str, example: dict) -> float:
     return matches / max(len(c), len(a))
 
 
+@REWARDS.register("alphabet_match")
 def alphabet_match(completion: str, example: dict) -> float:
     """Partial credit for using the answer's alphabet and length (dense early signal).
 
@@ -227,6 +234,7 @@ def alphabet_match(completion: str, example: dict) -> float:
     return min(in_alphabet, len(a)) / max(len(c), len(a))
 
 
+@REWARDS.register("char_overlap")
 def char_overlap(completion: str, example: dict) -> float:
     """Partial credit for using the answer's characters, in any order.
 
@@ -247,6 +255,7 @@ def char_overlap(completion: str, example: dict) -> float:
     return overlap / max(len(c), len(a))
 
 
+@REWARDS.register("numeric_match")
 def numeric_match(completion: str, example: dict) -> float:
     """1.0 if the last number in the completion equals the answer's number.
 
@@ -259,11 +268,13 @@ def numeric_match(completion: str, example: dict) -> float:
     return float(expected is not None and got is not None and got == expected)
 
 
+@REWARDS.register("gsm8k_format")
 def gsm8k_format(completion: str, example: dict) -> float:
     """1.0 if the completion contains a GSM8K final answer "#### <number>", else 0.0."""
     return float(_GSM8K_RE.search(completion) is not None)
 
 
+@REWARDS.register("gsm8k_answer")
 def gsm8k_answer(completion: str, example: dict) -> float:
     """1.0 if the number after the completion's last "####" equals the answer's number.
 
@@ -272,6 +283,34 @@ def gsm8k_answer(completion: str, example: dict) -> float:
     expected = answer_number(example["answer"])
     got = gsm8k_number(completion)
     return float(expected is not None and got is not None and got == expected)
+
+
+@REWARDS.register("countdown")
+def countdown(completion: str, example: dict) -> float:
+    """1.0 if the stripped completion is an allowed expression (see countdown_value)
+    over example["numbers"] that evaluates exactly to example["target"], else 0.0.
+    """
+    numbers, target = _countdown_fields(example)
+    value = countdown_value(completion, numbers)
+    return float(value is not None and value == target)
+
+
+@REWARDS.register("countdown_partial")
+def countdown_partial(completion: str, example: dict) -> float:
+    """Partial credit for countdown: 0 for a disallowed expression, otherwise
+
+        reward = 0.25 + 0.75 * max(0, 1 - |value - target| / max(|target|, 1))
+
+    so any allowed expression over the given numbers earns 0.25 and the exact
+    solution earns 1.0. E.g. numbers [3, 5, 7], target 22: "3*5+7" -> 1,
+    "3+5+7" (15) -> 0.25 + 0.75 * (1 - 7/22), "9" -> 0.
+    """
+    numbers, target = _countdown_fields(example)
+    value = countdown_value(completion, numbers)
+    if value is None:
+        return 0.0
+    closeness = max(Fraction(0), 1 - abs(value - target) / max(abs(target), Fraction(1)))
+    return float(Fraction(1, 4) + Fraction(3, 4) * closeness)
 
 
 # The opening of a boxed final answer: "\boxed{" or "\fbox{" (spaces allowed before the brace).
@@ -355,10 +394,11 @@ def _math_parse(text: str):
     """math-verify's parse of one answer (LaTeX or a plain expression), without its signal-based
     timeout (rewards are scored in the async collector's thread, where signals cannot be used).
     Cached: a prompt's gold answer is parsed once for its G completions (callers only read the
-    list). math-verify is imported here, not at module level: validation reads REWARD_NAMES cheaply."""
+    list). math-verify is imported here, not at module level: validation reads the REWARDS names cheaply."""
     return _math_verify().parse(f"${text}$", parsing_timeout=None)
 
 
+@REWARDS.register("math_answer")
 def math_answer(completion: str, example: dict) -> float:
     r"""1.0 if the completion's final answer (`final_answer_text`: \boxed{}, "#### N", or the last
     number) equals the example's answer by Hugging Face's math-verify: equivalent forms count
@@ -386,52 +426,11 @@ def _safe_for_sympy(text: str) -> bool:
     )
 
 
+@REWARDS.register("math_format")
 def math_format(completion: str, example: dict) -> float:
     r"""1.0 if the completion states its final answer in \boxed{...} or \fbox{...} (non-empty, braces
     balanced: `boxed_answer`), else 0.0."""
     return float(boxed_answer(completion[-MATH_TAIL_CHARS:]) is not None)
-
-
-def countdown(completion: str, example: dict) -> float:
-    """1.0 if the stripped completion is an allowed expression (see countdown_value)
-    over example["numbers"] that evaluates exactly to example["target"], else 0.0.
-    """
-    numbers, target = _countdown_fields(example)
-    value = countdown_value(completion, numbers)
-    return float(value is not None and value == target)
-
-
-def countdown_partial(completion: str, example: dict) -> float:
-    """Partial credit for countdown: 0 for a disallowed expression, otherwise
-
-        reward = 0.25 + 0.75 * max(0, 1 - |value - target| / max(|target|, 1))
-
-    so any allowed expression over the given numbers earns 0.25 and the exact
-    solution earns 1.0. E.g. numbers [3, 5, 7], target 22: "3*5+7" -> 1,
-    "3+5+7" (15) -> 0.25 + 0.75 * (1 - 7/22), "9" -> 0.
-    """
-    numbers, target = _countdown_fields(example)
-    value = countdown_value(completion, numbers)
-    if value is None:
-        return 0.0
-    closeness = max(Fraction(0), 1 - abs(value - target) / max(abs(target), Fraction(1)))
-    return float(Fraction(1, 4) + Fraction(3, 4) * closeness)
-
-
-REWARDS: dict[str, RewardFn] = {
-    "exact_match": exact_match,
-    "prefix_match": prefix_match,
-    "alphabet_match": alphabet_match,
-    "char_overlap": char_overlap,
-    "numeric_match": numeric_match,
-    "gsm8k_format": gsm8k_format,
-    "gsm8k_answer": gsm8k_answer,
-    "countdown": countdown,
-    "countdown_partial": countdown_partial,
-    "math_answer": math_answer,
-    "math_format": math_format,
-}
-REWARD_NAMES: tuple[str, ...] = tuple(REWARDS)
 
 
 def check_specs(specs: list[tuple[str, float]]) -> None:
@@ -442,7 +441,7 @@ def check_specs(specs: list[tuple[str, float]]) -> None:
     seen = set()
     for name, weight in specs:
         if name not in REWARDS:
-            raise ValueError(f"unknown reward {name!r}; known: {', '.join(REWARD_NAMES)}")
+            raise ValueError(REWARDS.unknown(name))
         if name in seen:
             raise ValueError(f"reward {name!r} is listed twice")
         if not np.isfinite(weight):
@@ -458,7 +457,7 @@ def score(
     Args:
       completions: N decoded completions.
       examples: the N matching examples (completion i is scored against example i).
-      specs: (reward name, weight) pairs, names from REWARD_NAMES, each at most once.
+      specs: (reward name, weight) pairs, names of REWARDS, each at most once.
 
     Returns:
       total: [N] float32, sum over specs of weight * reward.

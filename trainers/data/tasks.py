@@ -19,6 +19,7 @@ from collections.abc import Callable, Collection
 import numpy as np
 
 from trainers.data import rewards, word_problems
+from trainers.registry import Registry
 
 _TRAIN_STREAM = 0
 _EVAL_STREAM = 1
@@ -30,12 +31,12 @@ class Task:
     """A built-in task.
 
     Attributes:
-      name: key in TASKS.
+      name: its name in TASKS.
       make_examples: (seed, count, exclude_prompts=(), stream=0) -> list of
         `count` examples with distinct prompts, none in exclude_prompts;
         deterministic in (seed, stream), and a prefix-stable sequence (the first
         k of count examples equal make_examples(seed, k)).
-      default_rewards: (reward name from rewards.REWARD_NAMES, weight) pairs.
+      default_rewards: (reward name of rewards.REWARDS, weight) pairs.
       max_new_tokens: completion budget in tokens (longest answer + EOS + slack).
       description: one line for humans.
     """
@@ -198,50 +199,54 @@ def _word_problem_task(name: str, variant: dict[str, bool], description: str) ->
     )
 
 
-TASKS: dict[str, Task] = {
-    "arithmetic": Task(
+TASKS = Registry("task")
+"""The built-in tasks by name (`trainers.registry`); each entry's object is its Task, its doc the
+description."""
+
+for _task in (
+    Task(
         name="arithmetic",
         make_examples=_example_maker("arithmetic", _arithmetic_one),
         default_rewards=list(_TEXT_REWARDS),
         max_new_tokens=6,
         description='add or subtract two numbers in 0..99: "23+9=" -> "32"',
     ),
-    "reverse": Task(
+    Task(
         name="reverse",
         make_examples=_example_maker("reverse", _reverse_one),
         default_rewards=list(_TEXT_REWARDS),
         max_new_tokens=8,
         description='reverse 3-6 lowercase letters: "rev abcd=" -> "dcba"',
     ),
-    "copy": Task(
+    Task(
         name="copy",
         make_examples=_example_maker("copy", _copy_one),
         default_rewards=list(_TEXT_REWARDS),
         max_new_tokens=8,
         description='copy 3-6 lowercase letters: "copy abcd=" -> "abcd"',
     ),
-    "sort": Task(
+    Task(
         name="sort",
         make_examples=_example_maker("sort", _sort_one),
         default_rewards=list(_TEXT_REWARDS),
         max_new_tokens=8,
         description='sort 3-6 lowercase letters: "sort dbca=" -> "abcd"',
     ),
-    "fixed_length": Task(
+    Task(
         name="fixed_length",
         make_examples=_example_maker("fixed_length", _fixed_length_one),
         default_rewards=list(_TEXT_REWARDS),
         max_new_tokens=32,
         description="benchmark shapes: 30 letters + '=' (32 tokens with BOS), answer the letters reversed",
     ),
-    "countdown": Task(
+    Task(
         name="countdown",
         make_examples=_example_maker("countdown", _countdown_one),
         default_rewards=[("countdown", 1.0), ("countdown_partial", 0.5), ("alphabet_match", 0.25)],
         max_new_tokens=12,
         description='reach the target with + - * / using each number at most once: "2 3 5 7>22=" -> "3*5+7"',
     ),
-    "arithmetic_words": Task(
+    Task(
         name="arithmetic_words",
         make_examples=lambda seed, count, exclude_prompts=(), stream=0: word_problems.make_problems(
             seed, count, stream, set(exclude_prompts)
@@ -251,26 +256,26 @@ TASKS: dict[str, Task] = {
         description="one- and two-step arithmetic word problems in English for pretrained chat models "
         "(the make-dataset arithmetic-words generator): answer checked with math_answer",
     ),
-    "arithmetic_words_two_step": _word_problem_task(
+    _word_problem_task(
         "arithmetic_words_two_step",
         {"two_step_only": True},
         "two-step arithmetic word problems only (a + b - c, a - b + c): sparse rewards for a small chat model "
         "(SmolLM2-135M-Instruct: 1% greedy), answer checked with math_answer",
     ),
-    "arithmetic_words_hard": _word_problem_task(
+    _word_problem_task(
         "arithmetic_words_hard",
         {"mostly_two_step": True},
         "arithmetic word problems, about four in five two-step: below 10% greedy for SmolLM2-135M-Instruct at "
         "the start, sparse but learnable rewards (the learning curves' task), answer checked with math_answer",
     ),
-    "arithmetic_words_calc": _word_problem_task(
+    _word_problem_task(
         "arithmetic_words_calc",
         {"calculator": True},
         "word problems with two- and three-digit numbers (add, subtract, multiply by a 1-2 digit count, some "
         "add-then-subtract), each prompt ending with the answer format: hard in a small model's head, easy with "
         "the calculator environment (configs/calculator-arith.yaml), answer checked with math_answer",
     ),
-    "guess_number": Task(
+    Task(
         name="guess_number",
         make_examples=_example_maker("guess_number", _guess_number_one),
         # The game's own reward part ("solved", by turns used) is the signal; numeric_match at weight 0
@@ -280,14 +285,12 @@ TASKS: dict[str, Task] = {
         description="a higher/lower guessing game over several turns (env.name guess_number): guess the secret "
         "whole number; rewarded by the turns used",
     ),
-}
-TASK_NAMES: tuple[str, ...] = tuple(TASKS)
+):
+    TASKS.add(_task.name, _task, doc=_task.description)
 
 
 def get_task(name: str) -> Task:
     """Returns TASKS[name]; ValueError naming the known tasks otherwise."""
-    if name not in TASKS:
-        raise ValueError(f"unknown task {name!r}; known: {', '.join(TASK_NAMES)}")
     return TASKS[name]
 
 

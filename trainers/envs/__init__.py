@@ -2,7 +2,8 @@
 
   base.py          the protocol: `Environment` (reset, step, Settings, stop_strings), `EpisodeState`,
                    `StepResult`, `NoSettings`
-  registry.py      `ENVIRONMENTS` by name, `resolve` (a built-in or a dotted path package.module:Class),
+  registry.py      `ENVIRONMENTS` (a `trainers.registry.Registry`), `resolve` (a built-in or a dotted path
+                   package.module:Class, by the registries' one rule),
                    `make_environment` (settings checked), `EnvError` naming env.name / env.settings.<field>
   single_turn.py   `SingleTurn`: one prompt, one completion (the default; today's rollout)
   calculator.py    `Calculator`: answers <tool_call> calculator calls; its `SYSTEM_PROMPT`

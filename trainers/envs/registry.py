@@ -1,20 +1,19 @@
 """Environments by name: the built-ins, or a project's own class by dotted path.
 
 `env.name` is a built-in name (ENVIRONMENTS) or "package.module:Class" (also "package.module.Class"),
-imported when the config is checked and again when the run starts. Whoever checks a config for
-somebody else (the platform) passes `allowed_modules`: then a dotted path is accepted only when its
-module is one of those (or inside one of those packages), decided from the name alone before any
-import, and every other name gets the same answer whether or not such a module is installed. The
-CLI passes none: on the user's own machine any importable module may be named. `env.settings` is checked against
-the class's pydantic `Settings`, unknown keys refused. Every failure is an `EnvError`: a config
-problem (a `FieldError`, so the CLI and the platform show it like any invalid field) naming
-`env.name` or `env.settings.<field>` and the fix.
+imported when the config is checked and again when the run starts, by the registries' one rule for
+dotted paths (`trainers.registry.Registry.resolve`): whoever checks a config for somebody else (the
+platform) passes `allowed_modules`, and then a dotted path is accepted only when its module is one of
+those (or inside one of those packages), decided from the name alone before any import, and every
+other name gets the same answer whether or not such a module is installed. The CLI passes none: on
+the user's own machine any importable module may be named. `env.settings` is checked against the
+class's pydantic `Settings`, unknown keys refused. Every failure is an `EnvError`: a config problem
+(a `FieldError`, so the CLI and the platform show it like any invalid field) naming `env.name` or
+`env.settings.<field>` and the fix.
 """
 
 from __future__ import annotations
 
-import difflib
-import importlib
 from collections.abc import Collection
 from typing import Any
 
@@ -25,13 +24,12 @@ from trainers.envs.calculator import Calculator
 from trainers.envs.guess_number import GuessNumber
 from trainers.envs.single_turn import SingleTurn
 from trainers.errors import FieldError
+from trainers.registry import Registry, RegistryError
 
-ENVIRONMENTS: dict[str, type[Environment]] = {
-    SingleTurn.name: SingleTurn,
-    Calculator.name: Calculator,
-    GuessNumber.name: GuessNumber,
-}
-ENVIRONMENT_NAMES: tuple[str, ...] = tuple(ENVIRONMENTS)
+ENVIRONMENTS = Registry("environment", dotted="Environment class", allow_list_setting="PLATFORM_ENVIRONMENT_MODULES")
+"""The built-in environments by name (`trainers.registry`); each entry's object is its class."""
+for _cls in (SingleTurn, Calculator, GuessNumber):
+    ENVIRONMENTS.add(_cls.name, _cls)
 
 
 class EnvError(FieldError):
@@ -45,32 +43,12 @@ def resolve(name: str, allowed_modules: Collection[str] | None = None) -> type[E
     unknown, the module cannot be imported, it has no such attribute, or that is not an
     Environment subclass. With `allowed_modules` (None: any module), a dotted path whose module is
     not one of them nor inside one of those packages is refused before anything is imported."""
-    if name in ENVIRONMENTS:
-        return ENVIRONMENTS[name]
-    module_name, attribute = split_dotted(name)
-    if allowed_modules is not None and not module_allowed(module_name, allowed_modules):
-        raise EnvError("env.name", refused_message(name, allowed_modules))
-    if module_name is None:
-        raise EnvError(
-            "env.name",
-            f"unknown environment '{name}'; {_did_you_mean(name)}built in: "
-            f"{', '.join(ENVIRONMENT_NAMES)}; or your own Environment class as a dotted path "
-            "package.module:Class",
-        )
-    if not module_name or not attribute:
-        raise EnvError("env.name", f"'{name}' is not a dotted path; write package.module:Class")
     try:
-        module = importlib.import_module(module_name)
-    except (Exception, SystemExit) as error:  # an import runs the module's code: anything may fail there
-        raise EnvError(
-            "env.name",
-            f"cannot import module '{module_name}' of '{name}': {type(error).__name__}: "
-            f"{error}; check the module is on the Python path (PYTHONPATH) and imports "
-            "cleanly",
-        ) from error
-    cls = getattr(module, attribute, None)
-    if cls is None:
-        raise EnvError("env.name", f"module '{module_name}' has no attribute '{attribute}'; name a class defined in it")
+        cls = ENVIRONMENTS.resolve(name, allowed_modules)
+    except RegistryError as error:
+        raise EnvError("env.name", str(error)) from error.__cause__
+    if name in ENVIRONMENTS:
+        return cls
     if not (isinstance(cls, type) and issubclass(cls, Environment)):
         raise EnvError(
             "env.name",
@@ -83,43 +61,6 @@ def resolve(name: str, allowed_modules: Collection[str] | None = None) -> type[E
             f"'{name}'.Settings is not a pydantic model; make it a pydantic BaseModel (or leave it out: no settings)",
         )
     return cls
-
-
-def split_dotted(name: str) -> tuple[str | None, str]:
-    """("package.module", "Class") of "package.module:Class" or "package.module.Class"; (None, name)
-    for a name with neither ':' nor '.'. Pure text: nothing is imported."""
-    if ":" in name:
-        module_name, _, attribute = name.partition(":")
-    elif "." in name:
-        module_name, _, attribute = name.rpartition(".")
-    else:
-        return None, name
-    return module_name, attribute
-
-
-def module_allowed(module_name: str | None, allowed_modules: Collection[str]) -> bool:
-    """Whether `module_name` is one of `allowed_modules` or a submodule of one ("envs.games" under
-    "envs"); decided on the text of the names alone."""
-    if not module_name:
-        return False
-    return any(module_name == allowed or module_name.startswith(allowed + ".") for allowed in allowed_modules)
-
-
-def refused_message(name: str, allowed_modules: Collection[str]) -> str:
-    """What a platform answers for an env.name it will not import: the same text whether or not a
-    module of that name exists, so the answer tells nothing about what is installed."""
-    listed = (
-        f"or a class of the modules this server's administrator lists: {', '.join(sorted(allowed_modules))}"
-        if allowed_modules
-        else "this server runs no other environments (its administrator lists the "
-        "modules it may load in PLATFORM_ENVIRONMENT_MODULES)"
-    )
-    return f"unknown environment '{name}'; {_did_you_mean(name)}built in: {', '.join(ENVIRONMENT_NAMES)}; {listed}"
-
-
-def _did_you_mean(name: str) -> str:
-    close = difflib.get_close_matches(name, ENVIRONMENT_NAMES, n=1, cutoff=0.5)
-    return f"did you mean '{close[0]}'? " if close else ""
 
 
 def settings_problems(cls: type[Environment], settings: dict[str, Any]) -> list[tuple[str, str]]:
