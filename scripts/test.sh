@@ -1,15 +1,22 @@
 #!/usr/bin/env bash
 # First the linter and the formatter (ruff, configured in pyproject.toml): a finding fails the command
-# before any test runs. Then the whole test suite, in two lanes that run side by side (separate pytest
-# processes):
-#  trainers: tests/ without tests/platform;
-#  platform: tests/platform on the production path, PostgreSQL and Redis (local services), then
-#            tests/platform again on the embedded default, SQLite and the filesystem broker.
-# The platform's tests spend much of their time waiting on the worker, beat and trainer processes
-# they start, so on a 2-core machine the two lanes end in about half the time of one process
-# running everything. Two platform runs never overlap: they would share local ports (Ray's, the
-# served platform's). Each output line carries its lane's name; var/test-logs/ keeps each run's
-# whole log. A missing service is an error, not a skip. Extra arguments go to every pytest run.
+# before any test runs. Then the whole test suite, in three lanes that run side by side (separate
+# pytest processes):
+#  trainers:          tests/ without tests/platform, in 2 pytest-xdist worker processes;
+#  platform-postgres: tests/platform on the production path, PostgreSQL and Redis (local services),
+#                     in 3 workers; each has its own test database, data folder and Redis database
+#                     (tests/xdist_worker_env.py);
+#  platform-sqlite:   the platform tests marked both_databases (tests/platform/conftest.py lists the
+#                     files and why) again on the embedded default, SQLite and the filesystem broker,
+#                     in 2 workers.
+# A worker takes a whole test file at a time (--dist loadfile: a file's fixtures are set up once).
+# TEST_WORKERS_TRAINERS, TEST_WORKERS_POSTGRES and TEST_WORKERS_SQLITE change the counts.
+# The platform's tests spend most of their time waiting on the worker, beat and trainer processes
+# they start, and the trainer's tests on XLA compiling (tests/conftest.py: a shared compilation
+# cache in var/test-jax-cache, LLVM optimisation off), so on a 2-core machine the lanes together
+# take about as long as the longest. Each output line carries its lane's name; var/test-logs/ keeps
+# each lane's whole log. A missing service is an error, not a skip. Extra arguments go to every
+# pytest run (e.g. -m "not slow" for a quick pass).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
@@ -29,33 +36,27 @@ run_logged() {
   return "$status"
 }
 
-platform_lane() {
-  local status=0
-  echo "== tests: platform on PostgreSQL + Redis"
-  DATABASE_URL="${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/grpo}" \
-  CELERY_BROKER_URL="${TEST_CELERY_BROKER_URL:-redis://127.0.0.1:6379/15}" \
-  PLATFORM_DATA_DIR="${PLATFORM_DATA_DIR:-$PWD/var/test-production}" \
-    run_logged platform-postgres "$PY" -m pytest -q tests/platform "$@" || status=1
-  echo "== tests: platform on the embedded default (SQLite + filesystem broker)"
-  (unset DATABASE_URL CELERY_BROKER_URL
-   PLATFORM_DATA_DIR="$PWD/var/test-embedded" run_logged platform-sqlite "$PY" -m pytest -q tests/platform "$@") ||
-    status=1
-  return "$status"
-}
-
 echo "== lint: ruff check and ruff format --check (pyproject.toml)"
 .venv/bin/ruff check --quiet . || { echo "lint: fix the findings above (many: .venv/bin/ruff check --fix .)"; exit 1; }
 .venv/bin/ruff format --check --quiet . ||
   { echo "lint: files above are not formatted; run .venv/bin/ruff format ."; exit 1; }
 
-echo "== tests: trainers and platform side by side (whole logs in var/test-logs/)"
-run_logged trainers "$PY" -m pytest -q tests --ignore=tests/platform "$@" &
+echo "== tests: trainers, platform on PostgreSQL + Redis, platform on SQLite side by side (logs in var/test-logs/)"
+run_logged trainers "$PY" -m pytest -q tests --ignore=tests/platform -n "${TEST_WORKERS_TRAINERS:-2}" --dist loadfile "$@" &
 trainers_pid=$!
-platform_lane "$@" &
-platform_pid=$!
+DATABASE_URL="${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/grpo}" \
+CELERY_BROKER_URL="${TEST_CELERY_BROKER_URL:-redis://127.0.0.1:6379/15}" \
+PLATFORM_DATA_DIR="${PLATFORM_DATA_DIR:-$PWD/var/test-production}" \
+  run_logged platform-postgres "$PY" -m pytest -q tests/platform -n "${TEST_WORKERS_POSTGRES:-3}" --dist loadfile "$@" &
+postgres_pid=$!
+(unset DATABASE_URL CELERY_BROKER_URL
+ PLATFORM_DATA_DIR="$PWD/var/test-embedded" run_logged platform-sqlite "$PY" -m pytest -q tests/platform \
+   -m both_databases -n "${TEST_WORKERS_SQLITE:-2}" --dist loadfile "$@") &
+sqlite_pid=$!
 failed=0
 wait "$trainers_pid" || failed=1
-wait "$platform_pid" || failed=1
+wait "$postgres_pid" || failed=1
+wait "$sqlite_pid" || failed=1
 
 echo "== tests: summary"
 for name in trainers platform-postgres platform-sqlite; do

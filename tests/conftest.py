@@ -15,6 +15,33 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+# The tests' programs are tiny, so their time goes to XLA compiling them, not to running them. Two
+# settings (set before JAX is first imported, inherited by the processes a test starts; a value
+# already in the environment wins) make a test run cost about half the CPU:
+#  - LLVM optimisation off in XLA's CPU backend: the same programs (the HLO passes still run, so
+#    fusion, layouts and memory figures are unchanged), compiled faster and run slower;
+#  - JAX's persistent compilation cache in var/test-jax-cache, every program written: a program two
+#    tests build alike (a new Trainer, a new jit of the same function) is compiled once in the
+#    whole run, and a later run on this machine starts warm. Entries are keyed by the program, the
+#    flags and the JAX version, so a stale one is never read.
+# The benchmarks (bench/) and real runs keep XLA's defaults.
+for _flag in ("--xla_backend_optimization_level=0", "--xla_llvm_disable_expensive_passes=true"):
+    if _flag.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()
+
+
+def xla_flags_with_devices(devices: int) -> str:
+    """XLA_FLAGS for a process a test starts with `devices` CPU devices: the tests' own flags above
+    (so its programs compile like the test's, to the same bits), with the device count changed."""
+    count = "--xla_force_host_platform_device_count"
+    kept = [flag for flag in os.environ.get("XLA_FLAGS", "").split() if not flag.startswith(count)]
+    return " ".join([*kept, f"{count}={devices}"])
+
+
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(ROOT, "var", "test-jax-cache"))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+
 SMOLLM2_DIR = os.path.join(ROOT, "var", "models", "smollm2-135m-instruct")
 DOWNLOADS_DIR = os.path.join(ROOT, "var", "models", "downloads")
 
@@ -36,3 +63,37 @@ def smollm2_gguf():
     from trainers.models.fetch import fetch_gguf
 
     return fetch_gguf("smollm2-135m-instruct", DOWNLOADS_DIR)
+
+
+SLOW_FILES = (
+    "test_batching.py",
+    "test_scan_layers.py",
+    "test_sharded_checkpoints.py",
+    "test_async.py",
+    "test_episodes.py",
+    "test_lora.py",
+    "test_resume.py",
+    "test_multiprocess.py",
+    "test_cli.py",
+    "test_lora_training.py",
+    "test_flat_groups.py",
+    "test_pretrained_run.py",
+    "test_update.py",
+    "test_mesh.py",
+    "test_memory_per_device.py",
+    "test_async_dynamic_sampling.py",
+)
+"""The trainer's test files that take 50 s or more on 2 cores (`pytest --durations=0`, summed per
+file), longest first: marked `slow`, so `-m "not slow"` gives a quick pass while working, and
+collected first, longest first, so the xdist workers start on them and no long file is left to
+run alone at the end. The platform's slow tests are its `e2e` and `browser` ones
+(tests/platform/conftest.py)."""
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in SLOW_FILES:
+            item.add_marker(pytest.mark.slow)
+    # a stable sort: the tests of a file keep their order, every other file keeps its place after them
+    rank = {name: index for index, name in enumerate(SLOW_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(SLOW_FILES)))

@@ -1,6 +1,6 @@
 """The API contract: how an endpoint declares what it takes and answers, so that `GET /api/schema`
 (api/openapi.py) is generated from the code and Schemathesis can fuzz every endpoint
-(tests/platform/test_api_contract.py).
+(tests/platform/api/test_api_contract.py).
 
 How to declare an endpoint (every route under /api/ must; a test fails otherwise):
 
@@ -33,7 +33,7 @@ How to declare an endpoint (every route under /api/ must; a test fails otherwise
 
 A response model is a `Shape` (below), and the view answers with an instance of it (api.endpoint
 sends it): a key the view adds that the shape lacks, or a required field it leaves out, fails at
-once instead of drifting from the document. tests/platform/test_api_shapes.py calls every operation
+once instead of drifting from the document. tests/platform/api/test_api_shapes.py calls every operation
 and checks each JSON answer against the model its `Op` names. Declarations otherwise change nothing
 at run time: the views check their inputs themselves (with their own messages).
 """

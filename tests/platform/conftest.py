@@ -5,11 +5,19 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# The *_testlib.py helpers live here, the tests in one folder per app; a test module may import
+# another's fixtures by its module name (`from test_browser import served_platform`), so each
+# folder is on the path, as pytest puts the folder of a test file it collects.
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+for _folder in sorted(os.listdir(HERE)):
+    if os.path.isdir(os.path.join(HERE, _folder)) and not _folder.startswith(("_", ".")):
+        sys.path.insert(1, os.path.join(HERE, _folder))
 from platform_testlib import tiny_config  # noqa: E402
 
 
@@ -92,3 +100,55 @@ def restore_signals():
     yield
     for sig, handler in saved.items():
         signal.signal(sig, handler)
+
+
+# ---------------------------------------------------------------- markers (registered in pytest.ini)
+
+BOTH_DATABASES = {
+    # the embedded default's own paths: the filesystem broker, SQLite's locking, `serve`
+    "test_runner_e2e.py": "a worker trains, is killed, resumes through the broker",
+    "test_sweep_e2e.py": "a sweep's trials queue, train and prune end to end",
+    "test_evaluation_e2e.py": "evaluation jobs queue and run on a worker",
+    "test_alert_e2e.py": "a failing run's alert leaves through the worker",
+    "test_cancel_and_pause_of_a_busy_trainer.py": "pause and cancel reach a busy trainer through the database",
+    "test_runner_serve.py": "`serve` starts everything on the embedded default",
+    "test_serve_console.py": "the README's first command",
+    "test_runner_units.py": "the supervisor's heartbeats, reaping and requeueing",
+    "test_scheduler_isolation.py": "concurrent schedulers lock rows",
+    "test_run_limits.py": "per-user limits counted under concurrent launches",
+    # queries whose SQL differs by database (vendor branches, JSON, bytea, text search)
+    "test_metric_series.py": "metric series packed per vendor",
+    "test_rollout_browser.py": "the sample query's vendor branch",
+    "test_run_filters.py": "filters on JSON config fields",
+    "test_leaderboard_measures.py": "aggregates over evaluation samples",
+    "test_sweep_scheduler.py": "trials claimed and counted in the database",
+    "test_platform_models.py": "the models' constraints and cascades",
+    "test_hostile_input.py": "text the databases store differently (NUL, long strings)",
+    "test_dataset_paths.py": "the SQLite file is outside every dataset folder",
+}
+"""The test files that run on both databases (`-m both_databases`). The whole platform suite runs
+on PostgreSQL + Redis (production's path); these run again on SQLite + the filesystem broker,
+because what they test differs between the two. The reason is next to each."""
+
+E2E_FIXTURES = {"procs", "platform_env", "one_node_ray"}
+"""Fixtures that start real platform processes (worker, beat, serve, Ray): a test using one is `e2e`."""
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark each platform test: `both_databases` (BOTH_DATABASES), `e2e` (starts real processes),
+    `browser` (drives a headless Chromium), `slow` (either of those, or a run trained in the test's
+    own process)."""
+    here = Path(__file__).parent
+    for item in items:
+        if here not in item.path.parents:
+            continue
+        if item.path.name in BOTH_DATABASES:
+            item.add_marker(pytest.mark.both_databases)
+        e2e = bool(E2E_FIXTURES & set(getattr(item, "fixturenames", ())))
+        browser = "logged_in_page" in getattr(item, "fixturenames", ()) or hasattr(item.module, "CHROMIUM")
+        if e2e:
+            item.add_marker(pytest.mark.e2e)
+        if browser:
+            item.add_marker(pytest.mark.browser)
+        if e2e or browser or "restore_signals" in getattr(item, "fixturenames", ()):  # the last: trains in-process
+            item.add_marker(pytest.mark.slow)

@@ -34,8 +34,9 @@ def subprocess_env() -> dict[str, str]:
         PLATFORM_STALE_AFTER_S="5",
         PLATFORM_REAP_EVERY_S="1",
         PYTHONUNBUFFERED="1",
-        # the trainer children reuse each other's compiled XLA programs (test speed only)
-        JAX_COMPILATION_CACHE_DIR=str(settings.DATA_DIR / "jax-cache"),
+        # the trainer children reuse each other's compiled XLA programs, and the trainer tests'
+        # (tests/conftest.py names one folder for the whole run; test speed only)
+        JAX_COMPILATION_CACHE_DIR=os.environ.get("JAX_COMPILATION_CACHE_DIR") or str(settings.DATA_DIR / "jax-cache"),
         JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
     )
     return env

@@ -15,7 +15,7 @@ The folder holds (names as on the Hugging Face Hub):
   config.json               "eos_token_id", used when generation_config.json is absent
 
 What the methods return matches transformers 5 loading the same folder with
-`PreTrainedTokenizerFast.from_pretrained` / `AutoTokenizer.from_pretrained` (tests/test_hf_tokenizer.py
+`PreTrainedTokenizerFast.from_pretrained` / `AutoTokenizer.from_pretrained` (tests/trainers/data/test_hf_tokenizer.py
 compares them): `encode(text)` = `tok(text)["input_ids"]`, `decode(ids)` =
 `tok.decode(ids, skip_special_tokens=True)` up to the first EOS, `apply_chat_template(messages)` =
 `tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)`.

@@ -3,7 +3,7 @@ model shape: `python -m trainers validate` prints it, and the platform refuses a
 is above a worker's memory. JAX-free and cheap. It is an estimate of the process's peak host memory
 on a CPU (XLA fuses, reuses and sometimes copies buffers), kept within 1.0-1.3x of the peak RSS
 measured on the demo, W1, SmolLM2 and R1 configs (`bench/memory_estimate.py` measures them,
-`docs/perf/memory-peaks.json` keeps the figures, `tests/test_memory_estimate.py` checks the ratio).
+`docs/perf/memory-peaks.json` keeps the figures, `tests/trainers/loop/test_memory_estimate.py` checks the ratio).
 
 Held for the whole run (float32, whatever `model.dtype`; P = parameters, T = trained parameters:
 P, or with model.lora the adapters' rank x (in + out) per targeted projection, and P + T held):

