@@ -36,7 +36,7 @@ fi
 test_stamp=.venv/.requirements-tests.sha256
 test_want=$(sha256sum requirements-tests.txt | cut -d' ' -f1)
 if [ "$with_tests" = 1 ] && [ "$(cat "$test_stamp" 2>/dev/null)" != "$test_want" ]; then
-  echo "setup: installing requirements-tests.txt into .venv (PyTorch CPU, transformers, ruff)"
+  echo "setup: installing requirements-tests.txt into .venv (PyTorch CPU, transformers, ruff, pytest-xdist)"
   .venv/bin/python -m pip install --disable-pip-version-check -q -r requirements-tests.txt
   echo "$test_want" > "$test_stamp"
 fi
