@@ -18,7 +18,10 @@ sys.path.insert(0, HERE)
 for _folder in sorted(os.listdir(HERE)):
     if os.path.isdir(os.path.join(HERE, _folder)) and not _folder.startswith(("_", ".")):
         sys.path.insert(1, os.path.join(HERE, _folder))
-from platform_testlib import tiny_config  # noqa: E402
+from platform_testlib import BROWSER_WAIT_MS, tiny_config  # noqa: E402
+from playwright.sync_api import expect  # noqa: E402
+
+expect.set_options(timeout=BROWSER_WAIT_MS)  # every Playwright assertion in the platform tests
 
 
 @pytest.fixture(autouse=True)

@@ -1,4 +1,4 @@
-"""Helpers the platform tests import: a tiny valid config."""
+"""Helpers the platform tests import: a tiny valid config; how long a browser test waits."""
 
 from __future__ import annotations
 
@@ -16,6 +16,11 @@ grpo: {num_generations: 4, beta: 0.0}
 train: {max_steps: 6, samples_per_step: 2}
 checkpoint: {every_steps: 2, keep_last: 2}
 """
+
+# Playwright's assertions wait 5 s by default. Under the test command's three lanes on 2 cores a
+# page's first fetch of its metrics has taken longer (CI saw a chart still "Loading metrics…" after
+# 5 s). A wait ends as soon as its condition holds, so a longer bound costs nothing when a test passes.
+BROWSER_WAIT_MS = 20_000
 
 
 def tiny_config(**overrides) -> dict:
