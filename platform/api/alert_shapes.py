@@ -5,9 +5,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, StrictBool
 
+from alerts.models import DeliveryStatus
 from api.contract import Shape
+from api.inputs import Query, WholeNumber
 
 Event = Literal["failed", "succeeded", "pruned", "stalled", "metric"]
 
@@ -20,18 +22,18 @@ class AlertRuleInput(BaseModel):
         "addresses unless the admin allows them); shown masked afterwards"
     )
     name: str | None = None
-    experiment: int | None = Field(None, description="one of your experiments; null = all of them")
+    experiment: WholeNumber | None = Field(None, description="one of your experiments; null = all of them")
     metric_name: str | None = Field(None, description="with the metric event, e.g. reward/mean")
     comparison: Literal[">", ">=", "<", "<="] | None = None
     threshold: float | None = None
     min_interval_s: float | None = Field(
         None, description="rate limit: at most one notification per this many seconds (default 60)"
     )
-    enabled: bool | None = None
+    enabled: StrictBool | None = None
 
 
 class AlertRulePatch(BaseModel):
-    enabled: bool
+    enabled: StrictBool = Field(description="true or false (JSON's, not text)")
 
 
 class AlertRuleOut(Shape):
@@ -54,10 +56,13 @@ class AlertRuleList(Shape):
     count: int
 
 
-class DeliveryQuery(BaseModel):
-    rule: int | None = Field(None, description="only this rule's deliveries")
-    status: Literal["pending", "sent", "failed", "rate_limited"] | None = None
-    limit: int | None = Field(None, description="default 50, at most 500")
+DELIVERIES_MAX = 500
+
+
+class DeliveryQuery(Query):
+    rule: WholeNumber | None = Field(None, ge=1, description="only this rule's deliveries")
+    status: Literal[tuple(DeliveryStatus.values)] | None = None
+    limit: WholeNumber = Field(50, ge=1, description=f"at most {DELIVERIES_MAX}")
 
 
 class DeliveryOut(Shape):

@@ -12,12 +12,10 @@ from django.http import HttpResponse
 from django.shortcuts import get_object_or_404
 
 from alerts.forms import AlertRuleForm
-from alerts.models import AlertDelivery, AlertRule, DeliveryStatus
+from alerts.models import AlertDelivery, AlertRule
 from api import alert_shapes as shapes
 from api.contract import Error, Errors, Op, operations
-from api.endpoint import ApiError, api_endpoint, int_param, json_body, send
-
-DEFAULT_LIMIT, MAX_LIMIT = 50, 500
+from api.endpoint import ApiError, api_endpoint, checked_body, payload, send
 
 
 def rule_shape(rule: AlertRule) -> shapes.AlertRuleOut:
@@ -68,8 +66,7 @@ def alert_rules(request):
     if request.method == "GET":
         rules = [rule_shape(r) for r in AlertRule.objects.filter(owner=request.user)]
         return shapes.AlertRuleList(rules=rules, count=len(rules))
-    data = json_body(request)
-    data.setdefault("enabled", True)
+    data = {"enabled": True, **checked_body(request)}
     form = AlertRuleForm(request.user, data)
     if not form.is_valid():
         raise ApiError(400, errors=form.error_dict())
@@ -95,10 +92,7 @@ def alert_rule_detail(request, pk: int):
         rule.delete()
         return HttpResponse(status=204)
     if request.method == "PATCH":
-        enabled = json_body(request).get("enabled")
-        if not isinstance(enabled, bool):
-            raise ApiError(400, errors={"enabled": "true or false"})
-        rule.enabled = enabled
+        rule.enabled = payload(request).enabled
         rule.save(update_fields=["enabled"])
     return rule_shape(rule)
 
@@ -108,15 +102,11 @@ def alert_rule_detail(request, pk: int):
 def alert_deliveries(request):
     """GET ?rule=&status=&limit=: your rules' deliveries, newest first (status pending, sent, failed
     or rate_limited; a failed or pending one carries its last error)."""
+    query: shapes.DeliveryQuery = request.query
     rows = AlertDelivery.objects.filter(rule__owner=request.user).select_related("rule")
-    rule_id = int_param(request, "rule", None, minimum=1)
-    if rule_id is not None:
-        rows = rows.filter(rule_id=rule_id)
-    status = request.GET.get("status", "")
-    if status:
-        if status not in DeliveryStatus.values:
-            raise ApiError(400, f"status must be one of {', '.join(DeliveryStatus.values)}, got {status!r}")
-        rows = rows.filter(status=status)
-    limit = int_param(request, "limit", DEFAULT_LIMIT, minimum=1, maximum=MAX_LIMIT)
-    deliveries = [delivery_shape(d) for d in rows[:limit]]
+    if query.rule is not None:
+        rows = rows.filter(rule_id=query.rule)
+    if query.status is not None:
+        rows = rows.filter(status=query.status)
+    deliveries = [delivery_shape(d) for d in rows[: min(query.limit, shapes.DELIVERIES_MAX)]]
     return shapes.DeliveryList(deliveries=deliveries, count=len(deliveries))

@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from api.contract import Shape
+from api.inputs import WholeNumber
 from runner import forks
 
 
@@ -25,7 +26,7 @@ class Checkpoints(Shape):
 
 
 class ExportInput(BaseModel):
-    step: int | None = Field(None, ge=0, description="default: the newest checkpoint")
+    step: WholeNumber | None = Field(None, ge=0, lt=2**31, description="default: the newest checkpoint")
     dtype: Literal["float32", "bfloat16"] | None = None
 
 
@@ -36,9 +37,9 @@ class Exported(Shape):
 
 
 class ForkInput(BaseModel):
-    step: int = Field(ge=0, lt=forks.STEP_LIMIT, description="the parent's checkpoint to start from")
+    step: WholeNumber = Field(ge=0, lt=forks.STEP_LIMIT, description="the parent's checkpoint to start from")
     optimizer: Literal["fresh", "continued"] | None = None
-    max_steps: int | None = Field(None, ge=1, lt=forks.STEP_LIMIT)
+    max_steps: WholeNumber | None = Field(None, ge=1, lt=forks.STEP_LIMIT)
     queue: str | None = Field(None, pattern=r"^[A-Za-z0-9._-]{1,64}$")
 
 

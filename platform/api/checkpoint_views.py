@@ -14,11 +14,10 @@ from django.http import FileResponse
 
 from api import checkpoint_shapes as shapes
 from api.contract import Error, Errors, Op, operations
-from api.endpoint import ApiError, api_endpoint, json_body, refused, send
+from api.endpoint import ApiError, api_endpoint, checked_body, payload, refused, send
 from experiments.access import get_for_user
 from experiments.models import Checkpoint, Run
 from experiments.shown_paths import shown
-from experiments.whole_numbers import NotAWholeNumber, whole_number
 from runner import downloads, exports, forks
 
 
@@ -81,7 +80,7 @@ def run_fork(request, pk: int):
     is no longer valid here; 429 over the owner's queued-run limit."""
     parent = _run(request, pk, change=True)
     try:
-        child = forks.fork_run(parent, forks.parse_fork_input(json_body(request)))
+        child = forks.fork_run(parent, forks.parse_fork_input(checked_body(request)))
     except forks.ForkRefused as exc:
         raise refused(exc) from None
     forked = shapes.Forked(
@@ -108,18 +107,9 @@ def run_export(request, pk: int):
     checkpoint is already exported (the message says where); 429 while the run's owner is at or over
     their storage quota (runner.storage)."""
     run = _run(request, pk, change=True)
-    data = json_body(request)
+    asked: shapes.ExportInput = payload(request)
     try:
-        step = whole_number(data.get("step"), 0, 2**31 - 1)
-    except NotAWholeNumber:
-        raise ApiError(
-            400, errors={"step": "a checkpoint's step: a whole number (or leave it out for the newest)"}
-        ) from None
-    dtype = data.get("dtype") or "float32"
-    if dtype not in exports.DTYPES:
-        raise ApiError(400, errors={"dtype": f"one of {', '.join(exports.DTYPES)}"})
-    try:
-        done = exports.export_checkpoint(run, step=step, dtype=dtype)
+        done = exports.export_checkpoint(run, step=asked.step, dtype=asked.dtype or "float32")
     except exports.ExportRefused as exc:
         raise ApiError(exc.status, exc.message) from None
     return send(shapes.Exported(path=shown(done.path), step=done.step, dtype=done.dtype), 201)

@@ -3,17 +3,31 @@ declare them."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, Field
+from pydantic import BeforeValidator, Field, WithJsonSchema
 
 from api.contract import Shape
+from api.inputs import Query, WholeNumber
 from api.shapes import IsoDateTime, MetricValue
+from experiments import metric_series, run_compare
+
+RUN_IDS_PATTERN = rf"^ *[0-9]{{1,18}} *(, *[0-9]{{1,18}} *){{0,{run_compare.MAX_RUNS - 1}}}$"
 
 
-class CompareQuery(BaseModel):
-    runs: str = Field(pattern=r"^[0-9]{1,18}(,[0-9]{1,18}){0,19}$", description="1 to 20 run ids, comma-separated")
-    max_points: int | None = Field(None, ge=1)
+def _run_ids(text: str | list[str]) -> list[int]:
+    """The runs parameter, "1,2,3" (given once, or repeated), as ids: run_compare's reading and messages."""
+    return run_compare.parse_run_ids(",".join(text) if isinstance(text, list) else text)
+
+
+RunIds = Annotated[list[int], BeforeValidator(_run_ids), WithJsonSchema({"type": "string", "pattern": RUN_IDS_PATTERN})]
+
+
+class CompareQuery(Query):
+    runs: RunIds = Field(description=f"1 to {run_compare.MAX_RUNS} run ids, comma-separated, each once")
+    max_points: WholeNumber = Field(
+        run_compare.DEFAULT_MAX_POINTS, ge=1, description=f"at most {metric_series.DEFAULT_MAX_POINTS}"
+    )
 
 
 class CompareSeries(Shape):

@@ -8,7 +8,7 @@ from django.http import HttpResponse
 
 from api import compare_shapes as shapes
 from api.contract import Error, Op, operations
-from api.endpoint import ApiError, api_endpoint, int_param
+from api.endpoint import ApiError, api_endpoint
 from experiments import metric_series, run_compare
 from experiments.models import Run
 
@@ -32,13 +32,8 @@ def runs_compare(request):
     {"max_points", "metrics": [names], "runs": [{"id", "experiment_id", "experiment", "status",
     "step", "max_steps", "created_at", "config", "last_step", "series": {name: {"steps", "values",
     "elapsed_s"}}}]}, each series min/max downsampled like /api/runs/<id>/chart."""
-    try:
-        run_ids = run_compare.parse_run_ids(request.GET.get("runs"))
-    except ValueError as exc:
-        raise ApiError(400, errors={"runs": str(exc)}) from None
-    max_points = int_param(
-        request, "max_points", run_compare.DEFAULT_MAX_POINTS, minimum=1, maximum=metric_series.DEFAULT_MAX_POINTS
-    )
-    body = run_compare.compare_json(visible_runs(request, run_ids), max_points)
+    query: shapes.CompareQuery = request.query
+    max_points = min(query.max_points, metric_series.DEFAULT_MAX_POINTS)
+    body = run_compare.compare_json(visible_runs(request, query.runs), max_points)
     shapes.Compare.model_validate_json(body)  # checked against its shape, sent as encoded (run_compare caches it)
     return HttpResponse(body, content_type="application/json")

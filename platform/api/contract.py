@@ -34,8 +34,14 @@ How to declare an endpoint (every route under /api/ must; a test fails otherwise
 A response model is a `Shape` (below), and the view answers with an instance of it (api.endpoint
 sends it): a key the view adds that the shape lacks, or a required field it leaves out, fails at
 once instead of drifting from the document. tests/platform/api/test_api_shapes.py calls every operation
-and checks each JSON answer against the model its `Op` names. Declarations otherwise change nothing
-at run time: the views check their inputs themselves (with their own messages).
+and checks each JSON answer against the model its `Op` names.
+
+Inputs go through their declarations too (api/inputs.py): `query` is read before the view runs and
+the view reads `request.query` (a query shape derives from `api.inputs.Query`, its fields carrying
+their defaults); `body` is read when the view asks (`api.endpoint.payload(request)`, the shape, or
+`checked_body(request)`, the object as sent once the shape accepted it, for the services the web
+forms share). A value the shape refuses is a 400 naming it, so what the document says an endpoint
+takes is what it checks; the views then check what only they can know.
 """
 
 from __future__ import annotations

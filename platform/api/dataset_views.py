@@ -15,7 +15,7 @@ from django.shortcuts import get_object_or_404
 
 from api import dataset_shapes as shapes
 from api.contract import Error, Errors, Op, operations
-from api.endpoint import ApiError, api_endpoint, json_body, refused, send
+from api.endpoint import ApiError, api_endpoint, payload, refused, send
 from experiments import datasets
 from experiments.dataset_models import Dataset
 from runner import storage
@@ -143,7 +143,7 @@ def dataset_share(request, pk: int, action: str):
     owner/name in their configs. 200 {"shared_with": [...]}; 400 {"errors": {"users"}} for unknown users."""
     dataset = _owned(request, pk)
     try:
-        names = datasets.share(dataset, json_body(request).get("users"), share_with=action == "share")
+        names = datasets.share(dataset, payload(request).users, share_with=action == "share")
     except datasets.DatasetRefused as exc:
         raise refused(exc) from None
     return shapes.Shared(shared_with=names)

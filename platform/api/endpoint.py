@@ -27,16 +27,13 @@ from django.views.decorators.csrf import csrf_exempt
 from pydantic import BaseModel
 
 from api.auth import AuthError, authenticate
-from api.contract import Error, Errors
+from api.contract import Error, Errors, Op
+from api.inputs import InvalidInput, read_body, read_query
+from api.shapes import LIST_LIMIT_MAX, Page
 from experiments.refusals import Refused
 from experiments.shown_paths import shown, shown_errors
-from experiments.whole_numbers import MAX_DIGITS, NotAWholeNumber, whole_number
 
 log = logging.getLogger(__name__)
-
-INT_PARAM_LIMIT = 2**53  # query integers beyond this would overflow the databases' integers
-LIST_LIMIT = 100  # default page size of the lists (?limit=)
-LIST_LIMIT_MAX = 1000
 
 
 class ApiError(Exception):
@@ -97,7 +94,7 @@ def api_endpoint(*methods: str) -> Callable:
         @functools.wraps(view)
         def wrapper(request: HttpRequest, *args, **kwargs):
             try:
-                return _respond(view, allowed, request, *args, **kwargs)
+                return _respond(view, allowed, getattr(wrapper, "api_ops", {}), request, *args, **kwargs)
             except Exception:  # noqa: BLE001 - an API answers JSON even for its own bugs
                 log.exception("API error on %s %s", request.method, request.path)
                 return error(500, "internal error (logged on the server)")
@@ -108,7 +105,9 @@ def api_endpoint(*methods: str) -> Callable:
     return decorate
 
 
-def _respond(view: Callable, allowed: set[str], request: HttpRequest, *args, **kwargs) -> HttpResponseBase:
+def _respond(
+    view: Callable, allowed: set[str], ops: dict[str, Op], request: HttpRequest, *args, **kwargs
+) -> HttpResponseBase:
     """The view's answer, or the JSON answer to what it raised (a bug raises on, to `api_endpoint`)."""
     try:
         authenticate(request)
@@ -116,6 +115,7 @@ def _respond(view: Callable, allowed: set[str], request: HttpRequest, *args, **k
             response = error(405, f"method {request.method} not allowed here; use {', '.join(sorted(allowed))}")
             response["Allow"] = ", ".join(sorted(allowed))
             return response
+        _read_inputs(ops.get("GET" if request.method == "HEAD" else request.method), request)
         return _answer(view, view(request, *args, **kwargs))
     except AuthError as exc:
         response = error(exc.status, exc.message)
@@ -124,6 +124,8 @@ def _respond(view: Callable, allowed: set[str], request: HttpRequest, *args, **k
         return response
     except ApiError as exc:
         return exc.response()
+    except InvalidInput as exc:
+        return ApiError(400, errors=exc.errors).response()
     except Http404 as exc:
         return error(404, str(exc) or "not found")
     except PermissionDenied as exc:
@@ -137,6 +139,33 @@ def _respond(view: Callable, allowed: set[str], request: HttpRequest, *args, **k
         return ApiError(400, errors={k: " ".join(v) for k, v in errors.items()}).response()
     except DataError as exc:  # a value the database cannot hold (e.g. an integer out of range)
         return error(400, f"a value is out of the database's range: {str(exc).splitlines()[0]}")
+
+
+def _read_inputs(op: Op | None, request: HttpRequest) -> None:
+    """The declared query parameters as `request.query` (api/inputs.py; None when the operation
+    declares none), or InvalidInput. The body waits for the view to ask (`payload`)."""
+    request.api_op = op
+    request.query = read_query(op.query, request.GET) if op is not None and op.query is not None else None
+
+
+def payload(request: HttpRequest) -> BaseModel:
+    """The JSON body as the shape the operation declares (api/inputs.py), read once; InvalidInput
+    (a 400 naming each refused field) otherwise. A view asks after it has found its object, so
+    someone else's object is a 404 whatever the body holds."""
+    if not hasattr(request, "api_payload"):
+        op = getattr(request, "api_op", None)
+        if op is None or op.body is None:
+            raise TypeError(f"{request.method} {request.path} declares no body (api.contract.Op.body)")
+        request.api_body = json_body(request)
+        request.api_payload = read_body(op.body, request.api_body)
+    return request.api_payload
+
+
+def checked_body(request: HttpRequest) -> dict[str, Any]:
+    """The JSON body as sent, once its declared shape has accepted it (`payload`): for the services
+    the web forms share, which read a plain object and check what only they can know."""
+    payload(request)
+    return request.api_body
 
 
 def _answer(view: Callable, result: Any) -> HttpResponseBase:
@@ -169,32 +198,11 @@ def _no_constants(name: str):
     raise ValueError(f"{name} is not valid JSON (no NaN or Infinity)")
 
 
-def int_param(
-    request: HttpRequest, name: str, default: int | None, minimum: int | None = None, maximum: int | None = None
-) -> int | None:
-    """Query parameter `name` as an int (default when absent or empty), or ApiError 400.
-    Clamped to `maximum`; below `minimum` is an error."""
-    raw = request.GET.get(name, "")
-    if raw.strip() == "":
-        return default
-    try:
-        value = whole_number(raw, -(10**MAX_DIGITS - 1))
-    except NotAWholeNumber:
-        raise ApiError(400, f"{name} must be an integer, got {raw[:40]!r}") from None
-    if abs(value) > INT_PARAM_LIMIT:
-        raise ApiError(400, f"{name}={value} is out of range")
-    if minimum is not None and value < minimum:
-        raise ApiError(400, f"{name} must be at least {minimum}, got {value}")
-    if maximum is not None:
-        value = min(value, maximum)
-    return value
-
-
-def page(request: HttpRequest, queryset) -> tuple[list, int]:
-    """?limit= (LIST_LIMIT, at most LIST_LIMIT_MAX) &offset=: that page of `queryset`, and its whole count."""
-    limit = int_param(request, "limit", LIST_LIMIT, minimum=1, maximum=LIST_LIMIT_MAX)
-    offset = int_param(request, "offset", 0, minimum=0)
-    return list(queryset[offset : offset + limit]), queryset.count()
+def page(query: Page, queryset) -> tuple[list, int]:
+    """The page of `queryset` a query (api.shapes.Page: ?limit=&offset=, limit capped at
+    LIST_LIMIT_MAX) asks for, and the whole count."""
+    limit = min(query.limit, LIST_LIMIT_MAX)
+    return list(queryset[query.offset : query.offset + limit]), queryset.count()
 
 
 @csrf_exempt  # it changes nothing; without this a POST to a wrong path got CSRF's HTML 403

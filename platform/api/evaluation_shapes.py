@@ -4,24 +4,32 @@ api/contract.py)."""
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
 from api.contract import Shape
+from api.inputs import Query, WholeNumber
+from evaluations.models import JobStatus
 
 DATASET_SPEC = "'task:NAME' (a built-in task's held-out prompts), 'dataset:ID' (an uploaded dataset) or 'run_eval'"
+
+
+LIST_LIMIT, LIST_LIMIT_MAX = 100, 500  # jobs or samples per page: by default, at most
 
 
 class EvaluationInput(BaseModel):
     """A checkpoint (run + step) or a model folder (model), and a dataset."""
 
-    run: int | None = Field(None, description="the checkpoint's run (with step)")
-    step: int | None = Field(None, description="the checkpoint's step")
+    run: WholeNumber | None = Field(None, description="the checkpoint's run (with step)")
+    step: WholeNumber | None = Field(None, description="the checkpoint's step")
     model: str | None = Field(None, description="a model folder as GET /api/models lists it (instead of run/step)")
     dataset: str = Field(description=DATASET_SPEC)
-    prompts: int | None = Field(None, ge=0, le=10_000, description="prompts scored (default 64; 0 = all)")
-    k: int | None = Field(None, ge=1, le=64, description="samples per prompt for pass@k (default 4; 1 = greedy only)")
-    max_new_tokens: int | None = Field(None, ge=1, le=4096, description="completion budget (default the run's)")
+    prompts: WholeNumber | None = Field(None, ge=0, le=10_000, description="prompts scored (default 64; 0 = all)")
+    k: WholeNumber | None = Field(
+        None, ge=1, le=64, description="samples per prompt for pass@k (default 4; 1 = greedy only)"
+    )
+    max_new_tokens: WholeNumber | None = Field(None, ge=1, le=4096, description="completion budget (default the run's)")
 
 
 class EvaluationJobJson(Shape):
@@ -53,11 +61,11 @@ class EvaluationList(Shape):
     count: int
 
 
-class EvaluationListQuery(BaseModel):
-    run: int | None = Field(None, ge=0, description="only jobs on this run's checkpoints")
+class EvaluationListQuery(Query):
+    run: WholeNumber | None = Field(None, ge=0, description="only jobs on this run's checkpoints")
     dataset: str | None = Field(None, max_length=80, description="only jobs on this dataset key")
-    status: str | None = Field(None, description="queued, running, succeeded, failed or cancelled")
-    limit: int | None = Field(None, ge=1, description="default 100, at most 500")
+    status: Literal[tuple(JobStatus.values)] | None = None
+    limit: WholeNumber = Field(LIST_LIMIT, ge=1, description=f"at most {LIST_LIMIT_MAX}")
 
 
 class EvaluationSampleJson(Shape):
@@ -70,9 +78,9 @@ class EvaluationSampleJson(Shape):
     samples_correct: int | None = Field(description="of the job's k samples")
 
 
-class EvaluationSamplesQuery(BaseModel):
-    after: int | None = Field(None, description="only samples with index above this (default -1)")
-    limit: int | None = Field(None, ge=1, description="default 100, at most 500")
+class EvaluationSamplesQuery(Query):
+    after: WholeNumber = Field(-1, description="only samples with index above this")
+    limit: WholeNumber = Field(LIST_LIMIT, ge=1, description=f"at most {LIST_LIMIT_MAX}")
     correct: bool | None = Field(None, description="only correct (true) or wrong (false) ones")
 
 
@@ -86,10 +94,10 @@ class Cancelled(Shape):
     status: str = Field(description="cancelled")
 
 
-class LeaderboardQuery(BaseModel):
+class LeaderboardQuery(Query):
     dataset: str | None = Field(None, max_length=80, description="a dataset key; none = the list of leaderboards")
-    prompts: int | None = Field(None, ge=0, description="only the board of jobs that scored this many prompts")
-    k: int | None = Field(None, ge=1, description="only the board of jobs with this k")
+    prompts: WholeNumber | None = Field(None, ge=0, description="only the board of jobs that scored this many prompts")
+    k: WholeNumber | None = Field(None, ge=1, description="only the board of jobs with this k")
 
 
 class LeaderboardMeasure(Shape):
@@ -118,8 +126,8 @@ class Leaderboard(Shape):
 
 class OnEndInput(BaseModel):
     dataset: str = Field(description=DATASET_SPEC)
-    prompts: int | None = Field(None, ge=0, le=10_000)
-    k: int | None = Field(None, ge=1, le=64)
+    prompts: WholeNumber | None = Field(None, ge=0, le=10_000)
+    k: WholeNumber | None = Field(None, ge=1, le=64)
 
 
 class OnEnd(Shape):

@@ -14,15 +14,13 @@ from django.urls import reverse
 
 from api import evaluation_shapes as shapes
 from api.contract import Error, Errors, Op, operations
-from api.endpoint import ApiError, api_endpoint, int_param, json_body, send
+from api.endpoint import ApiError, api_endpoint, checked_body, payload, send
 from evaluations import leaderboard as boards
 from evaluations import services
 from evaluations.models import EvaluationJob, JobStatus
 from experiments.access import get_for_user
 from experiments.models import Run
 from experiments.shown_paths import shown
-
-LIST_LIMIT, LIST_LIMIT_MAX = 100, 500
 
 
 def job_shape(job: EvaluationJob) -> shapes.EvaluationJobJson:
@@ -88,22 +86,19 @@ def evaluations(request):
     429 over your limits on queued and running jobs or their tokens (prompts x k x max_new_tokens)."""
     if request.method == "POST":
         try:
-            job = services.create_job(request.user, json_body(request))
+            job = services.create_job(request.user, checked_body(request))
         except services.EvaluationRefused as exc:
             raise _refused(exc) from None
         return send(job_shape(job), 201, location=f"/api/evaluations/{job.pk}")
+    query: shapes.EvaluationListQuery = request.query
     jobs = _jobs(request)
-    run = int_param(request, "run", None, minimum=0)
-    if run is not None:
-        jobs = jobs.filter(run_id=run)
-    if request.GET.get("dataset"):
-        jobs = jobs.filter(dataset_key=request.GET["dataset"][:80])
-    status = request.GET.get("status", "")
-    if status:
-        if status not in JobStatus.values:
-            raise ApiError(400, f"status must be one of {', '.join(JobStatus.values)}, got {status!r}")
-        jobs = jobs.filter(status=status)
-    limit = int_param(request, "limit", LIST_LIMIT, minimum=1, maximum=LIST_LIMIT_MAX)
+    if query.run is not None:
+        jobs = jobs.filter(run_id=query.run)
+    if query.dataset:
+        jobs = jobs.filter(dataset_key=query.dataset)
+    if query.status is not None:
+        jobs = jobs.filter(status=query.status)
+    limit = min(query.limit, shapes.LIST_LIMIT_MAX)
     rows = [job_shape(j) for j in jobs.order_by("-created_at", "-id")[:limit]]
     return shapes.EvaluationList(evaluations=rows, count=len(rows))
 
@@ -131,15 +126,12 @@ def evaluation_cancel(request, pk: int):
 @api_endpoint("GET")
 def evaluation_samples(request, pk: int):
     """A job's per-prompt completions by index: ?after=INDEX&limit=100&correct=true|false."""
+    query: shapes.EvaluationSamplesQuery = request.query
     job = get_for_user(_jobs(request), request.user, pk)
-    after = int_param(request, "after", -1)
-    limit = int_param(request, "limit", LIST_LIMIT, minimum=1, maximum=LIST_LIMIT_MAX)
-    samples = job.samples.filter(index__gt=after)
-    correct = request.GET.get("correct", "")
-    if correct:
-        if correct not in ("true", "false"):
-            raise ApiError(400, f"correct must be true or false, got {correct!r}")
-        samples = samples.filter(correct=correct == "true")
+    limit = min(query.limit, shapes.LIST_LIMIT_MAX)
+    samples = job.samples.filter(index__gt=query.after)
+    if query.correct is not None:
+        samples = samples.filter(correct=query.correct)
     page = list(samples.order_by("index")[: limit + 1])
     more = len(page) > limit
     page = page[:limit]
@@ -156,9 +148,8 @@ def evaluation_leaderboard(request):
     measure (its newest succeeded job with an accuracy), listed by measure (more prompts first, then
     the larger k), best accuracy first within each, `rank` restarting for each; ?prompts=&k= keep one
     measure's board. Jobs of different prompts or k never rank against each other."""
-    key = request.GET.get("dataset", "")[:80] or None
-    prompts = int_param(request, "prompts", None, minimum=0)
-    k = int_param(request, "k", None, minimum=1)
+    query: shapes.LeaderboardQuery = request.query
+    key = query.dataset or None
     listed = [
         shapes.LeaderboardEntry(
             key=b.key,
@@ -171,7 +162,7 @@ def evaluation_leaderboard(request):
     rows = (
         [
             shapes.LeaderboardRow(**dict(job_shape(j)), rank=j.rank)
-            for j in boards.leaderboard(request.user, key, prompts, k)
+            for j in boards.leaderboard(request.user, key, query.prompts, query.k)
         ]
         if key
         else []
@@ -187,10 +178,10 @@ def run_evaluate_on_end(request, pk: int):
     a run you may only see 403; a dataset you may not use 404."""
     run = get_for_user(Run.objects.select_related("experiment__owner"), request.user, pk, change=True)
     try:
-        asked = services.request_on_end(request.user, run, json_body(request))
+        asked = services.request_on_end(request.user, run, checked_body(request))
     except services.EvaluationRefused as exc:
         raise _refused(exc) from None
     asked_on_end = shapes.OnEnd(
-        run=run.pk, dataset=json_body(request).get("dataset"), prompts=asked.prompts, k=asked.k, job=asked.job_id
+        run=run.pk, dataset=payload(request).dataset, prompts=asked.prompts, k=asked.k, job=asked.job_id
     )
     return send(asked_on_end, 201)

@@ -6,10 +6,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SkipValidation, ValidationError, model_validator
+from pydantic_core import PydanticCustomError
 
 from api.contract import Shape
 from api.evaluation_shapes import OnEndInput
+from api.inputs import WholeNumber
 from api.run_shapes import RunDetail
 from api.shapes import Page
 from trainers.config import ExperimentConfig
@@ -35,12 +37,19 @@ class ExperimentList(Shape):
     count: int
 
 
+CONFIG_REQUIRED = "required: the experiment config as an object (config) or YAML text (config_yaml)"
+OVERRIDES_NEED_A_CONFIG = "apply to a config: give config or config_yaml with them"
+
+# The config as the document names it, checked by the view once `overrides` apply (they may repair it).
+ConfigInput = SkipValidation[ExperimentConfig]
+
+
 class ExperimentInput(BaseModel):
     """`config` (an object, trainers.config.ExperimentConfig) or `config_yaml` (its YAML text), not both."""
 
     name: str = Field(description="required on POST and PUT")
     description: str | None = None
-    config: ExperimentConfig | None = Field(None, description="the experiment config (trainers.config)")
+    config: ConfigInput | None = Field(None, description="the experiment config (trainers.config)")
     config_yaml: str | None = Field(None, description="the experiment config as YAML text")
     overrides: list[str] | None = Field(
         None,
@@ -48,11 +57,29 @@ class ExperimentInput(BaseModel):
         "values read as YAML) applied to config / config_yaml before it is validated",
     )
 
+    @model_validator(mode="wrap")
+    @classmethod
+    def _config_or_yaml(cls, data: Any, handler):
+        """A config is required too: named with the fields' own problems, so one answer lists them all
+        (under `overrides` when those came without a config to apply to)."""
+        if not isinstance(data, dict) or "config" in data or "config_yaml" in data:
+            return handler(data)
+        if data.get("overrides"):
+            missing = {"type": PydanticCustomError("config_required", OVERRIDES_NEED_A_CONFIG), "loc": ("overrides",)}
+        else:
+            missing = {"type": PydanticCustomError("config_required", CONFIG_REQUIRED), "loc": ("config",)}
+        errors = []
+        try:
+            handler(data)
+        except ValidationError as exc:
+            errors = [{key: e[key] for key in ("type", "loc", "input", "ctx") if key in e} for e in exc.errors()]
+        raise ValidationError.from_exception_data(cls.__name__, [*errors, {**missing, "input": data}]) from None
+
 
 class ExperimentPatch(BaseModel):
     name: str | None = None
     description: str | None = None
-    config: ExperimentConfig | None = None
+    config: ConfigInput | None = None
     config_yaml: str | None = None
     overrides: list[str] | None = None
 
@@ -75,7 +102,7 @@ class ExperimentDetail(ExperimentSummary):
 
 
 class LaunchInput(BaseModel):
-    max_restarts: int | None = Field(None, ge=0, le=100)
+    max_restarts: WholeNumber | None = Field(None, ge=0, le=100)
     queue: str | None = Field(None, pattern=r"^[A-Za-z0-9._-]{1,64}$")
     evaluate_on_end: OnEndInput | None = Field(
         None,

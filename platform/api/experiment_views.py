@@ -9,7 +9,6 @@ shapes are api/experiment_shapes.py.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from django.db import transaction
@@ -17,7 +16,8 @@ from django.db.models import Count, Max
 
 from api import experiment_shapes as shapes
 from api.contract import Error, Errors, Op, operations
-from api.endpoint import ApiError, api_endpoint, json_body, page, refused, send
+from api.endpoint import ApiError, api_endpoint, checked_body, page, payload, refused, send
+from api.inputs import InvalidInput
 from api.run_shapes import RunList
 from api.run_views import run_shape
 from api.shapes import Page
@@ -25,22 +25,10 @@ from evaluations import services as evaluation_services
 from experiments import configs
 from experiments.access import get_for_user
 from experiments.models import Experiment, text_problem
-from experiments.whole_numbers import NotAWholeNumber, whole_number
 from runner import queues, services
 from trainers.config import apply_overrides
 
-MAX_RESTARTS_LIMIT = 100
-QUEUE_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
 NAME_MAX_CHARS = Experiment._meta.get_field("name").max_length
-
-
-class InvalidInput(Exception):
-    """{field: message} for every problem; field names are the schema's dotted paths for config
-    problems (`batch.mini_batch_prompts`), else the payload key (`name`)."""
-
-    def __init__(self, errors: dict[str, str]):
-        super().__init__(errors)
-        self.errors = errors
 
 
 def experiment_input(data: dict[str, Any], partial: bool = False, owner=None) -> dict[str, Any]:
@@ -75,7 +63,7 @@ def experiment_input(data: dict[str, Any], partial: bool = False, owner=None) ->
     if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
         errors["overrides"] = 'must be a list of "dotted.path=value" strings, e.g. ["train.max_steps=50"]'
     elif overrides and not (has_config or has_yaml):
-        errors["overrides"] = "apply to a config: give config or config_yaml with them"
+        errors["overrides"] = shapes.OVERRIDES_NEED_A_CONFIG
     elif has_config and has_yaml:
         errors["config"] = "give either config (an object) or config_yaml (YAML text), not both"
     elif has_yaml and not isinstance(data["config_yaml"], str):
@@ -89,7 +77,7 @@ def experiment_input(data: dict[str, Any], partial: bool = False, owner=None) ->
         except configs.ConfigError as exc:
             errors.update(exc.as_dict())
     elif not partial:
-        errors["config"] = "required: the experiment config as an object (config) or YAML text (config_yaml)"
+        errors["config"] = shapes.CONFIG_REQUIRED
     if errors:
         raise InvalidInput(errors)
     return out
@@ -150,10 +138,7 @@ def experiments(request):
     ?name=NAME: only those of exactly that name (`grpo_client launch --experiment NAME` finds its own so).
     POST {"name", "config" | "config_yaml", "description"?}: 201 {"id"}, or 400 {"errors": {field: message}}."""
     if request.method == "POST":
-        try:
-            fields = experiment_input(json_body(request), owner=request.user)
-        except InvalidInput as exc:
-            raise ApiError(400, errors=exc.errors) from None
+        fields = experiment_input(checked_body(request), owner=request.user)
         experiment = Experiment(owner=request.user, name=fields["name"], description=fields.get("description", ""))
         version = experiment.set_config(fields["config"], user=request.user, note="created (API)")
         return send(
@@ -166,9 +151,9 @@ def experiments(request):
         .select_related("owner")
         .annotate(run_count=Count("runs", distinct=True), version=Max("versions__number"))
     )
-    if request.GET.get("name"):
-        queryset = queryset.filter(name=request.GET["name"][:200])
-    rows, count = page(request, queryset)
+    if request.query.name:
+        queryset = queryset.filter(name=request.query.name)
+    rows, count = page(request.query, queryset)
     return shapes.ExperimentList(experiments=[experiment_summary(e) for e in rows], count=count)
 
 
@@ -191,10 +176,7 @@ def experiment_detail(request, pk: int):
     PATCH (any of name, description, config, config_yaml): a changed config adds a version."""
     experiment = _experiment(request, pk, change=request.method in ("PUT", "PATCH"))
     if request.method in ("PUT", "PATCH"):
-        try:
-            fields = experiment_input(json_body(request), partial=request.method == "PATCH", owner=experiment.owner)
-        except InvalidInput as exc:
-            raise ApiError(400, errors=exc.errors) from None
+        fields = experiment_input(checked_body(request), partial=request.method == "PATCH", owner=experiment.owner)
         config = fields.pop("config", None)
         for name, value in fields.items():
             setattr(experiment, name, value)
@@ -222,25 +204,15 @@ def experiment_runs(request, pk: int):
     the owner may not use, 429 over their queued-run limit (runner.queues, runner.limits)."""
     experiment = _experiment(request, pk, change=request.method == "POST")
     if request.method == "POST":
-        data = json_body(request)
-        try:
-            max_restarts = whole_number(data.get("max_restarts"), 0, MAX_RESTARTS_LIMIT)
-        except NotAWholeNumber:
-            raise ApiError(
-                400, errors={"max_restarts": f"must be a whole number from 0 to {MAX_RESTARTS_LIMIT}"}
-            ) from None
-        queue = data.get("queue") or None
-        if queue is not None and not (isinstance(queue, str) and QUEUE_NAME.fullmatch(queue)):
-            raise ApiError(400, errors={"queue": "a queue name: 1-64 letters, digits, '.', '_' or '-'"})
+        asked: shapes.LaunchInput = payload(request)
+        max_restarts, queue = asked.max_restarts, asked.queue or None
         try:  # the stored config again, as the web's launch does: a model folder may be gone since
             configs.parse(experiment.config, experiment.owner)
         except configs.ConfigError as exc:
             raise ApiError(
                 400, "the experiment's config is no longer valid; update it before launching", errors=exc.as_dict()
             ) from None
-        on_end = data.get("evaluate_on_end")
-        if on_end is not None and not isinstance(on_end, dict):
-            raise ApiError(400, errors={"evaluate_on_end": "an object: {\"dataset\", \"prompts\"?, \"k\"?}"})
+        on_end = checked_body(request).get("evaluate_on_end")  # as sent: evaluations.services checks it
         try:
             with transaction.atomic():  # a refused evaluate_on_end launches nothing
                 run = services.launch_run(experiment, max_restarts=max_restarts, queue=queue)
@@ -261,5 +233,5 @@ def experiment_runs(request, pk: int):
         )  # absent when a worker reads it
         return send(launched, 201, location=f"/api/runs/{run.pk}")
     queryset = experiment.runs.select_related("experiment", "config_version").prefetch_related("tags")
-    rows, count = page(request, queryset)
+    rows, count = page(request.query, queryset)
     return RunList(runs=[run_shape(r) for r in rows], count=count)

@@ -277,9 +277,11 @@ def _query_parameters(model: type[BaseModel]) -> list[dict[str, Any]]:
 
 
 def _without_null(prop: dict[str, Any]) -> dict[str, Any]:
-    """`X | None` (an optional parameter) is `X` in a query: absent, not null."""
+    """`X | None` (an optional parameter) is `X` in a query: absent, not null. A default other than
+    null stays: what an absent parameter means."""
     options = prop.pop("anyOf", None)
-    prop.pop("default", None)
+    if prop.get("default") is None:
+        prop.pop("default", None)
     prop.pop("title", None)
     if options:
         kept = [o for o in options if o.get("type") != "null"]

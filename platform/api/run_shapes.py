@@ -4,13 +4,14 @@ events, and the answer to a control action. See api/contract.py for how endpoint
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, Field
 
 from api.contract import Shape
+from api.inputs import Query, WholeNumber
 from api.shapes import MetricPoint, MetricValue, Page, whole
-from experiments import run_filters, run_labels
+from experiments import metric_series, run_filters, run_labels
 from experiments.models import RunStatus
 
 RunStatusName = Literal[tuple(RunStatus.values)]
@@ -60,15 +61,18 @@ class RunList(Shape):
 
 
 class RunTableQuery(Page):
-    status: list[RunStatusName] | None = Field(None, description="run statuses (repeat the parameter)")
+    """As experiments.run_filters reads them (the runs page's address too); its checks come after these."""
+
+    comma_separated: ClassVar[tuple[str, ...]] = ("status", "tag", "metrics")
+    status: list[RunStatusName] | None = Field(None, description="run statuses (repeated, or comma-separated)")
     experiment: str | None = Field(None, pattern=whole(run_filters.ID), description="an experiment's id")
     owner: str | None = Field(None, pattern=whole(run_filters.USERNAME), description="a username")
     tag: list[TagName] | None = Field(
-        None, max_length=run_filters.MAX_TAGS, description="tag names: runs with all of them"
+        None, max_length=run_filters.MAX_TAGS, description="tag names: runs with all of them (repeated, or a,b)"
     )
     config: list[str] | None = Field(None, description="PATH:VALUE, e.g. optimizer.learning_rate:1e-5")
     metrics: list[MetricName] | None = Field(
-        None, max_length=run_filters.MAX_METRIC_COLUMNS, description="metric columns"
+        None, max_length=run_filters.MAX_METRIC_COLUMNS, description="metric columns (repeated, or a,b)"
     )
     sort: str | None = Field(None, description="a field or metric:NAME, '-' first for descending")
 
@@ -95,9 +99,12 @@ class LabelsInput(BaseModel):
     notes: str | None = Field(None, max_length=run_labels.MAX_NOTES_CHARS)
 
 
-class MetricsQuery(BaseModel):
+EVENTS_LIMIT, EVENTS_LIMIT_MAX = 200, 1000  # events per answer: by default, at most
+
+
+class MetricsQuery(Query):
     name: str | None = Field(None, description="one metric (else every metric)")
-    after_step: int | None = Field(None, description="only points after this step (default -1)")
+    after_step: WholeNumber = Field(-1, description="only points after this step")
 
 
 class Metrics(Shape):
@@ -109,8 +116,8 @@ class Metrics(Shape):
     last_step: int
 
 
-class ChartQuery(BaseModel):
-    max_points: int | None = Field(None, ge=1, description="at most 2000 (the default)")
+class ChartQuery(Query):
+    max_points: WholeNumber = Field(metric_series.DEFAULT_MAX_POINTS, ge=1, description="at most the default")
 
 
 class ChartSeries(Shape):
@@ -123,9 +130,9 @@ class Chart(Shape):
     last_step: int
 
 
-class EventsQuery(BaseModel):
-    after_id: int | None = Field(None, description="only events after this id (default 0)")
-    limit: int | None = Field(None, ge=1, description="default 200, at most 1000")
+class EventsQuery(Query):
+    after_id: WholeNumber = Field(0, description="only events after this id")
+    limit: WholeNumber = Field(EVENTS_LIMIT, ge=1, description=f"at most {EVENTS_LIMIT_MAX}")
 
 
 class Event(Shape):

@@ -16,16 +16,13 @@ from __future__ import annotations
 
 from api import run_shapes as shapes
 from api.contract import Error, Errors, Op, operations
-from api.endpoint import ApiError, api_endpoint, int_param, json_body, page, refused, send
+from api.endpoint import ApiError, api_endpoint, checked_body, page, refused, send
 from api.shapes import finite
 from experiments import metric_series, run_filters, run_labels
 from experiments.access import get_for_user
 from experiments.models import MetricPoint, Run, RunEvent
 from experiments.shown_paths import shown
 from runner import services
-
-EVENTS_LIMIT = 200
-EVENTS_LIMIT_MAX = 1000
 
 
 def _run(request, pk: int, change: bool = False) -> Run:
@@ -103,7 +100,7 @@ def runs(request):
     experiments.run_filters reads ?status=&experiment=&owner=&tag=&config=PATH:VALUE&metrics=&sort=
     (newest first by default); each run also has "owner" and "metrics" {name: latest value}.
     400 {"errors": {parameter: message}} for a parameter that cannot be used."""
-    try:
+    try:  # the shape checked each parameter; run_filters reads them as the runs page does
         query = run_filters.parse(dict(request.GET.lists()))
     except run_filters.FilterError as exc:
         raise ApiError(400, str(exc), errors={exc.parameter: exc.message}) from None
@@ -112,7 +109,7 @@ def runs(request):
         .select_related("experiment__owner", "config_version")
         .prefetch_related("tags")
     )
-    rows, count = page(request, run_filters.apply(queryset, query))
+    rows, count = page(request.query, run_filters.apply(queryset, query))
     return shapes.RunTable(
         runs=[run_table_entry(r, query) for r in rows], count=count, metrics=list(query.metrics), sort=query.sort
     )
@@ -134,7 +131,7 @@ def run_detail(request, pk: int):
     if request.method == "PATCH":
         run = _run(request, pk, change=True)
         try:
-            labels = run_labels.check_labels(json_body(request))
+            labels = run_labels.check_labels(checked_body(request))
         except run_labels.LabelError as exc:
             raise ApiError(400, errors=exc.errors) from None
         run_labels.save_labels(run, labels)
@@ -150,9 +147,9 @@ def run_metrics(request, pk: int):
     """?name=NAME&after_step=K: {"points": [[step, value], ...]} after step K, by step.
     Without name: {"series": {name: [[step, value], ...]}, "last_step": K'} for every metric.
     A value is a number, or "NaN" / "Infinity" / "-Infinity" (a diverged step, shown as such)."""
+    query: shapes.MetricsQuery = request.query
     run = _run(request, pk)
-    after_step = int_param(request, "after_step", -1)
-    name = request.GET.get("name")
+    after_step, name = query.after_step, query.name
     if name is None:
         return shapes.Metrics.model_validate(metric_series.points_after(run, after_step))
     rows = (
@@ -172,11 +169,8 @@ def run_chart(request, pk: int):
     """?max_points=N (default and cap 2000): {"series": {name: {"steps", "values"}}, "last_step"},
     each series cut to at most N points keeping every bucket's minimum and maximum (and its NaN).
     Values as in /metrics: numbers, or "NaN" / "Infinity" / "-Infinity"."""
-    run = _run(request, pk)
-    max_points = int_param(
-        request, "max_points", metric_series.DEFAULT_MAX_POINTS, minimum=1, maximum=metric_series.DEFAULT_MAX_POINTS
-    )
-    return shapes.Chart.model_validate(metric_series.chart(run, max_points))
+    max_points = min(request.query.max_points, metric_series.DEFAULT_MAX_POINTS)
+    return shapes.Chart.model_validate(metric_series.chart(_run(request, pk), max_points))
 
 
 @operations(
@@ -185,11 +179,10 @@ def run_chart(request, pk: int):
 @api_endpoint("GET")
 def run_events(request, pk: int):
     """?after_id=N&limit=200: the run's log lines and status changes after event N, oldest first."""
+    query: shapes.EventsQuery = request.query
     run = _run(request, pk)
-    after_id = int_param(request, "after_id", 0)
-    limit = int_param(request, "limit", EVENTS_LIMIT, minimum=1, maximum=EVENTS_LIMIT_MAX)
-    events = list(run.events.filter(id__gt=after_id).order_by("id")[:limit])
-    return shapes.Events(events=[event_shape(e) for e in events], last_id=events[-1].pk if events else after_id)
+    events = list(run.events.filter(id__gt=query.after_id).order_by("id")[: min(query.limit, shapes.EVENTS_LIMIT_MAX)])
+    return shapes.Events(events=[event_shape(e) for e in events], last_id=events[-1].pk if events else query.after_id)
 
 
 @operations(

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, RootModel
+from pydantic import ConfigDict, Field, RootModel
 
 from api.contract import Shape
+from api.inputs import Query, WholeNumber
 
 
 class Segment(Shape):
@@ -70,12 +71,12 @@ class Samples(Shape):
     samples: list[Sample]
 
 
-class SampleFiltersQuery(BaseModel):
+class SampleFiltersQuery(Query):
     kind: Literal["train", "eval"] | None = Field(None, description="default train")
-    step: int | None = None
-    step_min: int | None = None
-    step_max: int | None = None
-    group: int | None = Field(None, description="one prompt's completions within `step` (needs step)")
+    step: WholeNumber | None = None
+    step_min: WholeNumber | None = None
+    step_max: WholeNumber | None = None
+    group: WholeNumber | None = Field(None, description="one prompt's completions within `step` (needs step)")
     reward_min: float | None = None
     reward_max: float | None = None
     advantage_min: float | None = None
@@ -93,9 +94,9 @@ class SampleFiltersQuery(BaseModel):
 class SamplesQuery(SampleFiltersQuery):
     """`step` alone (or nothing): one step's samples (Samples); any other parameter: a page (SamplePage)."""
 
-    limit: int | None = Field(None, ge=1, description="page size")
-    after: int | None = Field(None, ge=1, description="the page starts after this sample id")
-    before: int | None = Field(None, ge=1, description="the page ends before this sample id")
+    limit: WholeNumber | None = Field(None, ge=1, description="page size")
+    after: WholeNumber | None = Field(None, ge=1, description="the page starts after this sample id")
+    before: WholeNumber | None = Field(None, ge=1, description="the page ends before this sample id")
 
 
 class BrowsedSample(Sample):

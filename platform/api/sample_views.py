@@ -28,7 +28,7 @@ from django.http import StreamingHttpResponse
 
 from api import sample_shapes as shapes
 from api.contract import Op, operations
-from api.endpoint import ApiError, api_endpoint, int_param
+from api.endpoint import ApiError, api_endpoint
 from api.shapes import finite
 from experiments import sample_episodes, sample_query, sample_text
 from experiments.access import get_for_user
@@ -151,7 +151,7 @@ def run_samples(request, pk: int):
         return browse(request, run)
     trained = RolloutSample.objects.filter(run=run, kind=SampleKind.TRAIN)
     steps = list(trained.order_by("-step").values_list("step", flat=True).distinct()[:SAMPLE_STEPS_LISTED])
-    step = int_param(request, "step", steps[0] if steps else None)
+    step = request.query.step if request.query.step is not None else (steps[0] if steps else None)
     samples = trained.filter(step=step).order_by("index") if step is not None else []
     return shapes.Samples(steps=steps, step=step, samples=[shapes.Sample(**sample_fields(s)) for s in samples])
 

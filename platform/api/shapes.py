@@ -11,8 +11,9 @@ import re
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, Field, TypeAdapter, WithJsonSchema
+from pydantic import AfterValidator, Field, TypeAdapter, WithJsonSchema
 
+from api.inputs import Query, WholeNumber
 from experiments import metric_series
 
 
@@ -26,9 +27,12 @@ def finite(value: float | None) -> float | None:
     return value if value is None or math.isfinite(value) else None
 
 
-class Page(BaseModel):
-    limit: int | None = Field(None, ge=1, description="page size (default 100, at most 1000)")
-    offset: int | None = Field(None, ge=0)
+LIST_LIMIT, LIST_LIMIT_MAX = 100, 1000  # rows per page of a list: by default, at most
+
+
+class Page(Query):
+    limit: WholeNumber = Field(LIST_LIMIT, ge=1, description=f"page size (at most {LIST_LIMIT_MAX})")
+    offset: WholeNumber = Field(0, ge=0)
 
 
 MetricValue = float | Literal[metric_series.NONFINITE_JSON]

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, StrictBool
 
 from api.contract import Shape
-from api.shapes import IsoDateTime
+from api.inputs import WholeNumber
+from api.shapes import IsoDateTime, Page
 from sweeps.models import Direction, Pruner, Sampler, SweepStatus
 
 SamplerName = Literal[tuple(Sampler.values)]
@@ -24,7 +25,7 @@ class SpaceField(BaseModel):
     type: Literal["float", "int", "categorical"]
     low: float | None = None
     high: float | None = None
-    log: bool | None = None
+    log: StrictBool | None = None
     step: float | None = None
     choices: list[str | float | bool | None] | None = None
 
@@ -36,19 +37,19 @@ class SweepInput(BaseModel):
         '{"type": "float", "low": 1e-5, "high": 1e-3, "log": true}}'
     )
     metric: str = Field(description="a metric the trainer reports, e.g. reward/mean")
-    max_trials: int = Field(ge=1, le=1000)
+    max_trials: WholeNumber = Field(ge=1, le=1000)
     sampler: SamplerName | None = Field(None, description="default tpe")
     pruner: PrunerName | None = Field(None, description="default none")
     direction: DirectionName | None = Field(None, description="default maximize")
-    max_concurrent_trials: int | None = Field(None, ge=1, le=50, description="default 2")
-    seed: int | None = Field(None, ge=0, le=2**31 - 1, description="default 0")
-    pruner_startup_trials: int | None = Field(
+    max_concurrent_trials: WholeNumber | None = Field(None, ge=1, le=50, description="default 2")
+    seed: WholeNumber | None = Field(None, ge=0, le=2**31 - 1, description="default 0")
+    pruner_startup_trials: WholeNumber | None = Field(
         None, ge=0, le=1000, description="median: trials that must complete before any is pruned (2)"
     )
-    pruner_warmup_steps: int | None = Field(
+    pruner_warmup_steps: WholeNumber | None = Field(
         None, ge=0, le=1_000_000, description="median: steps before pruning; halving/hyperband: the first rung (1)"
     )
-    max_steps: int | None = Field(
+    max_steps: WholeNumber | None = Field(
         None, ge=1, le=10_000_000, description="train.max_steps of every trial (default: the experiment's config's)"
     )
 
@@ -99,10 +100,8 @@ class SweepList(Shape):
     count: int
 
 
-class SweepListQuery(BaseModel):
+class SweepListQuery(Page):
     status: SweepStatusName | None = None
-    limit: int | None = Field(None, ge=1, description="page size (default 100, at most 1000)")
-    offset: int | None = Field(None, ge=0)
 
 
 class SweepCancelled(Shape):

@@ -13,31 +13,23 @@ from __future__ import annotations
 
 from api import sweep_shapes as shapes
 from api.contract import Error, Errors, Op, operations
-from api.endpoint import ApiError, api_endpoint, int_param, json_body, refused, send
+from api.endpoint import ApiError, api_endpoint, checked_body, page, refused, send
 from experiments.access import get_for_user
 from experiments.models import Experiment
 from sweeps import services, summary
-from sweeps.models import Sweep, SweepStatus
-
-LIST_LIMIT = 100
-LIST_LIMIT_MAX = 1000
+from sweeps.models import Sweep
 
 
 def _sweep(request, pk: int, change: bool = False) -> Sweep:
     return get_for_user(Sweep.objects.select_related("experiment__owner"), request.user, pk, change=change)
 
 
-def _list(request, queryset) -> shapes.SweepList:
-    status = request.GET.get("status", "")
-    if status:
-        if status not in SweepStatus.values:
-            raise ApiError(400, errors={"status": f"one of {', '.join(SweepStatus.values)}"})
-        queryset = queryset.filter(status=status)
-    limit = int_param(request, "limit", LIST_LIMIT, minimum=1, maximum=LIST_LIMIT_MAX)
-    offset = int_param(request, "offset", 0, minimum=0)
-    rows = list(queryset.select_related("experiment__owner")[offset : offset + limit])
+def _list(query: shapes.SweepListQuery, queryset) -> shapes.SweepList:
+    if query.status is not None:
+        queryset = queryset.filter(status=query.status)
+    rows, count = page(query, queryset.select_related("experiment__owner"))
     return shapes.SweepList(
-        sweeps=[shapes.SweepSummary.model_validate(summary.sweep_summary(s)) for s in rows], count=queryset.count()
+        sweeps=[shapes.SweepSummary.model_validate(summary.sweep_summary(s)) for s in rows], count=count
     )
 
 
@@ -61,7 +53,7 @@ def experiment_sweeps(request, pk: int):
     )
     if request.method == "POST":
         try:
-            sweep = services.create_sweep(experiment, json_body(request))
+            sweep = services.create_sweep(experiment, checked_body(request))
         except services.SweepInputError as exc:
             raise ApiError(400, errors=exc.errors) from None
         except services.SweepRefused as exc:
@@ -69,14 +61,14 @@ def experiment_sweeps(request, pk: int):
         return send(
             shapes.SweepDetail.model_validate(summary.sweep_detail(sweep)), 201, location=f"/api/sweeps/{sweep.pk}"
         )
-    return _list(request, Sweep.objects.filter(experiment=experiment))
+    return _list(request.query, Sweep.objects.filter(experiment=experiment))
 
 
 @operations(GET=Op(query=shapes.SweepListQuery, responses={200: shapes.SweepList}))
 @api_endpoint("GET")
 def sweeps(request):
     """GET: the sweeps the caller may see (own; everyone's with the experiments' view permission), newest first."""
-    return _list(request, Sweep.objects.visible_to(request.user))
+    return _list(request.query, Sweep.objects.visible_to(request.user))
 
 
 @operations(GET=Op(responses={200: shapes.SweepDetail}))

@@ -80,7 +80,7 @@ def test_create_list_get_and_delete_over_the_api(alice, bob):
     assert rule.enabled is False
     assert token_client(alice).patch(
         f"/api/alerts/{rule.pk}", {"enabled": "no"}, content_type="application/json"
-    ).json() == {"errors": {"enabled": "true or false"}}
+    ).json() == {"errors": {"enabled": "must be true or false, got 'no'"}}
     assert (
         token_client(bob)
         .patch(f"/api/alerts/{rule.pk}", {"enabled": True}, content_type="application/json")
@@ -94,8 +94,8 @@ def test_create_list_get_and_delete_over_the_api(alice, bob):
 @pytest.mark.parametrize(
     "body, field, message",
     [
-        ({"events": [], "channel": "email", "target": "a@example.com"}, "events", "required"),
-        ({"events": ["exploded"], "channel": "email", "target": "a@example.com"}, "events", "not one of the available"),
+        ({"events": [], "channel": "email", "target": "a@example.com"}, "events", "at least 1 item"),
+        ({"events": ["exploded"], "channel": "email", "target": "a@example.com"}, "events", "item 0 must be 'failed'"),
         ({"events": "failed", "channel": "email", "target": "a@example.com"}, "events", "list"),
         (
             {"events": ["metric"], "channel": "email", "target": "a@example.com"},
@@ -114,7 +114,7 @@ def test_create_list_get_and_delete_over_the_api(alice, bob):
             "required",
         ),
         ({"events": ["failed"], "channel": "email", "target": "not-an-address"}, "target", "an e-mail address"),
-        ({"events": ["failed"], "channel": "pager", "target": "x"}, "channel", "not one of the available"),
+        ({"events": ["failed"], "channel": "pager", "target": "x"}, "channel", "must be 'email' or 'webhook'"),
         (
             {"events": ["failed"], "channel": "webhook", "target": "http://127.0.0.1:8000/x"},
             "target",

@@ -63,15 +63,16 @@ def test_parse_fork_input_defaults_and_form_strings():
 @pytest.mark.parametrize(
     "body, field, message",
     [
-        ({}, "step", "required: the step of the parent's checkpoint to start from"),
-        ({"step": "two"}, "step", "a whole number from 0 to 2147483647, got 'two'"),
-        ({"step": -1}, "step", "a whole number from 0 to 2147483647, got -1"),
-        ({"step": True}, "step", "a whole number from 0 to 2147483647, got True"),
-        ({"step": 2**31}, "step", f"a whole number from 0 to 2147483647, got {2**31}"),
-        ({"step": "\u00b2"}, "step", "a whole number from 0 to 2147483647, got '\u00b2'"),
-        ({"step": 2, "optimizer": "warm"}, "optimizer", "one of fresh, continued (got 'warm')"),
-        ({"step": 2, "max_steps": 0}, "max_steps", "a whole number from 1 to 2147483647, got 0"),
-        ({"step": 2, "queue": "no spaces"}, "queue", "a queue name: 1-64 letters, digits, '.', '_' or '-'"),
+        # the body's shape (api.checkpoint_shapes.ForkInput) answers first, then runner.forks
+        ({}, "step", "required"),
+        ({"step": "two"}, "step", "must be a whole number, got 'two'"),
+        ({"step": -1}, "step", "must be at least 0, got -1"),
+        ({"step": True}, "step", "must be a whole number, got True"),
+        ({"step": 2**31}, "step", f"must be less than {2**31}, got {2**31}"),
+        ({"step": "\u00b2"}, "step", "must be a whole number, got '\u00b2'"),
+        ({"step": 2, "optimizer": "warm"}, "optimizer", "must be 'fresh' or 'continued', got 'warm'"),
+        ({"step": 2, "max_steps": 0}, "max_steps", "must be at least 1, got 0"),
+        ({"step": 2, "queue": "no spaces"}, "queue", "must match ^[A-Za-z0-9._-]{1,64}$, got 'no spaces'"),
     ],
 )
 def test_bad_input_is_a_400_naming_the_field(alice, artifacts, body, field, message):

@@ -44,7 +44,7 @@ def test_api_patch_sets_and_clears_a_run_name(alice_client, alice):
     [
         ("x" * 121, "at most 120 characters"),
         ("two\nlines", "one line"),
-        (5, "text"),
+        (5, "must be a string"),
         ("bad\ud800", "Unicode"),
     ],
 )
