@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 
 from api.contract import Shape
 from api.inputs import WholeNumber
-from runner import forks
+from runner import exports, forks
 
 
 class CheckpointEntry(Shape):
@@ -27,7 +27,7 @@ class Checkpoints(Shape):
 
 class ExportInput(BaseModel):
     step: WholeNumber | None = Field(None, ge=0, lt=2**31, description="default: the newest checkpoint")
-    dtype: Literal["float32", "bfloat16"] | None = None
+    dtype: Literal[exports.DTYPES] | None = Field(None, description="default float32")
 
 
 class Exported(Shape):

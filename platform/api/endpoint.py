@@ -143,9 +143,16 @@ def _respond(
 
 def _read_inputs(op: Op | None, request: HttpRequest) -> None:
     """The declared query parameters as `request.query` (api/inputs.py; None when the operation
-    declares none), or InvalidInput. The body waits for the view to ask (`payload`)."""
+    declares none), or ApiError 400 {"errors": {parameter: message}, "error": "parameter: message"}
+    (a query's refusal was always an "error" line). The body waits for the view to ask (`payload`)."""
     request.api_op = op
-    request.query = read_query(op.query, request.GET) if op is not None and op.query is not None else None
+    request.query = None
+    if op is not None and op.query is not None:
+        try:
+            request.query = read_query(op.query, request.GET)
+        except InvalidInput as exc:  # {"errors"}, and one line naming them for a caller that reads "error"
+            summary = "; ".join(f"{name}: {message}" for name, message in exc.errors.items())
+            raise ApiError(400, summary, exc.errors) from None
 
 
 def payload(request: HttpRequest) -> BaseModel:

@@ -4,7 +4,8 @@ parameters before the view runs (it reads `request.query`, the shape), the JSON 
 asks (api.endpoint.payload, after it has found its object). A parameter the shape lacks cannot be
 read.
 
-A value the shape refuses is a 400 naming it, {"errors": {"limit": "must be at least 1, got '0'"}};
+A value the shape refuses is a 400 naming it, {"errors": {"limit": "must be at least 1, got '0'"}} (a
+query's also with one line, "error": "limit: must be at least 1, got '0'");
 the views then check what only they can know (that a run exists, that a name is free) with their
 own messages. A body's booleans are JSON's (StrictBool in its shape: "no" is not false); its numbers
 may also come as text of digits, as the forms send them.

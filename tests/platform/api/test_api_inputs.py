@@ -74,7 +74,10 @@ def test_a_query_parameter_outside_its_shape_is_a_400_naming_it(alice):
     run = make_run(alice, status="succeeded", step=2)
     answer = client.get(f"/api/runs/{run.pk}/events?limit=0")
     assert answer.status_code == 400
-    assert answer.json() == {"errors": {"limit": "must be at least 1, got '0'"}}
+    assert answer.json() == {
+        "errors": {"limit": "must be at least 1, got '0'"},
+        "error": "limit: must be at least 1, got '0'",
+    }
     answer = client.get("/api/sweeps?status=sleeping")
     assert answer.status_code == 400 and set(answer.json()["errors"]) == {"status"}
     answer = client.get("/api/evaluations?limit=5&correct=maybe")  # `correct` is not this list's: ignored

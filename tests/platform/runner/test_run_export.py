@@ -135,10 +135,10 @@ def test_train_then_export_through_the_api_and_the_page(alice, bob, places, sent
     response = post_export(client, run, {"step": 7})
     assert response.status_code == 404
     assert response.json()["error"] == f"run {run.pk} has no checkpoint at step 7; it has steps 1, 2"
-    assert post_export(client, run, {"step": "two"}).json()["errors"] == {
-        "step": "a checkpoint's step: a whole number (or leave it out for the newest)"
+    assert post_export(client, run, {"step": "two"}).json()["errors"] == {"step": "must be a whole number, got 'two'"}
+    assert post_export(client, run, {"dtype": "float16"}).json()["errors"] == {
+        "dtype": "must be 'float32' or 'bfloat16', got 'float16'"
     }
-    assert post_export(client, run, {"dtype": "float16"}).json()["errors"] == {"dtype": "one of float32, bfloat16"}
     assert not (places / "exports" / f"run-{run.pk}-step-7").exists()
 
     # someone else's run: 404; one they may see but not change: 403, like the other run actions
