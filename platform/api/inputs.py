@@ -4,11 +4,11 @@ parameters before the view runs (it reads `request.query`, the shape), the JSON 
 asks (api.endpoint.payload, after it has found its object). A parameter the shape lacks cannot be
 read.
 
-A value the shape refuses is a 400 naming it, {"errors": {"limit": "must be at least 1, got '0'"}} (a
-query's also with one line, "error": "limit: must be at least 1, got '0'");
-the views then check what only they can know (that a run exists, that a name is free) with their
-own messages. A body's booleans are JSON's (StrictBool in its shape: "no" is not false); its numbers
-may also come as text of digits, as the forms send them.
+A value the shape refuses is a 400 naming it, {"errors": {"limit": "must be at least 1, got '0'"}}
+(a query's also with one line, "error": "limit: must be at least 1, got '0'"); the views then check
+what only they can know (that a run exists, that a name is free) with their own messages. A body's
+booleans are JSON's (StrictBool in its shape: "no" is not false); its whole numbers may also come as
+text of digits, as the forms send them, but never as true or false.
 
 Query parameters arrive as text: an empty one is absent (`?limit=` reads as the default), a list field
 takes every value of a repeated parameter (`?tag=a&tag=b`; those a shape lists in `comma_separated`
