@@ -99,9 +99,18 @@ class Procs:
         return (self.log_dir / f"{name}.log").read_text(errors="replace")
 
     def logs(self, lines: int = 25) -> str:
-        return "\n".join(
+        """The last `lines` lines of each process started here, then of each trainer attempt's log under
+        the artifacts folder (a run that failed in a child says why only there)."""
+        parts = [
             f"--- {name} (last lines) ---\n" + "\n".join(self.output(p).splitlines()[-lines:]) for name, p in self.procs
-        )
+        ]
+        for path in sorted(Path(settings.ARTIFACTS_DIR).glob("*/logs/attempt-*.log")):
+            text = path.read_text(errors="replace")
+            parts.append(
+                f"--- {path.relative_to(settings.ARTIFACTS_DIR)} (last lines) ---\n"
+                + "\n".join(text.splitlines()[-lines:])
+            )
+        return "\n".join(parts)
 
     def close(self) -> None:
         for _, proc in self.procs:
