@@ -134,7 +134,7 @@ def shape_of(tree: Any) -> Any:
 
 def update_memory(trainer: Any, batch_shapes: Any, mode: str, prompt_group: int = 1) -> dict[str, float]:
     """Lower and compile the trainer's optimizer update (`make_update_fn` with the trainer's own
-    optimizer, loss, temperature and importance settings) for the model in `mode` at `batch_shapes`;
+    optimizer, loss, temperature, importance and mismatch settings) for the model in `mode` at `batch_shapes`;
     returns `memory_figures` of it plus the compile seconds. Nothing runs."""
     import jax
 
@@ -151,6 +151,7 @@ def update_memory(trainer: Any, batch_shapes: Any, mode: str, prompt_group: int 
         trainer.logprob_temperature,
         trainer.plan.needs_old_logprobs,
         importance=trainer.source.importance,
+        mismatch=trainer.mismatch,
     )
     t0 = time.perf_counter()
     compiled = update.lower(params, opt_state, batch_shapes, prompt_group=prompt_group).compile()

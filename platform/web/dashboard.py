@@ -9,7 +9,7 @@ from typing import Any
 from trainers.config.metric_names import METRIC_NAMES, TRAIN_METRICS
 
 BANDS = {"reward/std": "reward/mean"}  # spread -> the mean it is drawn around (mean ± spread)
-SHARED_PREFIXES = ("timing/", "eval/", "is/weight_")  # metrics with one of these prefixes share a chart
+SHARED_PREFIXES = ("timing/", "eval/", "is/weight_", "mismatch/logprob_diff_")  # these prefixes share a chart
 # system/ metrics in bytes (host, process and accelerator memory) share the "System memory" chart
 MEMORY_PREFIX, MEMORY_SUFFIX, MEMORY_TITLE = "system/", "_bytes", "System memory (bytes)"
 # A multi-turn environment's metrics (issue 21's contract; eval adds eval/env/<the same names>): two

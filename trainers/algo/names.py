@@ -20,6 +20,9 @@ AGGREGATIONS = Registry(
     home="trainers.algo.loss",
 )
 KL_ESTIMATORS = Registry("KL estimator", names=("k1", "k2", "k3"), home="trainers.algo.loss")
+MISMATCH_CORRECTIONS = Registry(
+    "mismatch correction", names=("none", "tis", "mis", "icepop", "geo-mask"), home="trainers.algo.mismatch"
+)
 OPTIMIZERS = Registry("optimizer", names=("adamw", "adam", "sgd"), home="trainers.algo.optim")
 SCHEDULES = Registry("learning-rate schedule", names=("constant", "cosine", "linear"), home="trainers.algo.optim")
 

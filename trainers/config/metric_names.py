@@ -22,6 +22,9 @@ TRAIN_METRICS = (
     "timing/train_s",
     "throughput/tokens_per_s",
     "train/trained_sequence_fraction",
+    "mismatch/logprob_diff_mean",
+    "mismatch/logprob_diff_max",
+    "mismatch/kl",
 )
 ASYNC_METRICS = (
     "async/trajectory_age_mean",
@@ -42,9 +45,11 @@ ALGORITHM_METRICS = (
     "dynamic/groups_carried",
     "rollout/truncated_fraction",
     "rollout/overlong_penalty_mean",
+    "mismatch/corrected_fraction",
 )
-"""Reported only when their feature is on: grpo.entropy_coef, rollout.dynamic_sampling (with it a
-synchronous run also reports is/*: the groups carried from the step before are weighed),
+"""Reported only when their feature is on: grpo.entropy_coef, grpo.mismatch.correction,
+rollout.dynamic_sampling (with it a synchronous run also reports is/*: the groups carried from the
+step before are weighed),
 rollout.overlong_buffer_tokens / overlong_filter (the truncated fraction is always reported)."""
 GENERATION_METRICS = (
     "generation/slot_utilisation",
@@ -143,6 +148,11 @@ METRIC_DESCRIPTIONS = {
     "throughput/tokens_per_s": "tokens (prompt and completion) of the step per second of the step",
     "train/trained_sequence_fraction": "share of the step's sequences the updates trained (without a KL term the "
     "sequences of all-equal groups are skipped)",
+    "mismatch/logprob_diff_mean": "mean |log pi_trainer - log pi_sampler| of the sampled tokens (the generation copy "
+    "against the trained weights; async: over the rows the current weights sampled, absent when there are none)",
+    "mismatch/logprob_diff_max": "largest such difference over the step's updates",
+    "mismatch/kl": "KL(sampler || trainer) of the sampled tokens, k3 estimate",
+    "mismatch/corrected_fraction": "share of those tokens whose weight grpo.mismatch.correction capped or dropped",
     "async/trajectory_age_mean": "mean age of the step's groups, in steps",
     "async/token_age_mean": "mean age of the step's tokens, in steps (lower than the groups' with in-flight updates)",
     "async/buffer_size": "groups waiting in the buffer",

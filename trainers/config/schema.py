@@ -18,6 +18,7 @@ from trainers.algo.names import (
     AGGREGATIONS,
     DYNAMIC_SAMPLING_METRICS,
     KL_ESTIMATORS,
+    MISMATCH_CORRECTIONS,
     OPTIMIZERS,
     POLICY_LOSSES,
     SCHEDULES,
@@ -271,6 +272,24 @@ class BatchSection(_Section):
     )
 
 
+class MismatchSection(_Section):
+    """The gap between the sampler's log-probs (decoded with a KV cache from the generation copy, in
+    model.dtype) and the trainer's (one forward pass): reported every step (mismatch/*), and corrected
+    per token or sequence by the ratio r = pi_trainer / pi_sampler when `correction` says so
+    (trainers/algo/mismatch.py)."""
+
+    correction: Literal[MISMATCH_CORRECTIONS.names()] = Field(
+        "none",
+        description="none: report only; tis: min(r, max) per token; mis: a sequence's ratio, 0 when above max; "
+        "icepop: r per token, 0 outside [min, max]; geo-mask: drop a sequence whose geometric-mean ratio is "
+        "outside [min, max].",
+    )
+    max: float = Field(2.0, ge=1.0, le=1e6, description="Upper bound of the ratio (tis, mis, icepop, geo-mask).")
+    min: float = Field(
+        0.5, ge=0.0, lt=1.0, description="Lower bound of the ratio (icepop, geo-mask; 0 = no lower bound)."
+    )
+
+
 class GrpoSection(_Section):
     num_generations: int = Field(8, ge=1, le=MAX_GENERATIONS, description="G: completions sampled per prompt.")
     num_iterations: int = Field(1, ge=1, le=MAX_ITERATIONS, description="mu: passes over each step's rollouts.")
@@ -313,6 +332,7 @@ class GrpoSection(_Section):
         "seq-mean-token-mean (GRPO), seq-mean-token-sum, seq-mean-token-sum-norm (Dr. GRPO: token sums "
         "divided by the completion budget). Normalised over the whole mini-batch.",
     )
+    mismatch: MismatchSection = Field(default_factory=MismatchSection)
 
 
 class ImportanceSamplingSection(_Section):

@@ -35,6 +35,7 @@ import numpy as np
 from flax import nnx
 
 from trainers.algo.loss import token_weights
+from trainers.algo.mismatch import MismatchConfig
 from trainers.algo.optim import make_optimizer, make_schedule
 from trainers.algo.sampling_filters import informative_groups
 from trainers.config import ExperimentConfig
@@ -241,6 +242,7 @@ class GRPOTrainer:
         # the optimizer to a zero gradient without a forward or backward pass.
         self.skip_flat_groups = g.beta == 0 and g.entropy_coef == 0
         state_shardings = self.placement.state_shardings((self.state.params, self.state.opt_state))
+        self.mismatch = MismatchConfig(g.mismatch.correction, g.mismatch.max, g.mismatch.min)
         self.update_fn = make_update_fn(
             self.graphdef,
             self.optimizer,
@@ -249,6 +251,7 @@ class GRPOTrainer:
             self.plan.needs_old_logprobs,
             importance=self.source.importance,
             state_shardings=state_shardings,
+            mismatch=self.mismatch,
         )
         self.zero_update_fn = make_zero_update_fn(self.optimizer, state_shardings)
         c = config.checkpoint
@@ -365,8 +368,10 @@ class GRPOTrainer:
     def train_on(self, r: Rollout) -> dict[str, float] | None:
         """All optimizer updates of one step on rollout `r`; None if stopped between updates.
 
-        With a source that needs the importance correction, the updates also get the generator's
-        log-probs and which rows are on-policy (every token sampled by the current weights).
+        The updates also get the generator's log-probs and which rows are on-policy (every token
+        sampled by the current weights): for the importance correction of an asynchronous source, and
+        for the mismatch figures and correction (grpo.mismatch), whose token weights cover the
+        on-policy tokens; an update whose rows have none reports no mismatch/* figure.
 
         Log-prob passes and updates run over the step's `completion_width` columns (the longest
         completion, bucketed), not all max_new_tokens: the columns cut are masked in every row.
@@ -388,9 +393,10 @@ class GRPOTrainer:
             passes["ref_logprobs"] = self._logprob_parts(self.ref_params, r, width)
         for name, parts in _fetch(passes).items():
             arrays[name] = np.concatenate(parts)
-        if self.source.importance is not None:
-            arrays["gen_logprobs"] = r.sample_logprobs[:, :width]
-            arrays["on_policy"] = r.on_policy(self.state.step)
+        # the sampler's log-probs: the importance weights (async) and the mismatch figures and correction
+        arrays["gen_logprobs"] = r.sample_logprobs[:, :width]
+        on_policy = r.on_policy(self.state.step)
+        arrays["on_policy"] = on_policy
         if r.loss_mask is not None:  # multi-turn: the environment's replies are context, not trained on
             arrays["loss_mask"] = r.loss_mask[:, :width]
         # Loss weights are normalised over each mini-batch (the same partition in every pass); sequences
@@ -404,11 +410,14 @@ class GRPOTrainer:
         aggregation = self.config.grpo.loss_aggregation
         weights = np.zeros(mask.shape, np.float32)
         metric_weights = np.zeros(mask.shape, np.float32)
+        mismatch_weights = np.zeros(mask.shape, np.float32)  # the mismatch figures: on-policy tokens only
         for update in self.plan.updates()[: self.plan.mini_batches_per_iteration]:
             s = slice(update.sequences.start, update.sequences.stop)
             weights[s] = token_weights(loss_mask[s], aggregation, norm_tokens=self.plan.completion_token_budget)
             metric_weights[s] = token_weights(learned[s], "token-mean")
+            mismatch_weights[s] = token_weights(learned[s] & on_policy[s, None], "token-mean")
         arrays["weights"], arrays["metric_weights"] = weights, metric_weights
+        arrays["mismatch_weights"] = mismatch_weights
         update_metrics: list[dict[str, jax.Array]] = []  # on the device until every update is dispatched
         updates = self.plan.updates()
         trained_sequences = 0
@@ -448,7 +457,9 @@ class GRPOTrainer:
         # skipped.
         sums: dict[str, float] = {}
         counts: dict[str, int] = {}
-        for metrics in fetched:
+        for update, metrics in zip(updates, fetched):
+            if not mismatch_weights[update.sequences.start : update.sequences.stop].any():
+                metrics = {k: v for k, v in metrics.items() if not k.startswith("mismatch/")}  # no on-policy token
             for k, v in metrics.items():
                 combine = max if k in MAX_METRICS else (lambda a, b: a + b)
                 sums[k] = combine(sums[k], float(v)) if k in sums else float(v)

@@ -10,7 +10,8 @@ A batch is a dict of arrays with a leading micro-batch axis [A, micro, ...]:
   completion_tokens [A, M, Lc] int32, completion_mask [A, M, Lc] bool,
   advantages [A, M] float32, weights / metric_weights [A, M, Lc] float32,
   old_logprobs [A, M, Lc] (only when the plan needs them), ref_logprobs [A, M, Lc] (only when beta > 0),
-  gen_logprobs [A, M, Lc] and on_policy [A, M] bool (only with `importance`, see `make_update_fn`),
+  gen_logprobs [A, M, Lc] and on_policy [A, M] bool (only with `importance` or `mismatch`, see
+  `make_update_fn`), mismatch_weights [A, M, Lc] float32 (only with `mismatch`),
   loss_mask [A, M, Lc] bool (only for multi-turn episodes: the sampled tokens, which the loss, KL and
   importance weights cover; completion_mask then also marks an environment's replies, which the
   forward pass reads as context).
@@ -32,11 +33,18 @@ from flax import nnx
 
 from trainers.algo.importance import IS_METRICS, ImportanceConfig, importance_weights
 from trainers.algo.loss import LossConfig, metric_keys, policy_loss
+from trainers.algo.mismatch import (
+    CORRECTION_METRICS,
+    MISMATCH_METRICS,
+    MismatchConfig,
+    correction_weights,
+    mismatch_metrics,
+)
 from trainers.algo.names import CLIP_DEFAULTS
 from trainers.config import ExperimentConfig
 from trainers.models.transformer import completion_logprobs
 
-MAX_METRICS = ("is/weight_max",)
+MAX_METRICS = ("is/weight_max", "mismatch/logprob_diff_max")
 """Metrics that combine across micro-batches and updates by max; every other one is a weighted sum
 over micro-batches and a mean over a step's updates."""
 
@@ -111,6 +119,7 @@ def make_update_fn(
     use_old_logprobs: bool,
     importance: ImportanceConfig | None = None,
     state_shardings: tuple[Any, Any] | None = None,
+    mismatch: MismatchConfig | None = None,
 ) -> Callable:
     """jit(params, opt_state, batch, prompt_group=1, frozen=None) -> (params, opt_state, metrics) for one
     optimizer update. frozen: parameters that take part in the loss but are not trained (model.lora's
@@ -131,6 +140,13 @@ def make_update_fn(
     exactly 1 (decode-vs-forward rounding and the sampler's truncation are not a policy lag; the
     synchronous loop treats such rows the same way). The weights multiply the loss weights
     (`loss.policy_loss(is_weights=...)`), and the is/* metrics come back with the others.
+
+    mismatch (grpo.mismatch; None: neither reported nor corrected): the gap between pi_old and the
+    sampler's log-probs batch["gen_logprobs"] on the rows the current weights sampled
+    (batch["on_policy"]), as the mismatch/* metrics over the tokens batch["mismatch_weights"]
+    weighs (token-mean over the mini-batch's on-policy tokens, 0 elsewhere); and with a correction,
+    its weights (`mismatch.correction_weights`) on those rows in place of the weight 1 above. The
+    other rows keep the asynchronous importance weight, which already includes the sampler's gap.
 
     state_shardings: (params, optimizer state) shardings on a mesh (`Placement.state_shardings`):
     the updated state keeps them (the gradients are reduce-scattered into the parameters' FSDP
@@ -157,6 +173,14 @@ def make_update_fn(
         if importance is not None:
             gen = jnp.where(mb["on_policy"][:, None], old, mb["gen_logprobs"])
             is_weights, is_metrics = importance_weights(old, gen, trained, importance, mb["metric_weights"])
+        if mismatch is not None:
+            on_policy = mb["on_policy"][:, None]
+            changed = None
+            if mismatch.corrects:
+                corrected, changed = correction_weights(old, mb["gen_logprobs"], trained, mismatch)
+                is_weights = jnp.where(on_policy, corrected, 1.0 if is_weights is None else is_weights)
+                changed = changed & on_policy
+            is_metrics.update(mismatch_metrics(old, mb["gen_logprobs"], trained, mb["mismatch_weights"], changed))
         loss, metrics = policy_loss(
             logprobs,
             old,
@@ -186,6 +210,8 @@ def make_update_fn(
             return (grads_sum, metrics_sum), None
 
         keys = metric_keys(loss_cfg, use_ref) + ("entropy",) + (IS_METRICS if importance is not None else ())
+        if mismatch is not None:
+            keys += MISMATCH_METRICS + (CORRECTION_METRICS if mismatch.corrects else ())
         zeros = (jax.tree.map(jnp.zeros_like, params), {k: jnp.zeros((), jnp.float32) for k in keys})
         (grads, metrics), _ = jax.lax.scan(body, zeros, batch)
         metrics["grad_norm"] = optax.tree.norm(grads)

@@ -113,3 +113,14 @@ def test_refused_control_leaves_the_run_and_says_so(alice_client, alice, sent_me
     assert "cannot pause" in response.content.decode()
     assert alice_client.post(reverse("run-control", args=[run.pk, "explode"])).status_code == 404
     assert alice_client.get(reverse("run-control", args=[run.pk, "pause"])).status_code == 405
+
+
+def test_the_mismatch_figures_have_their_charts():
+    """The sampler/trainer gap: mean and max on one chart, the KL on its own, both every step; the
+    corrected fraction only once a run with grpo.mismatch.correction reports it."""
+    panels = {p["metric"]: p for p in chart_panels()}
+    diff = panels["mismatch/logprob_diff_mean"]
+    assert diff["metrics"] == ["mismatch/logprob_diff_mean", "mismatch/logprob_diff_max"]
+    assert diff["title"] == "mismatch/logprob_diff_*" and not diff["lazy"]
+    assert panels["mismatch/kl"]["metrics"] == ["mismatch/kl"] and not panels["mismatch/kl"]["lazy"]
+    assert panels["mismatch/corrected_fraction"]["lazy"]

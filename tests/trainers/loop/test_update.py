@@ -208,3 +208,56 @@ def test_importance_weights_inside_the_update_with_a_separate_pi_old_pass():
             assert float(got_metrics[name]) == pytest.approx(float(expected_metrics[name]), abs=1e-6), (micro, name)
         for name, value in hand_metrics.items():
             assert float(got_metrics[name]) == pytest.approx(value, rel=1e-5), (micro, name)
+
+
+def test_the_icepop_guard_drops_a_token_pushed_outside_the_band():
+    """grpo.mismatch inside the update. The sampler agrees with the trainer except on two tokens whose
+    sampler log-prob was pushed by 3 nats: ratios e^3 = 20.1 and e^-3 = 0.05, outside the band [0.5, 2].
+    The update must equal the plain update whose loss weights are 0 on exactly those two tokens (every
+    other token's ratio is 1), and report the gap: mean |log r| = 6 / n, max 3, corrected 2 / n, and
+    KL(sampler || trainer) = ((e^3 - 1 - 3) + (e^-3 - 1 + 3)) / n, n the valid tokens."""
+    from trainers.algo.mismatch import MismatchConfig
+
+    graphdef, params = init_params(CFG, seed=0)
+    loss_cfg = LossConfig(beta=0.0)
+    opt = OptimizerSection(name="sgd", b1=0.0, learning_rate=1.0, max_grad_norm=0.0)
+    optimizer = make_optimizer(opt, make_schedule(opt, 1, 10))
+    batch = _batch()
+    mask = batch["completion_mask"]
+    current = np.asarray(
+        make_logprob_fn(graphdef, 1.0)(
+            params, batch["prompt_tokens"], batch["prompt_valid"], batch["completion_tokens"], mask
+        )
+    )
+    pushed = np.zeros(mask.shape)
+    pushed[1, 0], pushed[5, 0] = 3.0, -3.0  # first token of rows 1 and 5 (every row has one)
+    gen = np.where(mask, current - pushed, 0.0).astype(np.float32)
+    n = int(mask.sum())
+    batch["weights"] = token_weights(mask, "token-mean")
+    batch["metric_weights"] = batch["weights"]
+    on_policy = np.ones(8, bool)
+
+    copy = lambda tree: jax.tree.map(lambda x: x.copy(), tree)  # noqa: E731 (updates donate their inputs)
+    plain = make_update_fn(graphdef, optimizer, loss_cfg, 1.0, use_old_logprobs=False)
+    reference = dict(batch, weights=np.where(pushed != 0, 0.0, batch["weights"]).astype(np.float32))
+    expected_params, _, _ = plain(copy(params), optimizer.init(params), _stack(reference, 8))
+    unguarded_params, _, _ = plain(copy(params), optimizer.init(params), _stack(batch, 8))
+
+    guarded = make_update_fn(
+        graphdef, optimizer, loss_cfg, 1.0, use_old_logprobs=False, mismatch=MismatchConfig("icepop", 2.0, 0.5)
+    )
+    fused = dict(batch, gen_logprobs=gen, on_policy=on_policy, mismatch_weights=batch["metric_weights"])
+    for micro in (8, 2):
+        got_params, _, metrics = guarded(copy(params), optimizer.init(params), _stack(fused, micro))
+        for a, b in zip(jax.tree.leaves(expected_params), jax.tree.leaves(got_params)):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5)
+        assert float(metrics["mismatch/logprob_diff_mean"]) == pytest.approx(6 / n, abs=1e-5)
+        assert float(metrics["mismatch/logprob_diff_max"]) == pytest.approx(3.0, abs=1e-5)
+        assert float(metrics["mismatch/corrected_fraction"]) == pytest.approx(2 / n)
+        kl = ((np.exp(3.0) - 4.0) + (np.exp(-3.0) + 2.0)) / n
+        assert float(metrics["mismatch/kl"]) == pytest.approx(kl, rel=1e-4)
+    # the two tokens did move the unguarded update
+    assert any(
+        not np.allclose(np.asarray(a), np.asarray(b), atol=1e-5)
+        for a, b in zip(jax.tree.leaves(expected_params), jax.tree.leaves(unguarded_params))
+    )
