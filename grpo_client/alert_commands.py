@@ -7,7 +7,7 @@ from grpo_client import formatting
 from grpo_client.api import Api, ApiError
 
 EVENTS = ("failed", "succeeded", "pruned", "stalled", "metric")
-COMPARISONS = (">", ">=", "<", "<=")
+COMPARISONS = (">", ">=", "<", "<=", "~")
 DELIVERY_STATUSES = ("pending", "sent", "failed", "rate_limited")
 
 
@@ -37,7 +37,9 @@ def listing(api: Api, args) -> int:
 def _events(rule: dict) -> str:
     events = [e for e in rule["events"] if e != "metric"]
     if "metric" in rule["events"]:
-        events.append(f"{rule['metric_name']}{rule['comparison']}{formatting.number(rule['threshold'])}")
+        condition = f"{rule['metric_name']}{rule['comparison']}{formatting.number(rule['threshold'])}"
+        steps = rule.get("for_steps", 1)
+        events.append(condition if steps == 1 else f"{condition}:{steps}steps")
     return ",".join(events)
 
 
@@ -54,7 +56,7 @@ def add(api: Api, args) -> int:
         "min_interval_s": args.min_interval,
     }
     if args.metric:
-        body.update(metric_name=args.metric, comparison=args.when, threshold=args.threshold)
+        body.update(metric_name=args.metric, comparison=args.when, threshold=args.threshold, for_steps=args.for_steps)
         if "metric" not in body["events"]:
             body["events"] = [*body["events"], "metric"]
     rule = api.send("POST", "alerts", {k: v for k, v in body.items() if v is not None})
@@ -117,8 +119,16 @@ def add_parsers(commands) -> None:
     command.add_argument("--email", metavar="ADDRESS", help="or send an e-mail here")
     command.add_argument("--experiment", type=int, help="only this experiment's runs (default: all yours)")
     command.add_argument("--metric", help="with --when and --threshold: notify when it crosses (adds --event metric)")
-    command.add_argument("--when", choices=COMPARISONS, help="the comparison, e.g. '<'")
+    command.add_argument(
+        "--when", choices=COMPARISONS, help="the comparison, e.g. '<'; '~': stuck, varies by at most --threshold"
+    )
     command.add_argument("--threshold", type=float)
+    command.add_argument(
+        "--for-steps",
+        type=int,
+        metavar="N",
+        help="the condition must hold at each of the run's newest N points (1; '~' needs 2 or more)",
+    )
     command.add_argument("--min-interval", type=float, metavar="S", help="at most one notification per S seconds (60)")
     command.add_argument("--name")
     command.set_defaults(handler=add)

@@ -12,6 +12,12 @@ from alerts.models import AlertDelivery, AlertEvent, AlertRule, DeliveryStatus, 
 
 class AlertRuleAdminForm(forms.ModelForm):
     events = forms.MultipleChoiceField(choices=AlertEvent.choices, widget=forms.CheckboxSelectMultiple)
+    for_steps = forms.IntegerField(
+        required=False,
+        initial=1,
+        help_text="The metric condition counts when it holds at each of the run's newest this many points "
+        "(empty: 1; stuck: 2 or more).",
+    )
     new_target = forms.CharField(
         required=False,
         max_length=500,
@@ -25,6 +31,8 @@ class AlertRuleAdminForm(forms.ModelForm):
 
     def clean(self):
         data = super().clean()
+        if data.get("for_steps") is None and "for_steps" not in self.errors:
+            data["for_steps"] = 1
         target = data.get("new_target") or self.instance.target
         if not target:
             self.add_error("new_target", "required")
@@ -37,6 +45,7 @@ class AlertRuleAdminForm(forms.ModelForm):
             data.get("comparison", ""),
             data.get("threshold"),
             data.get("min_interval_s"),
+            data.get("for_steps"),
         ).items():
             self.add_error("new_target" if field == "target" else (field if field in self.fields else None), message)
         self.instance.target = target

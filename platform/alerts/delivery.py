@@ -5,8 +5,10 @@ pending delivery for every enabled rule of the run's owner that watches that eve
 the scheduler's process every PLATFORM_ALERT_TICK_S (settings.PLATFORM_PERIODIC_JOBS) and
   1. records a `stalled` delivery for each active run whose heartbeat is older than
      PLATFORM_ALERT_STALL_AFTER_S (once per stall: the key names the attempt and the last heartbeat),
-  2. records a `metric` delivery when an active run's newest point of a rule's metric crosses the
-     rule's threshold (once per crossing: again only after a point in between did not cross),
+  2. records a `metric` delivery when a rule's condition holds over an active run's newest
+     `for_steps` points of its metric (each crosses the threshold, or they are stuck), once per
+     crossing: again only after a step in between at which it did not hold (read over at most
+     SCAN_POINTS points since the last notification),
   3. sends the pending deliveries that are due: a rule that sent less than `min_interval_s` ago
      logs the delivery as rate_limited instead (its next message counts them); a webhook or mail
      failure keeps the delivery pending with its error and a backoff (PLATFORM_ALERT_RETRY_S, doubled
@@ -24,7 +26,7 @@ import logging
 from django.conf import settings
 from django.core.mail import send_mail
 from django.db import IntegrityError, transaction
-from django.db.models import F, Q
+from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
 from alerts import rules, webhook
@@ -33,6 +35,10 @@ from experiments.models import ACTIVE_STATUSES, MetricPoint, Run
 
 log = logging.getLogger(__name__)
 SEND_BATCH = 100
+SCAN_POINTS = 2000
+"""At most this many of a run's points since a rule's last notification are read to tell whether
+its condition stopped holding in between. Beyond them only the newest SCAN_POINTS count: a crossing
+that began earlier than that is no news (the tick, every few seconds, would have seen it begin)."""
 
 
 def run_url(run: Run) -> str:
@@ -89,9 +95,14 @@ def record_stalls(now: dt.datetime) -> int:
     return recorded
 
 
-def _comparison_q(condition: rules.Condition) -> Q:
-    lookup = {">": "gt", ">=": "gte", "<": "lt", "<=": "lte"}[condition.comparison]
-    return Q(**{f"value__{lookup}": condition.threshold})
+def _fell_back_since(condition: rules.Condition, points: QuerySet, last_step: int) -> bool:
+    """Whether the condition did not hold at some step after last_step (`points`: the run's points of
+    the metric, newest first). Windows that end after last_step reach for_steps - 1 points back."""
+    after = list(points.filter(step__gt=last_step).values_list("value", flat=True)[: SCAN_POINTS + 1])
+    if len(after) > SCAN_POINTS:  # only the newest SCAN_POINTS, and the windows wholly among them
+        return rules.fell_back(condition, after[:SCAN_POINTS][::-1], condition.for_steps - 1)
+    before = list(points.filter(step__lte=last_step).values_list("value", flat=True)[: condition.for_steps - 1])
+    return rules.fell_back(condition, before[::-1] + after[::-1], len(before))
 
 
 def record_metric_crossings() -> int:
@@ -101,10 +112,12 @@ def record_metric_crossings() -> int:
         if condition is None:
             continue
         for run in _watched_active_runs(rule):
-            points = MetricPoint.objects.filter(run=run, name=condition.metric)
-            newest = points.order_by("-step").values("step", "value").first()
-            if newest is None or not condition.holds(newest["value"]):
+            points = MetricPoint.objects.filter(run=run, name=condition.metric).order_by("-step")
+            newest = list(points.values_list("step", "value")[: condition.for_steps])[::-1]  # oldest first
+            window = [value for _, value in newest]
+            if not condition.holds_over(window):
                 continue
+            newest_step, newest_value = newest[-1]
             last = (
                 AlertDelivery.objects.filter(rule=rule, run=run, event=AlertEvent.METRIC)
                 .order_by("-created_at", "-id")
@@ -114,16 +127,12 @@ def record_metric_crossings() -> int:
             fell_back = False
             if last is not None:
                 last_step = int(last.split(":")[1])
-                if last_step >= newest["step"]:
+                if last_step >= newest_step:
                     continue
-                fell_back = (
-                    points.filter(step__gt=last_step, step__lte=newest["step"])
-                    .exclude(_comparison_q(condition))
-                    .exists()
-                )
-            if rules.new_crossing(condition, newest["value"], last is not None, fell_back):
-                message = rules.metric_message(_title(run), condition, newest["value"], newest["step"], run_url(run))
-                recorded += record(rule, run, AlertEvent.METRIC, f"metric:{newest['step']}", message) is not None
+                fell_back = _fell_back_since(condition, points, last_step)
+            if rules.new_crossing(condition, window, last is not None, fell_back):
+                message = rules.metric_message(_title(run), condition, newest_value, newest_step, run_url(run))
+                recorded += record(rule, run, AlertEvent.METRIC, f"metric:{newest_step}", message) is not None
     return recorded
 
 

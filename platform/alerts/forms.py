@@ -6,6 +6,7 @@ from __future__ import annotations
 from django import forms
 
 from alerts.models import DEFAULT_MIN_INTERVAL_S, AlertEvent, AlertRule, Channel, Comparison, rule_errors
+from alerts.rules import MAX_FOR_STEPS
 from experiments.models import Experiment
 
 FIELDS = [
@@ -15,6 +16,7 @@ FIELDS = [
     "metric_name",
     "comparison",
     "threshold",
+    "for_steps",
     "channel",
     "target",
     "min_interval_s",
@@ -30,7 +32,14 @@ class AlertRuleForm(forms.Form):
     events = forms.MultipleChoiceField(choices=AlertEvent.choices, widget=forms.CheckboxSelectMultiple)
     metric_name = forms.CharField(max_length=64, required=False, help_text="For the metric event, e.g. reward/mean.")
     comparison = forms.ChoiceField(choices=[("", "—")] + Comparison.choices, required=False)
-    threshold = forms.FloatField(required=False)
+    threshold = forms.FloatField(required=False, help_text="For stuck: how much the metric may vary, e.g. 0.005.")
+    for_steps = forms.IntegerField(
+        required=False,
+        label="For steps",
+        widget=forms.NumberInput(attrs={"min": 1, "max": MAX_FOR_STEPS}),
+        help_text="The condition counts when it holds at each of the newest this many points (default 1; "
+        "stuck: 2 or more).",
+    )
     channel = forms.ChoiceField(choices=Channel.choices)
     target = forms.CharField(
         max_length=500,
@@ -56,6 +65,8 @@ class AlertRuleForm(forms.Form):
         data = super().clean()
         if data.get("min_interval_s") is None and "min_interval_s" not in self.errors:
             data["min_interval_s"] = DEFAULT_MIN_INTERVAL_S
+        if data.get("for_steps") is None and "for_steps" not in self.errors:
+            data["for_steps"] = 1
         if self.errors:
             return data
         problems = rule_errors(
@@ -66,6 +77,7 @@ class AlertRuleForm(forms.Form):
             data["comparison"],
             data["threshold"],
             data["min_interval_s"],
+            data["for_steps"],
         )
         for field, message in problems.items():
             self.add_error(field, message)
@@ -88,6 +100,7 @@ class AlertRuleForm(forms.Form):
             metric_name=d["metric_name"].strip() if metric else "",
             comparison=d["comparison"] if metric else "",
             threshold=d["threshold"] if metric else None,
+            for_steps=d["for_steps"] if metric else 1,
             channel=d["channel"],
             target=d["target"].strip(),
             min_interval_s=d["min_interval_s"],

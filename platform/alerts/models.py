@@ -2,7 +2,8 @@
 
 An `AlertRule` belongs to a user and watches one of their experiments (or all of them when
 `experiment` is empty) for events: a run failed, succeeded or was pruned, a run stalled (an active
-run whose heartbeat is older than PLATFORM_ALERT_STALL_AFTER_S), or a metric crossed a threshold. It
+run whose heartbeat is older than PLATFORM_ALERT_STALL_AFTER_S), or a metric crossed a threshold at
+each of its newest `for_steps` points (or is stuck: varied by at most the threshold over them). It
 notifies one target by e-mail or by webhook (Slack-compatible JSON), at most once per
 `min_interval_s`. Each notification is an `AlertDelivery` row: recorded first (pending), then sent
 by the scheduler's tick (`alerts.delivery.tick`), so a target that is down loses nothing: the row
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.core.validators import validate_email
+from django.core.validators import MaxValueValidator, MinValueValidator, validate_email
 from django.db import models
 
 from alerts import rules, url_guard
@@ -40,6 +41,7 @@ class Comparison(models.TextChoices):
     AT_LEAST = ">=", "at least (>=)"
     BELOW = "<", "below (<)"
     AT_MOST = "<=", "at most (<=)"
+    STUCK = rules.STUCK, "stuck (varies by at most)"
 
 
 class DeliveryStatus(models.TextChoices):
@@ -76,6 +78,12 @@ class AlertRule(models.Model):
     metric_name = models.CharField(max_length=64, blank=True, help_text="For the metric event, e.g. reward/mean.")
     comparison = models.CharField(max_length=2, choices=Comparison.choices, blank=True)
     threshold = models.FloatField(null=True, blank=True)
+    for_steps = models.PositiveIntegerField(
+        default=1,
+        validators=[MinValueValidator(1), MaxValueValidator(rules.MAX_FOR_STEPS)],
+        help_text="The metric condition counts when it holds at each of the run's newest this many points "
+        "(stuck: at least 2).",
+    )
     channel = models.CharField(max_length=16, choices=Channel.choices)
     target = models.CharField(max_length=500, help_text="An e-mail address, or the webhook's URL (shown masked).")
     enabled = models.BooleanField(default=True)
@@ -105,17 +113,20 @@ class AlertRule(models.Model):
     def condition(self) -> rules.Condition | None:
         if AlertEvent.METRIC not in self.events or not self.metric_name or self.threshold is None:
             return None
-        return rules.Condition(self.metric_name, self.comparison, self.threshold)
+        return rules.Condition(self.metric_name, self.comparison, self.threshold, self.for_steps)
 
     def describe(self) -> str:
-        """'failed, metric reward/mean < 0.1' for lists."""
+        """'failed, metric reward/mean < 0.1' (or '... for 5 steps', 'metric reward/mean stuck within
+        0.005 over 20 steps') for lists."""
         parts = [e for e in self.events if e != AlertEvent.METRIC]
         if self.condition is not None:
             parts.append(f"metric {self.condition.describe()}")
         return ", ".join(parts)
 
 
-def rule_errors(events, channel, target, metric_name, comparison, threshold, min_interval_s) -> dict[str, str]:
+def rule_errors(
+    events, channel, target, metric_name, comparison, threshold, min_interval_s, for_steps
+) -> dict[str, str]:
     """{field: message} for a rule's fields (empty when they are good): the one check of the page's
     form, the API and the admin's form."""
     errors: dict[str, str] = {}
@@ -137,6 +148,15 @@ def rule_errors(events, channel, target, metric_name, comparison, threshold, min
             errors["threshold"] = "required for the metric event"
         elif threshold != threshold or threshold in (float("inf"), float("-inf")):
             errors["threshold"] = "must be a finite number"
+        elif comparison == Comparison.STUCK and threshold < 0:
+            errors["threshold"] = (
+                "stuck compares the spread (max - min) of the newest points with the threshold: "
+                "give 0 or more, e.g. 0.005"
+            )
+        if comparison == Comparison.STUCK and _whole(for_steps) and for_steps < 2:
+            errors["for_steps"] = "stuck compares several points: set for_steps to 2 or more, e.g. 20"
+    if not _whole(for_steps) or not 1 <= for_steps <= rules.MAX_FOR_STEPS:
+        errors["for_steps"] = f"a whole number of steps, 1 to {rules.MAX_FOR_STEPS}"
     if channel == Channel.EMAIL:
         try:
             validate_email(target or "")
@@ -151,6 +171,10 @@ def rule_errors(events, channel, target, metric_name, comparison, threshold, min
     if min_interval_s is None or not 0 <= min_interval_s <= MAX_MIN_INTERVAL_S:
         errors["min_interval_s"] = f"seconds between notifications, 0 to {MAX_MIN_INTERVAL_S:.0f}"
     return errors
+
+
+def _whole(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 class AlertDelivery(models.Model):

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, StrictBool
 
 from alerts.models import DeliveryStatus
+from alerts.rules import MAX_FOR_STEPS
 from api.contract import Shape
 from api.inputs import Query, WholeNumber
 
@@ -24,8 +25,15 @@ class AlertRuleInput(BaseModel):
     name: str | None = None
     experiment: WholeNumber | None = Field(None, description="one of your experiments; null = all of them")
     metric_name: str | None = Field(None, description="with the metric event, e.g. reward/mean")
-    comparison: Literal[">", ">=", "<", "<="] | None = None
-    threshold: float | None = None
+    comparison: Literal[">", ">=", "<", "<=", "~"] | None = Field(
+        None, description="~ is stuck: the newest for_steps points vary by at most threshold (max - min)"
+    )
+    threshold: float | None = Field(None, description="with the metric event; for ~, 0 or more")
+    for_steps: WholeNumber | None = Field(
+        None,
+        description=f"the metric condition counts when it holds at each of the run's newest this many points "
+        f"(1 to {MAX_FOR_STEPS}; default 1; ~ needs 2 or more)",
+    )
     min_interval_s: float | None = Field(
         None, description="rate limit: at most one notification per this many seconds (default 60)"
     )
@@ -44,6 +52,7 @@ class AlertRuleOut(Shape):
     metric_name: str
     comparison: str
     threshold: float | None
+    for_steps: int = Field(description="the condition holds at each of the newest this many points")
     channel: str
     target: str = Field(description="masked for a webhook: scheme://host/… and its last characters")
     enabled: bool

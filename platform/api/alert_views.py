@@ -27,6 +27,7 @@ def rule_shape(rule: AlertRule) -> shapes.AlertRuleOut:
         metric_name=rule.metric_name,
         comparison=rule.comparison,
         threshold=rule.threshold,
+        for_steps=rule.for_steps,
         channel=rule.channel,
         target=rule.masked_target,
         enabled=rule.enabled,
@@ -60,9 +61,10 @@ def delivery_shape(d: AlertDelivery) -> shapes.DeliveryOut:
 @api_endpoint("GET", "POST")
 def alert_rules(request):
     """GET: your alert rules. POST {"events", "channel", "target", "experiment"?, "metric_name"?,
-    "comparison"?, "threshold"?, "min_interval_s"?, "enabled"?, "name"?}: 201 the rule (a webhook
-    target masked), or 400 {"errors": {field: message}} (a webhook URL in a local or private
-    network is refused unless the admin allows it in PLATFORM_ALERT_WEBHOOK_ALLOW)."""
+    "comparison"?, "threshold"?, "for_steps"?, "min_interval_s"?, "enabled"?, "name"?}: 201 the rule
+    (a webhook target masked), or 400 {"errors": {field: message}} (a webhook URL in a local or
+    private network is refused unless the admin allows it in PLATFORM_ALERT_WEBHOOK_ALLOW; the
+    comparison "~", stuck, needs for_steps >= 2 and a threshold >= 0)."""
     if request.method == "GET":
         rules = [rule_shape(r) for r in AlertRule.objects.filter(owner=request.user)]
         return shapes.AlertRuleList(rules=rules, count=len(rules))

@@ -102,3 +102,16 @@ def test_add_list_disable_log_and_delete(cli_as_alice, alice):
     assert not AlertRule.objects.exists()
     missing = cli_as_alice("alerts", "delete", str(rule.pk))
     assert missing.returncode == 1 and "HTTP 404" in missing.stderr
+
+
+def test_add_a_stuck_rule_over_several_steps(cli_as_alice, alice):
+    added = cli_as_alice(
+        "alerts", "add", "--webhook", URL, "--metric", "reward/mean", "--when", "~", "--threshold", "0.005",
+        "--for-steps", "20",
+    )  # fmt: skip
+    assert added.returncode == 0, added.stderr
+    rule = AlertRule.objects.get()
+    assert (rule.events, rule.comparison, rule.threshold, rule.for_steps) == (["metric"], "~", 0.005, 20)
+    assert cli_as_alice("alerts", "list").stdout.splitlines()[1].split()[3] == "reward/mean~0.005:20steps"
+    refused = cli_as_alice("alerts", "add", "--webhook", URL, "--metric", "entropy", "--when", "~", "--threshold", "1")
+    assert refused.returncode == 1 and "HTTP 400: for_steps" in refused.stderr

@@ -210,3 +210,86 @@ def test_succeeded_and_pruned_runs_are_recorded_cancelled_ones_not(
         if recorded
         else []
     )
+
+
+def metric_rule(owner, metric, comparison, threshold, for_steps) -> AlertRule:
+    return rule(
+        owner,
+        "alice@example.com",
+        events=("metric",),
+        channel="email",
+        metric_name=metric,
+        comparison=comparison,
+        threshold=threshold,
+        for_steps=for_steps,
+    )
+
+
+def metric_keys(r) -> list[str]:
+    return list(AlertDelivery.objects.filter(rule=r).order_by("id").values_list("key", flat=True))
+
+
+def test_a_sustained_condition_is_notified_after_for_steps_points_once_per_crossing(alice):
+    r = metric_rule(alice, "entropy", "<", 0.05, for_steps=3)
+    run = make_run(alice, status="running")
+    add_points(run, {"entropy": [(1, 0.5), (2, 0.04), (3, 0.03)]})  # below for 2 steps: fewer than 3
+    assert delivery.record_metric_crossings() == 0
+    add_points(run, {"entropy": [(4, 0.5), (5, 0.04), (6, 0.03)]})  # back above, then below for 2 again
+    assert delivery.record_metric_crossings() == 0
+    add_points(run, {"entropy": [(7, 0.02)]})  # the third step below
+    assert delivery.record_metric_crossings() == 1
+    assert AlertDelivery.objects.get(rule=r).message == (
+        f'Run #{run.pk} of "exp": entropy = 0.02 at step 7 (entropy < 0.05 for 3 steps). '
+        f"http://localhost:8000/runs/{run.pk}/"
+    )
+    add_points(run, {"entropy": [(8, 0.01)]})  # stays below: the same crossing
+    assert delivery.record_metric_crossings() == 0
+    add_points(run, {"entropy": [(9, 0.06), (10, 0.01), (11, 0.01)]})  # falls back, below for 2 steps
+    assert delivery.record_metric_crossings() == 0
+    add_points(run, {"entropy": [(12, 0.01)]})  # for 3 steps again: a new crossing
+    assert delivery.record_metric_crossings() == 1
+    # fell back and crossed again for 3 steps between two ticks: seen among the points since step 12
+    add_points(run, {"entropy": [(13, 0.5), (14, 0.01), (15, 0.01), (16, 0.01)]})
+    assert delivery.record_metric_crossings() == 1
+    # NaN breaks the sustained condition; 3 finite steps below after it are a new crossing
+    add_points(run, {"entropy": [(17, float("nan")), (18, 0.01), (19, 0.01)]})
+    assert delivery.record_metric_crossings() == 0
+    add_points(run, {"entropy": [(20, 0.01)]})
+    assert delivery.record_metric_crossings() == 1
+    assert delivery.record_metric_crossings() == 0
+    assert metric_keys(r) == ["metric:7", "metric:12", "metric:16", "metric:20"]
+
+
+def test_a_stuck_metric_is_notified_once_until_it_moves(alice):
+    r = metric_rule(alice, "reward/mean", "~", 0.25, for_steps=3)
+    run = make_run(alice, status="running")
+    add_points(run, {"reward/mean": [(1, 1.0), (2, 1.5)]})  # fewer points than for_steps
+    assert delivery.record_metric_crossings() == 0
+    add_points(run, {"reward/mean": [(3, 1.625)]})  # 1.0 .. 1.625: varies by 0.625
+    assert delivery.record_metric_crossings() == 0
+    add_points(run, {"reward/mean": [(4, 1.5)]})  # 1.5 .. 1.625: 0.125, stuck
+    assert delivery.record_metric_crossings() == 1
+    assert AlertDelivery.objects.get(rule=r).message == (
+        f'Run #{run.pk} of "exp": reward/mean = 1.5 at step 4 (reward/mean stuck within 0.25 over 3 steps). '
+        f"http://localhost:8000/runs/{run.pk}/"
+    )
+    add_points(run, {"reward/mean": [(5, 1.5)]})  # still stuck
+    assert delivery.record_metric_crossings() == 0
+    add_points(run, {"reward/mean": [(6, 3.0), (7, 3.0)]})  # moved: [1.5, 3, 3] is not stuck
+    assert delivery.record_metric_crossings() == 0
+    add_points(run, {"reward/mean": [(8, 3.125)]})  # stuck again at about 3
+    assert delivery.record_metric_crossings() == 1
+    assert metric_keys(r) == ["metric:4", "metric:8"]
+
+
+def test_only_the_newest_scan_points_are_read_after_a_notification(alice, monkeypatch):
+    monkeypatch.setattr(delivery, "SCAN_POINTS", 4)
+    r = metric_rule(alice, "entropy", "<", 0.05, for_steps=2)
+    run = make_run(alice, status="running")
+    add_points(run, {"entropy": [(1, 0.01), (2, 0.01)]})
+    assert delivery.record_metric_crossings() == 1
+    add_points(run, {"entropy": [(step, 0.01) for step in range(3, 9)]})  # 6 points since: more than 4
+    assert delivery.record_metric_crossings() == 0  # held in every window of the newest 4
+    add_points(run, {"entropy": [(9, 0.5), (10, 0.01), (11, 0.01)]})  # among the newest 4: [8, 9, 10, 11]
+    assert delivery.record_metric_crossings() == 1
+    assert metric_keys(r) == ["metric:2", "metric:11"]

@@ -1,6 +1,7 @@
 """Alert rules over the API, on the Alerts page and in the admin: creation with the one validation
-(events, metric fields, e-mail, the webhook URL guard), your own experiments only, masked webhook
-targets everywhere after saving, the delivery log, deleting, and another user's rules answering 404."""
+(events, metric fields, for_steps and stuck, e-mail, the webhook URL guard), your own experiments only,
+masked webhook targets everywhere after saving, the delivery log, deleting, another user's rules
+answering 404, and the collapse-detector presets filling in the page's form."""
 
 from __future__ import annotations
 
@@ -10,12 +11,15 @@ import pytest
 from api_testlib import make_experiment, make_run, token_client
 from django.urls import reverse
 
-from alerts.models import AlertDelivery, AlertRule
+from alerts import rules
+from alerts.models import AlertDelivery, AlertRule, rule_errors
+from trainers.config.metric_names import is_metric_name
 
 pytestmark = pytest.mark.django_db
 
 SECRET_URL = "https://hooks.slack.com/services/T000/B000/abcdefSECRETvalue1234"
 PUBLIC = {"hooks.slack.com": ["54.1.2.3"]}
+METRIC = {"events": ["metric"], "channel": "email", "target": "a@example.com", "metric_name": "reward/mean"}
 
 
 @pytest.fixture(autouse=True)
@@ -68,6 +72,7 @@ def test_create_list_get_and_delete_over_the_api(alice, bob):
         120,
         True,
     )
+    assert body["for_steps"] == 1 and rule.for_steps == 1  # not given: the newest point alone, as before
     listed = token_client(alice).get("/api/alerts").json()
     assert listed["count"] == 1 and "SECRET" not in json.dumps(listed)
     assert token_client(alice).get(f"/api/alerts/{rule.pk}").json()["target"] == "https://hooks.slack.com/…1234"
@@ -146,6 +151,14 @@ def test_create_list_get_and_delete_over_the_api(alice, bob):
             "threshold",
             "number",
         ),
+        (METRIC | {"comparison": "~", "threshold": 0.01, "for_steps": 1}, "for_steps", "2 or more"),
+        (METRIC | {"comparison": "~", "threshold": 0.01}, "for_steps", "2 or more"),  # default 1
+        (METRIC | {"comparison": "~", "threshold": -0.01, "for_steps": 5}, "threshold", "0 or more"),
+        (METRIC | {"comparison": "<", "threshold": 0.1, "for_steps": 0}, "for_steps", "1 to 1000"),
+        (METRIC | {"comparison": "<", "threshold": 0.1, "for_steps": 1001}, "for_steps", "1 to 1000"),
+        (METRIC | {"comparison": "<", "threshold": 0.1, "for_steps": "x"}, "for_steps", "whole number"),
+        (METRIC | {"comparison": "<", "threshold": 0.1, "for_steps": True}, "for_steps", "got True"),
+        (METRIC | {"comparison": "~~", "threshold": 0.1, "for_steps": 2}, "comparison", "'~'"),
     ],
 )
 def test_bad_rules_answer_400_naming_the_field(alice, body, field, message):
@@ -155,6 +168,28 @@ def test_bad_rules_answer_400_naming_the_field(alice, body, field, message):
         return
     assert status == 400 and message in answer["errors"][field], answer
     assert not AlertRule.objects.exists()
+
+
+def test_a_stuck_rule_over_the_api(alice):
+    status, body = post(
+        alice,
+        {
+            "events": ["metric"],
+            "channel": "email",
+            "target": "a@example.com",
+            "metric_name": "reward/mean",
+            "comparison": "~",
+            "threshold": 0.005,
+            "for_steps": 20,
+        },
+    )
+    assert status == 201, body
+    assert (body["comparison"], body["threshold"], body["for_steps"]) == ("~", 0.005, 20)
+    rule = AlertRule.objects.get(pk=body["id"])
+    assert (rule.comparison, rule.for_steps) == ("~", 20)
+    assert rule.describe() == "metric reward/mean stuck within 0.005 over 20 steps"
+    assert token_client(alice).get(f"/api/alerts/{rule.pk}").json()["for_steps"] == 20
+    assert [r["for_steps"] for r in token_client(alice).get("/api/alerts").json()["rules"]] == [20]
 
 
 def test_only_your_own_experiments(alice, bob):
@@ -301,3 +336,99 @@ def test_the_admin_masks_targets_and_keeps_one_left_empty(client, staff, alice):
         {"action": "send_again", "_selected_action": [AlertDelivery.objects.get().pk]},
     )
     assert AlertDelivery.objects.get().status == "pending"
+
+
+def test_the_collapse_presets_fill_in_the_form(alice_client, alice):
+    experiment = make_experiment(alice, name="arith")
+    html = alice_client.get(reverse("alert-list") + f"?experiment={experiment.pk}").content.decode()
+    for slug in ("entropy-collapse", "reward-stuck", "sampler-mismatch"):  # each offered, keeping the experiment
+        assert f'href="?experiment={experiment.pk}&amp;preset={slug}" id="preset-{slug}"' in html
+    assert "<code>reward/mean stuck within 0.005 over 20 steps</code>" in html
+    page = alice_client.get(reverse("alert-list") + f"?preset=reward-stuck&experiment={experiment.pk}")
+    html = page.content.decode()
+    assert page.status_code == 200
+    assert 'name="name" value="Reward stuck"' in html
+    assert 'name="metric_name" value="reward/mean"' in html
+    assert '<option value="~" selected>stuck (varies by at most)</option>' in html
+    assert 'name="threshold" value="0.005"' in html and 'name="for_steps" value="20"' in html
+    assert 'value="metric" id="id_events_4" checked>' in html and 'value="failed" id="id_events_0">' in html
+    assert f'<option value="{experiment.pk}" selected>' in html
+    # an unknown preset: the page, empty, with a message
+    page = alice_client.get(reverse("alert-list") + "?preset=no-such")
+    html = page.content.decode()
+    assert page.status_code == 200 and "Unknown preset &#x27;no-such&#x27;: choose one of entropy-collapse" in html
+    assert 'name="metric_name" maxlength="64"' in html and 'value="metric" id="id_events_4">' in html
+    # the prefilled form, sent: the rule, listed with its steps
+    response = alice_client.post(
+        reverse("alert-list"),
+        {
+            "name": "Entropy collapse",
+            "events": ["metric"],
+            "metric_name": "entropy",
+            "comparison": "<",
+            "threshold": "0.05",
+            "for_steps": "5",
+            "channel": "email",
+            "target": "alice@example.com",
+            "min_interval_s": "60",
+            "enabled": "on",
+        },
+    )
+    assert response.status_code == 302
+    rule = AlertRule.objects.get()
+    assert (rule.metric_name, rule.comparison, rule.threshold, rule.for_steps) == ("entropy", "<", 0.05, 5)
+    assert "<td>metric entropy &lt; 0.05 for 5 steps</td>" in alice_client.get(reverse("alert-list")).content.decode()
+
+
+def test_the_page_refuses_a_stuck_rule_over_one_step(alice_client, alice):
+    form = {
+        "events": ["metric"],
+        "metric_name": "reward/mean",
+        "comparison": "~",
+        "threshold": "0.005",
+        "for_steps": "1",
+        "channel": "email",
+        "target": "alice@example.com",
+    }
+    response = alice_client.post(reverse("alert-list"), form)
+    html = response.content.decode()
+    assert response.status_code == 400 and not AlertRule.objects.exists()
+    field = html[html.index('id="field-for_steps"') : html.index('id="field-channel"')]
+    assert "stuck compares several points: set for_steps to 2 or more" in field
+    response = alice_client.post(reverse("alert-list"), form | {"for_steps": "", "threshold": "-1"})
+    html = response.content.decode()
+    assert response.status_code == 400 and "give 0 or more" in html and "set for_steps to 2 or more" in html
+    assert alice_client.post(reverse("alert-list"), form | {"for_steps": "20"}).status_code == 302
+    assert AlertRule.objects.get().for_steps == 20
+
+
+def test_every_preset_is_a_valid_rule_on_a_metric_the_trainer_reports():
+    for preset in rules.COLLAPSE_DETECTORS:
+        args = (["metric"], "email", "a@example.com", preset.metric, preset.comparison, preset.threshold, 60.0)
+        assert rule_errors(*args, preset.for_steps) == {}, preset.slug
+        assert is_metric_name(preset.metric), preset.slug
+
+
+def test_the_admin_form_checks_for_steps(client, staff, alice):
+    client.force_login(staff)
+    form = {
+        "owner": alice.pk,
+        "name": "stuck",
+        "events": ["metric"],
+        "metric_name": "reward/mean",
+        "comparison": "~",
+        "threshold": "0.005",
+        "for_steps": "1",
+        "channel": "email",
+        "new_target": "alice@example.com",
+        "min_interval_s": "60",
+        "enabled": "on",
+    }
+    response = client.post(reverse("admin:alerts_alertrule_add"), form)
+    assert response.status_code == 200 and "set for_steps to 2 or more" in response.content.decode()
+    assert not AlertRule.objects.exists()
+    response = client.post(reverse("admin:alerts_alertrule_add"), form | {"for_steps": "20"})
+    assert response.status_code == 302, response.content.decode()[:2000]
+    assert AlertRule.objects.get().for_steps == 20
+    changelist = client.get(reverse("admin:alerts_alertrule_changelist")).content.decode()
+    assert "metric reward/mean stuck within 0.005 over 20 steps" in changelist

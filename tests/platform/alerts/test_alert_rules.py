@@ -1,4 +1,5 @@
-"""Alerts' pure logic by hand: status events, threshold conditions and when a crossing is new, stalls,
+"""Alerts' pure logic by hand: status events, threshold conditions and when a crossing is new, conditions
+over the newest for_steps points (sustained, stuck, NaN, too few points), the collapse presets, stalls,
 messages, backoff, the rate limit; the webhook URL guard (schemes, loopback, private, link-local,
 IPv6, a name resolving to loopback, the admin's allow list) and masking."""
 
@@ -47,11 +48,88 @@ def test_condition_holds(comparison, value, holds):
 
 def test_a_crossing_is_new_once_until_the_metric_comes_back():
     c = rules.Condition("loss/policy", ">", 2.0)
-    assert rules.new_crossing(c, 3.0, notified_before=False, fell_back_since=False)  # first crossing
-    assert not rules.new_crossing(c, 3.5, notified_before=True, fell_back_since=False)  # still the same one
-    assert rules.new_crossing(c, 2.5, notified_before=True, fell_back_since=True)  # came back, crossed again
-    assert not rules.new_crossing(c, 1.0, notified_before=False, fell_back_since=False)  # not crossing
+    assert rules.new_crossing(c, [3.0], notified_before=False, fell_back_since=False)  # first crossing
+    assert not rules.new_crossing(c, [3.5], notified_before=True, fell_back_since=False)  # still the same one
+    assert rules.new_crossing(c, [2.5], notified_before=True, fell_back_since=True)  # came back, crossed again
+    assert not rules.new_crossing(c, [1.0], notified_before=False, fell_back_since=False)  # not crossing
+    assert not rules.new_crossing(c, [], notified_before=False, fell_back_since=False)  # no point yet
+    assert rules.new_crossing(c, [1.0, 3.0], notified_before=False, fell_back_since=False)  # the newest counts
     assert c.describe() == "loss/policy > 2"
+
+
+NAN = float("nan")
+INF = float("inf")
+T, F = True, False
+
+
+def test_a_sustained_condition_holds_only_at_each_of_the_newest_points():
+    c = rules.Condition("entropy", "<", 0.05, for_steps=3)
+    assert c.holds_over([0.04, 0.03, 0.02])
+    assert c.holds_over([0.06, 0.04, 0.03, 0.02])  # the older point is outside the window
+    assert not c.holds_over([0.04, 0.06, 0.03])  # one of the three is above
+    assert not c.holds_over([0.04, 0.03])  # fewer points than for_steps
+    assert not c.holds_over([])
+    assert not c.holds_over([0.04, None, 0.03])  # NaN (stored as None) crosses nothing
+    assert not c.holds_over([0.01, NAN, 0.03, 0.02])
+    assert not c.holds_over([0.04, 0.05, 0.03])  # < is strict
+    #                 0.04   0.03   0.02  0.06   0.01   0.01   0.01
+    assert rules.holding(c, [0.04, 0.03, 0.02, 0.06, 0.01, 0.01, 0.01]) == [F, F, T, F, F, F, T]
+    assert c.describe() == "entropy < 0.05 for 3 steps"
+    assert rules.Condition("entropy", "<", 0.05, for_steps=1).describe() == "entropy < 0.05"
+
+
+def test_stuck_means_the_newest_points_vary_by_at_most_the_threshold():
+    s = rules.Condition("reward/mean", "~", 0.25, for_steps=4)
+    assert s.holds_over([1.0, 1.25, 1.125, 1.0])  # max - min = 0.25: at most, so stuck
+    assert not s.holds_over([1.0, 1.25, 1.125, 0.875])  # 1.25 - 0.875 = 0.375
+    assert s.holds_over([5.0, 1.0, 1.25, 1.125, 1.0])  # 5.0 is older than the window
+    assert not s.holds_over([1.0, 1.0, 1.0])  # fewer points than for_steps
+    assert not s.holds_over([1.0, None, 1.0, 1.0])  # a NaN in the window: not stuck
+    assert s.holds_over([None, 1.0, 1.0, 1.0, 1.0])
+    assert not s.holds_over([INF, INF, INF, INF])  # non-finite points are never stuck
+    assert not s.holds_over([-INF, 1.0, 1.0, 1.0])
+    assert s.describe() == "reward/mean stuck within 0.25 over 4 steps"
+    assert rules.Condition("reward/mean", "~", 0.005, 20).describe() == "reward/mean stuck within 0.005 over 20 steps"
+    with pytest.raises(ValueError, match="holds_over"):
+        s.holds(1.0)
+
+
+def test_stuck_windows_slide():
+    s = rules.Condition("m", "~", 0.25, for_steps=3)
+    values = [1.0, 1.125, 1.25, 2.0, 2.0, 2.25, None, 2.0, 2.0, 2.0]
+    # windows: -, -, [1, 1.125, 1.25] 0.25, [1.125, 1.25, 2] 0.875, [1.25, 2, 2] 0.75, [2, 2, 2.25] 0.25,
+    # NaN, then fewer than 3 finite points twice, then [2, 2, 2]
+    assert rules.holding(s, values) == [F, F, T, F, F, T, F, F, F, T]
+    assert [s.holds_over(values[: i + 1]) for i in range(len(values))] == [F, F, T, F, F, T, F, F, F, T]
+    # the window's maximum leaves it: [3, 2, 1] 2.0, [2, 1, 1] 1.0, [1, 1, 1] 0
+    assert rules.holding(rules.Condition("m", "~", 0.5, 3), [3.0, 2.0, 1.0, 1.0, 1.0]) == [F, F, F, F, T]
+    # and its minimum: [0, 1, 2] 2.0, [1, 2, 2] 1.0, [2, 2, 2] 0
+    assert rules.holding(rules.Condition("m", "~", 0.5, 3), [0.0, 1.0, 2.0, 2.0, 2.0]) == [F, F, F, F, T]
+
+
+def test_fell_back_looks_at_the_windows_from_since_on():
+    c = rules.Condition("entropy", "<", 0.05, for_steps=2)
+    # notified at index 2 (0.02); then 0.06 breaks the window ending at index 3
+    assert rules.fell_back(c, [0.01, 0.01, 0.02, 0.06, 0.01, 0.01], since=3)
+    assert not rules.fell_back(c, [0.01, 0.01, 0.02, 0.01, 0.01], since=3)  # held throughout
+    assert not rules.fell_back(c, [0.06, 0.01, 0.02, 0.01], since=2)  # the break is before since
+    assert rules.fell_back(c, [0.01], since=0)  # an incomplete window does not hold
+    s = rules.Condition("m", "~", 0.25, for_steps=2)
+    assert rules.fell_back(s, [1.0, 1.0, 2.0, 2.0], since=2)  # [1, 2] spreads 1.0: stuck no more
+    assert not rules.fell_back(s, [1.0, 1.0, 1.125, 1.0], since=2)
+
+
+def test_the_collapse_detectors():
+    assert [(p.slug, p.title, p.condition.describe()) for p in rules.COLLAPSE_DETECTORS] == [
+        ("entropy-collapse", "Entropy collapse", "entropy < 0.05 for 5 steps"),
+        ("reward-stuck", "Reward stuck", "reward/mean stuck within 0.005 over 20 steps"),
+        ("sampler-mismatch", "Sampler mismatch", "mismatch/kl > 0.01 for 3 steps"),
+    ]
+    assert all(p.why for p in rules.COLLAPSE_DETECTORS)
+    assert rules.preset("reward-stuck").for_steps == 20 and rules.preset("nope") is None
+    mismatch = rules.preset("sampler-mismatch").condition
+    assert not mismatch.holds_over([0.02, 0.02])  # two steps above: not yet
+    assert mismatch.holds_over([0.02, 0.02, 0.011])
 
 
 def test_stalled_after_the_setting():
