@@ -12,6 +12,7 @@ TRAINERS = Path(__file__).resolve().parents[2] / "trainers"
 LAYERS = {
     "errors": 0,
     "registry": 0,
+    "sandbox": 0,
     "data": 1,
     "parallel": 1,
     "algo": 1,

@@ -1,7 +1,9 @@
 """Verifiable reward functions.
 
-Every reward is a pure function `fn(completion: str, example: dict) -> float`
-with a value in [0, 1]. `completion` is the decoded model output (text after
+Every reward is a function `fn(completion: str, example: dict) -> float`
+with a value in [0, 1], pure except `code_tests`, which runs the completion's code in the sandbox
+and is registered `batched=True`: `fn(completions, examples) -> [N]`, so a step's programs run
+side by side. `completion` is the decoded model output (text after
 the prompt, up to the first EOS); `example` is the dataset row, with at least
 "prompt" (a str, or from JSONL a list of {"role", "content"} chat messages; no
 reward reads it) and "answer" (str) and, for countdown, "numbers" (list of int)
@@ -26,6 +28,7 @@ from fractions import Fraction
 import numpy as np
 
 from trainers.registry import Registry
+from trainers.sandbox.runner import Sandbox
 
 RewardFn = Callable[[str, dict], float]
 REWARDS = Registry("reward")
@@ -433,6 +436,42 @@ def math_format(completion: str, example: dict) -> float:
     return float(boxed_answer(completion[-MATH_TAIL_CHARS:]) is not None)
 
 
+_CODE_BLOCK_RE = re.compile(r"```[ \t]*(?:python|py)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL | re.IGNORECASE)
+_SANDBOX = None
+SANDBOX_UNAVAILABLE = "the sandbox cannot isolate code here"
+
+
+def code_of(completion: str) -> str:
+    """The program in a completion: its first fenced code block (```python ... ```, the closing fence
+    optional when the completion was cut off), else the whole completion."""
+    match = _CODE_BLOCK_RE.search(completion)
+    return match.group(1) if match else completion
+
+
+def sandbox():
+    """This process's sandbox pool (trainers.sandbox.runner.Sandbox), started on first use: one
+    program per CPU at a time, each test under the default limits."""
+    global _SANDBOX
+    if _SANDBOX is None:
+        _SANDBOX = Sandbox()
+    return _SANDBOX
+
+
+@REWARDS.register("code_tests", batched=True)
+def code_tests(completions: list[str], examples: list[dict]) -> np.ndarray:
+    """The fraction of example["tests"] (Python statements, e.g. asserts) that pass when run after the
+    completion's code (`code_of`), each test in a fresh process of the sandbox (trainers.sandbox:
+    no network, a read-only file system but its own directory, time, CPU, memory and process
+    limits). Code that fails, hangs or misbehaves scores 0 on the tests it spoils. Batched: the
+    step's programs run side by side, one per CPU."""
+    programs = [(code_of(c), list(e["tests"])) for c, e in zip(completions, examples)]
+    outcomes = sandbox().run_many(programs)
+    isolation = [o.error for o in outcomes if o.error.startswith(SANDBOX_UNAVAILABLE)]
+    if isolation:  # nothing ran: a run must not learn from rewards of 0 that say nothing of the code
+        raise RuntimeError(f"code_tests: {isolation[0]}")
+    return np.array([o.passed_fraction for o in outcomes], dtype=np.float32)
+
+
 def check_specs(specs: list[tuple[str, float]]) -> None:
     """Raises ValueError unless specs is a non-empty list of (known name, finite weight)
     with no name repeated."""
@@ -469,11 +508,14 @@ def score(
     total = np.zeros(len(completions), dtype=np.float32)
     components = {}
     for name, weight in specs:
-        reward_fn = REWARDS[name]
-        values = np.array(
-            [reward_fn(completion, example) for completion, example in zip(completions, examples)],
-            dtype=np.float32,
-        )
+        entry = REWARDS.get(name)
+        if entry.meta.get("batched"):  # fn(completions, examples) -> [N]: it runs them side by side
+            values = np.asarray(entry.obj(list(completions), list(examples)), dtype=np.float32)
+        else:
+            values = np.array(
+                [entry.obj(completion, example) for completion, example in zip(completions, examples)],
+                dtype=np.float32,
+            )
         components[name] = values
         total += np.float32(weight) * values
     return total, components
@@ -482,9 +524,11 @@ def score(
 def accuracy(completions: list[str], examples: list[dict], components: dict[str, np.ndarray]) -> np.ndarray:
     """[N] bool: which completions are correct, given `score`'s components for them. With
     `math_answer` among the rewards, its values (math-verify already judged every completion:
-    not twice); otherwise `is_correct` per completion."""
+    not twice); with `code_tests`, every test passed; otherwise `is_correct` per completion."""
     if "math_answer" in components:
         return components["math_answer"] == 1.0
+    if "code_tests" in components:
+        return components["code_tests"] == 1.0
     return np.array([is_correct(c, e) for c, e in zip(completions, examples)], dtype=bool)
 
 

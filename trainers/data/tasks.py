@@ -18,7 +18,7 @@ from collections.abc import Callable, Collection
 
 import numpy as np
 
-from trainers.data import rewards, word_problems
+from trainers.data import code_problems, rewards, word_problems
 from trainers.registry import Registry
 
 _TRAIN_STREAM = 0
@@ -274,6 +274,14 @@ for _task in (
         "word problems with two- and three-digit numbers (add, subtract, multiply by a 1-2 digit count, some "
         "add-then-subtract), each prompt ending with the answer format: hard in a small model's head, easy with "
         "the calculator environment (configs/calculator-arith.yaml), answer checked with math_answer",
+    ),
+    Task(
+        name="python_functions",
+        make_examples=_example_maker("python_functions", code_problems.make_problem),
+        default_rewards=[("code_tests", 1.0)],
+        max_new_tokens=96,
+        description="write one small Python function from its description (ten kinds, generated with five unit "
+        "tests each): scored by code_tests, the fraction of tests the code passes in the sandbox",
     ),
     Task(
         name="guess_number",

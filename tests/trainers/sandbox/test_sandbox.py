@@ -1,0 +1,139 @@
+"""The code sandbox against the attacks a policy's code may make: each ends as a failed test with its
+reason, leaves nothing behind, and this process lives on. (How long each takes against its limit is
+measured by bench/sandbox_attacks.py, not here: no wall-clock assertion in tests.)"""
+
+import os
+import shutil
+import socket
+import tempfile
+import threading
+
+import pytest
+
+from trainers.sandbox.runner import Limits, Sandbox, run_program
+
+FAST = Limits(test_timeout_s=2.0, cpu_s=2, memory_bytes=256 << 20)
+ADD = "def add(a, b):\n    return a + b\n"
+
+
+def only(outcome):
+    assert outcome.error == "", outcome.error
+    (result,) = outcome.results
+    return result
+
+
+def test_the_fraction_of_tests_passed_and_why_the_others_failed():
+    outcome = run_program(ADD, ["assert add(1, 2) == 3", "assert add(1, 1) == 3, 'one and one'", "add(1)"], FAST)
+    assert [r.passed for r in outcome.results] == [True, False, False]
+    assert outcome.results[1].reason == "AssertionError: one and one"
+    assert outcome.results[2].reason.startswith("TypeError: add() missing 1 required positional argument")
+    assert outcome.passed_fraction == pytest.approx(1 / 3)
+
+
+@pytest.mark.parametrize("exit_call", ["import os; os._exit(0)", "import sys; sys.exit(0)", "raise SystemExit"])
+def test_exiting_early_with_success_does_not_pass(exit_call):
+    """Code that ends its process with status 0 before the test ran never reports the round's secret."""
+    result = only(run_program(ADD + exit_call, ["assert add(1, 2) == 3"], FAST))
+    assert not result.passed
+    assert "exit" in result.reason.lower() or "SystemExit" in result.reason
+
+
+def test_code_that_does_not_parse_fails_every_test_with_the_syntax_error():
+    outcome = run_program("def add(a, b) return a + b", ["assert add(1, 2) == 3"] * 2, FAST)
+    assert [r.passed for r in outcome.results] == [False, False]
+    assert outcome.results[0].reason == "the code failed: SyntaxError: expected ':' (line 1)"
+
+
+def test_an_infinite_loop_is_killed_at_the_wall_clock_limit():
+    result = only(run_program("while True:\n    pass\n", ["pass"], Limits(test_timeout_s=1.0, cpu_s=10)))
+    assert result == result.__class__(False, "timed out after 1 s")
+
+
+def test_a_busy_loop_is_stopped_by_the_cpu_limit_first():
+    result = only(run_program("while True:\n    pass\n", ["pass"], Limits(test_timeout_s=10.0, cpu_s=1)))
+    assert not result.passed and result.reason in ("killed by SIGXCPU (CPU time limit)", "killed by SIGKILL")
+
+
+def test_a_huge_allocation_fails_with_a_memory_error():
+    result = only(run_program("x = bytearray(10 * 1024 ** 3)\n", ["pass"], FAST))
+    assert not result.passed and result.reason == "the code failed: MemoryError"
+
+
+def _tasks_of_everyone() -> int:
+    return sum(1 for name in os.listdir("/proc") if name.isdigit())
+
+
+def test_a_fork_bomb_is_capped_and_nothing_outlives_the_sandbox():
+    before = _tasks_of_everyone()
+    bomb = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
+    result = only(run_program(bomb, ["pass"], Limits(test_timeout_s=1.0, cpu_s=1, max_processes=16)))
+    assert not result.passed
+    # every process of the bomb died with the sandbox's PID namespace
+    assert _tasks_of_everyone() <= before + 2
+    # and the sandbox still works afterwards
+    assert run_program(ADD, ["assert add(2, 2) == 4"], FAST).passed_fraction == 1.0
+
+
+def test_writing_outside_its_directory_is_refused():
+    """Into a folder anyone may write to: only the read-only mount stands in the way."""
+    folder = tempfile.mkdtemp(prefix="sandbox-target-")
+    os.chmod(folder, 0o777)
+    target = os.path.join(folder, "escaped.txt")
+    try:
+        result = only(run_program(f"open({target!r}, 'w').write('x')\n", ["pass"], FAST))
+        assert not result.passed and "Read-only file system" in result.reason
+        assert not os.path.exists(target)
+    finally:
+        shutil.rmtree(folder)
+    # its own directory is writable, and fresh for each program
+    outcome = run_program("open('mine.txt', 'w').write('x')\n", ["assert open('mine.txt').read() == 'x'"], FAST)
+    assert outcome.passed_fraction == 1.0
+    assert run_program("import os\n", ["assert os.listdir('.') == []"], FAST).passed_fraction == 1.0
+
+
+def test_the_project_data_folder_is_hidden():
+    data = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__)))), "var")
+    os.makedirs(data, exist_ok=True)
+    result = only(run_program("import os\n", [f"assert os.listdir({data!r}) == []"], FAST))
+    assert result.passed, result.reason
+
+
+def test_no_network_not_even_this_machine():
+    accepted = []
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    server.settimeout(3)
+
+    def serve():
+        try:
+            accepted.append(server.accept())
+        except OSError:
+            pass
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    code = f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1).sendall(b'hi')\n"
+    result = only(run_program(code, ["pass"], FAST))
+    thread.join()
+    server.close()
+    assert result == result.__class__(False, "the code failed: OSError: [Errno 101] Network is unreachable")
+    assert accepted == []
+
+
+def test_killing_its_parent_or_this_process_fails():
+    code = f"import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nos.kill({os.getpid()}, signal.SIGKILL)\n"
+    result = only(run_program(code, ["pass"], FAST))
+    assert not result.passed and result.reason.startswith("the code failed: ProcessLookupError")
+    # the sandbox's PID 1 ignored the signal: the next test of the same program still ran
+    outcome = run_program("import os, signal\nos.kill(1, signal.SIGKILL)\n", ["pass", "pass"], FAST)
+    assert outcome.passed_fraction == 1.0
+
+
+def test_the_pool_runs_many_programs_and_keeps_their_order():
+    sandbox = Sandbox(FAST, concurrency=2)
+    try:
+        programs = [(f"def f():\n    return {i}\n", [f"assert f() == {i}", "assert f() == -1"]) for i in range(6)]
+        outcomes = sandbox.run_many(programs)
+    finally:
+        sandbox.close()
+    assert [[r.passed for r in o.results] for o in outcomes] == [[True, False]] * 6

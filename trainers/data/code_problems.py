@@ -1,0 +1,159 @@
+"""Generated Python programming problems with unit tests (the `python_functions` task).
+
+Each problem asks for one small function, described in English, and carries five tests: `assert`
+statements whose expected values come from a reference implementation here, on inputs drawn from
+the same seed. The `code_tests` reward (trainers.data.rewards) runs a completion's code against
+them in the sandbox (trainers.sandbox). Deterministic in (seed, stream); pure Python.
+
+An example: {"prompt": str, "answer": str (a reference solution, shown in the rollout browser),
+"tests": [str] * 5, "entry_point": str}.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import numpy as np
+
+TESTS_PER_PROBLEM = 5
+INSTRUCTION = "Answer with only the function, in a ```python code block."
+
+
+@dataclasses.dataclass(frozen=True)
+class Template:
+    """One kind of problem, under one of `names`: `describe(p)` the English, `solve(p, *args)` the
+    reference, `source(p)` its code, `inputs(rng, p)` one call's arguments, `params(rng)` the
+    problem's constants."""
+
+    names: tuple[str, ...]
+    signature: str
+    params: Callable[[np.random.Generator], dict]
+    describe: Callable[[dict], str]
+    solve: Callable[..., object]
+    source: Callable[[dict], str]
+    inputs: Callable[[np.random.Generator, dict], tuple]
+
+
+def _ints(rng: np.random.Generator, low: int = -9, high: int = 20, size: tuple[int, int] = (0, 7)) -> list[int]:
+    return [int(v) for v in rng.integers(low, high, int(rng.integers(*size)))]
+
+
+def _word(rng: np.random.Generator, letters: str = "abcde", size: tuple[int, int] = (0, 9)) -> str:
+    return "".join(rng.choice(list(letters), int(rng.integers(*size))))
+
+
+TEMPLATES = (
+    Template(
+        ("sum_above", "total_above", "sum_greater_than"),
+        "(xs)",
+        lambda rng: {"k": int(rng.integers(-20, 50))},
+        lambda p: f"returns the sum of the numbers in the list xs that are greater than {p['k']}",
+        lambda p, xs: sum(x for x in xs if x > p["k"]),
+        lambda p: f"    return sum(x for x in xs if x > {p['k']})",
+        lambda rng, p: (_ints(rng),),
+    ),
+    Template(
+        ("count_char", "count_letter", "letter_count"),
+        "(s)",
+        lambda rng: {"c": str(rng.choice(list("abcdefghijklmnopqrstuvwxyz")))},
+        lambda p: f"returns how many times the letter {p['c']!r} appears in the string s",
+        lambda p, s: s.count(p["c"]),
+        lambda p: f"    return s.count({p['c']!r})",
+        lambda rng, p: (_word(rng, "abcdefghijklmnopqrstuvwxyz"[:5] + p["c"]),),
+    ),
+    Template(
+        ("scale", "multiply_all", "scaled"),
+        "(xs)",
+        lambda rng: {"k": int(rng.integers(2, 30))},
+        lambda p: f"returns a new list with every number of the list xs multiplied by {p['k']}",
+        lambda p, xs: [x * p["k"] for x in xs],
+        lambda p: f"    return [x * {p['k']} for x in xs]",
+        lambda rng, p: (_ints(rng),),
+    ),
+    Template(
+        ("divisible", "is_divisible", "divides"),
+        "(n)",
+        lambda rng: {"k": int(rng.integers(2, 40))},
+        lambda p: f"returns True if the integer n is divisible by {p['k']}, and False otherwise",
+        lambda p, n: n % p["k"] == 0,
+        lambda p: f"    return n % {p['k']} == 0",
+        lambda rng, p: (int(rng.integers(-50, 150)) if rng.random() < 0.5 else p["k"] * int(rng.integers(-5, 10)),),
+    ),
+    Template(
+        ("clamp", "limit", "bounded"),
+        "(x)",
+        lambda rng: (lambda lo: {"lo": lo, "hi": lo + int(rng.integers(1, 31))})(int(rng.integers(-30, 30))),
+        lambda p: f"returns x limited to the range from {p['lo']} to {p['hi']} (the nearest end when x is outside)",
+        lambda p, x: min(max(x, p["lo"]), p["hi"]),
+        lambda p: f"    return min(max(x, {p['lo']}), {p['hi']})",
+        lambda rng, p: (int(rng.integers(-60, 60)),),
+    ),
+    Template(
+        ("last_items", "tail", "last_n"),
+        "(xs)",
+        lambda rng: {"k": int(rng.integers(1, 10))},
+        lambda p: f"returns the last {p['k']} items of the list xs (all of them if it has fewer)",
+        lambda p, xs: xs[-p["k"] :],
+        lambda p: f"    return xs[-{p['k']}:]",
+        lambda rng, p: (_ints(rng),),
+    ),
+    Template(
+        ("digit_sum", "sum_digits", "digits_total"),
+        "(n)",
+        lambda rng: {"k": int(rng.integers(0, 50))},
+        lambda p: f"returns the sum of the decimal digits of the non-negative integer n, plus {p['k']}",
+        lambda p, n: sum(int(d) for d in str(n)) + p["k"],
+        lambda p: f"    return sum(int(d) for d in str(n)) + {p['k']}",
+        lambda rng, p: (int(rng.integers(0, 100000)),),
+    ),
+    Template(
+        ("repeat_word", "repeat", "repeated"),
+        "(s)",
+        lambda rng: {"k": int(rng.integers(2, 7)), "sep": str(rng.choice(["-", " ", ",", "+", ";", "|"]))},
+        lambda p: f"returns the string s repeated {p['k']} times, joined by {p['sep']!r}",
+        lambda p, s: p["sep"].join([s] * p["k"]),
+        lambda p: f"    return {p['sep']!r}.join([s] * {p['k']})",
+        lambda rng, p: (_word(rng, size=(1, 5)),),
+    ),
+    Template(
+        ("starts_with", "has_prefix", "begins_with"),
+        "(s)",
+        lambda rng: {"prefix": _word(rng, "abc", (1, 4))},
+        lambda p: f"returns True if the string s starts with {p['prefix']!r}, and False otherwise",
+        lambda p, s: s.startswith(p["prefix"]),
+        lambda p: f"    return s.startswith({p['prefix']!r})",
+        lambda rng, p: ((p["prefix"] if rng.random() < 0.5 else "") + _word(rng, "abc", (0, 4)),),
+    ),
+    Template(
+        ("count_even", "even_count", "evens"),
+        "(xs)",
+        lambda rng: {"k": int(rng.integers(0, 20))},
+        lambda p: f"returns the number of even numbers in the list xs, plus {p['k']}",
+        lambda p, xs: sum(1 for x in xs if x % 2 == 0) + p["k"],
+        lambda p: f"    return sum(1 for x in xs if x % 2 == 0) + {p['k']}",
+        lambda rng, p: (_ints(rng),),
+    ),
+)
+
+
+def make_problem(rng: np.random.Generator) -> dict:
+    """One problem: a template, its constants, and five tests on distinct inputs where possible."""
+    template = TEMPLATES[int(rng.integers(len(TEMPLATES)))]
+    params = template.params(rng)
+    name = template.names[int(rng.integers(len(template.names)))]
+    calls: list[tuple] = []
+    for _ in range(40):
+        args = template.inputs(rng, params)
+        if args not in calls:
+            calls.append(args)
+        if len(calls) == TESTS_PER_PROBLEM:
+            break
+    while len(calls) < TESTS_PER_PROBLEM:
+        calls.append(calls[-1])
+    tests = [
+        f"assert {name}({', '.join(repr(a) for a in args)}) == {template.solve(params, *args)!r}" for args in calls
+    ]
+    prompt = f"Write a Python function {name}{template.signature} that {template.describe(params)}. {INSTRUCTION}"
+    answer = f"```python\ndef {name}{template.signature}:\n{template.source(params)}\n```"
+    return {"prompt": prompt, "answer": answer, "tests": tests, "entry_point": name}
