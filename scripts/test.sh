@@ -2,14 +2,16 @@
 # First the linter and the formatter (ruff, configured in pyproject.toml): a finding fails the command
 # before any test runs. Then the whole test suite, in three lanes that run side by side (separate
 # pytest processes):
-#  trainers:          tests/ without tests/platform, in 2 pytest-xdist worker processes;
+#  trainers:          tests/ without tests/platform, in 3 pytest-xdist worker processes; a worker
+#                     takes a whole test file at a time, except the few files whose tests are shared
+#                     out one by one (tests/conftest.py SPLIT_FILES), longest files first;
 #  platform-postgres: tests/platform on the production path, PostgreSQL and Redis (local services),
 #                     in 3 workers; each has its own test database, data folder and Redis database
 #                     (tests/xdist_worker_env.py);
 #  platform-sqlite:   the platform tests marked both_databases (tests/platform/conftest.py lists the
 #                     files and why) again on the embedded default, SQLite and the filesystem broker,
 #                     in 2 workers.
-# A worker takes a whole test file at a time (--dist loadfile: a file's fixtures are set up once).
+# A platform worker takes a whole test file at a time (--dist loadfile: a file's fixtures are set up once).
 # TEST_WORKERS_TRAINERS, TEST_WORKERS_POSTGRES and TEST_WORKERS_SQLITE change the counts.
 # The platform's tests spend most of their time waiting on the worker, beat and trainer processes
 # they start, and the trainer's tests on XLA compiling (tests/conftest.py: a shared compilation
@@ -42,7 +44,8 @@ echo "== lint: ruff check and ruff format --check (pyproject.toml)"
   { echo "lint: files above are not formatted; run .venv/bin/ruff format ."; exit 1; }
 
 echo "== tests: trainers, platform on PostgreSQL + Redis, platform on SQLite side by side (logs in var/test-logs/)"
-run_logged trainers "$PY" -m pytest -q tests --ignore=tests/platform -n "${TEST_WORKERS_TRAINERS:-2}" --dist loadfile "$@" &
+run_logged trainers "$PY" -m pytest -q tests --ignore=tests/platform -n "${TEST_WORKERS_TRAINERS:-3}" \
+  --dist loadfile --no-loadscope-reorder "$@" &
 trainers_pid=$!
 DATABASE_URL="${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/grpo}" \
 CELERY_BROKER_URL="${TEST_CELERY_BROKER_URL:-redis://127.0.0.1:6379/15}" \

@@ -89,6 +89,55 @@ collected first, longest first, so the xdist workers start on them and no long f
 run alone at the end. The platform's slow tests are its `e2e` and `browser` ones
 (tests/platform/conftest.py)."""
 
+SPLIT_FILES = {
+    "test_batching.py": {},
+    "test_episodes.py": {},
+    "test_async.py": {
+        "sync_run": (
+            "test_max_age_0_is_the_synchronous_update",
+            "test_in_flight_updates_with_max_age_0_are_the_synchronous_update",
+            "test_two_devices_rollout_and_training_apart",
+        )
+    },
+    "test_dynamic_sampling.py": {},
+}
+"""Trainer test files whose tests the xdist workers share out one by one, and, by module fixture,
+the tests that stay together because they share a costly one (a run they compare against;
+tests/test_scheduling.py checks these lists against the fixtures). Each of these files alone took
+longer than a fair share of a worker's time (test_batching.py: over 11 minutes of one worker), so
+kept whole it was the lane's critical path. Every other test file goes to one worker whole
+(`--dist loadfile`), so its module fixtures are built once. A test of a split file builds its
+module fixtures on each worker it runs on; the programs they compile come from the shared
+compilation cache the second time."""
+
+
+def scheduling_scope(nodeid: str) -> str:
+    """The unit of work a test belongs to under `--dist loadfile` (SPLIT_FILES): its file, or for a
+    split file the test itself or its fixture's group."""
+    path, _, name = nodeid.partition("::")
+    together = SPLIT_FILES.get(os.path.basename(path))
+    if together is None:
+        return path
+    function = name.split("[")[0]
+    for fixture, tests in together.items():
+        if function in tests:
+            return f"{path}::{fixture}"
+    return nodeid
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadfile` with SPLIT_FILES shared out (pytest-xdist's `loadgroup` cannot do this
+    under pytest 9: it renames node ids, which pytest 9 ignores)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SplitFileScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return scheduling_scope(nodeid)
+
+    return SplitFileScheduling(config, log)
+
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
