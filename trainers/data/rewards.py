@@ -24,6 +24,7 @@ import string
 from collections import Counter
 from collections.abc import Callable
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
@@ -458,18 +459,32 @@ def sandbox():
 
 
 @REWARDS.register("code_tests", batched=True)
-def code_tests(completions: list[str], examples: list[dict]) -> np.ndarray:
+def code_tests(completions: list[str], examples: list[dict]) -> tuple[np.ndarray, list[list[dict]]]:
     """The fraction of example["tests"] (Python statements, e.g. asserts) that pass when run after the
     completion's code (`code_of`), each test in a fresh process of the sandbox (trainers.sandbox:
     no network, a read-only file system but its own directory, time, CPU, memory and process
     limits). Code that fails, hangs or misbehaves scores 0 on the tests it spoils. Batched: the
-    step's programs run side by side, one per CPU."""
+    step's programs run side by side, one per CPU. Its details, per completion: each test's
+    {"test", "passed", "reason"} (the rollout browser shows them)."""
     programs = [(code_of(c), list(e["tests"])) for c, e in zip(completions, examples)]
     outcomes = sandbox().run_many(programs)
     isolation = [o.error for o in outcomes if o.error.startswith(SANDBOX_UNAVAILABLE)]
     if isolation:  # nothing ran: a run must not learn from rewards of 0 that say nothing of the code
         raise RuntimeError(f"code_tests: {isolation[0]}")
-    return np.array([o.passed_fraction for o in outcomes], dtype=np.float32)
+    details = []
+    for (_, tests), outcome in zip(programs, outcomes):
+        results = outcome.results or [None] * len(tests)
+        details.append(
+            [
+                {
+                    "test": test,
+                    "passed": bool(result and result.passed),
+                    "reason": result.reason if result else outcome.error,
+                }
+                for test, result in zip(tests, results)
+            ]
+        )
+    return np.array([o.passed_fraction for o in outcomes], dtype=np.float32), details
 
 
 def check_specs(specs: list[tuple[str, float]]) -> None:
@@ -491,6 +506,14 @@ def check_specs(specs: list[tuple[str, float]]) -> None:
 def score(
     completions: list[str], examples: list[dict], specs: list[tuple[str, float]]
 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """`score_with_details` without the details."""
+    total, components, _ = score_with_details(completions, examples, specs)
+    return total, components
+
+
+def score_with_details(
+    completions: list[str], examples: list[dict], specs: list[tuple[str, float]]
+) -> tuple[np.ndarray, dict[str, np.ndarray], list[dict[str, Any]] | None]:
     """Scores N completions against their examples.
 
     Args:
@@ -501,16 +524,25 @@ def score(
     Returns:
       total: [N] float32, sum over specs of weight * reward.
       components: reward name -> [N] float32 unweighted reward values in [0, 1].
+      details: per completion, {reward name: what it found} for the batched rewards that return
+        (values, details) (code_tests: each test's result); None when none does.
     """
     if len(completions) != len(examples):
         raise ValueError(f"{len(completions)} completions but {len(examples)} examples")
     check_specs(specs)
     total = np.zeros(len(completions), dtype=np.float32)
     components = {}
+    details: list[dict[str, Any]] | None = None
     for name, weight in specs:
         entry = REWARDS.get(name)
-        if entry.meta.get("batched"):  # fn(completions, examples) -> [N]: it runs them side by side
-            values = np.asarray(entry.obj(list(completions), list(examples)), dtype=np.float32)
+        if entry.meta.get("batched"):  # fn(completions, examples) -> [N] or ([N], details): side by side
+            found = entry.obj(list(completions), list(examples))
+            if isinstance(found, tuple):
+                found, per_completion = found
+                details = details or [{} for _ in completions]
+                for mine, detail in zip(details, per_completion):
+                    mine[name] = detail
+            values = np.asarray(found, dtype=np.float32)
         else:
             values = np.array(
                 [entry.obj(completion, example) for completion, example in zip(completions, examples)],
@@ -518,7 +550,7 @@ def score(
             )
         components[name] = values
         total += np.float32(weight) * values
-    return total, components
+    return total, components, details
 
 
 def accuracy(completions: list[str], examples: list[dict], components: dict[str, np.ndarray]) -> np.ndarray:

@@ -98,6 +98,9 @@ class Rollout:
     # reward/<name> is reported per step (`reward_metrics`); () and None = none recorded
     reward_names: tuple[str, ...] = ()
     reward_values: np.ndarray | None = None
+    # [N] per sequence {reward name: what it found} (code_tests: each test's result), shown with the
+    # samples; None = no reward gave any (`rewards.score_with_details`)
+    reward_details: list[dict[str, Any]] | None = None
     # Multi-turn episodes: [N, Lc] bool, the tokens the model sampled (what the loss, log-probs, KL and
     # importance weights cover; an environment's replies are context only), and each sequence's
     # episode for display and env/* metrics (`episodes.Episode.display`). None = single-turn: the
@@ -173,6 +176,7 @@ class Rollout:
             prompts_consumed=1,
             reward_names=self.reward_names,
             reward_values=self.reward_values[rows],
+            reward_details=None if self.reward_details is None else self.reward_details[rows],
             loss_mask=None if self.loss_mask is None else self.loss_mask[rows],
             episodes=None if self.episodes is None else self.episodes[rows],
             generation=None
@@ -240,6 +244,9 @@ class Rollout:
             prompts_consumed=sum(r.prompts_consumed for r in rollouts),
             reward_names=rollouts[0].reward_names,
             reward_values=cat("reward_values"),
+            reward_details=None
+            if all(r.reward_details is None for r in rollouts)
+            else [d for r in rollouts for d in (r.reward_details or [{}] * r.sequences)],
             loss_mask=cat("loss_mask") if multi_turn else None,
             episodes=[e for r in rollouts for e in r.episodes] if multi_turn else None,
             generation=join_generation([r.generation for r in rollouts]),
@@ -285,7 +292,8 @@ class Rollout:
         """The first `count` sequences, for display (prompt, completion, answer, reward, advantage,
         correct); `group` is the prompt's place in the step, `generation` the completion's place
         among its prompt's num_generations. A multi-turn sample adds its episode (env, turns,
-        reward_parts, end_reason, tool_calls, tool_errors, error)."""
+        reward_parts, end_reason, tool_calls, tool_errors, error); a sample whose rewards gave
+        details adds them as reward_details ({"code_tests": [{"test", "passed", "reason"}]})."""
         out = []
         for i in range(min(count, self.sequences)):
             group, generation = divmod(i, self.num_generations)
@@ -304,6 +312,7 @@ class Rollout:
                     **({"overlong_penalty": float(self.overlong_penalties[i])} if self.overlong_penalties[i] else {}),
                     **({"in_loss": False} if not self.in_loss[i] else {}),
                     **(self._episode_sample(i) if self.episodes is not None else {}),
+                    **({"reward_details": self.reward_details[i]} if self.reward_details else {}),
                 }
             )
         return out

@@ -24,7 +24,7 @@ import numpy as np
 from trainers.algo.advantages import compute_advantages
 from trainers.algo.sampling_filters import overlong_penalty, truncated
 from trainers.data.encoding import encode_prompts
-from trainers.data.rewards import accuracy, score
+from trainers.data.rewards import accuracy, score_with_details
 from trainers.engine.batching import (
     KV_MEMORY_FRACTION,
     EngineSettings,
@@ -164,7 +164,7 @@ def score_sequences(
     g = spec.num_generations
     per_sequence = [chosen[i // g] for i in range(len(completions))]
     answers = completions if episodes is None else [e.final_text for e in episodes]
-    rewards, components = score(answers, per_sequence, list(spec.reward_specs))
+    rewards, components, details = score_with_details(answers, per_sequence, list(spec.reward_specs))
     sampling_params = spec.sampling
     if episodes is None:
         cut = truncated(completion_tokens, completion_mask, (sampling_params.eos_id, *sampling_params.extra_eos_ids))
@@ -201,6 +201,7 @@ def score_sequences(
         overlong_penalties=penalties,
         reward_names=reward_names,
         reward_values=reward_values,
+        reward_details=details,
     )
 
 

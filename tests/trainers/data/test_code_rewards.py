@@ -77,3 +77,16 @@ def test_python_functions_problems_pass_their_own_reference_and_not_a_constant()
     constant = [f"def {e['entry_point']}(*args):\n    return None\n" for e in examples]
     nothing, _ = score(constant, examples, [("code_tests", 1.0)])
     assert nothing.tolist() == [0.0] * len(examples)
+
+
+def test_each_tests_result_comes_back_as_the_rewards_details():
+    from trainers.data.rewards import score_with_details
+
+    completion = "```python\ndef clamp(x):\n    return min(x, 5)\n```"
+    total, _, details = score_with_details([completion], [EXAMPLE], [("code_tests", 1.0), ("exact_match", 0.0)])
+    assert total.tolist() == [pytest.approx(0.8)]
+    (found,) = details
+    assert list(found) == ["code_tests"]  # exact_match gives no details
+    assert found["code_tests"][1] == {"test": "assert clamp(-10) == -3", "passed": False, "reason": "AssertionError"}
+    assert [t["passed"] for t in found["code_tests"]] == [True, False, True, True, True]
+    assert score_with_details(["1"], [{"answer": "1"}], [("exact_match", 1.0)])[2] is None

@@ -156,3 +156,16 @@ def test_generation_figures_reach_the_step_metrics():
     from trainers.config.metric_names import is_metric_name
 
     assert all(is_metric_name(name) for name in metrics)
+
+
+def test_reward_details_follow_their_sequences_through_groups_concat_and_samples():
+    """A reward's details (code_tests: each test's result) stay with their sequence when the rollout
+    is cut into groups and put back, and a rollout without them joins as empty details."""
+    details = [{"code_tests": [{"test": f"assert f() == {i}", "passed": i % 2 == 0, "reason": ""}]} for i in range(4)]
+    r = dataclasses.replace(hand_rollout(), reward_details=details)
+    assert r.group(1).reward_details == details[2:]
+    assert Rollout.concat([r.group(0), r.group(1)]).reward_details == details
+    assert Rollout.concat([r.group(0), hand_rollout().group(1)]).reward_details == details[:2] + [{}, {}]
+    assert Rollout.concat([hand_rollout().group(0), hand_rollout().group(1)]).reward_details is None
+    assert r.samples(2)[1]["reward_details"] == details[1]
+    assert "reward_details" not in hand_rollout().samples(1)[0]
