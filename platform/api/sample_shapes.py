@@ -43,6 +43,14 @@ class Episode(Shape):
     tool_errors: int | None
 
 
+class CodeTestResult(Shape):
+    """One unit test the code_tests reward ran on a completion (experiments.reward_details)."""
+
+    test: str = Field(description="the test statement (at most 500 characters: a longer one is cut, ending in …)")
+    passed: bool | None = Field(description="whether it passed; null where the trainer stored no true/false")
+    reason: str = Field(description='why it failed ("" when it passed), at most 300 characters')
+
+
 class Sample(Shape):
     index: int
     prompt: str
@@ -62,6 +70,10 @@ class Sample(Shape):
     overlong_penalty: float | None = Field(None, description="the soft overlong reward added (0 to -penalty)")
     episode: Episode | None = Field(
         None, description="a multi-turn sample's turns, reward parts and end reason; absent for a single-turn sample"
+    )
+    code_tests: list[CodeTestResult] | None = Field(
+        None,
+        description="the code_tests reward's unit tests run on this completion, in order; absent when it ran none",
     )
 
 

@@ -30,7 +30,7 @@ from api import sample_shapes as shapes
 from api.contract import Op, operations
 from api.endpoint import ApiError, api_endpoint
 from api.shapes import finite
-from experiments import sample_episodes, sample_query, sample_text
+from experiments import reward_details, sample_episodes, sample_query, sample_text
 from experiments.access import get_for_user
 from experiments.models import RolloutSample, Run, SampleKind
 from experiments.shown_paths import shown
@@ -51,11 +51,14 @@ def sample_fields(sample: RolloutSample) -> dict[str, Any]:
     (the soft overlong reward) are null where the trainer wrote no such key. A multi-turn sample
     adds `episode` (experiments.sample_episodes.episode: env, turns with role, text and tokens,
     reward_parts, end_reason, error (server paths shown relative to their root), tool_calls,
-    tool_errors); a single-turn one has no such key, as before."""
+    tool_errors); a single-turn one has no such key, as before. A sample the code_tests reward
+    scored adds `code_tests`, each unit test it ran ({test, passed, reason},
+    experiments.reward_details.code_tests); one without has no such key."""
     extra = sample.extra if isinstance(sample.extra, dict) else {}
     messages = extra.get("prompt_messages")
     penalty = extra.get("overlong_penalty")
     shown_episode = sample_episodes.episode(extra)
+    code_tests = reward_details.code_tests(extra)
     if shown_episode is not None and shown_episode["error"] is not None:
         shown_episode["error"] = shown(shown_episode["error"])  # an environment's traceback: no server paths
     return {
@@ -74,6 +77,7 @@ def sample_fields(sample: RolloutSample) -> dict[str, Any]:
             finite(penalty) if isinstance(penalty, (int, float)) and not isinstance(penalty, bool) else None
         ),
         **({"episode": shown_episode} if shown_episode is not None else {}),
+        **({"code_tests": code_tests} if code_tests is not None else {}),
     }
 
 
@@ -111,10 +115,20 @@ def export_json(sample: RolloutSample) -> dict[str, Any]:
 
 
 def _shown_error(extra: Any) -> Any:
-    """A stored `extra` with its episode's `error` (an environment's message, maybe a traceback)
-    showing no server directories, like every error that leaves the server."""
-    if isinstance(extra, dict) and isinstance(extra.get("error"), str):
-        return {**extra, "error": shown(extra["error"])}
+    """A stored `extra` with its episode's `error` (an environment's message, maybe a traceback) and
+    its code tests' failure reasons (a sandbox error) showing no server directories, like every
+    error that leaves the server."""
+    if not isinstance(extra, dict):
+        return extra
+    if isinstance(extra.get("error"), str):
+        extra = {**extra, "error": shown(extra["error"])}
+    details = extra.get("reward_details")
+    if isinstance(details, dict) and isinstance(details.get("code_tests"), list):
+        tests = [
+            {**t, "reason": shown(t["reason"])} if isinstance(t, dict) and isinstance(t.get("reason"), str) else t
+            for t in details["code_tests"]
+        ]
+        extra = {**extra, "reward_details": {**details, "code_tests": tests}}
     return extra
 
 

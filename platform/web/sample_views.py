@@ -1,7 +1,8 @@
 """The rollout browser page, /runs/<id>/samples/: server-rendered from the same filters and keyset
 pages as the API (experiments.sample_query). With `step` + `group` it shows one group's
 completions side by side; with `prompt_hash`, one prompt across steps. A multi-turn sample shows
-its episode turn by turn (episode_view). No script: the filter form is a GET form, model text
+its episode turn by turn (episode_view), and a sample the code_tests reward scored its unit tests
+(code_tests_view). No script: the filter form is a GET form, model text
 reaches the page only through the template's escaping."""
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
-from experiments import sample_episodes, sample_query, sample_text
+from experiments import reward_details, sample_episodes, sample_query, sample_text
 from experiments.access import get_for_user
 from experiments.models import RolloutSample, Run, SampleKind
 from experiments.shown_paths import shown
@@ -117,10 +118,34 @@ def episode_view(extra: dict[str, Any]) -> dict[str, Any] | None:
     }
 
 
+TEST_MARKS = {True: ("passed", "✓"), False: ("failed", "✗"), None: ("unknown", "?")}
+
+
+def code_tests_view(extra: dict[str, Any]) -> dict[str, Any] | None:
+    """What the page shows of a sample's unit test results (experiments.reward_details.code_tests),
+    or None when it has none: the summary ("3/5 tests passed"), whether every test passed, and each
+    test with its state ("passed", "failed", or "unknown" where the stored value is no bool), its mark
+    (✓, ✗, ?: the state is shown by more than colour), its statement and its failure reason. Test and
+    reason text is left to the template's escaping."""
+    tests = reward_details.code_tests(extra)
+    if tests is None:
+        return None
+    shown_tests = []
+    for test in tests:
+        state, mark = TEST_MARKS[test["passed"]]
+        shown_tests.append({"state": state, "mark": mark, "test": test["test"], "reason": test["reason"]})
+    return {
+        "summary": reward_details.tests_summary(tests),
+        "all_passed": all(t["passed"] is True for t in tests),
+        "tests": shown_tests,
+    }
+
+
 def _row(sample: RolloutSample) -> dict[str, Any]:
     extra = sample.extra if isinstance(sample.extra, dict) else {}
     return {
         "episode": episode_view(extra),
+        "code_tests": code_tests_view(extra),
         "sample": sample,
         "reward": short_number(sample.reward),
         "advantage": short_number(sample.advantage),

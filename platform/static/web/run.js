@@ -341,6 +341,35 @@
     return td;
   }
 
+  // A sample's unit test results (the API's `code_tests`, already cut to length by the server): the
+  // summary ("3/5 tests passed"), then per test a mark (✓ passed, ✗ failed, ? neither: more than
+  // colour), its statement in monospace and its failure reason. Text nodes only; odd entries are skipped.
+  const TEST_MARKS = {passed: "✓", failed: "✗", unknown: "?"};
+
+  function codeTestsBlock(tests) {
+    const shown = tests.filter((t) => t && typeof t === "object");
+    const passed = shown.filter((t) => t.passed === true).length;
+    const box = element("div", "code-tests" + (passed === shown.length ? " code-tests-all-passed" : ""));
+    const summary = element("p", "code-tests-summary");
+    summary.append(element("b", "", `${passed}/${shown.length} test${shown.length === 1 ? "" : "s"} passed`));
+    box.append(summary);
+    if (!shown.length) return box;
+    const list = element("ul", "code-tests-list");
+    for (const t of shown) {
+      const state = t.passed === true ? "passed" : t.passed === false ? "failed" : "unknown";
+      const item = element("li", "code-test code-test-" + state);
+      const mark = element("span", "code-test-mark", TEST_MARKS[state]);
+      mark.setAttribute("role", "img");
+      mark.setAttribute("aria-label", state);
+      mark.title = state;
+      item.append(mark, " ", element("code", "code-test-text", String(t.test ?? "")));
+      if (t.reason) item.append(" ", element("span", "code-test-reason", String(t.reason)));
+      list.append(item);
+    }
+    box.append(list);
+    return box;
+  }
+
   async function loadSamples() {
     const select = $("sample-step");
     const chosen = select.value;
@@ -361,8 +390,9 @@
     body.replaceChildren();
     for (const s of data.samples || []) {
       const row = document.createElement("tr");
-      row.append(cell(s.index), segmentsCell(s.prompt_segments, s.prompt),
-                 s.episode ? episodeCell(s.episode) : segmentsCell(s.completion_segments, s.completion), cell(s.answer),
+      const completion = s.episode ? episodeCell(s.episode) : segmentsCell(s.completion_segments, s.completion);
+      if (Array.isArray(s.code_tests)) completion.append(codeTestsBlock(s.code_tests));
+      row.append(cell(s.index), segmentsCell(s.prompt_segments, s.prompt), completion, cell(s.answer),
                  cell(fmt(s.reward, 3)), cell(fmt(s.advantage, 3)));
       body.append(row);
     }
