@@ -2,7 +2,7 @@
 # First the linter and the formatter (ruff, configured in pyproject.toml): a finding fails the command
 # before any test runs. Then the whole test suite, in three lanes that run side by side (separate
 # pytest processes):
-#  trainers:          tests/ without tests/platform, in 3 pytest-xdist worker processes; a worker
+#  trainers:          tests/ without tests/platform, in 4 pytest-xdist worker processes; a worker
 #                     takes a whole test file at a time, except the few files whose tests are shared
 #                     out one by one (tests/conftest.py SPLIT_FILES), longest files first;
 #  platform-postgres: tests/platform on the production path, PostgreSQL and Redis (local services),
@@ -44,7 +44,7 @@ echo "== lint: ruff check and ruff format --check (pyproject.toml)"
   { echo "lint: files above are not formatted; run .venv/bin/ruff format ."; exit 1; }
 
 echo "== tests: trainers, platform on PostgreSQL + Redis, platform on SQLite side by side (logs in var/test-logs/)"
-run_logged trainers "$PY" -m pytest -q tests --ignore=tests/platform -n "${TEST_WORKERS_TRAINERS:-3}" \
+run_logged trainers "$PY" -m pytest -q tests --ignore=tests/platform -n "${TEST_WORKERS_TRAINERS:-4}" \
   --dist loadfile --no-loadscope-reorder "$@" &
 trainers_pid=$!
 DATABASE_URL="${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/grpo}" \

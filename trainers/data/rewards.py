@@ -567,9 +567,12 @@ def accuracy(completions: list[str], examples: list[dict], components: dict[str,
 def is_correct(completion: str, example: dict) -> bool:
     """The accuracy criterion of a run without `math_answer` (see `accuracy`).
 
-    Countdown examples (with "numbers" and "target"): the countdown verifier.
+    Countdown examples (with "numbers" and "target"): the countdown verifier. Code examples (with
+    "tests"): every test passes (`code_tests`).
     Otherwise: exact match (stripped), or, for a numeric answer, numeric_match.
     """
     if "numbers" in example and "target" in example:
         return countdown(completion, example) == 1.0
+    if "tests" in example:  # code: every unit test passes (run in the sandbox)
+        return bool(code_tests([completion], [example])[0][0] == 1.0)
     return exact_match(completion, example) == 1.0 or numeric_match(completion, example) == 1.0

@@ -90,3 +90,10 @@ def test_each_tests_result_comes_back_as_the_rewards_details():
     assert found["code_tests"][1] == {"test": "assert clamp(-10) == -3", "passed": False, "reason": "AssertionError"}
     assert [t["passed"] for t in found["code_tests"]] == [True, False, True, True, True]
     assert score_with_details(["1"], [{"answer": "1"}], [("exact_match", 1.0)])[2] is None
+
+
+def test_is_correct_runs_a_code_examples_tests():
+    from trainers.data.rewards import is_correct
+
+    assert is_correct("```python\ndef clamp(x):\n    return min(max(x, -3), 5)\n```", EXAMPLE)
+    assert not is_correct("```python\ndef clamp(x):\n    return min(x, 5)\n```", EXAMPLE)  # 4 of 5

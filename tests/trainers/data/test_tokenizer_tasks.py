@@ -78,8 +78,14 @@ def test_train_eval_disjoint_and_deterministic(name):
 @pytest.mark.parametrize("name", tasks.TASKS.names())
 def test_every_answer_is_correct(name):
     task = tasks.TASKS[name]
-    for example in task.make_examples(11, 300):
+    # a python_functions answer is code, checked by running its tests in the sandbox: fewer of them
+    for example in task.make_examples(11, 20 if name == "python_functions" else 300):
         assert isinstance(example["prompt"], str)
+        if name == "python_functions":
+            assert rewards.is_correct(example["answer"], example)
+            total, _ = rewards.score([example["answer"]], [example], task.default_rewards)
+            assert total[0] == 1.0
+            continue
         if not name.startswith(
             ("arithmetic_words", "guess_number")
         ):  # the toy tasks' prompts end where the answer starts
@@ -102,6 +108,9 @@ def test_task_metadata(name):
         return
     if name == "guess_number":  # a game: its environment's "solved" part is the reward
         assert task.default_rewards == [("numeric_match", 0.0)]
+        return
+    if name == "python_functions":  # code: the fraction of its unit tests that pass
+        assert task.default_rewards == [("code_tests", 1.0)]
         return
     # A toy task includes a partial-credit reward for early signal.
     assert {"prefix_match", "alphabet_match", "countdown_partial"} & {n for n, _ in task.default_rewards}
