@@ -265,7 +265,7 @@ def test_collector_exception_fails_the_run_with_that_error_quickly(tmp_path, mon
         calls.append(1)
         raise Boom("reward server unreachable")
 
-    monkeypatch.setattr(rollout_lib, "score", broken_score)
+    monkeypatch.setattr(rollout_lib, "score_with_details", broken_score)
     start = time.perf_counter()
     with pytest.raises(Boom, match="reward server unreachable") as info:
         run_bounded(lambda: train(parse_config(async_raw(1)), str(tmp_path)), 300)

@@ -153,7 +153,7 @@ def test_the_expected_walk_has_every_case():
 
 @pytest.fixture
 def fixed_rewards(monkeypatch):
-    monkeypatch.setattr(rollout_lib, "score", fixed_score)
+    monkeypatch.setattr(rollout_lib, "score_with_details", lambda *args: (*fixed_score(*args), None))
 
 
 def test_async_steps_train_informative_groups_and_cap_out_of_the_loss(tmp_path, fixed_rewards):
@@ -216,7 +216,7 @@ def test_async_dynamic_sampling_on_correctness_ignores_other_reward_terms(tmp_pa
     """rollout.dynamic_sampling_metric: correct. Every group's rewards differ, yet the steps train
     exactly the walk of the `flat` rule (informative groups in data order, capped steps completed out
     of the loss) and consume what it consumes."""
-    monkeypatch.setattr(rollout_lib, "score", penalised_score)
+    monkeypatch.setattr(rollout_lib, "score_with_details", lambda *args: (*penalised_score(*args), None))
     raw = copy.deepcopy(RAW)
     raw["async"] = {"enabled": True, "max_trajectory_age_steps": 1}
     raw["train"].update(max_steps=2)
