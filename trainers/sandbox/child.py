@@ -61,6 +61,7 @@ MOUNT_OPTION_FLAGS = {
 """A mount's locked flags must be given again when it is remounted read-only, or the kernel refuses."""
 NOBODY = 65534
 PR_SET_DUMPABLE = 4
+FORK_RETRY_S = 3.0
 REASON_CHARS = 300
 RESULT_BYTES = 4096
 
@@ -232,9 +233,9 @@ def run_tests(job: dict) -> list[dict]:
 
 
 def _fork() -> int:
-    """os.fork, tried again for a second while the process limit is reached (another sandbox's
-    fork bomb holds the shared slots until its test ends)."""
-    deadline = time.monotonic() + 1.0
+    """os.fork, tried again for up to FORK_RETRY_S while the process limit is reached (another
+    sandbox's fork bomb holds the user's shared slots until its test ends and its namespace dies)."""
+    deadline = time.monotonic() + FORK_RETRY_S
     while True:
         try:
             return os.fork()
@@ -323,7 +324,7 @@ def main() -> int:
         print(json.dumps({"error": f"the sandbox cannot isolate code here: {exc}"}), flush=True)
         return 0
     job["max_processes"] += tasks  # the limit counts every process of the user, these too
-    pid = os.fork()  # the first child is PID 1 of the new PID namespace
+    pid = _fork()  # the first child is PID 1 of the new PID namespace
     if pid == 0:
         try:
             mount_proc()
