@@ -247,11 +247,14 @@ PLATFORM_DEFAULT_MAX_RESTARTS = int(os.environ.get("PLATFORM_DEFAULT_MAX_RESTART
 # --- multi-host runs (cluster.hosts > 1): a gang of Ray actors (runner.ray_gang) ----------------
 # PLATFORM_RAY_ADDRESS: the Ray cluster's address (host:port of its head's GCS, as `ray start --head`
 # prints, or "auto"); unset, the worker starts a local Ray for each such run (one node: its "hosts"
-# are processes on the worker's machine). Connecting must succeed within RAY_CONNECT_TIMEOUT_S, and
-# the cluster must find room for cluster.hosts hosts (one placement-group bundle each) within
-# RAY_JOIN_TIMEOUT_S, else the run fails with a message naming the setting or cluster.hosts.
+# are processes on the worker's machine). Connecting must succeed within RAY_CONNECT_TIMEOUT_S (a
+# local Ray, which starts its own processes and is slow on a loaded host, within
+# RAY_LOCAL_START_TIMEOUT_S), and the cluster must find room for cluster.hosts hosts (one
+# placement-group bundle each) within RAY_JOIN_TIMEOUT_S, else the run fails with a message
+# naming the setting or cluster.hosts.
 PLATFORM_RAY_ADDRESS = os.environ.get("PLATFORM_RAY_ADDRESS", "").strip()
 PLATFORM_RAY_CONNECT_TIMEOUT_S = float(os.environ.get("PLATFORM_RAY_CONNECT_TIMEOUT_S", "30"))
+PLATFORM_RAY_LOCAL_START_TIMEOUT_S = float(os.environ.get("PLATFORM_RAY_LOCAL_START_TIMEOUT_S", "180"))
 PLATFORM_RAY_JOIN_TIMEOUT_S = float(os.environ.get("PLATFORM_RAY_JOIN_TIMEOUT_S", "120"))
 
 LOGGING = {

@@ -5,7 +5,8 @@ single-process trainer; that process is the gang's Ray driver and does, for this
 
 1. connect: `ray.init(address=PLATFORM_RAY_ADDRESS)`; unset, a local Ray (one node, a small object
    store, no dashboard) that lives as long as this process. An address that does not answer within
-   PLATFORM_RAY_CONNECT_TIMEOUT_S fails the run, naming the setting.
+   PLATFORM_RAY_CONNECT_TIMEOUT_S (a local Ray not up within PLATFORM_RAY_LOCAL_START_TIMEOUT_S)
+   fails the run, naming the setting.
 2. reserve: a placement group of cluster.hosts bundles, one per host: {"CPU": 1} (+ {"GPU":
    cluster.devices_per_host} on a cluster with GPUs). STRICT_SPREAD (each bundle on its own node)
    on a real cluster; PACK on the local one-node Ray. Not ready within PLATFORM_RAY_JOIN_TIMEOUT_S:
@@ -176,6 +177,7 @@ class Gang:
         self.hosts, self.devices_per_host = cluster_of(run.config)
         self.address = settings.PLATFORM_RAY_ADDRESS
         self.connect_timeout_s = settings.PLATFORM_RAY_CONNECT_TIMEOUT_S
+        self.local_start_timeout_s = settings.PLATFORM_RAY_LOCAL_START_TIMEOUT_S
         self.join_timeout_s = settings.PLATFORM_RAY_JOIN_TIMEOUT_S
         self.poll_s = settings.PLATFORM_STATUS_POLL_S
         self.run_dir = run_directory(run)
@@ -200,18 +202,24 @@ class Gang:
         if self.address:
             _check_answers(self.address, self.connect_timeout_s)
         done = threading.Event()
+        # a local Ray starts its own GCS, raylet and workers: on a loaded host that alone can take a minute
+        limit_s, setting = (
+            (self.connect_timeout_s, "PLATFORM_RAY_CONNECT_TIMEOUT_S")
+            if self.address
+            else (self.local_start_timeout_s, "PLATFORM_RAY_LOCAL_START_TIMEOUT_S")
+        )
 
         def give_up():  # ray.init can wait for a GCS that never answers for minutes
             if not done.is_set():
                 message = (
-                    f"cannot connect to the Ray cluster at {self.where} within PLATFORM_RAY_CONNECT_TIMEOUT_S="
-                    f"{self.connect_timeout_s:g} s; check the address and that the cluster is up"
+                    f"cannot connect to the Ray cluster at {self.where} within {setting}="
+                    f"{limit_s:g} s; check the address and that the cluster is up"
                 )
                 print(message, flush=True)
                 self._fail(message)
                 os._exit(1)
 
-        timer = threading.Timer(self.connect_timeout_s, give_up)
+        timer = threading.Timer(limit_s, give_up)
         timer.daemon = True
         timer.start()
         try:

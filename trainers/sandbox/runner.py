@@ -4,9 +4,10 @@
 read-only file system but a fresh working directory, no network, resource limits; its docstring
 says how) from a bounded pool of threads, so at most `concurrency` run at a time while the calling
 thread waits only for the batch it asked for. Each `Outcome` has one `TestResult` per test (passed,
-and the reason when not), or the `error` that kept the program from running at all. A child that
-overruns its whole budget (every test's wall-clock limit, plus a second to start) is killed with
-its process group; nothing the code does reaches the calling process.
+and the reason when not), or the `error` that kept the program from running at all. The child
+enforces each test's limits itself; a child that overruns its whole budget anyway (every test's
+wall-clock limit, plus `START_S` to start and `HANG_S` of slack) is killed with its process group;
+nothing the code does reaches the calling process.
 
 Linux only (user namespaces: `unshare`); elsewhere every outcome carries that error, and the
 config checks refuse a `code_tests` reward before a run starts (`available`).
@@ -28,7 +29,12 @@ from pathlib import Path
 
 CHILD = Path(__file__).with_name("child.py")
 START_S = 1.0
-"""A child's allowance to start (Python's start-up, the namespaces) on top of its tests' limits."""
+"""What a child's start (Python's start-up, the namespaces) takes on an idle machine: the target
+bench/sandbox.py holds an attack's outcome to, on top of its limit."""
+HANG_S = 10.0
+"""Slack before a child is killed from outside: the child stops a test at its own limit, so this
+only ends a child that hangs outside its tests. Generous, since on a loaded machine Python's
+start alone can take seconds, and a child killed from outside loses every test's result."""
 OUTPUT_BYTES = 1 << 20
 
 
@@ -45,7 +51,7 @@ class Limits:
     max_processes: int = 32
 
     def budget_s(self, tests: int) -> float:
-        return START_S + self.test_timeout_s * max(tests, 1)
+        return START_S + HANG_S + self.test_timeout_s * max(tests, 1)
 
 
 @dataclasses.dataclass(frozen=True)
