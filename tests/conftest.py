@@ -25,7 +25,22 @@ if ROOT not in sys.path:
 #    whole run, and a later run on this machine starts warm. Entries are keyed by the program, the
 #    flags and the JAX version, so a stale one is never read.
 # The benchmarks (bench/) and real runs keep XLA's defaults.
-for _flag in ("--xla_backend_optimization_level=0", "--xla_llvm_disable_expensive_passes=true"):
+#
+# TEST_CODEGEN chooses how XLA's CPU backend emits the fused loops (scripts/test.sh sets it per lane):
+#  - unset: XLA's own emitters, every test runs;
+#  - "fast": the older loop emitters (--xla_cpu_use_fusion_emitters=false), which compile a program
+#    in about 40% less CPU; the tests marked `production_codegen` are left out: they compare two
+#    differently built programs bit for bit (an asynchronous run at max age 0 against the
+#    synchronous one, today's trainer against an old commit's), which holds under XLA's own
+#    emitters but not under the older ones;
+#  - "production": XLA's own emitters, only the tests marked `production_codegen`.
+TEST_CODEGEN = os.environ.get("TEST_CODEGEN", "")
+if TEST_CODEGEN not in ("", "fast", "production"):
+    raise SystemExit(f"TEST_CODEGEN={TEST_CODEGEN!r}: use fast, production, or leave it unset")
+_test_flags = ["--xla_backend_optimization_level=0", "--xla_llvm_disable_expensive_passes=true"]
+if TEST_CODEGEN == "fast":
+    _test_flags.append("--xla_cpu_use_fusion_emitters=false")
+for _flag in _test_flags:
     if _flag.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()
 
@@ -78,6 +93,7 @@ SLOW_FILES = (
     "test_lora_training.py",
     "test_flat_groups.py",
     "test_pretrained_run.py",
+    "test_judge.py",
     "test_update.py",
     "test_mesh.py",
     "test_memory_per_device.py",
@@ -143,6 +159,13 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.path.name in SLOW_FILES:
             item.add_marker(pytest.mark.slow)
+    if TEST_CODEGEN:  # "fast" leaves out the production_codegen tests, "production" keeps only them
+        wanted = TEST_CODEGEN == "production"
+        kept, left_out = [], []
+        for item in items:
+            (kept if (item.get_closest_marker("production_codegen") is not None) == wanted else left_out).append(item)
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = kept
     # a stable sort: the tests of a file keep their order, every other file keeps its place after them
     rank = {name: index for index, name in enumerate(SLOW_FILES)}
     items.sort(key=lambda item: rank.get(item.path.name, len(SLOW_FILES)))

@@ -90,6 +90,7 @@ def sync_run(tmp_path_factory):
     return train(parse_config(RAW), str(tmp_path_factory.mktemp("sync")), hooks), hooks
 
 
+@pytest.mark.production_codegen  # bit for bit the synchronous loop's parameters (tests/conftest.py)
 def test_max_age_0_is_the_synchronous_update(sync_run, tmp_path):
     """Same trajectories (same keys, same weights) and IS weights exactly 1: the same parameters."""
     sync, sync_hooks = sync_run
@@ -103,6 +104,7 @@ def test_max_age_0_is_the_synchronous_update(sync_run, tmp_path):
         assert m["is/truncated_fraction"] == 0.0 and m["async/dropped_stale"] == 0.0
 
 
+@pytest.mark.production_codegen  # bit for bit the synchronous loop's parameters (tests/conftest.py)
 def test_one_update_per_step_forms_the_importance_weights_inside_the_update(tmp_path):
     """mu = 1 and one mini-batch: no separate pi_old pass; with max age 0 that is still exactly the
     synchronous update, and the IS metrics come from the update (weights 1, nothing truncated).
@@ -126,6 +128,7 @@ def test_one_update_per_step_forms_the_importance_weights_inside_the_update(tmp_
         assert m["is/weight_mean"] == pytest.approx(1.0, abs=1e-5)
 
 
+@pytest.mark.production_codegen  # bit for bit the synchronous loop's parameters (tests/conftest.py)
 def test_in_flight_updates_with_max_age_0_are_the_synchronous_update(sync_run, tmp_path):
     """With max age 0 no new weights can arrive while a step's groups are generated, so chunked
     in-flight generation samples exactly what one-call generation does."""
@@ -432,6 +435,7 @@ TWO_DEVICES = textwrap.dedent("""
 """)
 
 
+@pytest.mark.production_codegen  # bit for bit the synchronous loop's parameters (tests/conftest.py)
 def test_two_devices_rollout_and_training_apart(sync_run, tmp_path):
     """Generation on device 1, training on device 0 (2 host devices in a subprocess, since XLA_FLAGS
     must be set before jax starts). With max age 0 it is still exactly the synchronous update."""

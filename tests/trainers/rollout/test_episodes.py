@@ -281,6 +281,7 @@ def _digest_at_commit(commit, raw, tmp_path):
     return run.stdout.split()[-1]
 
 
+@pytest.mark.production_codegen  # today's program against that commit's, bit for bit (tests/conftest.py)
 def test_single_turn_is_bit_identical_to_the_trainer_before_environments(tmp_path):
     """env single_turn takes the plain sampler: the parameters after two steps are those the trainer
     gave before environments existed (commit e750c79, with the same config and no env section)."""
