@@ -12,6 +12,9 @@ Completions sampled. A step samples dynamic/prompts_sampled x G completions (eve
 sampling generated, those carried to the next step included: what the step
 cost); without that metric dynamic/prompts_consumed x G, and without either (no dynamic sampling)
 batch.prompts_per_step x G (G = grpo.num_generations, both read from the run dir's config.yaml).
+Prompt selection (rollout.prompt_selection) skips prompts before generating them: they are in neither
+count (a step without dynamic sampling still generates prompts_per_step prompts), and the completions
+they would have cost (selection/completions_saved) get a column of their own, per step.
 An evaluation at step s is placed at the cumulative count after step s (step 0, before training, at 0).
 
 Budget. --max-completions N pauses each run after the first step whose cumulative count reaches N (a
@@ -56,6 +59,7 @@ PROMPTS_CONSUMED = "dynamic/prompts_consumed"
 EVAL_ACCURACY = "eval/accuracy"
 EVAL_TOOL_USE = "eval/env/tool_use_fraction"
 STEP_SECONDS = "timing/step_s"
+COMPLETIONS_SAVED = "selection/completions_saved"
 
 
 @dataclasses.dataclass
@@ -65,7 +69,8 @@ class Curve:
     eval_completions[i], eval_accuracy[i]: cumulative completions sampled when the i-th evaluation ran,
     and its eval/accuracy. total_completions: sampled over the run's `steps` steps (after the budget cut).
     eval_tool_use[i]: that evaluation's eval/env/tool_use_fraction, None where the row has none (a run
-    without a tool has None everywhere).
+    without a tool has None everywhere). completions_saved: selection/completions_saved summed over the
+    steps (None for a run without prompt selection).
     """
 
     name: str
@@ -77,6 +82,7 @@ class Curve:
     steps: int
     median_step_s: float | None
     eval_tool_use: list[float | None] = dataclasses.field(default_factory=list)
+    completions_saved: int | None = None
 
     @property
     def has_tool_use(self) -> bool:
@@ -131,10 +137,13 @@ def curve_from_rows(
     steps = 0
     evals: list[tuple[int, int, float, float | None]] = []
     step_seconds = []
+    saved = None
     for row in rows:
         step = int(row["step"])
         if step >= 1:
             total += completions_in_step(row, prompts_per_step, num_generations)
+            if COMPLETIONS_SAVED in row:
+                saved = (saved or 0) + int(round(row[COMPLETIONS_SAVED]))
             steps = step
             if STEP_SECONDS in row:
                 step_seconds.append(float(row[STEP_SECONDS]))
@@ -153,6 +162,7 @@ def curve_from_rows(
         steps=steps,
         median_step_s=statistics.median(step_seconds) if step_seconds else None,
         eval_tool_use=[t for _, _, _, t in evals],
+        completions_saved=saved,
     )
 
 
@@ -193,7 +203,8 @@ def summarize(curves: list[Curve], gain: float = 0.10, base_accuracy: float | No
     """One row per curve: run, completions, steps, first/last/best accuracy, target (base + gain, base the
     run's first evaluation unless base_accuracy), completions_to_target and steps_to_target (where the
     first evaluation at or above the target ran), ratio_to_first (this run's completions_to_target / the
-    first curve's, None when either is None), median_step_s."""
+    first curve's, None when either is None), median_step_s, saved_per_step (prompt selection's
+    completions saved per step, None without it)."""
     rows = []
     for curve in curves:
         accuracies = curve.eval_accuracy
@@ -212,6 +223,7 @@ def summarize(curves: list[Curve], gain: float = 0.10, base_accuracy: float | No
                 "completions_to_target": None if reached is None else reached[0],
                 "steps_to_target": None if reached is None else reached[1],
                 "median_step_s": curve.median_step_s,
+                "saved_per_step": None if curve.completions_saved is None else curve.completions_saved / curve.steps,
             }
         )
     first = rows[0]["completions_to_target"] if rows else None
@@ -226,12 +238,15 @@ def _cell(value, spec: str = "") -> str:
 
 
 def markdown_table(rows: list[dict], gain: float = 0.10) -> str:
-    """The summary rows as a markdown table (accuracies with 2 decimals, ratios with 2, seconds with 1)."""
+    """The summary rows as a markdown table (accuracies with 2 decimals, ratios with 2, seconds with 1), with
+    a last column of completions saved per step when a run used prompt selection."""
     points = f"{gain * 100:g}"
+    saving = any(r.get("saved_per_step") is not None for r in rows)
     lines = [
         f"| run | completions sampled | steps | first eval acc | last eval acc | best eval acc "
-        f"| completions to +{points} pts | vs first | steps to +{points} pts | median s/step |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        f"| completions to +{points} pts | vs first | steps to +{points} pts | median s/step |"
+        + (" completions saved / step |" if saving else ""),
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |" + (" ---: |" if saving else ""),
     ]
     for r in rows:
         lines.append(
@@ -239,6 +254,7 @@ def markdown_table(rows: list[dict], gain: float = 0.10) -> str:
             f"| {_cell(r['last_accuracy'], '.2f')} | {_cell(r['best_accuracy'], '.2f')} "
             f"| {_cell(r['completions_to_target'])} | {_cell(r['ratio_to_first'], '.2f')} "
             f"| {_cell(r['steps_to_target'])} | {_cell(r['median_step_s'], '.1f')} |"
+            + (f" {_cell(r.get('saved_per_step'), '.1f')} |" if saving else "")
         )
     return "\n".join(lines)
 

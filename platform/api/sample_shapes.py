@@ -51,6 +51,18 @@ class CodeTestResult(Shape):
     reason: str = Field(description='why it failed ("" when it passed), at most 300 characters')
 
 
+class JudgeVerdict(Shape):
+    """The judge reward's verdict on a completion (experiments.reward_details.judge)."""
+
+    mode: str = Field(description='the judge\'s judge.mode: "yes_no" or "number" ("" when not stored)')
+    score: float | None = Field(description="the score it gave, 0 to 1; null where none was stored")
+    verdict: str = Field(
+        description='yes_no: "yes" or "no"; number: what the judge wrote (at most 300 characters, a longer '
+        "text cut, ending in …)"
+    )
+    reason: str = Field(description='why the score is 0 or clipped ("" when it is not), at most 300 characters')
+
+
 class Sample(Shape):
     index: int
     prompt: str
@@ -74,6 +86,9 @@ class Sample(Shape):
     code_tests: list[CodeTestResult] | None = Field(
         None,
         description="the code_tests reward's unit tests run on this completion, in order; absent when it ran none",
+    )
+    judge: JudgeVerdict | None = Field(
+        None, description="the judge reward's verdict on this completion; absent when no judge scored it"
     )
 
 

@@ -53,12 +53,14 @@ def sample_fields(sample: RolloutSample) -> dict[str, Any]:
     reward_parts, end_reason, error (server paths shown relative to their root), tool_calls,
     tool_errors); a single-turn one has no such key, as before. A sample the code_tests reward
     scored adds `code_tests`, each unit test it ran ({test, passed, reason},
-    experiments.reward_details.code_tests); one without has no such key."""
+    experiments.reward_details.code_tests), and one a judge model scored adds `judge` ({mode, score,
+    verdict, reason}, experiments.reward_details.judge); one without has no such key."""
     extra = sample.extra if isinstance(sample.extra, dict) else {}
     messages = extra.get("prompt_messages")
     penalty = extra.get("overlong_penalty")
     shown_episode = sample_episodes.episode(extra)
     code_tests = reward_details.code_tests(extra)
+    judge = reward_details.judge(extra)
     if shown_episode is not None and shown_episode["error"] is not None:
         shown_episode["error"] = shown(shown_episode["error"])  # an environment's traceback: no server paths
     return {
@@ -78,6 +80,7 @@ def sample_fields(sample: RolloutSample) -> dict[str, Any]:
         ),
         **({"episode": shown_episode} if shown_episode is not None else {}),
         **({"code_tests": code_tests} if code_tests is not None else {}),
+        **({"judge": judge} if judge is not None else {}),
     }
 
 

@@ -119,14 +119,15 @@ def stored_path(path: str, roots: list[str]) -> str:
 
 
 def with_stored_paths(data: Any) -> Any:
-    """Config data with `model.path`, `data.train_path` and `data.eval_path` as `stored_path` writes
-    them (the settings' roots as they are now); anything else, and data that is not a config's
+    """Config data with `model.path`, `judge.model_path`, `data.train_path` and `data.eval_path` as
+    `stored_path` writes them (the settings' roots as they are now); anything else, and data that is not a config's
     shape, unchanged. `stored` uses it; migration experiments/0006 rewrote the rows stored before."""
     if not isinstance(data, dict):
         return data
     data = dict(data)
     for section, field, roots in (
         ("model", "path", model_dirs()),
+        ("judge", "model_path", model_dirs()),
         ("data", "train_path", dataset_dirs()),
         ("data", "eval_path", dataset_dirs()),
     ):

@@ -61,6 +61,14 @@ def model_path_choices(current: Any = "", owner=None) -> list[tuple[str, str]]:
     return choices
 
 
+NO_JUDGE_LABEL = "none: no judge (the judge reward needs one)"
+
+
+def judge_path_choices(current: Any = "", owner=None) -> list[tuple[str, str]]:
+    """The `judge.model_path` choices: `model_path_choices`' folders, none meaning no judge."""
+    return [("", NO_JUDGE_LABEL)] + model_path_choices(current, owner)[1:]
+
+
 NO_DATASET_LABEL = "none: data.task (a built-in task) or data.train_path"
 
 
@@ -84,6 +92,7 @@ def dataset_choices(current: Any = "", owner=None) -> list[tuple[str, str]]:
 # from the current value and the experiment's owner.
 PLATFORM_CHOICES: dict[str, Callable[[Any, Any], list[tuple[str, str]]]] = {
     "model.path": model_path_choices,
+    "judge.model_path": judge_path_choices,
     "data.train_dataset": dataset_choices,
     "data.eval_dataset": dataset_choices,
 }

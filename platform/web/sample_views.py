@@ -1,9 +1,9 @@
 """The rollout browser page, /runs/<id>/samples/: server-rendered from the same filters and keyset
 pages as the API (experiments.sample_query). With `step` + `group` it shows one group's
 completions side by side; with `prompt_hash`, one prompt across steps. A multi-turn sample shows
-its episode turn by turn (episode_view), and a sample the code_tests reward scored its unit tests
-(code_tests_view). No script: the filter form is a GET form, model text
-reaches the page only through the template's escaping."""
+its episode turn by turn (episode_view), a sample the code_tests reward scored its unit tests
+(code_tests_view), and one a judge model scored its verdict (judge_view). No script: the filter
+form is a GET form, model text reaches the page only through the template's escaping."""
 
 from __future__ import annotations
 
@@ -141,11 +141,24 @@ def code_tests_view(extra: dict[str, Any]) -> dict[str, Any] | None:
     }
 
 
+def judge_view(extra: dict[str, Any]) -> dict[str, Any] | None:
+    """What the page shows of a sample's judge verdict (experiments.reward_details.judge), or None when
+    it has none: the verdict ("yes", "no", or the number the judge wrote), the score it gave (3
+    decimals; "?" when none was stored), the mode and the reason a score is 0 or clipped. Text is
+    left to the template's escaping."""
+    verdict = reward_details.judge(extra)
+    if verdict is None:
+        return None
+    score = verdict["score"]
+    return {**verdict, "score": "?" if score is None else f"{score:.3f}", "high": score is not None and score >= 0.5}
+
+
 def _row(sample: RolloutSample) -> dict[str, Any]:
     extra = sample.extra if isinstance(sample.extra, dict) else {}
     return {
         "episode": episode_view(extra),
         "code_tests": code_tests_view(extra),
+        "judge": judge_view(extra),
         "sample": sample,
         "reward": short_number(sample.reward),
         "advantage": short_number(sample.advantage),

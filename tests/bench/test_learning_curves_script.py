@@ -149,3 +149,28 @@ def test_runs_sharing_a_folder_name_are_told_apart_by_their_parent():
     assert lc.run_names(
         ["var/curves/algo-grpo", "var/curves/algo-grpo-dynamic", "var/curves-1round/algo-grpo-dynamic/"]
     ) == ["algo-grpo", "curves/algo-grpo-dynamic", "curves-1round/algo-grpo-dynamic"]
+
+
+def test_a_selection_run_counts_only_generated_prompts_and_reports_what_it_saved(tmp_path):
+    """Prompt selection skipped 0, 3 and 5 prompts (0, 18, 30 completions at G=6) while generating 8 a
+    step: 48 completions a step, 144 in all, and 48 / 3 = 16 saved per step; base 0.05, +10 points
+    at step 3."""
+    lc = _script()
+    rows = [{"step": 0, "eval/accuracy": 0.05}]
+    for step, skipped, accuracy in ((1, 0, 0.08), (2, 3, 0.12), (3, 5, 0.16)):
+        rows.append(
+            {
+                "step": step,
+                "selection/prompts_skipped": skipped,
+                "selection/completions_saved": 6 * skipped,
+                "eval/accuracy": accuracy,
+            }
+        )
+    selection = lc.read_run(_run_dir(tmp_path, "select", rows))
+    assert selection.eval_completions == [0, 48, 96, 144] and selection.completions_saved == 48
+    plain_row, select_row = lc.summarize([lc.read_run(_plain(tmp_path)), selection])
+    assert plain_row["saved_per_step"] is None and select_row["saved_per_step"] == 16
+    assert select_row["completions_to_target"] == 144 and select_row["ratio_to_first"] == 144 / 288
+    table = lc.markdown_table([plain_row, select_row]).splitlines()
+    assert table[0].endswith("| completions saved / step |")
+    assert table[2].endswith("| — |") and table[3].endswith("| 16.0 |")

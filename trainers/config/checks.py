@@ -14,6 +14,7 @@ from trainers.config.budgets import completion_token_budget
 from trainers.config.metric_names import METRIC_NAMES, is_metric_name
 from trainers.config.schema import ExperimentConfig
 from trainers.data.examples import READ_CHUNK_BYTES, DataError, jsonl_lines, parse_jsonl_line
+from trainers.data.judge_prompt import template_problem
 from trainers.data.rewards import REWARDS
 from trainers.data.tasks import TASKS
 from trainers.data.tokenizer import get_tokenizer
@@ -55,6 +56,7 @@ def check_config(config: ExperimentConfig, env_modules: Collection[str] | None =
     problems += batch_problems
     problems += _check_grpo(config)
     problems += _check_data_and_rewards(config)
+    problems += _check_judge(config)
     problems += _check_model(config)
     problems += _check_lora(config)
     problems += _check_checkpoint(config)
@@ -447,6 +449,7 @@ def _check_grpo(config: ExperimentConfig) -> list[Problem]:
             )
         )
     problems += _check_dynamic_sampling(config)
+    problems += _check_prompt_selection(config)
     problems += _check_overlong(config)
     e = config.eval
     if e.pass_k is not None and e.pass_k > e.samples_per_prompt:
@@ -480,6 +483,29 @@ def _check_dynamic_sampling(config: ExperimentConfig) -> list[Problem]:
                 "rollout.dynamic_sampling_max_rounds",
                 "0 extra rounds means no group dropped could ever be replaced: dynamic sampling would only "
                 "shrink the batch; use 1 or more (4 is typical), or turn rollout.dynamic_sampling off",
+            )
+        ]
+    return []
+
+
+def _check_prompt_selection(config: ExperimentConfig) -> list[Problem]:
+    r, g = config.rollout, config.grpo
+    if not r.prompt_selection:
+        return []
+    if g.num_generations < 2:
+        return [
+            Problem(
+                "rollout.prompt_selection",
+                f"prompt selection skips prompts whose groups were flat; with grpo.num_generations={g.num_generations} "
+                "every group is, so every prompt would soon be skipped: use G >= 2 or turn prompt selection off",
+            )
+        ]
+    if config.async_.enabled:
+        return [
+            Problem(
+                "rollout.prompt_selection",
+                "prompt selection decides which prompts to generate from the groups trained so far, which an "
+                "asynchronous collector runs ahead of; turn async.enabled off or rollout.prompt_selection off",
             )
         ]
     return []
@@ -592,6 +618,26 @@ def _check_data_and_rewards(config: ExperimentConfig) -> list[Problem]:
         problems.append(
             Problem("rewards", "every weight is 0, so nothing is learned; give one reward a non-zero weight")
         )
+    return problems
+
+
+def _check_judge(config: ExperimentConfig) -> list[Problem]:
+    """The judge section, when the `judge` reward is listed: a judge folder is named (the folder itself
+    is checked where paths are resolved, `loading`), and its template shows the judge the completion."""
+    if not any(spec.name == "judge" for spec in config.rewards):
+        return []
+    j = config.judge
+    problems = []
+    if j.model_path is None:
+        problems.append(
+            Problem(
+                "judge.model_path",
+                "the judge reward needs a judge model; set judge.model_path to a local Hugging Face model "
+                "folder (e.g. var/models/smollm2-135m-instruct), or drop the judge reward",
+            )
+        )
+    if j.template is not None and (problem := template_problem(j.template)) is not None:
+        problems.append(Problem("judge.template", problem))
     return problems
 
 

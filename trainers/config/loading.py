@@ -271,35 +271,40 @@ def _resolve_model_path(
     model_dirs: list[str] | tuple[str, ...] | None,
     model_path_bases: list[str] | tuple[str, ...] | None = None,
 ) -> list[Problem]:
-    """Check `model.path` (see `parse_config`): inside a root when model_dirs are given (then replaced by
-    its resolved absolute path), a Hugging Face folder of a supported architecture, and with a chat
-    template when data.chat_template is true."""
-
-    path = config.model.path
-    if path is None:
-        return []
-    if model_dirs is not None:
-        resolved = _inside_roots(path, model_dirs, want_dir=True)
-        for base in () if os.path.isabs(path) else model_path_bases or ():
-            if resolved is None:  # configs/*.yaml name var/models/<name>, written for the CLI in the checkout
-                resolved = _inside_roots(os.path.join(os.path.realpath(base), path), model_dirs, want_dir=True)
-        if resolved is None:
-            return [Problem("model.path", MODEL_PATH_REFUSED.format(path=path))]
-        config.model.path = path = resolved
-    else:
-        config.model.path = path = os.path.abspath(path)  # a run directory's config.yaml then works anywhere
-    try:
-        description = describe_folder(path)
-    except ModelFolderError as exc:
-        return [Problem("model.path", str(exc))]
-    if config.data.chat_template and not description["has_chat_template"]:
-        return [
-            Problem(
-                "data.chat_template",
-                f"the tokenizer in {path} has no chat_template; set data.chat_template to false or null",
+    """Check `model.path` and `judge.model_path` (see `parse_config`): each inside a root when model_dirs
+    are given (then replaced by its resolved absolute path), a Hugging Face folder of a supported
+    architecture, and with a chat template when data.chat_template (judge.chat_template) is true."""
+    folders = (
+        ("model.path", config.model, "path", config.data.chat_template, "data.chat_template"),
+        ("judge.model_path", config.judge, "model_path", config.judge.chat_template, "judge.chat_template"),
+    )
+    problems = []
+    for name, section, field, chat, chat_field in folders:
+        path = getattr(section, field)
+        if path is None:
+            continue
+        if model_dirs is not None:
+            resolved = _inside_roots(path, model_dirs, want_dir=True)
+            for base in () if os.path.isabs(path) else model_path_bases or ():
+                if resolved is None:  # configs/*.yaml name var/models/<name>, written for the CLI in the checkout
+                    resolved = _inside_roots(os.path.join(os.path.realpath(base), path), model_dirs, want_dir=True)
+            if resolved is None:
+                problems.append(Problem(name, MODEL_PATH_REFUSED.format(path=path)))
+                continue
+            path = resolved
+        else:
+            path = os.path.abspath(path)  # a run directory's config.yaml then works anywhere
+        setattr(section, field, path)
+        try:
+            description = describe_folder(path)
+        except ModelFolderError as exc:
+            problems.append(Problem(name, str(exc)))
+            continue
+        if chat and not description["has_chat_template"]:
+            problems.append(
+                Problem(chat_field, f"the tokenizer in {path} has no chat_template; set {chat_field} to false or null")
             )
-        ]
-    return []
+    return problems
 
 
 def _inside_roots(path: str, roots: list[str] | tuple[str, ...], want_dir: bool = False) -> str | None:

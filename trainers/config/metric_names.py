@@ -20,6 +20,7 @@ TRAIN_METRICS = (
     "timing/step_s",
     "timing/rollout_s",
     "timing/train_s",
+    "timing/reward_s",
     "throughput/tokens_per_s",
     "train/trained_sequence_fraction",
     "mismatch/logprob_diff_mean",
@@ -43,13 +44,16 @@ ALGORITHM_METRICS = (
     "dynamic/prompts_consumed",
     "dynamic/prompts_sampled",
     "dynamic/groups_carried",
+    "selection/prompts_skipped",
+    "selection/completions_saved",
+    "selection/flat_group_fraction",
     "rollout/truncated_fraction",
     "rollout/overlong_penalty_mean",
     "mismatch/corrected_fraction",
 )
 """Reported only when their feature is on: grpo.entropy_coef, grpo.mismatch.correction,
 rollout.dynamic_sampling (with it a synchronous run also reports is/*: the groups carried from the
-step before are weighed),
+step before are weighed), rollout.prompt_selection,
 rollout.overlong_buffer_tokens / overlong_filter (the truncated fraction is always reported)."""
 GENERATION_METRICS = (
     "generation/slot_utilisation",
@@ -144,6 +148,8 @@ METRIC_DESCRIPTIONS = {
     "timing/step_s": "the whole step, seconds (async: includes async/wait_s)",
     "timing/rollout_s": "encoding, generating, decoding and scoring the step's sequences, seconds (async: the "
     "collector's time, overlapping training)",
+    "timing/reward_s": "scoring the step's completions with the reward functions, seconds (part of timing/rollout_s: "
+    "a judge model's passes, the sandbox's programs)",
     "timing/train_s": "from the rollout in hand to the new weights published: log-prob passes and updates, seconds",
     "throughput/tokens_per_s": "tokens (prompt and completion) of the step per second of the step",
     "train/trained_sequence_fraction": "share of the step's sequences the updates trained (without a KL term the "
@@ -167,6 +173,10 @@ METRIC_DESCRIPTIONS = {
     "dynamic/prompts_consumed": "how far the data position moved",
     "dynamic/prompts_sampled": "prompts the step generated",
     "dynamic/groups_carried": "informative groups the step before generated, trained by this one",
+    "selection/prompts_skipped": "prompts prompt selection skipped (their last groups were flat): consumed, "
+    "not generated",
+    "selection/completions_saved": "completions not sampled thanks to the skips: prompts skipped x G",
+    "selection/flat_group_fraction": "flat groups (all right or all wrong) among the groups the step generated",
     "rollout/truncated_fraction": "completions cut off by the budget (no end of sequence)",
     "rollout/overlong_penalty_mean": "mean DAPO overlong penalty (rollout.overlong_buffer_tokens)",
     "generation/slot_utilisation": "useful decode tokens / decode slot-steps run",

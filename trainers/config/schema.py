@@ -24,6 +24,7 @@ from trainers.algo.names import (
     SCHEDULES,
 )
 from trainers.config.yaml_guard import YamlRefused, guarded_yaml
+from trainers.data.judge_prompt import JUDGE_MODES
 from trainers.models.lora_targets import DEFAULT_TARGET_MODULES
 
 # Upper bounds of the size fields: far above any real run, low enough that no request can make the
@@ -162,6 +163,55 @@ class RewardSpec(_Section):
     weight: float = Field(1.0, description="Weight in the summed reward.")
 
 
+class JudgeSection(_Section):
+    """A second model that scores completions: the `judge` reward (rewards: [{name: judge, weight: 1}]).
+    Read only when that reward is listed."""
+
+    model_path: str | None = Field(
+        None,
+        description="The judge: a local Hugging Face model folder (like model.path: a Llama, Qwen2 or Qwen3 "
+        "causal LM with its tokenizer). Required when the judge reward is listed.",
+    )
+    mode: Literal[JUDGE_MODES] = Field(
+        "yes_no",
+        description="yes_no: one forward pass over the judge prompt, score = p(yes) / (p(yes) + p(no)) of "
+        "its next token. number: greedy generation of up to judge.max_new_tokens tokens, score = the first "
+        "number written / judge.scale, clipped to [0, 1] (0 when there is none).",
+    )
+    template: str | None = Field(
+        None,
+        max_length=20_000,
+        description="The judge prompt, with {question}, {reference} (the example's answer) and "
+        "{completion} (required) replaced by their text; null = the built-in one for judge.mode.",
+        json_schema_extra={"multiline": True},
+    )
+    chat_template: bool | None = Field(
+        None,
+        description="Render the judge prompt as one user message with the judge's chat template "
+        "(null = when its tokenizer has one).",
+    )
+    max_new_tokens: int = Field(8, ge=1, le=1_024, description="number mode: tokens the judge may write.")
+    scale: float = Field(10.0, gt=0.0, le=1e9, description="number mode: the number that means a score of 1.")
+    max_prompt_tokens: int = Field(
+        1_024,
+        ge=1,
+        le=MAX_TOKENS,
+        description="Longest judge prompt, in tokens; a completion whose prompt is longer scores 0 "
+        "(the reason is in its details).",
+    )
+    micro_batch_sequences: int = Field(
+        16, ge=1, le=MAX_SEQUENCES, description="Judge prompts per forward pass (the last one is padded to it)."
+    )
+    dtype: Literal["float32", "bfloat16"] = Field("float32", description="The judge's compute dtype.")
+    device: int | None = Field(
+        None,
+        ge=0,
+        le=MAX_DEVICE_INDEX,
+        description="Index of the device that holds the judge; null = the first rollout device "
+        "(mesh.rollout_devices), else the default device.",
+    )
+
+
 class RolloutSection(_Section):
     max_new_tokens: int | None = Field(
         None,
@@ -197,9 +247,32 @@ class RolloutSection(_Section):
     )
     dynamic_sampling_metric: Literal[DYNAMIC_SAMPLING_METRICS] = Field(
         "reward",
-        description="With dynamic sampling: what makes a group flat. reward: its G rewards are all "
+        description="With dynamic sampling or prompt selection: what makes a group flat. reward: its G rewards are all "
         "equal (advantage 0 everywhere); correct: its answers are all right or all wrong, whatever other reward "
         "terms (an overlong penalty, a format reward) add: DAPO's own filter, on accuracy.",
+    )
+    prompt_selection: bool = Field(
+        False,
+        description="Skip, before generating them, prompts whose last groups were flat (all right or all wrong, "
+        "as rollout.dynamic_sampling_metric says): a prompt is skipped with probability min("
+        "rollout.prompt_selection_max_skip_probability, 1 - (1 - rollout.prompt_selection_base_skip_probability)"
+        "^streak), streak = its flat groups since its last mixed one, and the step takes the next prompt instead. "
+        "Skipped prompts cost no generation and move the data position; each prompt's history is in the "
+        "checkpoint. Acts only when prompts come round again: a training set of a few epochs within the run. "
+        "Synchronous runs only.",
+    )
+    prompt_selection_base_skip_probability: float = Field(
+        0.5,
+        gt=0.0,
+        le=1.0,
+        description="With prompt selection: the skip probability after one flat group (the streak's base).",
+    )
+    prompt_selection_max_skip_probability: float = Field(
+        0.9,
+        gt=0.0,
+        lt=1.0,
+        description="With prompt selection: the most a prompt is ever skipped with, so 1 - this is the chance "
+        "every prompt keeps to come back (exploration).",
     )
     overlong_buffer_tokens: int = Field(
         0,
@@ -599,6 +672,7 @@ class ExperimentConfig(_Section):
     rewards: list[RewardSpec] = Field(
         default_factory=list, max_length=64, description="Rewards and weights; empty = the built-in task's own rewards."
     )
+    judge: JudgeSection = Field(default_factory=JudgeSection)
     rollout: RolloutSection = Field(default_factory=RolloutSection)
     batch: BatchSection = Field(default_factory=BatchSection)
     grpo: GrpoSection = Field(default_factory=GrpoSection)

@@ -17,6 +17,7 @@ from collections.abc import Callable
 import numpy as np
 
 TESTS_PER_PROBLEM = 5
+_LETTERS = "abcdefghijklmnopqrstuvwxyz"
 INSTRUCTION = "Answer with only the function, in a ```python code block."
 
 
@@ -47,25 +48,29 @@ TEMPLATES = (
     Template(
         ("sum_above", "total_above", "sum_greater_than"),
         "(xs)",
-        lambda rng: {"k": int(rng.integers(-20, 50))},
+        lambda rng: {"k": int(rng.integers(-150, 150))},
         lambda p: f"returns the sum of the numbers in the list xs that are greater than {p['k']}",
         lambda p, xs: sum(x for x in xs if x > p["k"]),
         lambda p: f"    return sum(x for x in xs if x > {p['k']})",
         lambda rng, p: (_ints(rng),),
     ),
     Template(
-        ("count_char", "count_letter", "letter_count"),
+        ("count_char", "count_letters", "letter_count"),
         "(s)",
-        lambda rng: {"c": str(rng.choice(list("abcdefghijklmnopqrstuvwxyz")))},
-        lambda p: f"returns how many times the letter {p['c']!r} appears in the string s",
-        lambda p, s: s.count(p["c"]),
-        lambda p: f"    return s.count({p['c']!r})",
-        lambda rng, p: (_word(rng, "abcdefghijklmnopqrstuvwxyz"[:5] + p["c"]),),
+        lambda rng: {"cs": "".join(sorted(rng.choice(list(_LETTERS), int(rng.integers(1, 3)), replace=False)))},
+        lambda p: (
+            f"returns how many times the letter {p['cs']!r} appears in the string s"
+            if len(p["cs"]) == 1
+            else f"returns how many characters of the string s are {p['cs'][0]!r} or {p['cs'][1]!r}"
+        ),
+        lambda p, s: sum(1 for ch in s if ch in p["cs"]),
+        lambda p: f"    return sum(1 for ch in s if ch in {p['cs']!r})",
+        lambda rng, p: (_word(rng, _LETTERS[:5] + p["cs"]),),
     ),
     Template(
         ("scale", "multiply_all", "scaled"),
         "(xs)",
-        lambda rng: {"k": int(rng.integers(2, 30))},
+        lambda rng: {"k": int(rng.integers(2, 300))},
         lambda p: f"returns a new list with every number of the list xs multiplied by {p['k']}",
         lambda p, xs: [x * p["k"] for x in xs],
         lambda p: f"    return [x * {p['k']} for x in xs]",
@@ -74,11 +79,11 @@ TEMPLATES = (
     Template(
         ("divisible", "is_divisible", "divides"),
         "(n)",
-        lambda rng: {"k": int(rng.integers(2, 40))},
+        lambda rng: {"k": int(rng.integers(2, 300))},
         lambda p: f"returns True if the integer n is divisible by {p['k']}, and False otherwise",
         lambda p, n: n % p["k"] == 0,
         lambda p: f"    return n % {p['k']} == 0",
-        lambda rng, p: (int(rng.integers(-50, 150)) if rng.random() < 0.5 else p["k"] * int(rng.integers(-5, 10)),),
+        lambda rng, p: (int(rng.integers(-1000, 1000)) if rng.random() < 0.5 else p["k"] * int(rng.integers(-5, 10)),),
     ),
     Template(
         ("clamp", "limit", "bounded"),
@@ -92,16 +97,19 @@ TEMPLATES = (
     Template(
         ("last_items", "tail", "last_n"),
         "(xs)",
-        lambda rng: {"k": int(rng.integers(1, 10))},
-        lambda p: f"returns the last {p['k']} items of the list xs (all of them if it has fewer)",
-        lambda p, xs: xs[-p["k"] :],
-        lambda p: f"    return xs[-{p['k']}:]",
+        lambda rng: {"k": int(rng.integers(1, 10)), "m": int(rng.integers(0, 100))},
+        lambda p: (
+            f"returns the last {p['k']} items of the list xs (all of them if it has fewer)"
+            + (f", each increased by {p['m']}" if p["m"] else "")
+        ),
+        lambda p, xs: [x + p["m"] for x in xs[-p["k"] :]],
+        lambda p: f"    return [x + {p['m']} for x in xs[-{p['k']}:]]",
         lambda rng, p: (_ints(rng),),
     ),
     Template(
         ("digit_sum", "sum_digits", "digits_total"),
         "(n)",
-        lambda rng: {"k": int(rng.integers(0, 50))},
+        lambda rng: {"k": int(rng.integers(0, 300))},
         lambda p: f"returns the sum of the decimal digits of the non-negative integer n, plus {p['k']}",
         lambda p, n: sum(int(d) for d in str(n)) + p["k"],
         lambda p: f"    return sum(int(d) for d in str(n)) + {p['k']}",
@@ -110,25 +118,32 @@ TEMPLATES = (
     Template(
         ("repeat_word", "repeat", "repeated"),
         "(s)",
-        lambda rng: {"k": int(rng.integers(2, 7)), "sep": str(rng.choice(["-", " ", ",", "+", ";", "|"]))},
-        lambda p: f"returns the string s repeated {p['k']} times, joined by {p['sep']!r}",
-        lambda p, s: p["sep"].join([s] * p["k"]),
-        lambda p: f"    return {p['sep']!r}.join([s] * {p['k']})",
+        lambda rng: {
+            "k": int(rng.integers(2, 10)),
+            "sep": str(rng.choice(["-", " ", ",", "+", ";", "|", ":", "/", "_", ""])),
+            "upper": bool(rng.random() < 0.5),
+        },
+        lambda p: (
+            f"returns the string s{' in upper case' if p['upper'] else ''} repeated {p['k']} times, "
+            f"joined by {p['sep']!r}"
+        ),
+        lambda p, s: p["sep"].join([s.upper() if p["upper"] else s] * p["k"]),
+        lambda p: f"    return {p['sep']!r}.join([s{'.upper()' if p['upper'] else ''}] * {p['k']})",
         lambda rng, p: (_word(rng, size=(1, 5)),),
     ),
     Template(
         ("starts_with", "has_prefix", "begins_with"),
         "(s)",
-        lambda rng: {"prefix": _word(rng, "abc", (1, 4))},
+        lambda rng: {"prefix": _word(rng, "abcdef", (1, 4))},
         lambda p: f"returns True if the string s starts with {p['prefix']!r}, and False otherwise",
         lambda p, s: s.startswith(p["prefix"]),
         lambda p: f"    return s.startswith({p['prefix']!r})",
-        lambda rng, p: ((p["prefix"] if rng.random() < 0.5 else "") + _word(rng, "abc", (0, 4)),),
+        lambda rng, p: ((p["prefix"] if rng.random() < 0.5 else "") + _word(rng, "abcdef", (0, 4)),),
     ),
     Template(
         ("count_even", "even_count", "evens"),
         "(xs)",
-        lambda rng: {"k": int(rng.integers(0, 20))},
+        lambda rng: {"k": int(rng.integers(0, 300))},
         lambda p: f"returns the number of even numbers in the list xs, plus {p['k']}",
         lambda p, xs: sum(1 for x in xs if x % 2 == 0) + p["k"],
         lambda p: f"    return sum(1 for x in xs if x % 2 == 0) + {p['k']}",

@@ -216,6 +216,13 @@ class HFTokenizer:
         return self._eos_ids
 
     @property
+    def special_texts(self) -> tuple[str, ...]:
+        """The text of every special added token ("<|im_start|>", "<|endoftext|>", ...): what `encode`
+        turns into a special id wherever it appears in a text, longest first."""
+        texts = {str(t.content) for t in self._backend.get_added_tokens_decoder().values() if t.special}
+        return tuple(sorted(texts, key=lambda text: (-len(text), text)))
+
+    @property
     def unk_id(self) -> int | None:
         return self._unk_id
 

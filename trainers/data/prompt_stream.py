@@ -45,8 +45,11 @@ class PromptStream:
         grain_seed = int(np.random.SeedSequence(seed).generate_state(1)[0])
         import grain  # loaded only when a run streams prompts (validation stays free of JAX)
 
-        self._dataset = grain.MapDataset.source(list(examples)).shuffle(seed=grain_seed).repeat(None)
-        self._epoch_cache: dict[int, list[dict]] = {}
+        # the shuffle permutes dataset indices (a permutation depends only on the length and the seed),
+        # so each position also names its example's index in `examples` (`indices`)
+        self._examples = list(examples)
+        self._dataset = grain.MapDataset.source(range(len(examples))).shuffle(seed=grain_seed).repeat(None)
+        self._epoch_cache: dict[int, list[int]] = {}
 
     def __len__(self) -> int:
         """Examples per epoch."""
@@ -58,27 +61,36 @@ class PromptStream:
             raise ValueError(f"position must be >= 0, got {position}")
         return position // self._examples_per_epoch
 
-    def _epoch_examples(self, epoch: int) -> list[dict]:
-        """Returns the examples of `epoch` in stream order (shared, not copied)."""
+    def _epoch_indices(self, epoch: int) -> list[int]:
+        """Returns the dataset indices of `epoch`'s examples in stream order (shared, not copied)."""
         if epoch not in self._epoch_cache:
             start = epoch * self._examples_per_epoch
-            order = [self._dataset[start + place] for place in range(self._examples_per_epoch)]
+            order = [int(self._dataset[start + place]) for place in range(self._examples_per_epoch)]
             if len(self._epoch_cache) >= self._CACHED_EPOCHS:
                 del self._epoch_cache[min(self._epoch_cache)]
             self._epoch_cache[epoch] = order
         return self._epoch_cache[epoch]
 
-    def take(self, position: int, count_prompts: int) -> list[dict]:
-        """Returns the examples at global positions [position, position + count_prompts)
-        as shallow copies; a range crossing an epoch boundary takes the end of one
+    def indices(self, position: int, count_prompts: int) -> list[int]:
+        """The dataset indices (places in the `examples` given) of the examples at global positions
+        [position, position + count_prompts); a range crossing an epoch boundary takes the end of one
         epoch then the start of the next (nothing dropped or repeated)."""
         if position < 0 or count_prompts < 0:
             raise ValueError(f"position and count_prompts must be >= 0, got {position}, {count_prompts}")
-        indices = range(position, position + count_prompts)
+        positions = range(position, position + count_prompts)
         if self._examples_per_epoch > self.MATERIALISE_MAX_EXAMPLES:
-            return [dict(self._dataset[index]) for index in indices]
+            return [int(self._dataset[p]) for p in positions]
         taken = []
-        for index in indices:
-            epoch, place = divmod(index, self._examples_per_epoch)
-            taken.append(dict(self._epoch_examples(epoch)[place]))
+        for p in positions:
+            epoch, place = divmod(p, self._examples_per_epoch)
+            taken.append(self._epoch_indices(epoch)[place])
         return taken
+
+    def examples(self, indices: list[int]) -> list[dict]:
+        """The examples at these dataset indices, as shallow copies."""
+        return [dict(self._examples[index]) for index in indices]
+
+    def take(self, position: int, count_prompts: int) -> list[dict]:
+        """Returns the examples at global positions [position, position + count_prompts)
+        as shallow copies (`indices`, then `examples`)."""
+        return self.examples(self.indices(position, count_prompts))

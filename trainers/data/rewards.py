@@ -3,10 +3,12 @@
 Every reward is a function `fn(completion: str, example: dict) -> float`
 with a value in [0, 1], pure except `code_tests`, which runs the completion's code in the sandbox
 and is registered `batched=True`: `fn(completions, examples) -> [N]`, so a step's programs run
-side by side. `completion` is the decoded model output (text after
+side by side; and `judge`, batched too, which a second model scores: its registered function only
+names it, and the run hands `score_with_details` the loaded judge (`trainers.rollout.judge`).
+`completion` is the decoded model output (text after
 the prompt, up to the first EOS); `example` is the dataset row, with at least
-"prompt" (a str, or from JSONL a list of {"role", "content"} chat messages; no
-reward reads it) and "answer" (str) and, for countdown, "numbers" (list of int)
+"prompt" (a str, or from JSONL a list of {"role", "content"} chat messages; only the judge
+reads it) and "answer" (str) and, for countdown, "numbers" (list of int)
 and "target" (int).
 
 Rewards are registered by name in REWARDS (`trainers.registry`: one decorated
@@ -22,7 +24,7 @@ import logging
 import re
 import string
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from fractions import Fraction
 from typing import Any
 
@@ -487,6 +489,22 @@ def code_tests(completions: list[str], examples: list[dict]) -> tuple[np.ndarray
     return np.array([o.passed_fraction for o in outcomes], dtype=np.float32), details
 
 
+@REWARDS.register("judge", batched=True, needs_model=True)
+def judge(completions: list[str], examples: list[dict]) -> tuple[np.ndarray, list[dict]]:
+    """A second model's verdict on each completion (the config's `judge` section): the judge reads a
+    prompt made of judge.template with the example's question, its reference answer and the
+    completion, and scores it in [0, 1]: yes_no, p(yes) / (p(yes) + p(no)) of its next token; number,
+    the first number it writes / judge.scale. Batched: the step's completions go through the judge
+    model together. Its details, per completion: {"mode", "score", "verdict"}, in yes_no mode
+    "logprob_yes" and "logprob_no", in number mode "output" (what the judge wrote) and "reason" (why a
+    score is 0 or clipped; also for a judge prompt over judge.max_prompt_tokens). The judge model is
+    loaded by the run (`trainers.rollout.judge`) and handed to `score_with_details` as a scorer."""
+    raise RuntimeError(
+        "the judge reward is scored by a judge model, which the run loads from judge.model_path "
+        "(trainers.rollout.judge.load_judge) and hands to score_with_details as scorers={'judge': ...}"
+    )
+
+
 def check_specs(specs: list[tuple[str, float]]) -> None:
     """Raises ValueError unless specs is a non-empty list of (known name, finite weight)
     with no name repeated."""
@@ -503,16 +521,25 @@ def check_specs(specs: list[tuple[str, float]]) -> None:
         seen.add(name)
 
 
+BatchedRewardFn = Callable[[list[str], list[dict]], Any]
+
+
 def score(
-    completions: list[str], examples: list[dict], specs: list[tuple[str, float]]
+    completions: list[str],
+    examples: list[dict],
+    specs: list[tuple[str, float]],
+    scorers: Mapping[str, BatchedRewardFn] | None = None,
 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """`score_with_details` without the details."""
-    total, components, _ = score_with_details(completions, examples, specs)
+    total, components, _ = score_with_details(completions, examples, specs, scorers)
     return total, components
 
 
 def score_with_details(
-    completions: list[str], examples: list[dict], specs: list[tuple[str, float]]
+    completions: list[str],
+    examples: list[dict],
+    specs: list[tuple[str, float]],
+    scorers: Mapping[str, BatchedRewardFn] | None = None,
 ) -> tuple[np.ndarray, dict[str, np.ndarray], list[dict[str, Any]] | None]:
     """Scores N completions against their examples.
 
@@ -520,6 +547,9 @@ def score_with_details(
       completions: N decoded completions.
       examples: the N matching examples (completion i is scored against example i).
       specs: (reward name, weight) pairs, names of REWARDS, each at most once.
+      scorers: reward name -> a batched function that scores it in place of the registry's entry: what
+        a higher layer builds for a reward registered `needs_model` (the judge: a model the run loads,
+        `trainers.rollout.judge`).
 
     Returns:
       total: [N] float32, sum over specs of weight * reward.
@@ -536,7 +566,8 @@ def score_with_details(
     for name, weight in specs:
         entry = REWARDS.get(name)
         if entry.meta.get("batched"):  # fn(completions, examples) -> [N] or ([N], details): side by side
-            found = entry.obj(list(completions), list(examples))
+            fn = scorers[name] if scorers and name in scorers else entry.obj
+            found = fn(list(completions), list(examples))
             if isinstance(found, tuple):
                 found, per_completion = found
                 details = details or [{} for _ in completions]

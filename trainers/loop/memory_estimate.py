@@ -12,6 +12,8 @@ P, or with model.lora the adapters' rank x (in + out) per targeted projection, a
   reference model   4 T when grpo.beta > 0 (a copy of the initial weights; with LoRA the adapters
                     off over the shared base)
   collector weights 4 P with async.enabled (the collector generates with its own copy)
+  judge model       with the judge reward: its parameters, 4 bytes each (2 with judge.dtype bfloat16:
+                    its matrices are kept in it); its passes' activations are not counted
   step arrays       the step's rollout on the host, for every sequence of the step: prompt tokens and
                     valid flags (5 bytes a token), completion tokens, mask, generator / old /
                     reference log-probs and loss weights (25 bytes a token)
@@ -68,7 +70,7 @@ from trainers.config.schema import OptimizerSection
 from trainers.data.encoding import bucket_width, prompt_bucket_tokens
 from trainers.engine.pages import PAGE_TOKENS
 from trainers.loop.policy import model_config_for
-from trainers.models.hf_config import parameter_count
+from trainers.models.hf_config import parameter_count, read_model_config
 from trainers.models.lora_targets import targeted
 from trainers.models.presets import LOGITS_CHUNK_ELEMENTS, ModelConfig
 from trainers.step.plan import BatchPlan
@@ -191,12 +193,14 @@ def estimate_step_memory(
     decode_slots: int | None = None,
     decode_chunk_tokens: int = 16,
     prefill_chunk_tokens: int = 0,
+    judge_bytes: int = 0,
 ) -> StepMemory:
     """The estimate for `plan` on `model` with an optimizer of `moments` float32 buffers per
     parameter; `concurrent_rollout`: async.enabled (the collector's own weights); `adapter_parameters`:
     the LoRA adapters' size (0: full fine-tuning); `prompt_tokens`: the width a step's prompts are
     padded to (None: the plan's prompt budget; never more); `decode_slots`, `decode_chunk_tokens`,
-    `prefill_chunk_tokens`: the engine's (None: the rollout micro-batch; 0: prompts prefilled whole).
+    `prefill_chunk_tokens`: the engine's (None: the rollout micro-batch; 0: prompts prefilled whole);
+    `judge_bytes`: the judge model's weights (`judge_weight_bytes`; 0: no judge).
     See the module docstring for every part."""
     params_bytes = (parameter_count(model) + adapter_parameters) * FLOAT32_BYTES
     trained_bytes = adapter_parameters * FLOAT32_BYTES if adapter_parameters else params_bytes
@@ -211,6 +215,8 @@ def estimate_step_memory(
         held.append(MemoryPart("reference model", trained_bytes, ("grpo.beta (0: no reference model)",)))
     if concurrent_rollout:
         held.append(MemoryPart("collector weights", params_bytes, ("async.enabled",)))
+    if judge_bytes:
+        held.append(MemoryPart("judge model", judge_bytes, ("judge.model_path (a smaller judge)", "judge.dtype")))
     held += [
         MemoryPart(
             "step arrays",
@@ -299,4 +305,14 @@ def step_memory(config: ExperimentConfig, plan: BatchPlan, longest_prompt_tokens
         decode_slots=config.rollout.decode_slots,
         decode_chunk_tokens=config.rollout.decode_chunk_tokens,
         prefill_chunk_tokens=config.rollout.prefill_chunk_tokens,
+        judge_bytes=judge_weight_bytes(config),
     )
+
+
+def judge_weight_bytes(config: ExperimentConfig) -> int:
+    """The judge model's weights in bytes when the rewards list the judge (judge.model_path's
+    config.json): 4 per parameter, 2 with judge.dtype bfloat16; 0 without a judge."""
+    j = config.judge
+    if j.model_path is None or not any(spec.name == "judge" for spec in config.rewards):
+        return 0
+    return parameter_count(read_model_config(j.model_path)) * (2 if j.dtype == "bfloat16" else FLOAT32_BYTES)

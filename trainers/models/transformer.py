@@ -30,6 +30,7 @@ Shape letters used in docstrings:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -533,33 +534,51 @@ def _grouped_hidden(
     group: int,
 ):
     """(model, hidden [B,Lc,H] whose row j predicts completion token j), with the prompt of each group of
-    `group` rows run once: a prefill of the B/G distinct prompts gives their last hidden state (which
-    predicts completion token 0) and every layer's keys/values; those are repeated G times and the
-    completions run as one cached chunk after them (slots Lp .. Lp+Lc-1), attending causally to
-    themselves and to their prompt's valid slots, at positions (valid prompt tokens) + j: the
-    same attention pattern and positions as the whole-sequence forward over valid tokens."""
+    `group` rows run once (`shared_prefix_hidden` with rows b*G .. b*G+G-1 on prompt b): the last
+    prompt hidden state predicts completion token 0, completion slot j-1's predicts token j."""
     model = nnx.merge(graphdef, params)
-    prompt_len, completion_len = prompt_tokens.shape[1], completion_tokens.shape[1]
-    unique_valid = prompt_valid[::group].astype(jnp.bool_)
-    prompt_hidden, prompt_kv = model(
-        prompt_tokens[::group],
-        positions_from_valid(unique_valid),
-        causal_padding_mask(unique_valid),
-        remat=model.cfg.remat,
+
+    def to_rows(per_prompt: jax.Array) -> jax.Array:
+        return jnp.repeat(per_prompt, group, axis=0)
+
+    prompt_hidden, completion_hidden = shared_prefix_hidden(
+        model, prompt_tokens[::group], prompt_valid[::group], to_rows, completion_tokens, completion_mask
     )
-    cache = extend_kv_cache(
-        [(jnp.repeat(keys, group, axis=0), jnp.repeat(values, group, axis=0)) for keys, values in prompt_kv],
-        completion_len,
-    )
-    slot_valid = jnp.concatenate([prompt_valid.astype(jnp.bool_), completion_mask.astype(jnp.bool_)], axis=1)
-    query_slots = prompt_len + jnp.arange(completion_len)
-    causal = jnp.arange(prompt_len + completion_len)[None, :] <= query_slots[:, None]  # [Lc, Lp+Lc]
-    positions = jnp.sum(prompt_valid, axis=1, dtype=jnp.int32)[:, None] + jnp.arange(completion_len)[None, :]
-    completion_hidden, _ = model(
-        completion_tokens, positions, causal[None] & slot_valid[:, None, :], cache, prompt_len, remat=model.cfg.remat
-    )
-    first = jnp.repeat(prompt_hidden[:, -1:], group, axis=0)  # the last prompt slot is always valid
+    first = to_rows(prompt_hidden[:, -1:])  # the last prompt slot is always valid
     return model, jnp.concatenate([first, completion_hidden[:, :-1]], axis=1)
+
+
+def shared_prefix_hidden(
+    model: Transformer,
+    prefix_tokens: jax.Array,
+    prefix_valid: jax.Array,
+    to_rows: Callable[[jax.Array], jax.Array],
+    suffix_tokens: jax.Array,
+    suffix_mask: jax.Array,
+) -> tuple[jax.Array, jax.Array]:
+    """Rows that share prefixes, each prefix run once: prefix_tokens/prefix_valid [P,Lp] (left-padded)
+    are P distinct prefixes; to_rows maps a per-prefix array [P,...] to the rows' [B,...] (each row's
+    prefix: a repeat for GRPO's groups, a gather in general); suffix_tokens/suffix_mask [B,Ls]
+    (right-padded) are what follows each row's prefix. The prefixes' keys/values go to their rows and
+    the suffixes run as one cached chunk after them (slots Lp .. Lp+Ls-1), attending causally to
+    themselves and to their prefix's valid slots, at positions (valid prefix tokens) + j: the same
+    attention pattern and positions as the whole-sequence forward over valid tokens. Returns (the
+    prefixes' hidden states [P,Lp,H], the suffixes' [B,Ls,H] row j after suffix token j)."""
+    prefix_len, suffix_len = prefix_tokens.shape[1], suffix_tokens.shape[1]
+    prefix_valid = prefix_valid.astype(jnp.bool_)
+    prefix_hidden, prefix_kv = model(
+        prefix_tokens, positions_from_valid(prefix_valid), causal_padding_mask(prefix_valid), remat=model.cfg.remat
+    )
+    cache = extend_kv_cache([(to_rows(keys), to_rows(values)) for keys, values in prefix_kv], suffix_len)
+    row_prefix_valid = to_rows(prefix_valid)
+    slot_valid = jnp.concatenate([row_prefix_valid, suffix_mask.astype(jnp.bool_)], axis=1)
+    query_slots = prefix_len + jnp.arange(suffix_len)
+    causal = jnp.arange(prefix_len + suffix_len)[None, :] <= query_slots[:, None]  # [Ls, Lp+Ls]
+    positions = jnp.sum(row_prefix_valid, axis=1, dtype=jnp.int32)[:, None] + jnp.arange(suffix_len)[None, :]
+    suffix_hidden, _ = model(
+        suffix_tokens, positions, causal[None] & slot_valid[:, None, :], cache, prefix_len, remat=model.cfg.remat
+    )
+    return prefix_hidden, suffix_hidden
 
 
 def token_logprobs_and_entropy(

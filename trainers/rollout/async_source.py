@@ -169,6 +169,7 @@ class AsyncRolloutSource:
         payloads = [group.payload for group in groups]
         rollout = assemble(payloads, selection, self.context.spec.sampling.pad_id)
         rollout.generate_s = sum(p.generate_s for p in payloads)
+        rollout.reward_s = sum(p.reward_s for p in payloads)
         p = self.context.plan.prompts_per_step
         dynamic = step_metrics(
             selection,

@@ -111,6 +111,9 @@ class Rollout:
     # decode_tokens, prefill_s, decode_s (they add up over rollouts; a group gets a 1 / P share) and
     # peak_pages, pool_pages (the largest). None = not recorded.
     generation: dict[str, float] | None = None
+    # seconds the reward functions took to score these sequences (part of generate_s; a judge model's
+    # passes, the sandbox's programs): timing/reward_s. Adds up over rollouts; a group gets a 1 / P share.
+    reward_s: float = 0.0
 
     def __post_init__(self) -> None:
         n = len(self.completions)
@@ -170,6 +173,7 @@ class Rollout:
             correct=self.correct[rows],
             advantages=self.advantages[rows],
             generate_s=self.generate_s / self.prompts,
+            reward_s=self.reward_s / self.prompts,
             in_loss=self.in_loss[rows],
             truncated=self.truncated[rows],
             overlong_penalties=self.overlong_penalties[rows],
@@ -238,6 +242,7 @@ class Rollout:
             correct=cat("correct"),
             advantages=cat("advantages"),
             generate_s=sum(r.generate_s for r in rollouts),
+            reward_s=sum(r.reward_s for r in rollouts),
             in_loss=cat("in_loss"),
             truncated=cat("truncated"),
             overlong_penalties=cat("overlong_penalties"),
@@ -271,14 +276,16 @@ class Rollout:
 
     def metrics(self) -> dict[str, float]:
         """The rollout's own per-step metrics: reward mean/std, accuracy, mean response length (tokens),
-        the fraction of completions cut off by the budget, the mean overlong penalty (when any), and
-        reward/<name>: each reward function's mean raw score (`reward_metrics`)."""
+        the fraction of completions cut off by the budget, the mean overlong penalty (when any), the
+        seconds spent scoring (timing/reward_s), and reward/<name>: each reward function's mean raw
+        score (`reward_metrics`)."""
         out = {
             "reward/mean": float(self.rewards.mean()),
             "reward/std": float(self.rewards.std()),
             "accuracy": float(self.correct.mean()),
             "response_length/mean": float(self.completion_mask.sum(axis=1).mean()),
             "rollout/truncated_fraction": float(self.truncated.mean()),
+            "timing/reward_s": self.reward_s,
         }
         if self.overlong_penalties.any():
             out["rollout/overlong_penalty_mean"] = float(self.overlong_penalties.mean())

@@ -156,7 +156,8 @@ def score_sequences(
 ) -> dict[str, Any]:
     """Step 3: score the decoded completions of the prompts `chosen` (G each, prompt-major): the
     rewards (weighted sum plus DAPO's overlong penalty), correctness, truncation, the raw reward
-    components and the group advantages, as `Rollout` fields.
+    components and the group advantages, as `Rollout` fields (with `reward_s`, the seconds the reward
+    functions took: a judge model's forward passes, the sandbox's programs).
 
     With episodes, the reward functions score each episode's last assistant turn, its environment's
     reward parts (reward/env/<name>) add to the reward, the budget's cut is its end reason, and an
@@ -164,7 +165,9 @@ def score_sequences(
     g = spec.num_generations
     per_sequence = [chosen[i // g] for i in range(len(completions))]
     answers = completions if episodes is None else [e.final_text for e in episodes]
-    rewards, components, details = score_with_details(answers, per_sequence, list(spec.reward_specs))
+    scoring_t0 = time.perf_counter()
+    rewards, components, details = score_with_details(answers, per_sequence, list(spec.reward_specs), spec.scorers)
+    reward_s = time.perf_counter() - scoring_t0
     sampling_params = spec.sampling
     if episodes is None:
         cut = truncated(completion_tokens, completion_mask, (sampling_params.eos_id, *sampling_params.extra_eos_ids))
@@ -202,6 +205,7 @@ def score_sequences(
         reward_names=reward_names,
         reward_values=reward_values,
         reward_details=details,
+        reward_s=reward_s,
     )
 
 

@@ -203,7 +203,7 @@ def fill_informative(
     need = prompts - len(carried_in)
     if need == 0:  # the last step's surplus fills this one
         step = Rollout.concat(list(carried_in), pad_id=pad_id)
-        step.prompts_consumed, step.generate_s, step.generation = 0, 0.0, None
+        step.prompts_consumed, step.generate_s, step.reward_s, step.generation = 0, 0.0, 0.0, None
         selection = Selection((), (), (), True)
         metrics = {
             "dynamic/dropped_group_fraction": 0.0,
@@ -216,7 +216,7 @@ def fill_informative(
     groups = [admitted.group(j) for j in range(admitted.prompts)]
     selection = select_admitted([is_informative(group, metric) for group in groups], need, max_prompts)
     step = prompt_width(assemble(groups, selection, pad_id, carried_in))
-    step.generate_s, step.generation = admitted.generate_s, admitted.generation
+    step.generate_s, step.reward_s, step.generation = admitted.generate_s, admitted.reward_s, admitted.generation
     metrics = step_metrics(
         selection, (admitted.prompts - need) / prompts, admitted.prompts, admitted.rewards, admitted.correct, [admitted]
     )

@@ -18,10 +18,17 @@ import jax
 
 from trainers.algo.importance import ImportanceConfig
 from trainers.config import ExperimentConfig
+from trainers.data.prompt_selection import PromptHistory, SkipRule, Walk, group_outcome, history_walk
 from trainers.data.prompt_stream import PromptStream
 from trainers.rollout.batch import Rollout
 from trainers.rollout.collect import collect_rollout
-from trainers.rollout.dynamic_sampling import InformativeGate, carry_state, fill_informative, groups_from_carry_state
+from trainers.rollout.dynamic_sampling import (
+    InformativeGate,
+    carry_state,
+    fill_informative,
+    groups_from_carry_state,
+    is_informative,
+)
 from trainers.rollout.spec import RolloutSpec
 from trainers.step.hooks import Action, Control, Hooks
 from trainers.step.placement import Placement
@@ -95,7 +102,13 @@ class SyncRolloutSource:
     are dropped and replaced without rounds (`dynamic_sampling.fill_informative`); the informative
     groups generated past the step's need are carried to the next step (`carried`, in checkpoints),
     which weighs them by pi_old / pi_gen as `async.importance_sampling` says (`importance`; rows
-    sampled by the step's own weights weigh exactly 1)."""
+    sampled by the step's own weights weigh exactly 1).
+
+    With rollout.prompt_selection, the step's prompts are walked from its data position on, skipping
+    those whose flat streak says so (`prompt_selection.walk`); the position moves past the last prompt
+    generated, skipped ones included. Each generated group's outcome goes to the per-prompt history
+    (`history`, in checkpoints) once the step is trained (`publish`), so a step interrupted before
+    its update leaves the history as the checkpoint of the step before holds it."""
 
     interrupted_by = None
 
@@ -107,6 +120,10 @@ class SyncRolloutSource:
         self.carried: list[Rollout] = []
         self._metrics: dict[str, float] = {}
         self.importance = None
+        r = context.config.rollout
+        self.history: PromptHistory | None = PromptHistory() if r.prompt_selection else None
+        self.skip_rule = SkipRule(r.prompt_selection_base_skip_probability, r.prompt_selection_max_skip_probability)
+        self._pending_outcomes: list[tuple[int, str]] = []  # the step's groups, recorded on publish
         if context.config.rollout.dynamic_sampling:
             i = context.config.async_.importance_sampling
             self.importance = ImportanceConfig(i.level, i.mode, i.max, i.min)
@@ -123,43 +140,92 @@ class SyncRolloutSource:
         step_key = jax.random.fold_in(c.base_key, step)
         prompts = c.plan.prompts_per_step
 
-        def generate(count: int, gate: InformativeGate | None = None) -> Rollout:
-            return collect_rollout(
+        r = c.config.rollout
+        count = prompts * (1 + r.dynamic_sampling_max_rounds) if r.dynamic_sampling else prompts
+        chosen = self._walk(count)
+        generated: list[Rollout] = []
+
+        def generate(gate: InformativeGate | None = None) -> Rollout:
+            examples = c.stream.take(self.position, count) if chosen is None else c.stream.examples(chosen.indices)
+            rollout = collect_rollout(
                 c.graphdef,
                 lambda: (params, self.version),
-                c.stream.take(self.position, count),
+                examples,
                 c.spec,
                 step_key,
                 mesh=c.placement.train_mesh,
                 gate=gate,
             )
+            generated.append(rollout)
+            return rollout
 
-        r = c.config.rollout
         if r.dynamic_sampling:
-            max_prompts = prompts * (1 + r.dynamic_sampling_max_rounds)
             rollout, self.carried, self._metrics = fill_informative(
-                lambda gate: generate(max_prompts, gate),
+                generate,
                 self.carried,
                 prompts,
-                max_prompts,
+                count,
                 c.spec.sampling.pad_id,
                 lambda step_rollout: step_rollout.with_prompt_width(c.spec.prompt_bucket_tokens),
                 r.dynamic_sampling_metric,
             )
         else:
-            rollout = generate(prompts)
+            rollout = generate()
+        if chosen is not None:
+            self._select(chosen, rollout, generated[0] if generated else None)
         self.position += rollout.prompts_consumed
         self.params = None  # the next update donates these buffers
         return rollout
 
+    def _walk(self, count: int) -> Walk | None:
+        """The step's candidates under prompt selection (None without it): `count` prompts kept from
+        the data position on; a step skips at most one epoch's worth of prompts."""
+        if self.history is None:
+            return None
+        c = self.context
+        return history_walk(
+            self.position, count, c.stream.indices, self.history, self.skip_rule, c.config.seed, len(c.stream)
+        )
+
+    def _select(self, chosen: Walk, rollout: Rollout, generated: Rollout | None) -> None:
+        """Moves the step's data position over the prompts it skipped (`rollout.prompts_consumed`,
+        as dynamic/prompts_consumed), notes the outcome of every group generated (`generated`: the
+        candidates' rollout, None when the step generated nothing) for the history, and sets the
+        selection/* metrics."""
+        c = self.context
+        used = rollout.prompts_consumed  # candidates generated: every one of them, or those the gate admitted
+        metric = c.config.rollout.dynamic_sampling_metric
+        groups = [] if generated is None else [generated.group(j) for j in range(generated.prompts)]
+        outcomes = [group_outcome(is_informative(group, metric), group.correct) for group in groups]
+        self._pending_outcomes = list(zip(chosen.indices[: len(groups)], outcomes, strict=True))
+        rollout.prompts_consumed = chosen.consumed(used)
+        skipped = chosen.skipped(used)
+        self._metrics = {
+            **self._metrics,
+            "selection/prompts_skipped": float(skipped),
+            "selection/completions_saved": float(skipped * c.plan.num_generations),
+            "selection/flat_group_fraction": sum(o != "mixed" for o in outcomes) / len(outcomes) if outcomes else 0.0,
+        }
+        if "dynamic/prompts_consumed" in self._metrics:
+            self._metrics["dynamic/prompts_consumed"] = float(rollout.prompts_consumed)
+
     def publish(self, params: Any, version: int) -> None:
         self.params, self.version = params, version
+        if self.history is not None:  # the step is trained: its groups join the history
+            for index, outcome in self._pending_outcomes:
+                self.history.record(index, outcome)
+            self._pending_outcomes = []
 
     def saved_state(self) -> dict[str, Any]:
-        return {"carried_groups": carry_state(self.carried)} if self.carried else {}
+        state: dict[str, Any] = {"carried_groups": carry_state(self.carried)} if self.carried else {}
+        if self.history is not None:
+            state["prompt_history"] = self.history.state()
+        return state
 
     def restore_state(self, state: dict[str, Any]) -> None:
         self.carried = groups_from_carry_state(state.get("carried_groups", []))
+        if self.history is not None:
+            self.history = PromptHistory.from_state(state.get("prompt_history", {}))
 
     def metrics(self) -> dict[str, float]:
         return dict(self._metrics)

@@ -6,7 +6,7 @@ and the prompt checks done before the first step.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from trainers.config import ExperimentConfig
@@ -17,6 +17,7 @@ from trainers.engine.batching import PREFILL_CHUNK_TOKENS
 from trainers.envs.registry import make_environment
 from trainers.models.generate import SamplingParams, TurnStops, eos_settings
 from trainers.rollout import prompt_fit
+from trainers.rollout.judge import load_judge
 
 Weights = Callable[[], tuple[Any, int]]
 """weights() -> (params, version): the weights to generate with and their version (optimizer steps
@@ -58,6 +59,9 @@ class RolloutSpec:
     prefill_chunk_tokens: int = PREFILL_CHUNK_TOKENS
     # Token ids of the prompts already encoded, shared by the copies `for_evaluation` makes.
     prompt_ids: PromptIdCache = dataclasses.field(default_factory=PromptIdCache, compare=False, repr=False)
+    # The rewards a loaded model scores, by name (`rewards.score_with_details`' scorers): the judge
+    # (`trainers.rollout.judge`) when the rewards list it.
+    scorers: Mapping[str, Callable] = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def from_config(cls, config: ExperimentConfig, tokenizer: Any, rollout_micro_batch_sequences: int) -> RolloutSpec:
@@ -72,13 +76,14 @@ class RolloutSpec:
         )
         chat = prompt_fit.renders_chat(config, tokenizer)
         env, turn_stops = environment(config, tokenizer)
+        specs = reward_specs(config)
         return cls(
             tokenizer=tokenizer,
             sampling=sampling,
             num_generations=config.grpo.num_generations,
             rollout_micro_batch_sequences=rollout_micro_batch_sequences,
             max_prompt_tokens=d.max_prompt_tokens,
-            reward_specs=tuple(reward_specs(config)),
+            reward_specs=tuple(specs),
             advantage=config.grpo.advantage,
             advantage_eps=config.grpo.advantage_eps,
             chat=chat,
@@ -94,6 +99,7 @@ class RolloutSpec:
             decode_slots=r.decode_slots or 0,
             decode_chunk_tokens=r.decode_chunk_tokens,
             prefill_chunk_tokens=r.prefill_chunk_tokens,
+            scorers={"judge": load_judge(config)} if any(name == "judge" for name, _ in specs) else {},
         )
 
     def for_evaluation(self, temperature: float, samples_per_prompt: int = 1) -> RolloutSpec:

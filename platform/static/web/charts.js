@@ -166,7 +166,7 @@
   // The metrics people read first, in this order, then the rest grouped by prefix (GROUP_ORDER,
   // then other prefixes alphabetically), alphabetical inside a group.
   const KEY_METRICS = ["reward/mean", "accuracy", "eval/accuracy"];
-  const GROUP_ORDER = ["reward", "eval", "", "loss", "response_length", "rollout", "env", "train", "dynamic", "async",
+  const GROUP_ORDER = ["reward", "eval", "", "loss", "response_length", "rollout", "env", "train", "dynamic", "selection", "async",
                        "is", "timing", "throughput", "system"];
 
   // A metric's group: the part before its first "/" ("" for none): "reward/std" -> "reward".

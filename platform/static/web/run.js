@@ -370,6 +370,22 @@
     return box;
   }
 
+  // A sample's judge verdict (the API's `judge`, already cut to length by the server): what the judge
+  // said, the score it gave, its mode and why a score is 0 or clipped. Text nodes only.
+  function judgeBlock(judge) {
+    const score = typeof judge.score === "number" ? judge.score : null;
+    const box = element("div", "judge-verdict" + (score !== null && score >= 0.5 ? " judge-verdict-high" : ""));
+    const summary = element("p", "judge-summary");
+    summary.append(element("b", "", `judge: ${judge.verdict ? String(judge.verdict) : "(no output)"}`), " ");
+    const shownScore = element("span", "judge-score", `score ${score === null ? "?" : score.toFixed(3)}`);
+    shownScore.title = "the judge reward's score, 0 to 1";
+    summary.append(shownScore);
+    if (judge.mode) summary.append(" ", element("span", "judge-mode", `(${String(judge.mode)})`));
+    if (judge.reason) summary.append(" ", element("span", "judge-reason", String(judge.reason)));
+    box.append(summary);
+    return box;
+  }
+
   async function loadSamples() {
     const select = $("sample-step");
     const chosen = select.value;
@@ -392,6 +408,7 @@
       const row = document.createElement("tr");
       const completion = s.episode ? episodeCell(s.episode) : segmentsCell(s.completion_segments, s.completion);
       if (Array.isArray(s.code_tests)) completion.append(codeTestsBlock(s.code_tests));
+      if (s.judge && typeof s.judge === "object") completion.append(judgeBlock(s.judge));
       row.append(cell(s.index), segmentsCell(s.prompt_segments, s.prompt), completion, cell(s.answer),
                  cell(fmt(s.reward, 3)), cell(fmt(s.advantage, 3)));
       body.append(row);

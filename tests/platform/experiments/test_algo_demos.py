@@ -26,6 +26,7 @@ EXPECTED = {
     "demo: algo-drgrpo": ("grpo", "drgrpo", "seq-mean-token-sum-norm", False, 0),
     "demo: algo-grpo": ("grpo", "grpo", "token-mean", False, 0),
     "demo: algo-grpo-dynamic": ("grpo", "grpo", "token-mean", True, 0),
+    "demo: algo-grpo-select": ("grpo", "grpo", "token-mean", False, 0),
     "demo: algo-gspo": ("gspo", "grpo", "seq-mean-token-mean", False, 0),
     "demo: algo-lora": ("grpo", "grpo", "token-mean", False, 16),
 }
@@ -82,6 +83,8 @@ def test_one_experiment_per_repository_algo_config_none_started(models_root, fak
     assert demos["demo: algo-dapo"].config["grpo"]["epsilon_high"] == 0.28
     assert demos["demo: algo-dapo"].config["rollout"]["dynamic_sampling_metric"] == "correct"
     assert demos["demo: algo-lora"].config["optimizer"]["learning_rate"] == 2.0e-4
+    select = demos["demo: algo-grpo-select"].config
+    assert select["rollout"]["prompt_selection"] is True and select["data"]["train_prompts"] == 16
     # the tool-use demo and its twin (issue 30, B2): the calculator on and off, the same model and steps
     tool, twin = (Experiment.objects.get(name=f"demo: calculator-arith{s}") for s in ("", "-notool"))
     assert tool.config["env"]["name"] == twin.config["env"]["name"] == "calculator"

@@ -308,3 +308,33 @@ def test_a_shipped_config_naming_var_models_is_accepted_through_the_api(alice, s
     for path in ("var/models/../../../outside/secret-model", "configs", "var", "var/models/missing"):
         response = post_experiment(client, model_config(path))
         assert response.status_code == 400 and response.json()["errors"] == {"model.path": REFUSED.format(path=path)}
+
+
+def judged_config(judge_path: str | None) -> dict:
+    raw = tiny_config()
+    raw["rewards"] = [{"name": "judge", "weight": 1.0}]
+    raw["judge"] = {"model_path": judge_path}
+    return raw
+
+
+def test_the_judge_folder_is_a_model_folder_under_the_roots(alice_client, alice, roots):
+    """judge.model_path is chosen, stored and refused as model.path is: the form offers the model
+    folders (none first: no judge), a folder under a root is stored relative to it, one outside is
+    refused naming judge.model_path."""
+    html = alice_client.get(reverse("experiment-new")).content.decode()
+    options = _options(html, "judge__model_path")
+    assert options[0] == ("", "none: no judge (the judge reward needs one)", True)
+    assert [o[0] for o in options[1:]] == [m.path for m in available_models()]
+    response = alice_client.post(reverse("experiment-new"), form_data(judged_config("tiny-llama"), name="judged"))
+    assert response.status_code == 302, response.context["form"].errors if response.context else response
+    assert alice.experiments.get(name="judged").config["judge"]["model_path"] == "tiny-llama"
+    client = token_client(alice)
+    absolute = post_experiment(client, judged_config(str(roots["first"] / "tiny-llama")))
+    assert absolute.status_code == 201
+    assert Experiment.objects.get(pk=absolute.json()["id"]).config["judge"]["model_path"] == "tiny-llama"
+    for path in refused_paths(roots):
+        response = post_experiment(client, judged_config(path))
+        assert response.status_code == 400, path
+        assert response.json()["errors"] == {"judge.model_path": REFUSED.format(path=path)}, path
+    missing = post_experiment(client, judged_config(None))
+    assert missing.status_code == 400 and "judge.model_path" in missing.json()["errors"]

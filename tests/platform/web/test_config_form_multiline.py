@@ -21,10 +21,15 @@ SPECS = {spec.path: spec for spec in iter_field_specs()}
 PROMPT = "You are terse.\nAnswer in one line.\n\nNever apologise."
 
 
-def test_the_schema_marks_the_system_prompt_multiline_and_no_other_one_line_field():
+def test_the_schema_marks_the_system_prompt_and_judge_template_multiline_and_no_one_line_field():
     assert SPECS["data.system_prompt"].multiline is True
     assert SPECS["data.system_prompt"].as_dict()["multiline"] is True
-    assert not any(s.multiline for p, s in SPECS.items() if p != "data.system_prompt")
+    assert {p for p, s in SPECS.items() if s.multiline} == {"data.system_prompt", "judge.template"}
+
+
+def test_a_judge_template_keeps_its_line_breaks():
+    template = "Question: {question}\r\nAnswer: {completion}\r\nYes or No?"
+    assert config_form.value_from_text(SPECS["judge.template"], template) == template.replace("\r\n", "\n")
 
 
 def test_form_text_keeps_line_breaks_and_turns_crlf_into_lf():

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.django_db
 
 HOSTILE_TEST = "assert f('<script>alert(1)</script>') == '&amp;'"
 LONG_TEST = "assert g(" + "1, " * 400 + "1) == 0"  # > 500 characters
-JUDGE = {"score": 0.5, "verdict": "JUDGE-VERDICT-TEXT"}  # another reward's details: ignored
+OTHER = {"score": 0.5, "verdict": "OTHER-DETAILS-TEXT"}  # a reward the pages do not read: ignored
 
 
 def five_tests(repo_root) -> list[dict]:
@@ -49,7 +49,11 @@ def code_run(alice, settings):
     hooks.on_samples(
         1,
         [
-            sample("FIVE", generation=0, reward_details={"code_tests": five_tests(settings.REPO_ROOT), "judge": JUDGE}),
+            sample(
+                "FIVE",
+                generation=0,
+                reward_details={"code_tests": five_tests(settings.REPO_ROOT), "other_reward": OTHER},
+            ),
             sample("LONGTEST", generation=1, reward_details={"code_tests": [{"test": LONG_TEST, "passed": True}]}),
             sample("STRINGDETAILS", generation=2, reward_details="not a mapping"),
             sample("NONDICTS", generation=3, reward_details={"code_tests": ["x", 3, None]}),
@@ -59,7 +63,7 @@ def code_run(alice, settings):
                 reward_details={"code_tests": [{}, {"test": 5, "passed": "yes", "reason": ["r"]}]},
             ),
             sample("NOTALIST", generation=5, reward_details={"code_tests": "assert x"}),
-            sample("ONLYJUDGE", generation=6, reward_details={"judge": JUDGE}),
+            sample("ONLYOTHER", generation=6, reward_details={"other_reward": OTHER}),
             sample("PLAIN", generation=7),
         ],
     )
@@ -84,7 +88,7 @@ SHOWN_MISSING = [
 
 
 def test_code_tests_reads_the_results_in_order(settings):
-    extra = {"reward_details": {"code_tests": five_tests(settings.REPO_ROOT), "judge": JUDGE}}
+    extra = {"reward_details": {"code_tests": five_tests(settings.REPO_ROOT), "other_reward": OTHER}}
     assert reward_details.code_tests(extra) == SHOWN_FIVE
     assert reward_details.tests_summary(SHOWN_FIVE) == "3/5 tests passed"
     assert reward_details.tests_summary(SHOWN_FIVE[:1]) == "1/1 test passed"
@@ -109,7 +113,7 @@ def test_code_tests_tolerates_every_wrong_shape():
     assert reward_details.code_tests({"reward_details": "not a mapping"}) is None
     assert reward_details.code_tests({"reward_details": ["code_tests"]}) is None
     assert reward_details.code_tests({"reward_details": {"code_tests": "assert x"}}) is None
-    assert reward_details.code_tests({"reward_details": {"judge": JUDGE}}) is None  # another reward only
+    assert reward_details.code_tests({"reward_details": {"other_reward": OTHER}}) is None  # another reward only
     assert reward_details.code_tests({"reward_details": {"code_tests": ["x", 3, None]}}) == []
     missing = {"code_tests": [{}, {"test": 5, "passed": "yes", "reason": ["r"]}]}
     assert reward_details.code_tests({"reward_details": missing}) == SHOWN_MISSING
@@ -120,7 +124,7 @@ def test_code_tests_tolerates_every_wrong_shape():
 
 def test_db_hooks_keep_reward_details_in_extra(code_run, settings):
     stored = RolloutSample.objects.get(run=code_run, completion="FIVE")
-    assert stored.extra["reward_details"] == {"code_tests": five_tests(str(settings.REPO_ROOT)), "judge": JUDGE}
+    assert stored.extra["reward_details"] == {"code_tests": five_tests(str(settings.REPO_ROOT)), "other_reward": OTHER}
 
 
 def by_completion(samples: list[dict]) -> dict[str, dict]:
@@ -137,16 +141,16 @@ def test_the_api_returns_the_normalised_tests(code_run):
         assert samples["LONGTEST"]["code_tests"] == [{"test": LONG_TEST[:499] + "…", "passed": True, "reason": ""}]
         assert samples["NONDICTS"]["code_tests"] == []
         assert samples["MISSINGKEYS"]["code_tests"] == SHOWN_MISSING
-        for name in ("STRINGDETAILS", "NOTALIST", "ONLYJUDGE", "PLAIN"):
+        for name in ("STRINGDETAILS", "NOTALIST", "ONLYOTHER", "PLAIN"):
             assert "code_tests" not in samples[name], name
-        assert "JUDGE-VERDICT-TEXT" not in response.content.decode()
+        assert "OTHER-DETAILS-TEXT" not in response.content.decode()
 
 
 def test_the_export_keeps_reward_details_without_server_paths(code_run, settings):
     response = token_client(code_run.experiment.owner).get(f"/api/runs/{code_run.pk}/samples.jsonl")
     lines = by_completion(json.loads(line) for line in b"".join(response.streaming_content).decode().splitlines())
     details = lines["FIVE"]["extra"]["reward_details"]
-    assert details["judge"] == JUDGE
+    assert details["other_reward"] == OTHER
     assert details["code_tests"][3]["reason"] == 'File "<code>/sandbox/run.py", line 3'
     assert str(settings.REPO_ROOT) not in json.dumps(lines["FIVE"])
     assert lines["STRINGDETAILS"]["extra"]["reward_details"] == "not a mapping"
@@ -220,7 +224,7 @@ def test_the_page_tolerates_odd_reward_details(code_run, alice_client):
     response = alice_client.get(f"/runs/{code_run.pk}/samples/")
     assert response.status_code == 200
     page = response.content.decode()
-    for name in ("STRINGDETAILS", "NOTALIST", "ONLYJUDGE", "PLAIN"):
+    for name in ("STRINGDETAILS", "NOTALIST", "ONLYOTHER", "PLAIN"):
         block = block_of(page, name)
         assert summary_of(block) is None and "code-tests" not in block, name
     nondicts = block_of(page, "NONDICTS")
@@ -228,4 +232,4 @@ def test_the_page_tolerates_odd_reward_details(code_run, alice_client):
     missing = block_of(page, "MISSINGKEYS")
     assert summary_of(missing) == "0/2 tests passed"
     assert listed_tests(missing) == [("unknown", "?", "", ""), ("unknown", "?", "5", "['r']")]
-    assert "JUDGE-VERDICT-TEXT" not in page
+    assert "OTHER-DETAILS-TEXT" not in page

@@ -29,7 +29,11 @@ def test_the_run_page_shows_a_samples_test_results(logged_in_page, alice):  # no
     hooks.on_samples(
         1,
         [
-            {**base, "completion": "def clamp(x): ...", "reward_details": {"code_tests": TESTS, "judge": "JUDGE-TEXT"}},
+            {
+                **base,
+                "completion": "def clamp(x): ...",
+                "reward_details": {"code_tests": TESTS, "other_reward": "OTHER-TEXT"},
+            },
             {**base, "completion": "odd details", "reward_details": {"code_tests": "not a list"}},
         ],
     )
@@ -49,4 +53,4 @@ def test_the_run_page_shows_a_samples_test_results(logged_in_page, alice):  # no
     assert block.locator(".code-test-text").all_text_contents() == [t["test"] for t in TESTS]
     assert block.locator(".code-test-reason").all_text_contents() == ["AssertionError"]
     assert page.evaluate("window.pwned") is None
-    assert "JUDGE-TEXT" not in page.content()
+    assert "OTHER-TEXT" not in page.content()

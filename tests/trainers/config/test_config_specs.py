@@ -40,6 +40,7 @@ def test_sections_follow_the_schema_order():
         "model",
         "data",
         "rewards",
+        "judge",
         "rollout",
         "batch",
         "grpo",

@@ -1,6 +1,8 @@
 """The code_tests reward and the python_functions task: code blocks found, tests run in the sandbox,
 the fraction passed, and problems whose reference solutions pass their own tests."""
 
+from collections import Counter
+
 import numpy as np
 import pytest
 
@@ -77,6 +79,19 @@ def test_python_functions_problems_pass_their_own_reference_and_not_a_constant()
     constant = [f"def {e['entry_point']}(*args):\n    return None\n" for e in examples]
     nothing, _ = score(constant, examples, [("code_tests", 1.0)])
     assert nothing.tolist() == [0.0] * len(examples)
+
+
+def test_python_functions_keeps_every_kind_of_problem_at_a_training_set_of_thousands():
+    # Prompts are unique, so a kind with few distinct prompts runs out and the rest fill the set: before
+    # the constants' ranges were widened, 2,000 training prompts were over half clamp problems.
+    from trainers.data.code_problems import TEMPLATES
+
+    train, evaluation = make_train_eval("python_functions", 0, 2000, 100)
+    kind_of = {name: template.names[0] for template in TEMPLATES for name in template.names}
+    counts = Counter(kind_of[e["entry_point"]] for e in train)
+    assert set(counts) == set(kind_of.values())
+    assert max(counts.values()) <= 2 * len(train) / len(TEMPLATES)  # none above twice its even share
+    assert min(counts.values()) >= len(train) / len(TEMPLATES) / 2
 
 
 def test_each_tests_result_comes_back_as_the_rewards_details():

@@ -273,5 +273,6 @@ def test_reward_names():
         "math_answer",
         "math_format",
         "code_tests",
+        "judge",
     )
     assert rewards.REWARDS["countdown"] is rewards.countdown

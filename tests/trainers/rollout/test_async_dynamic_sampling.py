@@ -91,7 +91,7 @@ def flat(prompt: str) -> bool:
     return zlib.crc32(prompt.encode()) % 4 != 0
 
 
-def fixed_score(completions, examples, specs):
+def fixed_score(completions, examples, specs, scorers=None):
     """Rewards by prompt text: a flat prompt's G completions all score 0; otherwise 1, 0, 1, ...
     (completion i of the rollout is completion i % G of its prompt)."""
     rewards = np.array([0.0 if flat(e["prompt"]) else float(i % G == 0) for i, e in enumerate(examples)], np.float32)
@@ -203,7 +203,7 @@ def test_async_dynamic_sampling_resumes_exactly_at_max_age_0(tmp_path, fixed_rew
     assert data_position(run_dir, 3) == 23 + walk[2][3]
 
 
-def penalised_score(completions, examples, specs):
+def penalised_score(completions, examples, specs, scorers=None):
     """As fixed_score for correctness (math_answer: a flat prompt's answers all wrong; otherwise right,
     wrong, right, ...), but every wrong answer at an odd place also loses 0.5, as an overlong penalty
     would take: the rewards of every group differ, only correctness tells the flat ones."""
