@@ -14,6 +14,7 @@ import jax
 import numpy as np
 import pytest
 
+from tests.step_metrics import StepMetrics
 from trainers.algo.sampling_filters import dynamic_sampling_values, informative_groups, overlong_penalty, truncated
 from trainers.config import ConfigError, parse_config
 from trainers.loop.trainer import GRPOTrainer, train
@@ -25,7 +26,6 @@ from trainers.rollout.dynamic_sampling import (
     groups_from_carry_state,
     select_admitted,
 )
-from trainers.step.hooks import Hooks
 
 
 def test_informative_groups_by_hand():
@@ -208,14 +208,6 @@ TINY = {
 }
 
 
-class Record(Hooks):
-    def __init__(self):
-        self.steps = {}
-
-    def on_step(self, step, metrics):
-        self.steps[step] = metrics
-
-
 def test_a_dynamic_sampling_step_trains_only_informative_groups(tmp_path):
     trainer = GRPOTrainer(parse_config(TINY), str(tmp_path / "run"))
     trainer.source.start(trainer.state.params, 0, 0)
@@ -232,11 +224,11 @@ def test_a_dynamic_sampling_step_trains_only_informative_groups(tmp_path):
 
 def test_dynamic_sampling_resumes_exactly(tmp_path):
     config = parse_config({**TINY, "train": {"max_steps": 3}})
-    straight = Record()
+    straight = StepMetrics()
     whole = train(config, str(tmp_path / "a"), straight)
     interrupted = parse_config({**TINY, "train": {"max_steps": 2}})
-    train(interrupted, str(tmp_path / "b"), Record())
-    resumed = Record()
+    train(interrupted, str(tmp_path / "b"), StepMetrics())
+    resumed = StepMetrics()
     again = train(config, str(tmp_path / "b"), resumed)
     assert again.params_digest == whole.params_digest
     consumed = sum(straight.steps[s]["dynamic/prompts_consumed"] for s in (1, 2, 3))

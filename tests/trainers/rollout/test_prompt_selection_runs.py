@@ -9,10 +9,10 @@ import os
 
 import pytest
 
+from tests.step_metrics import StepMetrics
 from trainers.config import ConfigError, parse_config
 from trainers.data.prompt_selection import PromptHistory
 from trainers.loop.trainer import GRPOTrainer, train
-from trainers.step.hooks import Hooks
 
 TINY = {
     "model": {"preset": "tiny"},
@@ -31,21 +31,13 @@ TINY = {
 }
 
 
-class Record(Hooks):
-    def __init__(self):
-        self.steps = {}
-
-    def on_step(self, step, metrics):
-        self.steps[step] = metrics
-
-
 def _meta(run_dir: str, step: int) -> dict:
     with open(os.path.join(run_dir, "checkpoints", str(step), "meta", "metadata"), encoding="utf-8") as f:
         return json.load(f)
 
 
 def test_selection_skips_flat_prompts_keeps_the_position_and_resumes_exactly(tmp_path):
-    straight = Record()
+    straight = StepMetrics()
     whole = train(parse_config(TINY), str(tmp_path / "a"), straight)
     steps = [straight.steps[s] for s in (1, 2, 3, 4)]
     # the first epoch has no history: nothing is skipped
@@ -60,8 +52,8 @@ def test_selection_skips_flat_prompts_keeps_the_position_and_resumes_exactly(tmp
     history = PromptHistory.from_state(meta["rollout_source"]["prompt_history"])
     assert sum(history.counts().values()) == 4 * 4  # every generated group, and only those
 
-    train(parse_config({**TINY, "train": {"max_steps": 2}}), str(tmp_path / "b"), Record())
-    resumed = Record()
+    train(parse_config({**TINY, "train": {"max_steps": 2}}), str(tmp_path / "b"), StepMetrics())
+    resumed = StepMetrics()
     again = train(parse_config(TINY), str(tmp_path / "b"), resumed)
     assert again.params_digest == whole.params_digest
     for step in (3, 4):
