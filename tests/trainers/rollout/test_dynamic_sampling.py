@@ -298,6 +298,10 @@ def test_overlong_filter_takes_truncated_completions_out_of_the_loss(tmp_path):
         ({"eval": {"samples_per_prompt": 2, "pass_k": 4}}, "eval.pass_k"),
         ({"grpo": {"policy_loss": "ppo"}}, "grpo.policy_loss"),
         ({"grpo": {"advantage": "gae"}}, "grpo.advantage"),
+        ({"rollout": {"prompt_selection": True}, "async": {"enabled": True}}, "rollout.prompt_selection"),
+        ({"rollout": {"prompt_selection": True}, "grpo": {"num_generations": 1}}, "rollout.prompt_selection"),
+        ({"rollout": {"prompt_selection_max_skip_probability": 1.0}}, "prompt_selection_max_skip_probability"),
+        ({"rollout": {"prompt_selection_base_skip_probability": 0.0}}, "prompt_selection_base_skip_probability"),
     ],
 )
 def test_bad_algorithm_settings_are_refused_with_the_field_named(changes, field):

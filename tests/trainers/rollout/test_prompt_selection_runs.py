@@ -7,10 +7,8 @@ from __future__ import annotations
 import json
 import os
 
-import pytest
-
 from tests.step_metrics import StepMetrics
-from trainers.config import ConfigError, parse_config
+from trainers.config import parse_config
 from trainers.data.prompt_selection import PromptHistory
 from trainers.loop.trainer import GRPOTrainer, train
 
@@ -79,21 +77,3 @@ def test_selection_with_dynamic_sampling_counts_skipped_prompts_as_consumed(tmp_
     assert sum(trainer.source.history.counts().values()) == 8 * 5
     trainer.source.publish(None, 1)
     assert sum(trainer.source.history.counts().values()) == 8 * 5 + generated
-
-
-@pytest.mark.parametrize(
-    "changes, field",
-    [
-        ({"rollout": {"prompt_selection": True}, "async": {"enabled": True}}, "rollout.prompt_selection"),
-        ({"rollout": {"prompt_selection": True}, "grpo": {"num_generations": 1}}, "rollout.prompt_selection"),
-        ({"rollout": {"prompt_selection_max_skip_probability": 1.0}}, "prompt_selection_max_skip_probability"),
-        ({"rollout": {"prompt_selection_base_skip_probability": 0.0}}, "prompt_selection_base_skip_probability"),
-    ],
-)
-def test_bad_selection_settings_are_refused_with_the_field_named(changes, field):
-    config = {"model": {"preset": "tiny"}}
-    for section, values in changes.items():
-        config[section] = {**config.get(section, {}), **values}
-    with pytest.raises(ConfigError) as error:
-        parse_config(config)
-    assert field in str(error.value)
