@@ -624,7 +624,7 @@ def _check_data_and_rewards(config: ExperimentConfig) -> list[Problem]:
 def _check_judge(config: ExperimentConfig) -> list[Problem]:
     """The judge section, when the `judge` reward is listed: a judge folder is named (the folder itself
     is checked where paths are resolved, `loading`), and its template shows the judge the completion."""
-    if not any(spec.name == "judge" for spec in config.rewards):
+    if not config.lists_reward("judge"):
         return []
     j = config.judge
     problems = []

@@ -699,6 +699,11 @@ class ExperimentConfig(_Section):
             data = {**data, "async": section}
         return data
 
+    def lists_reward(self, name: str) -> bool:
+        """Whether `rewards` names the reward `name` (a task's own rewards, used when it is empty, never
+        include a model-scored one such as the judge)."""
+        return any(spec.name == name for spec in self.rewards)
+
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict with YAML key names ("async", not "async_")."""
         return self.model_dump(mode="json", by_alias=True)

@@ -97,8 +97,8 @@ class PromptHistory:
 
 @dataclasses.dataclass(frozen=True)
 class Walk:
-    """The positions a step walked from `start`: `kept` (to generate, in data order, with their
-    training-set `indices`) and how many were skipped before each kept one."""
+    """The positions a step walked from `start`: `kept` (to generate, in data order) and their
+    training-set `indices`; the positions between them were skipped."""
 
     start: int
     kept: tuple[int, ...]

@@ -313,6 +313,6 @@ def judge_weight_bytes(config: ExperimentConfig) -> int:
     """The judge model's weights in bytes when the rewards list the judge (judge.model_path's
     config.json): 4 per parameter, 2 with judge.dtype bfloat16; 0 without a judge."""
     j = config.judge
-    if j.model_path is None or not any(spec.name == "judge" for spec in config.rewards):
+    if j.model_path is None or not config.lists_reward("judge"):
         return 0
     return parameter_count(read_model_config(j.model_path)) * (2 if j.dtype == "bfloat16" else FLOAT32_BYTES)
