@@ -62,6 +62,14 @@ def test_a_failing_run_sends_a_webhook_to_a_local_receiver(procs, receiver):
     text = receiver.texts()[0]
     assert text.startswith(f'Run #{run.pk} of "diverges" failed at step ') and "training diverged" in text
     assert text.endswith(f"http://platform.test/runs/{run.pk}/")
+    # the receiver holds the body before the worker has recorded the delivery as sent (it does so once
+    # the POST has returned, and on SQLite the write may wait for the database lock)
+    wait_for(
+        lambda: AlertDelivery.objects.filter(rule__name="local").exclude(status="pending").exists(),
+        60,
+        "the delivery to be recorded",
+        procs,
+    )
     sent = AlertDelivery.objects.get(rule__name="local")
     assert (sent.status, sent.run_id, sent.event, sent.attempts) == ("sent", run.pk, "failed", 1)
 
