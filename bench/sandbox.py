@@ -7,7 +7,7 @@ its generation time.
    second; the figure is the seconds until its outcome is back, against its budget (the limit, plus
    the sandbox's start allowance `runner.START_S`) + 1 s. Target: every attack within it.
 2. A step's rewards: SmolLM2-135M-Instruct trains `--steps` steps of the python_functions task, 8
-   prompts x G 8 = 64 completions x 5 tests each (configs/python-functions.yaml); the last step's
+   prompts x G 8 = 64 completions x 10 tests each (configs/python-functions.yaml); the last step's
    64 completions (train.samples_per_step=64) are scored again with code_tests, timed, and compared
    with that step's generation seconds (timing/generation_prefill_s + timing/generation_decode_s).
    Target: reward seconds < 2 x generation seconds (on CPU). Needs var/models/smollm2-135m-instruct
@@ -27,6 +27,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from trainers.data.code_problems import TESTS_PER_PROBLEM  # noqa: E402
 from trainers.sandbox.runner import START_S, Limits, run_program  # noqa: E402
 
 LIMITS = Limits(test_timeout_s=1.0, cpu_s=1, memory_bytes=256 << 20, max_processes=16)
@@ -36,7 +37,10 @@ ATTACKS = {
     "fork bomb": "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
     "10 GB allocation": "x = bytearray(10 * 1024 ** 3)\n",
     "allocate until killed": "xs = []\nwhile True:\n    xs.append(bytearray(1 << 20))\n",
-    "write outside its folder": "open('/tmp/escaped-by-the-sandbox', 'w').write('x')\n",
+    "write outside its folder": "open('/usr/escaped-by-the-sandbox', 'w').write('x')\n",
+    "unmount its root": "import ctypes\nassert ctypes.CDLL(None).umount2(b'/usr', 2) == 0, 'refused'\n",
+    "a Unix socket": "import socket\nsocket.socket(socket.AF_UNIX).connect('/run/postgresql/.s.PGSQL.5432')\n",
+    "fill a tmpfs": "f = open('/tmp/big', 'wb')\nwhile True:\n    f.write(b'x' * (1 << 20))\n",
     "open a socket": "import socket\nsocket.create_connection(('127.0.0.1', 5432), timeout=5)\n",
     "kill its parent": "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n",
     "exit early with success": "import os\nos._exit(0)\n",
@@ -96,8 +100,8 @@ def step_rewards(steps: int) -> tuple[float, float]:
     total, _ = score([s["completion"] for s in samples], chosen, [("code_tests", 1.0)])
     reward_s = time.monotonic() - started
     print(
-        f"step {last['step']}: {len(samples)} completions x 5 tests scored in {reward_s:.2f} s; generation "
-        f"{generation_s:.2f} s; reward/mean {float(total.mean()):.3f}, accuracy {last['accuracy']:.3f}"
+        f"step {last['step']}: {len(samples)} completions x {TESTS_PER_PROBLEM} tests scored in {reward_s:.2f} s; "
+        f"generation {generation_s:.2f} s; reward/mean {float(total.mean()):.3f}, accuracy {last['accuracy']:.3f}"
     )
     return reward_s, generation_s
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Create .venv (Python 3.11+, the machine's python3) and install the pinned requirements.
-# Re-running is cheap: the install is skipped while requirements.txt is unchanged.
+# Re-running is cheap: the install is skipped while requirements.txt is unchanged. Also installs
+# Debian's bubblewrap, which the code sandbox runs untrusted code under.
 #   --tests   also install what only the tests need: requirements-tests.txt (transformers on PyTorch's
 #             CPU build, the reference of the model parity tests) and Debian's Chromium (the browser
 #             test drives it with Playwright; Playwright's own browser download is never used).
@@ -39,6 +40,15 @@ if [ "$with_tests" = 1 ] && [ "$(cat "$test_stamp" 2>/dev/null)" != "$test_want"
   echo "setup: installing requirements-tests.txt into .venv (PyTorch CPU, transformers, ruff, pytest-xdist)"
   .venv/bin/python -m pip install --disable-pip-version-check -q -r requirements-tests.txt
   echo "$test_want" > "$test_stamp"
+fi
+if ! command -v bwrap >/dev/null 2>&1; then
+  # the code sandbox (trainers/sandbox) runs untrusted code under bubblewrap; without it a code_tests
+  # reward is refused before a run starts, and everything else works
+  echo "setup: installing Debian's bubblewrap for the code sandbox"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get install -y -q bubblewrap >/dev/null 2>&1 ||
+    { $SUDO apt-get update -q >/dev/null && $SUDO apt-get install -y -q bubblewrap >/dev/null; } ||
+    echo "setup: could not install bubblewrap: code_tests rewards will be refused on this machine" >&2
 fi
 if [ "$with_tests" = 1 ] && ! command -v chromium >/dev/null 2>&1; then
   echo "setup: installing Debian's chromium for the browser test"

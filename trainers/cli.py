@@ -24,6 +24,9 @@ export RUN_DIR --out DIR [--step N] [--dtype bfloat16]
                                   write a run's trained policy as a Hugging Face model folder
 devices [--json]                  print the JAX build, its devices and their memory, and the setup
                                   command for a GPU or TPU that JAX did not find
+sandbox PROGRAM.py --test STATEMENT ... [--json]
+                                  run a program against tests in the code sandbox (as the code_tests
+                                  reward does) and print each test's result; exit 1 if one fails
 evaluate MODEL_OR_RUN_DIR [--config CFG] [--step N] [--dataset TASK_OR_JSONL] --out FILE.jsonl
                                   score a model folder or a run's checkpoint: greedy accuracy, mean
                                   reward, pass@k; one row per prompt in FILE, the metrics printed
@@ -335,6 +338,31 @@ def cmd_devices(args) -> int:
     return 0
 
 
+def cmd_sandbox(args) -> int:
+    # lazy: the sandbox's runner (and libseccomp) load only for this command
+    from trainers.commands import sandbox
+    from trainers.sandbox.runner import Limits
+
+    try:
+        with open(args.program) as f:
+            code = f.read()
+        tests = list(args.test)
+        if args.tests_json:
+            with open(args.tests_json) as f:
+                listed = json.load(f)
+            if not isinstance(listed, list) or not all(isinstance(t, str) for t in listed):
+                raise ValueError(f"{args.tests_json}: expected a JSON list of test statements (strings)")
+            tests += listed
+    except (OSError, ValueError) as exc:
+        print(f"sandbox: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    if not tests:
+        print("sandbox: no test given: add --test STATEMENT (e.g. --test 'assert f(2) == 4')", file=sys.stderr)
+        return EXIT_INVALID
+    limits = Limits(test_timeout_s=args.timeout_s, cpu_s=args.cpu_s, memory_bytes=args.memory_mib << 20)
+    return sandbox.main(code, tests, limits, args.json)
+
+
 def cmd_evaluate(args) -> int:
 
     # lazy: JAX loads only for a command that runs a model (--help and validate stay JAX-free)
@@ -566,6 +594,30 @@ def build_parser() -> argparse.ArgumentParser:
         help="print {\"progress\": {\"done\", \"total\"}} lines on stdout instead of a bar",
     )
     p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser(
+        "sandbox",
+        help="run a program against tests in the code sandbox and print each result",
+        description="Run PROGRAM.py, then each test, in the code sandbox the code_tests reward uses "
+        "(bubblewrap: no network, a file system of its own, no capabilities, a seccomp filter, time, "
+        "CPU, memory and process limits), and print each test's result. A test of the form "
+        "`assert EXPR == LITERAL` (or !=, is None/True/False, assert EXPR, assert not EXPR) is "
+        "compared outside the sandbox with the value EXPR had inside; any other statement passes "
+        "when it runs to its end inside. Exit 0 when all passed, 1 when one failed, 2 when the "
+        "sandbox cannot run here.",
+    )
+    p.add_argument("program", help="a Python file: the code the tests run after")
+    p.add_argument("--test", action="append", default=[], metavar="STATEMENT", help="a test (repeat for more)")
+    p.add_argument("--tests-json", metavar="FILE", help="a JSON list of test statements, added to --test's")
+    p.add_argument("--timeout-s", type=float, default=2.0, help="wall-clock seconds per test (default 2)")
+    p.add_argument("--cpu-s", type=int, default=2, help="CPU seconds per test (default 2)")
+    p.add_argument("--memory-mib", type=int, default=512, help="address space per process, MiB (default 512)")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help='print {"results": [{"test", "passed", "reason", "checked"}], "error"} instead of lines',
+    )
+    p.set_defaults(func=cmd_sandbox)
 
     p = sub.add_parser(
         "devices",

@@ -49,6 +49,10 @@ class CodeTestResult(Shape):
     test: str = Field(description="the test statement (at most 500 characters: a longer one is cut, ending in …)")
     passed: bool | None = Field(description="whether it passed; null where the trainer stored no true/false")
     reason: str = Field(description='why it failed ("" when it passed), at most 300 characters')
+    checked: str = Field(
+        description='"outside": its expression\'s value was compared outside the sandbox, where the code cannot '
+        'forge the result; "inside": a statement that ran to its end inside; "" where not stored'
+    )
 
 
 class JudgeVerdict(Shape):

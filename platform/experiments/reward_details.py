@@ -3,7 +3,8 @@ browser (like experiments.sample_episodes for episodes).
 
 The trainer's `Rollout.samples()` adds, for a sample whose reward functions gave details, the key
 
-    "reward_details": {"code_tests": [{"test": "assert clamp(0) == 0", "passed": true, "reason": ""},
+    "reward_details": {"code_tests": [{"test": "assert clamp(0) == 0", "passed": true, "reason": "",
+                                       "checked": "outside"},
                                       {"test": "assert clamp(-10) == -3", "passed": false,
                                        "reason": "AssertionError"}, ...]}
 
@@ -34,6 +35,9 @@ MAX_TEST_CHARS = 500  # a test statement as shown: a longer one is cut and ends 
 MAX_REASON_CHARS = 300  # a failure reason as shown (the trainer already keeps it this short)
 MAX_VERDICT_CHARS = 300  # what a judge wrote, as shown
 ELLIPSIS = "…"
+CHECKED = ("outside", "inside")
+"""Where a test's result was decided: compared outside the sandbox (the code cannot forge it) or a
+statement that ran inside it."""
 
 
 def _capped(text: str, limit: int) -> str:
@@ -55,6 +59,7 @@ def _test_result(value: Any) -> dict[str, Any] | None:
         "test": _capped(_text(value.get("test")), MAX_TEST_CHARS),
         "passed": passed if isinstance(passed, bool) else None,
         "reason": _capped(shown(_text(value.get("reason"))), MAX_REASON_CHARS),
+        "checked": value.get("checked") if value.get("checked") in CHECKED else "",
     }
 
 
@@ -62,10 +67,11 @@ def code_tests(extra: Any) -> list[dict[str, Any]] | None:
     """A sample's unit test results from its stored `extra` (`extra["reward_details"]["code_tests"]`),
     or None when it has none (no reward_details mapping, or no code_tests list in it).
 
-    [{"test": str, "passed": bool | None, "reason": str}, ...] in the trainer's order: `test` at most
+    [{"test": str, "passed": bool | None, "reason": str, "checked": str}, ...] in the trainer's order: `test` at most
     MAX_TEST_CHARS characters and `reason` at most MAX_REASON_CHARS (a longer one cut, ending in "…";
     server paths shown relative to their root); `passed` None when the stored value is not a bool
-    (neither passed nor failed); a missing or null text reads as "", another type as its str(). An
+    (neither passed nor failed); `checked` "outside", "inside", or "" where the trainer stored
+    neither; a missing or null text reads as "", another type as its str(). An
     entry that is not a mapping is left out."""
     details = extra.get("reward_details") if isinstance(extra, dict) else None
     tests = details.get("code_tests") if isinstance(details, dict) else None

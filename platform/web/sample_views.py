@@ -125,7 +125,8 @@ def code_tests_view(extra: dict[str, Any]) -> dict[str, Any] | None:
     """What the page shows of a sample's unit test results (experiments.reward_details.code_tests),
     or None when it has none: the summary ("3/5 tests passed"), whether every test passed, and each
     test with its state ("passed", "failed", or "unknown" where the stored value is no bool), its mark
-    (✓, ✗, ?: the state is shown by more than colour), its statement and its failure reason. Test and
+    (✓, ✗, ?: the state is shown by more than colour), its statement, its failure reason, and whether
+    it was checked inside the sandbox (a statement, not a value compared outside). Test and
     reason text is left to the template's escaping."""
     tests = reward_details.code_tests(extra)
     if tests is None:
@@ -133,7 +134,15 @@ def code_tests_view(extra: dict[str, Any]) -> dict[str, Any] | None:
     shown_tests = []
     for test in tests:
         state, mark = TEST_MARKS[test["passed"]]
-        shown_tests.append({"state": state, "mark": mark, "test": test["test"], "reason": test["reason"]})
+        shown_tests.append(
+            {
+                "state": state,
+                "mark": mark,
+                "test": test["test"],
+                "reason": test["reason"],
+                "inside": test["checked"] == "inside",
+            }
+        )
     return {
         "summary": reward_details.tests_summary(tests),
         "all_passed": all(t["passed"] is True for t in tests),

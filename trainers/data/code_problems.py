@@ -1,22 +1,29 @@
 """Generated Python programming problems with unit tests (the `python_functions` task).
 
-Each problem asks for one small function, described in English, and carries five tests: `assert`
-statements whose expected values come from a reference implementation here, on inputs drawn from
-the same seed. The `code_tests` reward (trainers.data.rewards) runs a completion's code against
+Each problem asks for one small function, described in English, and carries ten tests, each
+`assert name(args) == literal`: the literal is the reference implementation's value there, on
+inputs drawn from the same seed. The tests' expected values are spread so that no constant program
+does well: a function returning a bool expects True in half of its tests and False in the other
+half, any other function expects a different value in every test (so the best constant passes at
+most one of ten). The `code_tests` reward (trainers.data.rewards) runs a completion's code against
 them in the sandbox (trainers.sandbox). Deterministic in (seed, stream); pure Python.
 
 An example: {"prompt": str, "answer": str (a reference solution, shown in the rollout browser),
-"tests": [str] * 5, "entry_point": str}.
+"tests": [str] * 10, "entry_point": str}.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import Callable
 
 import numpy as np
 
-TESTS_PER_PROBLEM = 5
+TESTS_PER_PROBLEM = 10
+# Draws of one call's arguments before a problem gives up: over 2,000 problems of each kind, none
+# needed more than 70.
+_CALL_DRAWS = 400
 _LETTERS = "abcdefghijklmnopqrstuvwxyz"
 INSTRUCTION = "Answer with only the function, in a ```python code block."
 
@@ -44,6 +51,14 @@ def _word(rng: np.random.Generator, letters: str = "abcde", size: tuple[int, int
     return "".join(rng.choice(list(letters), int(rng.integers(*size))))
 
 
+def _mix(rng: np.random.Generator, hits: list, misses: list) -> list:
+    """0 to 12 items drawn from hits and 0 to 5 from misses, shuffled: what a counting function sees,
+    its count spread evenly over 0..12."""
+    items = [hits[i] for i in rng.integers(0, len(hits), int(rng.integers(0, 13)))]
+    items += [misses[i] for i in rng.integers(0, len(misses), int(rng.integers(0, 6)))]
+    return [items[i] for i in rng.permutation(len(items))]
+
+
 TEMPLATES = (
     Template(
         ("sum_above", "total_above", "sum_greater_than"),
@@ -52,7 +67,7 @@ TEMPLATES = (
         lambda p: f"returns the sum of the numbers in the list xs that are greater than {p['k']}",
         lambda p, xs: sum(x for x in xs if x > p["k"]),
         lambda p: f"    return sum(x for x in xs if x > {p['k']})",
-        lambda rng, p: (_ints(rng),),
+        lambda rng, p: (_ints(rng, p["k"] - 15, p["k"] + 15),),
     ),
     Template(
         ("count_char", "count_letters", "letter_count"),
@@ -65,7 +80,7 @@ TEMPLATES = (
         ),
         lambda p, s: sum(1 for ch in s if ch in p["cs"]),
         lambda p: f"    return sum(1 for ch in s if ch in {p['cs']!r})",
-        lambda rng, p: (_word(rng, _LETTERS[:5] + p["cs"]),),
+        lambda rng, p: ("".join(_mix(rng, list(p["cs"]), [ch for ch in "abcdefg" if ch not in p["cs"]])),),
     ),
     Template(
         ("scale", "multiply_all", "scaled"),
@@ -88,11 +103,11 @@ TEMPLATES = (
     Template(
         ("clamp", "limit", "bounded"),
         "(x)",
-        lambda rng: (lambda lo: {"lo": lo, "hi": lo + int(rng.integers(1, 31))})(int(rng.integers(-30, 30))),
+        lambda rng: (lambda lo: {"lo": lo, "hi": lo + int(rng.integers(12, 46))})(int(rng.integers(-30, 30))),
         lambda p: f"returns x limited to the range from {p['lo']} to {p['hi']} (the nearest end when x is outside)",
         lambda p, x: min(max(x, p["lo"]), p["hi"]),
         lambda p: f"    return min(max(x, {p['lo']}), {p['hi']})",
-        lambda rng, p: (int(rng.integers(-60, 60)),),
+        lambda rng, p: (int(rng.integers(p["lo"] - 10, p["hi"] + 11)),),
     ),
     Template(
         ("last_items", "tail", "last_n"),
@@ -104,7 +119,7 @@ TEMPLATES = (
         ),
         lambda p, xs: [x + p["m"] for x in xs[-p["k"] :]],
         lambda p: f"    return [x + {p['m']} for x in xs[-{p['k']}:]]",
-        lambda rng, p: (_ints(rng),),
+        lambda rng, p: (_ints(rng, size=(0, p["k"] + 5)),),
     ),
     Template(
         ("digit_sum", "sum_digits", "digits_total"),
@@ -147,28 +162,40 @@ TEMPLATES = (
         lambda p: f"returns the number of even numbers in the list xs, plus {p['k']}",
         lambda p, xs: sum(1 for x in xs if x % 2 == 0) + p["k"],
         lambda p: f"    return sum(1 for x in xs if x % 2 == 0) + {p['k']}",
-        lambda rng, p: (_ints(rng),),
+        lambda rng, p: (_mix(rng, list(range(-10, 20, 2)), list(range(-9, 20, 2))),),
     ),
 )
 
 
 def make_problem(rng: np.random.Generator) -> dict:
-    """One problem: a template, its constants, and five tests on distinct inputs where possible."""
+    """One problem: a template, its constants, a name, and TESTS_PER_PROBLEM tests (`_test_calls`)."""
     template = TEMPLATES[int(rng.integers(len(TEMPLATES)))]
     params = template.params(rng)
     name = template.names[int(rng.integers(len(template.names)))]
-    calls: list[tuple] = []
-    for _ in range(40):
-        args = template.inputs(rng, params)
-        if args not in calls:
-            calls.append(args)
-        if len(calls) == TESTS_PER_PROBLEM:
-            break
-    while len(calls) < TESTS_PER_PROBLEM:
-        calls.append(calls[-1])
+    calls = _test_calls(rng, template, params)
     tests = [
         f"assert {name}({', '.join(repr(a) for a in args)}) == {template.solve(params, *args)!r}" for args in calls
     ]
     prompt = f"Write a Python function {name}{template.signature} that {template.describe(params)}. {INSTRUCTION}"
     answer = f"```python\ndef {name}{template.signature}:\n{template.source(params)}\n```"
     return {"prompt": prompt, "answer": answer, "tests": tests, "entry_point": name}
+
+
+def _test_calls(rng: np.random.Generator, template: Template, params: dict) -> list[tuple]:
+    """TESTS_PER_PROBLEM distinct calls' arguments, drawn from template.inputs, keeping a call only
+    while its expected value has fewer tests than its share: half of them for a bool (so True and
+    False each get half), one for any other value (so every test expects a different one).
+    RuntimeError when _CALL_DRAWS draws do not fill them."""
+    calls: list[tuple] = []
+    counts: Counter[str] = Counter()
+    for _ in range(_CALL_DRAWS):
+        args = template.inputs(rng, params)
+        expected = template.solve(params, *args)
+        share = TESTS_PER_PROBLEM // 2 if isinstance(expected, bool) else 1
+        if args in calls or counts[repr(expected)] >= share:
+            continue
+        calls.append(args)
+        counts[repr(expected)] += 1
+        if len(calls) == TESTS_PER_PROBLEM:
+            return calls
+    raise RuntimeError(f"{template.names[0]} {params}: {_CALL_DRAWS} draws gave only {len(calls)} spread tests")

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from trainers.registry import Registry
-from trainers.sandbox.runner import Sandbox
+from trainers.sandbox.runner import UNAVAILABLE, Sandbox
 
 RewardFn = Callable[[str, dict], float]
 REWARDS = Registry("reward")
@@ -439,16 +439,34 @@ def math_format(completion: str, example: dict) -> float:
     return float(boxed_answer(completion[-MATH_TAIL_CHARS:]) is not None)
 
 
-_CODE_BLOCK_RE = re.compile(r"```[ \t]*(?:python|py)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL | re.IGNORECASE)
+# A fence line: only ``` and an optional language tag, spaces around them allowed; "\r\n" line ends too.
+_FENCE_RE = re.compile(r"^[ \t]*```[ \t]*([^\s`]*)[ \t]*\r?$", re.MULTILINE)
+PYTHON_TAGS = ("", "py", "python", "python3", "py3")
 _SANDBOX = None
-SANDBOX_UNAVAILABLE = "the sandbox cannot isolate code here"
 
 
 def code_of(completion: str) -> str:
-    """The program in a completion: its first fenced code block (```python ... ```, the closing fence
-    optional when the completion was cut off), else the whole completion."""
-    match = _CODE_BLOCK_RE.search(completion)
-    return match.group(1) if match else completion
+    """The program in a completion: its last fenced Python block, else "" when it has fenced blocks
+    but none in Python (nothing else runs), else, with no fence line at all, the whole completion.
+
+    A block opens at a fence line (a line of only ``` and an optional tag, spaces around them
+    allowed, "\n" or "\r\n" line ends) and closes at the next fence line without a tag, or at the
+    end when the completion was cut off. It is Python when its tag is one of PYTHON_TAGS, in any
+    case: none, py, python, python3 or py3."""
+    blocks = []  # (tag, code)
+    opened = None  # (tag, where its code starts) of the block still open
+    for fence in _FENCE_RE.finditer(completion):
+        if opened is None:
+            opened = (fence.group(1).lower(), fence.end() + 1)
+        elif not fence.group(1):
+            blocks.append((opened[0], completion[opened[1] : fence.start()]))
+            opened = None
+    if opened is not None:
+        blocks.append((opened[0], completion[opened[1] :]))
+    if not blocks:
+        return completion
+    python = [code for tag, code in blocks if tag in PYTHON_TAGS]
+    return python[-1] if python else ""
 
 
 def sandbox():
@@ -466,11 +484,13 @@ def code_tests(completions: list[str], examples: list[dict]) -> tuple[np.ndarray
     completion's code (`code_of`), each test in a fresh process of the sandbox (trainers.sandbox:
     no network, a read-only file system but its own directory, time, CPU, memory and process
     limits). Code that fails, hangs or misbehaves scores 0 on the tests it spoils. Batched: the
-    step's programs run side by side, one per CPU. Its details, per completion: each test's
-    {"test", "passed", "reason"} (the rollout browser shows them)."""
+    step's programs run side by side, one per CPU. A test `assert <expression> == <literal>` (and
+    the other forms of trainers.sandbox.checks) is compared outside the sandbox, where the code
+    cannot forge its result; others run inside. Its details, per completion: each test's
+    {"test", "passed", "reason", "checked"} ("outside" or "inside"; the rollout browser shows them)."""
     programs = [(code_of(c), list(e["tests"])) for c, e in zip(completions, examples)]
     outcomes = sandbox().run_many(programs)
-    isolation = [o.error for o in outcomes if o.error.startswith(SANDBOX_UNAVAILABLE)]
+    isolation = [o.error for o in outcomes if o.error.startswith(UNAVAILABLE)]
     if isolation:  # nothing ran: a run must not learn from rewards of 0 that say nothing of the code
         raise RuntimeError(f"code_tests: {isolation[0]}")
     details = []
@@ -482,6 +502,7 @@ def code_tests(completions: list[str], examples: list[dict]) -> tuple[np.ndarray
                     "test": test,
                     "passed": bool(result and result.passed),
                     "reason": result.reason if result else outcome.error,
+                    "checked": result.checked if result else "",
                 }
                 for test, result in zip(tests, results)
             ]

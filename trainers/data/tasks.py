@@ -280,7 +280,7 @@ for _task in (
         make_examples=_example_maker("python_functions", code_problems.make_problem),
         default_rewards=[("code_tests", 1.0)],
         max_new_tokens=96,
-        description="write one small Python function from its description (ten kinds, generated with five unit "
+        description="write one small Python function from its description (ten kinds, generated with ten unit "
         "tests each): scored by code_tests, the fraction of tests the code passes in the sandbox",
     ),
     Task(

@@ -1,16 +1,23 @@
 """Run untrusted code against its tests in the sandbox, many at once, from the trainer's process.
 
-`Sandbox(limits, concurrency)` starts one child process per program (`child.py`: namespaces, a
-read-only file system but a fresh working directory, no network, resource limits; its docstring
-says how) from a bounded pool of threads, so at most `concurrency` run at a time while the calling
-thread waits only for the batch it asked for. Each `Outcome` has one `TestResult` per test (passed,
-and the reason when not), or the `error` that kept the program from running at all. The child
-enforces each test's limits itself; a child that overruns its whole budget anyway (every test's
-wall-clock limit, plus `START_S` to start and `HANG_S` of slack) is killed with its process group;
-nothing the code does reaches the calling process.
+`Sandbox(limits, concurrency)` starts one child process per program (`child.py`, under the
+isolation of `isolation.py`: bubblewrap with its own file system by allow-list, namespaces, no
+capabilities, a seccomp filter) from a bounded pool of threads, so at most `concurrency` run at a
+time while the calling thread waits only for the batch it asked for. Each `Outcome` has one
+`TestResult` per test (passed, the reason when not, and where it was checked), or the `error` that
+kept the program from running at all.
 
-Linux only (user namespaces: `unshare`); elsewhere every outcome carries that error, and the
-config checks refuse a `code_tests` reward before a run starts (`available`).
+Each test is first read by `checks.parse`: one of the form `assert <expression> == <literal>` (and
+the few others listed there) is checked here, outside the code's reach, against the value the
+sandbox sends back (`checked == "outside"`); any other statement runs inside and passes when it
+runs to its end (`checked == "inside"`: code in the same process could forge that).
+
+The child enforces each test's limits itself; a child that overruns its whole budget anyway (every
+test's wall-clock limit, plus `START_S` to start and `HANG_S` of slack) is killed with its process
+group, and at most `OUTPUT_BYTES` of its answer are read; nothing the code does reaches the
+calling process. Where the isolation is not available (no bubblewrap, no libseccomp, no user
+namespaces, not Linux) every outcome carries that error, and the config checks refuse a
+`code_tests` reward before a run starts (`available`).
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import concurrent.futures
 import dataclasses
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -26,6 +34,8 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+
+from trainers.sandbox import checks, isolation
 
 CHILD = Path(__file__).with_name("child.py")
 START_S = 1.0
@@ -36,18 +46,22 @@ HANG_S = 10.0
 only ends a child that hangs outside its tests. Generous, since on a loaded machine Python's
 start alone can take seconds, and a child killed from outside loses every test's result."""
 OUTPUT_BYTES = 1 << 20
+ERROR_BYTES = 4096
+UNAVAILABLE = "the sandbox cannot isolate code here"
 
 
 @dataclasses.dataclass(frozen=True)
 class Limits:
     """What one program may use. test_timeout_s: wall clock per test; cpu_s: CPU seconds per test;
-    memory_bytes: address space per process; file_bytes: largest file it may write;
-    max_processes: processes and threads it may add (a fork bomb stops there)."""
+    memory_bytes: address space per process; file_bytes: largest file it may write; disk_bytes:
+    everything it may write (its working directory, a tmpfs); max_processes: processes and threads
+    it may add (a fork bomb stops there)."""
 
     test_timeout_s: float = 2.0
     cpu_s: int = 2
     memory_bytes: int = 512 << 20
     file_bytes: int = 16 << 20
+    disk_bytes: int = 64 << 20
     max_processes: int = 32
 
     def budget_s(self, tests: int) -> float:
@@ -56,8 +70,12 @@ class Limits:
 
 @dataclasses.dataclass(frozen=True)
 class TestResult:
+    """passed; reason: why not ("" when it passed); checked: "outside" (its expression's value was
+    compared here, out of the code's reach) or "inside" (a statement that ran in the sandbox)."""
+
     passed: bool
     reason: str = ""
+    checked: str = "inside"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,57 +91,94 @@ class Outcome:
         return sum(r.passed for r in self.results) / len(self.results) if self.results else 0.0
 
 
-def _hidden_folders() -> list[str]:
-    """Folders covered inside the sandbox: this project's var/ (data, models, the platform's
-    database and runs), PLATFORM_DATA_DIR, and this user's home unless Python itself is installed
-    in it (pyenv: hiding it would hide the standard library)."""
-    root = Path(__file__).resolve().parents[2]
-    folders = [str(root / "var")]
-    if os.environ.get("PLATFORM_DATA_DIR"):
-        folders.append(os.environ["PLATFORM_DATA_DIR"])
-    home = Path.home().resolve()
-    pythons = {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve()}
-    if not any(p == home or home in p.parents for p in pythons):
-        folders.append(str(home))
-    return [f for f in folders if os.path.isdir(f)]
+def _seccomp_fd() -> int:
+    """A fresh file holding the seccomp filter, at offset 0, for one bwrap to read."""
+    fd = os.memfd_create("sandbox-seccomp", 0)
+    os.write(fd, isolation.seccomp_program())
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def _start(job: dict, limits: Limits) -> subprocess.Popen:
+    """bwrap with the child in it, its stdin fed with the job; IsolationUnavailable when it cannot be."""
+    fd = _seccomp_fd()
+    try:
+        args, as_nobody = isolation.command(fd, limits.disk_bytes, CHILD.read_text())
+        user = {"user": isolation.NOBODY, "group": isolation.NOBODY, "extra_groups": []} if as_nobody else {}
+        stderr = tempfile.TemporaryFile()
+        proc = subprocess.Popen(
+            args,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            pass_fds=(fd,),
+            cwd="/",
+            env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+            start_new_session=True,
+            **user,
+        )
+    finally:
+        os.close(fd)
+    proc.stderr = stderr  # read back only when the child gave no answer
+    try:
+        proc.stdin.write(json.dumps(job).encode())
+        proc.stdin.close()
+    except BrokenPipeError:
+        pass
+    return proc
+
+
+def _read_bounded(proc: subprocess.Popen, deadline: float) -> tuple[bytes, str]:
+    """Up to OUTPUT_BYTES of the child's stdout until it closes it; ('', why) when the budget ran out
+    or the answer is too long (the child is killed either way)."""
+    out = b""
+    fd = proc.stdout.fileno()
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return out, "timeout"
+        ready, _, _ = select.select([fd], [], [], min(left, 0.5))
+        if not ready:
+            continue
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            return out, ""
+        out += chunk
+        if len(out) > OUTPUT_BYTES:
+            return b"", f"the sandbox's answer exceeded {OUTPUT_BYTES >> 20} MiB"
 
 
 def run_program(code: str, tests: Sequence[str], limits: Limits) -> Outcome:
-    """Run `code` then each of `tests` (Python source; a test passes when it runs to its end) in a
-    fresh sandbox child; blocks until it is done or its budget is spent."""
+    """Run `code` then each of `tests` (Python source) in a fresh sandbox child, each test checked
+    outside where its form allows (module docstring); blocks until it is done or its budget is spent."""
     started = time.monotonic()
+    parsed = [checks.parse(test) for test in tests]
     job = {
         "code": code,
-        "tests": list(tests),
+        "tests": [check.job() for check in parsed],
         "test_timeout_s": limits.test_timeout_s,
         "cpu_s": limits.cpu_s,
         "memory_bytes": limits.memory_bytes,
         "file_bytes": limits.file_bytes,
         "max_processes": limits.max_processes,
-        "hide": _hidden_folders(),
     }
-    with tempfile.TemporaryDirectory(prefix="sandbox-") as workdir:
-        os.chmod(workdir, 0o777)  # the child may run as nobody
-        env = {"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8"}
-        proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-B", str(CHILD)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            cwd=workdir,
-            env=env,
-            start_new_session=True,
+    if sys.platform != "linux":
+        return Outcome(error=f"{UNAVAILABLE}: it needs Linux (bubblewrap); this is {sys.platform}")
+    try:
+        proc = _start(job, limits)
+    except (isolation.IsolationUnavailable, OSError) as exc:
+        return Outcome(error=f"{UNAVAILABLE}: {exc}", seconds=_since(started))
+    try:
+        out, problem = _read_bounded(proc, started + limits.budget_s(len(tests)))
+    finally:
+        _kill_group(proc)
+    if problem == "timeout":
+        return Outcome(
+            error=f"the sandbox did not finish within {limits.budget_s(len(tests)):g} s", seconds=_since(started)
         )
-        try:
-            out, _ = proc.communicate(json.dumps(job).encode(), timeout=limits.budget_s(len(tests)))
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            return Outcome(
-                error=f"the sandbox did not finish within {limits.budget_s(len(tests)):g} s", seconds=_since(started)
-            )
-        finally:
-            _kill_group(proc)
-    return _parse(out[:OUTPUT_BYTES], len(tests), _since(started))
+    if problem:
+        return Outcome(error=problem, seconds=_since(started))
+    return _parse(out, parsed, _since(started), proc)
 
 
 def _since(started: float) -> float:
@@ -136,21 +191,49 @@ def _kill_group(proc: subprocess.Popen) -> None:
     except (ProcessLookupError, PermissionError):
         pass
     proc.wait()
+    proc.stdout.close()
 
 
-def _parse(out: bytes, tests: int, seconds: float) -> Outcome:
+def _stderr(proc: subprocess.Popen) -> str:
+    proc.stderr.seek(0)
+    text = proc.stderr.read(ERROR_BYTES).decode(errors="replace").strip()
+    proc.stderr.close()
+    return " ".join(text.split())
+
+
+def _parse(out: bytes, parsed: list[checks.Check], seconds: float, proc: subprocess.Popen) -> Outcome:
     try:
         answer = json.loads(out.decode(errors="replace"))
     except ValueError:
-        return Outcome(error="the sandbox gave no answer", seconds=seconds)
+        answer = None
     if not isinstance(answer, dict):
-        return Outcome(error="the sandbox gave no answer", seconds=seconds)
+        why = _stderr(proc)
+        if why.startswith("bwrap:"):  # bubblewrap could not build the sandbox: nothing ran
+            return Outcome(error=f"{UNAVAILABLE}: {why}", seconds=seconds)
+        return Outcome(error="the sandbox gave no answer" + (f": {why}" if why else ""), seconds=seconds)
+    proc.stderr.close()
     if answer.get("error"):
         return Outcome(error=str(answer["error"]), seconds=seconds)
-    results = tuple(TestResult(bool(r.get("passed")), str(r.get("reason", ""))) for r in answer.get("results", []))
-    if len(results) != tests:
-        return Outcome(error=f"the sandbox answered for {len(results)} of {tests} tests", seconds=seconds)
-    return Outcome(results=results, seconds=seconds)
+    raw = answer.get("results")
+    if not isinstance(raw, list) or len(raw) != len(parsed):
+        count = len(raw) if isinstance(raw, list) else 0
+        return Outcome(error=f"the sandbox answered for {count} of {len(parsed)} tests", seconds=seconds)
+    return Outcome(results=tuple(_result(check, r) for check, r in zip(parsed, raw)), seconds=seconds)
+
+
+def _result(check: checks.Check, raw: object) -> TestResult:
+    where = "outside" if check.outside else "inside"
+    if not isinstance(raw, dict):
+        return TestResult(False, "the sandbox gave no result for this test", where)
+    if check.outside and "value" in raw:
+        try:
+            value = checks.decode(raw["value"])
+        except checks.NotPlain as exc:
+            return TestResult(False, str(exc), where)
+        passed, reason = check.verdict(value)
+        return TestResult(passed, reason, where)
+    passed = bool(raw.get("passed")) and not check.outside  # an outside check passes only on its value
+    return TestResult(passed, str(raw.get("reason", "")), where)
 
 
 class Sandbox:
@@ -172,7 +255,5 @@ class Sandbox:
 
 def available() -> str:
     """'' when this machine can run the sandbox, else why not (a sentence)."""
-    if sys.platform != "linux":
-        return f"the code sandbox needs Linux (user namespaces); this is {sys.platform}"
     outcome = run_program("", ["pass"], Limits(test_timeout_s=5.0))
     return outcome.error

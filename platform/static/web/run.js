@@ -363,6 +363,11 @@
       mark.setAttribute("aria-label", state);
       mark.title = state;
       item.append(mark, " ", element("code", "code-test-text", String(t.test ?? "")));
+      if (t.checked === "inside") {
+        const inside = element("span", "code-test-inside", "checked inside the sandbox");
+        inside.title = "a statement that ran inside the sandbox: code in the same process could forge its result";
+        item.append(" ", inside);
+      }
       if (t.reason) item.append(" ", element("span", "code-test-reason", String(t.reason)));
       list.append(item);
     }

@@ -28,9 +28,9 @@ OTHER = {"score": 0.5, "verdict": "OTHER-DETAILS-TEXT"}  # a reward the pages do
 def five_tests(repo_root) -> list[dict]:
     """Three passed, two failed: one with a plain reason, one whose reason names a server path."""
     return [
-        {"test": "assert clamp(0) == 0", "passed": True, "reason": ""},
-        {"test": "assert clamp(-10) == -3", "passed": False, "reason": "AssertionError"},
-        {"test": HOSTILE_TEST, "passed": True, "reason": ""},
+        {"test": "assert clamp(0) == 0", "passed": True, "reason": "", "checked": "outside"},
+        {"test": "assert clamp(-10) == -3", "passed": False, "reason": "AssertionError", "checked": "inside"},
+        {"test": HOSTILE_TEST, "passed": True, "reason": "", "checked": "elsewhere"},
         {"test": "assert clamp(9) == 3", "passed": False, "reason": f'File "{repo_root}/sandbox/run.py", line 3'},
         {"test": "assert clamp(1) == 1", "passed": True, "reason": None},
     ]
@@ -72,15 +72,15 @@ def code_run(alice, settings):
 
 
 SHOWN_FIVE = [
-    {"test": "assert clamp(0) == 0", "passed": True, "reason": ""},
-    {"test": "assert clamp(-10) == -3", "passed": False, "reason": "AssertionError"},
-    {"test": HOSTILE_TEST, "passed": True, "reason": ""},
-    {"test": "assert clamp(9) == 3", "passed": False, "reason": 'File "<code>/sandbox/run.py", line 3'},
-    {"test": "assert clamp(1) == 1", "passed": True, "reason": ""},
+    {"test": "assert clamp(0) == 0", "passed": True, "reason": "", "checked": "outside"},
+    {"test": "assert clamp(-10) == -3", "passed": False, "reason": "AssertionError", "checked": "inside"},
+    {"test": HOSTILE_TEST, "passed": True, "reason": "", "checked": ""},  # an unknown word is not shown
+    {"test": "assert clamp(9) == 3", "passed": False, "reason": 'File "<code>/sandbox/run.py", line 3', "checked": ""},
+    {"test": "assert clamp(1) == 1", "passed": True, "reason": "", "checked": ""},
 ]
 SHOWN_MISSING = [
-    {"test": "", "passed": None, "reason": ""},
-    {"test": "5", "passed": None, "reason": "['r']"},
+    {"test": "", "passed": None, "reason": "", "checked": ""},
+    {"test": "5", "passed": None, "reason": "['r']", "checked": ""},
 ]
 
 
@@ -138,7 +138,9 @@ def test_the_api_returns_the_normalised_tests(code_run):
         assert response.status_code == 200
         samples = by_completion(response.json()["samples"])
         assert samples["FIVE"]["code_tests"] == SHOWN_FIVE
-        assert samples["LONGTEST"]["code_tests"] == [{"test": LONG_TEST[:499] + "…", "passed": True, "reason": ""}]
+        assert samples["LONGTEST"]["code_tests"] == [
+            {"test": LONG_TEST[:499] + "…", "passed": True, "reason": "", "checked": ""}
+        ]
         assert samples["NONDICTS"]["code_tests"] == []
         assert samples["MISSINGKEYS"]["code_tests"] == SHOWN_MISSING
         for name in ("STRINGDETAILS", "NOTALIST", "ONLYOTHER", "PLAIN"):
@@ -161,6 +163,7 @@ def test_the_export_keeps_reward_details_without_server_paths(code_run, settings
 TEST_ITEM = re.compile(
     r'<li class="code-test code-test-(\w+)"><span class="code-test-mark" role="img" aria-label="\w+" '
     r'title="\w+">(.)</span> <code class="code-test-text">(.*?)</code>'
+    r'( <span class="code-test-inside" title="[^"]*">checked inside the sandbox</span>)?'
     r'(?: <span class="code-test-reason">(.*?)</span>)?</li>',
     re.S,
 )
@@ -180,16 +183,17 @@ def summary_of(block: str) -> str | None:
 
 
 def listed_tests(block: str) -> list[tuple[str, str, str, str]]:
-    """(state, mark, test, reason) of each listed test, the test and reason unescaped."""
+    """(state, mark, test, reason) of each listed test, the test and reason unescaped; a test checked
+    inside the sandbox has " (inside)" after its statement."""
     return [
-        (state, mark, html_lib.unescape(test), html_lib.unescape(reason))
-        for state, mark, test, reason in TEST_ITEM.findall(block)
+        (state, mark, html_lib.unescape(test) + (" (inside)" if inside else ""), html_lib.unescape(reason))
+        for state, mark, test, inside, reason in TEST_ITEM.findall(block)
     ]
 
 
 FIVE_ITEMS = [
     ("passed", "✓", "assert clamp(0) == 0", ""),
-    ("failed", "✗", "assert clamp(-10) == -3", "AssertionError"),
+    ("failed", "✗", "assert clamp(-10) == -3 (inside)", "AssertionError"),
     ("passed", "✓", HOSTILE_TEST, ""),
     ("failed", "✗", "assert clamp(9) == 3", 'File "<code>/sandbox/run.py", line 3'),
     ("passed", "✓", "assert clamp(1) == 1", ""),

@@ -1,12 +1,14 @@
 """The code_tests reward and the python_functions task: code blocks found, tests run in the sandbox,
 the fraction passed, and problems whose reference solutions pass their own tests."""
 
+import ast
 from collections import Counter
 
 import numpy as np
 import pytest
 
 from trainers.data import rewards
+from trainers.data.code_problems import TESTS_PER_PROBLEM
 from trainers.data.rewards import accuracy, code_of, score
 from trainers.data.tasks import make_train_eval
 
@@ -30,7 +32,18 @@ EXAMPLE = {
         ("```\nx = 2\n```", "x = 2\n"),
         ("```py\ny = 3\n", "y = 3\n"),  # cut off before the closing fence
         ("def g(): pass", "def g(): pass"),  # no fence: the whole completion
-        ("```python\na = 1\n```\n```python\nb = 2\n```", "a = 1\n"),  # the first block
+        ("```python\na = 1\n```\n```python\nb = 2\n```", "b = 2\n"),  # the last block
+        # a tag other than python or py: the closing fence used to open a block of the prose after it
+        ("```python3\nx = 1\n```\nThis prints nothing.", "x = 1\n"),
+        ("```PY3\nx = 1\n```", "x = 1\n"),  # any case
+        ("  ```  Python \nx = 1\n  ```  \n", "x = 1\n"),  # spaces around the fence and its tag
+        ("```python\r\nx = 1\r\n```\r\nDone.", "x = 1\r\n"),  # CRLF line ends
+        ("Output:\n```text\n1 2 3\n```\nCode:\n```python\nprint(1)\n```\nOK", "print(1)\n"),  # text skipped
+        ("```python\nprint(1)\n```\nIt prints:\n```text\n1\n```", "print(1)\n"),  # the last Python one
+        ("```text\nhi\n```\n```py\nx = 1", "x = 1"),  # the last block, cut off
+        ("Run:\n```bash\nrm -rf ~\n```\nThen look.", ""),  # fenced, but no Python: nothing runs
+        ("```sh\nls\n", ""),  # an unclosed block of another language
+        ("Use ```python``` blocks.\nx = 1", "Use ```python``` blocks.\nx = 1"),  # no fence line: all of it
     ],
 )
 def test_the_code_of_a_completion(completion, code):
@@ -72,13 +85,50 @@ def test_python_functions_problems_pass_their_own_reference_and_not_a_constant()
     assert train == make_train_eval("python_functions", 3, 40, 10)[0]  # deterministic
     examples = train[:16]
     for e in examples:
-        assert len(e["tests"]) == 5 and all(t.startswith(f"assert {e['entry_point']}(") for t in e["tests"])
+        assert len(e["tests"]) == TESTS_PER_PROBLEM
+        assert all(t.startswith(f"assert {e['entry_point']}(") for t in e["tests"])
         assert e["prompt"].startswith(f"Write a Python function {e['entry_point']}(")
     references, _ = score([e["answer"] for e in examples], examples, [("code_tests", 1.0)])
     assert references.tolist() == [1.0] * len(examples)
     constant = [f"def {e['entry_point']}(*args):\n    return None\n" for e in examples]
     nothing, _ = score(constant, examples, [("code_tests", 1.0)])
     assert nothing.tolist() == [0.0] * len(examples)
+
+
+def test_no_constant_program_does_well_on_python_functions():
+    # A policy reads the prompt, so it can return the best constant for each problem: its most frequent
+    # expected value, passing that value's share of the tests. With five tests whose inputs were drawn
+    # blindly (divisible(n) by 180: all five False) that share averaged 0.448 on these 500; now a bool is True in
+    # half of a problem's tests and False in the other half, any other value in one test only.
+    train, evaluation = make_train_eval("python_functions", 0, 400, 100)
+    best = []
+    for e in train + evaluation:
+        namespace = {}
+        exec(code_of(e["answer"]), namespace)  # the reference solution, generated here
+        expected = []
+        for test in e["tests"]:  # each exactly `assert <call> == <literal>`, the reference's value there
+            (statement,) = ast.parse(test).body
+            assert isinstance(statement, ast.Assert) and statement.msg is None
+            compare = statement.test
+            assert isinstance(compare, ast.Compare) and [type(op) for op in compare.ops] == [ast.Eq]
+            call = compare.left
+            assert isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and not call.keywords
+            assert call.func.id == e["entry_point"]
+            value = ast.literal_eval(compare.comparators[0])
+            got = namespace[e["entry_point"]](*[ast.literal_eval(a) for a in call.args])
+            assert type(got) is type(value) and got == value
+            expected.append(repr(value))
+        counts = Counter(expected)
+        assert len(expected) == TESTS_PER_PROBLEM and len(counts) > 1
+        if type(value) is bool:
+            assert counts == {"True": 5, "False": 5}
+        else:
+            assert max(counts.values()) == 1
+        best.append(max(counts.values()) / len(expected))
+    booleans = sum(share == 0.5 for share in best)
+    assert 0 < booleans < len(best)  # divisible and starts_with, two kinds of ten
+    assert np.mean(best) == pytest.approx((0.5 * booleans + 0.1 * (len(best) - booleans)) / len(best))
+    assert np.mean(best) <= 0.2
 
 
 def test_python_functions_keeps_every_kind_of_problem_at_a_training_set_of_thousands():
@@ -102,7 +152,12 @@ def test_each_tests_result_comes_back_as_the_rewards_details():
     assert total.tolist() == [pytest.approx(0.8)]
     (found,) = details
     assert list(found) == ["code_tests"]  # exact_match gives no details
-    assert found["code_tests"][1] == {"test": "assert clamp(-10) == -3", "passed": False, "reason": "AssertionError"}
+    assert found["code_tests"][1] == {
+        "test": "assert clamp(-10) == -3",
+        "passed": False,
+        "reason": "AssertionError: expected -3, got -10",
+        "checked": "outside",  # the value clamp(-10) had in the sandbox, compared with -3 out of its reach
+    }
     assert [t["passed"] for t in found["code_tests"]] == [True, False, True, True, True]
     assert score_with_details(["1"], [{"answer": "1"}], [("exact_match", 1.0)])[2] is None
 
