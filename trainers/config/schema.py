@@ -25,6 +25,7 @@ from trainers.algo.names import (
 )
 from trainers.config.yaml_guard import YamlRefused, guarded_yaml
 from trainers.data.judge_prompt import JUDGE_MODES
+from trainers.data.tasks import TASKS
 from trainers.models.lora_targets import DEFAULT_TARGET_MODULES
 
 # Upper bounds of the size fields: far above any real run, low enough that no request can make the
@@ -347,19 +348,26 @@ class BatchSection(_Section):
 
 class MismatchSection(_Section):
     """The gap between the sampler's log-probs (decoded with a KV cache from the generation copy, in
-    model.dtype) and the trainer's (one forward pass): reported every step (mismatch/*), and corrected
-    per token or sequence by the ratio r = pi_trainer / pi_sampler when `correction` says so
-    (trainers/algo/mismatch.py)."""
+    model.dtype) and the trainer's (one forward pass), both of the full temperature-scaled distribution
+    (before top-k / top-p): reported every step (mismatch/*), and corrected per token or sequence by the
+    ratio r = pi_trainer / pi_sampler when `correction` says so (trainers/algo/mismatch.py)."""
 
     correction: Literal[MISMATCH_CORRECTIONS.names()] = Field(
         "none",
-        description="none: report only; tis: min(r, max) per token; mis: a sequence's ratio, 0 when above max; "
-        "icepop: r per token, 0 outside [min, max]; geo-mask: drop a sequence whose geometric-mean ratio is "
-        "outside [min, max].",
+        description="none: report only; tis: min(r, max) per token; mis: a sequence's ratio, 0 when above max "
+        "or below mis_min; icepop: r per token, 0 outside [min, max]; geo-mask: drop a sequence whose "
+        "geometric-mean ratio is outside [min, max].",
     )
     max: float = Field(2.0, ge=1.0, le=1e6, description="Upper bound of the ratio (tis, mis, icepop, geo-mask).")
     min: float = Field(
         0.5, ge=0.0, lt=1.0, description="Lower bound of the ratio (icepop, geo-mask; 0 = no lower bound)."
+    )
+    mis_min: float = Field(
+        0.0,
+        ge=0.0,
+        lt=1.0,
+        description="Lower bound of mis's sequence ratio (the product of the token ratios): a sequence whose "
+        "ratio is below it weighs 0. 0 = no lower bound (Liu et al.'s mis).",
     )
 
 
@@ -403,7 +411,8 @@ class GrpoSection(_Section):
         "token-mean",
         description="How token losses become the mini-batch loss: token-mean (DAPO), "
         "seq-mean-token-mean (GRPO), seq-mean-token-sum, seq-mean-token-sum-norm (Dr. GRPO: token sums "
-        "divided by the completion budget). Normalised over the whole mini-batch.",
+        "divided by the completion budget). Normalised over the whole mini-batch; a sequence with no loss token "
+        "(left out of the loss) counts in no normaliser.",
     )
     mismatch: MismatchSection = Field(default_factory=MismatchSection)
 
@@ -698,6 +707,13 @@ class ExperimentConfig(_Section):
                     del section[name]
             data = {**data, "async": section}
         return data
+
+    def reward_specs(self) -> list[tuple[str, float]]:
+        """(name, weight) of the rewards a run scores: the configured ones, or the built-in task's own
+        when none are named."""
+        if self.rewards:
+            return [(r.name, r.weight) for r in self.rewards]
+        return list(TASKS[self.data.task].default_rewards)
 
     def lists_reward(self, name: str) -> bool:
         """Whether `rewards` names the reward `name` (a task's own rewards, used when it is empty, never

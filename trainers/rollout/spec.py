@@ -12,7 +12,6 @@ from typing import Any
 from trainers.config import ExperimentConfig
 from trainers.config.budgets import completion_token_budget
 from trainers.data.encoding import PromptIdCache, prompt_bucket_tokens
-from trainers.data.tasks import TASKS
 from trainers.engine.batching import PREFILL_CHUNK_TOKENS
 from trainers.envs.registry import make_environment
 from trainers.models.generate import SamplingParams, TurnStops, eos_settings
@@ -76,7 +75,7 @@ class RolloutSpec:
         )
         chat = prompt_fit.renders_chat(config, tokenizer)
         env, turn_stops = environment(config, tokenizer)
-        specs = reward_specs(config)
+        specs = config.reward_specs()
         return cls(
             tokenizer=tokenizer,
             sampling=sampling,
@@ -127,13 +126,6 @@ def environment(config: ExperimentConfig, tokenizer: Any) -> tuple[Any, TurnStop
     # so the turn loop checks the text and lets a false alarm go on (`Episodes.on_turn_end`).
     stops = tuple(tuple(tokenizer.encode(text, add_bos=False)[-2:]) for text in env.stop_strings)
     return env, TurnStops(tuple(s for s in stops if s))
-
-
-def reward_specs(config: ExperimentConfig) -> list[tuple[str, float]]:
-    """The configured rewards, or the built-in task's own when none are named."""
-    if config.rewards:
-        return [(r.name, r.weight) for r in config.rewards]
-    return list(TASKS[config.data.task].default_rewards)
 
 
 def check_prompts_fit(spec: RolloutSpec, examples: list[dict[str, Any]], dataset: str) -> None:

@@ -16,8 +16,9 @@ The child enforces each test's limits itself; a child that overruns its whole bu
 test's wall-clock limit, plus `START_S` to start and `HANG_S` of slack) is killed with its process
 group, and at most `OUTPUT_BYTES` of its answer are read; nothing the code does reaches the
 calling process. Where the isolation is not available (no bubblewrap, no libseccomp, no user
-namespaces, not Linux) every outcome carries that error, and the config checks refuse a
-`code_tests` reward before a run starts (`available`).
+namespaces, not Linux) every outcome carries that error: `validate` and `run` refuse a config
+with a `code_tests` reward before anything starts (`available`, through trainers.cli), and a run
+that meets it anyway fails at its first step rather than learn from rewards that say nothing.
 """
 
 from __future__ import annotations
