@@ -3,7 +3,9 @@
 `Sandbox(limits, concurrency)` starts one child process per program (`child.py`, under the
 isolation of `isolation.py`: bubblewrap with its own file system by allow-list, namespaces, no
 capabilities, a seccomp filter) from a bounded pool of threads, so at most `concurrency` run at a
-time while the calling thread waits only for the batch it asked for. Each `Outcome` has one
+time while the calling thread waits only for the batch it asked for; each child runs in a memory
+cgroup of its own where the machine allows one (`memory_cgroup.py`: all of its processes and its
+tmpfs under `Limits.sandbox_memory_bytes` together). Each `Outcome` has one
 `TestResult` per test (passed, the reason when not, and where it was checked), or the `error` that
 kept the program from running at all.
 
@@ -37,6 +39,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from trainers.sandbox import checks, isolation
+from trainers.sandbox.memory_cgroup import MemoryCgroup
 
 CHILD = Path(__file__).with_name("child.py")
 START_S = 1.0
@@ -47,6 +50,9 @@ HANG_S = 10.0
 only ends a child that hangs outside its tests. Generous, since on a loaded machine Python's
 start alone can take seconds, and a child killed from outside loses every test's result."""
 OUTPUT_BYTES = 1 << 20
+SANDBOX_OWN_BYTES = 64 << 20
+"""What the sandbox's own program (Python and the harness, in PID 1 and each test's fork) may use
+beside the code's memory."""
 ERROR_BYTES = 4096
 UNAVAILABLE = "the sandbox cannot isolate code here"
 
@@ -67,6 +73,11 @@ class Limits:
 
     def budget_s(self, tests: int) -> float:
         return START_S + HANG_S + self.test_timeout_s * max(tests, 1)
+
+    def sandbox_memory_bytes(self) -> int:
+        """The memory cgroup's limit for the whole sandbox, where the machine allows one: one
+        process's address space, its tmpfs and /dev/shm filled, and SANDBOX_OWN_BYTES for the child."""
+        return self.memory_bytes + self.disk_bytes + isolation.SHM_BYTES + SANDBOX_OWN_BYTES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,12 +111,17 @@ def _seccomp_fd() -> int:
     return fd
 
 
-def _start(job: dict, limits: Limits) -> subprocess.Popen:
-    """bwrap with the child in it, its stdin fed with the job; IsolationUnavailable when it cannot be."""
+def _start(job: dict, limits: Limits) -> tuple[subprocess.Popen, MemoryCgroup | None]:
+    """bwrap with the child in it, in a memory cgroup of its own where the machine allows one, its
+    stdin fed with the job; IsolationUnavailable when it cannot be."""
     fd = _seccomp_fd()
+    cgroup = None
     try:
         args, as_nobody = isolation.command(fd, limits.disk_bytes, CHILD.read_text())
         user = {"user": isolation.NOBODY, "group": isolation.NOBODY, "extra_groups": []} if as_nobody else {}
+        cgroup = MemoryCgroup.create(limits.sandbox_memory_bytes(), isolation.NOBODY if as_nobody else None)
+        if cgroup is not None:
+            args = cgroup.wrap(args)
         stderr = tempfile.TemporaryFile()
         proc = subprocess.Popen(
             args,
@@ -118,6 +134,10 @@ def _start(job: dict, limits: Limits) -> subprocess.Popen:
             start_new_session=True,
             **user,
         )
+    except BaseException:
+        if cgroup is not None:
+            cgroup.remove()
+        raise
     finally:
         os.close(fd)
     proc.stderr = stderr  # read back only when the child gave no answer
@@ -126,7 +146,7 @@ def _start(job: dict, limits: Limits) -> subprocess.Popen:
         proc.stdin.close()
     except BrokenPipeError:
         pass
-    return proc
+    return proc, cgroup
 
 
 def _read_bounded(proc: subprocess.Popen, deadline: float) -> tuple[bytes, str]:
@@ -166,13 +186,15 @@ def run_program(code: str, tests: Sequence[str], limits: Limits) -> Outcome:
     if sys.platform != "linux":
         return Outcome(error=f"{UNAVAILABLE}: it needs Linux (bubblewrap); this is {sys.platform}")
     try:
-        proc = _start(job, limits)
+        proc, cgroup = _start(job, limits)
     except (isolation.IsolationUnavailable, OSError) as exc:
         return Outcome(error=f"{UNAVAILABLE}: {exc}", seconds=_since(started))
     try:
         out, problem = _read_bounded(proc, started + limits.budget_s(len(tests)))
     finally:
         _kill_group(proc)
+        if cgroup is not None:
+            cgroup.remove()
     if problem == "timeout":
         return Outcome(
             error=f"the sandbox did not finish within {limits.budget_s(len(tests)):g} s", seconds=_since(started)

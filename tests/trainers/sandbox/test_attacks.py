@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from trainers.sandbox import memory_cgroup
 from trainers.sandbox.runner import Limits, run_program
 
 REPO = Path(__file__).resolve().parents[3]
@@ -22,6 +23,7 @@ FAST = Limits(test_timeout_s=5.0, cpu_s=5, memory_bytes=256 << 20, disk_bytes=8 
 NOBODY = 65534
 WORKER_SCRIPT = """
 import dataclasses, json, sys
+from trainers.sandbox import memory_cgroup
 from trainers.sandbox.runner import Limits, run_program
 job = json.loads(sys.stdin.read())
 outcome = run_program(job["code"], job["tests"], Limits(**job["limits"]))
@@ -273,3 +275,36 @@ def test_a_statement_test_is_marked_as_checked_inside(sandbox):
     tests = ["assert add(1, 1) == 2 or add(1, 1) == 3", "for n in range(3):\n    assert add(n, 0) == n"]
     outcome = sandbox("def add(a, b):\n    return a + b\n", tests, FAST)
     assert [(r["passed"], r["checked"]) for r in outcome["results"]] == [(True, "inside"), (True, "inside")]
+
+
+ALLOCATORS = """
+import os, time
+def survivors(n, mib):
+    pids = []
+    for _ in range(n):
+        pid = os.fork()
+        if pid == 0:
+            block = bytearray(mib << 20)
+            for i in range(0, len(block), 4096):
+                block[i] = 1
+            time.sleep(0.5)
+            os._exit(0)
+        pids.append(pid)
+    return sum(os.waitpid(pid, 0)[1] == 0 for pid in pids)
+"""
+
+
+def test_a_fork_bomb_of_allocators_shares_one_memory_limit():
+    """The address-space limit is per process: six children of 200 MiB each under a 256 MiB limit
+    would take 1.2 GiB. A trainer run as root (as the tests are) puts each sandbox in a memory cgroup
+    of its own, so together they get memory_bytes + disk_bytes + 65 MiB, and all but one are killed.
+    (An ordinary user without a delegated cgroup has the per-process limits only: docs/rewards.md.)"""
+    assert os.getuid() == 0, "the tests run as root on this project's machines"
+    limits = Limits(test_timeout_s=20.0, cpu_s=20, memory_bytes=256 << 20, disk_bytes=8 << 20)
+    assert limits.sandbox_memory_bytes() == (256 + 8 + 1 + 64) << 20
+    outcome = _in_process(ALLOCATORS, ["assert survivors(6, 200) <= 1", "assert survivors(1, 200) == 1"], limits)
+    assert results(outcome) == [(True, ""), (True, "")]
+    parents = [parent for parent, _, _ in memory_cgroup._candidates()]
+    assert parents  # this machine has a memory hierarchy the sandbox used
+    leftovers = [p for parent in parents for p in parent.glob(f"grpo-sandbox-{os.getpid()}-*")]
+    assert leftovers == []  # each sandbox's cgroup is removed after it

@@ -5,7 +5,6 @@ measured by bench/sandbox_attacks.py, not here: no wall-clock assertion in tests
 import os
 import socket
 import threading
-import time
 
 import pytest
 
@@ -59,34 +58,47 @@ def test_a_huge_allocation_fails_with_a_memory_error():
     assert not result.passed and result.reason == "the code failed: MemoryError"
 
 
-def _sandbox_processes() -> int:
-    """Processes of the user the sandbox's code runs as (`nobody` when these tests run as root, else
-    this user; then other processes of this user count too, which only makes the check below wait)."""
-    uid = 65534 if os.getuid() == 0 else os.getuid()
-    count = 0
-    for name in os.listdir("/proc"):
+def _processes_named(name: str) -> list[str]:
+    """The pids on this machine whose command name is `name` (a name only the bomb below takes, so
+    other test workers' sandboxes never count)."""
+    found = []
+    for pid in os.listdir("/proc"):
         try:
-            if name.isdigit() and os.stat(f"/proc/{name}").st_uid == uid:
-                count += 1
-        except FileNotFoundError:
+            if pid.isdigit() and open(f"/proc/{pid}/comm").read().strip() == name:
+                found.append(pid)
+        except OSError:
             pass
-    return count
+    return found
 
 
 def test_a_fork_bomb_is_capped_and_nothing_outlives_the_sandbox():
-    before = _sandbox_processes()
-    bomb = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
-    result = only(run_program(bomb, ["pass"], Limits(test_timeout_s=1.0, cpu_s=1, max_processes=16)))
-    assert not result.passed
-    # every process of the bomb died with the sandbox's PID namespace: the count comes back (another
-    # test worker's sandbox may be running for a moment, so it is read a few times)
-    counts = []
-    for _ in range(50):
-        counts.append(_sandbox_processes())
-        if counts[-1] <= before:
-            break
-        time.sleep(0.2)
-    assert counts[-1] <= before, counts
+    name = f"bomb{os.getpid() % 10**8}"
+    bomb = (
+        "import ctypes, os, time\n"
+        f"ctypes.CDLL(None).prctl(15, {name.encode()!r}, 0, 0, 0)\n"  # PR_SET_NAME: its children inherit it
+        "def bomb():\n"
+        "    forks = 0\n"
+        "    while True:\n"
+        "        try:\n"
+        "            if os.fork() == 0:\n"
+        "                time.sleep(3600)\n"
+        "        except OSError:\n"
+        "            return forks\n"
+        "        forks += 1\n"
+    )
+    # it may add max_processes processes of its own, then every fork fails (and it stops, here)
+    outcome = run_program(bomb, ["assert bomb() == 16"], Limits(test_timeout_s=10.0, cpu_s=5, max_processes=16))
+    assert only(outcome).passed, outcome
+    # every process of the bomb died with the sandbox's PID namespace
+    assert _processes_named(name) == []
+    # a bomb that never stops ends at its time limit
+    result = only(
+        run_program(
+            bomb + "bomb()\ntime.sleep(3600)\n", ["pass"], Limits(test_timeout_s=1.0, cpu_s=1, max_processes=16)
+        )
+    )
+    assert result == result.__class__(False, "timed out after 1 s")
+    assert _processes_named(name) == []
     # and the sandbox still works afterwards
     assert run_program(ADD, ["assert add(2, 2) == 4"], FAST).passed_fraction == 1.0
 
