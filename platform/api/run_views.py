@@ -192,7 +192,10 @@ def run_events(request, pk: int):
 def run_action(request, pk: int, action: str):
     """POST /api/runs/<id>/<cancel|pause|resume|retry>: 202 {"id", "status"}, or 409 when the
     run's status does not allow it; resume and retry: 400 {"errors": {field}} when the run's config
-    no longer validates (it would fail at start), 429 over a limit."""
+    no longer validates (it would fail at start), 429 over a limit. Cancel acts at once, without
+    the web page's confirmation step: a queued or paused run is cancelled, a running one cancelling
+    (its trainer stopped within seconds, after a checkpoint it is writing); a cancelled run keeps its
+    metrics and every checkpoint, and retry resumes it from the newest."""
     run = _run(request, pk, change=True)
     before = run.status
     try:

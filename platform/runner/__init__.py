@@ -2,7 +2,8 @@
 
 tasks        the Celery tasks: `execute_run` (supervised attempt), the reaper
 services     what users do to runs: launch, cancel, pause, resume, retry (web, API and admin)
-supervisor   what `execute_run` does: CAS to running, trainer child, heartbeats, stop escalation
+supervisor   what `execute_run` does: CAS to running, trainer child, heartbeat thread, stop escalation
+stalls       where a quiet trainer is stuck: the stall watch, its phases and Python stacks (SIGUSR1)
 attempt      inside the trainer child (`manage.py execute_run`): train, then the final status
 db_hooks     `DatabaseHooks`: the trainer's reports written to the database, batched
 control      `DatabaseControl`: pause / cancel / attempt checks read from the database

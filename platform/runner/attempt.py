@@ -11,6 +11,8 @@ database control, then writes the final status by compare-and-set on (status, at
                                           shutting down) while the user wanted it running ->
                                           queued again as a new attempt, resuming on any worker
   paused/cancelled   cancelling       ->  cancelled
+  requeued           another attempt  ->  nothing (the reaper requeued the run: the newer attempt
+                     owns it               resumes it; the trainer logged "run requeued at step N")
   exception / invalid config          ->  failed, with the traceback's last lines in run.error (an
                                           invalid config, also one the devices refute when the run
                                           starts, a MeshError: one line per problem, no traceback)
@@ -18,6 +20,10 @@ database control, then writes the final status by compare-and-set on (status, at
                                           (a diverged run, TrainingDiverged: its one-line message)
 
 A user-code failure fails the run at once: only a lost worker is retried (by the reaper).
+
+First of all the attempt installs the phase marker and the SIGUSR1 stack dump (trainers.step.phases,
+at runner.stalls' paths in the run's logs folder), so the supervisor can tell where a quiet trainer
+is stuck, from its imports on.
 
 In a multi-host run (runner.ray_gang) every host's process runs this with GRPO_NUM_PROCESSES > 1
 and GRPO_PROCESS_ID set: it first joins the others (trainers.parallel.distributed); process 0
@@ -37,6 +43,7 @@ from django.utils import timezone
 
 from experiments.models import ACTIVE_STATUSES, SETTLED_STATUSES, Run, RunStatus
 from experiments.run_compare import snapshot_run
+from runner import stalls
 from runner.control import DatabaseControl
 from runner.db_hooks import DatabaseHooks
 from runner.forks import start_checkpoint
@@ -45,6 +52,7 @@ from runner.sample_prompts import chat_prompts_for
 from runner.services import send_when_committed
 from runner.step_limits import step_check
 from runner.storage import run_directory
+from trainers.step import phases
 
 log = logging.getLogger(__name__)
 ERROR_LINES = 25
@@ -97,6 +105,9 @@ def finish_run(run: Run, attempt: int, result, control: DatabaseControl) -> str:
     """Write the final status for a TrainResult; returns the status written ('' if none)."""
     now = timezone.now()
     S = RunStatus
+    if result.status == "requeued":  # DatabaseControl saw a newer attempt own the run: it is not ours to end
+        log.info("run %s attempt %s stopped at step %s: the run was requeued", run.pk, attempt, result.final_step)
+        return ""
     if result.status == "succeeded":
         if run.transition(
             S.SUCCEEDED, attempt=attempt, params_digest=result.params_digest, step=result.final_step, finished_at=now
@@ -126,13 +137,16 @@ def finish_run(run: Run, attempt: int, result, control: DatabaseControl) -> str:
 
 def run_attempt(run_id: int, attempt: int, parent_pid: int | None = None) -> int:
     """Train attempt `attempt` of run `run_id` to a final status. Returns a process exit code."""
+    try:
+        return _run_attempt(run_id, attempt, parent_pid)
+    finally:
+        phases.uninstall()  # (a no-op in the trainer child, which exits next; not in a test's process)
+
+
+def _run_attempt(run_id: int, attempt: int, parent_pid: int | None) -> int:
     from django.conf import settings
 
     from experiments import configs
-    from trainers import train
-    from trainers.loop.compile_cache import enable_compilation_cache
-    from trainers.loop.trainer import TrainingDiverged
-    from trainers.step.hooks import Control, Hooks, MultiHooks
 
     run = Run.objects.filter(pk=run_id).first()
     if run is None or run.attempt != attempt or run.status not in ACTIVE_STATUSES:
@@ -144,13 +158,24 @@ def run_attempt(run_id: int, attempt: int, parent_pid: int | None = None) -> int
         )
         return 0
     index = gang_index()
+    run_dir = run_directory(run)
+    try:
+        phases.install(stalls.phase_path(run_dir, attempt, index), stalls.stacks_path(run_dir, attempt, index))
+    except OSError as exc:  # the run trains all the same; a stall is then reported without stacks
+        log.warning("run %s: cannot install the phase marker (%s)", run_id, exc)
+    with phases.phase("setup", "importing the trainer"):
+        from trainers import train
+        from trainers.loop.compile_cache import enable_compilation_cache
+        from trainers.loop.trainer import TrainingDiverged
+        from trainers.step.hooks import Control, Hooks, MultiHooks
     if index is not None:  # one host's process of a multi-host run: join the others before any JAX work
         from trainers.parallel.distributed import DistributedInitError, initialize_from_environment
 
         try:
-            initialize_from_environment()
+            with phases.phase("gang", f"joining the run's {os.environ.get('GRPO_NUM_PROCESSES')} processes"):
+                initialize_from_environment()
         except DistributedInitError as exc:
-            return gang_failed(run_directory(run), attempt, index, [str(exc)])
+            return gang_failed(run_dir, attempt, index, [str(exc)])
     # process 0 reports and steers; the other processes of a gang train silently (the trainer
     # gives every process process 0's cancel/pause decision at the same step)
     control = DatabaseControl(run_id, attempt, parent_pid=parent_pid) if not index else Control()
@@ -168,7 +193,6 @@ def run_attempt(run_id: int, attempt: int, parent_pid: int | None = None) -> int
     if too_large:
         fail_run(run, attempt, too_large)
         return 1
-    run_dir = run_directory(run)
     # compiled steps are kept on disk: a later run of the same shapes, or this run's next attempt, skips compiling
     enable_compilation_cache(str(settings.DATA_DIR / "jax-cache"))
     db_hooks = DatabaseHooks(run_id, attempt, chat_prompts=chat_prompts_for(config))

@@ -9,6 +9,11 @@ step: there the supervisor enforces a cancel by SIGKILL (runner.supervisor).
   another attempt owns the run, or the run
   is no longer active (or gone)              -> STOP (write nothing more)
   SIGTERM / SIGINT received by this process  -> PAUSE, like the CLI's Ctrl-C (worker shutdown)
+
+`stopped_as()` tells the trainer what its STOP is: "requeued" when another attempt owns the run (the
+reaper put it back on the queue: a newer attempt resumes it from the newest checkpoint), else
+"cancelled" (a sweep's pruned trial is named pruned by runner.run_files). So a superseded trainer
+logs "run requeued at step N", never "run cancelled".
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ class DatabaseControl(Control):
         self._checked_at = float("-inf")
         self._action = Action.CONTINUE
         self.status: str | None = None  # as last read
+        self.owner_attempt: int | None = None  # the attempt that owns the run, as last read
         self.orphaned = False
         if install_signal_handlers and threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
@@ -69,6 +75,9 @@ class DatabaseControl(Control):
             self.status = None
             return Action.STOP
         self.status, attempt = row
+        if attempt > self.attempt and self.owner_attempt != attempt:
+            log.warning("run %s: attempt %s was requeued as attempt %s; stopping", self.run_id, self.attempt, attempt)
+        self.owner_attempt = attempt
         if attempt != self.attempt or self.status not in ACTIVE_STATUSES:
             return Action.STOP
         if self.status == RunStatus.CANCELLING:
@@ -76,6 +85,12 @@ class DatabaseControl(Control):
         if self.status == RunStatus.PAUSING:
             return Action.PAUSE
         return Action.CONTINUE
+
+    def stopped_as(self) -> str:
+        """ "requeued" once a newer attempt owns the run, else "cancelled" (see the module docstring)."""
+        if self.owner_attempt is not None and self.owner_attempt > self.attempt:
+            return "requeued"
+        return "cancelled"
 
     def poll(self) -> Action:
         now = time.monotonic()

@@ -7,19 +7,27 @@
    group of its own: JAX stays out of the Celery worker and the accelerator's memory is freed when
    the child exits. Its output goes to <run dir>/logs/attempt-N.log, where the supervisor also
    notes the trainer's pid and any signal it sends.
-3. While it runs: read the run's status every PLATFORM_STATUS_POLL_S (one indexed read) and write
-   heartbeat_at and running_s every PLATFORM_HEARTBEAT_S (only while this attempt owns the active
-   run). The trainer stops by itself at its next step or micro-batch boundary; but it cannot look
-   while it compiles or is inside a step, so:
+3. While it runs: a thread of this process writes heartbeat_at and running_s every
+   PLATFORM_HEARTBEAT_S (only while this attempt owns the active run) for as long as the trainer
+   process is alive, whatever the trainer does: a compilation of many minutes reports no step, yet
+   the worker is alive and must not be reaped. The watch loop reads the run's status and step every
+   PLATFORM_STATUS_POLL_S (one indexed read). The trainer stops by itself at its next step or
+   micro-batch boundary; but it cannot look while it compiles or is inside a step, so:
    - cancel: needs no checkpoint. A trainer still running PLATFORM_CANCEL_GRACE_S after the
      request was seen is SIGKILLed with its process group; the steps it reported and its
-     checkpoints so far stay. A trainer that has written its final status by then is not killed:
-     it is finishing up (the compare snapshot) and gets the pause's grace below.
+     checkpoints so far stay. While the trainer is writing a checkpoint (its phase marker says
+     "checkpoint": runner.stalls) the kill waits for it to finish, up to PLATFORM_STOP_GRACE_S, so a
+     cancelled run keeps the newest checkpoint it was writing too. A trainer that has written its
+     final status by then is not killed: it is finishing up (the compare snapshot) and gets the
+     pause's grace below.
    - pause: needs a checkpoint. A trainer still running PLATFORM_STOP_GRACE_S after the request
      gets SIGTERM (it checkpoints and pauses at its next boundary), then SIGKILL after
      PLATFORM_KILL_GRACE_S (the run is paused at its newest earlier checkpoint). The same holds
      once the run stopped being this attempt's (the trainer wrote its final status and is
-     exiting, or another attempt took the run over).
+     exiting, or the run was requeued and another attempt owns it: the notes say "requeued").
+   - a stall: a running trainer that reports nothing (no step, no phase change) for several times
+     its usual step time has its threads' Python stacks and phases recorded into the attempt's
+     log, the run's events and a `stalled` alert (runner.stalls).
 4. When the child exits without having written a final status: cancelling -> cancelled,
    pausing -> paused, running -> failed with the tail of its output. The event says how the
    trainer ended and how long after the request.
@@ -32,8 +40,10 @@ from __future__ import annotations
 
 import datetime
 import logging
+import math
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import threading
@@ -42,12 +52,14 @@ from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import DatabaseError, close_old_connections, transaction
+from django.db import DatabaseError, close_old_connections, connection, transaction
 from django.db.models import DateTimeField, F, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from experiments.models import ACTIVE_STATUSES, Run, RunStatus
+from experiments.models import ACTIVE_STATUSES, MetricPoint, Run, RunStatus
+from experiments.signals import run_stalled
+from runner import stalls
 from runner.limits import active_cap_wait
 from runner.procs import SUPERVISOR_PID_ENV, signal_group, tail_text
 from runner.storage import run_directory
@@ -84,8 +96,17 @@ class Supervisor:
         self.term_sent_at: float | None = None
         self.killed = False
         self.multi_host = False  # cluster.hosts > 1: the child drives a Ray gang
-        self._heartbeat_at = float("-inf")  # monotonic time of the last heartbeat write
         self._accounted_at = time.monotonic()  # running_s is accounted up to here
+        self._accounting = threading.Lock()  # the heartbeat thread and finalize both account running_s
+        self._beating = threading.Event()  # set: the heartbeat thread stops
+        self._beat_thread: threading.Thread | None = None
+        self.run_dir = ""
+        self.step: int | None = None  # the run's step, as last read
+        self.owner_attempt: int | None = None  # the attempt that owns the run, as last read
+        self.stall_watch: stalls.StallWatch | None = None
+        self._stall_checked_at = float("-inf")
+        self.checkpoint_wait = False  # a cancel's kill is waiting for the trainer's checkpoint
+        self.checkpoint_wait_noted = False
 
     # -- 1. claim -------------------------------------------------------------------------------
 
@@ -141,7 +162,8 @@ class Supervisor:
         return [sys.executable, str(MANAGE_PY), entry, str(self.run_id), str(self.attempt)]
 
     def spawn(self, run: Run) -> subprocess.Popen:
-        log_dir = Path(run_directory(run)) / "logs"
+        self.run_dir = run_directory(run)
+        log_dir = Path(self.run_dir) / "logs"
         log_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = log_dir / f"attempt-{self.attempt}.log"
         env = {**os.environ, SUPERVISOR_PID_ENV: str(os.getpid()), "PYTHONUNBUFFERED": "1"}
@@ -165,7 +187,29 @@ class Supervisor:
             "run %s attempt %s: trainer pid %s, output in %s", self.run_id, self.attempt, self.proc.pid, self.log_path
         )
         self.note(f"trainer pid {self.proc.pid} started by supervisor pid {os.getpid()}")
+        self.stall_watch = stalls.StallWatch(
+            settings.PLATFORM_STALL_FACTOR,
+            settings.PLATFORM_STALL_MIN_S,
+            settings.PLATFORM_STALL_FIRST_STEP_S,
+            self._prior_step_s(run),
+            time.monotonic(),
+        )
+        self.start_heartbeat()
         return self.proc
+
+    def _prior_step_s(self, run: Run) -> float | None:
+        """The usual step time before this attempt measures one: the median `timing/step_s` of the
+        run's newest reported steps (a resumed run's earlier attempts), else None."""
+        try:
+            values = list(
+                MetricPoint.objects.filter(run_id=run.pk, name=stalls.STEP_METRIC, value__isnull=False)
+                .order_by("-step")
+                .values_list("value", flat=True)[: stalls.STEP_WINDOW]
+            )
+        except DatabaseError:
+            return None
+        finite = [v for v in values if math.isfinite(v) and v > 0]
+        return statistics.median(finite) if finite else None
 
     def note(self, message: str) -> None:
         """Add a line to the attempt's log file, between the trainer's own lines."""
@@ -184,19 +228,53 @@ class Supervisor:
 
     def heartbeat(self) -> None:
         """Write heartbeat_at and running_s while this attempt owns the active run."""
-        now_m = time.monotonic()
-        Run.objects.filter(pk=self.run_id, attempt=self.attempt, status__in=list(ACTIVE_STATUSES)).update(
-            heartbeat_at=timezone.now(), running_s=F("running_s") + (now_m - self._accounted_at)
+        with self._accounting:
+            now_m = time.monotonic()
+            Run.objects.filter(pk=self.run_id, attempt=self.attempt, status__in=list(ACTIVE_STATUSES)).update(
+                heartbeat_at=timezone.now(), running_s=F("running_s") + (now_m - self._accounted_at)
+            )
+            self._accounted_at = now_m
+
+    def start_heartbeat(self) -> threading.Thread:
+        """The heartbeat thread: a beat every PLATFORM_HEARTBEAT_S while the trainer process is alive,
+        whatever the watch loop and the trainer are doing, until `stop_heartbeat`."""
+        self._beating.clear()
+        self._beat_thread = threading.Thread(
+            target=self._beat_loop, name=f"heartbeat-run-{self.run_id}-attempt-{self.attempt}", daemon=True
         )
-        self._accounted_at = now_m
-        self._heartbeat_at = now_m
+        self._beat_thread.start()
+        return self._beat_thread
+
+    def _beat_loop(self) -> None:
+        try:
+            while not self._beating.wait(self.heartbeat_s):
+                if self.proc is not None and self.proc.poll() is not None:
+                    return  # the trainer has exited: finalize accounts the rest
+                try:
+                    self.heartbeat()
+                except DatabaseError as exc:
+                    log.warning("run %s: cannot write the heartbeat (%s)", self.run_id, exc)
+                    close_old_connections()
+        finally:
+            connection.close()  # this thread's own connection
+
+    def stop_heartbeat(self) -> None:
+        self._beating.set()
+        if self._beat_thread is not None:
+            self._beat_thread.join(timeout=max(10.0, 2 * self.heartbeat_s))
+            self._beat_thread = None
 
     def read_status(self) -> str | None:
-        """The run's status while this attempt owns the active run; None if it no longer does."""
-        row = Run.objects.filter(pk=self.run_id).values_list("status", "attempt").first()
-        if row is None or row[1] != self.attempt or row[0] not in ACTIVE_STATUSES:
+        """The run's status while this attempt owns the active run; None if it no longer does.
+        Notes the run's step and owning attempt too (the stall watch; the notes of a requeue)."""
+        row = Run.objects.filter(pk=self.run_id).values_list("status", "attempt", "step").first()
+        if row is None:
             return None
-        return row[0]
+        status, self.owner_attempt, step = row
+        if self.owner_attempt != self.attempt or status not in ACTIVE_STATUSES:
+            return None
+        self.step = step
+        return status
 
     def _signal_child(self, sig: int, why: str, group: bool = False) -> None:
         """Send `sig` to the trainer (`group`: to its whole process group); log and record why."""
@@ -226,13 +304,14 @@ class Supervisor:
         taking too long: a cancel by SIGKILL after the short grace, a pause by SIGTERM, then SIGKILL."""
         now_m = time.monotonic()
         try:
-            if now_m - self._heartbeat_at >= self.heartbeat_s:
-                self.heartbeat()
             status = self.read_status()
         except DatabaseError as exc:
-            log.warning("run %s: heartbeat or status read failed (%s)", self.run_id, exc)
+            log.warning("run %s: status read failed (%s)", self.run_id, exc)
             close_old_connections()
             status = RunStatus.RUNNING  # unknown: change nothing this tick
+        else:
+            if status == RunStatus.RUNNING:
+                self.watch_for_stall(now_m)
         if self.terminated_by is None and shutting_down():
             self.terminated_by = signal.SIGTERM
         if self.terminated_by is not None and self.term_sent_at is None:
@@ -247,7 +326,12 @@ class Supervisor:
             # snapshot), or another attempt took the run over: no cancel kill; the stop's grace, from now
             self.cancel_seen_at = None
             self.stop_seen_at = now_m
-        if self.cancel_seen_at is not None and not self.killed and now_m - self.cancel_seen_at >= self.cancel_grace_s:
+        if (
+            self.cancel_seen_at is not None
+            and not self.killed
+            and now_m - self.cancel_seen_at >= self.cancel_grace_s
+            and not self.waits_for_checkpoint(now_m)
+        ):
             self._signal_child(
                 signal.SIGKILL, f"trainer still running {self.cancel_grace_s:g} s after the cancel request", group=True
             )
@@ -257,7 +341,7 @@ class Supervisor:
             and self.term_sent_at is None
             and now_m - self.stop_seen_at >= self.stop_grace_s
         ):
-            what = "pause request" if status else "run stopped being this attempt's"
+            what = "pause request" if status else self.lost_run_text()
             self._signal_child(signal.SIGTERM, f"trainer still running {self.stop_grace_s:g} s after the {what}")
             self.term_sent_at = now_m
         if self.term_sent_at is not None and not self.killed and now_m - self.term_sent_at >= self.kill_grace_s:
@@ -266,31 +350,106 @@ class Supervisor:
             )
             self.killed = True
 
+    def lost_run_text(self) -> str:
+        """Why the run is no longer this attempt's: requeued (another attempt owns it) or ended."""
+        if self.owner_attempt is not None and self.owner_attempt > self.attempt:
+            return f"run was requeued (attempt {self.owner_attempt} owns it)"
+        return "run stopped being this attempt's"
+
+    def waits_for_checkpoint(self, now_m: float) -> bool:
+        """A cancel's kill waits while the trainer writes a checkpoint (its phase marker says so), up
+        to PLATFORM_STOP_GRACE_S after the cancel was seen: the run keeps that checkpoint."""
+        self.checkpoint_wait = (
+            self.cancel_seen_at is not None
+            and now_m - self.cancel_seen_at < self.stop_grace_s
+            and bool(self.run_dir)
+            and stalls.checkpointing(self.run_dir, self.attempt)
+        )
+        if self.checkpoint_wait and not self.checkpoint_wait_noted:
+            self.checkpoint_wait_noted = True
+            why = f"cancel: the trainer is writing a checkpoint; SIGKILL waits for it (at most {self.stop_grace_s:g} s)"
+            log.info("run %s attempt %s: %s", self.run_id, self.attempt, why)
+            self.note(why)
+            try:
+                Run(pk=self.run_id, attempt=self.attempt).add_event(why, kind="system")
+            except DatabaseError:
+                pass
+        return self.checkpoint_wait
+
+    # -- stalls ---------------------------------------------------------------------------------
+
+    def watch_for_stall(self, now_m: float) -> None:
+        """Feed the stall watch the step just read, and every PLATFORM_HEARTBEAT_S the phase
+        markers; report a stall once it is due (runner.stalls). Never raises."""
+        watch = self.stall_watch
+        if watch is None or self.proc is None:
+            return
+        try:
+            watch.saw_step(self.step, now_m)
+            if now_m - self._stall_checked_at < self.heartbeat_s:
+                return
+            self._stall_checked_at = now_m
+            watch.saw_stamp(stalls.progress_stamp(self.run_dir, self.attempt), now_m)
+            if watch.due(now_m) and self.proc.poll() is None:
+                self.report_stall(now_m)
+        except Exception:  # noqa: BLE001 - a report is a diagnosis; supervision goes on
+            log.exception("run %s: stall report failed", self.run_id)
+
+    def report_stall(self, now_m: float) -> stalls.StallReport:
+        """Take the trainer's stacks and phases; write them into the attempt's log and the run's
+        events; send run_stalled (the alerts app's `stalled` notification)."""
+        watch = self.stall_watch
+        assert watch is not None and self.proc is not None
+        watch.reported = True
+        watch.stalls += 1
+        quiet_s = watch.quiet_s(now_m)
+        report = stalls.collect_report(self.proc.pid, self.run_dir, self.attempt, quiet_s, self.step, watch)
+        text = report.text()
+        log.warning("run %s attempt %s stalled: %s", self.run_id, self.attempt, report.headline)
+        self.note(text)
+        Run(pk=self.run_id, attempt=self.attempt).add_event(
+            text[: stalls.MAX_EVENT_CHARS], level="warning", kind="system"
+        )
+        run_stalled.send(
+            sender=Run,
+            run_id=self.run_id,
+            attempt=self.attempt,
+            key=f"stalled:{self.attempt}:step-{self.step or 0}:{watch.stalls}",
+            report=report,
+        )
+        return report
+
     def next_tick_s(self) -> float:
         """Seconds to the next tick: PLATFORM_STATUS_POLL_S, or less when a cancel's kill is due sooner."""
-        if self.cancel_seen_at is None or self.killed:
+        if self.cancel_seen_at is None or self.killed or self.checkpoint_wait:
             return self.poll_s
         due_s = self.cancel_seen_at + self.cancel_grace_s - time.monotonic()
         return min(self.poll_s, max(due_s, 0.01))
 
     def wait(self) -> int:
         assert self.proc is not None
-        while True:
-            try:
-                return self.proc.wait(timeout=self.next_tick_s())
-            except subprocess.TimeoutExpired:
-                self.watch_step()
+        try:
+            while True:
+                try:
+                    return self.proc.wait(timeout=self.next_tick_s())
+                except subprocess.TimeoutExpired:
+                    self.watch_step()
+        finally:
+            self.stop_heartbeat()  # before finalize accounts the last of running_s
 
     # -- 4. make sure the run ends in a final status ----------------------------------------------
 
     def finalize(self, returncode: int) -> str:
-        now_m = time.monotonic()
-        Run.objects.filter(pk=self.run_id, attempt=self.attempt).update(
-            running_s=F("running_s") + (now_m - self._accounted_at)
-        )
-        self._accounted_at = now_m
+        with self._accounting:
+            now_m = time.monotonic()
+            Run.objects.filter(pk=self.run_id, attempt=self.attempt).update(
+                running_s=F("running_s") + (now_m - self._accounted_at)
+            )
+            self._accounted_at = now_m
         run = Run.objects.filter(pk=self.run_id).first()
         if run is None or run.attempt != self.attempt or run.status not in ACTIVE_STATUSES:
+            if run is not None and run.attempt > self.attempt:
+                self.note(f"trainer exited (code {returncode}); the run was requeued: attempt {run.attempt} owns it")
             return run.status if run else "missing"  # the child wrote the final status (or lost the run)
         if self.terminated_by is not None and run.status == RunStatus.RUNNING:
             # The worker is going away and the trainer did not finish in time: leave the run
@@ -363,6 +522,7 @@ class Supervisor:
             if self.proc is not None and self.proc.poll() is None:  # never leave a trainer behind
                 signal_group(self.proc, signal.SIGKILL)  # nor anything it started
                 self.proc.wait()
+            self.stop_heartbeat()
             if in_main:
                 signal.signal(signal.SIGTERM, previous)
 

@@ -12,6 +12,11 @@ Each step walks the batch plan:
   4. publish the new weights to the source; report metrics and samples, evaluate and checkpoint
      when due.
 
+Each part runs inside a phase (`trainers.step.phases`): "setup", "restore", then per step "step N"
+holding "generation" (an asynchronous run: "rollout wait") and "training", then "evaluation" and
+"checkpoint" when due, so a watcher that finds the trainer quiet can tell where it is. A STOP ends
+the run with the control's `stopped_as()`: "cancelled", or "requeued" when the run goes on elsewhere.
+
 Where arrays live is the trainer's `Placement` (`trainers.step.placement`): the default device, or the
 train and rollout device meshes of the config's `mesh` section, with parameters, optimizer state and
 batches split by the logical-axis rules of `trainers.parallel.rules`.
@@ -67,6 +72,7 @@ from trainers.rollout.source import (
 )
 from trainers.rollout.spec import RolloutSpec, check_prompts_fit
 from trainers.step.hooks import Action, Control, Hooks, RunInfo, TrainResult, shared_control
+from trainers.step.phases import phase
 from trainers.step.placement import Placement
 from trainers.step.plan import BatchPlan, informative_first, make_plan, shared_prompt_group
 
@@ -242,7 +248,7 @@ class GRPOTrainer:
         # the optimizer to a zero gradient without a forward or backward pass.
         self.skip_flat_groups = g.beta == 0 and g.entropy_coef == 0
         state_shardings = self.placement.state_shardings((self.state.params, self.state.opt_state))
-        self.mismatch = MismatchConfig(g.mismatch.correction, g.mismatch.max, g.mismatch.min)
+        self.mismatch = MismatchConfig(g.mismatch.correction, g.mismatch.max, g.mismatch.min, g.mismatch.mis_min)
         self.update_fn = make_update_fn(
             self.graphdef,
             self.optimizer,
@@ -301,6 +307,12 @@ class GRPOTrainer:
         return step
 
     def save_checkpoint(self) -> str:
+        """Write the checkpoint of the current step and report it, as phase "checkpoint" (the
+        platform's supervisor lets a cancel wait for it: runner.supervisor)."""
+        with phase("checkpoint", f"step {self.state.step}"):
+            return self._save_checkpoint()
+
+    def _save_checkpoint(self) -> str:
         s = self.state
         meta = {
             "step": s.step,
@@ -369,9 +381,10 @@ class GRPOTrainer:
         """All optimizer updates of one step on rollout `r`; None if stopped between updates.
 
         The updates also get the generator's log-probs and which rows are on-policy (every token
-        sampled by the current weights): for the importance correction of an asynchronous source, and
-        for the mismatch figures and correction (grpo.mismatch), whose token weights cover the
-        on-policy tokens; an update whose rows have none reports no mismatch/* figure.
+        sampled by the current weights): for the importance correction of an asynchronous source
+        (those of the distribution sampled from, after top-k / top-p), and for the mismatch figures
+        and correction (grpo.mismatch: those of the full distribution, `Rollout.full_logprobs`), whose
+        token weights cover the on-policy tokens; an update whose rows have none reports no mismatch/* figure.
 
         Log-prob passes and updates run over the step's `completion_width` columns (the longest
         completion, bucketed), not all max_new_tokens: the columns cut are masked in every row.
@@ -393,14 +406,21 @@ class GRPOTrainer:
             passes["ref_logprobs"] = self._logprob_parts(self.ref_params, r, width)
         for name, parts in _fetch(passes).items():
             arrays[name] = np.concatenate(parts)
-        # the sampler's log-probs: the importance weights (async) and the mismatch figures and correction
-        arrays["gen_logprobs"] = r.sample_logprobs[:, :width]
+        # the sampler's log-probs: of the distribution it drew from for the importance weights (async), of
+        # the full one (before top-k / top-p, as the trainer scores it) for the mismatch figures and
+        # correction; without a filter the two are the same array
+        truncated = self.spec.sampling.truncates
+        if self.source.importance is not None or not truncated:
+            arrays["gen_logprobs"] = r.sample_logprobs[:, :width]
+        if truncated:
+            arrays["gen_full_logprobs"] = r.full_logprobs[:, :width]
         on_policy = r.on_policy(self.state.step)
         arrays["on_policy"] = on_policy
         if r.loss_mask is not None:  # multi-turn: the environment's replies are context, not trained on
             arrays["loss_mask"] = r.loss_mask[:, :width]
         # Loss weights are normalised over each mini-batch (the same partition in every pass); sequences
-        # out of the loss (`Rollout.in_loss`) weigh 0 and do not count in the normalisers. Metric
+        # out of the loss (`Rollout.in_loss`) weigh 0 and do not count in the normalisers: neither their
+        # tokens (token-mean) nor the sequences themselves (the seq-mean aggregations, `token_weights`). Metric
         # weights (token-mean) cover the sequences the update learns from: with flat groups skipped,
         # those of informative groups, whatever micro-batches the skip rounds up to.
         g = self.plan.num_generations
@@ -504,18 +524,22 @@ class GRPOTrainer:
         timing/step_s: the whole step, waiting for the rollout included."""
         s = self.state
         t0 = time.perf_counter()
-        r = self.source.next(s.step)
+        # an asynchronous source generates in its collector thread (its own "generation" phase)
+        waiting = "rollout wait" if isinstance(self.source, AsyncRolloutSource) else "generation"
+        with phase(waiting):
+            r = self.source.next(s.step)
         if r is None:
             self.interrupted_by = self.source.interrupted_by or Action.STOP
             return None
         t_ready = time.perf_counter()
-        train_metrics = self.train_on(r)
-        if train_metrics is None:
-            return None
-        s.step += 1
-        s.data_position += r.prompts_consumed
-        self.source.publish(self.policy_params(), s.step)
-        jax.block_until_ready(s.params)
+        with phase("training"):
+            train_metrics = self.train_on(r)
+            if train_metrics is None:
+                return None
+            s.step += 1
+            s.data_position += r.prompts_consumed
+            self.source.publish(self.policy_params(), s.step)
+            jax.block_until_ready(s.params)
         t_end = time.perf_counter()
         metrics = {
             **r.metrics(),
@@ -540,7 +564,8 @@ class GRPOTrainer:
 
     def _run(self) -> TrainResult:
         cfg = self.config
-        resumed = self.restore_latest()
+        with phase("restore", "the newest checkpoint"):
+            resumed = self.restore_latest()
         if resumed is not None:
             self.hooks.on_resume(resumed)
             self.hooks.on_log(f"resumed from checkpoint at step {resumed} (data position {self.state.data_position})")
@@ -558,7 +583,8 @@ class GRPOTrainer:
         )
         if self.state.step == 0 and cfg.eval.every_steps and cfg.eval.before_training and self.eval_examples:
             # The starting policy's held-out scores, as step 0: what training is measured against.
-            self.last_metrics = self.evaluate()
+            with phase("evaluation", "step 0"):
+                self.last_metrics = self.evaluate()
             self.hooks.on_step(0, dict(self.last_metrics))
         status = "succeeded"
         last_saved = resumed
@@ -567,11 +593,12 @@ class GRPOTrainer:
         while self.state.step < cfg.train.max_steps:
             action = self.control.poll()
             if action is Action.CONTINUE:
-                metrics = self.step()
+                with phase("step", str(self.state.step + 1)):
+                    metrics = self.step()
                 if metrics is None:  # interrupted mid-step; the step's updates, if any, are not saved
                     action = self.interrupted_by or Action.STOP
             if action is Action.STOP:
-                status = "cancelled"
+                status = self.control.stopped_as()  # "cancelled"; "requeued" when another attempt took over
                 break
             if action is Action.PAUSE:
                 if last_saved != self.state.step:
@@ -588,7 +615,8 @@ class GRPOTrainer:
                 self.checkpointer.close()
                 raise diverged
             if cfg.eval.every_steps and (step % cfg.eval.every_steps == 0 or step == cfg.train.max_steps):
-                metrics.update(self.evaluate())
+                with phase("evaluation", f"step {step}"):
+                    metrics.update(self.evaluate())
             metrics.update(self.system_metrics.maybe_sample(step))
             self.last_metrics = metrics
             self.hooks.on_step(step, metrics)
@@ -613,4 +641,6 @@ def train(
     """Train under `config`, resuming from the newest checkpoint in `run_dir/checkpoints` if any
     (else from `init_checkpoint`'s weights when given: see GRPOTrainer).
     With `async.enabled` the rollouts come from the asynchronous source (`rollout_source_for`)."""
-    return GRPOTrainer(config, run_dir, hooks, control, init_checkpoint=init_checkpoint).run()
+    with phase("setup", "loading the model and data, placing the state"):
+        trainer = GRPOTrainer(config, run_dir, hooks, control, init_checkpoint=init_checkpoint)
+    return trainer.run()

@@ -39,6 +39,7 @@ from trainers.rollout.batch import Rollout, generation_figures
 from trainers.rollout.episodes import END_ERROR, END_MAX_TOKENS, Episode, Episodes
 from trainers.rollout.prompt_fit import prompts_of
 from trainers.rollout.spec import RolloutSpec, Weights
+from trainers.step.phases import phase
 
 
 def encode_examples(
@@ -166,7 +167,8 @@ def score_sequences(
     per_sequence = [chosen[i // g] for i in range(len(completions))]
     answers = completions if episodes is None else [e.final_text for e in episodes]
     scoring_t0 = time.perf_counter()
-    rewards, components, details = score_with_details(answers, per_sequence, list(spec.reward_specs), spec.scorers)
+    with phase("rewards", f"{len(answers)} completions"):
+        rewards, components, details = score_with_details(answers, per_sequence, list(spec.reward_specs), spec.scorers)
     reward_s = time.perf_counter() - scoring_t0
     sampling_params = spec.sampling
     if episodes is None:
@@ -262,6 +264,7 @@ def collect_rollout(
         mask: np.ndarray,
         sampled: np.ndarray | None,
         logprobs: np.ndarray,
+        full_logprobs: np.ndarray,
         versions: np.ndarray,
         episodes: Episodes | None,
     ) -> Rollout:
@@ -282,6 +285,7 @@ def collect_rollout(
             completion_tokens=tokens,
             completion_mask=mask,
             sample_logprobs=logprobs,
+            full_logprobs=full_logprobs,
             token_versions=versions,
             completions=completions,
             generate_s=0.0,
@@ -298,6 +302,7 @@ def collect_rollout(
             tokens,
             mask,
             None,
+            np.zeros(tokens.shape, np.float32),
             np.zeros(tokens.shape, np.float32),
             np.zeros(tokens.shape, np.int32),
             episodes,
@@ -321,7 +326,14 @@ def collect_rollout(
     )
     if gate is None:
         rollout = finish_rows(
-            0, result.tokens, result.mask, result.sampled, result.logprobs, result.token_versions, episodes
+            0,
+            result.tokens,
+            result.mask,
+            result.sampled,
+            result.logprobs,
+            result.full_logprobs,
+            result.token_versions,
+            episodes,
         )
     else:
         firsts = sorted(groups)
@@ -330,6 +342,7 @@ def collect_rollout(
         for first in firsts:
             rows = slice(first, first + g)
             groups[first].sample_logprobs = result.logprobs[rows]
+            groups[first].full_logprobs = result.full_logprobs[rows]
             groups[first].token_versions = result.token_versions[rows]
             groups[first].loss_mask = None if result.sampled is None else result.sampled[rows]
         rollout = Rollout.concat([groups[first] for first in firsts])

@@ -67,6 +67,7 @@ from trainers.data.prompt_stream import PromptStream
 from trainers.rollout.collect import collect_rollout
 from trainers.rollout.replay_buffer import ReplayBuffer, TrajectoryGroup
 from trainers.rollout.spec import RolloutSpec, Weights
+from trainers.step.phases import phase
 
 
 def unit_prompts(num_generations: int, rollout_micro_batch_sequences: int) -> int:
@@ -216,16 +217,17 @@ class Collector(threading.Thread):
             def weights() -> tuple[Any, int]:
                 return params, version
 
-        rollout = collect_rollout(
-            self.graphdef,
-            weights,
-            self.stream.take(step * p, p),
-            self.spec,
-            jax.random.fold_in(self.base_key, step),
-            first_prompt=offset,
-            prompt_count=self.unit,
-            in_flight_chunk_tokens=self.in_flight_chunk_tokens,
-            mesh=self.mesh,
-        )
+        with phase("generation", f"prompts {start}-{start + self.unit - 1} (step {step + 1})"):
+            rollout = collect_rollout(
+                self.graphdef,
+                weights,
+                self.stream.take(step * p, p),
+                self.spec,
+                jax.random.fold_in(self.base_key, step),
+                first_prompt=offset,
+                prompt_count=self.unit,
+                in_flight_chunk_tokens=self.in_flight_chunk_tokens,
+                mesh=self.mesh,
+            )
         groups = [rollout.group(j) for j in range(self.unit)]
         return [TrajectoryGroup(start + j, group.oldest_version(), group) for j, group in enumerate(groups)]

@@ -17,6 +17,8 @@ import dataclasses
 import enum
 from typing import Any
 
+from trainers.step.phases import phase
+
 
 @dataclasses.dataclass(frozen=True)
 class RunInfo:
@@ -32,7 +34,7 @@ class RunInfo:
 
 @dataclasses.dataclass(frozen=True)
 class TrainResult:
-    status: str  # "succeeded", "paused" or "cancelled"
+    status: str  # "succeeded", "paused", or a stop's `Control.stopped_as()`: "cancelled" or "requeued"
     final_step: int
     params_digest: str
     metrics: dict[str, float]  # the last step's metrics
@@ -97,7 +99,7 @@ class MultiHooks(Hooks):
 class Action(enum.Enum):
     CONTINUE = "continue"
     PAUSE = "pause"  # checkpoint, then return with status "paused"
-    STOP = "stop"  # return with status "cancelled"; no checkpoint of a partial step
+    STOP = "stop"  # return with status `Control.stopped_as()`; no checkpoint of a partial step
 
 
 class Control:
@@ -105,6 +107,12 @@ class Control:
 
     def poll(self) -> Action:
         return Action.CONTINUE
+
+    def stopped_as(self) -> str:
+        """The status a STOP ends the run with: "cancelled" (someone asked it to stop), unless the
+        control knows the run goes on elsewhere: the platform's says "requeued" once another attempt
+        has taken the run over (runner.control)."""
+        return "cancelled"
 
 
 _URGENCY = (Action.CONTINUE, Action.PAUSE, Action.STOP)  # a later one wins over an earlier one
@@ -131,12 +139,17 @@ class ProcessSharedControl(Control):
 
     def poll(self) -> Action:
         # lazy: keeps this module JAX-free (`import trainers` exports the hooks)
+        import jax
         import numpy as np
         from jax.experimental import multihost_utils
 
         own = np.int32(_URGENCY.index(self.inner.poll()))
-        everyone = np.asarray(multihost_utils.process_allgather(own)).reshape(-1)
+        with phase("gang", f"agreeing on the control with {jax.process_count()} processes"):
+            everyone = np.asarray(multihost_utils.process_allgather(own)).reshape(-1)
         return most_urgent([_URGENCY[int(i)] for i in everyone])
+
+    def stopped_as(self) -> str:
+        return self.inner.stopped_as()
 
 
 def shared_control(control: Control) -> Control:

@@ -1,9 +1,10 @@
-"""Probe (issue 17): a cancel takes effect within seconds even while the trainer cannot look.
+"""Probe: a cancel takes effect within seconds even while the trainer cannot look.
 
 The trainer asks for a cancel only between steps and micro-batches; while it compiles or is inside
 a long step it does not. The supervisor then SIGKILLs it PLATFORM_CANCEL_GRACE_S after it saw the
 request (a cancel needs no checkpoint), so the run ends `cancelled` with its metrics and checkpoints
-so far. A pause still checkpoints.
+so far; a checkpoint being written when the grace runs out is finished first. A pause still
+checkpoints.
 
 The trainer here is the real one (`manage.py execute_run` in a child process of a real supervisor),
 started through a test-only wrapper (BLOCKING_TRAINER) that makes step N block the way a long XLA
@@ -42,26 +43,40 @@ GONE_S = 60  # the deadline for the trainer to be gone after the request: genero
 
 # Test-only: run `manage.py execute_run RUN ATTEMPT`, with GRPOTrainer.step blocking once the
 # trainer has finished PROBE_BLOCK_AT_STEP steps (0: its first step) -- busy as in a compilation,
-# never asking the control. It writes its pid to PROBE_MARKER when it starts blocking.
+# never asking the control. It writes its pid to PROBE_MARKER when it starts blocking. With
+# PROBE_SLOW_CHECKPOINT_AT=N the checkpoint of step N is written PROBE_SLOW_CHECKPOINT_S late (a big
+# model's), inside the trainer's "checkpoint" phase; the marker is written when that wait starts.
 BLOCKING_TRAINER = textwrap.dedent("""
     import os, runpy, sys, time
     sys.path.insert(0, {root!r})
     from trainers.loop import trainer
 
     block_at = int(os.environ["PROBE_BLOCK_AT_STEP"])
+    slow_checkpoint_at = int(os.environ.get("PROBE_SLOW_CHECKPOINT_AT", "-1"))
     marker = os.environ["PROBE_MARKER"]
     original_step = trainer.GRPOTrainer.step
+    original_save = trainer.GRPOTrainer._save_checkpoint
+
+    def mark():
+        with open(marker + ".tmp", "w") as f:
+            f.write(str(os.getpid()))
+        os.rename(marker + ".tmp", marker)
 
     def step(self):
         if self.state.step == block_at:
-            with open(marker + ".tmp", "w") as f:
-                f.write(str(os.getpid()))
-            os.rename(marker + ".tmp", marker)
+            mark()
             while True:
                 time.sleep(3600)  # a SIGTERM handler runs, then the sleep goes on: like a compilation
         return original_step(self)
 
+    def save(self):
+        if self.state.step == slow_checkpoint_at:
+            mark()
+            time.sleep(float(os.environ["PROBE_SLOW_CHECKPOINT_S"]))
+        return original_save(self)
+
     trainer.GRPOTrainer.step = step
+    trainer.GRPOTrainer._save_checkpoint = save
     sys.argv = [{manage!r}, *sys.argv[1:]]
     runpy.run_path({manage!r}, run_name="__main__")
 """)
@@ -194,6 +209,34 @@ def test_cancel_kills_a_trainer_busy_inside_a_step(monkeypatch, tmp_path, fresh_
     assert [step for step, _ in checkpoints] == ([2] if block_at_step == 2 else [])
     for _, path in checkpoints:
         assert (settings.ARTIFACTS_DIR / path).is_dir()
+
+
+def test_a_cancel_while_the_trainer_writes_a_checkpoint_keeps_that_checkpoint(
+    monkeypatch, tmp_path, fresh_artifacts, settings
+):
+    """Cancelled while it writes its step-2 checkpoint (slowed here to outlast the cancel's grace
+    several times), the trainer is not killed mid-write: the supervisor's SIGKILL waits for the
+    trainer's "checkpoint" phase to end, and the cancelled run keeps that checkpoint, listed and on
+    disk. (Without the wait, the kill came 0.5 s into the write and the run kept no checkpoint.)"""
+    settings.PLATFORM_CANCEL_GRACE_S = 0.5
+    monkeypatch.setenv("PROBE_SLOW_CHECKPOINT_AT", "2")
+    monkeypatch.setenv("PROBE_SLOW_CHECKPOINT_S", "4")
+    probe = SupervisedRun(monkeypatch, tmp_path, -1, train__max_steps=50, checkpoint__every_steps=2)
+    pid = None
+    try:
+        pid = probe.wait_until_blocked()
+        requested_at = probe.post("cancel")
+        latency_s = wait_gone(pid, requested_at)
+        print(f"cancel latency while the trainer writes a checkpoint (4 s late): {latency_s:.2f} s")
+        assert probe.finish() == "cancelled", probe.events()
+    finally:
+        probe.kill_leftovers(pid)
+    events = probe.events()
+    assert any(m.startswith("cancel: the trainer is writing a checkpoint; SIGKILL waits for it") for m in events)
+    checkpoints = list(Checkpoint.objects.filter(run=probe.run).values_list("step", "path"))
+    assert [step for step, _ in checkpoints] == [2], events
+    assert (settings.ARTIFACTS_DIR / checkpoints[0][1] / "params").is_dir()
+    assert os.listdir(settings.ARTIFACTS_DIR / probe.run.run_dir / "checkpoints") == ["2"]
 
 
 def test_pause_of_a_busy_trainer_ends_paused_at_the_newest_checkpoint(monkeypatch, tmp_path, fresh_artifacts, settings):

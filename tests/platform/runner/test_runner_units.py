@@ -358,16 +358,16 @@ def test_supervisor_kills_a_cancelled_trainer_and_its_children_after_the_cancel_
     assert "run cancelled" in attempt_log
 
 
-def test_supervisor_reads_the_status_every_poll_and_heartbeats_less_often(alice, settings):
+def test_supervisor_reads_the_status_every_poll_and_leaves_the_heartbeat_to_its_thread(alice, settings):
     """The status is read at every tick (a cancel is seen within PLATFORM_STATUS_POLL_S); the
-    heartbeat is written only every PLATFORM_HEARTBEAT_S."""
+    heartbeat is not the watch loop's: its own thread writes it (test_stalls_and_heartbeat.py)."""
     settings.PLATFORM_HEARTBEAT_S = 3600
     settings.PLATFORM_CANCEL_GRACE_S = 3600
     run = make_run(alice, attempt=2)
     sup = supervisor_mod.Supervisor(run.pk, 2)
     sup.watch_step()
     first_heartbeat = Run.objects.get(pk=run.pk).heartbeat_at
-    assert first_heartbeat is not None and sup.cancel_seen_at is None and sup.stop_seen_at is None
+    assert first_heartbeat is None and sup.cancel_seen_at is None and sup.stop_seen_at is None
     Run.objects.filter(pk=run.pk).update(status="pausing")
     sup.watch_step()
     assert sup.stop_seen_at is not None and sup.cancel_seen_at is None
@@ -632,7 +632,7 @@ def test_a_status_change_and_its_reason_are_written_together(alice, sent, settin
 
 
 def test_supervisor_does_not_kill_a_cancelled_trainer_that_already_wrote_its_final_status(alice, settings):
-    """Issue 30 C3: a pruned trial's trainer wrote `pruned` and is storing its compare snapshot when
+    """A pruned trial's trainer wrote `pruned` and is storing its compare snapshot when
     the cancel's grace runs out: it is not SIGKILLed; the pause's long grace applies from then."""
     settings.PLATFORM_HEARTBEAT_S = 3600
     settings.PLATFORM_STOP_GRACE_S = 3600
@@ -656,7 +656,7 @@ def test_supervisor_does_not_kill_a_cancelled_trainer_that_already_wrote_its_fin
 @pytest.mark.django_db(transaction=True)  # the hooks' flusher writes from its own thread
 @pytest.mark.parametrize("stop_as, final", [("pruned", "pruned"), ("", "cancelled")])
 def test_a_pruned_runs_summary_json_says_pruned(django_user_model, monkeypatch, stop_as, final):
-    """Issue 30 C2: the trainer returns "cancelled" for any stop; the run files' summary.json names
+    """The trainer returns "cancelled" for any stop; the run files' summary.json names
     the status the platform gives the run: pruned for a sweep's pruned trial (stop_as), else cancelled."""
     import json
 
