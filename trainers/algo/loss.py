@@ -63,7 +63,14 @@ class LossConfig:
 
 
 # ----------------------------------------------------------------------------------------------
-# Loss aggregations: per-token weights over the whole mini-batch (NumPy, on the host).
+# Loss aggregations: per-token weights over the whole mini-batch (NumPy, on the host). A sequence
+# with no loss token (out of the loss: `Rollout.in_loss`, or every token masked) weighs 0 and is not
+# counted among the mini-batch's sequences, as verl's aggregations exclude fully masked sequences.
+
+
+def _live_sequences(mask: np.ndarray) -> float:
+    """The sequences with at least one loss token (at least 1, so an empty mini-batch weighs 0)."""
+    return max(float(np.count_nonzero(mask.any(axis=1))), 1.0)
 
 
 @AGGREGATIONS.register("token-mean")
@@ -77,38 +84,42 @@ def token_mean_weights(mask: np.ndarray, norm_tokens: int | None) -> np.ndarray:
 @AGGREGATIONS.register("seq-mean-token-mean")
 def seq_mean_token_mean_weights(mask: np.ndarray, norm_tokens: int | None) -> np.ndarray:
     """Mean over sequences of each sequence's token mean (GRPO, DeepSeekMath, arXiv 2402.03300, eq. 3):
-    w = mask / (|o_i| * sequences in the mini-batch)."""
+    w = mask / (|o_i| * sequences with a loss token in the mini-batch)."""
     del norm_tokens
-    return mask / np.maximum(mask.sum(axis=1, keepdims=True), 1.0) / mask.shape[0]
+    return mask / np.maximum(mask.sum(axis=1, keepdims=True), 1.0) / _live_sequences(mask)
 
 
 @AGGREGATIONS.register("seq-mean-token-sum")
 def seq_mean_token_sum_weights(mask: np.ndarray, norm_tokens: int | None) -> np.ndarray:
-    """Mean over sequences of each sequence's token sum: w = mask / (sequences in the mini-batch)."""
+    """Mean over sequences of each sequence's token sum: w = mask / (sequences with a loss token in the
+    mini-batch)."""
     del norm_tokens
-    return mask / mask.shape[0]
+    return mask / _live_sequences(mask)
 
 
 @AGGREGATIONS.register("seq-mean-token-sum-norm")
 def seq_mean_token_sum_norm_weights(mask: np.ndarray, norm_tokens: int | None) -> np.ndarray:
     """Dr. GRPO (arXiv 2503.20783, eq. 8): token sum divided by a constant instead of |o_i|:
-    w = mask / (sequences in the mini-batch * norm_tokens), norm_tokens = the run's completion budget
-    (max_new_tokens), as TRL's loss_type="dr_grpo" (sum / (batch * max_completion_length)). No length
-    bias: every token of every completion has the same weight, whatever its sequence's length."""
+    w = mask / (sequences with a loss token in the mini-batch * norm_tokens), norm_tokens = the run's
+    completion budget (max_new_tokens), as TRL's loss_type="dr_grpo" (sum / (batch * max_completion_length)).
+    No length bias: every token of every completion has the same weight, whatever its sequence's length."""
     if norm_tokens is None:
         raise ValueError("loss aggregation 'seq-mean-token-sum-norm' needs norm_tokens (the completion budget)")
     if norm_tokens <= 0:
         raise ValueError(f"norm_tokens must be positive, got {norm_tokens}")
-    return mask / (mask.shape[0] * float(norm_tokens))
+    return mask / (_live_sequences(mask) * float(norm_tokens))
 
 
 def token_weights(mask: np.ndarray, aggregation: str, norm_tokens: int | None = None) -> np.ndarray:
     """Per-token weights [B, T] float32 for a whole mini-batch so that loss = sum(token_loss * weights).
 
     token-mean:              mask / (tokens in the mini-batch)
-    seq-mean-token-mean:     mask / (tokens in the sequence * sequences in the mini-batch)
-    seq-mean-token-sum:      mask / (sequences in the mini-batch)
-    seq-mean-token-sum-norm: mask / (sequences in the mini-batch * norm_tokens)   (needs norm_tokens)
+    seq-mean-token-mean:     mask / (tokens in the sequence * S)
+    seq-mean-token-sum:      mask / S
+    seq-mean-token-sum-norm: mask / (S * norm_tokens)   (needs norm_tokens)
+
+    S = the mini-batch's sequences with at least one loss token: a row of `mask` with none weighs 0
+    and does not count (as in verl), so rows left out of the loss change no other row's weight.
     """
     mask = np.asarray(mask, dtype=np.float64)
     return AGGREGATIONS[aggregation](mask, norm_tokens).astype(np.float32)

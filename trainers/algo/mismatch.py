@@ -10,18 +10,24 @@ and to weight or mask tokens by r = pi_trainer / pi_sampler (Yao et al., "Your E
 Framework Secretly Brings You Off-Policy RL Training", 2025; Liu et al., "When Speed Kills
 Stability", 2025; Ling Team, IcePop, arXiv 2510.18855).
 
+Both log-probs are of the full distribution log_softmax(logits / temperature): the sampler records
+it beside the log-prob of the top-k / top-p distribution it drew from (`generate.sample_token_logprobs`,
+`Rollout.full_logprobs`), so with a filter the figures still measure the two sides' precision, not
+the truncation (which the asynchronous importance weight corrects, `importance.py`).
+
 With log r_t = log pi_trainer(y_t) - log pi_sampler(y_t) per sampled token (0 on padding) and the
-bounds `max` and `min` of `grpo.mismatch`, each registered correction gives a weight per token:
+bounds `max`, `min` and `mis_min` of `grpo.mismatch`, each registered correction gives a weight per token:
 
   none:      w_t = 1 (the figures below are reported, nothing is corrected)
   tis:       w_t = min(r_t, max)                                       truncated IS, per token
-  mis:       w_t = R if R <= max else 0, R = prod_t r_t                masked IS, per sequence
+  mis:       w_t = R if mis_min <= R <= max else 0, R = prod_t r_t     masked IS, per sequence
   icepop:    w_t = r_t if min <= r_t <= max else 0                     IcePop's two-sided token mask
   geo-mask:  w_t = 1 if min <= G <= max else 0, G = exp(mean_t log r_t)  geometric-mean sequence mask
 
-(`mis` keeps no lower bound, as in Liu et al.; `geo-mask` rejects or keeps a whole sequence without
-reweighting it: a geometric mean is not an importance ratio.) A weight multiplies the token's loss
-like the asynchronous importance weight (`importance.py`), under stop_gradient.
+(`mis`'s lower bound has its own field, 0 by default: none, as in Liu et al.; a sequence's ratio is a
+product over its tokens, far wider than a token's band. `geo-mask` rejects or keeps a whole sequence
+without reweighting it: a geometric mean is not an importance ratio.) A weight multiplies the token's
+loss like the asynchronous importance weight (`importance.py`), under stop_gradient.
 
 Every step reports, over the tokens sampled by the weights being trained (the on-policy rows):
   mismatch/logprob_diff_mean  mean |log r_t|
@@ -56,11 +62,14 @@ class MismatchConfig:
     correction: str = "none"
     max: float = 2.0
     min: float = 0.5
+    mis_min: float = 0.0
 
     def __post_init__(self) -> None:
         MISMATCH_CORRECTIONS.get(self.correction)  # an unknown name says the known ones
         if not 0.0 <= self.min < 1.0 <= self.max:
             raise ValueError(f"need 0 <= min < 1 <= max, got min={self.min}, max={self.max}")
+        if not 0.0 <= self.mis_min < 1.0:
+            raise ValueError(f"need 0 <= mis_min < 1, got mis_min={self.mis_min}")
 
     @property
     def corrects(self) -> bool:
@@ -93,9 +102,11 @@ def truncated_token_is(log_r: jax.Array, valid: jax.Array, cfg: MismatchConfig) 
 @MISMATCH_CORRECTIONS.register("mis")
 def masked_sequence_is(log_r: jax.Array, valid: jax.Array, cfg: MismatchConfig) -> jax.Array:
     """Masked importance sampling per sequence: the sequence's ratio R = prod_t r_t on each of its
-    tokens, or 0 when R > max (Liu et al., "When Speed Kills Stability", 2025)."""
+    tokens, or 0 when R > max (Liu et al., "When Speed Kills Stability", 2025) or R < mis_min
+    (mis_min 0: no lower bound)."""
     seq = jnp.broadcast_to(_sequence_sum(log_r), log_r.shape)
-    return jnp.where(seq > math.log(cfg.max), 0.0, ratio_from_log(seq))
+    low = math.log(cfg.mis_min) if cfg.mis_min > 0 else -math.inf
+    return jnp.where((seq > math.log(cfg.max)) | (seq < low), 0.0, ratio_from_log(seq))
 
 
 @MISMATCH_CORRECTIONS.register("icepop")

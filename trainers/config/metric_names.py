@@ -155,7 +155,8 @@ METRIC_DESCRIPTIONS = {
     "train/trained_sequence_fraction": "share of the step's sequences the updates trained (without a KL term the "
     "sequences of all-equal groups are skipped)",
     "mismatch/logprob_diff_mean": "mean |log pi_trainer - log pi_sampler| of the sampled tokens (the generation copy "
-    "against the trained weights; async: over the rows the current weights sampled, absent when there are none)",
+    "against the trained weights, both of the full distribution, before top-k / top-p; async: over the rows the "
+    "current weights sampled, absent when there are none)",
     "mismatch/logprob_diff_max": "largest such difference over the step's updates",
     "mismatch/kl": "KL(sampler || trainer) of the sampled tokens, k3 estimate",
     "mismatch/corrected_fraction": "share of those tokens whose weight grpo.mismatch.correction capped or dropped",

@@ -36,10 +36,11 @@ DEFAULT_TEMPLATES = {
 }
 """judge.template when it is left empty, per judge.mode."""
 
-YES_WORDS = ("Yes", "yes", " Yes", " yes", "YES")
-NO_WORDS = ("No", "no", " No", " no", "NO")
-"""The spellings of the verdict whose tokens count as "yes" and "no" in yes_no mode: those the judge's
-tokenizer writes as one token (the others cannot be told from a longer word's first piece)."""
+YES_WORDS = ("yes",)
+NO_WORDS = ("no",)
+"""The verdict words of yes_no mode: every token of the judge's vocabulary that is one of them in any
+case, after the marks of a leading space or line break ("Yes", "\u2581yes", "\u0120YES", ...), counts as
+"yes" or "no" (`rollout.judge.verdict_token_ids`); a token that only starts with one ("Yesterday") does not."""
 
 _NUMBER_RE = re.compile(r"-?\d+(?:\.\d+)?")
 

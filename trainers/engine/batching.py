@@ -349,6 +349,8 @@ class _Run:
         self.pending: dict[int, np.ndarray] = {}  # slot -> reply tokens not yet fed
         self.tokens = np.full((rows, max_new), sampling.pad_id, np.int32)
         self.logprobs = np.zeros((rows, max_new), np.float32)
+        # top-k / top-p: each token's log-prob under the full distribution too (else they are `logprobs`)
+        self.full_logprobs = np.zeros((rows, max_new), np.float32) if sampling.truncates else None
         self.mask = np.zeros((rows, max_new), bool)
         self.sampled = np.zeros((rows, max_new), bool)
         self.versions = np.zeros((rows, max_new), np.int32)
@@ -392,6 +394,7 @@ class _Run:
             decode_steps=int(lengths.max()) if len(lengths) else 0,
             token_versions=self.versions,
             sampled=self.sampled if self.turns is not None else None,
+            full_logprobs=self.logprobs if self.full_logprobs is None else self.full_logprobs,
         )
         return result, self.stats
 
@@ -496,13 +499,13 @@ class _Run:
         partly filled last one written once per slot) and sample token 0 of each completion."""
         start = time.perf_counter()
         self.newest_weights()
-        self.kv_pages, token0, logprob0 = programs.admit(
+        self.kv_pages, token0, logprob0, full0 = programs.admit(
             self.graph, self.params, self.kv_pages, *arrivals.args, self.sampling
         )
-        token0, logprob0 = tree_to_host((token0, logprob0))
+        token0, logprob0, full0 = tree_to_host((token0, logprob0, full0))
         self.took_prefill_time(time.perf_counter() - start)
-        rows = arrivals.rows
-        self.took_token0(rows, arrivals.slots, token0[: len(rows)], logprob0[: len(rows)])
+        n = len(arrivals.rows)
+        self.took_token0(arrivals.rows, arrivals.slots, token0[:n], logprob0[:n], None if full0 is None else full0[:n])
 
     def prefill_piece(self) -> None:
         """The next piece of the oldest chunked prefill (`programs.prefill_piece`): each of its prompts'
@@ -543,7 +546,7 @@ class _Run:
         tail_pages[:count] = np.where(copies[:, None], job.own_tails, self.scratch)
         uniforms = np.zeros(job.padded * group, np.float32)
         uniforms[: len(job.rows)] = self.uniforms[0, job.rows]
-        self.kv_pages, token0, logprob0 = programs.prefill_piece(
+        self.kv_pages, token0, logprob0, full0 = programs.prefill_piece(
             self.graph,
             self.params,
             self.kv_pages,
@@ -558,7 +561,7 @@ class _Run:
             self.view_width(int(done.max())),
             self.scratch,
         )
-        token0, logprob0 = tree_to_host((token0, logprob0))
+        token0, logprob0, full0 = tree_to_host((token0, logprob0, full0))
         self.took_prefill_time(time.perf_counter() - start)
         job.done += step_tokens
         if (job.done >= job.lengths).all():
@@ -570,18 +573,26 @@ class _Run:
                 job.slots[starting],
                 token0[: len(job.rows)][starting],
                 logprob0[: len(job.rows)][starting],
+                None if full0 is None else full0[: len(job.rows)][starting],
             )
 
     def took_prefill_time(self, seconds: float) -> None:
         self.stats.prefill_s += seconds
         self.stats.longest_prefill_s = max(self.stats.longest_prefill_s, seconds)
 
-    def took_token0(self, rows: np.ndarray, slots: np.ndarray, token0: np.ndarray, logprob0: np.ndarray) -> None:
+    def took_token0(
+        self,
+        rows: np.ndarray,
+        slots: np.ndarray,
+        token0: np.ndarray,
+        logprob0: np.ndarray,
+        full0: np.ndarray | None = None,
+    ) -> None:
         """Prefilled rows start in their slots with token 0 taken: active, or paused (a turn's end) or
-        ended by it."""
+        ended by it. full0: token 0's log-prob under the full distribution (sampling.truncates only)."""
         sampling = self.sampling
         self.start(rows, slots)
-        self.took_first_tokens(rows, token0, logprob0)
+        self.took_first_tokens(rows, token0, logprob0, full0)
         self.last_token[slots] = token0
         is_eos = np.isin(token0, (sampling.eos_id, *sampling.extra_eos_ids))
         if self.turns is not None:
@@ -599,9 +610,13 @@ class _Run:
         self.slot_row[slots], self.lengths[slots] = rows, self.prompt_lengths[rows]
         self.generated[slots], self.active[slots] = 1, True
 
-    def took_first_tokens(self, rows: np.ndarray, token0: np.ndarray, logprob0: np.ndarray) -> None:
+    def took_first_tokens(
+        self, rows: np.ndarray, token0: np.ndarray, logprob0: np.ndarray, full0: np.ndarray | None = None
+    ) -> None:
         self.tokens[rows, 0], self.logprobs[rows, 0], self.mask[rows, 0] = token0, logprob0, True
         self.sampled[rows, 0], self.versions[rows, 0] = True, self.version
+        if self.full_logprobs is not None:
+            self.full_logprobs[rows, 0] = full0
 
     # 2. the host's side of a turn's end
     def answer_turns(self) -> None:
@@ -754,7 +769,8 @@ class _Run:
         host = tree_to_host(out)
         if arrivals is not None:
             rows0 = arrivals.rows
-            self.took_first_tokens(rows0, host["token0"][: len(rows0)], host["logprob0"][: len(rows0)])
+            full0 = host["full_logprob0"][: len(rows0)] if "full_logprob0" in host else None
+            self.took_first_tokens(rows0, host["token0"][: len(rows0)], host["logprob0"][: len(rows0)], full0)
         emitted = host["emitted"][:n]  # a prefix of each slot's steps: a slot that stops stays stopped
         self.stats.chunks += 1
         self.stats.slot_steps += bucket * int(host["steps"])
@@ -763,6 +779,8 @@ class _Run:
         out_rows, out_columns = np.repeat(rows, counts), steps[emitted]
         self.tokens[out_rows, out_columns] = host["tokens"][:n][emitted]
         self.logprobs[out_rows, out_columns] = host["logprobs"][:n][emitted]
+        if self.full_logprobs is not None:
+            self.full_logprobs[out_rows, out_columns] = host["full_logprobs"][:n][emitted]
         self.mask[out_rows, out_columns] = True
         self.sampled[out_rows, out_columns] = host["sampled"][:n][emitted]
         self.versions[out_rows, out_columns] = self.version

@@ -10,6 +10,10 @@ max_new_tokens. With `turns` (multi-turn episodes) a step may instead take a for
 environment's reply the host wrote; log-prob 0, not sampled), and a sampled EOS or stop sequence
 pauses the slot for the host rather than ending it. A stopped or paused slot writes to the scratch
 page, which no slot reads.
+
+Every program that samples returns each token's log-prob under the distribution it was drawn from
+and, when sampling.truncates (top-k / top-p), also under the full one (`sample_token_logprobs`):
+`full_logprobs` beside `logprobs` (None, or absent from a chunk's dict, without a filter).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from trainers.models import transformer as model_lib
-from trainers.models.generate import SamplingParams, StaticGraph, TurnStops, sample_token
+from trainers.models.generate import SamplingParams, StaticGraph, TurnStops, sample_token_logprobs
 from trainers.models.paged_attention import PagedKV, dense_view, write_view_tokens
 
 
@@ -107,7 +111,7 @@ def admit(
     """One program for arrivals: prefill n distinct prompts [n, Lp], write their keys and values
     into pages (`_write_prompts`), and sample token 0 of each of their G = sampling.prompt_group
     completions from the prompt's last logits with uniforms [n x G]. Returns (kv_pages, tokens,
-    logprobs [n x G])."""
+    logprobs, full_logprobs [n x G]; full_logprobs None unless sampling.truncates)."""
     return _admit(
         nnx.merge(graphdef.graphdef, params),
         kv_pages,
@@ -135,8 +139,9 @@ def _admit(
     sampling: SamplingParams,
 ):
     logits, prompt_kv = _prefill(model, prompt_tokens, prompt_valid)
-    token, logprob = sample_token(jnp.repeat(logits, sampling.prompt_group, axis=0), uniforms, sampling)
-    return _write_prompts(kv_pages, prompt_kv, pages, offsets, tail_columns, tail_pages), token, logprob
+    token, logprob, full = sample_token_logprobs(jnp.repeat(logits, sampling.prompt_group, axis=0), uniforms, sampling)
+    kv_pages = _write_prompts(kv_pages, prompt_kv, pages, offsets, tail_columns, tail_pages)
+    return kv_pages, token, logprob, full if sampling.truncates else None
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "sampling", "view_tokens"), donate_argnames=("kv_pages",))
@@ -163,7 +168,8 @@ def prefill_piece(
     at the piece's last real column, with uniforms [n x G] (the host keeps those of the prompts whose
     last token is in this piece). A prompt that ends here with a partly filled last page has that page,
     tail_source [n], copied into each other completion's own page, tail_pages [n, G - 1] (the
-    scratch page for the rest). Returns (kv_pages, tokens, logprobs [n x G])."""
+    scratch page for the rest). Returns (kv_pages, tokens, logprobs, full_logprobs [n x G]; full_logprobs
+    None unless sampling.truncates)."""
     model = nnx.merge(graphdef.graphdef, params)
     rows, piece = piece_tokens.shape
     views = [dense_view(k, v, tables, done, view_tokens, piece) for k, v in kv_pages]
@@ -174,7 +180,9 @@ def prefill_piece(
     positions = done[:, None] + jnp.arange(piece)[None, :]
     hidden, cache = model(piece_tokens, positions, mask, [kv for kv, _ in views], view_tokens)
     last = hidden[jnp.arange(rows), jnp.maximum(counts - 1, 0)]
-    token, logprob = sample_token(jnp.repeat(model.logits(last), sampling.prompt_group, axis=0), uniforms, sampling)
+    token, logprob, full = sample_token_logprobs(
+        jnp.repeat(model.logits(last), sampling.prompt_group, axis=0), uniforms, sampling
+    )
     out = []
     for (k_pages, v_pages), view in zip(kv_pages, cache):
         k_pages, v_pages = write_view_tokens(k_pages, v_pages, view, tables, done, counts, view_tokens, scratch_page)
@@ -190,7 +198,7 @@ def prefill_piece(
                 )
             )
         out.append((k_pages, v_pages))
-    return out, token, logprob
+    return out, token, logprob, full if sampling.truncates else None
 
 
 @functools.partial(
@@ -226,9 +234,10 @@ def admit_and_decode(
     once (its only admission): no host read between the two. The admitted completions sit at
     `positions` [n x G] of the chunk's slots (out of range: a padding row, dropped); each starts
     from its token 0, or stays inactive if token 0 ended it (EOS, or a budget of one token).
-    Returns decode_chunk's dict plus token0, logprob0 [n x G]. Single-turn only."""
+    Returns decode_chunk's dict plus token0, logprob0 (and full_logprob0 when sampling.truncates)
+    [n x G]. Single-turn only."""
     model = nnx.merge(graphdef.graphdef, params)
-    kv_pages, token0, logprob0 = _admit(
+    kv_pages, token0, logprob0, full_logprob0 = _admit(
         model, kv_pages, prompt_tokens, prompt_valid, pages, offsets, tail_columns, tail_pages, admit_uniforms, sampling
     )
     ended = jnp.full(token0.shape, sampling.max_new_tokens <= 1)
@@ -261,6 +270,8 @@ def admit_and_decode(
         view_tokens,
     )
     out["token0"], out["logprob0"] = token0, logprob0
+    if full_logprob0 is not None:
+        out["full_logprob0"] = full_logprob0
     return out
 
 
@@ -304,7 +315,8 @@ def decode_chunk(
 
     Returns a dict: kv_pages, lengths, last_token, active, generated, paused [S] (turns: the slot
     sampled a turn's end), and per step j < K: tokens, logprobs, emitted [S, K] (a token was taken
-    at step j) and sampled [S, K] (the model sampled it), and steps (the steps run).
+    at step j) and sampled [S, K] (the model sampled it), full_logprobs [S, K] only when
+    sampling.truncates, and steps (the steps run).
 
     attention: "paged", every step attends over the slot's pages (`paged_decode_attention`: the
     Pallas kernel on a GPU); "view", the slots' tokens are gathered once into a dense right-aligned
@@ -388,12 +400,13 @@ def _decode(
             caches = [PagedKV(k, v, write_tables, write_lengths) for k, v in carry["cache"]]
             hidden, caches = model(carry["last_token"][:, None], carry["lengths"][:, None], None, caches)
             cache = [(c.k_pages, c.v_pages) for c in caches]
-        token, logprob = sample_token(model.logits(hidden[:, 0, :]), uniforms[:, j], sampling)
+        token, logprob, full = sample_token_logprobs(model.logits(hidden[:, 0, :]), uniforms[:, j], sampling)
         sampled = active
         if turns is not None:
             is_forced = forced[:, j]
             token = jnp.where(is_forced, forced_tokens[:, j], token)
             logprob = jnp.where(is_forced, 0.0, logprob)
+            full = jnp.where(is_forced, 0.0, full)
             sampled = active & ~is_forced
         token = jnp.where(active, token, sampling.pad_id)
         generated = carry["generated"] + active.astype(jnp.int32)
@@ -420,7 +433,11 @@ def _decode(
                             & jnp.all(recent_s[:, window - m :], axis=1)
                         )
                 paused = paused | (sampled & stop)
+        full_logprobs = {}
+        if sampling.truncates:
+            full_logprobs["full_logprobs"] = _set_column(carry["full_logprobs"], j, jnp.where(active, full, 0.0))
         return dict(
+            **full_logprobs,
             j=j + 1,
             cache=cache,
             view_valid=valid,
@@ -441,6 +458,7 @@ def _decode(
         cond,
         body,
         dict(
+            **({"full_logprobs": jnp.zeros((slots, chunk_tokens), jnp.float32)} if sampling.truncates else {}),
             j=jnp.zeros((), jnp.int32),
             cache=cache,
             view_valid=view_valid,

@@ -11,7 +11,9 @@ A batch is a dict of arrays with a leading micro-batch axis [A, micro, ...]:
   advantages [A, M] float32, weights / metric_weights [A, M, Lc] float32,
   old_logprobs [A, M, Lc] (only when the plan needs them), ref_logprobs [A, M, Lc] (only when beta > 0),
   gen_logprobs [A, M, Lc] and on_policy [A, M] bool (only with `importance` or `mismatch`, see
-  `make_update_fn`), mismatch_weights [A, M, Lc] float32 (only with `mismatch`),
+  `make_update_fn`), gen_full_logprobs [A, M, Lc] (with `mismatch`, when the sampler truncated its
+  distribution: top-k / top-p; else the mismatch reads gen_logprobs, the same values),
+  mismatch_weights [A, M, Lc] float32 (only with `mismatch`),
   loss_mask [A, M, Lc] bool (only for multi-turn episodes: the sampled tokens, which the loss, KL and
   importance weights cover; completion_mask then also marks an environment's replies, which the
   forward pass reads as context).
@@ -142,7 +144,9 @@ def make_update_fn(
     (`loss.policy_loss(is_weights=...)`), and the is/* metrics come back with the others.
 
     mismatch (grpo.mismatch; None: neither reported nor corrected): the gap between pi_old and the
-    sampler's log-probs batch["gen_logprobs"] on the rows the current weights sampled
+    sampler's log-probs of the full distribution, before top-k / top-p (batch["gen_full_logprobs"],
+    or batch["gen_logprobs"] when the sampler used no filter), so that it measures the two sides'
+    precision and not the truncation, on the rows the current weights sampled
     (batch["on_policy"]), as the mismatch/* metrics over the tokens batch["mismatch_weights"]
     weighs (token-mean over the mini-batch's on-policy tokens, 0 elsewhere); and with a correction,
     its weights (`mismatch.correction_weights`) on those rows in place of the weight 1 above. The
@@ -175,12 +179,13 @@ def make_update_fn(
             is_weights, is_metrics = importance_weights(old, gen, trained, importance, mb["metric_weights"])
         if mismatch is not None:
             on_policy = mb["on_policy"][:, None]
+            sampler = mb["gen_full_logprobs"] if "gen_full_logprobs" in mb else mb["gen_logprobs"]
             changed = None
             if mismatch.corrects:
-                corrected, changed = correction_weights(old, mb["gen_logprobs"], trained, mismatch)
+                corrected, changed = correction_weights(old, sampler, trained, mismatch)
                 is_weights = jnp.where(on_policy, corrected, 1.0 if is_weights is None else is_weights)
                 changed = changed & on_policy
-            is_metrics.update(mismatch_metrics(old, mb["gen_logprobs"], trained, mb["mismatch_weights"], changed))
+            is_metrics.update(mismatch_metrics(old, sampler, trained, mb["mismatch_weights"], changed))
         loss, metrics = policy_loss(
             logprobs,
             old,

@@ -40,6 +40,13 @@ class SamplingParams:
     prompt_group: int = 1  # rows come in groups of this many copies of one prompt (GRPO's G): the
     #                        prefill runs once per group and its KV cache is shared by the copies
 
+    @property
+    def truncates(self) -> bool:
+        """Tokens are drawn from a top-k / top-p truncation of the temperature-scaled distribution
+        (not greedy): their recorded log-probs are then those of the truncated distribution, and the
+        full distribution's are recorded beside them (`sample_token_logprobs`)."""
+        return self.temperature != 0.0 and (self.top_k > 0 or self.top_p < 1.0)
+
 
 class StaticGraph:
     """A GraphDef as a `jax.jit` static argument whose hash is computed once: jit hashes its static
@@ -106,6 +113,10 @@ class GenerationResult:  # numpy arrays
     #                    weights that sampled each token (meaningful where mask is True)
     sampled: np.ndarray | None = None  # [B, N] bool, multi-turn only: True where the model sampled
     #                    the token, False on forced tokens (an environment's reply); None = mask
+    full_logprobs: np.ndarray | None = None  # [B, N] float32: log-prob of the sampled token under the
+    #                    full distribution, log_softmax(logits / temperature) before top-k / top-p
+    #                    (greedy: log_softmax(logits)), as the trainer's log-prob pass scores it; 0 where
+    #                    `logprobs` is 0. Both generators set it; without a filter it is `logprobs` itself.
 
 
 def cast_for_generation(params, dtype) -> nnx.State:
@@ -140,7 +151,17 @@ def filter_logits(scaled_logits: jax.Array, top_k: int, top_p: float) -> jax.Arr
 
 
 def sample_token(logits: jax.Array, uniform: jax.Array, sampling: SamplingParams) -> tuple[jax.Array, jax.Array]:
-    """logits [B,V] float32, uniform [B] float32 in [0, 1) -> (token [B] int32, logprob [B] float32).
+    """logits [B,V] float32, uniform [B] float32 in [0, 1) -> (token [B] int32, logprob [B] float32):
+    `sample_token_logprobs` without the full distribution's log-prob."""
+    token, logprob, _ = sample_token_logprobs(logits, uniform, sampling)
+    return token, logprob
+
+
+def sample_token_logprobs(
+    logits: jax.Array, uniform: jax.Array, sampling: SamplingParams
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """logits [B,V] float32, uniform [B] float32 in [0, 1) -> (token [B] int32, logprob [B] float32,
+    full_logprob [B] float32).
 
     Draws from softmax(filter_logits(logits / temperature)) by inverting its CDF at `uniform` (one
     random number per row, so no [B,V] noise is generated inside the decode loop); greedy
@@ -153,12 +174,20 @@ def sample_token(logits: jax.Array, uniform: jax.Array, sampling: SamplingParams
     of its policy (`model.completion_logprobs`), so the importance weight pi_old / pi_gen is the
     ratio of the policy to the sampling distribution, which corrects both the weights' lag and the
     truncation (see `importance`). Greedy keeps the convention log_softmax(logits) (temperature 1).
+
+    full_logprob is the chosen token's log-prob under the untruncated log_softmax(logits / temperature)
+    (greedy: log_softmax(logits)), exactly what the trainer's log-prob pass computes for it
+    (`transformer.token_logprobs_and_entropy`): the sampler's side of the sampler/trainer mismatch
+    figures (`algo.mismatch`), which measure precision, not the truncation. Without a filter it is
+    logprob itself (no extra work); with one it costs one more logsumexp per row.
     """
+    filtered = scaled = logits
     if sampling.temperature == 0.0:
         token = jnp.argmax(logits, axis=-1).astype(jnp.int32)
         log_probs = jax.nn.log_softmax(logits, axis=-1)
     else:
-        filtered = filter_logits(logits / sampling.temperature, sampling.top_k, sampling.top_p)
+        scaled = logits / sampling.temperature
+        filtered = filter_logits(scaled, sampling.top_k, sampling.top_p)
         log_probs = jax.nn.log_softmax(filtered, axis=-1)  # -inf off the filter
         probs = jax.nn.softmax(filtered, axis=-1)  # 0 off the filter
         cdf = jnp.cumsum(probs, axis=-1)  # [B,V]
@@ -167,7 +196,10 @@ def sample_token(logits: jax.Array, uniform: jax.Array, sampling: SamplingParams
         token = jnp.sum(cdf <= threshold, axis=-1, dtype=jnp.int32)
         token = jnp.minimum(token, logits.shape[-1] - 1)
     token_logprob = jnp.take_along_axis(log_probs, token[:, None], axis=-1)[:, 0]
-    return token, token_logprob
+    if filtered is scaled:  # no filter: the full distribution is the one sampled from
+        return token, token_logprob, token_logprob
+    full_logprob = jnp.take_along_axis(scaled, token[:, None], axis=-1)[:, 0] - jax.nn.logsumexp(scaled, axis=-1)
+    return token, token_logprob, full_logprob
 
 
 def _prefill(
@@ -206,13 +238,15 @@ def _prefill(
         logprobs=jnp.zeros((batch, max_new), jnp.float32),
         mask=jnp.zeros((batch, max_new), jnp.bool_),
     )
+    if sampling.truncates:  # the full distribution's log-probs, beside the truncated ones
+        state["full_logprobs"] = jnp.zeros((batch, max_new), jnp.float32)
     # The last prompt slot is always valid (left padding), so its logits predict token 0.
     return _record(state, 0, last_logits, sampling)
 
 
 def _record(state: dict[str, jax.Array], step, logits: jax.Array, sampling: SamplingParams) -> dict[str, jax.Array]:
     """Sample token `step` from logits [B,V] and write it into the outputs."""
-    token, token_logprob = sample_token(logits, state["uniforms"][step], sampling)
+    token, token_logprob, full_logprob = sample_token_logprobs(logits, state["uniforms"][step], sampling)
     active = ~state["done"]
     token = jnp.where(active, token, sampling.pad_id)
     state = dict(state)
@@ -220,6 +254,10 @@ def _record(state: dict[str, jax.Array], step, logits: jax.Array, sampling: Samp
     state["logprobs"] = jax.lax.dynamic_update_slice(
         state["logprobs"], jnp.where(active, token_logprob, 0.0)[:, None], (0, step)
     )
+    if "full_logprobs" in state:
+        state["full_logprobs"] = jax.lax.dynamic_update_slice(
+            state["full_logprobs"], jnp.where(active, full_logprob, 0.0)[:, None], (0, step)
+        )
     state["mask"] = jax.lax.dynamic_update_slice(state["mask"], active[:, None], (0, step))
     if sampling.stop_at_eos:
         is_eos = token == sampling.eos_id
@@ -256,7 +294,7 @@ def _decode(model, state: dict[str, jax.Array], stop_step, sampling: SamplingPar
 
 def _outputs(state: dict[str, jax.Array]):
     lengths = jnp.sum(state["mask"], axis=1, dtype=jnp.int32)
-    return state["tokens"], state["logprobs"], state["mask"], lengths, state["step"]
+    return state["tokens"], state["logprobs"], state["mask"], lengths, state["step"], state.get("full_logprobs")
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "sampling"))
@@ -269,7 +307,8 @@ def _generate_jit(
     sampling: SamplingParams,
 ):
     """Prefill + decode loop in one program. Returns (tokens [B,N] int32, logprobs [B,N] f32,
-    mask [B,N] bool, lengths [B] int32, decode_steps [] int32)."""
+    mask [B,N] bool, lengths [B] int32, decode_steps [] int32, full_logprobs [B,N] f32, None
+    unless sampling.truncates: logprobs are then the full distribution's)."""
     model = nnx.merge(graphdef, params)
     state = _prefill(model, prompt_tokens, prompt_valid, rng_key, sampling)
     return _outputs(_decode(model, state, sampling.max_new_tokens, sampling))
@@ -302,19 +341,22 @@ def generate(
     (every row needs at least one valid token). New token i of row b gets RoPE position
     (number of valid prompt tokens of b) + i, so `model.completion_logprobs` on
     (prompt, result.tokens, result.mask) reproduces result.logprobs when no top-k / top-p filter is
-    set (with one, result.logprobs are the renormalised ones: see `sample_token`). Returns numpy arrays,
-    whole on every process (`host.to_host`: gathered when the batch is split over several processes).
+    set (with one, result.logprobs are the renormalised ones: see `sample_token`; result.full_logprobs
+    are the untruncated ones it reproduces). Returns numpy arrays, whole on every process
+    (`host.to_host`: gathered when the batch is split over several processes).
     """
     _check_prompts(sampling, prompt_valid, prompt_tokens)
-    tokens, logprobs, mask, lengths, decode_steps = _generate_jit(
+    tokens, logprobs, mask, lengths, decode_steps, full_logprobs = _generate_jit(
         graphdef, params, jnp.asarray(prompt_tokens, jnp.int32), jnp.asarray(prompt_valid, jnp.bool_), rng_key, sampling
     )
+    logprobs = to_host(logprobs)
     return GenerationResult(
         tokens=to_host(tokens),
-        logprobs=to_host(logprobs),
+        logprobs=logprobs,
         mask=to_host(mask),
         lengths=to_host(lengths),
         decode_steps=int(to_host(decode_steps)),
+        full_logprobs=logprobs if full_logprobs is None else to_host(full_logprobs),
     )
 
 

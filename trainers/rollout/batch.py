@@ -114,6 +114,11 @@ class Rollout:
     # seconds the reward functions took to score these sequences (part of generate_s; a judge model's
     # passes, the sandbox's programs): timing/reward_s. Adds up over rollouts; a group gets a 1 / P share.
     reward_s: float = 0.0
+    # [N, Lc] float32: the sampler's log-prob of each token under the full distribution, before
+    # top-k / top-p (`GenerationResult.full_logprobs`), as the trainer's log-prob pass scores it: the
+    # sampler's side of the mismatch figures and corrections (`algo.mismatch`). None = sample_logprobs
+    # (sampled without a filter, where the two are the same)
+    full_logprobs: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.completions)
@@ -127,6 +132,8 @@ class Rollout:
             self.prompts_consumed = len(self.examples)
         if self.reward_values is None:
             self.reward_values = np.zeros((n, len(self.reward_names)), np.float32)
+        if self.full_logprobs is None:
+            self.full_logprobs = self.sample_logprobs
 
     @property
     def prompts(self) -> int:
@@ -167,6 +174,7 @@ class Rollout:
             completion_tokens=self.completion_tokens[rows],
             completion_mask=self.completion_mask[rows],
             sample_logprobs=self.sample_logprobs[rows],
+            full_logprobs=self.full_logprobs[rows],
             token_versions=self.token_versions[rows],
             completions=self.completions[rows],
             rewards=self.rewards[rows],
@@ -236,6 +244,7 @@ class Rollout:
             completion_tokens=cat("completion_tokens"),
             completion_mask=cat("completion_mask"),
             sample_logprobs=cat("sample_logprobs"),
+            full_logprobs=cat("full_logprobs"),
             token_versions=cat("token_versions"),
             completions=[c for r in rollouts for c in r.completions],
             rewards=cat("rewards"),

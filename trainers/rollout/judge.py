@@ -14,7 +14,8 @@ rendered with the judge's chat template unless judge.chat_template is false), an
           as the log-prob passes share a group's prompt); the counts of rows and prefixes and the
           widths are bucketed (`encoding.bucket_width`): a few compiled shapes per run;
           score = p(yes) / (p(yes) + p(no)) of the next token, where p(yes) sums the probabilities
-          of the one-token spellings of "yes" (`judge_prompt.YES_WORDS`), and likewise "no".
+          of every token of the judge's vocabulary that spells "yes" in any case, with or without
+          a leading space (`verdict_token_ids`, `judge_prompt.YES_WORDS`), and likewise "no".
   number: greedy generation of up to judge.max_new_tokens tokens by the rollout's engine
           (`engine.batching.generate_paged`), score = the first number written / judge.scale,
           clipped to [0, 1] (`judge_prompt.number_score`).
@@ -52,16 +53,38 @@ from trainers.models.hf_config import read_model_config
 from trainers.models.hf_weights import load_pretrained
 from trainers.models.transformer import shared_prefix_hidden
 
+SPACE_MARKERS = "\u2581" + "".join(chr(256 + byte) for byte in b" \t\n\r\x0b\x0c") + " \t\n\r\x0b\x0c"
+"""What a vocabulary writes before a word for the space or line break ahead of it: SentencePiece's
+(Metaspace) "\u2581", the byte-level BPE alphabet's characters for the whitespace bytes ("\u0120" Ġ for
+a space, "\u010a" Ċ for a newline, ...), and plain whitespace."""
 
-def verdict_token_ids(tokenizer: Any, words: tuple[str, ...]) -> tuple[int, ...]:
-    """The ids of the spellings in `words` that `tokenizer` writes as a single token (no special
-    tokens added), in order, without repeats."""
-    ids = []
-    for word in words:
-        encoded = tokenizer.encode(word, add_bos=False)
-        if len(encoded) == 1 and encoded[0] not in ids:
-            ids.append(encoded[0])
-    return tuple(ids)
+
+def verdict_token_ids(
+    tokenizer: Any, yes_words: tuple[str, ...] = YES_WORDS, no_words: tuple[str, ...] = NO_WORDS
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(yes ids, no ids): every token of `tokenizer`'s vocabulary (its `token_text` of each id) whose
+    text, without its leading SPACE_MARKERS, equals one of `yes_words` (`no_words`) case-insensitively:
+    "Yes", "\u2581Yes", "\u0120yes", "YES", ... all count, whichever a model writes after a newline or a
+    space. Special tokens (BOS, EOS, PAD, UNK and every special added token) are left out, and so is any
+    id found in both sets; each tuple ascending. Reading the vocabulary, rather than encoding the
+    words, finds the bare "Yes" of a Metaspace tokenizer (whose encode("Yes") gives "\u2581Yes") and never
+    an unknown-token id that spells nothing."""
+    yes_set = {word.strip().casefold() for word in yes_words}
+    no_set = {word.strip().casefold() for word in no_words}
+    special_texts = set(tokenizer.special_texts)
+    special_ids = {tokenizer.unk_id, tokenizer.bos_id, tokenizer.pad_id, *tokenizer.eos_ids}
+    yes, no = set(), set()
+    for token_id in range(tokenizer.vocab_size):
+        text = tokenizer.token_text(token_id)
+        if not text or text in special_texts or token_id in special_ids:
+            continue
+        word = text.lstrip(SPACE_MARKERS).casefold()
+        if word in yes_set:
+            yes.add(token_id)
+        if word in no_set:
+            no.add(token_id)
+    both = yes & no
+    return tuple(sorted(yes - both)), tuple(sorted(no - both))
 
 
 @functools.partial(jax.jit, static_argnums=0)
@@ -292,7 +315,7 @@ def judge_device(config: ExperimentConfig) -> Any:
 def load_judge(config: ExperimentConfig, progress: bool = False) -> Judge:
     """The config's judge (the `judge` section), loaded onto `judge_device(config)`. FieldError naming
     judge.model_path without a folder, judge.chat_template when the folder has no chat template to
-    render with, and judge.mode when the judge's tokenizer spells neither "yes" nor "no" as one token."""
+    render with, and judge.mode when the judge's vocabulary has no token for "yes" or none for "no"."""
     j = config.judge
     if j.model_path is None:
         raise FieldError("judge.model_path", "the judge reward needs a judge model folder; set judge.model_path")
@@ -300,12 +323,13 @@ def load_judge(config: ExperimentConfig, progress: bool = False) -> Judge:
     chat = tokenizer.has_chat_template if j.chat_template is None else j.chat_template
     if chat and not tokenizer.has_chat_template:
         raise FieldError("judge.chat_template", f"the tokenizer in {j.model_path} has no chat template; set it false")
-    yes_ids, no_ids = verdict_token_ids(tokenizer, YES_WORDS), verdict_token_ids(tokenizer, NO_WORDS)
+    yes_ids, no_ids = verdict_token_ids(tokenizer)
     if j.mode == "yes_no" and not (yes_ids and no_ids):
         raise FieldError(
             "judge.mode",
-            f"the tokenizer in {j.model_path} writes no spelling of yes {YES_WORDS} or of no {NO_WORDS} as one "
-            "token, so yes_no cannot read a verdict; use judge.mode number",
+            f"the vocabulary of the tokenizer in {j.model_path} has no token that spells {YES_WORDS} or none that "
+            f"spells {NO_WORDS} (in any case, with or without a leading space), so yes_no cannot read a verdict; "
+            "use judge.mode number",
         )
     device = judge_device(config)
     model_config = read_model_config(j.model_path, dtype=j.dtype)

@@ -50,6 +50,25 @@ def test_aggregation_weights_by_hand(aggregation, expected):
     np.testing.assert_allclose(token_weights(MASK, aggregation), expected, rtol=1e-6)
 
 
+# rows 1 and 3 have no loss token (out of the loss): they weigh 0 and are not counted as sequences
+MASK_WITH_DEAD_ROWS = np.array([[1, 1, 0, 0], [0, 0, 0, 0], [1, 0, 0, 0], [0, 0, 0, 0]], bool)
+
+
+@pytest.mark.parametrize(
+    "aggregation, expected",
+    [
+        ("token-mean", [[1 / 3, 1 / 3, 0, 0], [0] * 4, [1 / 3, 0, 0, 0], [0] * 4]),
+        ("seq-mean-token-mean", [[1 / 4, 1 / 4, 0, 0], [0] * 4, [1 / 2, 0, 0, 0], [0] * 4]),
+        ("seq-mean-token-sum", [[1 / 2, 1 / 2, 0, 0], [0] * 4, [1 / 2, 0, 0, 0], [0] * 4]),
+        ("seq-mean-token-sum-norm", [[1 / 16, 1 / 16, 0, 0], [0] * 4, [1 / 16, 0, 0, 0], [0] * 4]),
+    ],
+)
+def test_rows_without_a_loss_token_are_not_counted(aggregation, expected):
+    # 2 live sequences, not 4: seq-mean-token-mean weighs each live row's tokens 1 / (n_i * 2), a total of 1
+    np.testing.assert_allclose(token_weights(MASK_WITH_DEAD_ROWS, aggregation, norm_tokens=8), expected, rtol=1e-6)
+    assert not token_weights(np.zeros((2, 3), bool), aggregation, norm_tokens=8).any()  # nothing live: all 0
+
+
 def test_seq_mean_token_sum_norm_divides_by_the_budget():
     # Dr. GRPO: every valid token weighs 1 / (3 sequences * 8 budget tokens) = 1/24, whatever its length
     w = token_weights(MASK, "seq-mean-token-sum-norm", norm_tokens=8)

@@ -329,3 +329,35 @@ def test_long_prompts_are_prefilled_in_pieces_between_decode_chunks(
     pieces = [i for i, name in enumerate(calls) if name == "prefill_piece"]
     assert len(pieces) >= -(-7 // piece)  # the 7-token prompt alone takes this many
     assert "decode_chunk" in calls[pieces[0] : pieces[-1]]  # decoding went on between pieces
+
+
+@pytest.mark.parametrize("slots, piece", [(6, 0), (12, 0), (6, 3)])
+def test_top_k_top_p_samples_record_the_full_distribution_s_logprobs_too(model, prompts, frequent_token, slots, piece):
+    """top-k 40 and top-p 0.9 at temperature 0.7, through each way token 0 is sampled (the admission on
+    its own with 6 slots, fused with the first chunk with 12, prefill pieces of 3): the engine samples
+    the static sampler's tokens and records the truncated distribution's log-probs as before, and
+    beside them the full distribution's: the static sampler's, and the trainer's log-prob pass at the
+    same temperature (an independent forward over the whole sequences). The truncated ones are not:
+    renormalised over the kept tokens, each is at least the full one."""
+    from trainers.loop.update import make_logprob_fn
+
+    graphdef, params = model
+    tokens, valid = prompts
+    sampling = SamplingParams(
+        max_new_tokens=10, temperature=0.7, top_k=40, top_p=0.9, eos_id=frequent_token, prompt_group=G
+    )
+    assert sampling.truncates and not SamplingParams(max_new_tokens=1, temperature=0.7).truncates
+    reference = generate(graphdef, params, tokens, valid, jax.random.key(5), sampling)
+    settings = EngineSettings(num_slots=slots, page_tokens=4, chunk_tokens=3, prefill_chunk_tokens=piece)
+    got, _ = generate_paged(graphdef, params, tokens, valid, jax.random.key(5), sampling, settings)
+    np.testing.assert_array_equal(got.tokens, reference.tokens)
+    np.testing.assert_array_equal(got.mask, reference.mask)
+    np.testing.assert_allclose(got.logprobs, reference.logprobs, atol=2e-6)
+    np.testing.assert_allclose(got.full_logprobs, reference.full_logprobs, atol=2e-6)
+    mask = got.mask
+    trainer = np.asarray(make_logprob_fn(graphdef, 0.7)(params, tokens, valid, got.tokens, mask))
+    for result in (got, reference):
+        np.testing.assert_allclose(result.full_logprobs[mask], trainer[mask], atol=1e-5)
+        assert (result.full_logprobs[~mask] == 0).all()
+    assert (got.logprobs[mask] >= got.full_logprobs[mask] - 1e-6).all()
+    assert np.abs(got.logprobs[mask] - trainer[mask]).mean() > 1e-2

@@ -215,7 +215,8 @@ def test_the_icepop_guard_drops_a_token_pushed_outside_the_band():
     sampler log-prob was pushed by 3 nats: ratios e^3 = 20.1 and e^-3 = 0.05, outside the band [0.5, 2].
     The update must equal the plain update whose loss weights are 0 on exactly those two tokens (every
     other token's ratio is 1), and report the gap: mean |log r| = 6 / n, max 3, corrected 2 / n, and
-    KL(sampler || trainer) = ((e^3 - 1 - 3) + (e^-3 - 1 + 3)) / n, n the valid tokens."""
+    KL(sampler || trainer) = ((e^3 - 1 - 3) + (e^-3 - 1 + 3)) / n, n the valid tokens. The same when the
+    sampler truncated its distribution: the gap is then read from the full distribution's log-probs."""
     from trainers.algo.mismatch import MismatchConfig
 
     graphdef, params = init_params(CFG, seed=0)
@@ -247,8 +248,11 @@ def test_the_icepop_guard_drops_a_token_pushed_outside_the_band():
         graphdef, optimizer, loss_cfg, 1.0, use_old_logprobs=False, mismatch=MismatchConfig("icepop", 2.0, 0.5)
     )
     fused = dict(batch, gen_logprobs=gen, on_policy=on_policy, mismatch_weights=batch["metric_weights"])
-    for micro in (8, 2):
-        got_params, _, metrics = guarded(copy(params), optimizer.init(params), _stack(fused, micro))
+    # a sampler with top-k / top-p: gen_logprobs are then the truncated distribution's (here 0.7 nats
+    # above the trainer's everywhere, outside the band) and the mismatch reads gen_full_logprobs
+    truncated = dict(fused, gen_logprobs=np.where(mask, current + 0.7, 0.0).astype(np.float32), gen_full_logprobs=gen)
+    for arrays, micro in ((fused, 8), (fused, 2), (truncated, 8)):
+        got_params, _, metrics = guarded(copy(params), optimizer.init(params), _stack(arrays, micro))
         for a, b in zip(jax.tree.leaves(expected_params), jax.tree.leaves(got_params)):
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5)
         assert float(metrics["mismatch/logprob_diff_mean"]) == pytest.approx(6 / n, abs=1e-5)
@@ -261,3 +265,58 @@ def test_the_icepop_guard_drops_a_token_pushed_outside_the_band():
         not np.allclose(np.asarray(a), np.asarray(b), atol=1e-5)
         for a, b in zip(jax.tree.leaves(expected_params), jax.tree.leaves(unguarded_params))
     )
+
+
+@pytest.mark.parametrize(
+    "aggregation", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]
+)
+def test_rows_out_of_the_loss_count_in_no_normaliser(aggregation):
+    """4 rows, rows 1 and 3 with no loss token (out of the loss, as `Rollout.in_loss` leaves them): the
+    loss must be the aggregation over rows 0 and 2 only. With pi_old = this update's own pass the ratio
+    is 1, so grpo's token loss is -A_i and the loss is known by hand: token-mean -sum(A_i n_i) / sum(n_i),
+    seq-mean-token-mean -mean(A_i), seq-mean-token-sum -mean(A_i n_i), seq-mean-token-sum-norm
+    -mean(A_i n_i) / budget, over i in {0, 2} (n_i the row's tokens). The update, whole or in micro-batches
+    of 2, must equal the update on a batch of the two live rows alone."""
+    budget = 6
+    graphdef, params = init_params(CFG, seed=0)
+    opt = OptimizerSection(name="sgd", b1=0.0, learning_rate=1.0, max_grad_norm=0.0)
+    optimizer = make_optimizer(opt, make_schedule(opt, 1, 10))
+    batch = _batch(n_sequences=4, completion_tokens=budget, seed=5)
+    batch["advantages"] = np.array([1.5, -0.7, -0.5, 2.0], np.float32)
+    mask = batch["completion_mask"]
+    live = np.array([True, False, True, False])
+    n = mask.sum(axis=1).astype(np.float64)
+    a = batch["advantages"].astype(np.float64)
+    expected_loss = {
+        "token-mean": -(a[0] * n[0] + a[2] * n[2]) / (n[0] + n[2]),
+        "seq-mean-token-mean": -(a[0] + a[2]) / 2,
+        "seq-mean-token-sum": -(a[0] * n[0] + a[2] * n[2]) / 2,
+        "seq-mean-token-sum-norm": -(a[0] * n[0] + a[2] * n[2]) / (2 * budget),
+    }[aggregation]
+    loss_mask = mask & live[:, None]
+    batch["weights"] = token_weights(loss_mask, aggregation, norm_tokens=budget)
+    batch["metric_weights"] = token_weights(loss_mask, "token-mean")
+    # the weights by hand: row 0's tokens, e.g. seq-mean-token-mean 1 / (n_0 * 2 live rows); dead rows 0
+    assert not batch["weights"][~live].any()
+    assert float(batch["weights"].sum()) == pytest.approx(
+        {
+            "token-mean": 1.0,
+            "seq-mean-token-mean": 1.0,
+            "seq-mean-token-sum": (n[0] + n[2]) / 2,
+            "seq-mean-token-sum-norm": (n[0] + n[2]) / (2 * budget),
+        }[aggregation],
+        rel=1e-6,
+    )
+    alone = {k: v[live] for k, v in batch.items()}
+    alone["weights"] = token_weights(mask[live], aggregation, norm_tokens=budget)
+    alone["metric_weights"] = token_weights(mask[live], "token-mean")
+
+    copy = lambda tree: jax.tree.map(lambda x: x.copy(), tree)  # noqa: E731 (updates donate their inputs)
+    update = make_update_fn(graphdef, optimizer, LossConfig(beta=0.0), 1.0, use_old_logprobs=False)
+    alone_params, _, alone_metrics = update(copy(params), optimizer.init(params), _stack(alone, 2))
+    assert float(alone_metrics["loss/policy"]) == pytest.approx(expected_loss, rel=1e-5)
+    for micro in (4, 2):
+        got_params, _, metrics = update(copy(params), optimizer.init(params), _stack(batch, micro))
+        assert float(metrics["loss/policy"]) == pytest.approx(expected_loss, rel=1e-5), micro
+        for got, want in zip(jax.tree.leaves(got_params), jax.tree.leaves(alone_params)):
+            np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-6, rtol=0)

@@ -333,6 +333,36 @@ def test_sample_token_records_the_logprob_of_the_truncated_distribution_it_sampl
     assert int(token[0]) == 0 and float(logprob[0]) == pytest.approx(math.log(raw[0] / sum(raw)), rel=1e-6)
 
 
+def test_sample_token_logprobs_adds_the_full_distribution_s_logprob():
+    """Beside the truncated distribution's log-prob, the full one's: log_softmax(logits / temperature)
+    of the same token, by hand. Logits [2, 1, 0.5, -1, 0] at temperature 0.5 -> scaled [4, 2, 1, -2, 0];
+    top_k=3 keeps tokens 0, 1, 2. Same tokens and truncated log-probs as `sample_token`; without a
+    filter, and greedy (log_softmax of the raw logits), the two log-probs are one."""
+    logits = jnp.tile(jnp.array([[2.0, 1.0, 0.5, -1.0, 0.0]], jnp.float32), (3, 1))
+    uniforms = jnp.array([0.1, 0.95, 0.9999], jnp.float32)
+    scaled = [4.0, 2.0, 1.0, -2.0, 0.0]
+    full_norm = math.log(sum(math.exp(x) for x in scaled))
+    kept_norm = math.log(sum(math.exp(x) for x in scaled[:3]))
+    sampling = SamplingParams(max_new_tokens=1, temperature=0.5, top_k=3)
+    tokens, logprobs, full = generate_lib.sample_token_logprobs(logits, uniforms, sampling)
+    expected_tokens = [0, 1, 2]  # CDF of the kept three: 0.844, 0.958, 1
+    np.testing.assert_array_equal(np.asarray(tokens), expected_tokens)
+    np.testing.assert_allclose(np.asarray(logprobs), [scaled[t] - kept_norm for t in expected_tokens], rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(full), [scaled[t] - full_norm for t in expected_tokens], rtol=1e-5)
+    plain_tokens, plain_logprobs = generate_lib.sample_token(logits, uniforms, sampling)
+    np.testing.assert_array_equal(np.asarray(plain_tokens), np.asarray(tokens))
+    np.testing.assert_array_equal(np.asarray(plain_logprobs), np.asarray(logprobs))
+    for unfiltered in (
+        SamplingParams(max_new_tokens=1, temperature=0.5),
+        SamplingParams(max_new_tokens=1, temperature=0.0),
+    ):
+        _, logprobs, full = generate_lib.sample_token_logprobs(logits, uniforms, unfiltered)
+        np.testing.assert_array_equal(np.asarray(full), np.asarray(logprobs))
+        assert not unfiltered.truncates
+    raw = [2.0, 1.0, 0.5, -1.0, 0.0]
+    assert float(full[0]) == pytest.approx(raw[0] - math.log(sum(math.exp(x) for x in raw)), rel=1e-6)  # greedy
+
+
 def test_rejects_right_padded_prompts(model, prompts):
     graphdef, params = model
     tokens, valid = prompts
