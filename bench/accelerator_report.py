@@ -1,4 +1,4 @@
-"""One prepared accelerator report (issue 31, item 4): the figures of today's sampler and training
+"""One prepared accelerator report: the figures of today's sampler and training
 step on whatever device JAX finds, in one command, written to docs/perf/<device>-<date>.md.
 
     PYTHONUNBUFFERED=1 python3 bench/accelerator_report.py [--out DIR] [--budget-s 360] [--date YYYY-MM-DD]
@@ -6,7 +6,7 @@ step on whatever device JAX finds, in one command, written to docs/perf/<device>
 
 This first version measures the product's CURRENT generation path (`trainers.models.generate.generate`:
 one dense KV cache of prompt + max_new_tokens slots per row, a while_loop to the longest row) and its
-training step: the "old sampler" column that the paged, continuously batched engine of issue 31 will
+training step: the "old sampler" column that the paged, continuously batched engine will
 be compared against.
 
 Sections, in order (each runs in a child process with its own time box, so a failure or a slow
@@ -631,8 +631,8 @@ def markdown(results: dict, meta: dict) -> str:
         "",
         f"Card: {env.get('nvidia_smi') or env.get('device_kind', '?')}. "
         f"JAX {env.get('jax_version', '?')} ({env.get('backend', '?')}). "
-        "Today's sampler and training step (the \"old sampler\" column of issue 31; the engine does not "
-        "exist yet). Random weights; one run of each figure.",
+        "Today's sampler and training step (the \"old sampler\" column, to compare the paged engine "
+        "against; the engine does not exist yet). Random weights; one run of each figure.",
         "",
         "Command:",
         "",

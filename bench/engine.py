@@ -19,7 +19,7 @@ Each side runs once untimed first on the same shapes (compilation), then timed. 
 same tokens (same key, same sampler) up to float rounding: at temperature > 0 a draw at a boundary
 of the sampling CDF may flip, and the bench shows where rows differ and the log-prob gap before.
 
-Anchor: the static sampler, measured in the same run. Targets (issue 31): useful tokens/s >= 2x
+Anchor: the static sampler, measured in the same run. Targets: useful tokens/s >= 2x
 the static sampler; slot utilisation >= 0.85; KV positions held <= 1.25 x tokens stored.
 The last line is `speedup=X slot_utilisation=Y kv_overhead=Z`.
 """

@@ -1,5 +1,5 @@
 """Learning curves: held-out accuracy against completions sampled, one line per run, as a PNG and a
-markdown table (issue 19, item 7: plain GRPO against GRPO with DAPO's dynamic sampling, then GSPO and
+markdown table (plain GRPO against GRPO with DAPO's dynamic sampling, then GSPO and
 CISPO, then LoRA against full fine-tuning, same seed, same budget of sampled completions).
 
     # train each config in var/curves/<config name>/ (resuming a run dir that has checkpoints), then draw
@@ -25,18 +25,18 @@ eval.every_steps small enough (the algo-*.yaml configs evaluate every 240 comple
 Table columns: completions sampled (the run's total, after the cut), steps, the first, last and best
 eval/accuracy, `to +X pts`: the completions sampled when eval/accuracy first reached the run's first
 evaluation + --gain (default 0.10, ten points; --base-accuracy fixes the base instead), `vs first`:
-that count over the first run's (the issue's target for dynamic sampling: <= 0.5), `steps to +X pts`:
+that count over the first run's (the target for dynamic sampling: <= 0.5), `steps to +X pts`:
 the training step of that evaluation, and the median timing/step_s. The PNG (default
 OUT_DIR/learning_curves.png, matplotlib's Agg backend) shows each run's eval/accuracy against
 completions sampled (left) and against training steps (right), with the base + gain line.
 
-Tool use (issue 21: configs/calculator-arith.yaml against configs/calculator-arith-notool.yaml). When a
+Tool use (configs/calculator-arith.yaml against configs/calculator-arith-notool.yaml). When a
 run's evaluations report eval/env/tool_use_fraction (the share of held-out episodes with at least one
 tool call: calculator runs only), the PNG gets a third panel, that share against training steps, and a
 second table follows the first: each run's eval/accuracy and tool-use share before (its first evaluation,
 step 0 with eval.before_training) and after (its last), the change, and its last accuracy minus the first
 run's ("vs first run": list the run without the tool first, and the cell of the tool run is the gain the
-issue's target asks +15 points of). A run without the metric shows "—" for tool use.
+target asks +15 points of). A run without the metric shows "—" for tool use.
 
     .venv/bin/python bench/learning_curves.py configs/calculator-arith-notool.yaml configs/calculator-arith.yaml \\
         --png var/curves/calculator.png

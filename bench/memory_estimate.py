@@ -10,8 +10,8 @@ wait4), without the compilation cache: a first run compiles every program, which
 than a later run that reads them back (the demo: 0.68 against 0.50 GiB); then estimate / measured. The SmolLM2 configs
 need the model first: `.venv/bin/python -m trainers fetch-model smollm2-135m-instruct`.
 
-Anchor: the measured peak itself. Target: 1.0 <= estimate / peak < 1.3 on every config (issue 30,
-B12: at 2.2x the peak, the estimate refused the SmolLM2 demo on a 12-15 GiB machine; under 1.0 it
+Anchor: the measured peak itself. Target: 1.0 <= estimate / peak < 1.3 on every config (at
+2.2x the peak, the estimate refused the SmolLM2 demo on a 12-15 GiB machine; under 1.0 it
 would let a run start that a worker cannot hold). --write records the peaks in
 docs/perf/memory-peaks.json, which tests/trainers/loop/test_memory_estimate.py checks the estimate against, so a
 change to the estimate or to a config that leaves the band fails there.

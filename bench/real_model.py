@@ -35,7 +35,7 @@ Figures:
                  prompt share one prefill and its KV cache, `SamplingParams.prompt_group`) against
                  prompt_group=1 (one prefill per completion), on the same prompts and keys.
 
-Anchor: none yet (issue item 10 asks for these figures on the real model; bench/compare_tunix_real.py
+Anchor: none yet (these are the figures on the real model; bench/compare_tunix_real.py
 compares workload R1 with google-tunix 0.1.7). Targets: 0 compiles in steady state; the memory
 figures show what bfloat16 and remat save.
 

@@ -34,7 +34,7 @@ deep keyset page 7, filtered deep 6-8, text search 74 (needle and absent alike: 
 window), group 6, prompt across steps 7, an export chunk of 1,000 lines 21 ms: worst 74 ms, ratio 0.25.
 SQLite: 3-5 ms for the indexed requests, text search 23-27 ms, export chunk 19 ms: worst 27 ms,
 ratio 0.09. Before the search window an absent word read the whole run: 1,088 ms on PostgreSQL.
-With PostgreSQL's trigram indexes (issue 20; measured with five other jobs on the machine, load
+With PostgreSQL's trigram indexes (measured with five other jobs on the machine, load
 average 6-9): text search 19.5 ms, an absent word 13.2 ms over the whole run (no window to page
 through), the next page 24 ms; worst request 56 ms (the export chunk), ratio 0.19.
 With the window for reward/advantage filters too and its end counted from the cursor's step

@@ -8,7 +8,7 @@ from grpo_client.api import Api, ApiError
 
 EVENTS = ("failed", "succeeded", "pruned", "stalled", "metric")
 COMPARISONS = (">", ">=", "<", "<=", "~")
-DELIVERY_STATUSES = ("pending", "sent", "failed", "rate_limited")
+DELIVERY_STATUSES = ("pending", "sent", "written", "failed", "rate_limited")
 
 
 def listing(api: Api, args) -> int:

@@ -4,6 +4,7 @@ points into it."""
 
 import importlib.util
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -84,6 +85,7 @@ def test_a_broken_link_fails_the_build(tmp_path):
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "index.md").write_text("# Home\n\nSee [the missing page](missing.md).\n")
+    shutil.copytree(ROOT / "docs" / "overrides", docs / "overrides")  # the theme's custom_dir
     config = (ROOT / "mkdocs.yml").read_text()
     config = re.sub(r"\nnav:\n(.|\n)*", "\n", config)
     (tmp_path / "mkdocs.yml").write_text(config)

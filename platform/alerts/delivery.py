@@ -1,19 +1,26 @@
 """Recording and sending notifications.
 
 `record_status_event(run_id, status)` (the run_status_changed receiver calls it on commit) records a
-pending delivery for every enabled rule of the run's owner that watches that event. `tick()` runs in
+pending delivery for every enabled rule of the run's owner that watches that event;
+`record_trainer_stall(run_id, key, report)` (the run_stalled receiver) records a `stalled` one when a
+worker's supervisor finds its trainer quiet for several times its usual step time, with where it is
+stuck and its Python stacks (runner.stalls), once per stall (`key`). `tick()` runs in
 the scheduler's process every PLATFORM_ALERT_TICK_S (settings.PLATFORM_PERIODIC_JOBS) and
   1. records a `stalled` delivery for each active run whose heartbeat is older than
-     PLATFORM_ALERT_STALL_AFTER_S (once per stall: the key names the attempt and the last heartbeat),
+     PLATFORM_ALERT_STALL_AFTER_S: its worker went silent (once per stall: the key names the attempt
+     and the last heartbeat),
   2. records a `metric` delivery when a rule's condition holds over an active run's newest
      `for_steps` points of its metric (each crosses the threshold, or they are stuck), once per
      crossing: again only after a step in between at which it did not hold (read over at most
      SCAN_POINTS points since the last notification),
   3. sends the pending deliveries that are due: a rule that sent less than `min_interval_s` ago
-     logs the delivery as rate_limited instead (its next message counts them); a webhook or mail
-     failure keeps the delivery pending with its error and a backoff (PLATFORM_ALERT_RETRY_S, doubled
-     each time) until PLATFORM_ALERT_MAX_ATTEMPTS tries, then marks it failed. Nothing is dropped
-     silently.
+     logs a stalled or metric delivery as rate_limited instead (its next message counts them), and
+     keeps a run's end (failed, succeeded, pruned: once per attempt) pending until the interval has
+     passed, so a metric notice just before it never swallows it; a webhook or mail failure keeps the
+     delivery pending with its error and a backoff (PLATFORM_ALERT_RETRY_S, doubled each time) until
+     PLATFORM_ALERT_MAX_ATTEMPTS tries, then marks it failed. Nothing is dropped silently. A delivery
+     that went out is `sent`, or `written` when it is an e-mail the file backend wrote under
+     EMAIL_FILE_PATH (no mail server set: nothing left the machine).
 A delivery is claimed by a compare-and-set on its attempts (two schedulers never send it twice);
 one whose sender died mid-send is tried again after PLATFORM_ALERT_CLAIM_S.
 """
@@ -30,7 +37,7 @@ from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
 from alerts import rules, webhook
-from alerts.models import AlertDelivery, AlertEvent, AlertRule, Channel, DeliveryStatus
+from alerts.models import DELIVERED_STATUSES, END_EVENTS, AlertDelivery, AlertEvent, AlertRule, Channel, DeliveryStatus
 from experiments.models import ACTIVE_STATUSES, MetricPoint, Run
 
 log = logging.getLogger(__name__)
@@ -71,6 +78,22 @@ def record_status_event(run_id: int, status: str) -> int:
         if event in rule.events:
             message = rules.status_message(_title(run), event, run.step, run.max_steps, run.error, run_url(run))
             recorded += record(rule, run, event, f"{event}:{run.attempt}", message) is not None
+    return recorded
+
+
+def record_trainer_stall(run_id: int, key: str, report) -> int:
+    """Record a `stalled` delivery for every enabled rule watching the run's stalls: its trainer is
+    quiet (`report`: runner.stalls.StallReport). Returns how many; a key seen before records none."""
+    run = Run.objects.select_related("experiment").filter(pk=run_id).first()
+    if run is None:
+        return 0
+    recorded = 0
+    for rule in AlertRule.objects.for_run(run):
+        if AlertEvent.STALLED in rule.events:
+            message = rules.trainer_stalled_message(
+                _title(run), report.headline, report.where, report.stacks, run_url(run)
+            )
+            recorded += record(rule, run, AlertEvent.STALLED, key, message) is not None
     return recorded
 
 
@@ -152,27 +175,38 @@ def _claim(delivery: AlertDelivery, now: dt.datetime) -> bool:
     return won
 
 
-def deliver(rule: AlertRule, message: str) -> None:
-    """Send one message through the rule's channel, or webhook.DeliveryError."""
+FILE_EMAIL_BACKEND = "django.core.mail.backends.filebased.EmailBackend"
+
+
+def deliver(rule: AlertRule, message: str) -> str:
+    """Send one message through the rule's channel: DeliveryStatus.SENT, or WRITTEN for an e-mail the
+    file backend wrote (no mail server set); webhook.DeliveryError when it did not go out."""
     if rule.channel == Channel.WEBHOOK:
         webhook.post(rule.target, message, settings.PLATFORM_ALERT_WEBHOOK_TIMEOUT_S)
-        return
+        return DeliveryStatus.SENT
     subject = message.split(". ")[0][:120]
     try:
         send_mail(f"[GRPO] {subject}", message, settings.DEFAULT_FROM_EMAIL, [rule.target], fail_silently=False)
     except Exception as exc:  # noqa: BLE001 - smtplib, socket and backend errors alike are recorded
         raise webhook.DeliveryError(f"e-mail not sent: {type(exc).__name__}: {exc}") from None
+    return DeliveryStatus.WRITTEN if settings.EMAIL_BACKEND == FILE_EMAIL_BACKEND else DeliveryStatus.SENT
 
 
 def send_one(delivery: AlertDelivery, now: dt.datetime) -> str:
     """Try one pending delivery; returns its new status."""
     rule = delivery.rule
     last_sent_at = (
-        AlertDelivery.objects.filter(rule=rule, status=DeliveryStatus.SENT)
+        AlertDelivery.objects.filter(rule=rule, status__in=DELIVERED_STATUSES)
         .order_by("-sent_at")
         .values_list("sent_at", flat=True)
         .first()
     )
+    if rules.rate_limited(last_sent_at, now, rule.min_interval_s) and delivery.event in END_EVENTS:
+        # a run's end comes once: it waits for the interval rather than being held back for good
+        AlertDelivery.objects.filter(pk=delivery.pk, status=DeliveryStatus.PENDING).update(
+            next_attempt_at=last_sent_at + dt.timedelta(seconds=rule.min_interval_s)
+        )
+        return DeliveryStatus.PENDING
     if rules.rate_limited(last_sent_at, now, rule.min_interval_s):
         AlertDelivery.objects.filter(pk=delivery.pk, status=DeliveryStatus.PENDING).update(
             status=DeliveryStatus.RATE_LIMITED,
@@ -188,7 +222,7 @@ def send_one(delivery: AlertDelivery, now: dt.datetime) -> str:
         .count()
     )
     try:
-        deliver(rule, rules.with_held_back(delivery.message, held_back))
+        delivered = deliver(rule, rules.with_held_back(delivery.message, held_back))
     except webhook.DeliveryError as exc:
         done = delivery.attempts >= settings.PLATFORM_ALERT_MAX_ATTEMPTS
         delay_s = rules.retry_delay_s(delivery.attempts, settings.PLATFORM_ALERT_RETRY_S)
@@ -200,10 +234,8 @@ def send_one(delivery: AlertDelivery, now: dt.datetime) -> str:
         )
         log.warning("alert delivery %s (rule %s) try %s failed: %s", delivery.pk, rule.pk, delivery.attempts, exc)
         return status
-    AlertDelivery.objects.filter(pk=delivery.pk).update(
-        status=DeliveryStatus.SENT, sent_at=timezone.now(), next_attempt_at=None
-    )
-    return DeliveryStatus.SENT
+    AlertDelivery.objects.filter(pk=delivery.pk).update(status=delivered, sent_at=timezone.now(), next_attempt_at=None)
+    return delivered
 
 
 def send_due(now: dt.datetime) -> dict[str, int]:

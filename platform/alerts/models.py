@@ -2,7 +2,8 @@
 
 An `AlertRule` belongs to a user and watches one of their experiments (or all of them when
 `experiment` is empty) for events: a run failed, succeeded or was pruned, a run stalled (an active
-run whose heartbeat is older than PLATFORM_ALERT_STALL_AFTER_S), or a metric crossed a threshold at
+run whose heartbeat is older than PLATFORM_ALERT_STALL_AFTER_S, or whose trainer its worker found
+quiet for several times its usual step time: runner.stalls), or a metric crossed a threshold at
 each of its newest `for_steps` points (or is stuck: varied by at most the threshold over them). It
 notifies one target by e-mail or by webhook (Slack-compatible JSON), at most once per
 `min_interval_s`. Each notification is an `AlertDelivery` row: recorded first (pending), then sent
@@ -47,8 +48,15 @@ class Comparison(models.TextChoices):
 class DeliveryStatus(models.TextChoices):
     PENDING = "pending"
     SENT = "sent"
+    WRITTEN = "written"  # an e-mail written as a file (no mail server set), not sent anywhere
     FAILED = "failed"
     RATE_LIMITED = "rate_limited"
+
+
+DELIVERED_STATUSES = (DeliveryStatus.SENT, DeliveryStatus.WRITTEN)
+"""A delivery that went out (to its target, or to a file): the rate limit counts from the newest."""
+END_EVENTS = (AlertEvent.FAILED, AlertEvent.SUCCEEDED, AlertEvent.PRUNED)
+"""A run's end: notified once per attempt, so the rate limit delays such a notice rather than holding it back."""
 
 
 DEFAULT_MIN_INTERVAL_S = 60.0
@@ -178,9 +186,11 @@ def _whole(value) -> bool:
 
 
 class AlertDelivery(models.Model):
-    """One notification of one rule: recorded pending, then sent, rate_limited or failed (after
+    """One notification of one rule: recorded pending, then sent (to its webhook or mail server),
+    written (an e-mail written as a file: no mail server is set), rate_limited or failed (after
     PLATFORM_ALERT_MAX_ATTEMPTS tries, the last error kept). `key` makes an event notify once:
-    "failed:<attempt>", "stalled:<attempt>:<heartbeat>", "metric:<step>"."""
+    "failed:<attempt>", "stalled:<attempt>:<heartbeat>" (a silent worker),
+    "stalled:<attempt>:step-<step>:<n>" (a quiet trainer), "metric:<step>"."""
 
     id = models.BigAutoField(primary_key=True)
     rule = models.ForeignKey(AlertRule, on_delete=models.CASCADE, related_name="deliveries")

@@ -1,5 +1,7 @@
 """Listens to experiments.signals.run_status_changed: a failed, succeeded or pruned run records its
-pending deliveries once the status change commits. Cheap (nothing is sent here) and never raises."""
+pending deliveries once the status change commits; and to run_stalled: a worker's supervisor found
+its trainer quiet (runner.stalls), a `stalled` delivery with where it is stuck. Cheap (nothing is
+sent here) and never raises."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from django.dispatch import receiver
 
 from alerts import rules
 from experiments.models import Run
-from experiments.signals import run_status_changed
+from experiments.signals import run_stalled, run_status_changed
 
 log = logging.getLogger(__name__)
 
@@ -33,3 +35,13 @@ def on_run_status_changed(sender, run, status, **kwargs) -> None:
         transaction.on_commit(record)
     except Exception:  # noqa: BLE001
         log.exception("scheduling alerts for run %s failed", run_id)
+
+
+@receiver(run_stalled, sender=Run, dispatch_uid="alerts.run_stalled")
+def on_run_stalled(sender, run_id, attempt, key, report, **kwargs) -> None:
+    try:
+        from alerts.delivery import record_trainer_stall
+
+        record_trainer_stall(run_id, key, report)
+    except Exception:  # noqa: BLE001 - a stall report must never fail because of an alert
+        log.exception("recording the stall alerts of run %s failed", run_id)

@@ -116,7 +116,8 @@ def new_crossing(
 
 
 def is_stalled(heartbeat_at: dt.datetime | None, now: dt.datetime, stall_after_s: float) -> bool:
-    """An active run is stalled when its last heartbeat is older than stall_after_s."""
+    """An active run is stalled when its last heartbeat is older than stall_after_s (its worker went
+    silent; a quiet trainer of a live worker is reported by its supervisor: runner.stalls)."""
     return heartbeat_at is not None and (now - heartbeat_at).total_seconds() > stall_after_s
 
 
@@ -134,7 +135,26 @@ def status_message(title: str, event: str, step: int, max_steps: int, error: str
 
 
 def stalled_message(title: str, heartbeat_age_s: float, step: int, url: str) -> str:
+    """A run whose worker went silent (no heartbeat)."""
     return f"{title} has stalled: no heartbeat for {heartbeat_age_s:.0f} s (at step {step}). {url}".strip()
+
+
+MAX_ALERT_STACK_CHARS = 8000
+"""A trainer stall's notification carries at most this much of the stacks (the run's log has them all)."""
+
+
+def trainer_stalled_message(title: str, headline: str, where: str, stacks: str, url: str) -> str:
+    """A run whose trainer went quiet while its worker beats on (runner.stalls' report): where it is
+    stuck (each thread's phases, what it waits on), then the trainer's Python stacks."""
+    text = f"{title} has stalled: {headline}. {url}".strip()
+    if where:
+        text += f"\nWhere it is: {where}"
+    if stacks:
+        shown = stacks[:MAX_ALERT_STACK_CHARS]
+        if len(stacks) > MAX_ALERT_STACK_CHARS:
+            shown += "\n[... cut; the run's log has them all]"
+        text += f"\n\nPython stacks of the trainer's threads (most recent call first):\n{shown}"
+    return text
 
 
 def metric_message(title: str, condition: Condition, value: float, step: int, url: str) -> str:
@@ -205,7 +225,7 @@ COLLAPSE_DETECTORS = (
         "the generation copy samples from another distribution than the trained weights (KL(sampler || trainer))",
     ),
 )
-"""The collapse detectors (issue 33): presets of the new-alert form."""
+"""The collapse detectors: presets of the new-alert form."""
 
 
 def preset(slug: str) -> Preset | None:

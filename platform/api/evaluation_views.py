@@ -170,12 +170,14 @@ def evaluation_leaderboard(request):
     return shapes.Leaderboard(dataset=key, boards=listed, rows=rows)
 
 
-@operations(POST=Op(body=shapes.OnEndInput, responses={201: shapes.OnEnd, 400: Errors, 403: Error}))
+@operations(POST=Op(body=shapes.OnEndInput, responses={201: shapes.OnEnd, 400: Errors, 403: Error, 409: Error}))
 @api_endpoint("POST")
 def run_evaluate_on_end(request, pk: int):
     """POST {"dataset": spec, "prompts"?, "k"?}: when this run succeeds, its best checkpoint (highest
-    eval/accuracy, else reward/mean, newest on ties) is evaluated on the dataset. 201 the request;
-    a run you may only see 403; a dataset you may not use 404."""
+    eval/accuracy, else reward/mean, newest on ties) is evaluated on the dataset; a run that has
+    already succeeded is evaluated now (the answer's job). 201 the request; a run that ended
+    otherwise, or succeeded without a checkpoint, 409; a run you may only see 403; a dataset you may
+    not use 404."""
     run = get_for_user(Run.objects.select_related("experiment__owner"), request.user, pk, change=True)
     try:
         asked = services.request_on_end(request.user, run, checked_body(request))

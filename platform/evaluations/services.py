@@ -20,7 +20,7 @@ from django.db import transaction
 
 from evaluations.models import PENDING_STATUSES, DatasetKind, EvaluateOnEnd, EvaluationJob, JobStatus
 from experiments.dataset_models import Dataset
-from experiments.models import Checkpoint, Run
+from experiments.models import TERMINAL_STATUSES, Checkpoint, Run, RunStatus
 from experiments.refusals import Refused
 from experiments.whole_numbers import NotAWholeNumber, whole_number
 
@@ -285,23 +285,38 @@ def best_checkpoint(checkpoints: list[Checkpoint]) -> Checkpoint | None:
 
 def request_on_end(user, run: Run, data: dict[str, Any]) -> EvaluateOnEnd:
     """Ask `run` (which `user` may change) to evaluate its best checkpoint on `data["dataset"]` when it
-    succeeds (replacing an earlier request not yet done). EvaluationRefused for bad input."""
+    succeeds (replacing an earlier request not yet done). A run that has already succeeded is past its
+    end: its best checkpoint is queued for evaluation now (the request's `job`). A run that ended
+    otherwise (failed, cancelled, pruned) will not succeed as it is: refused (409), saying what to do
+    instead. EvaluationRefused for bad input, and for a succeeded run without a checkpoint (409)."""
     if not isinstance(data, dict):
         raise EvaluationRefused(400, "the body must be a JSON object")
     choice = parse_dataset(user, data.get("dataset"))
     prompts = _bounded_int(data.get("prompts"), "prompts", DEFAULT_PROMPTS, 0, MAX_PROMPTS)
     k = _bounded_int(data.get("k"), "k", DEFAULT_K, 1, MAX_K)
-    request, _ = EvaluateOnEnd.objects.update_or_create(
-        run=run,
-        defaults={
-            "dataset_kind": choice.kind,
-            "task": choice.task,
-            "dataset": choice.dataset,
-            "prompts": prompts,
-            "k": k,
-            "job": None,
-        },
-    )
+    status = Run.objects.filter(pk=run.pk).values_list("status", flat=True).first() or run.status
+    if status in TERMINAL_STATUSES and status != RunStatus.SUCCEEDED:
+        raise EvaluationRefused(
+            409,
+            f"run {run.label} has ended ({status}) and will not succeed as it is: evaluate one of its "
+            "checkpoints now (give its step), or retry the run first",
+        )
+    with transaction.atomic():  # a refused evaluation leaves no request behind
+        request, _ = EvaluateOnEnd.objects.update_or_create(
+            run=run,
+            defaults={
+                "dataset_kind": choice.kind,
+                "task": choice.task,
+                "dataset": choice.dataset,
+                "prompts": prompts,
+                "k": k,
+                "job": None,
+            },
+        )
+        if status == RunStatus.SUCCEEDED:  # its end has passed: evaluate now
+            if evaluate_on_end(run.pk) is None:
+                raise EvaluationRefused(409, f"run {run.label} succeeded without a checkpoint: nothing to evaluate")
+            request.refresh_from_db()
     return request
 
 

@@ -2,7 +2,7 @@
 back from `RolloutSample.extra` for the API and the rollout browser.
 
 The trainer's `Rollout.samples()` adds, for an environment with several turns (`env.name`
-calculator, guess_number, a project's own), these keys to a sample (issue 21's contract):
+calculator, guess_number, a project's own), these keys to a sample:
 
     "env": "calculator",
     "turns": [{"role": "assistant", "text": "...", "tokens": 17},

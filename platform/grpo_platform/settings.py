@@ -242,6 +242,13 @@ PLATFORM_KILL_GRACE_S = float(os.environ.get("PLATFORM_KILL_GRACE_S", "15"))
 # trainer within about STATUS_POLL_S + CANCEL_GRACE_S + STATUS_POLL_S (3 s at the defaults).
 PLATFORM_CANCEL_GRACE_S = float(os.environ.get("PLATFORM_CANCEL_GRACE_S", "2"))
 PLATFORM_STATUS_POLL_S = float(os.environ.get("PLATFORM_STATUS_POLL_S", "0.5"))
+# A running trainer that reports nothing (no new step, no phase change) for STALL_FACTOR times its
+# usual step time, never less than STALL_MIN_S (before the attempt's first step, which compiles:
+# STALL_FIRST_STEP_S), has every thread's Python stack and phase recorded into its log, its events
+# and a `stalled` alert (runner.stalls). The heartbeat goes on meanwhile: the worker is alive.
+PLATFORM_STALL_FACTOR = float(os.environ.get("PLATFORM_STALL_FACTOR", "5"))
+PLATFORM_STALL_MIN_S = float(os.environ.get("PLATFORM_STALL_MIN_S", "120"))
+PLATFORM_STALL_FIRST_STEP_S = float(os.environ.get("PLATFORM_STALL_FIRST_STEP_S", "1800"))
 PLATFORM_DEFAULT_MAX_RESTARTS = int(os.environ.get("PLATFORM_DEFAULT_MAX_RESTARTS", "3"))
 
 # --- multi-host runs (cluster.hosts > 1): a gang of Ray actors (runner.ray_gang) ----------------

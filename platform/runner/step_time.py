@@ -56,7 +56,12 @@ def measured_step_s(experiment) -> tuple[float, Run, int] | None:
 
 
 def seconds_text(seconds: float) -> str:
-    """ "0.8 s", "12 s", "3.5 min", "1.2 h"."""
+    """ "0.4 ms", "3.2 ms", "45 ms", "0.8 s", "12 s", "3.5 min", "1.2 h": a step under 0.1 s in
+    milliseconds (a toy model's step on a GPU would read "0.0 s")."""
+    if seconds < 0.01:
+        return f"{seconds * 1000:.1f} ms"
+    if seconds < 0.1:
+        return f"{seconds * 1000:.0f} ms"
     if seconds < 10:
         return f"{seconds:.1f} s"
     if seconds < 120:

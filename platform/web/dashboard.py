@@ -12,7 +12,7 @@ BANDS = {"reward/std": "reward/mean"}  # spread -> the mean it is drawn around (
 SHARED_PREFIXES = ("timing/", "eval/", "is/weight_", "mismatch/logprob_diff_")  # these prefixes share a chart
 # system/ metrics in bytes (host, process and accelerator memory) share the "System memory" chart
 MEMORY_PREFIX, MEMORY_SUFFIX, MEMORY_TITLE = "system/", "_bytes", "System memory (bytes)"
-# A multi-turn environment's metrics (issue 21's contract; eval adds eval/env/<the same names>): two
+# A multi-turn environment's metrics (the keys the trainer's episodes report; eval adds eval/env/<the same names>): two
 # charts, counts per episode and fractions of episodes, right before the evaluation charts (their
 # eval/ twins right after them). Lazy: a single-turn run reports none and shows neither.
 ENV_PREFIXES = ("env/", "eval/env/")

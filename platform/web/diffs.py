@@ -65,6 +65,28 @@ def changed_fields(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, 
     return [(k, a.get(k), b.get(k)) for k in keys if a.get(k, missing) != b.get(k, missing)]
 
 
+MISSING = "-"
+"""How a page shows a field one config lacks."""
+
+
+def shown_value(value: Any) -> str:
+    """A config value as the YAML and JSON the user writes spell it: true / false / null, lists and
+    mappings as JSON; numbers and text as they are (never Python's True, None or ['a'])."""
+    if isinstance(value, (list, dict, bool)) or value is None:
+        return json.dumps(value)
+    return str(value)
+
+
+def changed_field_rows(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """changed_fields as the page shows them: (dotted field, old, new), each value by `shown_value`,
+    MISSING where a config lacks the field."""
+    a, b = flatten(old), flatten(new)
+    return [
+        (field, shown_value(a[field]) if field in a else MISSING, shown_value(b[field]) if field in b else MISSING)
+        for field, _, _ in changed_fields(old, new)
+    ]
+
+
 @dataclasses.dataclass(frozen=True)
 class FieldRow:
     field: str  # dotted path
@@ -83,9 +105,6 @@ def fields_side_by_side(configs: list[dict[str, Any]]) -> list[FieldRow]:
     rows = []
     for name in fields:
         raw = [f.get(name, missing) for f in flat]
-        shown = [
-            "-" if v is missing else json.dumps(v) if isinstance(v, (list, dict, bool)) or v is None else str(v)
-            for v in raw
-        ]
+        shown = [MISSING if v is missing else shown_value(v) for v in raw]
         rows.append(FieldRow(name, shown, any(v != raw[0] for v in raw[1:])))
     return rows

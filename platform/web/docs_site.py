@@ -14,6 +14,9 @@ from pathlib import Path
 from django.conf import settings
 from django.core.exceptions import SuspiciousFileOperation
 from django.http import Http404, HttpResponse
+from django.shortcuts import redirect
+from django.urls import reverse
+from django.utils._os import safe_join
 from django.views.static import serve
 
 STAMP = ".built"
@@ -57,14 +60,37 @@ def build(site: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
+def page_file(site: Path, path: str) -> str | None:
+    """The built page a folder-style address names: "quickstart/" or "quickstart" -> "quickstart.html"
+    (the site is built with use_directory_urls off, its pages are *.html); None when there is none, or
+    when `path` names a file or folder of the site itself."""
+    name = path.rstrip("/")
+    if not name or name.split("/")[-1].startswith(".") or name.endswith(".html"):
+        return None
+    try:
+        if os.path.exists(safe_join(str(site), path)) and not path.endswith("/"):
+            return None  # a file of the site (an asset), served as it is
+        if os.path.isfile(safe_join(str(site), path, "index.html")):
+            return None  # a folder with its own index.html
+        return name + ".html" if os.path.isfile(safe_join(str(site), name + ".html")) else None
+    except SuspiciousFileOperation:  # a path that leaves the site ("..")
+        return None
+
+
 def docs_page(request, path: str = "") -> HttpResponse:
-    """A page or asset of the built site (index.html for the folder itself)."""
+    """A page or asset of the built site (index.html for the folder itself). An address in the
+    folder style of other MkDocs sites (/docs/quickstart/, /docs/quickstart) is sent on to the page
+    (/docs/quickstart.html), whose relative links only work from there."""
     site = site_dir()
     site.parent.mkdir(parents=True, exist_ok=True)
     with open(site.parent / "docs-site.lock", "w") as lock:  # one build at a time, across the web workers
         fcntl.flock(lock, fcntl.LOCK_EX)
         if is_stale(site):
             build(site)
+    page = page_file(site, path)
+    if page is not None:
+        target = reverse("docs-page", args=[page])
+        return redirect(f"{target}?{request.GET.urlencode()}" if request.GET else target)
     if path.endswith("/") or not path:
         path += "index.html"
     if path.split("/")[-1].startswith("."):

@@ -59,7 +59,7 @@ class EvaluationForm(forms.Form):
         required=False,
         label="when the run ends",
         help_text="Instead of this step: evaluate the run's best checkpoint (highest "
-        "eval/accuracy, else reward/mean) once the run succeeds.",
+        "eval/accuracy, else reward/mean) once the run succeeds; now, if it has already succeeded.",
     )
 
     def __init__(self, user, *args, **kwargs):
@@ -121,15 +121,19 @@ def _on_end(request, form: EvaluationForm, data: dict):
         return render(request, "web/evaluation_form.html", {"form": form}, status=400)
     run = get_for_user(Run.objects.select_related("experiment__owner"), request.user, data["run"], change=True)
     try:
-        services.request_on_end(request.user, run, data)
+        asked = services.request_on_end(request.user, run, data)
     except services.EvaluationRefused as exc:
         form.add_error(exc.field if exc.field in form.fields else None, shown(exc.message))
         return render(request, "web/evaluation_form.html", {"form": form}, status=exc.status)
-    messages.success(
-        request,
-        f"When run {run.label} succeeds, its best checkpoint will be evaluated on "
-        f"{dict(form.fields['dataset'].choices).get(data['dataset'], data['dataset'])}.",
-    )
+    dataset = dict(form.fields["dataset"].choices).get(data["dataset"], data["dataset"])
+    if asked.job is not None:  # the run had already succeeded: queued now
+        messages.success(
+            request,
+            f"Run {run.label} has already succeeded: its best checkpoint (step {asked.job.step}) is queued "
+            f"for evaluation on {dataset} as evaluation {asked.job.pk}.",
+        )
+        return redirect("evaluation-detail", pk=asked.job.pk)
+    messages.success(request, f"When run {run.label} succeeds, its best checkpoint will be evaluated on {dataset}.")
     return redirect("run-detail", pk=run.pk)
 
 

@@ -11,6 +11,7 @@ import json
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.shortcuts import redirect, render
+from django.utils.text import slugify
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from experiments.access import get_for_user, may_change
@@ -34,6 +35,13 @@ FORM_DEFAULTS = {
     "space": json.dumps(EXAMPLE_SPACE, indent=2),
     "max_steps": "",
 }
+
+
+def default_sweep_name(experiment_name: str) -> str:
+    """The form's suggested name: the experiment's name as a slug, then -sweep ("demo: arithmetic" ->
+    "demo-arithmetic-sweep"); "sweep" when the name has no letter or digit a slug keeps."""
+    slug = slugify(experiment_name)[:40].strip("-")
+    return f"{slug}-sweep" if slug else "sweep"
 
 
 def _sweep(request, pk: int, change: bool = False) -> Sweep:
@@ -85,7 +93,7 @@ def sweep_new(request, pk: int):
     values, errors = (
         dict(
             FORM_DEFAULTS,
-            name=f"{experiment.name[:40]}-sweep".replace(" ", "-"),
+            name=default_sweep_name(experiment.name),
             max_steps="" if steps is None else str(steps),
         ),
         {},

@@ -31,12 +31,12 @@ from experiments.configs import ConfigError
 from experiments.models import ACTIVE_STATUSES, TERMINAL_STATUSES, Experiment, MetricPoint, Run
 from experiments.shown_paths import shown, shown_errors
 from experiments.whole_numbers import NotAWholeNumber, whole_number
-from runner import exports, queues, services, step_time
+from runner import demo, exports, queues, services, step_time
 from runner.demo import DEMO_USERNAME, featured_demos
 from web import evaluation_views, fork_views, run_table
 from web.actions import clone_experiment, restore_version
 from web.config_form import config_from_values, form_values, to_yaml
-from web.diffs import changed_fields, side_by_side_table, unified_lines
+from web.diffs import changed_field_rows, side_by_side_table, unified_lines
 from web.forms import ConfigForm, DiffForm, ExperimentForm, ExportForm, YamlImportForm
 from web.plan_preview import SHOWN_FIGURES, plan_payload
 from web.run_panels import kl_note, run_panels
@@ -78,7 +78,7 @@ def experiment_list(request):
     )
     page = Paginator(experiments, RUNS_PER_PAGE).get_page(request.GET.get("page"))
     show_owner = any(e.owner_id != request.user.pk for e in page.object_list)
-    # The demos, in the order to try them (the SmolLM2 demo first, the toy smoke test last).
+    # The demos, in the order to try them: the first is where to start (runner.demo.demo_rank).
     on_accelerator = step_time.accelerator_present()
     demos = featured_demos(
         Experiment.objects.visible_to(request.user)
@@ -234,8 +234,25 @@ def _detail_page(request, experiment: Experiment, status: int = 200, launch_erro
         "launch_queues": queues.allowed_queue_names(experiment.owner),
         "launch_evaluations": evaluation_views.dataset_choices(request.user),
         "step_time": step_time.expected_step_text(experiment),
+        "cannot_run": _sandbox_refusal(experiment.config),
     }
     return render(request, "web/experiment_detail.html", context, status=status)
+
+
+def _sandbox_refusal(config) -> str:
+    """Why a run of `config` cannot score its rewards on this machine: its code_tests reward needs the
+    code sandbox (runner.demo.sandbox_unavailable), which cannot run here; "" otherwise."""
+    rewards = config.get("rewards") if isinstance(config, dict) else None
+    names = {r.get("name") for r in rewards if isinstance(r, dict)} if isinstance(rewards, list) else set()
+    if "code_tests" not in names:
+        return ""
+    reason = demo.sandbox_unavailable()
+    return (
+        f"A run of this config cannot score its answers on this machine: its code_tests reward runs them in "
+        f"the code sandbox, and {reason}. It would fail at its first step."
+        if reason
+        else ""
+    )
 
 
 @login_required
@@ -357,7 +374,7 @@ def version_diff(request, pk: int):
         "a": a,
         "b": b,
         "view": view,
-        "changes": changed_fields(a.config, b.config),
+        "changes": changed_field_rows(a.config, b.config),
         "lines": unified_lines(a.config, b.config, *labels) if view == "unified" else None,
         "table": mark_safe(side_by_side_table(a.config, b.config, *labels)) if view == "side" else None,
     }
@@ -437,8 +454,23 @@ def run_detail(request, pk: int):
         "export": _export_panel(run, steerable),
         "lineage": fork_views.lineage_panel(run, steerable),
         "can_label": steerable,
+        "evaluate_best": _evaluate_best_link(run, steerable),
     }
     return render(request, "web/run_detail.html", context)
+
+
+def _evaluate_best_link(run: Run, steerable: bool) -> dict | None:
+    """The run page's offer to evaluate the best checkpoint: {"on_end": True} while the run has not
+    ended (evaluated once it succeeds); {"step": N} once it has succeeded (evaluate that checkpoint
+    now); None for a run that ended otherwise or has no checkpoint, or that the user may not steer."""
+    if not steerable:
+        return None
+    if run.status not in TERMINAL_STATUSES:
+        return {"on_end": True}
+    if run.status != Run.Status.SUCCEEDED:
+        return None
+    best = evaluation_services.best_checkpoint(list(run.checkpoints.all()))
+    return None if best is None else {"step": best.step}
 
 
 LIVE_STATUSES = ACTIVE_STATUSES | {Run.Status.QUEUED}  # the run page says "live" while the run is one of these
@@ -495,10 +527,15 @@ def run_export(request, pk: int):
 @login_required
 @require_POST
 def run_control(request, pk: int, action: str):
-    """cancel / pause / resume / retry through runner.services; refused -> a message."""
+    """cancel / pause / resume / retry through runner.services; refused -> a message. Cancel asks
+    first: a POST without confirm=yes answers the confirmation page (what stops; what is kept: the
+    metrics, the log and every checkpoint, the newest named), whose button posts again with it."""
     if action not in services.ACTIONS:
         raise Http404("no such action")
     run = _run(request, pk, change=True)
+    if action == "cancel" and request.POST.get("confirm") != "yes" and run.status in services.ACTIONS[action].offered:
+        newest = run.checkpoints.order_by("-step").first()
+        return render(request, "web/run_cancel_confirm.html", {"run": run, "newest_checkpoint": newest})
     try:
         changed = services.ACTIONS[action].function(run)
     except services.LaunchRefused as exc:

@@ -188,7 +188,7 @@ def test_generation_and_logprob_flops_share_prefills_and_run_the_lm_head_where_i
 
 
 def test_w1_step_flops_count_shared_prefills_once():
-    """Issue 18 item 10: W1 (8 prompts x G=4, 32 + 64 tokens, beta 0.04, mu 1) executes about 96 GFLOP a
+    """W1 (8 prompts x G=4, 32 + 64 tokens, beta 0.04, mu 1) executes about 96 GFLOP a
     step, not the 127.9 counted with one prefill per completion and the LM head at every position."""
     from trainers.config import load_config
     from trainers.loop.policy import model_config_for

@@ -1,4 +1,4 @@
-"""bench/learning_curves.py with a calculator run (issue 21, item 7): the tool-use share of each evaluation is
+"""bench/learning_curves.py with a calculator run: the tool-use share of each evaluation is
 read beside eval/accuracy, the before/after table's cells match hand-computed values, the table and the
 third panel appear only when a run reports eval/env/tool_use_fraction, and runs without it are unchanged."""
 
@@ -57,7 +57,7 @@ def test_before_after_matches_hand_computed_values(tmp_path):
     assert (tool["tool_use_before"], tool["tool_use_after"]) == (0.0, 0.90) and abs(
         tool["tool_use_change"] - 0.9
     ) < 1e-12
-    # The issue's target: the tool run's final accuracy 0.40 against 0.08 without the tool, +32 points.
+    # The target: the tool run's final accuracy 0.40 against 0.08 without the tool, +32 points.
     assert abs(tool["after_vs_first"] - 0.32) < 1e-12
     table = lc.before_after_table(rows).splitlines()
     assert table[0].endswith("| eval acc after vs calculator-arith-notool (pts) |")

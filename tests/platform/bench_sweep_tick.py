@@ -1,5 +1,5 @@
-"""Measure one sweep tick with 40 running sweeps whose next trials wait on the owner's queued-run cap
-(issue 30 A3). Not part of the suite (no test_ prefix); run it by name:
+"""Measure one sweep tick with 40 running sweeps whose next trials wait on the owner's queued-run cap.
+Not part of the suite (no test_ prefix); run it by name:
 
     PLATFORM_DATA_DIR=/tmp/h-bench .venv/bin/python -m pytest -q -s tests/platform/bench_sweep_tick.py
 

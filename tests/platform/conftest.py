@@ -117,6 +117,7 @@ BOTH_DATABASES = {
     "test_runner_serve.py": "`serve` starts everything on the embedded default",
     "test_serve_console.py": "the README's first command",
     "test_runner_units.py": "the supervisor's heartbeats, reaping and requeueing",
+    "test_stalls_and_heartbeat.py": "the heartbeat thread writes beside the watch loop and the trainer",
     "test_scheduler_isolation.py": "concurrent schedulers lock rows",
     "test_run_limits.py": "per-user limits counted under concurrent launches",
     # queries whose SQL differs by database (vendor branches, JSON, bytea, text search)

@@ -52,7 +52,7 @@ def test_validate_reports_each_problem_with_field_and_fix_and_exits_2(tmp_path):
 
 
 def test_validate_refuses_a_prompt_the_run_would_refuse_at_start(tmp_path):
-    """Issue 30, B5: a guess_number episode starts with the game's rules (the environment's reset),
+    """A guess_number episode starts with the game's rules (the environment's reset),
     longer than the example's own prompt; validate passed such a config that then failed at start.
     It now encodes every prompt as its episode starts and exits 2 naming data.max_prompt_tokens."""
     config = {"data": {"task": "guess_number", "max_prompt_tokens": 64}, "env": {"name": "guess_number"}}

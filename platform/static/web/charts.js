@@ -6,16 +6,20 @@
 // edge, with a hover text such as "step 2: NaN", instead of a silent gap.
 //
 // A step far slower than the rest (a recompilation: 13 s at step 1, 6.8 s again at step 3) does not
-// flatten a chart either: when the top 5 % of points would stretch the y-axis to more than 4 times
-// the rest's span, the axis stops at the 95th percentile plus a fifth (robustRange), and the
-// points above it are drawn as markers at the top edge with their value in the hover text. On a
-// timing chart, steps slower than 3 times the median are marked as likely compilation
-// (compileSteps), left out of its y-range, and marked. A chart with no points yet says "no data"
-// instead of drawing made-up axes.
+// flatten a chart either: when a series' top 5 % of points would stretch its span to more than 4
+// times the rest's, its top is its 95th percentile plus a fifth, and the axis spans every series'
+// bottom and top (robustRange: judged per series, so one run is never cut to another's scale); the
+// points above it are drawn as markers at the top edge with their value in the hover text, and a
+// line under the chart says how many there are (edgeNote). On a timing chart, steps slower than 3
+// times the median are marked as likely compilation (compileSteps), left out of its y-range, and
+// marked. A y-span of float noise is one value. A chart with no points yet says "no data" instead of
+// drawing made-up axes. A legend sits above the plot, compact, and the mode bar in the right margin.
 //
 // The pure functions (ema, formatValue, tickLabels, niceTicks, logTicks, quantile, robustRange,
-// compileSteps, skipsFirstPoint, marksCompile, metricValue, nonFiniteMarks) need no DOM and are tested in a browser against hand-computed values
-// (tests/platform/test_web_charts_js.py). GrpoCharts.group() and group.chart() draw with Plotly.
+// compileSteps, skipsFirstPoint, marksCompile, metricValue, nonFiniteMarks, edgeNote) need no DOM and
+// are tested in a browser against hand-computed values (tests/platform/web/test_web_charts_js.py,
+// test_web_charts_robust_js.py, test_web_charts_axes_js.py). GrpoCharts.group() and group.chart()
+// draw with Plotly.
 //
 // A chart keeps its raw data (each trace: x arrays by axis name, e.g. {step: [...],
 // elapsed_s: [...]}, and y) and redraws from it with Plotly.react whenever data or an option
@@ -214,6 +218,7 @@
   const OUTLIER_STRETCH = 4;       // ... that is, when they stretch the axis more than this many times
   const OUTLIER_HEADROOM = 0.2;    // the axis then ends this fraction above the quantile
   const MIN_POINTS_TO_CLIP = 5;
+  const FLOAT_NOISE = 1e-6;        // a y-span this small next to the values is one value (robustRange)
   const COMPILE_FACTOR = 3;        // a timing this many times the median: likely compilation
   const COMPILE_MAX_SHARE = 0.05;  // more slow steps than this share (and than COMPILE_MAX_FEW) ...
   const COMPILE_MAX_FEW = 3;       // ... are the run's rhythm (an eval every other step), not compilation
@@ -243,15 +248,19 @@
   // The y-range [lo, hi] that shows every trace's points whose x lies in xRange (null: all), each
   // trace {x: [...], y: [...], skipFirst}: skipFirst leaves out the trace's first point. With log,
   // only positive values count and the range is in log10 units (Plotly's log axes). Outliers
-  // (linear axes, at least 5 points): q = the p-quantile, p = min(0.95, 1 - 1.5 / n) for n points;
-  // when max - min > 4 x (q - min), the top is q + 0.2 x max(q - min, |q|) instead of the max, and
-  // the result's `clipped` is true (the caller marks the points above it). 5 % padding; null when
-  // nothing is left to show.
+  // (linear axes), judged within each trace of at least 5 points, so that no trace is cut to another's
+  // scale (a run of 3 points at 7 beside a run of 40 at 0.1 shows both whole): q = the trace's
+  // p-quantile, p = min(0.95, 1 - 1.5 / n) for its n points; when its max - min > 4 x (q - min), its
+  // top is q + 0.2 x max(q - min, |q|) instead of its max. The range spans every trace's min and
+  // top, and the result's `clipped` is true when a point lies above it (the caller marks those). A
+  // span under a millionth of the values' size (float noise: 0.19 beside 0.18999999761, a float32
+  // read back) counts as one value. 5 % padding; null when nothing is left to show.
   function robustRange(traces, options) {
     const opts = options || {};
-    let lo = Infinity, hi = -Infinity;
-    const values = [];
+    let lo = Infinity, hi = -Infinity, top = -Infinity;
     for (const t of traces) {
+      const values = [];
+      let tLo = Infinity, tHi = -Infinity;
       const start = t.skipFirst && t.y.length > 1 ? 1 : 0;
       for (let i = start; i < t.y.length; i++) {
         const v = t.y[i];
@@ -260,20 +269,24 @@
           const x = t.x[i];
           if (x < opts.xRange[0] || x > opts.xRange[1]) continue;
         }
-        if (v < lo) lo = v;
-        if (v > hi) hi = v;
+        if (v < tLo) tLo = v;
+        if (v > tHi) tHi = v;
         values.push(v);
       }
+      if (!values.length) continue;
+      let tTop = tHi;
+      if (!opts.log && opts.clip !== false && values.length >= MIN_POINTS_TO_CLIP) {
+        const q = quantile(values, Math.min(OUTLIER_QUANTILE, 1 - OUTLIER_MIN_ABOVE / values.length));
+        if (tHi - tLo > OUTLIER_STRETCH * (q - tLo)) tTop = Math.min(tHi, q + OUTLIER_HEADROOM * Math.max(q - tLo, Math.abs(q)));
+      }
+      lo = Math.min(lo, tLo);
+      hi = Math.max(hi, tHi);
+      top = Math.max(top, tTop);
     }
     if (lo === Infinity) return null;
-    let clipped = false;
-    if (!opts.log && opts.clip !== false && values.length >= MIN_POINTS_TO_CLIP) {
-      const q = quantile(values, Math.min(OUTLIER_QUANTILE, 1 - OUTLIER_MIN_ABOVE / values.length));
-      if (hi - lo > OUTLIER_STRETCH * (q - lo)) {
-        const top = q + OUTLIER_HEADROOM * Math.max(q - lo, Math.abs(q));
-        if (top < hi) { hi = top; clipped = true; }
-      }
-    }
+    const clipped = top < hi;
+    hi = top;
+    if (hi - lo <= FLOAT_NOISE * Math.max(Math.abs(lo), Math.abs(hi))) lo = hi = (lo + hi) / 2;
     if (opts.log) { lo = Math.log10(lo); hi = Math.log10(hi); }
     const pad = hi > lo ? (hi - lo) * 0.05 : (opts.log ? 0.5 : Math.abs(hi) * 0.05 || 1);
     const range = [lo - pad, hi + pad];
@@ -304,6 +317,14 @@
   // --- charts ---------------------------------------------------------------------------------
 
   const PLOT_CONFIG = {displaylogo: false, responsive: true, modeBarButtonsToRemove: ["lasso2d", "select2d"]};
+  // Plotly's toolbar (the mode bar) stands upright in a right margin kept for it, so it covers
+  // neither a legend nor the data. A legend (a chart with several series) sits above the plot,
+  // compact: small type, entries flowing in rows by their own widths (one legend group per series;
+  // Plotly lays ungrouped entries that wrap out in columns as wide as the widest).
+  const MARGIN = {l: 56, r: 34, t: 8, b: 36};
+  const MODEBAR = {orientation: "v"};
+  const LEGEND = {orientation: "h", x: 0, xanchor: "left", y: 1.02, yanchor: "bottom", font: {size: 9},
+                  traceorder: "grouped", tracegroupgap: 0};
   const X_TITLES = {step: "step", elapsed_s: "wall time"};
   const TIME_UNITS = [[3600 * 2, 3600, "h"], [60 * 10, 60, "min"], [0, 1, "s"]];  // [from span_s, divisor, unit]
 
@@ -343,6 +364,30 @@
       }
     };
     return g;
+  }
+
+  // What a chart's edge marks stand for, in words under it (a triangle alone says nothing):
+  // "2 points above the axis (▲ on its top edge; hover for the values)", "1 non-finite point (NaN or
+  // inf: red, at the edge)"; "" for none.
+  function edgeNote(clipped, nonFinite) {
+    const points = (n, what) => `${n} ${what}${n === 1 ? "point" : "points"}`;
+    const parts = [];
+    if (clipped) parts.push(`${points(clipped, "")} above the axis (\u25B2 on its top edge; hover for the values)`);
+    if (nonFinite) parts.push(`${points(nonFinite, "non-finite ")} (NaN or inf: red, at the edge)`);
+    return parts.join("; ");
+  }
+
+  // The note under a chart's div (a p.chart-note right after it, made when first needed).
+  function showNote(div, text) {
+    let note = div.nextElementSibling;
+    if (!note || !note.classList.contains("chart-note")) {
+      if (!text) return;
+      note = document.createElement("p");
+      note.className = "chart-note";
+      div.after(note);
+    }
+    note.textContent = text;
+    note.hidden = !text;
   }
 
   // spec: {traces: [{name, ...Plotly trace properties}], layout: {...}, skipFirst: bool,
@@ -390,6 +435,7 @@
         chart.rendering = false;
       }
       Object.assign(div.dataset, {empty: "1", yTicks: "", nonFinite: "0", clipped: "0", compileSteps: ""});
+      showNote(div, "");
     }
 
     chart.render = function () {
@@ -449,7 +495,7 @@
       // A trace of one point draws no line: it gets a marker, or it would not show at all.
       const traces = spec.traces.map((t, i) => {
         const lonely = t.hoverinfo !== "skip" && shown[i].y.filter((v) => Number.isFinite(v)).length === 1;
-        return {...t, name: plotText(t.name), x: shown[i].x, y: shown[i].y,
+        return {legendgroup: `series-${i}`, ...t, name: plotText(t.name), x: shown[i].x, y: shown[i].y,
                 ...(lonely ? {mode: "lines+markers", marker: {size: 8, color: (t.line || {}).color, ...(t.marker || {})}} : {})};
       });
       let nonFinite = 0;
@@ -461,6 +507,7 @@
           nonFinite += marks.x.length;
           traces.push({
             x: marks.x, y: marks.y, text: marks.text.map(plotText), mode: "markers", showlegend: false, cliponaxis: false,
+            legendgroup: traces[i].legendgroup,
             name: plotText(`${spec.traces[i].name || ""} non-finite`), hovertemplate: "%{text}<extra></extra>",
             marker: {color: "#d62728", size: 9, symbol: marks.y.map((y) => (y === edges[0] ? "triangle-down" : "triangle-up"))},
           });
@@ -478,15 +525,17 @@
         for (const k of compile) compiled.push((d.x.step || [])[k]);
         traces.push({
           x: marks.x, y: marks.y, text: marks.text.map(plotText), mode: "markers", showlegend: false, cliponaxis: false,
+          legendgroup: traces[i].legendgroup,
           name: plotText(`${spec.traces[i].name || ""} slow or off the axis`), hovertemplate: "%{text}<extra></extra>",
           marker: {color: "#8c564b", size: 7, opacity: 0.8, symbol: marks.symbol},
         });
       });
       const layout = {
-        margin: {l: 56, r: 12, t: 8, b: 36}, showlegend: false, hovermode: "x unified",
+        margin: MARGIN, modebar: MODEBAR, showlegend: false, hovermode: "x unified",
         paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)", font: {size: 11},
         ...(spec.layout || {}), xaxis, yaxis,
       };
+      if (layout.showlegend) layout.legend = {...LEGEND, ...(layout.legend || {})};
       chart.rendering = true;
       try {
         Plotly.react(div, traces, layout, PLOT_CONFIG);
@@ -501,6 +550,7 @@
       div.dataset.clipped = String(clipped);
       div.dataset.compileSteps = compiled.join(" ");
       div.dataset.empty = "0";
+      showNote(div, edgeNote(clipped, nonFinite));
     };
 
     chart.render();
@@ -573,7 +623,7 @@
     }
   }
 
-  const api = {plotText, singleValueAxis, ema, formatValue, tickLabels, niceTicks, logTicks, quantile, robustRange, compileSteps, outlierMarks,
+  const api = {plotText, edgeNote, singleValueAxis, ema, formatValue, tickLabels, niceTicks, logTicks, quantile, robustRange, compileSteps, outlierMarks,
                skipsFirstPoint, marksCompile, metricGroup, orderMetrics, metricValue, nonFiniteMarks, group, controls};
   root.GrpoCharts = api;
 })(typeof window !== "undefined" ? window : this);

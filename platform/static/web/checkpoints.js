@@ -125,7 +125,7 @@ window.GrpoCheckpoints = (function () {
       if (d.canFork) actions.append(forkLink(c.step));
       actions.append(link("evaluate", `/evaluations/new/?run=${d.run}&step=${c.step}`, "checkpoint-evaluate"));
       row.append(td(String(c.step)), keyCell, td(humanBytes(c.size_bytes)),
-                 td(c.created_at ? new Date(c.created_at).toLocaleString() : "-", "small"), evalCell,
+                 td(window.RunTableFormat.formatWhen(c.created_at), "small"), evalCell,
                  td(actions));
       body.append(row);
     }

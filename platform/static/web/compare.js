@@ -88,7 +88,7 @@
     const chart = charts.chart(div, {
       traces, skipFirst: GrpoCharts.skipsFirstPoint(metric), markCompile: GrpoCharts.marksCompile(metric),
       empty: "no data: none of these runs reported it",
-      layout: {showlegend: true, legend: {orientation: "h", x: 0, y: 1.02, yanchor: "bottom", font: {size: 10}}},
+      layout: {showlegend: true},
     });
     let withPoints = 0;
     runs.forEach((run, i) => {

@@ -88,7 +88,8 @@
     return panel;
   }
 
-  // Traces: with a band, [mean+spread, mean-spread (filled to the previous), mean]; else one per metric.
+  // Traces: with a band, [mean+spread, mean-spread (filled to the previous), mean]; else one per metric,
+  // named without the prefix that a shared chart's title already says ("timing/*": step_s, rollout_s).
   function initPanel(panel) {
     panel.div = chartDiv(panel);
     panel.points = 0;
@@ -99,8 +100,10 @@
       traces.push({x: [], y: [], mode: "lines", line: {width: 0}, fill: "tonexty", fillcolor: "rgba(47,91,211,0.15)",
                    hoverinfo: "skip", name: panel.band + " -"});
     }
+    const prefix = panel.title.endsWith("*") ? panel.title.slice(0, -1) : "";
+    const label = (metric) => (prefix && metric.startsWith(prefix) && metric.length > prefix.length ? metric.slice(prefix.length) : metric);
     panel.metrics.forEach((metric, i) => traces.push(
-      {x: [], y: [], mode: "lines", name: metric, line: {width: 1.6, color: COLORS[i % COLORS.length]}}));
+      {x: [], y: [], mode: "lines", name: label(metric), line: {width: 1.6, color: COLORS[i % COLORS.length]}}));
     panel.traceOf = (metric) => (panel.band ? 2 : 0) + panel.metrics.indexOf(metric);
     metricToPanel.set(panel.metric, panel);
     for (const m of panel.metrics) metricToPanel.set(m, panel);
@@ -109,9 +112,7 @@
       traces, skipFirst: panel.metrics.some(GrpoCharts.skipsFirstPoint),
       markCompile: panel.metrics.some(GrpoCharts.marksCompile),
       empty: "no data yet",
-      layout: panel.metrics.length > 1
-        ? {showlegend: true, legend: {orientation: "h", x: 0, y: 1.02, yanchor: "bottom", font: {size: 10}}}
-        : {showlegend: false},
+      layout: {showlegend: panel.metrics.length > 1},
     });
   }
 
@@ -225,10 +226,9 @@
     return `${s}s`;
   }
 
+  // A time as every page writes it (run_table_format.js, the server's |when filter).
   function fmtTime(iso) {
-    if (!iso) return "-";
-    const d = new Date(iso);
-    return isNaN(d) ? iso : d.toLocaleTimeString();
+    return window.RunTableFormat.formatWhen(iso);
   }
 
   function showRun(run) {

@@ -77,10 +77,7 @@
     tr.dataset.runId = String(run.id);
     const box = el("input", {type: "checkbox", name: "run", value: String(run.id), checked});
     box.setAttribute("aria-label", `select run ${run.id}`);
-    const created = new Date(run.created_at);
-    const pad = (n) => String(n).padStart(2, "0");
-    const createdText = `${created.getFullYear()}-${pad(created.getMonth() + 1)}-${pad(created.getDate())} ` +
-      `${pad(created.getHours())}:${pad(created.getMinutes())}`;
+    const createdText = F.formatWhen(run.created_at);  // as the server's |when writes it
     const col = (name, extra = {}) => {
       const td = el("td", extra);
       td.dataset.col = name;

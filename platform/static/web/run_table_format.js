@@ -49,6 +49,17 @@
     return `${secs}s`;
   }
 
+  // The template filter when: an ISO 8601 time as "2026-12-02 07:29:41 UTC" (UTC, like the server's
+  // pages); null or "" -> "-"; text that is no date, as it is.
+  function formatWhen(iso) {
+    if (iso === null || iso === undefined || iso === "") return "-";
+    const d = new Date(iso);
+    if (isNaN(d)) return String(iso);
+    const two = (n) => String(n).padStart(2, "0");
+    return `${d.getUTCFullYear()}-${two(d.getUTCMonth() + 1)}-${two(d.getUTCDate())} ` +
+      `${two(d.getUTCHours())}:${two(d.getUTCMinutes())}:${two(d.getUTCSeconds())} UTC`;
+  }
+
   // The template filter percent: a fraction as a CSS width, one decimal, clamped to [0, 100].
   function percent(fraction) {
     if (!fraction) return "0";
@@ -80,7 +91,7 @@
     return `${base}?runs=${ids.map(Number).join(",")}`;
   }
 
-  const api = {formatNumber, formatDuration, percent, apiQuery, sameOrder, compareUrl};
+  const api = {formatNumber, formatDuration, formatWhen, percent, apiQuery, sameOrder, compareUrl};
   if (typeof module !== "undefined" && module.exports) module.exports = api;
   else root.RunTableFormat = api;
 })(typeof window !== "undefined" ? window : globalThis);

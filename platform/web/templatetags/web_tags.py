@@ -1,12 +1,37 @@
-"""Small template filters of the web UI (units in the names: seconds, fractions)."""
+"""Small template filters of the web UI (units in the names: seconds, fractions), and `when`, the
+one way a page writes a date and time."""
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from django import template
+from django.utils.dateparse import parse_datetime
 
 register = template.Library()
+
+WHEN_FORMAT = "%Y-%m-%d %H:%M:%S UTC"
+"""Every date and time on the pages, in UTC: "2026-12-02 07:29:41 UTC" (run_table_format.js's
+formatWhen writes the same for the cells the scripts fill)."""
+
+
+@register.filter
+def when(value: dt.datetime | str | None, empty: str = "-") -> str:
+    """A datetime (or an ISO 8601 string, as the API's shapes carry) as WHEN_FORMAT, in UTC; None or
+    "" -> `empty` ("-" unless given, e.g. |when:"never"); text that is no date, as it is."""
+    if value is None or value == "":
+        return empty
+    if isinstance(value, str):
+        parsed = parse_datetime(value)
+        if parsed is None:
+            return value
+        value = parsed
+    if not isinstance(value, dt.datetime):
+        return str(value)
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.UTC)
+    return value.astimezone(dt.UTC).strftime(WHEN_FORMAT)
 
 
 @register.filter

@@ -62,21 +62,60 @@ def test_a_failed_run_is_sent_to_the_webhook(alice, bob, webhook_receiver, djang
 
 
 def test_the_rate_limit_logs_held_back_deliveries_and_counts_them_in_the_next(alice, webhook_receiver):
-    r = rule(alice, webhook_receiver.url, events=("failed",), min_interval_s=60)
-    runs = [make_run(alice, status="failed") for _ in range(3)]
+    r = rule(alice, webhook_receiver.url, events=("stalled",), min_interval_s=60)
+    runs = [make_run(alice, status="running") for _ in range(3)]
     for run in runs[:2]:
-        delivery.record(r, run, "failed", "failed:1", f"run {run.pk} failed")
+        delivery.record(r, run, "stalled", "stalled:1:x", f"run {run.pk} stalled")
     assert delivery.tick() == {"sent": 1, "rate_limited": 1}
     held = AlertDelivery.objects.get(run=runs[1])
     assert held.status == "rate_limited" and "at most one notification per 60 s" in held.error
     # after the interval the next one goes out and says one was held back
     AlertDelivery.objects.filter(status="sent").update(sent_at=timezone.now() - dt.timedelta(seconds=61))
-    delivery.record(r, runs[2], "failed", "failed:1", f"run {runs[2].pk} failed")
+    delivery.record(r, runs[2], "stalled", "stalled:1:x", f"run {runs[2].pk} stalled")
     assert delivery.tick() == {"sent": 1}
     assert webhook_receiver.texts() == [
-        f"run {runs[0].pk} failed",
-        f"run {runs[2].pk} failed (+1 more alert held back by the rate limit; see the delivery log)",
+        f"run {runs[0].pk} stalled",
+        f"run {runs[2].pk} stalled (+1 more alert held back by the rate limit; see the delivery log)",
     ]
+
+
+def test_a_runs_end_waits_out_the_rate_limit_of_a_metric_notice_then_goes_out(
+    alice, webhook_receiver, django_capture_on_commit_callbacks
+):
+    """One rule on a metric and on succeeded: the metric notice goes out, the run ends within the
+    interval, and its end notice is neither rate_limited nor lost: it waits, pending, until the
+    interval has passed, then is sent."""
+    experiment = make_experiment(alice, name="arith")
+    r = rule(
+        alice,
+        webhook_receiver.url,
+        events=("metric", "succeeded"),
+        experiment=experiment,
+        metric_name="reward/mean",
+        comparison=">",
+        threshold=0.5,
+        min_interval_s=60,
+    )
+    run = make_run(alice, status="running", experiment=experiment, step=6)
+    add_points(run, {"reward/mean": [(6, 0.9)]})
+    assert delivery.tick() == {"sent": 1}
+    with django_capture_on_commit_callbacks(execute=True):
+        assert run.transition("succeeded")
+    assert delivery.tick() == {"pending": 1}  # within the interval: it waits
+    end = AlertDelivery.objects.get(rule=r, event="succeeded")
+    notice = AlertDelivery.objects.get(rule=r, event="metric")
+    assert (end.status, end.attempts) == ("pending", 0)
+    assert end.next_attempt_at == notice.sent_at + dt.timedelta(seconds=60)
+    assert delivery.tick() == {}  # not due yet
+    assert len(webhook_receiver.bodies) == 1
+    # the interval has passed (moved back in the database rather than waited for)
+    AlertDelivery.objects.filter(pk=notice.pk).update(sent_at=notice.sent_at - dt.timedelta(seconds=61))
+    AlertDelivery.objects.filter(pk=end.pk).update(next_attempt_at=end.next_attempt_at - dt.timedelta(seconds=61))
+    assert delivery.tick() == {"sent": 1}
+    assert webhook_receiver.texts()[1] == (
+        f'Run #{run.pk} of "arith" succeeded at step 6/6. http://localhost:8000/runs/{run.pk}/'
+    )
+    assert not AlertDelivery.objects.filter(status="rate_limited").exists()
 
 
 def test_an_unreachable_webhook_is_retried_then_failed_with_the_error(alice, settings):
@@ -138,6 +177,27 @@ def test_email_is_sent_and_a_mail_server_that_is_down_is_recorded(alice, setting
     assert delivery.tick() == {"failed": 1}
     d.refresh_from_db()
     assert d.error.startswith("try 1: e-mail not sent: ConnectionRefusedError")
+
+
+def test_an_email_written_to_a_file_is_logged_as_written_not_sent(alice, settings, tmp_path):
+    """Without a mail server the file backend writes each mail under EMAIL_FILE_PATH: the delivery
+    says `written`, and the rate limit counts it as one that went out."""
+    settings.EMAIL_BACKEND = "django.core.mail.backends.filebased.EmailBackend"
+    settings.EMAIL_FILE_PATH = str(tmp_path / "mail")
+    r = rule(alice, "alice@example.com", channel="email", events=("stalled",), min_interval_s=60)
+    d = delivery.record(r, make_run(alice), "stalled", "stalled:1:x", 'Run #1 of "exp" has stalled. http://x/runs/1/')
+    assert delivery.tick() == {"written": 1}
+    d.refresh_from_db()
+    assert d.status == "written" and d.sent_at is not None
+    (written,) = (tmp_path / "mail").iterdir()
+    assert "http://x/runs/1/" in written.read_text()
+    delivery.record(r, make_run(alice), "stalled", "stalled:1:x", "again")
+    assert delivery.tick() == {"rate_limited": 1}
+    # a webhook or a mail server is `sent`
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    other = rule(alice, "bob@example.com", channel="email")
+    delivery.record(other, make_run(alice), "failed", "failed:1", "Run #2 failed. http://x/runs/2/")
+    assert delivery.tick() == {"sent": 1}
 
 
 def test_a_stalled_run_is_notified_once_per_stall(alice, webhook_receiver, settings):

@@ -1,4 +1,4 @@
-"""The issue's "done when": a failing run (a learning rate that diverges) trained by a real worker,
+"""Alerts end to end: a failing run (a learning rate that diverges) trained by a real worker,
 with the real scheduler (`manage.py beat`) running the alerts job, sends a webhook to a local HTTP
 receiver; a second rule's webhook, where nothing listens, records the error and keeps the delivery."""
 

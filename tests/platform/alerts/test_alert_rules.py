@@ -138,6 +138,18 @@ def test_stalled_after_the_setting():
     assert not rules.is_stalled(None, T0, 10)
 
 
+def test_a_quiet_trainers_message_says_where_it_is_stuck_and_cuts_long_stacks():
+    title = rules.run_title("#7", "arith")
+    where = "MainThread: in step 3 > generation (for 300 s), waiting on XLA compilation"
+    message = rules.trainer_stalled_message(title, "the trainer reported nothing for 300 s", where, "stack", "u")
+    assert message == (
+        'Run #7 of "arith" has stalled: the trainer reported nothing for 300 s. u\n'
+        f"Where it is: {where}\n\nPython stacks of the trainer's threads (most recent call first):\nstack"
+    )
+    long = rules.trainer_stalled_message(title, "h", where, "x" * (rules.MAX_ALERT_STACK_CHARS + 50), "u")
+    assert long.count("x") == rules.MAX_ALERT_STACK_CHARS and long.endswith("[... cut; the run's log has them all]")
+
+
 def test_messages():
     title = rules.run_title("#7", "arith")
     assert title == 'Run #7 of "arith"'

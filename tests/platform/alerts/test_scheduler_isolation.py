@@ -1,4 +1,4 @@
-"""Issue 30 A3, the scheduler cannot be stalled: a webhook delivery has a total deadline (a receiver
+"""The scheduler cannot be stalled: a webhook delivery has a total deadline (a receiver
 that answers one byte at a time is cut off, not waited on per read), and the scheduler runs every
 periodic job but the reaper in a thread of its own, one run per job at a time, so a slow job never
 delays the reaper."""

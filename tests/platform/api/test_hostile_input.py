@@ -221,7 +221,7 @@ SUPERSCRIPT_TWO = "\u00b2"  # str.isdigit() says yes, int() says no
 
 @pytest.mark.django_db
 def test_unicode_digits_in_whole_number_fields_are_a_400_naming_the_field(alice, alice_client, sent_messages):
-    """Issue 30, A5: '²' (and other non-ASCII digits) in each whole-number field of a request gave a 500
+    """'²' (and other non-ASCII digits) in each whole-number field of a request gave a 500
     at 8 places; each answers 400 naming its field."""
     from api_testlib import make_run
 

@@ -134,7 +134,7 @@ def test_launch_with_a_name(cli_as_alice, tmp_path):
 
 
 def test_launch_into_an_experiment_by_name_or_id_reuses_it(cli_as_alice, alice, bob, tmp_path):
-    """Issue 30, B11: every launch made a new experiment; --experiment NAME|ID reuses one (created
+    """Every launch used to make a new experiment; --experiment NAME|ID reuses one (created
     by the first launch of a new name), its config a new version only when the YAML changed."""
     config_file = tmp_path / "arith.yaml"
     config_file.write_text(TINY_CONFIG_YAML)

@@ -17,7 +17,7 @@ from django.utils import timezone
 from evaluations.leaderboard import ranked
 from evaluations.models import EvaluateOnEnd, EvaluationJob, EvaluationSample
 from evaluations.services import best_checkpoint, evaluate_on_end
-from experiments.models import Checkpoint
+from experiments.models import Checkpoint, Run
 
 pytestmark = pytest.mark.django_db
 
@@ -137,6 +137,7 @@ def test_evaluate_on_end_request(alice, bob, run):
 
 
 def test_evaluate_on_end_makes_one_job_on_the_best_checkpoint(alice, run):
+    Run.objects.filter(pk=run.pk).update(status="running")  # asked before it ends
     Checkpoint.objects.create(run=run, step=4, path="p", metrics={"reward/mean": 0.25})
     assert evaluate_on_end(run.pk) is None  # nothing asked
     post(token_client(alice), f"/api/runs/{run.pk}/evaluate-on-end", {"dataset": "task:copy", "k": 2, "prompts": 5})
@@ -144,6 +145,55 @@ def test_evaluate_on_end_makes_one_job_on_the_best_checkpoint(alice, run):
     assert (job.step, job.dataset_key, job.k, job.prompts, job.requested_by_run_id) == (2, "task:copy", 2, 5, run.pk)
     assert EvaluateOnEnd.objects.get(run=run).job_id == job.pk
     assert evaluate_on_end(run.pk) is None and EvaluationJob.objects.count() == 1  # made once
+
+
+def test_evaluate_on_end_of_a_succeeded_run_is_queued_now(alice, alice_client, run):
+    """A run past its end gets no promise it will never keep: the job is queued at once, on the best
+    checkpoint, and the API's answer names it; the form goes to the job's page."""
+    Checkpoint.objects.create(run=run, step=4, path="p", metrics={"reward/mean": 0.25})
+    response = post(token_client(alice), f"/api/runs/{run.pk}/evaluate-on-end", {"dataset": "task:copy", "k": 2})
+    assert response.status_code == 201, response.content
+    job = EvaluationJob.objects.get(pk=response.json()["job"])
+    assert (job.step, job.dataset_key, job.k, job.status) == (2, "task:copy", 2, "queued")
+    assert EvaluateOnEnd.objects.get(run=run).job_id == job.pk
+    response = alice_client.post(
+        reverse("evaluation-new"), {"run": run.pk, "dataset": "task:reverse", "prompts": 3, "k": 1, "on_end": "on"}
+    )
+    newer = EvaluationJob.objects.latest("pk")
+    assert newer.pk != job.pk and newer.dataset_key == "task:reverse" and newer.step == 2
+    assert response.status_code == 302 and response["Location"] == reverse("evaluation-detail", args=[newer.pk])
+
+
+@pytest.mark.parametrize("status", ["failed", "cancelled", "pruned"])
+def test_evaluate_on_end_of_a_run_that_ended_otherwise_is_refused(alice, alice_client, run, status):
+    Run.objects.filter(pk=run.pk).update(status=status)
+    response = post(token_client(alice), f"/api/runs/{run.pk}/evaluate-on-end", {"dataset": "task:copy"})
+    assert response.status_code == 409 and f"has ended ({status})" in response.json()["error"]
+    response = alice_client.post(
+        reverse("evaluation-new"), {"run": run.pk, "dataset": "task:copy", "prompts": 3, "k": 1, "on_end": "on"}
+    )
+    assert response.status_code == 409 and "evaluate one of its checkpoints now" in response.content.decode()
+    assert not EvaluateOnEnd.objects.exists() and not EvaluationJob.objects.exists()
+    # and the run page does not offer it
+    page = alice_client.get(reverse("run-detail", args=[run.pk])).content.decode()
+    assert 'id="evaluate-on-end"' not in page and 'id="evaluate-best"' not in page
+
+
+def test_a_succeeded_run_without_a_checkpoint_is_refused(alice):
+    bare = make_run(alice, status="succeeded")
+    response = post(token_client(alice), f"/api/runs/{bare.pk}/evaluate-on-end", {"dataset": "task:copy"})
+    assert response.status_code == 409 and "without a checkpoint" in response.json()["error"]
+    assert not EvaluateOnEnd.objects.exists()
+
+
+def test_the_run_page_offers_on_end_until_the_run_ends_then_evaluate_now(alice, alice_client, run):
+    Run.objects.filter(pk=run.pk).update(status="running")
+    page = alice_client.get(reverse("run-detail", args=[run.pk])).content.decode()
+    assert 'id="evaluate-on-end"' in page and 'id="evaluate-best"' not in page
+    Run.objects.filter(pk=run.pk).update(status="succeeded")
+    page = alice_client.get(reverse("run-detail", args=[run.pk])).content.decode()
+    assert 'id="evaluate-on-end"' not in page
+    assert f'?run={run.pk}&amp;step=2" id="evaluate-best">Evaluate the best checkpoint (step 2) now' in page
 
 
 def test_best_checkpoint_by_hand(alice):
@@ -249,7 +299,9 @@ def test_pages(alice_client, alice, run):
     )
     assert response.status_code == 302
     assert EvaluationJob.objects.filter(status="queued", k=1, prompts=4).count() == 1
-    # "when the run ends": the run's request, then back to the run page, which links to the form
+    # "when the run ends" (of a run still going): the run's request, then back to the run page, which
+    # links to the form
+    Run.objects.filter(pk=run.pk).update(status="running")
     response = alice_client.post(
         reverse("evaluation-new"), {"run": run.pk, "dataset": "task:copy", "prompts": 3, "k": 2, "on_end": "on"}
     )

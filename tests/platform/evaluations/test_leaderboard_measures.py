@@ -1,4 +1,4 @@
-"""Issue 30, item C5: the leaderboard never mixes jobs of different prompt counts or k. A later
+"""The leaderboard never mixes jobs of different prompt counts or k. A later
 8-prompt k=1 job does not hide an earlier 16-prompt k=2 one on the same checkpoint; each row says
 what it measured and ranks only against rows of the same (prompts, k); a job without a value never
 hides a measured one."""

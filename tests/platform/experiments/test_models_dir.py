@@ -287,7 +287,7 @@ def test_an_example_config_names_its_model_relative_to_the_repository(alice_clie
 
 
 def test_a_shipped_config_naming_var_models_is_accepted_through_the_api(alice, settings, tmp_path):
-    """Issue 30, B1: configs/*.yaml name model.path var/models/<name> (written for the CLI in the
+    """configs/*.yaml name model.path var/models/<name> (written for the CLI in the
     checkout). Imported through the API (as `grpo_client launch` does), such a path that resolves
     inside a models directory from the checkout is accepted and stored relative to that root; one
     that leaves every root is still refused with the one message."""

@@ -1,5 +1,5 @@
 """Security probe: another user's private upload must not be readable through `data.train_path` /
-`data.eval_path` (issue 17, item 1).
+`data.eval_path`.
 
 Uploads lie at the guessable `<dataset root>/users/<id>/<name>.jsonl`. Bob uploads `secret`; Alice,
 the attacker, names its file by path through every route a config can take: the API (create, update,
@@ -313,7 +313,7 @@ def _spy_on_training(monkeypatch) -> list:
 def test_retry_of_a_stored_config_is_refused_naming_the_field(
     alice, victim, tiny_config, sent_messages, client, route, django_capture_on_commit_callbacks
 ):
-    """A retry checks the stored config for its owner on request (issue 30, A6): 400 naming the field
+    """A retry checks the stored config for its owner on request: 400 naming the field
     (the page says so), nothing queued, nothing read. The worker's own check at start is the next test."""
     path = str(victim.path)
     run = stored_run(alice, attack_config(tiny_config, path), status="failed", error="worker lost")
@@ -374,7 +374,7 @@ def test_a_dataset_unshared_after_a_run_used_it_fails_the_retry(
 
     assert post_json(bob_api, f"/api/datasets/{secret_id}/unshare", {"users": ["alice"]}).status_code == 200
     victim.opened.clear()  # from here on, nothing of alice's may open it
-    retried = post_json(alice_api, f"/api/runs/{run.pk}/retry", {})  # refused on request (issue 30, A6)
+    retried = post_json(alice_api, f"/api/runs/{run.pk}/retry", {})  # refused on request
     assert retried.status_code == 400
     assert "no dataset named 'bob/secret' that you may use" in retried.json()["errors"]["data.train_dataset"]
     # a retry queued while it was still shared, started by a worker after the unshare
@@ -398,7 +398,7 @@ def test_a_dataset_name_still_reaches_the_owners_own_upload(alice, victim, tiny_
 def test_an_evaluation_job_queued_while_shared_is_refused_once_unshared(
     alice, bob, victim, tiny_config, artifacts, monkeypatch, django_capture_on_commit_callbacks
 ):
-    """Issue 30, A2: a job's access is checked when it starts, not only when it was queued. Bob
+    """A job's access is checked when it starts, not only when it was queued. Bob
     shares `secret`, Alice queues an evaluation on it, Bob unshares before the job runs: the job
     fails saying so, no child process starts, and its samples hold none of Bob's rows."""
     import subprocess

@@ -1,4 +1,4 @@
-"""Security probe (issue 17, item 5): stored configs name `model.path`, `data.train_path` and
+"""Security probe: stored configs name `model.path`, `data.train_path` and
 `data.eval_path` relative to their first root (experiments.configs.stored / stored_path), and
 `GET /api/models` lists folders the same way, so no server directory reaches users through a
 config: the API, the experiment page and its form, the `config.yaml` export, the run page, the runs

@@ -1,4 +1,4 @@
-"""Security probe (issue 30, item A4): caps that did not count everything. A run's cluster
+"""Security probe: caps that did not count everything. A run's cluster
 (cluster.hosts x cluster.devices_per_host) counts against the per-user limits at launch and when a
 worker starts it; evaluation jobs and their tokens count against per-user limits and can be
 cancelled (the child process stops)."""

@@ -1,4 +1,4 @@
-"""Security probe (issue 17, item 2): one user must not occupy a worker with one huge step. Each
+"""Security probe: one user must not occupy a worker with one huge step. Each
 config field is capped on its own (PLATFORM_CONFIG_LIMITS), so their product is capped too: sequences
 per step and tokens per step (settings, a `UserLimits` row per user) and the trainer's memory estimate
 of a step against a worker's memory (PLATFORM_WORKER_MEMORY_BYTES). Every path onto the queue refuses
@@ -19,7 +19,7 @@ from runner.models import UserLimits
 
 pytestmark = pytest.mark.django_db
 
-# The issue's probe: 4096 prompts x G 256 x 8192 completion tokens on the qwen3-0.6b preset, every
+# The probe: 4096 prompts x G 256 x 8192 completion tokens on the qwen3-0.6b preset, every
 # field at or under this server's PLATFORM_CONFIG_LIMITS.
 HUGE = {
     "model": {"preset": "qwen3-0.6b"},

@@ -1,4 +1,4 @@
-"""Probe cases of issue 17, item 4 ("runs must not lie"), on both back ends:
+"""Runs must not lie: probe cases, on both back ends:
 
 - a run with `optimizer.learning_rate: 1e308` ends `failed`, with one line naming the step and the
   metric in run.error and in its events (no traceback), the bad step's metrics stored and the last

@@ -1,4 +1,4 @@
-"""Security probe (issue 30, item A6, from the last round's notes): a deleted run's files go with it
+"""Security probe: a deleted run's files go with it
 (after the deletion commits); a fork's hard-linked checkpoint counts once against the storage quota;
 an upload's quota check is taken inside the transaction that stores it (a concurrent upload that
 committed meanwhile is seen); a retry or resume of a run whose config no longer validates answers

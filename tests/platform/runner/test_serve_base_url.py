@@ -1,4 +1,4 @@
-"""Alert links point at the server `serve` runs (issue 30, B7): with --port 8123 an alert's run
+"""Alert links point at the server `serve` runs: with --port 8123 an alert's run
 link was http://localhost:8000/runs/N/. `serve` sets PLATFORM_BASE_URL from --host/--port for
 itself and its children unless the environment names one (production)."""
 

@@ -1,4 +1,4 @@
-"""Security probe (issue 17, item 3): one user must not fill the disk. A per-user storage quota over
+"""Security probe: one user must not fill the disk. A per-user storage quota over
 datasets, checkpoints (run directories) and exports (runner.storage): an upload that would cross it
 answers 413 and stores nothing; an export or a launch / resume / retry / fork while over it answers
 429; an admin's per-user override lifts it; a checkpoint download (hf.zip) leaves no copy behind;

@@ -1,4 +1,4 @@
-"""Issue 30 A3: a per-user cap on running sweeps (PLATFORM_MAX_ACTIVE_SWEEPS_PER_USER): one more is
+"""A per-user cap on running sweeps (PLATFORM_MAX_ACTIVE_SWEEPS_PER_USER): one more is
 refused with 429 and a message naming the limit, through the API and the page; the account page and
 GET /api/account show the limit like the others."""
 

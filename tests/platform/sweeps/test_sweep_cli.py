@@ -112,7 +112,7 @@ def test_a_bad_space_is_one_line_naming_the_field(cli_as_alice, alice):
 
 
 def test_the_readme_synopsis_of_sweep_create_names_every_option_of_its_help():
-    """Issue 30 C6: the docs' (docs/platform-features.md) and the package docstring's `sweep create` synopsis name
+    """The docs' (docs/platform-features.md) and the package docstring's `sweep create` synopsis name
     each option `grpo_client sweep create --help` has, and nothing else."""
     import argparse
     import re

@@ -5,6 +5,7 @@ list and the nav link, Cancel, and another user's sweep answering 404."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from api_testlib import make_experiment
@@ -116,3 +117,30 @@ def test_the_admin_lists_sweeps_with_their_trials_and_cancels_them(client, staff
     response = client.post("/admin/sweeps/sweep/", {"action": "cancel", "_selected_action": [sweep.pk]})
     assert response.status_code == 302
     assert Sweep.objects.get().status == "cancelled" and Run.objects.get(pk=run.pk).status == RunStatus.CANCELLED
+
+
+@pytest.mark.parametrize(
+    "experiment_name, suggested",
+    [
+        ("demo: arithmetic", "demo-arithmetic-sweep"),
+        ("demo: SmolLM2 arithmetic", "demo-smollm2-arithmetic-sweep"),
+        ("Ünïcode  lr test", "unicode-lr-test-sweep"),
+        ("実験", "sweep"),
+    ],
+)
+def test_the_suggested_name_is_a_clean_slug(alice_client, alice, experiment_name, suggested):
+    experiment = make_experiment(alice, name=experiment_name)
+    page = alice_client.get(f"/experiments/{experiment.pk}/sweeps/new/").content.decode()
+    assert f'id="sweep-name" value="{suggested}"' in page
+
+
+def test_each_label_sits_with_its_own_field(alice_client, alice):
+    """A label is on its own line before its field: none follows a select on the select's line (the
+    "trials" label used to sit beside the sampler's select, its input on the next line)."""
+    experiment = make_experiment(alice)
+    page = alice_client.get(f"/experiments/{experiment.pk}/sweeps/new/").content.decode()
+    form_html = page.split('id="sweep-form"', 1)[1].split("</form>", 1)[0]
+    assert re.search(r"</select></label>\s*<label>", form_html) is None
+    assert '<label>trials in all <input name="max_trials"' in form_html
+    assert '<label>trials at once <input name="max_concurrent_trials"' in form_html
+    assert '<label>sampler seed <input name="seed"' in form_html

@@ -265,7 +265,7 @@ def test_a_halving_pruner_keeps_its_rungs_on_the_trial(alice, sent_messages):
 
 
 def test_a_trial_is_judged_when_its_trainer_writes_the_metric_not_a_tick_later(alice, sent_messages):
-    """Issue 30 C4: the trainer's database hooks writing the sweep's metric (in the trainer's
+    """The trainer's database hooks writing the sweep's metric (in the trainer's
     process) have the pruner judge that trial at once: no scheduler tick runs here."""
     from runner.db_hooks import DatabaseHooks
 
@@ -283,7 +283,7 @@ def test_a_trial_is_judged_when_its_trainer_writes_the_metric_not_a_tick_later(a
 def test_a_tick_over_sweeps_waiting_on_the_cap_validates_and_launches_nothing(
     alice, sent_messages, settings, monkeypatch
 ):
-    """Issue 30 A3: sweeps whose trials wait on the owner's queued-run cap cost a count per tick, not
+    """Sweeps whose trials wait on the owner's queued-run cap cost a count per tick, not
     a config validation and a refused launch each (40 such sweeps made a tick take 2.8-6.8 s)."""
     settings.PLATFORM_MAX_QUEUED_RUNS_PER_USER = 1
     experiment = make_experiment(alice)

@@ -1,4 +1,4 @@
-"""What a new user hit on the chart and page details (issue 30 B8), in a real browser (Chromium
+"""What a new user hit on the chart and page details, in a real browser (Chromium
 through Playwright) against the live test server: a single point shows (a marker, its value as the
 axis's tick, not 8-digit ticks); a timing chart whose slow steps are its rhythm is not covered in
 compile markers; a sweep's plots before any value say so instead of drawing "Infinity" axes, and a

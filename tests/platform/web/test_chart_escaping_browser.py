@@ -1,4 +1,4 @@
-"""User strings handed to Plotly show as text, never as markup (issue 30 A5): a run named
+"""User strings handed to Plotly show as text, never as markup: a run named
 `<a href=x>link</a><div style="width:500px">blob</div>` is that text in the compare page's legend,
 the run page's chart and the sweep page's plots (Plotly reads <a href>, <b>, <span style> in
 legend names, hover text, titles and annotations; charts.js's GrpoCharts.plotText escapes them)."""

@@ -1,4 +1,4 @@
-"""Multi-line text fields of the config form (issue 30 B3): a field the schema marks multiline
+"""Multi-line text fields of the config form: a field the schema marks multiline
 (`data.system_prompt`, `json_schema_extra={"multiline": True}` -> FieldSpec.multiline) is a text
 area, so its line breaks survive the form, the switch to YAML and back; a text area's CR LF line
 breaks are stored as LF. The flag comes from the schema: the template and forms name no field."""

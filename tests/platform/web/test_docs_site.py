@@ -1,8 +1,10 @@
 """The docs site served under /docs/ (web/docs_site.py): built with MkDocs on the first visit into
 PLATFORM_DATA_DIR/docs-site, served as static files without a login, rebuilt when a source is newer
-than the build, and nothing outside the built site is reachable."""
+than the build, and nothing outside the built site is reachable; a folder-style address reaches its
+page, and the pages hold no inline script (the CSP) and no outside font."""
 
 import os
+import re
 import time
 
 import pytest
@@ -50,3 +52,30 @@ def test_a_changed_source_rebuilds_the_site(client, data_dir, tmp_path_factory, 
 
 def test_the_nav_links_to_the_docs(alice_client):
     assert b'id="nav-docs"' in alice_client.get("/runs/").content
+
+
+def test_folder_style_addresses_are_sent_on_to_the_page(client, data_dir):
+    for address, page in [
+        ("/docs/quickstart/", "/docs/quickstart.html"),
+        ("/docs/quickstart", "/docs/quickstart.html"),
+        ("/docs/reference/config/", "/docs/reference/config.html"),
+        ("/docs/quickstart/?q=launch", "/docs/quickstart.html?q=launch"),
+    ]:
+        answer = client.get(address)
+        assert (answer.status_code, answer["Location"]) == (302, page), address
+    assert client.get("/docs/quickstart.html").status_code == 200
+    assert client.get("/docs/no-such-page/").status_code == 404
+    assert client.get("/docs/assets/javascripts/csp/base.js").status_code == 200  # a file: served as it is
+    assert client.get("/docs/..%2fmanage/").status_code == 404
+
+
+def test_the_pages_run_no_inline_script_and_fetch_no_font_from_outside(client, data_dir):
+    """The platform's Content-Security-Policy (script-src 'self') blocks inline scripts, and the
+    search needs the theme's: each is a file (docs/overrides); fonts are the system's."""
+    html = b"".join(client.get("/docs/quickstart.html").streaming_content).decode()
+    scripts = re.findall(r"<script\b[^>]*>", html)
+    assert len(scripts) >= 3
+    assert [s for s in scripts if "src=" not in s and 'type="application/json"' not in s] == []
+    for src in re.findall(r'<script src="([^"]+)"', html):
+        assert client.get(f"/docs/{src}").status_code == 200, src
+    assert "fonts.googleapis" not in html and "fonts.gstatic" not in html

@@ -1,4 +1,4 @@
-"""The environment (issue 21) on the experiment form and the run page's charts: the `env` section is a
+"""The environment (env: multi-turn episodes) on the experiment form and the run page's charts: the `env` section is a
 collapsed group of the generated form, `env.settings` (a mapping) is a JSON textarea whose bad text,
 and whose bad settings, come back as errors on that field naming env.settings.<field> (a 400 with
 the form, never a 500), and the env/* and eval/env/* metrics share two charts each."""

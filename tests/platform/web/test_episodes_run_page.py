@@ -1,4 +1,4 @@
-"""A multi-turn run on its run page in Chromium (issue 21): the samples table shows an episode turn by
+"""A multi-turn run on its run page in Chromium: the samples table shows an episode turn by
 turn (run.js, from the API's `episode`, text nodes only: a <script> in a tool response stays text),
 and the env/* metrics are charted together in their lazy charts."""
 

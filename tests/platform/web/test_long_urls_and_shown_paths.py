@@ -1,4 +1,4 @@
-"""Security probes (issue 17, item 5): over-long /api/ URLs answer the API's JSON 414, with the test
+"""Security probes: over-long /api/ URLs answer the API's JSON 414, with the test
 client and from the real web server (`manage.py serve`, gunicorn); server paths shown to users are
 relative to the data dir."""
 

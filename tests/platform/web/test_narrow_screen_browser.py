@@ -1,4 +1,4 @@
-"""Every main page fits a 390 px phone screen (issue 30 B9), in a real browser (Chromium through
+"""Every main page fits a 390 px phone screen, in a real browser (Chromium through
 Playwright) against the live test server: the document is no wider than the window (wide tables
 scroll inside their own box, long words and code wrap) and the header spans the width; at
 1280 px the same pages are unchanged in that (no page wider than the window either)."""

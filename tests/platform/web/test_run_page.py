@@ -194,11 +194,14 @@ def test_compare_picker_lists_the_users_runs_and_redirects_to_a_shareable_addres
 
 
 def test_demo_order_and_labels():
-    """Issue 30, B6: on a CPU the toy (seconds a step) comes first; on an accelerator it comes last."""
+    """On a CPU the toy (seconds a step) comes first; on an accelerator it comes last; the code and
+    judge demos after the algorithm demos."""
     names = [
         "demo: algo-gspo",
+        demo.JUDGE_DEMO,
         demo.DEMO_EXPERIMENT,
         "demo: calculator-arith-notool",
+        demo.CODE_DEMO,
         "demo: algo-dapo",
         demo.MODEL_DEMO_EXPERIMENT,
         "demo: calculator-arith",
@@ -209,21 +212,50 @@ def test_demo_order_and_labels():
         "demo: calculator-arith-notool",
         "demo: algo-dapo",
         "demo: algo-gspo",
+        demo.JUDGE_DEMO,
+        demo.CODE_DEMO,
     ]
     assert sorted(names, key=lambda n: demo.demo_rank(n, on_accelerator=True)) == middle + [demo.DEMO_EXPERIMENT]
     assert sorted(names, key=demo.demo_rank) == [demo.DEMO_EXPERIMENT] + middle
+    assert all(demo.is_demo_name(n) for n in names) and not demo.is_demo_name("demo: mine")
     assert demo.demo_label(demo.DEMO_EXPERIMENT) == "smoke test: learns the answer format"
-    assert demo.demo_label(demo.MODEL_DEMO_EXPERIMENT) == "featured: start here"
+    assert demo.demo_label(demo.MODEL_DEMO_EXPERIMENT) == "featured: a pretrained model learns"
     assert demo.demo_label("demo: calculator-arith-notool") == "tool use: the no-tool twin"
     assert demo.cpu_step_s("demo: algo-lora") == (12, 23) and demo.cpu_step_s(demo.MODEL_DEMO_EXPERIMENT) == (55, 132)
+
+
+def demo_items(html: str) -> list[tuple[str, str]]:
+    """(name, the item's HTML) of each demo the experiments page lists, in order."""
+    return re.findall(r'<li data-demo="([^"]+)"(.*?)</li>', html, re.S)
+
+
+@pytest.mark.parametrize("accelerator", ["gpu", "cpu"])
+def test_the_demo_list_starts_where_it_says_to_start(client, settings, tmp_path, accelerator):
+    """The list is "in the order to try them", so its first item, and only that one, says start here,
+    and no description says "Start here" against the order."""
+    settings.DATA_DIR = tmp_path
+    settings.PLATFORM_ACCELERATOR = accelerator
+    demo.ensure_demo()
+    user = Experiment.objects.get(name=demo.DEMO_EXPERIMENT).owner
+    for name in (demo.MODEL_DEMO_EXPERIMENT, "demo: algo-grpo"):
+        make_experiment(user, name=name)
+    client.force_login(user)
+    items = demo_items(client.get(reverse("experiment-list")).content.decode())
+    first = demo.MODEL_DEMO_EXPERIMENT if accelerator == "gpu" else demo.DEMO_EXPERIMENT
+    assert items[0][0] == first and "start here" in items[0][1]
+    assert all("start here" not in body.lower() for _, body in items[1:])
 
 
 def test_experiments_page_lists_the_demos_smollm2_first_and_the_toy_as_a_smoke_test(client, settings, tmp_path):
     settings.DATA_DIR = tmp_path
     settings.PLATFORM_ACCELERATOR = "gpu"
     username, password = demo.ensure_demo()
-    user = Experiment.objects.get(name=demo.DEMO_EXPERIMENT).owner
-    assert Experiment.objects.get(name=demo.DEMO_EXPERIMENT).description == demo.TOY_DESCRIPTION
+    toy = Experiment.objects.get(name=demo.DEMO_EXPERIMENT)
+    user = toy.owner
+    # what it shows and what it costs, in plain words
+    assert toy.description.startswith("Smoke test: checks that training works.")
+    assert "300 steps of 0.2 to 0.4 s each on a 2-core CPU, about 1 to 2 minutes in all" in toy.description
+    assert "GiB of memory (the platform's estimate)" in toy.description and "4-bit" not in toy.description
     # the SmolLM2 and one algo demo, created after the toy (as serve does), with the same config
     for name in (demo.MODEL_DEMO_EXPERIMENT, "demo: algo-grpo"):
         make_experiment(user, name=name)
@@ -232,10 +264,39 @@ def test_experiments_page_lists_the_demos_smollm2_first_and_the_toy_as_a_smoke_t
     listed = re.findall(r'<li data-demo="([^"]+)"', html)
     assert listed == [demo.MODEL_DEMO_EXPERIMENT, "demo: algo-grpo", demo.DEMO_EXPERIMENT]
     assert "smoke test: learns the answer format" in html and 'class="featured"' in html
-    # an older platform's toy description is relabelled on the next start
-    Experiment.objects.filter(name=demo.DEMO_EXPERIMENT).update(description=demo.OLD_TOY_DESCRIPTIONS[0])
+    # an older platform's descriptions are rewritten on the next start; one someone wrote is kept
+    Experiment.objects.filter(name=demo.DEMO_EXPERIMENT).update(description=demo.OLD_TOY_DESCRIPTIONS[-1])
+    Experiment.objects.filter(name=demo.MODEL_DEMO_EXPERIMENT).update(description="my own notes")
+    Experiment.objects.filter(name="demo: algo-grpo").update(
+        description="Learning curves (configs/algo-grpo.yaml; launch it and another algo demo, then compare the runs.)"
+    )
     demo.ensure_demo()
-    assert Experiment.objects.get(name=demo.DEMO_EXPERIMENT).description.startswith("Smoke test")
+    assert Experiment.objects.get(name=demo.DEMO_EXPERIMENT).description == toy.description
+    assert Experiment.objects.get(name=demo.MODEL_DEMO_EXPERIMENT).description == "my own notes"
+    assert Experiment.objects.get(name="demo: algo-grpo").description.startswith(demo.DEMO_SHOWS["demo: algo-grpo"])
+
+
+def test_a_demo_that_needs_the_sandbox_says_why_it_cannot_run(client, settings, tmp_path, monkeypatch):
+    settings.DATA_DIR = tmp_path
+    demo.ensure_demo()
+    user = Experiment.objects.get(name=demo.DEMO_EXPERIMENT).owner
+    make_experiment(user, name=demo.CODE_DEMO)
+    client.force_login(user)
+    reason = "the sandbox cannot isolate code here: bwrap: No permissions to create new namespace"
+    monkeypatch.setattr(demo, "sandbox_unavailable", lambda: reason)
+    items = dict(demo_items(client.get(reverse("experiment-list")).content.decode()))
+    assert f"cannot run on this machine: its reward needs the code sandbox, and {reason}" in items[demo.CODE_DEMO]
+    assert "cannot run" not in items[demo.DEMO_EXPERIMENT]
+    # a config with the code_tests reward says so on its page too, above Launch; others say nothing
+    coded = make_experiment(user, name="mine", config=tiny_config(rewards=[{"name": "code_tests", "weight": 1.0}]))
+    page = client.get(reverse("experiment-detail", args=[coded.pk])).content.decode()
+    assert 'id="cannot-run"' in page and reason in page and "It would fail at its first step." in page
+    toy = Experiment.objects.get(name=demo.DEMO_EXPERIMENT)
+    assert 'id="cannot-run"' not in client.get(reverse("experiment-detail", args=[toy.pk])).content.decode()
+    monkeypatch.setattr(demo, "sandbox_unavailable", lambda: "")  # where it can run, nothing is said
+    items = dict(demo_items(client.get(reverse("experiment-list")).content.decode()))
+    assert "cannot run" not in items[demo.CODE_DEMO]
+    assert 'id="cannot-run"' not in client.get(reverse("experiment-detail", args=[coded.pk])).content.decode()
 
 
 def test_other_users_see_no_demo_list(alice_client, alice):
@@ -245,7 +306,7 @@ def test_other_users_see_no_demo_list(alice_client, alice):
 
 
 def test_on_a_cpu_the_toy_comes_first_and_each_demo_says_how_long_a_step_takes(client, settings, tmp_path):
-    """Issue 30, B6: on a CPU the toy (seconds a step) is listed first; every demo shows its time a
+    """On a CPU the toy (seconds a step) is listed first; every demo shows its time a
     step, the CPU figure until this platform has run it, then the median of its newest run, which the
     experiment page shows beside Launch too."""
     from experiments.models import MetricPoint, Run

@@ -8,7 +8,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from web.templatetags.web_tags import duration_s, number, percent
+from web.templatetags.web_tags import duration_s, number, percent, when
 
 SCRIPT = Path(__file__).resolve().parents[3] / "platform" / "static" / "web" / "run_table_format.js"
 NUMBERS = [
@@ -88,3 +88,24 @@ def test_row_order_and_compare_address():
         '[F.compareUrl("/runs/compare/", [4, 9, 2], 20), F.compareUrl("/runs/compare/", [4], 20),'
         ' F.compareUrl("/runs/compare/", [1, 2, 3], 2)]'
     ) == ["/runs/compare/?runs=4,9,2", None, None]
+
+
+TIMES = [
+    "2026-12-02T07:29:41.123456+00:00",
+    "2026-12-02T07:29:41Z",
+    "2026-12-31T23:59:59-02:00",  # another zone: written in UTC, the next day
+    "2026-01-05T00:00:00+05:30",
+]
+
+
+def test_times_read_like_the_server_filter():
+    """The one date format of the pages: the scripts' cells (formatWhen) say what |when says."""
+    js = _node(
+        f"[{json.dumps(TIMES)}.map(F.formatWhen), F.formatWhen(null), F.formatWhen(\"\"), F.formatWhen(\"soon\")]"
+    )
+    times, none, empty, text = js
+    assert times == [when(t) for t in TIMES]
+    assert times[:3] == ["2026-12-02 07:29:41 UTC", "2026-12-02 07:29:41 UTC", "2027-01-01 01:59:59 UTC"]
+    assert times[3] == "2026-01-04 18:30:00 UTC"
+    assert (none, empty, text) == ("-", "-", "soon") == (when(None), when(""), when("soon"))
+    assert when(None, "never") == "never"

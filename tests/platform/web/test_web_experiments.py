@@ -82,10 +82,13 @@ def test_edit_creates_a_version_and_diff_shows_it(alice_client, alice):
     url = reverse("version-diff", args=[experiment.pk])
     response = alice_client.get(url, {"a": 1, "b": 2})
     assert response.status_code == 200
-    assert response.context["changes"] == [("grpo.num_generations", 4, 8)]
+    assert response.context["changes"] == [("grpo.num_generations", "4", "8")]
     html = response.content.decode()
     assert '<span class="line line-del">-  num_generations: 4</span>' in html
     assert '<span class="line line-add">+  num_generations: 8</span>' in html
+    # one line a line: no blank line between the unified diff's lines
+    unified = html.split('<pre class="unified">', 1)[1].split("</pre>", 1)[0]
+    assert "\n" not in unified and unified.count('<span class="line ') == len(response.context["lines"])
     side = alice_client.get(url, {"a": 1, "b": 2, "view": "side"})
     assert side.status_code == 200 and 'class="diff"' in side.content.decode()
     assert alice_client.get(url, {"a": "x", "b": 2}).status_code == 400
@@ -96,6 +99,19 @@ def test_edit_creates_a_version_and_diff_shows_it(alice_client, alice):
     assert 'filename="e2-v1.yaml"' in v1["Content-Disposition"]
     page = alice_client.get(reverse("version-list", args=[experiment.pk])).content.decode()
     assert 'data-version="1"' in page and 'data-version="2"' in page
+
+
+def test_the_diff_shows_values_as_yaml_spells_them(alice_client, alice):
+    """true / false / null and JSON lists in the changed fields, never Python's True, None or ['a']."""
+    experiment = make_experiment(alice, "e")
+    experiment.set_config(tiny_config(eval__before_training=True, rollout__stop_at_eos=False), user=alice)
+    response = alice_client.get(reverse("version-diff", args=[experiment.pk]), {"a": 1, "b": 2})
+    changes = {field: (old, new) for field, old, new in response.context["changes"]}
+    assert changes["eval.before_training"] == ("false", "true")
+    assert changes["rollout.stop_at_eos"] == ("true", "false")
+    table = response.content.decode().split('id="changed-fields"', 1)[1].split("</table>", 1)[0]
+    assert "True" not in table and "False" not in table and "None" not in table
+    assert '<td class="diff-del">false</td><td class="diff-add">true</td>' in table
 
 
 def test_restore_version(alice_client, alice):

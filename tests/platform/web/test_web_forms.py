@@ -120,6 +120,12 @@ YAML_BOMB = "a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n" + "".join(
         (YAML_BOMB, "expands to more than"),
         ("a: &a [*a]\n", "refers to itself"),
         ("batch: {nonsense: 1}\n", "batch.nonsense: unknown key"),
+        # a misspelt field: the error names it and the fix
+        ("optimizer: {learnig_rate: 0.01}\n", "optimizer.learnig_rate: unknown key; did you mean 'learning_rate'?"),
+        (
+            "data: {task: arithmetic_words_calc}\nenv: {name: calculator, settings: {enabeld: false}}\n",
+            "env.settings.enabeld: unknown setting; did you mean 'enabled'?",
+        ),
     ],
 )
 def test_bad_yaml_gives_400_with_a_clear_message(alice_client, text, expected):

@@ -101,7 +101,7 @@ def _request(client, name, objects):
     url = reverse(name, args=args)
     if kind == "diff":
         url += "?a=1&b=2"
-    data = form_data() if name == "plan-preview" else {}
+    data = form_data() if name == "plan-preview" else {"confirm": "yes"} if kind == "control" else {}
     return getattr(client, method)(url, data)
 
 
@@ -243,7 +243,7 @@ def test_change_permission_edits_and_steers(client, changer, objects):
     )
     assert response.status_code == 302
     assert Experiment.objects.get(pk=experiment.pk).config["seed"] == 7
-    assert client.post(reverse("run-control", args=[run.pk, "cancel"])).status_code == 302
+    assert client.post(reverse("run-control", args=[run.pk, "cancel"]), {"confirm": "yes"}).status_code == 302
     assert Run.objects.get(pk=run.pk).status == "cancelled"
 
 

@@ -12,7 +12,7 @@ from web_testlib import (  # noqa: F401 (fast_passwords: autouse)
     make_run,
 )
 
-from experiments.models import Run
+from experiments.models import Checkpoint, Run
 from trainers.config.metric_names import METRIC_NAMES
 from web.dashboard import chart_panels
 
@@ -101,9 +101,30 @@ def test_static_files_are_served(alice_client):
 )
 def test_controls_change_status(alice_client, alice, sent_messages, status, action, expected):
     run = make_run(make_experiment(alice), status=status)
-    response = alice_client.post(reverse("run-control", args=[run.pk, action]))
+    response = alice_client.post(reverse("run-control", args=[run.pk, action]), {"confirm": "yes"})
     assert response.status_code == 302 and response["Location"] == reverse("run-detail", args=[run.pk])
     assert Run.objects.get(pk=run.pk).status == expected
+
+
+@pytest.mark.parametrize("status", ["running", "paused"])
+def test_cancel_asks_first_and_names_the_checkpoint_it_keeps(alice_client, alice, status):
+    """Cancel's button leads to a confirmation page (the run is untouched); its own button posts
+    confirm=yes and cancels. The page names the newest checkpoint, which the cancelled run keeps."""
+    run = make_run(make_experiment(alice), status=status, step=7)
+    for step in (4, 6):
+        Checkpoint.objects.create(run=run, step=step, path=f"run-{run.pk}/checkpoints/{step}")
+    url = reverse("run-control", args=[run.pk, "cancel"])
+    page = alice_client.post(url)
+    assert page.status_code == 200 and Run.objects.get(pk=run.pk).status == status
+    html = page.content.decode()
+    assert f'<form method="post" action="{url}" class="inline" id="run-cancel-confirm-form">' in html
+    assert '<input type="hidden" name="confirm" value="yes">' in html and 'id="run-cancel-keep"' in html
+    kept = " ".join(re.search(r'<p id="run-cancel-kept">(.*?)</p>', html, re.S).group(1).split())
+    assert "the newest is <b>step 6</b>" in kept and "a retry resumes from step 6" in kept
+    response = alice_client.post(url, {"confirm": "yes"})
+    assert response.status_code == 302
+    assert Run.objects.get(pk=run.pk).status == {"running": "cancelling", "paused": "cancelled"}[status]
+    assert Checkpoint.objects.filter(run=run).count() == 2
 
 
 def test_refused_control_leaves_the_run_and_says_so(alice_client, alice, sent_messages):

@@ -1,4 +1,4 @@
-"""The arithmetic_words_calc task (issue 21, the calculator demo): two- and three-digit word problems whose
+"""The arithmetic_words_calc task (the calculator demo's): two- and three-digit word problems whose
 answers equal their expressions, deterministic in (seed, stream), held-out prompts disjoint from training,
 every prompt ending with the answer format; and the older word-problem tasks draw exactly what they drew
 before the task was added."""

@@ -139,9 +139,18 @@ def test_settings_are_validated_with_the_field_named():
     error = env_error("calculator", {"max_digits": 12})
     assert (error.field, error.message) == (
         "env.settings.max_digits",
-        "unknown setting; known: max_expression_chars, max_result_digits, max_calls_per_turn, "
-        "demonstration, enabled, call_bonus",
+        "unknown setting; did you mean 'max_result_digits'? known: max_expression_chars, max_result_digits, "
+        "max_calls_per_turn, demonstration, enabled, call_bonus",
     )
+    # a misspelt setting: the field and the fix
+    error = env_error("calculator", {"enabeld": False})
+    assert (error.field, error.message) == (
+        "env.settings.enabeld",
+        "unknown setting; did you mean 'enabled'? known: max_expression_chars, max_result_digits, "
+        "max_calls_per_turn, demonstration, enabled, call_bonus",
+    )
+    # nothing close: no guess, the known settings
+    assert env_error("calculator", {"xyz": 1}).message.startswith("unknown setting; known: max_expression_chars")
     assert env_error("single_turn", {"x": 1}).message == "unknown setting; single_turn has no settings"
     error = env_error("guess_number", {"low": 10, "high": 5})
     assert (error.field, error.message) == ("env.settings.high", "high=5 must be above low=10")
@@ -150,7 +159,9 @@ def test_settings_are_validated_with_the_field_named():
         ("env.settings.max_guesses", "Input should be greater than or equal to 1"),
     ]
     # A class whose own Settings allow extra keys: the registry refuses them anyway.
-    assert settings_problems(Loose, {"lvl": 1}) == [("env.settings.lvl", "unknown setting; known: level")]
+    assert settings_problems(Loose, {"lvl": 1}) == [
+        ("env.settings.lvl", "unknown setting; did you mean 'level'? known: level")
+    ]
 
 
 def test_the_package_is_jax_free():
@@ -271,8 +282,8 @@ def test_config_env_name_problems():
 
 def test_config_env_settings_problems():
     assert problems({"env": {"name": "calculator", "settings": {"max_result_digits": 0, "digits": 3}}}) == {
-        "env.settings.digits": "unknown setting; known: max_expression_chars, max_result_digits, max_calls_per_turn, "
-        "demonstration, enabled, call_bonus"
+        "env.settings.digits": "unknown setting; did you mean 'max_result_digits'? known: max_expression_chars, "
+        "max_result_digits, max_calls_per_turn, demonstration, enabled, call_bonus"
     }
     assert problems({"env": {"name": "calculator", "settings": {"max_result_digits": 0}}}) == {
         "env.settings.max_result_digits": "Input should be greater than or equal to 1"

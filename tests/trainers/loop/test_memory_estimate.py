@@ -163,7 +163,7 @@ def test_the_prompt_width_is_the_datas_longest_prompt_when_known():
 
 
 def test_the_issues_probe_is_far_over_any_machine():
-    """4096 prompts x G 256 x 8192 completion tokens on qwen3-0.6b (the issue): petabytes of activations."""
+    """4096 prompts x G 256 x 8192 completion tokens on qwen3-0.6b (the compute-cap probe): petabytes of activations."""
     config = parse_config(
         {
             "model": {"preset": "qwen3-0.6b"},
@@ -225,7 +225,7 @@ def test_validate_prints_tokens_per_step_and_the_estimate():
 def test_the_estimate_is_within_1_to_1_3_of_the_measured_peaks(smollm2_dir):
     """The estimate `validate` prints against the peak RSS measured by bench/memory_estimate.py
     (docs/perf/memory-peaks.json: a first run of each config, compiling every program, 3 steps, no
-    checkpoint, no evaluation). Over 1.3 refuses runs a worker could hold (issue 30: 2.2x refused the
+    checkpoint, no evaluation). Over 1.3 refuses runs a worker could hold (2.2x refused the
     SmolLM2 demo on a 12-15 GiB machine); under 1.0 lets a run start that a worker cannot hold. The
     SmolLM2 configs read the model from the test fixture's folder (the same model)."""
     sys.path.insert(0, os.path.join(ROOT, "bench"))

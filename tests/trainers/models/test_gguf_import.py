@@ -306,6 +306,7 @@ def test_cli_errors_are_one_line_and_exit_2(tmp_path):
     assert out.stderr.strip() == "fetch-model: unknown model 'nope'; known: smollm2-135m-instruct"
     out = cli("fetch-model", "--help")
     assert out.returncode == 0 and "smollm2-135m-instruct" in out.stdout and "--force" in out.stdout
+    assert "4-bit" in " ".join(out.stdout.split())  # the fetched copy is not the original weights
 
 
 def greedy_answer(model, tokenizer, question: str, max_new_tokens: int = 32) -> str:

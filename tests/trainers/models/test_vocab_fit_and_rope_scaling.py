@@ -1,4 +1,4 @@
-"""Review defects (issue 19): a tokenizer whose ids do not fit the model's embedding is refused before
+"""Review defects: a tokenizer whose ids do not fit the model's embedding is refused before
 any weight is read (an id >= vocab_size would otherwise read NaN silently), and a config.json's legacy
 `rope_scaling: {"rope_type": "default"}` means no scaling. Expected numbers are read from the files
 written here, not from the code under test."""

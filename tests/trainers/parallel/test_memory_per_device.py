@@ -1,4 +1,4 @@
-"""FSDP memory per device (issue 18 item 8), on the 8 CPU devices of the test process: what each device
+"""FSDP memory per device, on the 8 CPU devices of the test process: what each device
 holds of the parameters and the optimizer state (the sum of its shards), and the compiled update's
 memory per device (`memory_analysis()`: argument + temp bytes) as fsdp grows. The update is the
 trainer's own (`Placement` + `make_update_fn`, built by bench/scale.py's `build_update`).

@@ -320,7 +320,7 @@ class Ruled(TwoTurns):
 
 
 def test_a_sample_shows_the_prompt_the_model_saw(tmp_path):
-    """Issue 30, B4: the sample's prompt is the episode's first prompt (the environment's reset: a
+    """The sample's prompt is the episode's first prompt (the environment's reset: a
     worked example, a game's rules), not the dataset example's."""
     raw = {
         **RAW,
@@ -336,7 +336,7 @@ def test_a_sample_shows_the_prompt_the_model_saw(tmp_path):
 
 
 class Flood(Environment):
-    """The issue's calculator with `times: 10**6`: every reply is a megabyte (two messages)."""
+    """A calculator with `times: 10**6`: every reply is a megabyte (two messages)."""
 
     name = "flood"
     stop_strings = ("!",)

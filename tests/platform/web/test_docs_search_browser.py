@@ -1,0 +1,45 @@
+"""The docs site's search in a real browser (Debian's Chromium through Playwright) under the platform's
+Content-Security-Policy: a folder-style address (/docs/quickstart/) opens the page, a word typed in
+the search box lists the pages that hold it, the browser reports no CSP violation and nothing is
+fetched from another host (fonts included)."""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import urlsplit
+
+import pytest
+from browser_testlib import CHROMIUM, CHROMIUM_ARGS
+from platform_testlib import BROWSER_WAIT_MS
+from playwright.sync_api import expect, sync_playwright
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_the_docs_search_finds_pages_under_the_csp(live_server):
+    problems: list[str] = []
+    outside: list[str] = []
+    here = urlsplit(live_server.url).netloc
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        page = browser.new_context(base_url=live_server.url).new_page()
+        page.set_default_timeout(BROWSER_WAIT_MS)
+        page.on("console", lambda msg: problems.append(msg.text) if "Content Security Policy" in msg.text else None)
+        page.on("pageerror", lambda exc: problems.append(str(exc)))
+        page.on("request", lambda r: outside.append(r.url) if urlsplit(r.url).netloc not in (here, "") else None)
+        try:
+            response = page.goto("/docs/quickstart/", timeout=120_000)  # the first visit builds the site
+            assert response.ok and page.url.endswith("/docs/quickstart.html")
+            assert "script-src 'self'" in response.headers["content-security-policy"]
+            query = page.locator("input[data-md-component='search-query']")
+            query.click()
+            query.fill("checkpoint")
+            results = page.locator(".md-search-result__item")
+            expect(results.first).to_be_visible()
+            assert results.count() >= 2
+            expect(page.locator(".md-search-result__meta")).to_contain_text("matching documents")
+            expect(page.locator(".md-search-result mark").first).to_have_text(re.compile("^checkpoint", re.IGNORECASE))
+        finally:
+            browser.close()
+    assert problems == []
+    assert outside == []

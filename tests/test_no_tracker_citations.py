@@ -1,0 +1,56 @@
+"""The product says what it does, not where a request came from: no code, config, doc, template or
+test cites this project's own tracker ("issue 21", "issue #21", "the issue's target", "(item 7)").
+A sentence says what the code does instead. Another project's public issue is cited in its own
+form, `owner/repo#N` or `Project#N` (verl#3987, huggingface/trl#1234), which this check allows."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SUFFIXES = {".py", ".md", ".yaml", ".yml", ".html", ".js", ".css", ".toml", ".sh", ".txt", ".ini", ".cfg", ".json"}
+SKIPPED_DIRS = {".git", ".venv", "var", "node_modules", "site", "__pycache__", ".pytest_cache", ".ruff_cache"}
+# "issue 21", "Issue 30, B6", "issue #5", "issue's", "(item 7)"; not "issue a token" and not "verl#3987"
+CITATION = re.compile(r"\bissue(?:'s\b|\s+#?\d+\b)|\(item \d+\)", re.IGNORECASE)
+
+
+def citations(text: str) -> list[str]:
+    """The tracker citations in `text`, as found."""
+    return [m.group(0) for m in CITATION.finditer(text)]
+
+
+def scanned_files() -> list[Path]:
+    files = []
+    for folder, dirs, names in os.walk(ROOT):
+        dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS)
+        files += [Path(folder) / n for n in sorted(names) if Path(n).suffix in SUFFIXES or n == "run"]
+    return files
+
+
+def test_the_pattern_finds_our_citations_and_allows_public_ones():
+    assert citations("The tool-use demo (issue 21, item 7): GRPO") == ["issue 21"]
+    assert citations('"""Issue 30, B6: on a CPU') == ["Issue 30"]
+    assert citations("see issue #12 and the issue's target; done (item 4)") == ["issue #12", "issue's", "(item 4)"]
+    assert citations("verl#3987 and TRL#6797, huggingface/trl#1234") == []
+    assert citations("POST: issue a token; ApiToken.issue(user); issues with the cache") == []
+
+
+def test_no_file_cites_the_tracker():
+    this_file = Path(__file__).resolve()
+    found = []
+    for path in scanned_files():
+        if path.resolve() == this_file:  # the pattern and its examples above
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue
+        for number, line in enumerate(text.splitlines(), 1):
+            for hit in citations(line):
+                found.append(f"{path.relative_to(ROOT)}:{number}: {hit!r} in {line.strip()[:120]}")
+    assert found == [], (
+        "cites the project's tracker; say what the code does instead (another project's issue: owner/repo#N):\n"
+        + "\n".join(found)
+    )
