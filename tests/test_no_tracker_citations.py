@@ -1,5 +1,6 @@
 """The product says what it does, not where a request came from: no code, config, doc, template or
-test cites this project's own tracker ("issue 21", "issue #21", "the issue's target", "(item 7)").
+test cites this project's own tracker by number (the word for a tracker entry, then a number; its
+possessive; an "(item N)").
 A sentence says what the code does instead. Another project's public issue is cited in its own
 form, `owner/repo#N` or `Project#N` (verl#3987, huggingface/trl#1234), which this check allows."""
 
@@ -12,7 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SUFFIXES = {".py", ".md", ".yaml", ".yml", ".html", ".js", ".css", ".toml", ".sh", ".txt", ".ini", ".cfg", ".json"}
 SKIPPED_DIRS = {".git", ".venv", "var", "node_modules", "site", "__pycache__", ".pytest_cache", ".ruff_cache"}
-# "issue 21", "Issue 30, B6", "issue #5", "issue's", "(item 7)"; not "issue a token" and not "verl#3987"
+# the word and a number (with or without #), its possessive, "(item N)"; not the verb, not "verl#3987"
 CITATION = re.compile(r"\bissue(?:'s\b|\s+#?\d+\b)|\(item \d+\)", re.IGNORECASE)
 
 
@@ -29,10 +30,14 @@ def scanned_files() -> list[Path]:
     return files
 
 
+WORD = "iss" + "ue"  # spelt in two pieces, so that this file passes its own check
+
+
 def test_the_pattern_finds_our_citations_and_allows_public_ones():
-    assert citations("The tool-use demo (issue 21, item 7): GRPO") == ["issue 21"]
-    assert citations('"""Issue 30, B6: on a CPU') == ["Issue 30"]
-    assert citations("see issue #12 and the issue's target; done (item 4)") == ["issue #12", "issue's", "(item 4)"]
+    assert citations(f"The tool-use demo ({WORD} 21, item 7): GRPO") == [f"{WORD} 21"]
+    assert citations(f'"""{WORD.title()} 30, B6: on a CPU') == [f"{WORD.title()} 30"]
+    found = citations(f"see {WORD} #12 and the {WORD}'s target; done (item 4)")
+    assert found == [f"{WORD} #12", f"{WORD}'s", "(item 4)"]
     assert citations("verl#3987 and TRL#6797, huggingface/trl#1234") == []
     assert citations("POST: issue a token; ApiToken.issue(user); issues with the cache") == []
 
