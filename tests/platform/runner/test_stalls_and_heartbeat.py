@@ -253,8 +253,11 @@ def test_a_quiet_trainer_gets_its_stacks_and_phase_recorded_once(django_user_mod
     stand_in(
         monkeypatch,
         """
+        collector_in_phase = threading.Event()
+
         def collecting():
             with phases.phase("generation", "prompts 0-7 (step 2)"):
+                collector_in_phase.set()
                 time.sleep(600)
 
         def sleeping_in_generation():
@@ -262,6 +265,7 @@ def test_a_quiet_trainer_gets_its_stacks_and_phase_recorded_once(django_user_mod
                 time.sleep(600)
 
         threading.Thread(target=collecting, name="rollout-collector", daemon=True).start()
+        collector_in_phase.wait()  # every phase change comes before the quiet stretch begins
         sleeping_in_generation()
         """,
     )
