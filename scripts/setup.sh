@@ -16,7 +16,7 @@ for arg in "$@"; do
     --tests) with_tests=1 ;;
     --cuda) accelerator=cuda ;;
     --tpu) accelerator=tpu ;;
-    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "setup: unknown option $arg (try --help)" >&2; exit 2 ;;
   esac
 done

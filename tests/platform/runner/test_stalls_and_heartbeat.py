@@ -240,16 +240,28 @@ def test_a_cancel_waits_for_a_checkpoint_being_written_and_no_longer(
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_quiet_trainer_gets_its_stacks_and_phase_recorded_once(django_user_model, monkeypatch, settings):
+def test_a_quiet_trainer_gets_its_stacks_and_phase_recorded_once(django_user_model, monkeypatch, settings, tmp_path):
     """A stand-in trainer that sleeps inside "step 1 > generation" reports nothing for longer than the
     stall threshold: the supervisor takes every thread's stack (SIGUSR1) and phase, and writes them
     into the attempt's log, a warning event and a `stalled` alert of each rule watching stalls. Once
-    per stall: the trainer stays quiet, and nothing more is reported. Its heartbeat goes on."""
+    per stall: the trainer stays quiet, and nothing more is reported. Its heartbeat goes on.
+
+    The one-second threshold is set once the supervisor has seen the stand-in's last phase change:
+    a loaded host can take longer than that to start Python, which is a stall of its own."""
     settings.PLATFORM_HEARTBEAT_S = 0.2
     settings.PLATFORM_STATUS_POLL_S = 0.1
     settings.PLATFORM_CANCEL_GRACE_S = 0.3
-    settings.PLATFORM_STALL_FIRST_STEP_S = 1
+    settings.PLATFORM_STALL_FIRST_STEP_S = 3600
     settings.PLATFORM_STALL_MIN_S = 1
+    watches: list[stalls.StallWatch] = []
+
+    class RecordedWatch(stalls.StallWatch):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            watches.append(self)
+
+    monkeypatch.setattr(stalls, "StallWatch", RecordedWatch)
+    quiet = tmp_path / "quiet"
     stand_in(
         monkeypatch,
         """
@@ -262,12 +274,14 @@ def test_a_quiet_trainer_gets_its_stacks_and_phase_recorded_once(django_user_mod
 
         def sleeping_in_generation():
             with phases.phase("step", "1"), phases.phase("generation"):
+                open({quiet!r}, "w").close()
                 time.sleep(600)
 
         threading.Thread(target=collecting, name="rollout-collector", daemon=True).start()
         collector_in_phase.wait()  # every phase change comes before the quiet stretch begins
         sleeping_in_generation()
         """,
+        quiet=str(quiet),
     )
     carol = django_user_model.objects.create_user("carol")
     run = make_run(carol)
@@ -275,6 +289,9 @@ def test_a_quiet_trainer_gets_its_stacks_and_phase_recorded_once(django_user_mod
     AlertRule.objects.create(owner=carol, events=["failed"], channel="email", target="c@example.com")
     supervising = Supervising(run)
     try:
+        wait_for(quiet.exists, 60, "the stand-in to enter its last phase")
+        wait_for(lambda: watches and watches[0].stamp == stalls.progress_stamp(run_dir(run), 1), 60, "the phase seen")
+        watches[0].first_step_s = 1
         reports = lambda: [m for m in events(run) if m.startswith("stalled: ")]  # noqa: E731
         wait_for(reports, 60, "a stall report")
         time.sleep(2.5)  # more than the threshold again: still one report (the trainer stayed quiet)
