@@ -13,8 +13,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
 
+import pytest
 from django.conf import settings
 from django.db import connection
+from platform_testlib import tiny_config
+
+from experiments.models import Experiment, Run
 
 MANAGE_PY = Path(settings.REPO_ROOT) / "manage.py"
 
@@ -40,6 +44,26 @@ def subprocess_env() -> dict[str, str]:
         JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
     )
     return env
+
+
+def empty_artifacts() -> None:
+    """Run pks restart with each test database: drop the run folders an earlier test left."""
+    shutil.rmtree(settings.ARTIFACTS_DIR, ignore_errors=True)
+    settings.ARTIFACTS_DIR.mkdir(parents=True, exist_ok=True)
+
+
+@pytest.fixture
+def fresh_artifacts():
+    empty_artifacts()
+
+
+def make_run_with_dir(user, status: str, attempt: int = 1, **fields) -> Run:
+    """A run of a new tiny experiment of `user`, with its run folder's name (run-<pk>) set."""
+    exp = Experiment.objects.create(owner=user, name="e", config=tiny_config())
+    run = Run.objects.create(experiment=exp, config=exp.config, status=status, attempt=attempt, max_steps=6, **fields)
+    run.run_dir = f"run-{run.pk}"
+    run.save(update_fields=["run_dir"])
+    return run
 
 
 def purge_broker() -> None:
@@ -123,8 +147,7 @@ def platform_procs(log_dir: Path, log_lines: int = 25) -> Iterator[Procs]:
     database): killed before the test database is flushed, their last `log_lines` lines printed
     (pytest shows them only when the test failed), the broker emptied again."""
     purge_broker()
-    shutil.rmtree(settings.ARTIFACTS_DIR, ignore_errors=True)
-    settings.ARTIFACTS_DIR.mkdir(parents=True, exist_ok=True)
+    empty_artifacts()
     procs = Procs(log_dir)
     try:
         yield procs

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from platform_testlib import tiny_config
 
-from experiments.models import Experiment, Run
+from experiments.models import Experiment, RolloutSample, Run
 from web.config_form import form_values, html_name
 
 
@@ -29,6 +29,27 @@ def make_experiment(user, name: str = "exp", config: dict | None = None) -> Expe
 def make_run(experiment: Experiment, status: str = "queued", **fields) -> Run:
     fields.setdefault("max_steps", experiment.config["train"]["max_steps"])
     return Run.objects.create(experiment=experiment, config=experiment.config, status=status, attempt=1, **fields)
+
+
+def add_long_samples(run: Run, count: int = 2) -> None:
+    """`count` rollout samples of step 1 whose prompt and completion are long enough to squeeze a
+    page's columns (the layout tests)."""
+    RolloutSample.objects.bulk_create(
+        [
+            RolloutSample(
+                run=run,
+                step=1,
+                index=i,
+                group=0,
+                prompt="What is 12 + 30? " * 8,
+                prompt_hash="0" * 32,
+                completion="The answer is 42. " * 20,
+                reward=1.0,
+                advantage=0.5,
+            )
+            for i in range(count)
+        ]
+    )
 
 
 @pytest.fixture(autouse=True)

@@ -18,7 +18,6 @@ measured (request -> trainer process gone); `pytest -s` shows them.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import sys
 import textwrap
@@ -31,7 +30,15 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connection
 from platform_testlib import tiny_config
-from runner_testlib import MANAGE_PY, Procs, alive, purge_broker, subprocess_env, wait_for
+from runner_testlib import (
+    MANAGE_PY,
+    Procs,
+    alive,
+    fresh_artifacts,  # noqa: F401 (fixture)
+    purge_broker,
+    subprocess_env,
+    wait_for,
+)
 
 from experiments.models import Checkpoint, Experiment, MetricPoint, Run, RunEvent
 from runner import supervisor as supervisor_mod
@@ -80,12 +87,6 @@ BLOCKING_TRAINER = textwrap.dedent("""
     sys.argv = [{manage!r}, *sys.argv[1:]]
     runpy.run_path({manage!r}, run_name="__main__")
 """)
-
-
-@pytest.fixture
-def fresh_artifacts():
-    shutil.rmtree(settings.ARTIFACTS_DIR, ignore_errors=True)  # run pks restart with each test database
-    settings.ARTIFACTS_DIR.mkdir(parents=True, exist_ok=True)
 
 
 class SupervisedRun:
@@ -168,6 +169,20 @@ class SupervisedRun:
             os.kill(pid, signal.SIGKILL)
         self.thread.join(timeout=30)
 
+    def stop_while_blocked(self, action: str) -> tuple[int, float]:
+        """POST `action` once the trainer blocks inside its step, then wait for the supervisor to
+        end (the run's status is then in self.run). Returns the trainer's pid and the seconds from
+        the request until its process was gone."""
+        pid = None
+        try:
+            pid = self.wait_until_blocked()
+            requested_at = self.post(action)
+            latency_s = wait_gone(pid, requested_at)
+            self.finish()
+        finally:
+            self.kill_leftovers(pid)
+        return pid, latency_s
+
 
 def wait_gone(pid: int, since: float) -> float:
     """Seconds from `since` until process `pid` is gone (at most GONE_S, else the test fails)."""
@@ -181,20 +196,14 @@ def test_cancel_kills_a_trainer_busy_inside_a_step(monkeypatch, tmp_path, fresh_
     POST cancel -> the trainer process is gone and the run `cancelled`, with the metrics and the
     checkpoint of the steps done before. The event and the attempt's log say how it ended."""
     probe = SupervisedRun(monkeypatch, tmp_path, block_at_step, train__max_steps=50, checkpoint__every_steps=2)
-    pid = None
-    try:
-        pid = probe.wait_until_blocked()
-        requested_at = probe.post("cancel")
-        latency_s = wait_gone(pid, requested_at)
-        print(
-            f"cancel latency, trainer blocked after {block_at_step} steps: request -> trainer gone "
-            f"{latency_s:.2f} s (PLATFORM_CANCEL_GRACE_S={settings.PLATFORM_CANCEL_GRACE_S:g}, "
-            f"PLATFORM_STATUS_POLL_S={settings.PLATFORM_STATUS_POLL_S:g})"
-        )
-        assert probe.finish() == "cancelled", probe.events()
-        print("\n".join(line for line in probe.attempt_log().splitlines() if line.startswith("[supervisor")))
-    finally:
-        probe.kill_leftovers(pid)
+    pid, latency_s = probe.stop_while_blocked("cancel")
+    print(
+        f"cancel latency, trainer blocked after {block_at_step} steps: request -> trainer gone "
+        f"{latency_s:.2f} s (PLATFORM_CANCEL_GRACE_S={settings.PLATFORM_CANCEL_GRACE_S:g}, "
+        f"PLATFORM_STATUS_POLL_S={settings.PLATFORM_STATUS_POLL_S:g})"
+    )
+    print("\n".join(line for line in probe.attempt_log().splitlines() if line.startswith("[supervisor")))
+    assert probe.run.status == "cancelled", probe.events()
     assert probe.result["status"] == "cancelled" and probe.run.finished_at is not None
     events = probe.events()
     assert any("after the cancel request: SIGKILL sent" in m for m in events), events
@@ -222,15 +231,9 @@ def test_a_cancel_while_the_trainer_writes_a_checkpoint_keeps_that_checkpoint(
     monkeypatch.setenv("PROBE_SLOW_CHECKPOINT_AT", "2")
     monkeypatch.setenv("PROBE_SLOW_CHECKPOINT_S", "4")
     probe = SupervisedRun(monkeypatch, tmp_path, -1, train__max_steps=50, checkpoint__every_steps=2)
-    pid = None
-    try:
-        pid = probe.wait_until_blocked()
-        requested_at = probe.post("cancel")
-        latency_s = wait_gone(pid, requested_at)
-        print(f"cancel latency while the trainer writes a checkpoint (4 s late): {latency_s:.2f} s")
-        assert probe.finish() == "cancelled", probe.events()
-    finally:
-        probe.kill_leftovers(pid)
+    _, latency_s = probe.stop_while_blocked("cancel")
+    print(f"cancel latency while the trainer writes a checkpoint (4 s late): {latency_s:.2f} s")
+    assert probe.run.status == "cancelled", probe.events()
     events = probe.events()
     assert any(m.startswith("cancel: the trainer is writing a checkpoint; SIGKILL waits for it") for m in events)
     checkpoints = list(Checkpoint.objects.filter(run=probe.run).values_list("step", "path"))
@@ -247,15 +250,9 @@ def test_pause_of_a_busy_trainer_ends_paused_at_the_newest_checkpoint(monkeypatc
     settings.PLATFORM_STOP_GRACE_S = 1
     settings.PLATFORM_KILL_GRACE_S = 1
     probe = SupervisedRun(monkeypatch, tmp_path, 2, train__max_steps=50, checkpoint__every_steps=2)
-    pid = None
-    try:
-        pid = probe.wait_until_blocked()
-        requested_at = probe.post("pause")
-        latency_s = wait_gone(pid, requested_at)
-        print(f"pause latency, trainer blocked in step 3 (STOP_GRACE_S=1, KILL_GRACE_S=1): {latency_s:.2f} s")
-        assert probe.finish() == "paused", probe.events()
-    finally:
-        probe.kill_leftovers(pid)
+    _, latency_s = probe.stop_while_blocked("pause")
+    print(f"pause latency, trainer blocked in step 3 (STOP_GRACE_S=1, KILL_GRACE_S=1): {latency_s:.2f} s")
+    assert probe.run.status == "paused", probe.events()
     events = probe.events()
     assert any("after the pause request: SIGTERM sent" in m for m in events), events
     assert any("after SIGTERM: SIGKILL sent" in m for m in events), events

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -19,8 +18,12 @@ from django.conf import settings as django_settings
 from django.contrib.auth import get_user_model
 from django.db import connection
 from django.utils import timezone
-from platform_testlib import tiny_config
-from runner_testlib import alive, wait_for
+from runner_testlib import (
+    alive,
+    fresh_artifacts,  # noqa: F401 (fixture)
+    make_run_with_dir,
+    wait_for,
+)
 
 from experiments.models import (
     Checkpoint,
@@ -40,20 +43,11 @@ from runner.recovery import reap_stale_runs
 from runner.services import request_cancel
 from trainers.step.hooks import Action, RunInfo, TrainResult
 
-
-@pytest.fixture(autouse=True)
-def fresh_artifacts():
-    """Run pks restart with each test database: drop run directories an earlier session left."""
-    shutil.rmtree(django_settings.ARTIFACTS_DIR, ignore_errors=True)
-    django_settings.ARTIFACTS_DIR.mkdir(parents=True, exist_ok=True)
+pytestmark = pytest.mark.usefixtures("fresh_artifacts")
 
 
 def make_run(user, status="running", attempt=1, **fields) -> Run:
-    exp = Experiment.objects.create(owner=user, name="e", config=tiny_config())
-    run = Run.objects.create(experiment=exp, config=exp.config, status=status, attempt=attempt, max_steps=6, **fields)
-    run.run_dir = f"run-{run.pk}"
-    run.save(update_fields=["run_dir"])
-    return run
+    return make_run_with_dir(user, status, attempt, **fields)
 
 
 def metrics(step: int) -> dict[str, float]:

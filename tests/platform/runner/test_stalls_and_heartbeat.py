@@ -18,11 +18,15 @@ from django.conf import settings as django_settings
 from django.db import connection
 from django.db.models import Q
 from django.utils import timezone
-from platform_testlib import tiny_config
-from runner_testlib import alive, wait_for
+from runner_testlib import (
+    alive,
+    fresh_artifacts,  # noqa: F401 (fixture)
+    make_run_with_dir,
+    wait_for,
+)
 
 from alerts.models import AlertDelivery, AlertRule
-from experiments.models import Experiment, Run, RunEvent
+from experiments.models import Run, RunEvent
 from runner import stalls
 from runner import supervisor as supervisor_mod
 from runner.attempt import finish_run
@@ -42,12 +46,11 @@ def fresh_artifacts():
     django_settings.ARTIFACTS_DIR.mkdir(parents=True, exist_ok=True)
 
 
+pytestmark = pytest.mark.usefixtures("fresh_artifacts")
+
+
 def make_run(user, status="queued", attempt=1, **fields) -> Run:
-    exp = Experiment.objects.create(owner=user, name="e", config=tiny_config())
-    run = Run.objects.create(experiment=exp, config=exp.config, status=status, attempt=attempt, max_steps=6, **fields)
-    run.run_dir = f"run-{run.pk}"
-    run.save(update_fields=["run_dir"])
-    return run
+    return make_run_with_dir(user, status, attempt, **fields)
 
 
 def run_dir(run: Run) -> str:

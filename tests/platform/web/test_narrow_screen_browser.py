@@ -10,11 +10,11 @@ from api_testlib import fresh_caches  # noqa: F401 (fixture)
 from browser_testlib import logged_in_page  # noqa: F401 (fixture)
 from django.urls import reverse
 from django.utils import timezone
-from web_testlib import fast_passwords, make_experiment, make_run  # noqa: F401 (fast_passwords: autouse)
+from web_testlib import add_long_samples, fast_passwords, make_experiment, make_run  # noqa: F401 (fast_passwords: autouse)
 
 from evaluations.models import EvaluationJob
 from experiments.dataset_models import Dataset
-from experiments.models import Checkpoint, MetricPoint, RolloutSample
+from experiments.models import Checkpoint, MetricPoint
 from sweeps.models import Sweep, SweepStatus, Trial
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("fresh_caches")]
@@ -34,22 +34,7 @@ def main_pages(user) -> dict[str, str]:
         ]
     )
     Checkpoint.objects.create(run=run, step=3, path="run/checkpoints/3", size_bytes=2048, metrics={"reward/mean": 0.3})
-    RolloutSample.objects.bulk_create(
-        [
-            RolloutSample(
-                run=run,
-                step=1,
-                index=i,
-                group=0,
-                prompt="What is 12 + 30? " * 8,
-                prompt_hash="0" * 32,
-                completion="The answer is 42. " * 20,
-                reward=1.0,
-                advantage=0.5,
-            )
-            for i in range(2)
-        ]
-    )
+    add_long_samples(run)
     space = {"optimizer.learning_rate": {"type": "float", "low": 1e-5, "high": 1e-2, "log": True}}
     sweep = Sweep.objects.create(
         experiment=experiment,

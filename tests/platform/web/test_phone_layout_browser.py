@@ -15,9 +15,9 @@ from django.db import connections
 from django.urls import reverse
 from platform_testlib import BROWSER_WAIT_MS
 from playwright.sync_api import expect, sync_playwright
-from web_testlib import fast_passwords, make_experiment, make_run  # noqa: F401 (fast_passwords: autouse)
+from web_testlib import add_long_samples, fast_passwords, make_experiment, make_run  # noqa: F401 (fast_passwords: autouse)
 
-from experiments.models import Checkpoint, MetricPoint, RolloutSample
+from experiments.models import Checkpoint, MetricPoint
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("fresh_caches")]
 DEMO = "demo: SmolLM2 arithmetic"
@@ -98,22 +98,7 @@ def pages_with_tables(user) -> dict[str, tuple[str, str]]:
         [MetricPoint(run=run, step=s, name="reward/mean", value=s / 10, wall_time=1e9 + s) for s in (1, 2, 3)]
     )
     Checkpoint.objects.create(run=run, step=3, path="run/checkpoints/3", size_bytes=2048, metrics={"reward/mean": 0.3})
-    RolloutSample.objects.bulk_create(
-        [
-            RolloutSample(
-                run=run,
-                step=1,
-                index=i,
-                group=0,
-                prompt="What is 12 + 30? " * 8,
-                prompt_hash="0" * 32,
-                completion="The answer is 42. " * 20,
-                reward=1.0,
-                advantage=0.5,
-            )
-            for i in range(2)
-        ]
-    )
+    add_long_samples(run)
     return {
         "runs": (reverse("run-list"), "run-table"),
         "rollout browser": (reverse("run-samples", args=[run.pk]), "samples-browse"),
