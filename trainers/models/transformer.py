@@ -524,6 +524,47 @@ def completion_logprobs(
     return jnp.where(completion_mask, token_logprobs, zeros), jnp.where(completion_mask, entropy, zeros)
 
 
+def packed_logprobs(
+    graphdef: nnx.GraphDef,
+    params: nnx.State,
+    packed: dict[str, jax.Array],
+    completion_shape: tuple[int, int],
+    temperature: float | jax.Array,
+) -> tuple[jax.Array, jax.Array]:
+    """`completion_logprobs` of a packed micro-batch (`trainers.step.packing`): packed["tokens" ...]
+    with the `packed_` names of `PackedRows.arrays` ([R, L] rows, [R, Tr] completion tokens).
+    Returns (logprobs, entropy) [S, Lc] = completion_shape, float32, zeros where no token: the
+    values of the unpacked pass, with the model run over the rows' R x L positions and the LM head
+    over their R x Tr completion tokens only."""
+    model = nnx.merge(graphdef, params)
+    tokens, segments, members = packed["packed_tokens"], packed["packed_segments"], packed["packed_members"]
+    hidden, _ = model(
+        tokens, packed["packed_positions"], segment_attention_mask(segments, members), remat=model.cfg.remat
+    )
+    predicting = jnp.take_along_axis(hidden, packed["packed_predictor"][..., None], axis=1)  # [R,Tr,H]
+    temperature = jnp.asarray(temperature, dtype=jnp.float32)
+    temperature = jnp.where(temperature > 0, temperature, 1.0)
+    token_logprobs, entropy = token_logprobs_and_entropy(model, predicting, packed["packed_target"], temperature)
+    sequences, width = completion_shape
+    slot = packed["packed_slot"].reshape(-1)
+
+    def to_sequences(values: jax.Array) -> jax.Array:
+        flat = jnp.zeros((sequences * width,), jnp.float32).at[slot].set(values.reshape(-1), mode="drop")
+        return flat.reshape(sequences, width)
+
+    return to_sequences(token_logprobs), to_sequences(entropy)
+
+
+def segment_attention_mask(segments: jax.Array, members: jax.Array) -> jax.Array:
+    """[R,L] segments and members of packed rows -> [R,L,L] bool (`trainers.step.packing.attention_mask`):
+    causal within a unit, a completion seeing its prompt and itself, nothing across units."""
+    length = segments.shape[-1]
+    causal = jnp.tril(jnp.ones((length, length), dtype=jnp.bool_))
+    same_unit = (segments[:, :, None] == segments[:, None, :]) & (segments[:, None, :] > 0)
+    visible = (members[:, None, :] == 0) | (members[:, None, :] == members[:, :, None])
+    return causal[None] & same_unit & visible
+
+
 def _grouped_hidden(
     graphdef: nnx.GraphDef,
     params: nnx.State,

@@ -1,0 +1,115 @@
+"""Sequence packing's host side against hand-laid rows: units that share a prompt, positions that
+restart per unit, the attention mask, the predictor / target / slot arrays, the bucketed shapes,
+the rows dealt evenly over devices, and the batches it refuses."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from trainers.models.transformer import segment_attention_mask
+from trainers.step.packing import PackedShape, pack, packed_shape, padding_fraction
+
+
+def batch(prompts: list[list[int]], completions: list[list[int]], prompt_width: int = 3, completion_width: int = 4):
+    """Left-padded prompts and right-padded completions (padding token 0)."""
+    n = len(prompts)
+    prompt_tokens = np.zeros((n, prompt_width), np.int32)
+    prompt_valid = np.zeros((n, prompt_width), bool)
+    completion_tokens = np.zeros((n, completion_width), np.int32)
+    completion_mask = np.zeros((n, completion_width), bool)
+    for s, (p, c) in enumerate(zip(prompts, completions)):
+        prompt_tokens[s, prompt_width - len(p) :] = p
+        prompt_valid[s, prompt_width - len(p) :] = True
+        completion_tokens[s, : len(c)] = c
+        completion_mask[s, : len(c)] = True
+    return prompt_tokens, prompt_valid, completion_tokens, completion_mask
+
+
+def test_a_group_shares_its_prompt_and_each_completion_restarts_after_it():
+    # two sequences of prompt [7, 8]: completions [1, 2] and [3]; then prompt [9] with [4, 5, 6]
+    b = batch([[7, 8], [7, 8], [9]], [[1, 2], [3], [4, 5, 6]])
+    packed = pack(*b, PackedShape(rows=1, row_tokens=12, row_targets=8))
+    # units longest first: [7 8 | 1 2 | 3] (5 tokens) then [9 | 4 5 6] (4 tokens)
+    assert packed.tokens.tolist() == [[7, 8, 1, 2, 3, 9, 4, 5, 6, 0, 0, 0]]
+    assert packed.positions.tolist() == [[0, 1, 2, 3, 2, 0, 1, 2, 3, 0, 0, 0]]
+    assert packed.segments.tolist() == [[1, 1, 1, 1, 1, 2, 2, 2, 2, 0, 0, 0]]
+    assert packed.members.tolist() == [[0, 0, 1, 1, 2, 0, 1, 1, 1, 0, 0, 0]]
+    # token 1 is predicted by the prompt's last token (row position 1), 2 by 1 (position 2), 3 by
+    # the prompt's last token again; 4 by 9 (position 5), 5 by 4, 6 by 5
+    assert packed.predictor.tolist() == [[1, 2, 1, 5, 6, 7, 0, 0]]
+    assert packed.target.tolist() == [[1, 2, 3, 4, 5, 6, 0, 0]]
+    pad = 3 * 4  # S * Lc: out of range, dropped
+    assert packed.slot.tolist() == [[0, 1, 4, 8, 9, 10, pad, pad]]
+    assert packed.real_tokens == 9
+    assert padding_fraction([packed]) == pytest.approx(3 / 12)
+
+
+def test_the_mask_lets_a_completion_see_its_prompt_and_itself_only():
+    b = batch([[7, 8], [7, 8], [9]], [[1, 2], [3], [4, 5, 6]])
+    packed = pack(*b, PackedShape(rows=1, row_tokens=12, row_targets=8))
+    mask = np.asarray(segment_attention_mask(packed.segments, packed.members))[0]
+    seen = {t: [s for s in range(12) if mask[t, s]] for t in range(12)}
+    assert seen[1] == [0, 1]  # the prompt: itself, causally
+    assert seen[3] == [0, 1, 2, 3]  # completion 1's second token: the prompt and completion 1
+    assert seen[4] == [0, 1, 4]  # completion 2 skips completion 1
+    assert seen[6] == [5, 6]  # the next unit sees nothing of the first
+    assert seen[8] == [5, 6, 7, 8]
+    assert seen[10] == []  # padding attends to nothing
+
+
+def test_a_group_longer_than_a_row_is_split_with_a_copy_of_its_prompt():
+    b = batch([[7, 8]] * 3, [[1, 2, 3], [4, 5], [6]])
+    packed = pack(*b, PackedShape(rows=2, row_tokens=6, row_targets=4))
+    # [7 8 | 1 2 3] is 5 tokens; adding [4 5] would make 7 > 6, so a second unit [7 8 | 4 5 | 6]
+    assert packed.tokens.tolist() == [[7, 8, 1, 2, 3, 0], [7, 8, 4, 5, 6, 0]]
+    assert packed.positions.tolist() == [[0, 1, 2, 3, 4, 0], [0, 1, 2, 3, 2, 0]]
+    assert packed.slot[0, :3].tolist() == [0, 1, 2] and packed.slot[1, :3].tolist() == [4, 5, 8]
+
+
+def test_empty_completions_are_left_out_and_shapes_are_bucketed():
+    b = batch([[7, 8], [7, 8], [9]], [[1, 2], [], [4, 5, 6]], prompt_width=4, completion_width=60)
+    # the longest sequence is 1 + 3 = 4 tokens; rows are multiples of ceil(64 / 4) = 16 tokens
+    shape = packed_shape(*b)
+    assert shape == PackedShape(rows=1, row_tokens=16, row_targets=16)
+    packed = pack(*b, shape)
+    assert packed.target[0, :5].tolist() == [1, 2, 4, 5, 6]
+    assert packed.real_tokens == 4 + 4
+
+
+def test_row_counts_come_in_few_sizes_and_in_multiples_of_the_devices():
+    # 9 sequences of 16 tokens each (a prompt of its own each): 9 rows of 16
+    b = batch([[s + 1] for s in range(9)], [[1] * 15] * 9, prompt_width=1, completion_width=15)
+    assert packed_shape(*b).rows == 12  # 9 -> 12 (8, 12, 16, ...)
+    assert packed_shape(*b, row_multiple=2).rows == 12  # 2 x 6
+    assert packed_shape(*b, row_multiple=4).rows == 12  # 4 x 3
+    assert packed_shape(*b, row_multiple=8).rows == 16
+
+
+def test_rows_are_dealt_so_every_device_gets_about_the_same_tokens():
+    # units of 8, 7, 6, 5, 4, 3, 2 tokens (prompt 1 + completion; the last sequence has no completion
+    # token and is left out), rows of 8: first-fit gives [8], [7], [6 2], [5 3], [4] -> 5 rows,
+    # padded to 6; two devices of 3 rows each: 8 + 7 + 4 and 8 + 8 + 0
+    lengths = [8, 7, 6, 5, 4, 3, 2, 1]
+    b = batch([[s + 1] for s in range(8)], [[9] * (n - 1) for n in lengths], prompt_width=1, completion_width=7)
+    shape = PackedShape(rows=6, row_tokens=8, row_targets=8)
+    packed = pack(*b, shape, row_multiple=2)
+    per_row = [(packed.segments[r] > 0).sum() for r in range(6)]
+    assert sorted(per_row) == [0, 4, 7, 8, 8, 8]
+    assert sorted([sum(per_row[:3]), sum(per_row[3:])]) == [16, 19]
+
+
+def test_what_packing_refuses():
+    b = batch([[7, 8]], [[1, 2, 3]])
+    with pytest.raises(ValueError, match="more than 1 rows of 4 tokens"):
+        pack(*b, PackedShape(rows=1, row_tokens=4, row_targets=4))
+    with pytest.raises(ValueError, match="more than 2 completion tokens"):
+        pack(*b, PackedShape(rows=1, row_tokens=8, row_targets=2))
+    holey = list(b)
+    holey[3] = np.array([[True, False, True, False]])
+    with pytest.raises(ValueError, match="without holes"):
+        packed_shape(*holey)
+    right_padded_prompt = list(b)
+    right_padded_prompt[1] = np.array([[True, True, False]])
+    with pytest.raises(ValueError, match="left-padded"):
+        pack(*right_padded_prompt, PackedShape(1, 8, 8))

@@ -1,0 +1,280 @@
+"""Sequence packing: a micro-batch's sequences laid end to end in rows of one length, so that the
+log-prob passes and the update compute their tokens and little padding.
+
+A micro-batch of S sequences (prompts left-padded [S, Lp], completions right-padded [S, Lc])
+becomes R rows of L token positions. Consecutive sequences with the same prompt (GRPO's G
+completions of one prompt) form a *unit* [prompt, c1, ..., ck]: the prompt once, then each
+completion after it. A group too long for one row is split into several units, each with its own
+copy of the prompt. Units go into rows first-fit, longest first.
+
+Each position carries its unit's number in the row (`segments`, 1-based; 0 = padding) and its
+member (`members`: 0 the prompt, i the unit's i-th completion). A query attends to the keys
+before it in its own unit that are the prompt or its own completion
+(`transformer.segment_attention_mask`), and
+positions restart in every unit (prompt 0 .. P-1, each completion P, P + 1, ...): each completion
+sees exactly what it sees unpacked, so its log-probs are those of the unpacked pass.
+
+The completion tokens come back through three [R, Tr] arrays: `predictor`, the position in the row
+whose hidden state predicts a completion token (the prompt's last token for token 0, the token
+before it after that); `target`, that token; and `slot`, where its log-prob goes in the
+micro-batch's [S, Lc] layout (s * Lc + j; S * Lc, out of range, for a padding entry).
+
+Pure NumPy; the shapes are bucketed (`packed_shape`) so that a run compiles few of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+ROW_TOKEN_PARTS = 4  # row lengths are multiples of a quarter of (prompt width + completion width)
+TARGET_PARTS = 8  # a row's completion-token count is bucketed in eighths of its length
+TOKEN_MULTIPLE = 16
+
+
+@dataclasses.dataclass(frozen=True)
+class PackedShape:
+    """rows R, row_tokens L and row_targets Tr (completion tokens per row) of a packed micro-batch."""
+
+    rows: int
+    row_tokens: int
+    row_targets: int
+
+    def fits(self, other: PackedShape) -> bool:
+        return self.rows >= other.rows and self.row_tokens >= other.row_tokens and self.row_targets >= other.row_targets
+
+    def union(self, other: PackedShape) -> PackedShape:
+        return PackedShape(
+            max(self.rows, other.rows), max(self.row_tokens, other.row_tokens), max(self.row_targets, other.row_targets)
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class PackedRows:
+    """A packed micro-batch; every array [R, L] or [R, Tr], int32 (see the module docstring)."""
+
+    tokens: np.ndarray
+    positions: np.ndarray
+    segments: np.ndarray
+    members: np.ndarray
+    predictor: np.ndarray
+    target: np.ndarray
+    slot: np.ndarray
+    real_tokens: int  # the positions that hold a token (the prompt copies included)
+
+    @property
+    def shape(self) -> PackedShape:
+        return PackedShape(self.tokens.shape[0], self.tokens.shape[1], self.predictor.shape[1])
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The arrays the packed log-prob pass and update read, by their batch names."""
+        return {f"packed_{f}": getattr(self, f) for f in ("tokens", "positions", "segments", "members")} | {
+            "packed_predictor": self.predictor,
+            "packed_target": self.target,
+            "packed_slot": self.slot,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class _Unit:
+    prompt: np.ndarray  # the prompt's valid tokens
+    completions: tuple[tuple[int, np.ndarray], ...]  # (sequence index, its valid completion tokens)
+
+    @property
+    def length(self) -> int:
+        return len(self.prompt) + sum(len(c) for _, c in self.completions)
+
+    @property
+    def targets(self) -> int:
+        return sum(len(c) for _, c in self.completions)
+
+
+def _round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+def _nice_count(n: int, multiple: int) -> int:
+    """The smallest count >= n that is `multiple` times 1, 2, 3, 4, 6, 8, 12, 16, ... (a power of two
+    or 1.5 times one): few distinct shapes, at most a third of them empty."""
+    units = -(-n // multiple)
+    if units <= 4:
+        return units * multiple
+    power = 1 << (units.bit_length() - 1)
+    for candidate in (power, power * 3 // 2, power * 2):
+        if candidate >= units:
+            return candidate * multiple
+    raise AssertionError("unreachable")
+
+
+def _lengths(prompt_valid: np.ndarray, completion_mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each sequence's prompt and completion token counts; ValueError unless every prompt is
+    left-padded and every completion right-padded (no hole: packing drops padding positions)."""
+    prompt_valid = np.asarray(prompt_valid, bool)
+    completion_mask = np.asarray(completion_mask, bool)
+    prompt_lengths = prompt_valid.sum(axis=1)
+    completion_lengths = completion_mask.sum(axis=1)
+    width_p, width_c = prompt_valid.shape[1], completion_mask.shape[1]
+    if not np.array_equal(prompt_valid, np.arange(width_p)[None, :] >= (width_p - prompt_lengths)[:, None]):
+        raise ValueError("packing needs left-padded prompts")
+    if not np.array_equal(completion_mask, np.arange(width_c)[None, :] < completion_lengths[:, None]):
+        raise ValueError("packing needs right-padded completions without holes")
+    return prompt_lengths, completion_lengths
+
+
+def _units(
+    prompt_tokens: np.ndarray,
+    prompt_valid: np.ndarray,
+    completion_tokens: np.ndarray,
+    completion_mask: np.ndarray,
+    row_tokens: int | None,
+) -> list[_Unit]:
+    """The micro-batch's units: consecutive sequences of one prompt share it while the unit stays
+    within `row_tokens` (None: no limit). Sequences without a completion token are left out."""
+    prompt_lengths, completion_lengths = _lengths(prompt_valid, completion_mask)
+    width_p = prompt_tokens.shape[1]
+    units: list[_Unit] = []
+    prompt: np.ndarray | None = None
+    members: list[tuple[int, np.ndarray]] = []
+    for s in range(prompt_tokens.shape[0]):
+        n = int(completion_lengths[s])
+        if n == 0:
+            continue
+        own = np.asarray(prompt_tokens[s, width_p - int(prompt_lengths[s]) :], np.int32)
+        completion = np.asarray(completion_tokens[s, :n], np.int32)
+        same = prompt is not None and np.array_equal(own, prompt)
+        room = row_tokens is None or len(own) + sum(len(c) for _, c in members) + n <= row_tokens
+        if same and room:
+            members.append((s, completion))
+            continue
+        if prompt is not None:
+            units.append(_Unit(prompt, tuple(members)))
+        prompt, members = own, [(s, completion)]
+    if prompt is not None:
+        units.append(_Unit(prompt, tuple(members)))
+    return units
+
+
+def _place(units: list[_Unit], row_tokens: int) -> list[list[_Unit]]:
+    """First-fit decreasing: units into as few rows of `row_tokens` as it finds."""
+    rows: list[list[_Unit]] = []
+    free: list[int] = []
+    for unit in sorted(units, key=lambda u: -u.length):
+        for r, room in enumerate(free):
+            if unit.length <= room:
+                rows[r].append(unit)
+                free[r] -= unit.length
+                break
+        else:
+            rows.append([unit])
+            free.append(row_tokens - unit.length)
+    return rows
+
+
+def row_token_quantum(prompt_width: int, completion_width: int) -> int:
+    """Row lengths are multiples of this: a quarter of the unpacked row, rounded up to 16 tokens."""
+    return _round_up(max(1, -(-(prompt_width + completion_width) // ROW_TOKEN_PARTS)), TOKEN_MULTIPLE)
+
+
+def packed_shape(
+    prompt_tokens: np.ndarray,
+    prompt_valid: np.ndarray,
+    completion_tokens: np.ndarray,
+    completion_mask: np.ndarray,
+    row_multiple: int = 1,
+) -> PackedShape:
+    """The bucketed shape that holds this micro-batch: rows of the longest sequence (prompt +
+    completion) rounded up to `row_token_quantum`, as many as first-fit needs rounded up to a
+    multiple of `row_multiple` (the devices a micro-batch is split over) times 1, 2, 3, 4, 6, 8,
+    12, ...; and the most completion tokens a row holds, in eighths of the row. ValueError as
+    `pack` (a prompt not left-padded, a completion with a hole)."""
+    prompt_lengths, completion_lengths = _lengths(prompt_valid, completion_mask)
+    quantum = row_token_quantum(prompt_tokens.shape[1], completion_tokens.shape[1])
+    live = completion_lengths > 0
+    longest = int((prompt_lengths + completion_lengths)[live].max()) if live.any() else 1
+    row_tokens = _round_up(longest, quantum)
+    rows = _place(_units(prompt_tokens, prompt_valid, completion_tokens, completion_mask, row_tokens), row_tokens)
+    targets = max((sum(u.targets for u in row) for row in rows), default=1)
+    target_quantum = max(1, _round_up(-(-row_tokens // TARGET_PARTS), TOKEN_MULTIPLE))
+    return PackedShape(
+        rows=_nice_count(max(len(rows), 1), row_multiple),
+        row_tokens=row_tokens,
+        row_targets=min(_round_up(targets, target_quantum), row_tokens),
+    )
+
+
+def pack(
+    prompt_tokens: np.ndarray,
+    prompt_valid: np.ndarray,
+    completion_tokens: np.ndarray,
+    completion_mask: np.ndarray,
+    shape: PackedShape,
+    row_multiple: int = 1,
+) -> PackedRows:
+    """The micro-batch packed into `shape` (one that `packed_shape` gave for it or for a larger
+    one). With row_multiple = d > 1 the rows are dealt so that each of d consecutive blocks of R / d
+    rows (what each device gets) holds about the same number of tokens.
+
+    ValueError when it does not fit, or when a prompt is not left-padded or a completion has a hole
+    (packing drops padding positions, so such a batch runs unpacked)."""
+    sequences, completion_width = completion_tokens.shape
+    units = _units(prompt_tokens, prompt_valid, completion_tokens, completion_mask, shape.row_tokens)
+    rows = _place(units, shape.row_tokens)
+    if len(rows) > shape.rows or any(u.length > shape.row_tokens for u in units):
+        raise ValueError(f"the micro-batch needs more than {shape.rows} rows of {shape.row_tokens} tokens")
+    rows += [[] for _ in range(shape.rows - len(rows))]
+    if row_multiple > 1:
+        rows = _dealt(rows, row_multiple)
+    R, L, T = shape.rows, shape.row_tokens, shape.row_targets
+    tokens = np.zeros((R, L), np.int32)
+    positions = np.zeros((R, L), np.int32)
+    segments = np.zeros((R, L), np.int32)
+    members = np.zeros((R, L), np.int32)
+    predictor = np.zeros((R, T), np.int32)
+    target = np.zeros((R, T), np.int32)
+    slot = np.full((R, T), sequences * completion_width, np.int32)
+    real = 0
+    for r, row in enumerate(rows):
+        at, filled = 0, 0
+        for number, unit in enumerate(row, start=1):
+            p = len(unit.prompt)
+            tokens[r, at : at + p] = unit.prompt
+            positions[r, at : at + p] = np.arange(p)
+            segments[r, at : at + p + sum(len(c) for _, c in unit.completions)] = number
+            last_prompt = at + p - 1
+            at += p
+            for member, (s, completion) in enumerate(unit.completions, start=1):
+                n = len(completion)
+                if filled + n > T:
+                    raise ValueError(f"a row holds more than {T} completion tokens")
+                tokens[r, at : at + n] = completion
+                positions[r, at : at + n] = p + np.arange(n)
+                members[r, at : at + n] = member
+                predictor[r, filled] = last_prompt
+                predictor[r, filled + 1 : filled + n] = at + np.arange(n - 1)
+                target[r, filled : filled + n] = completion
+                slot[r, filled : filled + n] = s * completion_width + np.arange(n)
+                at += n
+                filled += n
+        real += at
+    return PackedRows(tokens, positions, segments, members, predictor, target, slot, real)
+
+
+def _dealt(rows: list[list[_Unit]], blocks: int) -> list[list[_Unit]]:
+    """The rows reordered so that block b (rows b * R/blocks .. ) gets every blocks-th row of the
+    fullest-first order, back and forth: the blocks' token counts differ by at most a row's."""
+    order = sorted(range(len(rows)), key=lambda r: -sum(u.length for u in rows[r]))
+    per_block = len(rows) // blocks
+    dealt: list[list[list[_Unit]]] = [[] for _ in range(blocks)]
+    for i, r in enumerate(order):
+        lap, at = divmod(i, blocks)
+        dealt[at if lap % 2 == 0 else blocks - 1 - at].append(rows[r])
+    assert all(len(d) == per_block for d in dealt)
+    return [row for block in dealt for row in block]
+
+
+def padding_fraction(packed: list[PackedRows]) -> float:
+    """Of the token positions the packed micro-batches compute, the fraction that holds no token."""
+    total = sum(math.prod(p.tokens.shape) for p in packed)
+    return 1.0 - sum(p.real_tokens for p in packed) / total if total else 0.0
