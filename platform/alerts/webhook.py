@@ -102,6 +102,9 @@ def post(url: str, message: str, timeout_s: float, *, resolver: url_guard.Resolv
             connection.request("POST", path, body=body, headers=headers)
             response = connection.getresponse()
             reply = response.read(RESPONSE_PREVIEW_CHARS).decode("utf-8", "replace")
+            if watchdog.expired:
+                # the cut's end of file can end the headers early and look like a whole answer
+                raise TimeoutError()
         except (OSError, http.client.HTTPException, ValueError) as exc:
             last_error = TimeoutError() if watchdog.expired else exc
             continue

@@ -18,9 +18,11 @@ ANSWER = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\
 
 
 class DripReceiver:
-    """Reads the request, then answers one byte every 0.1 s (the whole answer takes 6.6 s)."""
+    """Reads the request, then answers one byte every 0.1 s (the whole answer takes 6.6 s), after
+    the first `at_once` bytes sent together."""
 
-    def __init__(self):
+    def __init__(self, at_once: int = 0):
+        self.at_once = at_once
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.sent = 0
@@ -33,7 +35,9 @@ class DripReceiver:
         with conn:
             conn.recv(65536)
             stop = threading.Event()
-            for byte in ANSWER:
+            conn.sendall(ANSWER[: self.at_once])
+            self.sent = self.at_once
+            for byte in ANSWER[self.at_once :]:
                 try:
                     conn.sendall(bytes([byte]))
                 except OSError:
@@ -43,10 +47,13 @@ class DripReceiver:
                 stop.wait(0.1)
 
 
-def test_a_webhook_that_answers_a_byte_at_a_time_is_cut_off_at_the_deadline(settings, monkeypatch):
+@pytest.mark.parametrize("at_once", [0, len(b"HTTP/1.1 200 OK\r\n")], ids=["drip", "status-line-at-once"])
+def test_a_webhook_that_answers_a_byte_at_a_time_is_cut_off_at_the_deadline(settings, monkeypatch, at_once):
+    """Cut off mid-answer, the delivery fails as timed out, also when the status line came whole
+    and the cut fell in the headers (its end of file must not pass for their end: a 200)."""
     monkeypatch.setattr(url_guard, "resolve", lambda host, port: ["127.0.0.1"])
     settings.PLATFORM_ALERT_WEBHOOK_ALLOW = ["127.0.0.1"]
-    receiver = DripReceiver()
+    receiver = DripReceiver(at_once)
     with pytest.raises(webhook.DeliveryError) as failed:
         webhook.post(f"http://hooks.test:{receiver.port}/services/secret", "run failed", 1.0)
     assert "timed out" in str(failed.value) and "secret" not in str(failed.value)
