@@ -6,13 +6,12 @@ form, `owner/repo#N` or `Project#N` (verl#3987, huggingface/trl#1234), which thi
 
 from __future__ import annotations
 
-import os
 import re
+import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SUFFIXES = {".py", ".md", ".yaml", ".yml", ".html", ".js", ".css", ".toml", ".sh", ".txt", ".ini", ".cfg", ".json"}
-SKIPPED_DIRS = {".git", ".venv", "var", "node_modules", "site", "__pycache__", ".pytest_cache", ".ruff_cache"}
 # the word and a number (with or without #), its possessive, "(item N)"; not the verb, not "verl#3987"
 CITATION = re.compile(r"\bissue(?:'s\b|\s+#?\d+\b)|\(item \d+\)", re.IGNORECASE)
 
@@ -23,11 +22,16 @@ def citations(text: str) -> list[str]:
 
 
 def scanned_files() -> list[Path]:
-    files = []
-    for folder, dirs, names in os.walk(ROOT):
-        dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS)
-        files += [Path(folder) / n for n in sorted(names) if Path(n).suffix in SUFFIXES or n == "run"]
-    return files
+    """The project's own files as git sees them: tracked, and untracked ones it does not ignore (no
+    virtual environment, data folder or build output, wherever one was made)."""
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    names = sorted(n for n in listed.split("\0") if n)
+    return [ROOT / n for n in names if (Path(n).suffix in SUFFIXES or Path(n).name == "run") and (ROOT / n).is_file()]
 
 
 WORD = "iss" + "ue"  # spelt in two pieces, so that this file passes its own check

@@ -33,7 +33,7 @@ def test_the_docs_search_finds_pages_under_the_csp(live_server):
             assert "script-src 'self'" in response.headers["content-security-policy"]
             query = page.locator("input[data-md-component='search-query']")
             query.click()
-            query.fill("checkpoint")
+            query.press_sequentially("checkpoint")  # keys, as typed: the search reads the box on keyup
             results = page.locator(".md-search-result__item")
             expect(results.first).to_be_visible()
             assert results.count() >= 2
