@@ -23,6 +23,7 @@ TRAIN_METRICS = (
     "timing/reward_s",
     "throughput/tokens_per_s",
     "train/trained_sequence_fraction",
+    "train/padding_fraction",
     "mismatch/logprob_diff_mean",
     "mismatch/logprob_diff_max",
     "mismatch/kl",
@@ -154,6 +155,8 @@ METRIC_DESCRIPTIONS = {
     "throughput/tokens_per_s": "tokens (prompt and completion) of the step per second of the step",
     "train/trained_sequence_fraction": "share of the step's sequences the updates trained (without a KL term the "
     "sequences of all-equal groups are skipped)",
+    "train/padding_fraction": "share of the token positions the step's updates computed that held no token (padding "
+    "of rows; batch.packing packs sequences end to end where that removes much of it)",
     "mismatch/logprob_diff_mean": "mean |log pi_trainer - log pi_sampler| of the sampled tokens (the generation copy "
     "against the trained weights, both of the full distribution, before top-k / top-p; async: over the rows the "
     "current weights sampled, absent when there are none)",

@@ -344,6 +344,12 @@ class BatchSection(_Section):
         le=MAX_SEQUENCES,
         description="Sequences per old-policy / reference log-prob pass; null = train micro-batch.",
     )
+    packing: bool = Field(
+        True,
+        description="Pack each micro-batch's sequences end to end in rows (a group's prompt once, each "
+        "completion seeing its prompt and itself) in the log-prob passes and updates, where that computes "
+        "at most 0.8 of the padded positions: long-tailed completion lengths. false = always padded rows.",
+    )
 
 
 class MismatchSection(_Section):

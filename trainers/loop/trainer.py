@@ -55,6 +55,7 @@ from trainers.loop.update import (
     completion_width,
     loss_config,
     make_logprob_fn,
+    make_packed_logprob_fn,
     make_update_fn,
     make_zero_update_fn,
 )
@@ -72,6 +73,7 @@ from trainers.rollout.source import (
 )
 from trainers.rollout.spec import RolloutSpec, check_prompts_fit
 from trainers.step.hooks import Action, Control, Hooks, RunInfo, TrainResult, shared_control
+from trainers.step.packing import pack_micro_batches
 from trainers.step.phases import phase
 from trainers.step.placement import Placement
 from trainers.step.plan import BatchPlan, informative_first, make_plan, shared_prompt_group
@@ -242,6 +244,11 @@ class GRPOTrainer:
         self.loss_cfg = loss_config(config)
         self.logprob_temperature = config.rollout.temperature or 1.0
         self.logprob_fn = make_logprob_fn(self.graphdef, self.logprob_temperature)
+        self.packed_logprob_fn = make_packed_logprob_fn(self.graphdef, self.logprob_temperature)
+        self.packing = config.batch.packing  # pack where it pays (`packing.choose_shape`)
+        # packed rows are split over the train mesh's data x fsdp devices like sequences: whole rows each
+        mesh = self.placement.train_mesh
+        self.rows_per_split = 1 if mesh is None else mesh.shape["data"] * mesh.shape["fsdp"]
         # Without a KL term or an entropy bonus, the sequences of a group whose rewards are all equal
         # (advantage 0) add exactly nothing to the gradient: each update trains only the micro-batches
         # that hold the informative groups (`plan.informative_first`), and an update with none applies
@@ -355,15 +362,20 @@ class GRPOTrainer:
             group = shared_prompt_group(
                 r.prompt_tokens[s.start : s.stop], r.prompt_valid[s.start : s.stop], self.plan.num_generations
             )
-            a = self.placement.train_batch(
-                {
-                    "prompt_tokens": r.prompt_tokens[s.start : s.stop],
-                    "prompt_valid": r.prompt_valid[s.start : s.stop],
-                    "completion_tokens": r.completion_tokens[s.start : s.stop, :width],
-                    "completion_mask": r.completion_mask[s.start : s.stop, :width],
-                },
-                batch_axis=0,
-            )
+            inputs = {
+                "prompt_tokens": r.prompt_tokens[s.start : s.stop],
+                "prompt_valid": r.prompt_valid[s.start : s.stop],
+                "completion_tokens": r.completion_tokens[s.start : s.stop, :width],
+                "completion_mask": r.completion_mask[s.start : s.stop, :width],
+            }
+            run = pack_micro_batches({k: v[None] for k, v in inputs.items()}, group, self.rows_per_split, self.packing)
+            if run.packed:
+                packed = {k: v[0] for k, v in run.arrays.items() if k.startswith("packed_")}
+                a = self.placement.train_batch(packed, batch_axis=0)
+                with self.placement.training():
+                    parts.append(self.packed_logprob_fn(params, a, completion_shape=(s.size, width)))
+                continue
+            a = self.placement.train_batch(inputs, batch_axis=0)
             with self.placement.training():
                 parts.append(
                     self.logprob_fn(
@@ -441,6 +453,7 @@ class GRPOTrainer:
         update_metrics: list[dict[str, jax.Array]] = []  # on the device until every update is dispatched
         updates = self.plan.updates()
         trained_sequences = 0
+        positions = tokens = 0  # token positions the updates compute, and the tokens among them
         for i, update in enumerate(updates):
             if i > 0 and self.control.poll() is Action.STOP:
                 self.interrupted_by = Action.STOP
@@ -461,7 +474,10 @@ class GRPOTrainer:
                 stacked = _stack(arrays, update.micro_batches)
                 trained_sequences += update.sequences.size
             group = shared_prompt_group(stacked["prompt_tokens"], stacked["prompt_valid"], self.plan.num_generations)
-            batch = self.placement.train_batch(stacked, batch_axis=1)
+            run = pack_micro_batches(stacked, group, self.rows_per_split, self.packing)
+            positions, tokens = positions + run.positions, tokens + run.tokens
+            group = 1 if run.packed else group  # a packed update shares prompts in its rows
+            batch = self.placement.train_batch(run.arrays, batch_axis=1)
             with self.placement.training():
                 frozen = {} if self.frozen_params is None else {"frozen": self.frozen_params}
                 params, opt_state, metrics = self.update_fn(
@@ -486,6 +502,8 @@ class GRPOTrainer:
                 counts[k] = counts.get(k, 0) + 1
         out = {k: v if k in MAX_METRICS else v / counts[k] for k, v in sums.items()}
         out["train/trained_sequence_fraction"] = trained_sequences / sum(u.sequences.size for u in updates)
+        if positions:
+            out["train/padding_fraction"] = 1.0 - tokens / positions
         out["learning_rate"] = float(learning_rate)
         return out
 

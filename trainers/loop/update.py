@@ -17,6 +17,8 @@ A batch is a dict of arrays with a leading micro-batch axis [A, micro, ...]:
   loss_mask [A, M, Lc] bool (only for multi-turn episodes: the sampled tokens, which the loss, KL and
   importance weights cover; completion_mask then also marks an environment's replies, which the
   forward pass reads as context).
+A packed batch (batch.packing, `trainers.step.packing`) carries the rows' packed_* arrays [A, R, ...]
+in place of prompt_tokens, prompt_valid and completion_tokens; the rest keeps its [A, M, ...] layout.
 Lc here is the step's completion width (`completion_width`: its longest completion, bucketed), at
 most max_new_tokens. Arrays may be placed on several devices along the batch axis M (data parallel); XLA then adds the
 gradient all-reduce.
@@ -44,7 +46,7 @@ from trainers.algo.mismatch import (
 )
 from trainers.algo.names import CLIP_DEFAULTS
 from trainers.config import ExperimentConfig
-from trainers.models.transformer import completion_logprobs
+from trainers.models.transformer import completion_logprobs, packed_logprobs
 
 MAX_METRICS = ("is/weight_max", "mismatch/logprob_diff_max")
 """Metrics that combine across micro-batches and updates by max; every other one is a weighted sum
@@ -113,6 +115,16 @@ def make_logprob_fn(graphdef: Any, temperature: float) -> Callable:
     return jax.jit(logprobs, static_argnames=("prompt_group",))
 
 
+def make_packed_logprob_fn(graphdef: Any, temperature: float) -> Callable:
+    """jit(params, packed, completion_shape) -> logprobs [S, Lc] of a packed log-prob micro-batch:
+    packed holds the `packing.PackedRows.arrays` ([R, ...]), completion_shape (static) is (S, Lc)."""
+
+    def logprobs(params, packed, completion_shape):
+        return packed_logprobs(graphdef, params, packed, completion_shape, temperature)[0]
+
+    return jax.jit(logprobs, static_argnames=("completion_shape",))
+
+
 def make_update_fn(
     graphdef: Any,
     optimizer: optax.GradientTransformation,
@@ -160,16 +172,19 @@ def make_update_fn(
 
     def micro_loss(params, mb, prompt_group, frozen):
         policy = params if frozen is None else nnx.merge_state(params, frozen)
-        logprobs, entropy = completion_logprobs(
-            graphdef,
-            policy,
-            mb["prompt_tokens"],
-            mb["prompt_valid"],
-            mb["completion_tokens"],
-            mb["completion_mask"],
-            temperature,
-            prompt_group,
-        )
+        if "packed_tokens" in mb:  # a packed micro-batch (`packing.pack_micro_batches`)
+            logprobs, entropy = packed_logprobs(graphdef, policy, mb, mb["completion_mask"].shape, temperature)
+        else:
+            logprobs, entropy = completion_logprobs(
+                graphdef,
+                policy,
+                mb["prompt_tokens"],
+                mb["prompt_valid"],
+                mb["completion_tokens"],
+                mb["completion_mask"],
+                temperature,
+                prompt_group,
+            )
         old = mb["old_logprobs"] if use_old_logprobs else jax.lax.stop_gradient(logprobs)
         ref = mb["ref_logprobs"] if use_ref else None
         trained = mb.get("loss_mask", mb["completion_mask"])  # multi-turn: the sampled tokens only

@@ -32,6 +32,9 @@ import numpy as np
 ROW_TOKEN_PARTS = 4  # row lengths are multiples of a quarter of (prompt width + completion width)
 TARGET_PARTS = 8  # a row's completion-token count is bucketed in eighths of its length
 TOKEN_MULTIPLE = 16
+PACKING_GAIN = 0.8
+"""Pack where the packed rows compute at most this share of the unpacked pass's positions: packing
+costs some attention over whole rows, and fixed-length batches have nothing to remove."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,9 +44,6 @@ class PackedShape:
     rows: int
     row_tokens: int
     row_targets: int
-
-    def fits(self, other: PackedShape) -> bool:
-        return self.rows >= other.rows and self.row_tokens >= other.row_tokens and self.row_targets >= other.row_targets
 
     def union(self, other: PackedShape) -> PackedShape:
         return PackedShape(
@@ -183,17 +183,19 @@ def packed_shape(
     completion_tokens: np.ndarray,
     completion_mask: np.ndarray,
     row_multiple: int = 1,
+    row_tokens: int | None = None,
 ) -> PackedShape:
-    """The bucketed shape that holds this micro-batch: rows of the longest sequence (prompt +
-    completion) rounded up to `row_token_quantum`, as many as first-fit needs rounded up to a
-    multiple of `row_multiple` (the devices a micro-batch is split over) times 1, 2, 3, 4, 6, 8,
-    12, ...; and the most completion tokens a row holds, in eighths of the row. ValueError as
-    `pack` (a prompt not left-padded, a completion with a hole)."""
+    """The bucketed shape that holds this micro-batch: rows of `row_tokens` (None: the longest
+    sequence, prompt + completion, rounded up to `row_token_quantum`), as many as first-fit needs
+    rounded up to a multiple of `row_multiple` (the devices a micro-batch is split over) times 1,
+    2, 3, 4, 6, 8, 12, ...; and the most completion tokens a row holds, in eighths of the row.
+    ValueError as `pack` (a prompt not left-padded, a completion with a hole)."""
     prompt_lengths, completion_lengths = _lengths(prompt_valid, completion_mask)
-    quantum = row_token_quantum(prompt_tokens.shape[1], completion_tokens.shape[1])
-    live = completion_lengths > 0
-    longest = int((prompt_lengths + completion_lengths)[live].max()) if live.any() else 1
-    row_tokens = _round_up(longest, quantum)
+    if row_tokens is None:
+        quantum = row_token_quantum(prompt_tokens.shape[1], completion_tokens.shape[1])
+        live = completion_lengths > 0
+        longest = int((prompt_lengths + completion_lengths)[live].max()) if live.any() else 1
+        row_tokens = _round_up(longest, quantum)
     rows = _place(_units(prompt_tokens, prompt_valid, completion_tokens, completion_mask, row_tokens), row_tokens)
     targets = max((sum(u.targets for u in row) for row in rows), default=1)
     target_quantum = max(1, _round_up(-(-row_tokens // TARGET_PARTS), TOKEN_MULTIPLE))
@@ -202,6 +204,40 @@ def packed_shape(
         row_tokens=row_tokens,
         row_targets=min(_round_up(targets, target_quantum), row_tokens),
     )
+
+
+def unpacked_positions(prompt_width: int, sequences: int, completion_width: int, prompt_group: int) -> int:
+    """Token positions the unpacked pass computes: every row's prompt and completion columns, the
+    prompt once per group of `prompt_group` rows when they share it (`plan.shared_prompt_group`)."""
+    return sequences // prompt_group * prompt_width + sequences * completion_width
+
+
+def real_tokens(prompt_valid: np.ndarray, completion_mask: np.ndarray, prompt_group: int) -> int:
+    """The tokens among those positions: valid prompt tokens (once per group) and completion tokens."""
+    return int(np.asarray(prompt_valid)[::prompt_group].sum() + np.asarray(completion_mask).sum())
+
+
+def choose_shape(
+    batches: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]],
+    prompt_group: int,
+    row_multiple: int = 1,
+) -> PackedShape | None:
+    """One shape that packs every micro-batch of `batches` (each prompt_tokens, prompt_valid,
+    completion_tokens, completion_mask), when those packed rows compute at most PACKING_GAIN of
+    the positions the unpacked pass would (with its prompts shared over `prompt_group` rows);
+    None when packing does not pay (equal lengths, little padding) or cannot pack (a completion
+    with a hole)."""
+    try:
+        row_tokens = max(packed_shape(*b, row_multiple).row_tokens for b in batches)
+        shapes = [packed_shape(*b, row_multiple, row_tokens) for b in batches]
+    except ValueError:
+        return None
+    shape = shapes[0]
+    for other in shapes[1:]:
+        shape = shape.union(other)
+    packed = len(batches) * shape.rows * shape.row_tokens
+    unpacked = sum(unpacked_positions(b[0].shape[1], b[2].shape[0], b[2].shape[1], prompt_group) for b in batches)
+    return shape if packed <= PACKING_GAIN * unpacked else None
 
 
 def pack(
@@ -272,6 +308,47 @@ def _dealt(rows: list[list[_Unit]], blocks: int) -> list[list[_Unit]]:
         dealt[at if lap % 2 == 0 else blocks - 1 - at].append(rows[r])
     assert all(len(d) == per_block for d in dealt)
     return [row for block in dealt for row in block]
+
+
+PACKED_AWAY = ("prompt_tokens", "prompt_valid", "completion_tokens")
+"""What a packed batch no longer carries: the rows hold those tokens (completion_mask stays, the loss's mask)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PassBatch:
+    """A log-prob pass's or an update's inputs as they run, and what they compute."""
+
+    arrays: dict[str, np.ndarray]
+    packed: bool
+    positions: int  # token positions the pass computes
+    tokens: int  # the tokens among them
+
+
+def pack_micro_batches(
+    arrays: dict[str, np.ndarray], prompt_group: int, row_multiple: int = 1, enabled: bool = True
+) -> PassBatch:
+    """arrays: a pass's inputs with a leading micro-batch axis [A, M, ...] (prompt_tokens,
+    prompt_valid, completion_tokens, completion_mask, and the loss's own). Packed where
+    `choose_shape` says it pays (and `enabled`): the `PackedRows.arrays` [A, R, ...] replace
+    PACKED_AWAY, every other array stays as it came. prompt_group: the rows sharing each prompt in
+    the unpacked pass (`plan.shared_prompt_group`), for what it would compute."""
+    micro_batches, sequences, completion_width = arrays["completion_tokens"].shape
+    batches = [tuple(arrays[k][a] for k in (*PACKED_AWAY, "completion_mask")) for a in range(micro_batches)]
+    shape = choose_shape(batches, prompt_group, row_multiple) if enabled else None
+    if shape is not None:
+        try:
+            packed = [pack(*b, shape, row_multiple) for b in batches]
+        except ValueError:  # a micro-batch that first-fit places worse at the shared row length
+            packed = []
+        if packed:
+            stacked = {k: np.stack([p.arrays()[k] for p in packed]) for k in packed[0].arrays()}
+            kept = {k: v for k, v in arrays.items() if k not in PACKED_AWAY}
+            positions = micro_batches * shape.rows * shape.row_tokens
+            return PassBatch({**kept, **stacked}, True, positions, sum(p.real_tokens for p in packed))
+    prompt_width = arrays["prompt_tokens"].shape[-1]
+    positions = micro_batches * unpacked_positions(prompt_width, sequences, completion_width, prompt_group)
+    flat_valid = arrays["prompt_valid"].reshape(-1, prompt_width)
+    return PassBatch(arrays, False, positions, real_tokens(flat_valid, arrays["completion_mask"], prompt_group))
 
 
 def padding_fraction(packed: list[PackedRows]) -> float:

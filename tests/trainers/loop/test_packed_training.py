@@ -1,0 +1,78 @@
+"""batch.packing in the trainer: a step on long-tailed completion lengths trains on packed rows in
+its old-policy, reference and update passes, and lands on the weights and metrics of the same step
+on padded rows, on one device and on a data 2 x fsdp 4 mesh; with equal lengths nothing is packed
+(nothing to remove)."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+from trainers.config import parse_config
+from trainers.loop.trainer import GRPOTrainer
+from trainers.step import packing
+
+CONFIG = {
+    "model": {"preset": "tiny"},
+    "data": {"task": "arithmetic", "train_prompts": 64},
+    "rollout": {"max_new_tokens": 32, "stop_at_eos": False},
+    "batch": {"prompts_per_step": 4, "train_micro_batch_sequences": 16},
+    "grpo": {"num_generations": 4, "beta": 0.04, "num_iterations": 2},
+    # SGD: an update is linear in the gradient, so float rounding stays rounding (Adam's first
+    # updates are ~lr x sign(g), which turns rounding on near-zero gradients into lr-sized steps)
+    "optimizer": {"name": "sgd", "b1": 0.0, "learning_rate": 0.5},
+}
+# a long tail: most completions short, a few at the budget
+LENGTHS = np.array([32, 3, 5, 1, 20, 2, 4, 8, 6, 32, 2, 3, 1, 1, 12, 5])
+
+
+def trained(tmp_path, name: str, packing_on: bool, lengths: np.ndarray | None, monkeypatch, mesh=None):
+    config = parse_config({**CONFIG, "batch": {**CONFIG["batch"], "packing": packing_on}, "mesh": mesh or {}})
+    trainer = GRPOTrainer(config, str(tmp_path / name))
+    trainer.source.start(trainer.state.params, 0)
+    rollout = trainer.source.next(0)
+    trainer.source.stop()
+    if lengths is not None:
+        keep = np.arange(rollout.completion_mask.shape[1])[None, :] < lengths[:, None]
+        rollout.completion_mask = rollout.completion_mask & keep
+        rollout.completion_tokens = np.where(keep, rollout.completion_tokens, 0)
+    rollout.rewards = np.tile(np.array([1, 0, 0.5, 0], np.float32), 4)
+    rollout.advantages = np.tile(np.array([1.2, -0.8, 0.4, -0.8], np.float32), 4)
+    calls: list[bool] = []
+    real = packing.pack_micro_batches
+
+    def spy(*args, **kwargs):
+        run = real(*args, **kwargs)
+        calls.append(run.packed)
+        return run
+
+    monkeypatch.setattr("trainers.loop.trainer.pack_micro_batches", spy)
+    metrics = trainer.train_on(rollout)
+    return metrics, jax.tree.map(np.asarray, trainer.state.params), calls
+
+
+@pytest.mark.parametrize("mesh", [None, {"data": 2, "fsdp": 4}], ids=["one-device", "data2-fsdp4"])
+def test_a_packed_step_lands_where_the_padded_one_does(tmp_path, monkeypatch, mesh):
+    padded, padded_params, padded_calls = trained(tmp_path, "padded", False, LENGTHS, monkeypatch)
+    packed, packed_params, packed_calls = trained(tmp_path, "packed", True, LENGTHS, monkeypatch, mesh)
+    # the old-policy and the reference pass (one log-prob micro-batch each: the train micro-batch of
+    # 16 sequences), then mu = 2 updates
+    assert padded_calls == [False] * 4
+    assert packed_calls == [True] * 4
+    for name in ("loss/policy", "loss/kl", "kl", "grad_norm", "entropy", "clip_fraction"):
+        assert packed[name] == pytest.approx(padded[name], rel=1e-4, abs=1e-6), name
+    for a, b in zip(jax.tree.leaves(packed_params), jax.tree.leaves(padded_params)):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+    # the padded rows: 16 x (prompt width + 32) positions per update pass, of which the tokens are
+    # the prompts once per group and the completions; packed rows leave far less
+    assert padded["train/padding_fraction"] > 0.5
+    if mesh is None:  # (on 8 devices the rows come in eights, some of them empty)
+        assert packed["train/padding_fraction"] < padded["train/padding_fraction"] / 2
+    assert packed["train/padding_fraction"] < padded["train/padding_fraction"]
+
+
+def test_equal_lengths_stay_unpacked(tmp_path, monkeypatch):
+    metrics, _, calls = trained(tmp_path, "equal", True, None, monkeypatch)
+    assert calls == [False] * 4
+    assert 0 <= metrics["train/padding_fraction"] < 0.2
