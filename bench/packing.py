@@ -52,6 +52,9 @@ def main(argv: list[str] | None = None) -> int:
         f"rollout.max_new_tokens={args.max_new_tokens}",
         f"rollout.temperature={args.temperature}",
         f"grpo.beta={args.beta}",
+        # the config's 24 divides its own 8 x G 6, not 32 x G 8; 32 sequences a micro-batch padded to 256
+        # tokens do not fit in 24 GiB
+        "batch.train_micro_batch_sequences=16",
         "checkpoint.every_steps=0",
         *args.set,
     ]
