@@ -77,18 +77,40 @@ def purge_broker() -> None:
         redis.Redis.from_url(settings.CELERY_BROKER_URL).flushdb()
 
 
+TEST_PROCS_ENV = "PLATFORM_TEST_PROCS"
+
+
+def processes_marked(marker: str) -> list[int]:
+    """The pids of this user's processes whose environment holds TEST_PROCS_ENV=`marker`: every
+    descendant of a test's processes, including those in groups of their own (a gang's driver, the
+    local Ray's daemons and actors, their trainer children)."""
+    needle = f"{TEST_PROCS_ENV}={marker}".encode()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if needle in (entry / "environ").read_bytes().split(b"\0"):
+                pids.append(int(entry.name))
+        except OSError:  # gone, or another user's
+            continue
+    return pids
+
+
 class Procs:
-    """Platform processes started by a test, each in its own process group; all killed at teardown."""
+    """Platform processes started by a test, each in its own process group; all killed at teardown,
+    with every process they started (so none writes to the database while it is flushed)."""
 
     def __init__(self, log_dir: Path):
         self.log_dir = log_dir
         self.procs: list[tuple[str, subprocess.Popen]] = []
+        self.marker = f"{os.getpid()}-{time.monotonic_ns()}"
 
     def start(self, *args: str, env: dict[str, str | None] | None = None) -> subprocess.Popen:
         """Start `manage.py *args`; `env` changes subprocess_env() (a None value removes the variable)."""
         name = f"{args[0]}-{len(self.procs)}"
         log = open(self.log_dir / f"{name}.log", "wb")
-        full_env = subprocess_env()
+        full_env = {**subprocess_env(), TEST_PROCS_ENV: self.marker}
         for key, value in (env or {}).items():
             if value is None:
                 full_env.pop(key, None)
@@ -139,6 +161,12 @@ class Procs:
     def close(self) -> None:
         for _, proc in self.procs:
             self.kill(proc)
+        deadline = time.monotonic() + 30
+        while (left := [pid for pid in processes_marked(self.marker) if running(pid)]) and time.monotonic() < deadline:
+            for pid in left:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.1)
 
 
 @contextlib.contextmanager
@@ -155,6 +183,14 @@ def platform_procs(log_dir: Path, log_lines: int = 25) -> Iterator[Procs]:
         procs.close()
         print(procs.logs(log_lines))
         purge_broker()
+
+
+def running(pid: int) -> bool:
+    """Whether process `pid` exists and is not a zombie (an orphan's zombie waits for pid 1 to reap it)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def alive(pid: int) -> bool:

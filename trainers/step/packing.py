@@ -25,7 +25,6 @@ Pure NumPy; the shapes are bucketed (`packed_shape`) so that a run compiles few 
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import numpy as np
 
@@ -217,6 +216,16 @@ def real_tokens(prompt_valid: np.ndarray, completion_mask: np.ndarray, prompt_gr
     return int(np.asarray(prompt_valid)[::prompt_group].sum() + np.asarray(completion_mask).sum())
 
 
+def _least_tokens(prompt_tokens, prompt_valid, completion_tokens, completion_mask) -> int:
+    """The tokens any packing of the micro-batch holds: every completion token, and each run of
+    consecutive sequences with the same prompt's prompt tokens once."""
+    first = np.ones(len(prompt_tokens), bool)
+    first[1:] = (prompt_tokens[1:] != prompt_tokens[:-1]).any(axis=1) | (prompt_valid[1:] != prompt_valid[:-1]).any(
+        axis=1
+    )
+    return int(np.asarray(prompt_valid)[first].sum() + np.asarray(completion_mask).sum())
+
+
 def choose_shape(
     batches: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]],
     prompt_group: int,
@@ -227,6 +236,9 @@ def choose_shape(
     the positions the unpacked pass would (with its prompts shared over `prompt_group` rows);
     None when packing does not pay (equal lengths, little padding) or cannot pack (a completion
     with a hole)."""
+    unpacked = sum(unpacked_positions(b[0].shape[1], b[2].shape[0], b[2].shape[1], prompt_group) for b in batches)
+    if sum(_least_tokens(*b) for b in batches) > PACKING_GAIN * unpacked:
+        return None  # too little padding to remove
     try:
         row_tokens = max(packed_shape(*b, row_multiple).row_tokens for b in batches)
         shapes = [packed_shape(*b, row_multiple, row_tokens) for b in batches]
@@ -236,7 +248,6 @@ def choose_shape(
     for other in shapes[1:]:
         shape = shape.union(other)
     packed = len(batches) * shape.rows * shape.row_tokens
-    unpacked = sum(unpacked_positions(b[0].shape[1], b[2].shape[0], b[2].shape[1], prompt_group) for b in batches)
     return shape if packed <= PACKING_GAIN * unpacked else None
 
 
@@ -349,9 +360,3 @@ def pack_micro_batches(
     positions = micro_batches * unpacked_positions(prompt_width, sequences, completion_width, prompt_group)
     flat_valid = arrays["prompt_valid"].reshape(-1, prompt_width)
     return PassBatch(arrays, False, positions, real_tokens(flat_valid, arrays["completion_mask"], prompt_group))
-
-
-def padding_fraction(packed: list[PackedRows]) -> float:
-    """Of the token positions the packed micro-batches compute, the fraction that holds no token."""
-    total = sum(math.prod(p.tokens.shape) for p in packed)
-    return 1.0 - sum(p.real_tokens for p in packed) / total if total else 0.0

@@ -24,7 +24,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.urls import reverse
 from platform_testlib import tiny_config
-from runner_testlib import platform_procs, wait_for
+from runner_testlib import platform_procs, running, wait_for
 from web_testlib import form_data
 
 from experiments.models import Checkpoint, Experiment, MetricPoint, Run, RunEvent
@@ -189,14 +189,6 @@ def test_a_two_host_run_launched_from_the_web_form_trains_as_one_run(procs, clie
     # the local Ray goes with the gang (once the processes have left jax.distributed): so do its hosts
     wait_for(lambda: not RayHost.objects.exists(), 90, "the gang's driver to end", procs)
     assert "gang ended: exit codes {0: 0, 1: 0}" in (logs / "attempt-1.log").read_text()
-
-
-def running(pid: int) -> bool:
-    """Whether process `pid` exists and is not a zombie (an orphan's zombie waits for pid 1 to reap it)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 def test_killing_one_actor_restarts_the_gang_from_the_newest_checkpoint(procs):

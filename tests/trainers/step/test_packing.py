@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from trainers.models.transformer import segment_attention_mask
-from trainers.step.packing import PackedShape, pack, packed_shape, padding_fraction
+from trainers.step.packing import PackedShape, choose_shape, pack, packed_shape
 
 
 def batch(prompts: list[list[int]], completions: list[list[int]], prompt_width: int = 3, completion_width: int = 4):
@@ -42,7 +42,7 @@ def test_a_group_shares_its_prompt_and_each_completion_restarts_after_it():
     pad = 3 * 4  # S * Lc: out of range, dropped
     assert packed.slot.tolist() == [[0, 1, 4, 8, 9, 10, pad, pad]]
     assert packed.real_tokens == 9
-    assert padding_fraction([packed]) == pytest.approx(3 / 12)
+    assert packed.tokens.size - packed.real_tokens == 3  # padding positions
 
 
 def test_the_mask_lets_a_completion_see_its_prompt_and_itself_only():
@@ -97,6 +97,22 @@ def test_rows_are_dealt_so_every_device_gets_about_the_same_tokens():
     per_row = [(packed.segments[r] > 0).sum() for r in range(6)]
     assert sorted(per_row) == [0, 4, 7, 8, 8, 8]
     assert sorted([sum(per_row[:3]), sum(per_row[3:])]) == [16, 19]
+
+
+def test_packing_is_chosen_only_where_it_computes_at_most_four_fifths_of_the_positions():
+    # 4 sequences of prompt [7, 8] (width 4) with completions of width 12
+    def four(lengths):
+        return batch([[7, 8]] * 4, [[1] * n for n in lengths], prompt_width=4, completion_width=12)
+
+    # short completions: 2 + 3 + 2 + 1 + 1 = 9 tokens (the prompt once) in one row of 16, against
+    # 4 x 12 + 4 = 52 unpacked positions with the prompt shared over the 4 rows
+    assert choose_shape([four([3, 2, 1, 1])], prompt_group=4) == PackedShape(rows=1, row_tokens=16, row_targets=16)
+    # unshared, the unpacked pass computes 4 x 16 = 64; the packed rows still share the prompt
+    assert choose_shape([four([3, 2, 1, 1])], prompt_group=1) is not None
+    # full completions: 2 + 4 x 12 = 50 tokens against 52 positions: nothing to remove
+    assert choose_shape([four([12, 12, 12, 12])], prompt_group=4) is None
+    # 2 + 12 + 12 + 12 + 6 = 44 > 0.8 x 52 = 41.6 tokens: still not worth it
+    assert choose_shape([four([12, 12, 12, 6])], prompt_group=4) is None
 
 
 def test_what_packing_refuses():
