@@ -5,7 +5,8 @@
         [--max-new-tokens 256] [--temperature 1.0] [--beta 0.04] [--set dotted.path=value ...]
 
 One rollout of --prompts prompts x G = --group completions, sampled once (long-tailed lengths: most
-completions end early, some run to the budget). Then the step's training phase (reference
+completions end early, some run to the budget); its groups' advantages are set to a fixed spread, so
+that every update has a gradient to compare. Then the step's training phase (reference
 log-prob pass, old-policy pass when the plan needs one, and the updates: `GRPOTrainer.train_on`)
 runs on that same rollout from the same weights, padded and packed, each twice: the first call
 compiles, the second is timed. Prints for each: seconds, the padding share of the positions its
@@ -72,6 +73,11 @@ def main(argv: list[str] | None = None) -> int:
         rollout = trainer.source.next(0)
         trainer.source.stop()
         rollout_s = time.perf_counter() - t0
+        # a small model's sampled rewards are mostly equal within a group (no gradient to compare):
+        # every group gets the same spread of advantages instead; the sampled lengths stay
+        group_advantages = np.linspace(1.0, -1.0, args.group).astype(np.float32)
+        rollout.advantages = np.tile(group_advantages, args.prompts)
+        rollout.rewards = np.tile((group_advantages + 1) / 2, args.prompts)
         lengths = rollout.completion_mask.sum(axis=1)
         print(
             f"rollout: {rollout_s:.1f} s; completion lengths mean {lengths.mean():.0f}, "

@@ -48,7 +48,7 @@ from trainers import devices
 from trainers.config import ConfigError, ExperimentConfig, load_config
 from trainers.data import word_problems
 from trainers.data.examples import DataError, load_examples
-from trainers.loop.memory_estimate import step_memory
+from trainers.loop.memory_estimate import memory_refusal, step_memory
 from trainers.models import fetch
 from trainers.models.fetch import KNOWN_MODELS
 from trainers.models.gguf_import import import_gguf
@@ -152,6 +152,32 @@ def machine_problem(config: ExperimentConfig) -> str | None:
     return f"rewards: code_tests cannot run on this machine: {why}" if why else None
 
 
+def memory_problem(config: ExperimentConfig) -> str | None:
+    """Why a step of `config` does not fit this machine's memory (the estimate against the host
+    memory this process may use: `devices.host_memory_bytes`), naming the fields to lower; None when
+    it fits, or on an accelerator (the estimate is of host memory on a CPU). The cheap estimate
+    counts data.max_prompt_tokens; only when that is over does it encode the data's prompts and
+    count their longest, as `validate` does."""
+    if devices.host_accelerator() is not None:
+        return None
+    available = devices.host_memory_bytes()
+    plan = make_plan(config)
+    memory = step_memory(config, plan)
+    if memory.total_bytes > available:
+        d = config.data
+        try:
+            train_examples, eval_examples = load_examples(
+                d.task, d.train_path, d.eval_path, d.train_prompts, d.eval_prompts, config.seed
+            )
+            fit = config_prompt_fit(config, train_examples, eval_examples)
+        except DataError:  # the run's start reports the data's problem
+            fit = None
+        if fit is not None and fit.problem is None:  # (a prompt over the budget: the run's start says so)
+            memory = step_memory(config, make_plan(config, len(train_examples)), fit.longest_training_tokens)
+    refusal = memory_refusal(memory, available, "this machine's")
+    return refusal and f"{refusal}; or run with --ignore-memory-estimate"
+
+
 def cmd_validate(args) -> int:
     config = _load(args)
     if config is None:
@@ -192,7 +218,7 @@ def cmd_run(args) -> int:
     config = _load(args) if main else _load_quietly(args)
     if config is None:
         return EXIT_INVALID
-    problem = machine_problem(config)
+    problem = machine_problem(config) or (None if args.ignore_memory_estimate else memory_problem(config))
     if problem:
         print(f"{args.config}: cannot run here\n  {problem}", file=sys.stderr)
         return EXIT_INVALID
@@ -469,6 +495,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_config_args(p)
     p.add_argument("--out", required=True, help="run directory")
+    p.add_argument(
+        "--ignore-memory-estimate",
+        action="store_true",
+        help="start even when a step's memory estimate (see validate) is above this machine's memory",
+    )
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser(

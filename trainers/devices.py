@@ -64,6 +64,24 @@ def host_accelerator() -> str | None:
     return "gpu" if os.path.exists("/dev/nvidia0") else None
 
 
+MEMORY_LIMIT_FILES = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
+"""Where a control group (a container, a systemd slice) states this process's memory limit: cgroup v2, v1."""
+
+
+def host_memory_bytes() -> int:
+    """The host memory this process may use: the machine's, or its control group's limit when lower."""
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for path in MEMORY_LIMIT_FILES:
+        try:
+            with open(path) as f:
+                limit = f.read().strip()
+        except OSError:
+            continue
+        if limit.isdigit():  # "max": no limit
+            memory = min(memory, int(limit))
+    return memory
+
+
 def gib(size_bytes: int) -> str:
     return f"{size_bytes / 1024**3:.1f} GiB"
 
@@ -110,7 +128,7 @@ def probe() -> Found:
         jaxlib_version=jaxlib.__version__,
         backend=jax.default_backend(),
         devices=tuple(devices),
-        host_memory_bytes=os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
+        host_memory_bytes=host_memory_bytes(),
         host_cpus=os.cpu_count() or 1,
         host_accelerator=host_accelerator(),
     )

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import dj_database_url
 
+from trainers.devices import host_memory_bytes
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BASE_DIR = REPO_ROOT
 
@@ -298,13 +300,14 @@ PLATFORM_MAX_EVALUATION_TOKENS_PER_USER = int(
     os.environ.get("PLATFORM_MAX_EVALUATION_TOKENS_PER_USER", str(64 * 1024 * 1024))
 )
 # Memory one run may take on a worker (runner.step_limits): a run whose step the trainer estimates
-# above it (trainers.loop.memory_estimate) is refused. Default: this machine's physical memory x
+# above it (trainers.loop.memory_estimate) is refused. Default: this machine's memory (its control
+# group's limit when lower: trainers.devices.host_memory_bytes) x
 # PLATFORM_WORKER_MEMORY_FRACTION (0.8: the rest for the OS, the web server and the database); set it
 # where the workers' machines differ from this one, or divide by `worker --concurrency`.
 PLATFORM_WORKER_MEMORY_FRACTION = 0.8
 PLATFORM_WORKER_MEMORY_BYTES = int(
     os.environ.get("PLATFORM_WORKER_MEMORY_BYTES")
-    or (os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * PLATFORM_WORKER_MEMORY_FRACTION)
+    or (host_memory_bytes() * PLATFORM_WORKER_MEMORY_FRACTION)
 )
 # Disk one user's datasets, exports and checkpoints may take together (a UserLimits row overrides it).
 PLATFORM_STORAGE_QUOTA_BYTES = int(os.environ.get("PLATFORM_STORAGE_QUOTA_BYTES", str(50 * 1024**3)))

@@ -29,7 +29,7 @@ from django.conf import settings
 from experiments import configs
 from runner.limits import LaunchRefused, RunLimits, limits_for
 from trainers.config import ExperimentConfig
-from trainers.loop.memory_estimate import StepMemory, gib, step_memory
+from trainers.loop.memory_estimate import StepMemory, memory_refusal, step_memory
 from trainers.step.plan import BatchPlan, make_plan
 
 ADMIN_HINT = "an admin can raise your limit (admin: Run execution > User limits)"
@@ -93,18 +93,6 @@ def cluster_refusals(config: ExperimentConfig, limits: RunLimits) -> tuple[str, 
     return tuple(r for r in found if r)
 
 
-def memory_refusal(memory: StepMemory, worker_memory_bytes: int) -> str | None:
-    """Why a step estimated at `memory` cannot fit a worker's memory, or None."""
-    if memory.total_bytes <= worker_memory_bytes:
-        return None
-    parts = ", ".join(f"{p.name} {gib(p.bytes)} GiB" for p in memory.largest_parts()[:3])
-    return (
-        f"memory: a step needs about {gib(memory.total_bytes)} GiB (estimate; largest parts: {parts}), "
-        f"more than a worker's {gib(worker_memory_bytes)} GiB (PLATFORM_WORKER_MEMORY_BYTES); lower "
-        f"{', '.join(memory.fields_to_lower())}"
-    )
-
-
 @dataclasses.dataclass(frozen=True)
 class StepCheck:
     """A config's step figures against its owner's limits: `memory` is None when the model's shape
@@ -121,7 +109,9 @@ class StepCheck:
         found = (
             sequences_refusal(self.plan, self.limits.max_sequences_per_step),
             tokens_refusal(self.plan, self.limits.max_tokens_per_step),
-            None if self.memory is None else memory_refusal(self.memory, self.worker_memory_bytes),
+            None
+            if self.memory is None
+            else memory_refusal(self.memory, self.worker_memory_bytes, "a worker's", "PLATFORM_WORKER_MEMORY_BYTES"),
         )
         return tuple(r for r in found if r)
 

@@ -192,3 +192,30 @@ def test_validate_and_run_refuse_code_tests_where_the_sandbox_cannot_run(tmp_pat
         assert "needs bubblewrap (bwrap): ./scripts/setup.sh installs it" in out.stderr
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
     assert cli("validate", str(config)).returncode == 0  # with bubblewrap on the PATH it is valid
+
+
+def test_run_refuses_a_step_whose_memory_estimate_is_over_the_machines(tmp_path):
+    """16,384-token completions of 64 sequences, 32 a micro-batch: the estimate (validate's, over a
+    terabyte) is above any machine this runs on, so `run` stops before anything runs, naming the
+    fields to lower and the flag that starts it anyway; validate prints the same estimate."""
+    config = tmp_path / "long.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "model": {"preset": "tiny"},
+                "data": {"task": "arithmetic"},
+                "rollout": {"max_new_tokens": 16384, "stop_at_eos": False},
+                "batch": {"prompts_per_step": 8, "train_micro_batch_sequences": 32},
+                "grpo": {"num_generations": 8, "beta": 0.04},
+            }
+        )
+    )
+    out = cli("run", str(config), "--out", str(tmp_path / "run"))
+    assert out.returncode == 2, out.stderr
+    assert "cannot run here" in out.stderr and "memory: a step needs about " in out.stderr
+    assert "more than this machine's " in out.stderr
+    assert "lower batch.train_micro_batch_sequences, rollout.max_new_tokens" in out.stderr
+    assert out.stderr.rstrip().endswith("or run with --ignore-memory-estimate")
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
+    estimate = out.stderr.split("a step needs about ")[1].split(" GiB")[0]
+    assert f"Memory of a step (estimate)     {estimate} GiB" in cli("validate", str(config)).stdout

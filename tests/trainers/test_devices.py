@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 from tests.conftest import ROOT
+from trainers import devices
 from trainers.devices import Device, Found, describe
 
 GIB = 1024**3
@@ -87,3 +88,16 @@ def test_devices_reports_this_machines_jax():
     assert report["backend"] == jax.default_backend()
     assert len(report["devices"]) == jax.device_count() >= 1
     assert report["host_cpus"] == os.cpu_count()
+
+
+def test_host_memory_is_the_control_groups_limit_when_lower(tmp_path, monkeypatch):
+    physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    v2, v1 = tmp_path / "memory.max", tmp_path / "memory.limit_in_bytes"
+    monkeypatch.setattr(devices, "MEMORY_LIMIT_FILES", (str(v2), str(v1)))
+    assert devices.host_memory_bytes() == physical  # no control group files
+    v2.write_text("max\n")
+    assert devices.host_memory_bytes() == physical  # a group without a limit
+    v2.write_text(f"{8 * 1024**3}\n")
+    assert devices.host_memory_bytes() == 8 * 1024**3
+    v1.write_text(f"{physical * 2}\n")  # a limit above the machine's memory changes nothing
+    assert devices.host_memory_bytes() == 8 * 1024**3

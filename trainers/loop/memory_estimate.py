@@ -138,6 +138,20 @@ class StepMemory:
         return "\n".join(lines)
 
 
+def memory_refusal(memory: StepMemory, available_bytes: int, whose: str, source: str = "") -> str | None:
+    """Why a step estimated at `memory` does not fit in `available_bytes`, or None. The message
+    names that memory by `whose` ("a worker's", "this machine's") and `source` (where the figure
+    comes from, in brackets after it)."""
+    if memory.total_bytes <= available_bytes:
+        return None
+    parts = ", ".join(f"{p.name} {gib(p.bytes)} GiB" for p in memory.largest_parts()[:3])
+    return (
+        f"memory: a step needs about {gib(memory.total_bytes)} GiB (estimate; largest parts: {parts}), "
+        f"more than {whose} {gib(available_bytes)} GiB{f' ({source})' if source else ''}; "
+        f"lower {', '.join(memory.fields_to_lower())}"
+    )
+
+
 def gib(size_bytes: int) -> str:
     """Bytes as GiB with two decimals ("4.24")."""
     value = size_bytes / GIB

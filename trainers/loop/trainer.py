@@ -245,7 +245,7 @@ class GRPOTrainer:
         self.logprob_temperature = config.rollout.temperature or 1.0
         self.logprob_fn = make_logprob_fn(self.graphdef, self.logprob_temperature)
         self.packed_logprob_fn = make_packed_logprob_fn(self.graphdef, self.logprob_temperature)
-        self.packing = config.batch.packing  # pack where it pays (`packing.choose_shape`)
+        self.packing = config.batch.packing  # pack where it pays (`packing.pack_micro_batches`)
         # packed rows are split over the train mesh's data x fsdp devices like sequences: whole rows each
         mesh = self.placement.train_mesh
         self.rows_per_split = 1 if mesh is None else mesh.shape["data"] * mesh.shape["fsdp"]

@@ -2,7 +2,8 @@
 log-prob passes and the update compute their tokens and little padding.
 
 A micro-batch of S sequences (prompts left-padded [S, Lp], completions right-padded [S, Lc])
-becomes R rows of L token positions. Consecutive sequences with the same prompt (GRPO's G
+becomes R rows of L token positions; an update's A micro-batches are packed together and their rows
+dealt evenly over them (`pack_micro_batches`). Consecutive sequences with the same prompt (GRPO's G
 completions of one prompt) form a *unit* [prompt, c1, ..., ck]: the prompt once, then each
 completion after it. A group too long for one row is split into several units, each with its own
 copy of the prompt. Units go into rows first-fit, longest first.
@@ -31,6 +32,7 @@ import numpy as np
 ROW_TOKEN_PARTS = 4  # row lengths are multiples of a quarter of (prompt width + completion width)
 TARGET_PARTS = 8  # a row's completion-token count is bucketed in eighths of its length
 TOKEN_MULTIPLE = 16
+COUNT_BITS = 4  # row and sequence counts are bucketed to 4 significant bits (`_nice_count`)
 PACKING_GAIN = 0.8
 """Pack where the packed rows compute at most this share of the unpacked pass's positions: packing
 costs some attention over whole rows, and fixed-length batches have nothing to remove."""
@@ -95,16 +97,11 @@ def _round_up(n: int, multiple: int) -> int:
 
 
 def _nice_count(n: int, multiple: int) -> int:
-    """The smallest count >= n that is `multiple` times 1, 2, 3, 4, 6, 8, 12, 16, ... (a power of two
-    or 1.5 times one): few distinct shapes, at most a third of them empty."""
-    units = -(-n // multiple)
-    if units <= 4:
-        return units * multiple
-    power = 1 << (units.bit_length() - 1)
-    for candidate in (power, power * 3 // 2, power * 2):
-        if candidate >= units:
-            return candidate * multiple
-    raise AssertionError("unreachable")
+    """The smallest count >= n that is `multiple` times a number of at most COUNT_BITS significant
+    bits (1 .. 16, then 18, 20, .. 32, 36, 40, ..): few distinct shapes, at most a ninth of them empty."""
+    units = max(1, -(-n // multiple))
+    step = 1 << max(0, units.bit_length() - COUNT_BITS)
+    return _round_up(units, step) * multiple
 
 
 def _lengths(prompt_valid: np.ndarray, completion_mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -186,8 +183,8 @@ def packed_shape(
 ) -> PackedShape:
     """The bucketed shape that holds this micro-batch: rows of `row_tokens` (None: the longest
     sequence, prompt + completion, rounded up to `row_token_quantum`), as many as first-fit needs
-    rounded up to a multiple of `row_multiple` (the devices a micro-batch is split over) times 1,
-    2, 3, 4, 6, 8, 12, ...; and the most completion tokens a row holds, in eighths of the row.
+    rounded up to `row_multiple` (the devices a micro-batch is split over) times a count of few
+    sizes (`_nice_count`); and the most completion tokens a row holds, in eighths of the row.
     ValueError as `pack` (a prompt not left-padded, a completion with a hole)."""
     prompt_lengths, completion_lengths = _lengths(prompt_valid, completion_mask)
     if row_tokens is None:
@@ -226,31 +223,6 @@ def _least_tokens(prompt_tokens, prompt_valid, completion_tokens, completion_mas
     return int(np.asarray(prompt_valid)[first].sum() + np.asarray(completion_mask).sum())
 
 
-def choose_shape(
-    batches: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]],
-    prompt_group: int,
-    row_multiple: int = 1,
-) -> PackedShape | None:
-    """One shape that packs every micro-batch of `batches` (each prompt_tokens, prompt_valid,
-    completion_tokens, completion_mask), when those packed rows compute at most PACKING_GAIN of
-    the positions the unpacked pass would (with its prompts shared over `prompt_group` rows);
-    None when packing does not pay (equal lengths, little padding) or cannot pack (a completion
-    with a hole)."""
-    unpacked = sum(unpacked_positions(b[0].shape[1], b[2].shape[0], b[2].shape[1], prompt_group) for b in batches)
-    if sum(_least_tokens(*b) for b in batches) > PACKING_GAIN * unpacked:
-        return None  # too little padding to remove
-    try:
-        row_tokens = max(packed_shape(*b, row_multiple).row_tokens for b in batches)
-        shapes = [packed_shape(*b, row_multiple, row_tokens) for b in batches]
-    except ValueError:
-        return None
-    shape = shapes[0]
-    for other in shapes[1:]:
-        shape = shape.union(other)
-    packed = len(batches) * shape.rows * shape.row_tokens
-    return shape if packed <= PACKING_GAIN * unpacked else None
-
-
 def pack(
     prompt_tokens: np.ndarray,
     prompt_valid: np.ndarray,
@@ -273,6 +245,14 @@ def pack(
     rows += [[] for _ in range(shape.rows - len(rows))]
     if row_multiple > 1:
         rows = _dealt(rows, row_multiple)
+    return _fill(rows, shape, {s: s for s in range(sequences)}, sequences, completion_width)
+
+
+def _fill(
+    rows: list[list[_Unit]], shape: PackedShape, slot_of: dict[int, int], sequences: int, completion_width: int
+) -> PackedRows:
+    """The arrays of `rows` (shape.rows of them) in `shape`; sequence s's log-probs go to slot
+    slot_of[s] of a [sequences, completion_width] layout."""
     R, L, T = shape.rows, shape.row_tokens, shape.row_targets
     tokens = np.zeros((R, L), np.int32)
     positions = np.zeros((R, L), np.int32)
@@ -301,7 +281,7 @@ def pack(
                 predictor[r, filled] = last_prompt
                 predictor[r, filled + 1 : filled + n] = at + np.arange(n - 1)
                 target[r, filled : filled + n] = completion
-                slot[r, filled : filled + n] = s * completion_width + np.arange(n)
+                slot[r, filled : filled + n] = slot_of[s] * completion_width + np.arange(n)
                 at += n
                 filled += n
         real += at
@@ -339,24 +319,87 @@ def pack_micro_batches(
     arrays: dict[str, np.ndarray], prompt_group: int, row_multiple: int = 1, enabled: bool = True
 ) -> PassBatch:
     """arrays: a pass's inputs with a leading micro-batch axis [A, M, ...] (prompt_tokens,
-    prompt_valid, completion_tokens, completion_mask, and the loss's own). Packed where
-    `choose_shape` says it pays (and `enabled`): the `PackedRows.arrays` [A, R, ...] replace
-    PACKED_AWAY, every other array stays as it came. prompt_group: the rows sharing each prompt in
-    the unpacked pass (`plan.shared_prompt_group`), for what it would compute."""
+    prompt_valid, completion_tokens, completion_mask, and the loss's own per-sequence arrays).
+    Packed when `enabled` and the rows compute at most PACKING_GAIN of the positions the unpacked
+    pass would (prompt_group: the rows sharing each prompt there, `plan.shared_prompt_group`).
+
+    Packed, the A micro-batches' sequences are laid in rows together (first-fit decreasing) and
+    the rows dealt over the A micro-batches x `row_multiple` devices, fullest first, back and
+    forth, so every micro-batch and every device holds about the same tokens. The `PackedRows.arrays`
+    [A, R, ...] replace PACKED_AWAY; every other array is re-laid [A, M', ...] to follow the rows:
+    micro-batch a holds the sequences of its rows, in their order, then empty slots (all zeros:
+    no mask, no weight, so they add nothing to the loss or a metric). Sequences without a
+    completion token are left out. With A = 1 the layout stays as it came (a log-prob pass's
+    results come back in its sequences' order).
+
+    Every loss weight is normalised over the mini-batch before this (`token_weights`), so the
+    sums over the re-laid micro-batches are those over the given ones."""
     micro_batches, sequences, completion_width = arrays["completion_tokens"].shape
-    batches = [tuple(arrays[k][a] for k in (*PACKED_AWAY, "completion_mask")) for a in range(micro_batches)]
-    shape = choose_shape(batches, prompt_group, row_multiple) if enabled else None
-    if shape is not None:
-        try:
-            packed = [pack(*b, shape, row_multiple) for b in batches]
-        except ValueError:  # a micro-batch that first-fit places worse at the shared row length
-            packed = []
-        if packed:
-            stacked = {k: np.stack([p.arrays()[k] for p in packed]) for k in packed[0].arrays()}
-            kept = {k: v for k, v in arrays.items() if k not in PACKED_AWAY}
-            positions = micro_batches * shape.rows * shape.row_tokens
-            return PassBatch({**kept, **stacked}, True, positions, sum(p.real_tokens for p in packed))
     prompt_width = arrays["prompt_tokens"].shape[-1]
-    positions = micro_batches * unpacked_positions(prompt_width, sequences, completion_width, prompt_group)
+    unpacked = micro_batches * unpacked_positions(prompt_width, sequences, completion_width, prompt_group)
+    flat = {k: v.reshape(micro_batches * sequences, *v.shape[2:]) for k, v in arrays.items()}
+    parts = tuple(flat[k] for k in (*PACKED_AWAY, "completion_mask"))
+    layout = None
+    if enabled and _least_tokens(*parts) <= PACKING_GAIN * unpacked:  # else too little padding to remove
+        try:
+            layout = _lay_out(*parts, micro_batches, row_multiple)
+        except ValueError:  # a prompt not left-padded, a completion with a hole
+            layout = None
+    if layout is not None and micro_batches * layout.shape.rows * layout.shape.row_tokens <= PACKING_GAIN * unpacked:
+        return layout.apply(flat, completion_width)
     flat_valid = arrays["prompt_valid"].reshape(-1, prompt_width)
-    return PassBatch(arrays, False, positions, real_tokens(flat_valid, arrays["completion_mask"], prompt_group))
+    return PassBatch(arrays, False, unpacked, real_tokens(flat_valid, arrays["completion_mask"], prompt_group))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Layout:
+    """Where packing puts a pass's sequences: each micro-batch's rows and sequence slots."""
+
+    shape: PackedShape
+    rows: list[list[list[_Unit]]]  # [micro-batch][row] -> units
+    sequences: list[list[int]]  # [micro-batch] -> the flat indices of its sequences, slot by slot
+    slots: int  # M': sequence slots per micro-batch
+
+    def apply(self, flat: dict[str, np.ndarray], completion_width: int) -> PassBatch:
+        packed = []
+        kept: dict[str, list[np.ndarray]] = {k: [] for k in flat if k not in PACKED_AWAY}
+        for rows, order in zip(self.rows, self.sequences):
+            slot_of = {s: j for j, s in enumerate(order)}
+            packed.append(_fill(rows, self.shape, slot_of, self.slots, completion_width))
+            for k in kept:
+                v = flat[k][order]
+                kept[k].append(np.concatenate([v, np.zeros((self.slots - len(order), *v.shape[1:]), v.dtype)]))
+        stacked = {k: np.stack([p.arrays()[k] for p in packed]) for k in packed[0].arrays()}
+        positions = len(packed) * self.shape.rows * self.shape.row_tokens
+        laid = {k: np.stack(v) for k, v in kept.items()}
+        return PassBatch({**laid, **stacked}, True, positions, sum(p.real_tokens for p in packed))
+
+
+def _lay_out(
+    prompt_tokens: np.ndarray,
+    prompt_valid: np.ndarray,
+    completion_tokens: np.ndarray,
+    completion_mask: np.ndarray,
+    micro_batches: int,
+    row_multiple: int,
+) -> _Layout:
+    """The rows of every sequence ([N, ...] arrays, N = A x M), dealt over `micro_batches` x
+    `row_multiple` blocks (see `pack_micro_batches`); ValueError as `pack`."""
+    total, completion_width = completion_tokens.shape
+    row_tokens = packed_shape(prompt_tokens, prompt_valid, completion_tokens, completion_mask).row_tokens
+    units = _units(prompt_tokens, prompt_valid, completion_tokens, completion_mask, row_tokens)
+    placed = _place(units, row_tokens)
+    rows_each = _nice_count(-(-max(len(placed), 1) // micro_batches), row_multiple)
+    placed += [[] for _ in range(rows_each * micro_batches - len(placed))]
+    dealt = _dealt(placed, micro_batches * row_multiple)
+    rows = [dealt[a * rows_each : (a + 1) * rows_each] for a in range(micro_batches)]
+    if micro_batches == 1:
+        sequences = [list(range(total))]
+        slots = total
+    else:
+        sequences = [[s for row in mb for unit in row for s, _ in unit.completions] for mb in rows]
+        slots = _nice_count(max(len(order) for order in sequences), row_multiple)
+    targets = max((sum(u.targets for u in row) for row in placed), default=1)
+    target_quantum = max(1, _round_up(-(-row_tokens // TARGET_PARTS), TOKEN_MULTIPLE))
+    shape = PackedShape(rows_each, row_tokens, min(_round_up(targets, target_quantum), row_tokens))
+    return _Layout(shape, rows, sequences, slots)

@@ -27,8 +27,19 @@ CONFIG = {
 LENGTHS = np.array([32, 3, 5, 1, 20, 2, 4, 8, 6, 32, 2, 3, 1, 1, 12, 5])
 
 
-def trained(tmp_path, name: str, packing_on: bool, lengths: np.ndarray | None, monkeypatch, mesh=None):
-    config = parse_config({**CONFIG, "batch": {**CONFIG["batch"], "packing": packing_on}, "mesh": mesh or {}})
+def trained(
+    tmp_path,
+    name: str,
+    packing_on: bool,
+    lengths: np.ndarray | None,
+    monkeypatch,
+    mesh=None,
+    micro_batch: int = 16,
+    prompts: int = 4,
+):
+    batch = {**CONFIG["batch"], "packing": packing_on, "train_micro_batch_sequences": micro_batch}
+    batch["prompts_per_step"] = prompts
+    config = parse_config({**CONFIG, "batch": batch, "mesh": mesh or {}})
     trainer = GRPOTrainer(config, str(tmp_path / name))
     trainer.source.start(trainer.state.params, 0)
     rollout = trainer.source.next(0)
@@ -37,14 +48,14 @@ def trained(tmp_path, name: str, packing_on: bool, lengths: np.ndarray | None, m
         keep = np.arange(rollout.completion_mask.shape[1])[None, :] < lengths[:, None]
         rollout.completion_mask = rollout.completion_mask & keep
         rollout.completion_tokens = np.where(keep, rollout.completion_tokens, 0)
-    rollout.rewards = np.tile(np.array([1, 0, 0.5, 0], np.float32), 4)
-    rollout.advantages = np.tile(np.array([1.2, -0.8, 0.4, -0.8], np.float32), 4)
+    rollout.rewards = np.tile(np.array([1, 0, 0.5, 0], np.float32), prompts)
+    rollout.advantages = np.tile(np.array([1.2, -0.8, 0.4, -0.8], np.float32), prompts)
     calls: list[bool] = []
     real = packing.pack_micro_batches
 
     def spy(*args, **kwargs):
         run = real(*args, **kwargs)
-        calls.append(run.packed)
+        calls.append((run.packed, args[0]["completion_mask"].shape[0]))  # (packed, micro-batches)
         return run
 
     monkeypatch.setattr("trainers.loop.trainer.pack_micro_batches", spy)
@@ -52,14 +63,24 @@ def trained(tmp_path, name: str, packing_on: bool, lengths: np.ndarray | None, m
     return metrics, jax.tree.map(np.asarray, trainer.state.params), calls
 
 
-@pytest.mark.parametrize("mesh", [None, {"data": 2, "fsdp": 4}], ids=["one-device", "data2-fsdp4"])
-def test_a_packed_step_lands_where_the_padded_one_does(tmp_path, monkeypatch, mesh):
-    padded, padded_params, padded_calls = trained(tmp_path, "padded", False, LENGTHS, monkeypatch)
-    packed, packed_params, packed_calls = trained(tmp_path, "packed", True, LENGTHS, monkeypatch, mesh)
-    # the old-policy and the reference pass (one log-prob micro-batch each: the train micro-batch of
-    # 16 sequences), then mu = 2 updates
-    assert padded_calls == [False] * 4
-    assert packed_calls == [True] * 4
+@pytest.mark.parametrize(
+    "mesh, micro_batch, prompts",
+    [(None, 16, 4), ({"data": 2, "fsdp": 4}, 16, 4), (None, 4, 4), ({"data": 2, "fsdp": 4}, 16, 8)],
+    ids=["one-device", "data2-fsdp4", "one-device-4-micro-batches", "data2-fsdp4-2-micro-batches"],
+)
+def test_a_packed_step_lands_where_the_padded_one_does(tmp_path, monkeypatch, mesh, micro_batch, prompts):
+    lengths = np.tile(LENGTHS, prompts // 4)
+    padded, padded_params, padded_calls = trained(tmp_path, "padded", False, lengths, monkeypatch, prompts=prompts)
+    packed, packed_params, packed_calls = trained(
+        tmp_path, "packed", True, lengths, monkeypatch, mesh, micro_batch, prompts
+    )
+    micro_batches = 4 * prompts // micro_batch
+    # the old-policy and the reference pass (log-prob micro-batches of the train micro-batch's size),
+    # then mu = 2 updates of every micro-batch, packed together
+    assert not any(packed_run for packed_run, _ in padded_calls)
+    assert packed_calls[-2:] == [(True, micro_batches)] * 2
+    if micro_batches == 1:
+        assert packed_calls == [(True, 1)] * 4
     for name in ("loss/policy", "loss/kl", "kl", "grad_norm", "entropy", "clip_fraction"):
         assert packed[name] == pytest.approx(padded[name], rel=1e-4, abs=1e-6), name
     for a, b in zip(jax.tree.leaves(packed_params), jax.tree.leaves(padded_params)):
@@ -67,12 +88,12 @@ def test_a_packed_step_lands_where_the_padded_one_does(tmp_path, monkeypatch, me
     # the padded rows: 16 x (prompt width + 32) positions per update pass, of which the tokens are
     # the prompts once per group and the completions; packed rows leave far less
     assert padded["train/padding_fraction"] > 0.5
-    if mesh is None:  # (on 8 devices the rows come in eights, some of them empty)
+    if mesh is None and micro_batches == 1:  # (on 8 devices the rows come in eights, some of them empty)
         assert packed["train/padding_fraction"] < padded["train/padding_fraction"] / 2
     assert packed["train/padding_fraction"] < padded["train/padding_fraction"]
 
 
 def test_equal_lengths_stay_unpacked(tmp_path, monkeypatch):
     metrics, _, calls = trained(tmp_path, "equal", True, None, monkeypatch)
-    assert calls == [False] * 4
+    assert calls == [(False, 1)] * 4
     assert 0 <= metrics["train/padding_fraction"] < 0.2

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from trainers.models.transformer import segment_attention_mask
-from trainers.step.packing import PackedShape, choose_shape, pack, packed_shape
+from trainers.step.packing import PackedShape, _nice_count, pack, pack_micro_batches, packed_shape
 
 
 def batch(prompts: list[list[int]], completions: list[list[int]], prompt_width: int = 3, completion_width: int = 4):
@@ -80,10 +80,11 @@ def test_empty_completions_are_left_out_and_shapes_are_bucketed():
 def test_row_counts_come_in_few_sizes_and_in_multiples_of_the_devices():
     # 9 sequences of 16 tokens each (a prompt of its own each): 9 rows of 16
     b = batch([[s + 1] for s in range(9)], [[1] * 15] * 9, prompt_width=1, completion_width=15)
-    assert packed_shape(*b).rows == 12  # 9 -> 12 (8, 12, 16, ...)
-    assert packed_shape(*b, row_multiple=2).rows == 12  # 2 x 6
+    assert packed_shape(*b).rows == 9  # exact up to 16, then 18, 20, ..., 32, 36, 40, ...
+    assert packed_shape(*b, row_multiple=2).rows == 10  # 2 x 5
     assert packed_shape(*b, row_multiple=4).rows == 12  # 4 x 3
     assert packed_shape(*b, row_multiple=8).rows == 16
+    assert [_nice_count(n, 1) for n in (16, 17, 19, 33, 100)] == [16, 18, 20, 36, 104]
 
 
 def test_rows_are_dealt_so_every_device_gets_about_the_same_tokens():
@@ -99,20 +100,73 @@ def test_rows_are_dealt_so_every_device_gets_about_the_same_tokens():
     assert sorted([sum(per_row[:3]), sum(per_row[3:])]) == [16, 19]
 
 
+def stacked(micro_batches: list[tuple[np.ndarray, ...]], **per_sequence) -> dict[str, np.ndarray]:
+    """[A, M, ...] pass inputs from A micro-batches of `batch`, with per-sequence arrays [A, M]."""
+    names = ("prompt_tokens", "prompt_valid", "completion_tokens", "completion_mask")
+    arrays = {name: np.stack([mb[i] for mb in micro_batches]) for i, name in enumerate(names)}
+    return arrays | {k: np.asarray(v) for k, v in per_sequence.items()}
+
+
 def test_packing_is_chosen_only_where_it_computes_at_most_four_fifths_of_the_positions():
     # 4 sequences of prompt [7, 8] (width 4) with completions of width 12
     def four(lengths):
-        return batch([[7, 8]] * 4, [[1] * n for n in lengths], prompt_width=4, completion_width=12)
+        return stacked([batch([[7, 8]] * 4, [[1] * n for n in lengths], prompt_width=4, completion_width=12)])
 
     # short completions: 2 + 3 + 2 + 1 + 1 = 9 tokens (the prompt once) in one row of 16, against
     # 4 x 12 + 4 = 52 unpacked positions with the prompt shared over the 4 rows
-    assert choose_shape([four([3, 2, 1, 1])], prompt_group=4) == PackedShape(rows=1, row_tokens=16, row_targets=16)
+    run = pack_micro_batches(four([3, 2, 1, 1]), prompt_group=4)
+    assert run.packed and (run.positions, run.tokens) == (16, 9)
+    assert run.arrays["packed_tokens"].shape == (1, 1, 16)
     # unshared, the unpacked pass computes 4 x 16 = 64; the packed rows still share the prompt
-    assert choose_shape([four([3, 2, 1, 1])], prompt_group=1) is not None
+    assert pack_micro_batches(four([3, 2, 1, 1]), prompt_group=1).packed
     # full completions: 2 + 4 x 12 = 50 tokens against 52 positions: nothing to remove
-    assert choose_shape([four([12, 12, 12, 12])], prompt_group=4) is None
+    run = pack_micro_batches(four([12, 12, 12, 12]), prompt_group=4)
+    assert not run.packed and (run.positions, run.tokens) == (52, 50)
     # 2 + 12 + 12 + 12 + 6 = 44 > 0.8 x 52 = 41.6 tokens: still not worth it
-    assert choose_shape([four([12, 12, 12, 6])], prompt_group=4) is None
+    assert not pack_micro_batches(four([12, 12, 12, 6]), prompt_group=4).packed
+    assert not pack_micro_batches(four([3, 2, 1, 1]), prompt_group=4, enabled=False).packed
+
+
+def test_micro_batches_share_their_rows_and_each_holds_about_the_same_tokens():
+    # two micro-batches of 2 sequences, one prompt each (width 1), completions of width 15:
+    # micro-batch 0 holds sequences of 8 and 7 tokens, micro-batch 1 of 2 and 1 (the last has no
+    # completion token); unpacked, 2 x 2 x 16 = 64 positions
+    first = batch([[1], [2]], [[9] * 7, [9] * 6], prompt_width=1, completion_width=15)
+    second = batch([[3], [4]], [[9] * 1, []], prompt_width=1, completion_width=15)
+    arrays = stacked([first, second], advantages=[[1.0, 2.0], [3.0, 4.0]], on_policy=[[True, True], [True, True]])
+    run = pack_micro_batches(arrays, prompt_group=1)
+    assert run.packed
+    # units of 8, 7 and 2 tokens in rows of 16 (the longest sequence, 8, rounded up to the quantum:
+    # a quarter of 1 + 15, at least 16): first-fit [8 + 7], [2]; one row for each micro-batch
+    tokens = run.arrays["packed_tokens"]
+    assert tokens.shape == (2, 1, 16)
+    assert tokens[0, 0].tolist() == [1] + [9] * 7 + [2] + [9] * 6 + [0]
+    assert tokens[1, 0].tolist() == [3, 9] + [0] * 14
+    # the per-sequence arrays follow the rows: micro-batch 1 holds sequence 2 and an empty slot
+    # (sequence 3 has no completion token); 2 slots each
+    assert run.arrays["advantages"].tolist() == [[1.0, 2.0], [3.0, 0.0]]
+    assert run.arrays["on_policy"].tolist() == [[True, True], [True, False]]
+    assert run.arrays["completion_mask"][1].sum() == 1
+    # sequence 2's one token goes to slot 0 of micro-batch 1: s * Lc + j = 0
+    assert run.arrays["packed_slot"][1, 0, 0] == 0
+    assert (run.positions, run.tokens) == (32, 17)
+
+
+def test_rows_of_many_micro_batches_are_dealt_evenly():
+    # 8 micro-batches: the first holds 4 sequences of 16 tokens, the others hold 4 of 2 tokens each;
+    # laid together, every micro-batch gets rows of about the same tokens
+    def mb(n):
+        return batch([[s + 1] for s in range(4)], [[9] * (n - 1)] * 4, prompt_width=1, completion_width=15)
+
+    arrays = stacked([mb(16)] + [mb(2)] * 7, advantages=np.ones((8, 4)))
+    run = pack_micro_batches(arrays, prompt_group=1)
+    assert run.packed
+    per_micro_batch = (run.arrays["packed_segments"] > 0).sum(axis=(1, 2))
+    # 4 x 16 + 28 x 2 = 120 tokens over 8 micro-batches of one row of 16 each (unpacked: 8 x 4 x 16)
+    assert per_micro_batch.sum() == 120 and run.arrays["packed_tokens"].shape == (8, 1, 16)
+    assert per_micro_batch.max() - per_micro_batch.min() <= 16
+    # every sequence is in exactly one slot: the advantages' sum is kept
+    assert run.arrays["advantages"].sum() == 32
 
 
 def test_what_packing_refuses():
