@@ -306,8 +306,7 @@ PLATFORM_MAX_EVALUATION_TOKENS_PER_USER = int(
 # where the workers' machines differ from this one, or divide by `worker --concurrency`.
 PLATFORM_WORKER_MEMORY_FRACTION = 0.8
 PLATFORM_WORKER_MEMORY_BYTES = int(
-    os.environ.get("PLATFORM_WORKER_MEMORY_BYTES")
-    or (host_memory_bytes() * PLATFORM_WORKER_MEMORY_FRACTION)
+    os.environ.get("PLATFORM_WORKER_MEMORY_BYTES") or (host_memory_bytes() * PLATFORM_WORKER_MEMORY_FRACTION)
 )
 # Disk one user's datasets, exports and checkpoints may take together (a UserLimits row overrides it).
 PLATFORM_STORAGE_QUOTA_BYTES = int(os.environ.get("PLATFORM_STORAGE_QUOTA_BYTES", str(50 * 1024**3)))

@@ -57,6 +57,7 @@ def plan_figures(plan: BatchPlan) -> dict[str, Any]:
         mesh=plan.mesh_text,
         rollout_mesh=plan.rollout_mesh_text,
         train_sequences_per_device=plan.train_sequences_per_device,
+        train_micro_batch_tokens=plan.train_micro_batch_tokens,
     )
     return figures
 
@@ -110,6 +111,7 @@ SHOWN_FIGURES = (
     ("accumulation_steps", "accumulation steps"),
     ("mini_batch_sequences", "sequences per mini-batch"),
     ("train_micro_batch_sequences", "sequences per train micro-batch"),
+    ("train_micro_batch_tokens", "token positions per train micro-batch (at most)"),
     ("mesh", "train mesh"),
     ("train_sequences_per_device", "sequences per device per train micro-batch"),
     ("rollout_passes_per_step", "rollout passes per step"),

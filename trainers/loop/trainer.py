@@ -73,7 +73,7 @@ from trainers.rollout.source import (
 )
 from trainers.rollout.spec import RolloutSpec, check_prompts_fit
 from trainers.step.hooks import Action, Control, Hooks, RunInfo, TrainResult, shared_control
-from trainers.step.packing import pack_micro_batches
+from trainers.step.packing import pack_micro_batches, unpacked_positions
 from trainers.step.phases import phase
 from trainers.step.placement import Placement
 from trainers.step.plan import BatchPlan, informative_first, make_plan, shared_prompt_group
@@ -474,7 +474,10 @@ class GRPOTrainer:
                 stacked = _stack(arrays, update.micro_batches)
                 trained_sequences += update.sequences.size
             group = shared_prompt_group(stacked["prompt_tokens"], stacked["prompt_valid"], self.plan.num_generations)
-            run = pack_micro_batches(stacked, group, self.rows_per_split, self.packing)
+            # packed, the update's rows go into micro-batches of the positions a padded one computes
+            sequences, prompt_width = stacked["prompt_tokens"].shape[1:]
+            budget = unpacked_positions(prompt_width, sequences, width, group)
+            run = pack_micro_batches(stacked, group, self.rows_per_split, self.packing, micro_batch_tokens=budget)
             positions, tokens = positions + run.positions, tokens + run.tokens
             group = 1 if run.packed else group  # a packed update shares prompts in its rows
             batch = self.placement.train_batch(run.arrays, batch_axis=1)

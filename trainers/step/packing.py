@@ -4,9 +4,9 @@ log-prob passes and the update compute their tokens and little padding.
 A micro-batch of S sequences (prompts left-padded [S, Lp], completions right-padded [S, Lc])
 becomes R rows of L token positions; an update's A micro-batches are packed together and their rows
 dealt evenly over them (`pack_micro_batches`). Consecutive sequences with the same prompt (GRPO's G
-completions of one prompt) form a *unit* [prompt, c1, ..., ck]: the prompt once, then each
-completion after it. A group too long for one row is split into several units, each with its own
-copy of the prompt. Units go into rows first-fit, longest first.
+completions of one prompt) form a *unit* [prompt, c1, ..., ck] in a row: the prompt once, then each
+completion after it. Completions go into rows first-fit, longest first, joining their prompt's unit
+in a row where it has room, else starting a unit with its own copy of the prompt (`_placed`).
 
 Each position carries its unit's number in the row (`segments`, 1-based; 0 = padding) and its
 member (`members`: 0 the prompt, i the unit's i-th completion). A query attends to the keys
@@ -119,58 +119,63 @@ def _lengths(prompt_valid: np.ndarray, completion_mask: np.ndarray) -> tuple[np.
     return prompt_lengths, completion_lengths
 
 
-def _units(
+def _placed(
     prompt_tokens: np.ndarray,
     prompt_valid: np.ndarray,
     completion_tokens: np.ndarray,
     completion_mask: np.ndarray,
-    row_tokens: int | None,
-) -> list[_Unit]:
-    """The micro-batch's units: consecutive sequences of one prompt share it while the unit stays
-    within `row_tokens` (None: no limit). Sequences without a completion token are left out."""
+    row_tokens: int,
+) -> list[list[_Unit]]:
+    """The sequences in rows of `row_tokens`, first-fit, longest completion first: a completion goes
+    into the first row that holds its prompt's unit and has room for it (no new copy of the prompt),
+    else into the first row with room for the prompt and it (a new unit), else into a new row.
+    A prompt is the same for a run of consecutive sequences with equal prompts (GRPO's group).
+    Sequences without a completion token are left out; ValueError for a sequence longer than a row."""
     prompt_lengths, completion_lengths = _lengths(prompt_valid, completion_mask)
     width_p = prompt_tokens.shape[1]
-    units: list[_Unit] = []
-    prompt: np.ndarray | None = None
-    members: list[tuple[int, np.ndarray]] = []
-    for s in range(prompt_tokens.shape[0]):
-        n = int(completion_lengths[s])
-        if n == 0:
-            continue
+    prompts: list[np.ndarray] = []
+    prompt_of = np.zeros(len(prompt_tokens), np.int64)
+    for s in range(len(prompt_tokens)):
         own = np.asarray(prompt_tokens[s, width_p - int(prompt_lengths[s]) :], np.int32)
-        completion = np.asarray(completion_tokens[s, :n], np.int32)
-        same = prompt is not None and np.array_equal(own, prompt)
-        room = row_tokens is None or len(own) + sum(len(c) for _, c in members) + n <= row_tokens
-        if same and room:
-            members.append((s, completion))
-            continue
-        if prompt is not None:
-            units.append(_Unit(prompt, tuple(members)))
-        prompt, members = own, [(s, completion)]
-    if prompt is not None:
-        units.append(_Unit(prompt, tuple(members)))
-    return units
+        if not prompts or not np.array_equal(own, prompts[-1]):
+            prompts.append(own)
+        prompt_of[s] = len(prompts) - 1
+    rows: list[dict[int, list[tuple[int, np.ndarray]]]] = []
+    free = np.zeros(len(prompt_tokens), np.int64)  # room left in each row (at most one row a sequence)
+    rows_of_prompt: dict[int, list[int]] = {}
+    for s in sorted(np.flatnonzero(completion_lengths > 0).tolist(), key=lambda s: -completion_lengths[s]):
+        g, n = int(prompt_of[s]), int(completion_lengths[s])
+        p = len(prompts[g])
+        if p + n > row_tokens:
+            raise ValueError(f"a sequence of {p + n} tokens does not fit in rows of {row_tokens}")
+        target = next((r for r in rows_of_prompt.get(g, ()) if free[r] >= n), None)
+        cost = n
+        if target is None:
+            open_rows = np.flatnonzero(free[: len(rows)] >= p + n)
+            target = int(open_rows[0]) if len(open_rows) else len(rows)
+            if target == len(rows):
+                rows.append({})
+                free[target] = row_tokens
+            rows_of_prompt.setdefault(g, []).append(target)
+            cost = p + n
+        rows[target].setdefault(g, []).append((s, np.asarray(completion_tokens[s, :n], np.int32)))
+        free[target] -= cost
+    return [
+        [_Unit(prompts[g], tuple(sorted(members, key=lambda m: m[0]))) for g, members in sorted(row.items())]
+        for row in rows
+    ]
 
 
-def _place(units: list[_Unit], row_tokens: int) -> list[list[_Unit]]:
-    """First-fit decreasing: units into as few rows of `row_tokens` as it finds."""
-    rows: list[list[_Unit]] = []
-    free: list[int] = []
-    for unit in sorted(units, key=lambda u: -u.length):
-        for r, room in enumerate(free):
-            if unit.length <= room:
-                rows[r].append(unit)
-                free[r] -= unit.length
-                break
-        else:
-            rows.append([unit])
-            free.append(row_tokens - unit.length)
-    return rows
-
-
-def row_token_quantum(prompt_width: int, completion_width: int) -> int:
-    """Row lengths are multiples of this: a quarter of the unpacked row, rounded up to 16 tokens."""
-    return _round_up(max(1, -(-(prompt_width + completion_width) // ROW_TOKEN_PARTS)), TOKEN_MULTIPLE)
+def row_tokens_for(longest_tokens: int, prompt_width: int, completion_width: int) -> int:
+    """The row length for a longest sequence of `longest_tokens`: the shortest of a quarter, a half,
+    three quarters and the whole of the unpacked row (prompt + completion width), each rounded up
+    to 16 tokens, that holds it."""
+    width = prompt_width + completion_width
+    for part in range(1, ROW_TOKEN_PARTS + 1):
+        candidate = _round_up(max(1, -(-part * width // ROW_TOKEN_PARTS)), TOKEN_MULTIPLE)
+        if candidate >= longest_tokens:
+            return candidate
+    return _round_up(longest_tokens, TOKEN_MULTIPLE)
 
 
 def packed_shape(
@@ -182,17 +187,16 @@ def packed_shape(
     row_tokens: int | None = None,
 ) -> PackedShape:
     """The bucketed shape that holds this micro-batch: rows of `row_tokens` (None: the longest
-    sequence, prompt + completion, rounded up to `row_token_quantum`), as many as first-fit needs
+    sequence, prompt + completion, rounded up as `row_tokens_for`), as many as first-fit needs
     rounded up to `row_multiple` (the devices a micro-batch is split over) times a count of few
     sizes (`_nice_count`); and the most completion tokens a row holds, in eighths of the row.
     ValueError as `pack` (a prompt not left-padded, a completion with a hole)."""
     prompt_lengths, completion_lengths = _lengths(prompt_valid, completion_mask)
     if row_tokens is None:
-        quantum = row_token_quantum(prompt_tokens.shape[1], completion_tokens.shape[1])
         live = completion_lengths > 0
         longest = int((prompt_lengths + completion_lengths)[live].max()) if live.any() else 1
-        row_tokens = _round_up(longest, quantum)
-    rows = _place(_units(prompt_tokens, prompt_valid, completion_tokens, completion_mask, row_tokens), row_tokens)
+        row_tokens = row_tokens_for(longest, prompt_tokens.shape[1], completion_tokens.shape[1])
+    rows = _placed(prompt_tokens, prompt_valid, completion_tokens, completion_mask, row_tokens)
     targets = max((sum(u.targets for u in row) for row in rows), default=1)
     target_quantum = max(1, _round_up(-(-row_tokens // TARGET_PARTS), TOKEN_MULTIPLE))
     return PackedShape(
@@ -238,9 +242,8 @@ def pack(
     ValueError when it does not fit, or when a prompt is not left-padded or a completion has a hole
     (packing drops padding positions, so such a batch runs unpacked)."""
     sequences, completion_width = completion_tokens.shape
-    units = _units(prompt_tokens, prompt_valid, completion_tokens, completion_mask, shape.row_tokens)
-    rows = _place(units, shape.row_tokens)
-    if len(rows) > shape.rows or any(u.length > shape.row_tokens for u in units):
+    rows = _placed(prompt_tokens, prompt_valid, completion_tokens, completion_mask, shape.row_tokens)
+    if len(rows) > shape.rows:
         raise ValueError(f"the micro-batch needs more than {shape.rows} rows of {shape.row_tokens} tokens")
     rows += [[] for _ in range(shape.rows - len(rows))]
     if row_multiple > 1:
@@ -316,21 +319,27 @@ class PassBatch:
 
 
 def pack_micro_batches(
-    arrays: dict[str, np.ndarray], prompt_group: int, row_multiple: int = 1, enabled: bool = True
+    arrays: dict[str, np.ndarray],
+    prompt_group: int,
+    row_multiple: int = 1,
+    enabled: bool = True,
+    micro_batch_tokens: int | None = None,
 ) -> PassBatch:
     """arrays: a pass's inputs with a leading micro-batch axis [A, M, ...] (prompt_tokens,
     prompt_valid, completion_tokens, completion_mask, and the loss's own per-sequence arrays).
     Packed when `enabled` and the rows compute at most PACKING_GAIN of the positions the unpacked
     pass would (prompt_group: the rows sharing each prompt there, `plan.shared_prompt_group`).
 
-    Packed, the A micro-batches' sequences are laid in rows together (first-fit decreasing) and
-    the rows dealt over the A micro-batches x `row_multiple` devices, fullest first, back and
-    forth, so every micro-batch and every device holds about the same tokens. The `PackedRows.arrays`
+    Packed, the A micro-batches' sequences are laid in rows together (`_placed`) and the rows
+    dealt over the micro-batches x `row_multiple` devices, fullest first, back and forth, so every
+    micro-batch and every device holds about the same tokens. The micro-batches are A, or with
+    `micro_batch_tokens` as few as hold the rows in at most that many token positions each (rows
+    x row length): micro-batches by tokens, not by sequences. The `PackedRows.arrays`
     [A, R, ...] replace PACKED_AWAY; every other array is re-laid [A, M', ...] to follow the rows:
     micro-batch a holds the sequences of its rows, in their order, then empty slots (all zeros:
     no mask, no weight, so they add nothing to the loss or a metric). Sequences without a
-    completion token are left out. With A = 1 the layout stays as it came (a log-prob pass's
-    results come back in its sequences' order).
+    completion token are left out. With A = 1 and no `micro_batch_tokens` the layout stays as it
+    came (a log-prob pass's results come back in its sequences' order).
 
     Every loss weight is normalised over the mini-batch before this (`token_weights`), so the
     sums over the re-laid micro-batches are those over the given ones."""
@@ -342,10 +351,10 @@ def pack_micro_batches(
     layout = None
     if enabled and _least_tokens(*parts) <= PACKING_GAIN * unpacked:  # else too little padding to remove
         try:
-            layout = _lay_out(*parts, micro_batches, row_multiple)
+            layout = _lay_out(*parts, micro_batches, row_multiple, micro_batch_tokens)
         except ValueError:  # a prompt not left-padded, a completion with a hole
             layout = None
-    if layout is not None and micro_batches * layout.shape.rows * layout.shape.row_tokens <= PACKING_GAIN * unpacked:
+    if layout is not None and layout.positions <= PACKING_GAIN * unpacked:
         return layout.apply(flat, completion_width)
     flat_valid = arrays["prompt_valid"].reshape(-1, prompt_width)
     return PassBatch(arrays, False, unpacked, real_tokens(flat_valid, arrays["completion_mask"], prompt_group))
@@ -360,6 +369,10 @@ class _Layout:
     sequences: list[list[int]]  # [micro-batch] -> the flat indices of its sequences, slot by slot
     slots: int  # M': sequence slots per micro-batch
 
+    @property
+    def positions(self) -> int:
+        return len(self.rows) * self.shape.rows * self.shape.row_tokens
+
     def apply(self, flat: dict[str, np.ndarray], completion_width: int) -> PassBatch:
         packed = []
         kept: dict[str, list[np.ndarray]] = {k: [] for k in flat if k not in PACKED_AWAY}
@@ -370,9 +383,8 @@ class _Layout:
                 v = flat[k][order]
                 kept[k].append(np.concatenate([v, np.zeros((self.slots - len(order), *v.shape[1:]), v.dtype)]))
         stacked = {k: np.stack([p.arrays()[k] for p in packed]) for k in packed[0].arrays()}
-        positions = len(packed) * self.shape.rows * self.shape.row_tokens
         laid = {k: np.stack(v) for k, v in kept.items()}
-        return PassBatch({**laid, **stacked}, True, positions, sum(p.real_tokens for p in packed))
+        return PassBatch({**laid, **stacked}, True, self.positions, sum(p.real_tokens for p in packed))
 
 
 def _lay_out(
@@ -382,18 +394,27 @@ def _lay_out(
     completion_mask: np.ndarray,
     micro_batches: int,
     row_multiple: int,
+    micro_batch_tokens: int | None = None,
 ) -> _Layout:
     """The rows of every sequence ([N, ...] arrays, N = A x M), dealt over `micro_batches` x
-    `row_multiple` blocks (see `pack_micro_batches`); ValueError as `pack`."""
+    `row_multiple` blocks, or over as few micro-batches as hold them in `micro_batch_tokens`
+    positions each (see `pack_micro_batches`); ValueError as `pack`."""
     total, completion_width = completion_tokens.shape
     row_tokens = packed_shape(prompt_tokens, prompt_valid, completion_tokens, completion_mask).row_tokens
-    units = _units(prompt_tokens, prompt_valid, completion_tokens, completion_mask, row_tokens)
-    placed = _place(units, row_tokens)
-    rows_each = _nice_count(-(-max(len(placed), 1) // micro_batches), row_multiple)
+    placed = _placed(prompt_tokens, prompt_valid, completion_tokens, completion_mask, row_tokens)
+    needed = max(len(placed), 1)
+    if micro_batch_tokens is not None:
+        most_rows = max(row_multiple, micro_batch_tokens // row_tokens // row_multiple * row_multiple)
+        fewest = -(-needed // most_rows)
+        while _nice_count(-(-needed // fewest), row_multiple) > most_rows:
+            fewest += 1
+        # of a few counts from the fewest, the one whose rows leave the least room empty
+        micro_batches = min(range(fewest, fewest + 4), key=lambda a: a * _nice_count(-(-needed // a), row_multiple))
+    rows_each = _nice_count(-(-needed // micro_batches), row_multiple)
     placed += [[] for _ in range(rows_each * micro_batches - len(placed))]
     dealt = _dealt(placed, micro_batches * row_multiple)
     rows = [dealt[a * rows_each : (a + 1) * rows_each] for a in range(micro_batches)]
-    if micro_batches == 1:
+    if micro_batches == 1 and micro_batch_tokens is None:
         sequences = [list(range(total))]
         slots = total
     else:

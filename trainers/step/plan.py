@@ -182,6 +182,12 @@ class BatchPlan:
         return f"{sequences} sequences = {sequences // split} per device (split over {axes} = {split})"
 
     @property
+    def train_micro_batch_tokens(self) -> int:
+        """Token positions a train micro-batch holds at most: its sequences x (prompt + completion
+        budget). Padded rows compute all of them; packed rows (batch.packing) about their tokens."""
+        return self.train_micro_batch_sequences * (self.prompt_token_budget + self.completion_token_budget)
+
+    @property
     def tokens_per_step(self) -> int:
         """Token positions a step holds at most: sequences x (prompt + completion budget)."""
         return self.sequences_per_step * (self.prompt_token_budget + self.completion_token_budget)
@@ -251,7 +257,8 @@ class BatchPlan:
             f"  passes (mu)                   {self.num_iterations}",
             f"  optimizer updates per step    {self.optimizer_updates_per_step}  "
             f"(mu={self.num_iterations} x {self.prompts_per_step}/{self.mini_batch_prompts})",
-            f"  train micro-batch             {self.train_micro_batch_sequences} sequences",
+            f"  train micro-batch             {self.train_micro_batch_sequences} sequences  "
+            f"(at most {self.train_micro_batch_tokens} token positions)",
             f"  accumulation steps            {self.accumulation_steps}  "
             f"({self.mini_batch_sequences}/{self.train_micro_batch_sequences}, derived)",
             f"  tokens per step (at most)     {self.tokens_per_step}  ({self.sequences_per_step} sequences x "

@@ -93,6 +93,9 @@ def test_the_form_and_the_api_take_the_mesh_section(alice, alice_client):
     body = alice_client.post(reverse("plan-preview"), form_data(mesh__data="2", mesh__fsdp="2")).json()
     assert body["ok"] and body["plan"]["mesh"] == "data 2 x fsdp 2 x tensor 1 (4 devices)"
     assert body["plan"]["train_sequences_per_device"] == 4
+    # and the token positions a train micro-batch holds at most: its 16 sequences x (prompt + completion budget)
+    budget = body["plan"]["prompt_token_budget"] + body["plan"]["completion_token_budget"]
+    assert body["plan"]["train_micro_batch_tokens"] == 16 * budget
     assert "train micro-batch             16 sequences = 4 per device (split over data x fsdp = 4)" in body["text"]
 
     api = token_client(alice)

@@ -214,6 +214,8 @@ def test_validate_prints_tokens_per_step_and_the_estimate():
     )
     assert out.returncode == 0, out.stderr
     assert "tokens per step (at most)     8960  (128 sequences x (64 prompt + 6 completion tokens))" in out.stdout
+    # its one train micro-batch: 128 x (64 + 6)
+    assert "train micro-batch             128 sequences  (at most 8960 token positions)" in out.stdout
     # the arithmetic task's longest prompt is 7 tokens (BOS + "12+34=" at most), not the 64-token budget
     assert (
         "Memory of a step (estimate)     0.80 GiB  (prompts of 7 tokens: the data's longest prompt, bucketed)"

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from trainers.models.transformer import segment_attention_mask
-from trainers.step.packing import PackedShape, _nice_count, pack, pack_micro_batches, packed_shape
+from trainers.step.packing import PackedShape, _nice_count, pack, pack_micro_batches, packed_shape, row_tokens_for
 
 
 def batch(prompts: list[list[int]], completions: list[list[int]], prompt_width: int = 3, completion_width: int = 4):
@@ -61,10 +61,11 @@ def test_the_mask_lets_a_completion_see_its_prompt_and_itself_only():
 def test_a_group_longer_than_a_row_is_split_with_a_copy_of_its_prompt():
     b = batch([[7, 8]] * 3, [[1, 2, 3], [4, 5], [6]])
     packed = pack(*b, PackedShape(rows=2, row_tokens=6, row_targets=4))
-    # [7 8 | 1 2 3] is 5 tokens; adding [4 5] would make 7 > 6, so a second unit [7 8 | 4 5 | 6]
-    assert packed.tokens.tolist() == [[7, 8, 1, 2, 3, 0], [7, 8, 4, 5, 6, 0]]
-    assert packed.positions.tolist() == [[0, 1, 2, 3, 4, 0], [0, 1, 2, 3, 2, 0]]
-    assert packed.slot[0, :3].tolist() == [0, 1, 2] and packed.slot[1, :3].tolist() == [4, 5, 8]
+    # longest first: [7 8 | 1 2 3] is 5 tokens; [4 5] does not fit in its 1 token of room, so a
+    # second unit [7 8 | 4 5]; [6] then fits the first row's room, after its prompt's unit
+    assert packed.tokens.tolist() == [[7, 8, 1, 2, 3, 6], [7, 8, 4, 5, 0, 0]]
+    assert packed.positions.tolist() == [[0, 1, 2, 3, 4, 2], [0, 1, 2, 3, 0, 0]]
+    assert packed.slot[0].tolist() == [0, 1, 2, 8] and packed.slot[1, :2].tolist() == [4, 5]
 
 
 def test_empty_completions_are_left_out_and_shapes_are_bucketed():
@@ -169,10 +170,36 @@ def test_rows_of_many_micro_batches_are_dealt_evenly():
     assert run.arrays["advantages"].sum() == 32
 
 
+def test_micro_batches_by_tokens_are_as_few_as_hold_the_rows():
+    # 4 micro-batches of 4 sequences of 2 tokens (prompt 1 + completion 1), completion width 15:
+    # 32 tokens in 2 rows of 16; a budget of 64 positions holds 4 rows, so one micro-batch of 2 rows
+    def mb(first):
+        return batch([[first + s] for s in range(4)], [[9]] * 4, prompt_width=1, completion_width=15)
+
+    arrays = stacked([mb(1), mb(5), mb(9), mb(13)], advantages=np.arange(16.0).reshape(4, 4))
+    run = pack_micro_batches(arrays, prompt_group=1, micro_batch_tokens=64)
+    assert run.packed and run.arrays["packed_tokens"].shape == (1, 2, 16)
+    assert run.arrays["advantages"].shape == (1, 16) and sorted(run.arrays["advantages"][0]) == list(range(16))
+    assert (run.positions, run.tokens) == (32, 32)
+    # a budget of one row: two micro-batches of one row each
+    run = pack_micro_batches(arrays, prompt_group=1, micro_batch_tokens=16)
+    assert run.arrays["packed_tokens"].shape == (2, 1, 16) and run.arrays["advantages"].shape == (2, 8)
+    # without a budget, the 4 micro-batches stay 4 (one row each, two of them empty)
+    assert pack_micro_batches(arrays, prompt_group=1).arrays["packed_tokens"].shape == (4, 1, 16)
+
+
+def test_rows_are_a_quarter_half_three_quarters_or_all_of_the_padded_row():
+    # prompt 48 + completion 256 = 304: rows of 80, 160, 240 or 304 tokens
+    assert [row_tokens_for(n, 48, 256) for n in (5, 80, 81, 150, 229, 296, 304)] == [80, 80, 160, 160, 240, 304, 304]
+    assert row_tokens_for(5, 4, 60) == 16
+
+
 def test_what_packing_refuses():
     b = batch([[7, 8]], [[1, 2, 3]])
-    with pytest.raises(ValueError, match="more than 1 rows of 4 tokens"):
+    with pytest.raises(ValueError, match="a sequence of 5 tokens does not fit in rows of 4"):
         pack(*b, PackedShape(rows=1, row_tokens=4, row_targets=4))
+    with pytest.raises(ValueError, match="more than 1 rows of 6 tokens"):
+        pack(*batch([[7, 8]] * 2, [[1, 2, 3], [4, 5, 6]]), PackedShape(rows=1, row_tokens=6, row_targets=6))
     with pytest.raises(ValueError, match="more than 2 completion tokens"):
         pack(*b, PackedShape(rows=1, row_tokens=8, row_targets=2))
     holey = list(b)
