@@ -90,6 +90,7 @@ SLOW_FILES = (
     "test_resume.py",
     "test_multiprocess.py",
     "test_cli.py",
+    "test_accelerator_lowering.py",
     "test_lora_training.py",
     "test_flat_groups.py",
     "test_pretrained_run.py",

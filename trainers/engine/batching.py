@@ -204,6 +204,13 @@ def micro_batch_uniforms(
     )
 
 
+def decode_attention(head_dim: int, page_tokens: int) -> str:
+    """How the decode chunks of a model with heads of `head_dim` over pages of `page_tokens` attend
+    (`programs.decode_chunk`'s `attention`): "paged" where a Pallas kernel reads the pages
+    (`paged_attention.default_implementation`), else "view"."""
+    return "paged" if default_implementation(head_dim, page_tokens) != "gather" else "view"
+
+
 def _fixed(params) -> Weights:
     return lambda: (params, 0)
 
@@ -339,7 +346,7 @@ class _Run:
         self.scratch = self.pool.num_pages  # one page past the pool: where free and ended slots write
         shape = (model_cfg.num_kv_heads, self.scratch + 1, page, model_cfg.head_dim)
         self.kv_pages = _zero_pages(shape, model_cfg.dtype, model_cfg.num_layers, mesh)
-        self.attention = "paged" if default_implementation(model_cfg.head_dim, page) != "gather" else "view"
+        self.attention = decode_attention(model_cfg.head_dim, page)
         self.window = max((len(s) for s in turns.sequences), default=0) if turns is not None else 0
         self.prompt_lengths = prompt_valid.sum(axis=1).astype(np.int32)
         self.slot_row = np.full(slots, -1, np.int64)

@@ -40,7 +40,6 @@ import numpy as np
 from flax import nnx
 
 from trainers.algo.loss import token_weights
-from trainers.algo.mismatch import MismatchConfig
 from trainers.algo.optim import make_optimizer, make_schedule
 from trainers.algo.sampling_filters import informative_groups
 from trainers.config import ExperimentConfig
@@ -50,15 +49,7 @@ from trainers.loop.checkpoint import Checkpointer, IncompatibleCheckpoint, resto
 from trainers.loop.policy import check_tokenizer_fits, initial_params, model_config_for, model_field, tokenizer_for
 from trainers.loop.scoring import score_prompts
 from trainers.loop.system_metrics import SystemMetricsSampler
-from trainers.loop.update import (
-    MAX_METRICS,
-    completion_width,
-    loss_config,
-    make_logprob_fn,
-    make_packed_logprob_fn,
-    make_update_fn,
-    make_zero_update_fn,
-)
+from trainers.loop.update import MAX_METRICS, completion_width, training_functions
 from trainers.models.hf_weights import abstract_params
 from trainers.models.lora import adapters_off, add_lora, lora_settings, split_adapters
 from trainers.models.transformer import param_count
@@ -241,10 +232,6 @@ class GRPOTrainer:
             )
         )
         g = config.grpo
-        self.loss_cfg = loss_config(config)
-        self.logprob_temperature = config.rollout.temperature or 1.0
-        self.logprob_fn = make_logprob_fn(self.graphdef, self.logprob_temperature)
-        self.packed_logprob_fn = make_packed_logprob_fn(self.graphdef, self.logprob_temperature)
         self.packing = config.batch.packing  # pack where it pays (`packing.pack_micro_batches`)
         # packed rows are split over the train mesh's data x fsdp devices like sequences: whole rows each
         mesh = self.placement.train_mesh
@@ -255,18 +242,18 @@ class GRPOTrainer:
         # the optimizer to a zero gradient without a forward or backward pass.
         self.skip_flat_groups = g.beta == 0 and g.entropy_coef == 0
         state_shardings = self.placement.state_shardings((self.state.params, self.state.opt_state))
-        self.mismatch = MismatchConfig(g.mismatch.correction, g.mismatch.max, g.mismatch.min, g.mismatch.mis_min)
-        self.update_fn = make_update_fn(
+        functions = training_functions(
+            config,
             self.graphdef,
             self.optimizer,
-            self.loss_cfg,
-            self.logprob_temperature,
             self.plan.needs_old_logprobs,
             importance=self.source.importance,
             state_shardings=state_shardings,
-            mismatch=self.mismatch,
         )
-        self.zero_update_fn = make_zero_update_fn(self.optimizer, state_shardings)
+        self.loss_cfg, self.mismatch = functions.loss_cfg, functions.mismatch
+        self.logprob_temperature = functions.temperature
+        self.logprob_fn, self.packed_logprob_fn = functions.logprob_fn, functions.packed_logprob_fn
+        self.update_fn, self.zero_update_fn = functions.update_fn, functions.zero_update_fn
         c = config.checkpoint
         self.checkpointer = Checkpointer(
             os.path.join(self.run_dir, "checkpoints"),

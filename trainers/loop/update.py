@@ -26,6 +26,7 @@ gradient all-reduce.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -241,6 +242,56 @@ def make_update_fn(
         return params, opt_state, metrics
 
     return _jit_update(update, state_shardings, static_argnames=("prompt_group",))
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingFunctions:
+    """The jitted device work of a run's training phase (`training_functions`). temperature: the
+    log-prob passes' and updates' (rollout.temperature, 1 for greedy sampling)."""
+
+    loss_cfg: LossConfig
+    temperature: float
+    mismatch: MismatchConfig
+    logprob_fn: Callable
+    packed_logprob_fn: Callable
+    update_fn: Callable
+    zero_update_fn: Callable
+
+
+def training_functions(
+    config: ExperimentConfig,
+    graphdef: Any,
+    optimizer: optax.GradientTransformation,
+    use_old_logprobs: bool,
+    importance: ImportanceConfig | None = None,
+    state_shardings: tuple[Any, Any] | None = None,
+) -> TrainingFunctions:
+    """The log-prob passes (padded and packed) and the updates a run under `config` trains with, as
+    `GRPOTrainer` builds them: from the config, the model's graphdef and the optimizer alone (no
+    weights or rollout needed, so they can be traced over abstract inputs). use_old_logprobs: the
+    plan's `needs_old_logprobs`; importance: the rollout source's; state_shardings: as `make_update_fn`."""
+    g = config.grpo
+    loss_cfg = loss_config(config)
+    temperature = config.rollout.temperature or 1.0
+    mismatch = MismatchConfig(g.mismatch.correction, g.mismatch.max, g.mismatch.min, g.mismatch.mis_min)
+    return TrainingFunctions(
+        loss_cfg=loss_cfg,
+        temperature=temperature,
+        mismatch=mismatch,
+        logprob_fn=make_logprob_fn(graphdef, temperature),
+        packed_logprob_fn=make_packed_logprob_fn(graphdef, temperature),
+        update_fn=make_update_fn(
+            graphdef,
+            optimizer,
+            loss_cfg,
+            temperature,
+            use_old_logprobs,
+            importance=importance,
+            state_shardings=state_shardings,
+            mismatch=mismatch,
+        ),
+        zero_update_fn=make_zero_update_fn(optimizer, state_shardings),
+    )
 
 
 def make_zero_update_fn(

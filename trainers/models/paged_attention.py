@@ -15,8 +15,11 @@ One attention function, two implementations so far:
                 float32 dots run as a TPU's matrix unit runs them by default, in bfloat16 passes.
 A TPU's kernel needs whole tiles: a head size that is a multiple of 128 and pages of a multiple of
 8 tokens (`tpu_kernel_fits`); a model whose heads are smaller (SmolLM2's 64) decodes with the gather
-on a TPU. The ragged kernel (`ragged_paged_attention`) also takes prompt pieces; the engine's
-prefill pieces run as a dense forward over a gathered view (`dense_view`) instead.
+on a TPU. The GPU's kernel is lowered by Triton, which takes arrays whose sizes are powers of two
+only: a head size and a page size that are powers of two (`gpu_kernel_fits`, else the gather), and
+compute blocks of a power of two pages. The ragged kernel (`ragged_paged_attention`) also takes
+prompt pieces; the engine's prefill pieces run as a dense forward over a gathered view
+(`dense_view`) instead.
 
 Layouts: q [B, NH, D] (RoPE applied); k_pages, v_pages [KVH, P, page_tokens, D] (the Pallas
 kernels' layout; keys stored after RoPE); block_tables [B, max_pages] int32; lengths [B] int32, the
@@ -32,6 +35,8 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+
+from trainers.models.backend import compute_backend
 
 
 class PagedKV(NamedTuple):
@@ -64,10 +69,11 @@ MASKED_SCORE = float(jnp.finfo(jnp.float32).min)  # as `transformer`'s dense att
 
 
 def default_implementation(head_dim: int = TPU_HEAD_DIM, page_tokens: int = TPU_PAGE_TOKENS) -> str:
-    """The implementation for JAX's default backend: the Pallas kernel on a GPU, on a TPU when the
-    model's head size and the page size fit its tiles (`tpu_kernel_fits`), else the gather."""
-    backend = jax.default_backend()
-    if backend == "gpu":
+    """The implementation for the backend programs are traced for (`backend.compute_backend`): the
+    Pallas kernel of a GPU or a TPU when the model's head size and the page size fit it
+    (`gpu_kernel_fits`, `tpu_kernel_fits`), else the gather."""
+    backend = compute_backend()
+    if backend == "gpu" and gpu_kernel_fits(head_dim, page_tokens):
         return "pallas_gpu"
     if backend == "tpu" and tpu_kernel_fits(head_dim, page_tokens):
         return "pallas_tpu"
@@ -77,6 +83,16 @@ def default_implementation(head_dim: int = TPU_HEAD_DIM, page_tokens: int = TPU_
 def tpu_kernel_fits(head_dim: int, page_tokens: int) -> bool:
     """The TPU kernel takes heads of a multiple of 128 and pages of a multiple of 8 tokens."""
     return head_dim % TPU_HEAD_DIM == 0 and page_tokens % TPU_PAGE_TOKENS == 0
+
+
+def gpu_kernel_fits(head_dim: int, page_tokens: int) -> bool:
+    """The GPU kernel (lowered by Triton, whose arrays have power-of-two sizes) takes a head size and
+    a page size that are powers of two."""
+    return _is_power_of_two(head_dim) and _is_power_of_two(page_tokens)
+
+
+def _is_power_of_two(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
 
 
 def _taken(pages: jax.Array, block_tables: jax.Array) -> jax.Array:
@@ -124,7 +140,7 @@ def paged_decode_attention(
             block_tables,
             lengths.astype(jnp.int32),
             interpret=interpret,
-            pages_per_compute_block=_divisor_at_most(pages_per_slot, 8),
+            pages_per_compute_block=_power_of_two_divisor_at_most(pages_per_slot, 8),
             k_splits=1,
         ).astype(q.dtype)
     if implementation == "pallas_tpu":
@@ -148,6 +164,15 @@ def paged_decode_attention(
 def _divisor_at_most(total: int, most: int) -> int:
     """The largest divisor of `total` not above `most` (the kernels take whole compute blocks of pages)."""
     return max(d for d in range(1, min(total, most) + 1) if total % d == 0)
+
+
+def _power_of_two_divisor_at_most(total: int, most: int) -> int:
+    """The largest power of two that divides `total`, not above `most`: the GPU kernel's compute
+    block of pages (Triton lowers arrays of power-of-two sizes only; 12 pages go in blocks of 4)."""
+    block = 1
+    while block * 2 <= most and total % (block * 2) == 0:
+        block *= 2
+    return block
 
 
 def dense_view(

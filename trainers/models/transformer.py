@@ -37,6 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from trainers.models.backend import compute_backend
 from trainers.models.paged_attention import PagedKV, default_implementation, paged_decode_attention, write_token_kv
 from trainers.models.presets import (  # the chunk sizes live with the shapes: the JAX-free memory estimate reads them
     ACCELERATOR_LOGITS_CHUNK_ELEMENTS,
@@ -61,15 +62,18 @@ _BATCH_HIDDEN = ("batch", None, None)  # [B,T,H] activations: split by rows, hid
 
 FUSED_ATTENTION: bool | None = None
 """Attention over several query tokens (prefill, log-prob passes, updates) through
-`jax.nn.dot_product_attention`, which picks cuDNN's fused kernel on a GPU (no [T,S] float32 scores
-in memory), when True; the einsum path below when False. None (default): fused on accelerators,
-einsum on CPU, where the einsum path is as fast or faster. Single-token decode steps always take the
-einsum path: it reads the KV cache in its own layout, where the fused call would transpose the
-whole cache at every step. Both paths give the same values up to float rounding."""
+`jax.nn.dot_product_attention` when True; the einsum path below when False. None (default): that
+call on accelerators (`backend.compute_backend`), einsum on CPU, where the einsum path is as fast or
+faster. The call takes its default implementation, which in JAX 0.10 is XLA's on every backend
+([T,S] float32 scores in memory, as in the einsum path): cuDNN's fused kernel runs only when asked
+for (implementation="cudnn"), which checks cuDNN's version when the program is traced, so such a
+program cannot be lowered for a GPU on a machine without CUDA. Single-token decode steps always
+take the einsum path: it reads the KV cache in its own layout, where the fused call would transpose
+the whole cache at every step. Both paths give the same values up to float rounding."""
 
 
 def _fused_attention() -> bool:
-    return jax.default_backend() != "cpu" if FUSED_ATTENTION is None else FUSED_ATTENTION
+    return compute_backend() != "cpu" if FUSED_ATTENTION is None else FUSED_ATTENTION
 
 
 SCAN_LAYERS: bool | None = None
@@ -640,7 +644,7 @@ def token_logprobs_and_entropy(
         return _sharded_token_logprobs(model, hidden, tokens, temperature)
     batch, length, width = hidden.shape
     positions = batch * length
-    elements = LOGITS_CHUNK_ELEMENTS if jax.default_backend() == "cpu" else ACCELERATOR_LOGITS_CHUNK_ELEMENTS
+    elements = LOGITS_CHUNK_ELEMENTS if compute_backend() == "cpu" else ACCELERATOR_LOGITS_CHUNK_ELEMENTS
     chunk = max(1, min(positions, elements // model.cfg.vocab_size))
     num_chunks = -(-positions // chunk)
     pad = num_chunks * chunk - positions
@@ -671,7 +675,7 @@ def _sharded_token_logprobs(
     batch, length, width = hidden.shape
     vocab = model.cfg.vocab_size
     devices = active_axis_size("data") * active_axis_size("fsdp") * active_axis_size("tensor")
-    elements = LOGITS_CHUNK_ELEMENTS if jax.default_backend() == "cpu" else ACCELERATOR_LOGITS_CHUNK_ELEMENTS
+    elements = LOGITS_CHUNK_ELEMENTS if compute_backend() == "cpu" else ACCELERATOR_LOGITS_CHUNK_ELEMENTS
     span = max(1, min(length, elements * devices // (vocab * batch)))
     num_chunks = -(-length // span)
     pad = num_chunks * span - length

@@ -178,6 +178,7 @@ def test_a_tpu_uses_its_kernel_only_on_whole_tiles(monkeypatch):
     assert default_implementation(128, 4) == "gather"
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
     assert default_implementation(64, 4) == "pallas_gpu"
+    assert default_implementation(96, 16) == "gather"  # Triton's arrays: powers of two only
     monkeypatch.setattr(jax, "default_backend", lambda: "cpu")
     assert default_implementation(128, 16) == "gather"
 
