@@ -33,6 +33,9 @@ compile loses only that section; the sections left when --budget-s is spent are 
   update      one optimizer update of the Qwen2-0.5B shape on one device (bench/scale.py's
               `measure`: GRPO loss with KL, adamw, 32 sequences = 8 prompts x G 4, 64 + 128
               tokens): step time, tokens/s, MFU against the measured bf16 peak.
+  packed_update  one update of the SmolLM2-135M shape on long-tailed completion lengths (64 sequences,
+              G 8, 64 + up to 1,024 tokens, mean about 300; micro-batches of 16), padded and packed
+              (batch.packing, micro-batches by tokens): ms per update, padding share, micro-batches.
   decode:qwen2-1.5b, w1_f32 (W1 in float32, as the README's H100 run): if time is left.
 
 Results go to --out as they come (report.json and the markdown, rewritten after every section, so
@@ -73,6 +76,7 @@ SECTIONS = (
     ("multi_turn", 75, 90),
     ("decode:smollm2-135m", 75, 90),
     ("update", 75, 90),
+    ("packed_update", 90, 120),
     ("decode:qwen2-1.5b", 90, 90),
     ("w1_f32", 60, 120),
 )
@@ -407,6 +411,73 @@ def section_update(save, quick):
     save(**measure(cfg, jax.devices()[:1], sequences, group, prompt_tokens, completion_tokens, steps=2 if quick else 3))
 
 
+def long_tailed_lengths(sequences: int, completion_tokens: int, seed: int = 0):
+    """Completion lengths like the SmolLM2 demo's sampled ones: log-normal around a median of a
+    fifth of the budget, one in six or so cut at the budget."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    median = max(1, completion_tokens // 5)
+    return np.clip(rng.lognormal(np.log(median), 1.0, sequences).astype(int) + 1, 1, completion_tokens)
+
+
+def section_packed_update(save, quick):
+    """The update of the SmolLM2-135M shape on long-tailed completion lengths, padded and packed
+    (batch.packing: `trainers.step.packing.pack_micro_batches`), each compiled once and timed."""
+    import statistics
+
+    import jax
+    import numpy as np
+    from scale import build_update, synthetic_batch
+
+    from trainers.algo.loss import token_weights
+    from trainers.step.packing import pack_micro_batches, unpacked_positions
+
+    dtype = compute_dtype()
+    cfg = model_shape("smollm2-135m", dtype, quick)
+    sequences, group, prompt_tokens, completion_tokens = (16, 4, 16, 64) if quick else (64, 8, 64, 1024)
+    arrays = {
+        k: v[0] for k, v in synthetic_batch(sequences, group, prompt_tokens, completion_tokens, cfg.vocab_size).items()
+    }
+    lengths = long_tailed_lengths(sequences, completion_tokens)
+    mask = np.arange(completion_tokens)[None, :] < lengths[:, None]
+    arrays["completion_mask"] = mask
+    arrays["completion_tokens"] = np.where(mask, arrays["completion_tokens"], 0)
+    arrays["weights"] = arrays["metric_weights"] = token_weights(mask, "token-mean")
+    save(
+        model="smollm2-135m",
+        dtype=dtype,
+        sequences=sequences,
+        group=group,
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        mean_completion_tokens=float(lengths.mean()),
+    )
+    micro = {k: v.reshape(sequences // 16 if not quick else 1, -1, *v.shape[1:]) for k, v in arrays.items()}
+    placement, update_fn, params, opt_state = build_update(cfg, jax.devices()[:1])
+    per_micro = micro["completion_mask"].shape[1]
+    budget = unpacked_positions(prompt_tokens, per_micro, completion_tokens, group)
+    for name, packing in (("padded", False), ("packed", True)):
+        run = pack_micro_batches(micro, group, 1, packing, micro_batch_tokens=budget if packing else None)
+        batch = placement.train_batch(run.arrays, batch_axis=1)
+        prompt_group = 1 if run.packed else group
+        seconds = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            with placement.training():
+                params, opt_state, metrics = update_fn(params, opt_state, batch, prompt_group=prompt_group)
+            jax.block_until_ready((params, opt_state, metrics))
+            seconds.append(time.perf_counter() - t0)
+        save(
+            **{
+                f"{name}_first_s": seconds[0],
+                f"{name}_s": statistics.median(seconds[1:]),
+                f"{name}_padding": 1 - run.tokens / run.positions,
+                f"{name}_micro_batches": int(batch["completion_mask"].shape[0]),
+            }
+        )
+
+
 SECTION_FUNCTIONS = {
     "env": section_env,
     "ceilings": section_ceilings,
@@ -414,6 +485,7 @@ SECTION_FUNCTIONS = {
     "w1_f32": lambda save, quick: section_w1(save, quick, "float32"),
     "multi_turn": section_multi_turn,
     "update": section_update,
+    "packed_update": section_packed_update,
 }
 
 
@@ -618,6 +690,20 @@ def table_rows(results: dict) -> list[tuple[str, str, str]]:
                 f"{figures['prompt_tokens']} + {figures['completion_tokens']} tokens, "
                 f"{figures['gflops_per_step']:.0f} GFLOP; compile {figures['compile_s']:.0f} s; "
                 f"compiled {figures['compiled_bytes'] / 2**30:.1f} GiB",
+            )
+        )
+    figures = status_row("packed_update", "packed update smollm2-135m")
+    if figures and "packed_s" in figures:
+        rows.append(
+            (
+                "update smollm2-135m, long-tailed lengths: packed vs padded",
+                f"{figures['padded_s'] * 1e3:.0f} -> {figures['packed_s'] * 1e3:.0f} ms/update "
+                f"({figures['padded_s'] / figures['packed_s']:.2f}x)",
+                f"{figures['dtype']}, {figures['sequences']} seqs (G {figures['group']}), {figures['prompt_tokens']} + "
+                f"up to {figures['completion_tokens']} tokens (mean {figures['mean_completion_tokens']:.0f}); padding "
+                f"{figures['padded_padding']:.0%} -> {figures['packed_padding']:.0%}; micro-batches "
+                f"{figures['padded_micro_batches']} -> {figures['packed_micro_batches']}; first calls (compile) "
+                f"{figures['padded_first_s']:.0f} s, {figures['packed_first_s']:.0f} s",
             )
         )
     return rows

@@ -195,7 +195,7 @@ def test_validate_and_run_refuse_code_tests_where_the_sandbox_cannot_run(tmp_pat
 
 
 def test_run_refuses_a_step_whose_memory_estimate_is_over_the_machines(tmp_path):
-    """16,384-token completions of 64 sequences, 32 a micro-batch: the estimate (validate's, over a
+    """16,384-token completions of 1,024 sequences in one micro-batch: the estimate (validate's, over a
     terabyte) is above any machine this runs on, so `run` stops before anything runs, naming the
     fields to lower and the flag that starts it anyway; validate prints the same estimate."""
     config = tmp_path / "long.yaml"
@@ -205,8 +205,8 @@ def test_run_refuses_a_step_whose_memory_estimate_is_over_the_machines(tmp_path)
                 "model": {"preset": "tiny"},
                 "data": {"task": "arithmetic"},
                 "rollout": {"max_new_tokens": 16384, "stop_at_eos": False},
-                "batch": {"prompts_per_step": 8, "train_micro_batch_sequences": 32},
-                "grpo": {"num_generations": 8, "beta": 0.04},
+                "batch": {"prompts_per_step": 64},
+                "grpo": {"num_generations": 16, "beta": 0.04},
             }
         )
     )

@@ -344,6 +344,15 @@ class BatchSection(_Section):
         le=MAX_SEQUENCES,
         description="Sequences per old-policy / reference log-prob pass; null = train micro-batch.",
     )
+    train_micro_batch_tokens: int | None = Field(
+        None,
+        ge=16,
+        le=1 << 24,
+        description="With packing: token positions per packed update micro-batch (rows x row length); an "
+        "update's rows go into as few such micro-batches as hold them. null = the positions a padded "
+        "micro-batch of train_micro_batch_sequences computes (the memory estimate's); larger: fewer, "
+        "larger micro-batches and more memory.",
+    )
     packing: bool = Field(
         True,
         description="Pack each micro-batch's sequences end to end in rows (a group's prompt once, each "

@@ -38,7 +38,8 @@ SmolLM2 demo and R1, where the largest phase alone left up to 0.55 GiB unexplain
             live, and the LM head's chunk
   update    one train micro-batch: gradients (4 T; 8 T with accumulation, the running sum and the
             micro-batch's own), the values every layer keeps for the backward pass, and the LM
-            head's chunk
+            head's chunk; with batch.train_micro_batch_tokens, the larger of that micro-batch and
+            a packed one of that many positions
 
 The prompt width is the data's longest prompt rounded up to its bucket (`encoding.bucket_width`),
 what the trainer pads a step's prompts to, when the caller knows it (`validate` encodes every
@@ -54,7 +55,9 @@ against 61.4 and 70.7 here; R1's update, 32 sequences sharing prompts per group 
 compiled against 4.71 here): the residual stream, the two norms' inputs and outputs and the
 mid-block residual (5 H), q, k, v before and after RoPE and the attention output (3 NH D + 3 KVH
 D), the MLP's gate, up, silu(gate) and down input (4 M), and ATTENTION_BUFFERS [NH, S] rows of
-scores and probabilities. Everything but the KV cache is counted in float32: XLA:CPU keeps bfloat16
+scores and probabilities; over QUERY_CHUNK_TOKENS queries the attention runs in chunks recomputed in
+the backward pass, so no scores are kept and one chunk's [NH, chunk, S] buffers are alive instead.
+Everything but the KV cache is counted in float32: XLA:CPU keeps bfloat16
 compute's activations at float32 size (the README's update memory is the same in both), and
 `model.remat` saves almost nothing there.
 The LM head goes through `LOGITS_CHUNK_ELEMENTS` float32 logits at a time (`transformer`), with
@@ -72,7 +75,7 @@ from trainers.engine.pages import PAGE_TOKENS
 from trainers.loop.policy import model_config_for
 from trainers.models.hf_config import parameter_count, read_model_config
 from trainers.models.lora_targets import targeted
-from trainers.models.presets import LOGITS_CHUNK_ELEMENTS, ModelConfig
+from trainers.models.presets import LOGITS_CHUNK_ELEMENTS, QUERY_CHUNK_TOKENS, ModelConfig
 from trainers.step.plan import BatchPlan
 
 GIB = 1024**3
@@ -165,16 +168,15 @@ def optimizer_moments(optimizer: OptimizerSection) -> int:
     return 1 if optimizer.b1 > 0 else 0
 
 
-def layer_elements(model: ModelConfig, sequence_tokens: int) -> int:
+def layer_elements(model: ModelConfig, sequence_tokens: int, query_tokens: int | None = None) -> int:
     """float32 values one layer keeps per position for the backward pass, in a sequence of
-    `sequence_tokens` (see the module docstring)."""
+    `sequence_tokens` keys and `query_tokens` queries (None: as many; see the module docstring).
+    Over QUERY_CHUNK_TOKENS queries the attention runs in chunks recomputed in the backward pass,
+    so no scores are kept (`attention_chunk_bytes` counts the one chunk alive)."""
     m = model
-    return (
-        5 * m.hidden_size
-        + 3 * (m.num_heads + m.num_kv_heads) * m.head_dim
-        + 4 * m.mlp_size
-        + ATTENTION_BUFFERS * m.num_heads * sequence_tokens
-    )
+    queries = sequence_tokens if query_tokens is None else query_tokens
+    scores = ATTENTION_BUFFERS * m.num_heads * sequence_tokens if queries <= QUERY_CHUNK_TOKENS else 0
+    return 5 * m.hidden_size + 3 * (m.num_heads + m.num_kv_heads) * m.head_dim + 4 * m.mlp_size + scores
 
 
 def forward_elements(model: ModelConfig, rows: int, group: int, prompt_tokens: int, completion_tokens: int) -> int:
@@ -187,7 +189,17 @@ def forward_elements(model: ModelConfig, rows: int, group: int, prompt_tokens: i
     if group <= 1 or rows % group:
         return rows * (lp + lc) * layer_elements(m, lp + lc)
     repeated_kv = rows * lp * 2 * m.num_kv_heads * m.head_dim
-    return rows // group * lp * layer_elements(m, lp) + rows * lc * layer_elements(m, lp + lc) + repeated_kv
+    return rows // group * lp * layer_elements(m, lp) + rows * lc * layer_elements(m, lp + lc, lc) + repeated_kv
+
+
+def attention_chunk_bytes(model: ModelConfig, rows: int, group: int, prompt_tokens: int, completion_tokens: int) -> int:
+    """The scores alive while one chunk of QUERY_CHUNK_TOKENS queries attends (forward or its
+    recomputation in the backward pass), for a pass whose query spans are longer than a chunk; 0 otherwise."""
+    m, lp, lc = model, prompt_tokens, completion_tokens
+    queries = lc if group > 1 and rows % group == 0 else lp + lc
+    if queries <= QUERY_CHUNK_TOKENS:
+        return 0
+    return ATTENTION_BUFFERS * m.num_heads * rows * QUERY_CHUNK_TOKENS * (lp + lc) * FLOAT32_BYTES
 
 
 def logits_chunk_bytes(model: ModelConfig, positions: int, chunk_elements: int = LOGITS_CHUNK_ELEMENTS) -> int:
@@ -269,6 +281,7 @@ def estimate_step_memory(
         rows = plan.logprob_micro_batch_sequences
         positions = rows * lc  # the LM head runs on completion positions only
         forward = forward_elements(model, rows, g, lp, lc) * FLOAT32_BYTES  # one layer live
+        forward += attention_chunk_bytes(model, rows, g, lp, lc)
         phases.append(
             MemoryPart(
                 "log-prob",
@@ -281,11 +294,19 @@ def estimate_step_memory(
     positions = rows * lc
     gradients = trained_bytes * (2 if plan.accumulation_steps > 1 else 1)
     activations = model.num_layers * forward_elements(model, rows, g, lp, lc) * FLOAT32_BYTES
+    activations += attention_chunk_bytes(model, rows, g, lp, lc)
+    budget = plan.packed_micro_batch_tokens
+    if budget is not None:  # packed micro-batches of that many positions, in rows of at most lp + lc
+        packed = model.num_layers * budget * layer_elements(model, lp + lc) * FLOAT32_BYTES
+        activations = max(activations, packed)
+        positions = max(positions, budget)
     phases.append(
         MemoryPart(
             "update",
             gradients + activations + logits_chunk_bytes(model, positions, chunk_elements),
-            ("batch.train_micro_batch_sequences",) + lengths,
+            ("batch.train_micro_batch_sequences",)
+            + (("batch.train_micro_batch_tokens",) if budget is not None else ())
+            + lengths,
         )
     )
     return StepMemory(tuple(held), tuple(phases), lp, prompt_tokens is not None)

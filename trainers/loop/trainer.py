@@ -461,9 +461,12 @@ class GRPOTrainer:
                 stacked = _stack(arrays, update.micro_batches)
                 trained_sequences += update.sequences.size
             group = shared_prompt_group(stacked["prompt_tokens"], stacked["prompt_valid"], self.plan.num_generations)
-            # packed, the update's rows go into micro-batches of the positions a padded one computes
+            # packed, the update's rows go into micro-batches of batch.train_micro_batch_tokens
+            # positions, by default those a padded micro-batch computes
             sequences, prompt_width = stacked["prompt_tokens"].shape[1:]
-            budget = unpacked_positions(prompt_width, sequences, width, group)
+            budget = self.config.batch.train_micro_batch_tokens or unpacked_positions(
+                prompt_width, sequences, width, group
+            )
             run = pack_micro_batches(stacked, group, self.rows_per_split, self.packing, micro_batch_tokens=budget)
             positions, tokens = positions + run.positions, tokens + run.tokens
             group = 1 if run.packed else group  # a packed update shares prompts in its rows

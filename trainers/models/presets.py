@@ -11,6 +11,10 @@ LOGITS_CHUNK_ELEMENTS = 1 << 22
 passes over them (on workload R1's update, 2^22 took 8.6 s against 9.6 s for 2^24 and 13.1 s unchunked)."""
 ACCELERATOR_LOGITS_CHUNK_ELEMENTS = 1 << 26
 """The same on a GPU or TPU (256 MiB of float32 logits): large enough to keep the matmul busy."""
+QUERY_CHUNK_TOKENS = 512
+"""Attention over more query tokens than this (long prompts, long completions, packed rows) runs in
+chunks of this many queries, each recomputed in the backward pass (`transformer`): the scores of one
+chunk [heads, chunk, keys] are alive at a time instead of [heads, queries, keys] for every layer."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -42,6 +42,7 @@ from trainers.models.paged_attention import PagedKV, default_implementation, pag
 from trainers.models.presets import (  # the chunk sizes live with the shapes: the JAX-free memory estimate reads them
     ACCELERATOR_LOGITS_CHUNK_ELEMENTS,
     LOGITS_CHUNK_ELEMENTS,
+    QUERY_CHUNK_TOKENS,
     Llama3RopeScaling,
     ModelConfig,
 )
@@ -284,14 +285,50 @@ class Attention(nnx.Module):
         else:
             # Query head h uses kv head h // G (grouped-query attention; see KVCache for the layouts).
             q = q.reshape(batch, num_tokens, self.num_kv_heads, groups, self.head_dim).transpose(0, 2, 3, 1, 4)
-            scores = jnp.einsum("bkgtd,bkds->bkgts", q, keys, preferred_element_type=jnp.float32)  # [B,KVH,G,T,S]
-            scores = scores * (1.0 / math.sqrt(self.head_dim))
-            scores = jnp.where(attn_mask[:, None, None, :, :], scores, _MASKED_SCORE)
-            probs = jax.nn.softmax(scores, axis=-1).astype(values.dtype)
-            out = jnp.einsum("bkgts,bksd->bkgtd", probs, values)  # [B,KVH,G,T,D]
+            scale = 1.0 / math.sqrt(self.head_dim)
+            if num_tokens > QUERY_CHUNK_TOKENS:
+                out = _query_chunked_attention(q, keys, values, attn_mask, scale)
+            else:
+                out = _grouped_attention(q, keys, values, attn_mask, scale)  # [B,KVH,G,T,D]
             out = out.transpose(0, 3, 1, 2, 4).reshape(batch, num_tokens, self.num_heads * self.head_dim)
         out = constrain(out, ("batch", None, "act_heads"))
         return constrain(self.o_proj(out), _BATCH_HIDDEN), (keys, values)
+
+
+def _grouped_attention(
+    q: jax.Array, keys: jax.Array, values: jax.Array, attn_mask: jax.Array, scale: float
+) -> jax.Array:
+    """q [B,KVH,G,T,D], keys [B,KVH,D,S], values [B,KVH,S,D], attn_mask [B,T,S] -> [B,KVH,G,T,D]."""
+    scores = jnp.einsum("bkgtd,bkds->bkgts", q, keys, preferred_element_type=jnp.float32)  # [B,KVH,G,T,S]
+    scores = jnp.where(attn_mask[:, None, None, :, :], scores * scale, _MASKED_SCORE)
+    probs = jax.nn.softmax(scores, axis=-1).astype(values.dtype)
+    return jnp.einsum("bkgts,bksd->bkgtd", probs, values)
+
+
+def _query_chunked_attention(
+    q: jax.Array, keys: jax.Array, values: jax.Array, attn_mask: jax.Array, scale: float
+) -> jax.Array:
+    """`_grouped_attention` over chunks of QUERY_CHUNK_TOKENS queries, one after the other, each
+    recomputed in the backward pass (`jax.checkpoint`): every query still sees all its keys, so the
+    values are the same, and only one chunk's scores are alive at a time. The queries are padded to
+    whole chunks (padding rows attend to nothing and are cut off)."""
+    batch, kv_heads, groups, num_tokens, head_dim = q.shape
+    chunks = -(-num_tokens // QUERY_CHUNK_TOKENS)
+    padded = chunks * QUERY_CHUNK_TOKENS
+    if padded != num_tokens:
+        q = jnp.pad(q, ((0, 0), (0, 0), (0, 0), (0, padded - num_tokens), (0, 0)))
+        attn_mask = jnp.pad(attn_mask, ((0, 0), (0, padded - num_tokens), (0, 0)))
+    q_chunks = q.reshape(batch, kv_heads, groups, chunks, QUERY_CHUNK_TOKENS, head_dim).transpose(3, 0, 1, 2, 4, 5)
+    mask_chunks = attn_mask.reshape(batch, chunks, QUERY_CHUNK_TOKENS, -1).transpose(1, 0, 2, 3)
+
+    @jax.checkpoint
+    def chunk(q_and_mask):
+        q_chunk, mask_chunk = q_and_mask
+        return _grouped_attention(q_chunk, keys, values, mask_chunk, scale)
+
+    out = jax.lax.map(chunk, (q_chunks, mask_chunks))  # [chunks,B,KVH,G,C,D]
+    out = out.transpose(1, 2, 3, 0, 4, 5).reshape(batch, kv_heads, groups, padded, head_dim)
+    return out[:, :, :, :num_tokens]
 
 
 class MLP(nnx.Module):

@@ -128,6 +128,7 @@ class BatchPlan:
     train_devices: tuple[int, ...] = ()
     rollout_devices: tuple[int, ...] = ()  # empty: generation runs on the train mesh
     rollout_tensor: int = 1
+    packed_micro_batch_tokens: int | None = None  # batch.train_micro_batch_tokens (None: derived)
 
     # -- devices -------------------------------------------------------------------------------
 
@@ -183,8 +184,10 @@ class BatchPlan:
 
     @property
     def train_micro_batch_tokens(self) -> int:
-        """Token positions a train micro-batch holds at most: its sequences x (prompt + completion
-        budget). Padded rows compute all of them; packed rows (batch.packing) about their tokens."""
+        """Token positions a train micro-batch holds at most: batch.train_micro_batch_tokens when set
+        (packed micro-batches), else its sequences x (prompt + completion budget)."""
+        if self.packed_micro_batch_tokens is not None:
+            return self.packed_micro_batch_tokens
         return self.train_micro_batch_sequences * (self.prompt_token_budget + self.completion_token_budget)
 
     @property
@@ -348,5 +351,6 @@ def make_plan(config: ExperimentConfig, dataset_prompts: int | None = None) -> B
         mesh_tensor=sizes["tensor"],
         train_devices=tuple(m.train_devices),
         rollout_devices=tuple(m.rollout_devices),
+        packed_micro_batch_tokens=b.train_micro_batch_tokens,
         rollout_tensor=m.rollout_tensor,
     )

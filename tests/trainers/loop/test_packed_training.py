@@ -36,9 +36,10 @@ def trained(
     mesh=None,
     micro_batch: int = 16,
     prompts: int = 4,
+    micro_batch_tokens: int | None = None,
 ):
     batch = {**CONFIG["batch"], "packing": packing_on, "train_micro_batch_sequences": micro_batch}
-    batch["prompts_per_step"] = prompts
+    batch.update(prompts_per_step=prompts, train_micro_batch_tokens=micro_batch_tokens)
     config = parse_config({**CONFIG, "batch": batch, "mesh": mesh or {}})
     trainer = GRPOTrainer(config, str(tmp_path / name))
     trainer.source.start(trainer.state.params, 0)
@@ -50,17 +51,20 @@ def trained(
         rollout.completion_tokens = np.where(keep, rollout.completion_tokens, 0)
     rollout.rewards = np.tile(np.array([1, 0, 0.5, 0], np.float32), prompts)
     rollout.advantages = np.tile(np.array([1.2, -0.8, 0.4, -0.8], np.float32), prompts)
-    calls: list[bool] = []
+    calls: list[tuple[bool, int]] = []
+    packed_shapes: list[tuple[int, ...]] = []  # [A, R, L] of each packed pass
     real = packing.pack_micro_batches
 
     def spy(*args, **kwargs):
         run = real(*args, **kwargs)
         calls.append((run.packed, args[0]["completion_mask"].shape[0]))  # (packed, micro-batches)
+        if run.packed:
+            packed_shapes.append(run.arrays["packed_tokens"].shape)
         return run
 
     monkeypatch.setattr("trainers.loop.trainer.pack_micro_batches", spy)
     metrics = trainer.train_on(rollout)
-    return metrics, jax.tree.map(np.asarray, trainer.state.params), calls
+    return metrics, jax.tree.map(np.asarray, trainer.state.params), calls, packed_shapes
 
 
 @pytest.mark.parametrize(
@@ -70,8 +74,8 @@ def trained(
 )
 def test_a_packed_step_lands_where_the_padded_one_does(tmp_path, monkeypatch, mesh, micro_batch, prompts):
     lengths = np.tile(LENGTHS, prompts // 4)
-    padded, padded_params, padded_calls = trained(tmp_path, "padded", False, lengths, monkeypatch, prompts=prompts)
-    packed, packed_params, packed_calls = trained(
+    padded, padded_params, padded_calls, _ = trained(tmp_path, "padded", False, lengths, monkeypatch, prompts=prompts)
+    packed, packed_params, packed_calls, _ = trained(
         tmp_path, "packed", True, lengths, monkeypatch, mesh, micro_batch, prompts
     )
     micro_batches = 4 * prompts // micro_batch
@@ -93,7 +97,22 @@ def test_a_packed_step_lands_where_the_padded_one_does(tmp_path, monkeypatch, me
     assert packed["train/padding_fraction"] < padded["train/padding_fraction"]
 
 
+def test_micro_batches_by_tokens_hold_at_most_their_budget_and_land_where_padded_ones_do(tmp_path, monkeypatch):
+    # 4 micro-batches of 4 sequences padded; packed, micro-batches of at most 96 positions
+    padded, padded_params, _, _ = trained(tmp_path, "padded", False, LENGTHS, monkeypatch, micro_batch=4)
+    packed, packed_params, calls, packed_shapes = trained(
+        tmp_path, "packed", True, LENGTHS, monkeypatch, micro_batch=4, micro_batch_tokens=96
+    )
+    updates = packed_shapes[-2:]
+    assert calls[-2:] == [(True, 4)] * 2 and all(rows * length <= 96 for _, rows, length in updates), updates
+    assert updates[0][0] != 4  # the count follows the tokens, not the 4 micro-batches of sequences
+    for name in ("loss/policy", "loss/kl", "grad_norm"):
+        assert packed[name] == pytest.approx(padded[name], rel=1e-4, abs=1e-6), name
+    for a, b in zip(jax.tree.leaves(packed_params), jax.tree.leaves(padded_params)):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+
+
 def test_equal_lengths_stay_unpacked(tmp_path, monkeypatch):
-    metrics, _, calls = trained(tmp_path, "equal", True, None, monkeypatch)
+    metrics, _, calls, _ = trained(tmp_path, "equal", True, None, monkeypatch)
     assert calls == [(False, 1)] * 4
     assert 0 <= metrics["train/padding_fraction"] < 0.2
