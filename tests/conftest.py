@@ -82,6 +82,7 @@ def smollm2_gguf():
 
 SLOW_FILES = (
     "test_batching.py",
+    "test_accelerator_lowering.py",
     "test_scan_layers.py",
     "test_sharded_checkpoints.py",
     "test_async.py",
@@ -90,7 +91,6 @@ SLOW_FILES = (
     "test_resume.py",
     "test_multiprocess.py",
     "test_cli.py",
-    "test_accelerator_lowering.py",
     "test_lora_training.py",
     "test_flat_groups.py",
     "test_pretrained_run.py",
@@ -117,11 +117,13 @@ SPLIT_FILES = {
         )
     },
     "test_dynamic_sampling.py": {},
+    "test_accelerator_lowering.py": {},
 }
 """Trainer test files whose tests the xdist workers share out one by one, and, by module fixture,
 the tests that stay together because they share a costly one (a run they compare against;
 tests/test_scheduling.py checks these lists against the fixtures). Each of these files alone took
-longer than a fair share of a worker's time (test_batching.py: over 11 minutes of one worker), so
+longer than a fair share of a worker's time (test_batching.py: over 11 minutes of one worker,
+test_accelerator_lowering.py: 11 minutes in a full run), so
 kept whole it was the lane's critical path. Every other test file goes to one worker whole
 (`--dist loadfile`), so its module fixtures are built once. A test of a split file builds its
 module fixtures on each worker it runs on; the programs they compile come from the shared
