@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Create .venv (Python 3.11+, the machine's python3) and install the pinned requirements.
 # Re-running is cheap: the install is skipped while requirements.txt is unchanged. Also installs
-# Debian's bubblewrap, which the code sandbox runs untrusted code under.
+# Debian's bubblewrap, which the code sandbox runs untrusted code under, and libseccomp2, the library
+# that builds the sandbox's seccomp filter.
 #   --tests   also install what only the tests need: requirements-tests.txt (transformers on PyTorch's
 #             CPU build, the reference of the model parity tests) and Debian's Chromium (the browser
 #             test drives it with Playwright; Playwright's own browser download is never used).
@@ -41,14 +42,20 @@ if [ "$with_tests" = 1 ] && [ "$(cat "$test_stamp" 2>/dev/null)" != "$test_want"
   .venv/bin/python -m pip install --disable-pip-version-check -q -r requirements-tests.txt
   echo "$test_want" > "$test_stamp"
 fi
-if ! command -v bwrap >/dev/null 2>&1; then
-  # the code sandbox (trainers/sandbox) runs untrusted code under bubblewrap; without it a code_tests
-  # reward is refused before a run starts, and everything else works
-  echo "setup: installing Debian's bubblewrap for the code sandbox"
+# the code sandbox (trainers/sandbox) runs untrusted code under bubblewrap, with a seccomp filter that
+# libseccomp builds (loaded through pyseccomp, found as ctypes finds it); without either a code_tests
+# reward is refused before a run starts, and everything else works
+sandbox_packages=""
+command -v bwrap >/dev/null 2>&1 || sandbox_packages=" bubblewrap"
+.venv/bin/python -c "import ctypes.util, sys; sys.exit(ctypes.util.find_library('seccomp') is None)" ||
+  sandbox_packages="$sandbox_packages libseccomp2"
+if [ -n "$sandbox_packages" ]; then
+  echo "setup: installing Debian's$sandbox_packages for the code sandbox"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
-  $SUDO apt-get install -y -q bubblewrap >/dev/null 2>&1 ||
-    { $SUDO apt-get update -q >/dev/null && $SUDO apt-get install -y -q bubblewrap >/dev/null; } ||
-    echo "setup: could not install bubblewrap: code_tests rewards will be refused on this machine" >&2
+  # shellcheck disable=SC2086  # the list splits into package names
+  $SUDO apt-get install -y -q $sandbox_packages >/dev/null 2>&1 ||
+    { $SUDO apt-get update -q >/dev/null && $SUDO apt-get install -y -q $sandbox_packages >/dev/null; } ||
+    echo "setup: could not install$sandbox_packages: code_tests rewards will be refused on this machine" >&2
 fi
 if [ "$with_tests" = 1 ] && ! command -v chromium >/dev/null 2>&1; then
   echo "setup: installing Debian's chromium for the browser test"

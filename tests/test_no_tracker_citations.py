@@ -34,24 +34,22 @@ def scanned_files() -> list[Path]:
     return [ROOT / n for n in names if (Path(n).suffix in SUFFIXES or Path(n).name == "run") and (ROOT / n).is_file()]
 
 
-WORD = "iss" + "ue"  # spelt in two pieces, so that this file passes its own check
+WORD = "iss" + "ue"  # spelt in pieces, so that this file passes its own check
+ITEM = "(" + "item 4)"
 
 
 def test_the_pattern_finds_our_citations_and_allows_public_ones():
     assert citations(f"The tool-use demo ({WORD} 21, item 7): GRPO") == [f"{WORD} 21"]
     assert citations(f'"""{WORD.title()} 30, B6: on a CPU') == [f"{WORD.title()} 30"]
-    found = citations(f"see {WORD} #12 and the {WORD}'s target; done (item 4)")
-    assert found == [f"{WORD} #12", f"{WORD}'s", "(item 4)"]
+    found = citations(f"see {WORD} #12 and the {WORD}'s target; done {ITEM}")
+    assert found == [f"{WORD} #12", f"{WORD}'s", ITEM]
     assert citations("verl#3987 and TRL#6797, huggingface/trl#1234") == []
     assert citations("POST: issue a token; ApiToken.issue(user); issues with the cache") == []
 
 
 def test_no_file_cites_the_tracker():
-    this_file = Path(__file__).resolve()
     found = []
     for path in scanned_files():
-        if path.resolve() == this_file:  # the pattern and its examples above
-            continue
         try:
             text = path.read_text(encoding="utf-8")
         except (UnicodeDecodeError, OSError):

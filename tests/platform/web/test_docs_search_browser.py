@@ -1,7 +1,8 @@
 """The docs site's search in a real browser (Debian's Chromium through Playwright) under the platform's
 Content-Security-Policy: a folder-style address (/docs/quickstart/) opens the page, a word typed in
 the search box lists the pages that hold it, the browser reports no CSP violation and nothing is
-fetched from another host (fonts included)."""
+fetched from another host (fonts included); at 1280 px and at 390 px (a phone: Chromium's mobile
+emulation, where the search box opens from the header's search button)."""
 
 from __future__ import annotations
 
@@ -16,13 +17,22 @@ from playwright.sync_api import expect, sync_playwright
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def test_the_docs_search_finds_pages_under_the_csp(live_server):
+@pytest.mark.parametrize("width", [390, 1280])
+def test_the_docs_search_finds_pages_under_the_csp(live_server, width):
     problems: list[str] = []
     outside: list[str] = []
     here = urlsplit(live_server.url).netloc
+    phone = width < 800
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        page = browser.new_context(base_url=live_server.url).new_page()
+        context = browser.new_context(
+            base_url=live_server.url,
+            viewport={"width": width, "height": 844 if phone else 900},
+            is_mobile=phone,
+            has_touch=phone,
+            device_scale_factor=3 if phone else 1,
+        )
+        page = context.new_page()
         page.set_default_timeout(BROWSER_WAIT_MS)
         page.on("console", lambda msg: problems.append(msg.text) if "Content Security Policy" in msg.text else None)
         page.on("pageerror", lambda exc: problems.append(str(exc)))
@@ -31,7 +41,10 @@ def test_the_docs_search_finds_pages_under_the_csp(live_server):
             response = page.goto("/docs/quickstart/", timeout=120_000)  # the first visit builds the site
             assert response.ok and page.url.endswith("/docs/quickstart.html")
             assert "script-src 'self'" in response.headers["content-security-policy"]
+            assert page.evaluate("innerWidth") == width
             query = page.locator("input[data-md-component='search-query']")
+            if phone:  # the box is folded away under the header: the header's search button opens it
+                page.locator("label.md-header__button[for='__search']").click()
             query.click()
             query.press_sequentially("checkpoint")  # keys, as typed: the search reads the box on keyup
             results = page.locator(".md-search-result__item")

@@ -3,12 +3,20 @@ reason, leaves nothing behind, and this process lives on. (How long each takes a
 measured by bench/sandbox_attacks.py, not here: no wall-clock assertion in tests.)"""
 
 import os
+import signal
 import socket
+import subprocess
+import sys
 import threading
+import time
+from pathlib import Path
 
 import pytest
 
+from trainers.sandbox import memory_cgroup, runner
 from trainers.sandbox.runner import Limits, Sandbox, run_program
+
+REPO = Path(__file__).resolve().parents[3]
 
 FAST = Limits(test_timeout_s=2.0, cpu_s=2, memory_bytes=256 << 20)
 ADD = "def add(a, b):\n    return a + b\n"
@@ -156,3 +164,96 @@ def test_the_pool_runs_many_programs_and_keeps_their_order():
     finally:
         sandbox.close()
     assert [[r.passed for r in o.results] for o in outcomes] == [[True, False]] * 6
+
+
+class _CountingOs:
+    """The os module as the runner sees it, counting the bytes its reads return."""
+
+    def __init__(self):
+        self.read_bytes = 0
+
+    def __getattr__(self, name):
+        return getattr(os, name)
+
+    def read(self, fd, n):
+        data = os.read(fd, n)
+        self.read_bytes += len(data)
+        return data
+
+
+def test_an_answer_over_output_bytes_is_refused_and_read_no_further(monkeypatch, tmp_path):
+    """A sandbox child whose answer (its stdout) is a well-formed pass four times OUTPUT_BYTES long:
+    the runner stops reading a read past OUTPUT_BYTES and answers an error; read whole, the answer
+    would have counted as a pass."""
+    flood = tmp_path / "flood.py"
+    flood.write_text(
+        "import json, sys\n"
+        f"answer = {{'results': [{{'passed': True, 'reason': 'x' * {4 * runner.OUTPUT_BYTES}}}]}}\n"
+        "sys.stdout.buffer.write(json.dumps(answer).encode())\n"
+        "sys.stdout.buffer.flush()\n"
+    )
+    monkeypatch.setattr(runner, "CHILD", flood)  # its source runs in the sandbox as the child would
+    counting = _CountingOs()
+    monkeypatch.setattr(runner, "os", counting)
+    outcome = run_program("", ["pass"], FAST)
+    assert (outcome.error, outcome.results) == (f"the sandbox's answer exceeded {runner.OUTPUT_BYTES >> 20} MiB", ())
+    assert runner.OUTPUT_BYTES < counting.read_bytes <= runner.OUTPUT_BYTES + (1 << 16)
+
+
+PARENT = """
+import sys
+from trainers.sandbox.runner import Limits, run_program
+run_program(sys.argv[1], ["pass"], Limits(test_timeout_s=3600.0))
+"""
+
+
+def _running(name: str) -> list[str]:
+    """`_processes_named(name)` but the zombies (dead, not yet collected)."""
+    alive = []
+    for pid in _processes_named(name):
+        try:
+            if open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
+                alive.append(pid)
+        except OSError:
+            pass
+    return alive
+
+
+def _until(condition, seconds: float) -> bool:
+    """Polls `condition` until it holds or `seconds` have passed: whether it held."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def test_the_sandbox_dies_with_the_process_that_started_it(tmp_path):
+    """bubblewrap's --die-with-parent: a trainer killed with SIGKILL (no cleanup of its own runs)
+    takes its sandboxes' processes with it; the code's sleep, an hour long, ends with it."""
+    name = f"orphan{os.getpid() % 10**8}"
+    code = f"import ctypes, time\nctypes.CDLL(None).prctl(15, {name.encode()!r}, 0, 0, 0)\ntime.sleep(3600)\n"
+    log = tmp_path / "parent.log"
+    with open(log, "wb") as stderr:
+        parent = subprocess.Popen(
+            [sys.executable, "-c", PARENT, code], cwd=REPO, stdin=subprocess.DEVNULL, stdout=stderr, stderr=stderr
+        )
+    try:
+        assert _until(lambda: _running(name) or parent.poll() is not None, 120)
+        assert _running(name), f"the sandbox never started: {log.read_text()[-2000:]}"
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+        assert _until(lambda: not _running(name), 30), f"still running after its parent died: {_running(name)}"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+        for pid in _running(name):  # only on a failure: this test's own sandboxed processes
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except OSError:
+                pass
+        for parent_folder, _, _ in memory_cgroup._candidates():  # the killed runner could not remove its cgroup
+            for folder in parent_folder.glob(f"grpo-sandbox-{parent.pid}-*"):
+                memory_cgroup._rmdir(folder)
