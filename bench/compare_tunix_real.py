@@ -47,12 +47,14 @@ from tunix_harness import (  # noqa: E402
     REPO,
     cpu_note,
     ensure_venv,
+    fmt,
     gib,
     loadavg,
     our_python,
     run_and_parse,
     say,
 )
+from tunix_harness import ratios as _ratios  # noqa: E402
 
 TUNIX_SCRIPT = BENCH / "tunix_r1.py"
 OUR_SCRIPT = BENCH / "grpo_step.py"
@@ -116,17 +118,7 @@ def our_command(config_path: str, model: str | None, steps: int) -> list[str]:
 def ratios(ours: dict | None, tunix: dict | None) -> dict:
     """time_ratio / memory_ratio = ours / tunix (None where a side or a figure is missing) and
     whether each meets the target."""
-    out: dict = {}
-    for name, key in (("time", "seconds_per_step"), ("memory", "peak_rss_bytes")):
-        o, t = (ours or {}).get(key), (tunix or {}).get(key)
-        ratio = o / t if o and t else None
-        out[f"{name}_ratio"] = ratio
-        out[f"{name}_target_met"] = None if ratio is None else ratio <= TARGET_RATIO
-    return out
-
-
-def fmt(x: float | None, digits: int = 3) -> str:
-    return "n/a" if x is None else f"{x:.{digits}f}"
+    return _ratios(ours, tunix, TARGET_RATIO)
 
 
 def main(argv=None) -> int:
