@@ -431,6 +431,7 @@ def section_packed_update(save, quick):
     from scale import build_update, synthetic_batch
 
     from trainers.algo.loss import token_weights
+    from trainers.models.segment_attention import shares_prompts
     from trainers.step.packing import pack_micro_batches, unpacked_positions
 
     dtype = compute_dtype()
@@ -458,7 +459,9 @@ def section_packed_update(save, quick):
     per_micro = micro["completion_mask"].shape[1]
     budget = unpacked_positions(prompt_tokens, per_micro, completion_tokens, group)
     for name, packing in (("padded", False), ("packed", True)):
-        run = pack_micro_batches(micro, group, 1, packing, micro_batch_tokens=budget if packing else None)
+        run = pack_micro_batches(
+            micro, group, 1, packing, micro_batch_tokens=budget if packing else None, share_prompts=shares_prompts()
+        )
         batch = placement.train_batch(run.arrays, batch_axis=1)
         prompt_group = 1 if run.packed else group
         seconds = []

@@ -7,8 +7,9 @@ peak memory split by phase, against the step-memory estimate.
 
 Each length runs `python -m trainers run` in a child process of its own (1 prompt x G = --group
 completions forced to that many tokens: rollout.stop_at_eos false; grpo.beta 0.04, so the reference
-pass and the update run whatever the rewards; one train micro-batch; no checkpoint, no evaluation),
-with the defaults otherwise: what a user gets. From the run's metrics.jsonl it takes the step's
+pass and the update run whatever the rewards; no checkpoint, no evaluation), with the defaults
+otherwise: what a user gets (remat and the train micro-batch as the run chooses them to fit this
+machine's memory: the run's log says what it chose). From the run's metrics.jsonl it takes the step's
 phases (timing/generation_decode_s, timing/rollout_s, timing/train_s: the log-prob passes and the
 update); the child's peak RSS comes from the kernel (wait4). Printed per length: seconds per
 completion token of decoding and of the train phase, decode tokens/s against the roofline (a decode
@@ -59,7 +60,7 @@ def overrides_for(length: int, group: int) -> list[str]:
         "batch.prompts_per_step=1",
         f"grpo.num_generations={group}",
         "batch.mini_batch_prompts=1",
-        f"batch.train_micro_batch_sequences={group}",
+        "batch.train_micro_batch_sequences=null",
         f"rollout.max_new_tokens={length}",
         "rollout.stop_at_eos=false",
         "grpo.beta=0.04",
@@ -92,13 +93,18 @@ def run_one(config: str, sets: list[str], out_dir: str) -> dict:
     return {"exit": proc.returncode, "metrics": metrics, "peak_bytes": usage.ru_maxrss * 1024, "tail": tail}
 
 
-def estimate_bytes(config_path: str, sets: list[str]) -> int:
+def estimate_of(config_path: str, sets: list[str]) -> tuple[int, str]:
+    """(the step's estimate, what the run chooses to fit this machine: remat, the train micro-batch),
+    as `trainers run` computes them (`memory_estimate.fit_step` against this host's memory)."""
+    from trainers import devices
     from trainers.config import load_config
-    from trainers.loop.memory_estimate import step_memory
+    from trainers.loop.memory_estimate import fit_step
     from trainers.step.plan import make_plan
 
     config = load_config(os.path.join(ROOT, config_path), sets)
-    return step_memory(config, make_plan(config)).total_bytes
+    fitted = fit_step(config, make_plan(config), devices.host_memory_bytes())
+    chosen = f"remat {'on' if fitted.remat else 'off'}, micro-batch {fitted.plan.train_micro_batch_sequences}"
+    return fitted.memory.total_bytes, chosen
 
 
 def decode_bytes_per_step(config_path: str, sets: list[str], length: int) -> tuple[int, int]:
@@ -126,20 +132,26 @@ def main(argv: list[str] | None = None) -> int:
     bandwidth = copy_bandwidth_bytes_per_s()
     print(f"long-context bench: {args.config}, 1 prompt x G {args.group}; copy bandwidth {bandwidth / 1e9:.1f} GB/s")
     print()
-    print("| tokens | decode s/token | train s/token | decode tokens/s (roofline) | peak GiB | estimate GiB | run |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print(
+        "| tokens | decode s/token | train s/token | decode tokens/s (roofline) | peak GiB | estimate GiB "
+        "| chosen to fit | run |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     rows = {}
     with tempfile.TemporaryDirectory() as work:
         for length in args.lengths:
             sets = overrides_for(length, args.group) + args.set
-            estimate = estimate_bytes(args.config, sets)
+            estimate, chosen = estimate_of(args.config, sets)
             got = run_one(args.config, sets, os.path.join(work, f"len-{length}"))
             m = got["metrics"]
             tokens = length * args.group
             if got["exit"] != 0 or not m:
                 last = " / ".join(got["tail"].strip().splitlines()[-3:])
                 peak = got["peak_bytes"] / GIB
-                print(f"| {length} | - | - | - | {peak:.2f} | {estimate / GIB:.2f} | exit {got['exit']}: {last} |")
+                print(
+                    f"| {length} | - | - | - | {peak:.2f} | {estimate / GIB:.2f} | {chosen} "
+                    f"| exit {got['exit']}: {last} |"
+                )
                 continue
             decode_s = m.get("timing/generation_decode_s", m.get("timing/rollout_s", 0.0))
             train_s = m["timing/train_s"]
@@ -149,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"| {length} | {decode_s / tokens:.4f} | {train_s / tokens:.4f} | "
                 f"{tokens / decode_s:.1f} ({roofline:.0f}) | {got['peak_bytes'] / GIB:.2f} | "
-                f"{estimate / GIB:.2f} | ok |",
+                f"{estimate / GIB:.2f} | {chosen} | ok |",
                 flush=True,
             )
     print()

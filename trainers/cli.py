@@ -48,7 +48,7 @@ from trainers import devices
 from trainers.config import ConfigError, ExperimentConfig, load_config
 from trainers.data import word_problems
 from trainers.data.examples import DataError, load_examples
-from trainers.loop.memory_estimate import memory_refusal, step_memory
+from trainers.loop.memory_estimate import fit_step, memory_refusal, step_memory
 from trainers.models import fetch
 from trainers.models.fetch import KNOWN_MODELS
 from trainers.models.gguf_import import import_gguf
@@ -162,7 +162,7 @@ def memory_problem(config: ExperimentConfig) -> str | None:
         return None
     available = devices.host_memory_bytes()
     plan = make_plan(config)
-    memory = step_memory(config, plan)
+    memory = step_memory(config, plan, available_bytes=available)
     if memory.total_bytes > available:
         d = config.data
         try:
@@ -173,7 +173,7 @@ def memory_problem(config: ExperimentConfig) -> str | None:
         except DataError:  # the run's start reports the data's problem
             fit = None
         if fit is not None and fit.problem is None:  # (a prompt over the budget: the run's start says so)
-            memory = step_memory(config, make_plan(config, len(train_examples)), fit.longest_training_tokens)
+            memory = step_memory(config, make_plan(config, len(train_examples)), fit.longest_training_tokens, available)
     refusal = memory_refusal(memory, available, "this machine's")
     return refusal and f"{refusal}; or run with --ignore-memory-estimate"
 
@@ -196,10 +196,13 @@ def cmd_validate(args) -> int:
     if fit.problem is not None:
         print(f"{args.config}: invalid\n  data.max_prompt_tokens: {fit.problem}", file=sys.stderr)
         return EXIT_INVALID
+    # what a run on this machine chooses for null fields to fit (on an accelerator: decided at the start)
+    available = None if devices.host_accelerator() is not None else devices.host_memory_bytes()
+    fitted = fit_step(config, plan, available, fit.longest_training_tokens)
     print(f"{args.config}: valid")
-    print(plan.describe())
+    print(fitted.plan.describe())
     print(f"  eval prompts                  {len(eval_examples)}")
-    print(step_memory(config, plan, fit.longest_training_tokens).describe())
+    print(fitted.memory.describe())
     if args.print_config:
         print("\nResolved config:\n" + config.to_yaml())
     return 0

@@ -82,6 +82,18 @@ def host_memory_bytes() -> int:
     return memory
 
 
+def run_memory_bytes() -> int | None:
+    """The memory a run's step has: on a CPU this host's (`host_memory_bytes`), on an accelerator
+    one device's (its allocator's limit), None when the device does not say. Imports JAX."""
+    import jax  # lazy: the rest of this module is JAX-free
+
+    device = jax.local_devices()[0]
+    if device.platform == "cpu":
+        return host_memory_bytes()
+    limit = (device.memory_stats() or {}).get("bytes_limit")
+    return int(limit) if limit else None
+
+
 def gib(size_bytes: int) -> str:
     return f"{size_bytes / 1024**3:.1f} GiB"
 

@@ -140,7 +140,8 @@ def step_check(config: ExperimentConfig, owner, plan: BatchPlan | None = None) -
     `owner`'s limits and a worker's memory."""
     plan = plan or make_plan(config)
     try:
-        memory = step_memory(config, plan)
+        # model.remat null: the worker's trainer turns remat on when the step needs it to fit
+        memory = step_memory(config, plan, available_bytes=settings.PLATFORM_WORKER_MEMORY_BYTES)
     except ValueError:  # ModelFolderError: the folder went away; the config's own check says so
         memory = None
     limits = limits_for(owner)

@@ -7,7 +7,9 @@ and Qwen2-0.5B shapes in bfloat16, with the kernels each platform picks (`backen
     picks (`batching.decode_attention`: the paged-attention Pallas kernel on a GPU; on a TPU the
     gathered view, since the TPU kernel takes no head of 64);
   - both log-prob passes, padded and packed (`update.make_logprob_fn`, `make_packed_logprob_fn`);
-  - the optimizer update over padded and packed micro-batches (`update.make_update_fn`).
+  - the optimizer update over padded and packed micro-batches (`update.make_update_fn`);
+    packed rows hold one sequence per segment and attend in the platform's segment-id kernel
+    (`segment_attention`: Triton flash attention on a GPU, splash attention on a TPU).
 
 The functions are those `GRPOTrainer` builds (`update.training_functions`), from a parsed config,
 over abstract inputs (`jax.ShapeDtypeStruct`; parameters from `jax.eval_shape`): no weights are
@@ -39,6 +41,7 @@ from trainers.models.generate import cast_for_generation, static_graph
 from trainers.models.hf_weights import abstract_params
 from trainers.models.paged_attention import default_implementation, paged_decode_attention
 from trainers.models.presets import ModelConfig
+from trainers.models.segment_attention import shares_prompts
 from trainers.rollout.spec import RolloutSpec
 from trainers.step.packing import pack_micro_batches
 from trainers.step.plan import BatchPlan, make_plan, shared_prompt_group
@@ -46,9 +49,11 @@ from trainers.step.plan import BatchPlan, make_plan, shared_prompt_group
 PLATFORMS = ("cuda", "tpu")
 MODELS = ("smollm2-135m", "qwen2-0.5b")
 DECODE_PROGRAMS = ("decode_chunk", "admit_and_decode")  # the programs with decode steps
+PACKED_PROGRAMS = ("packed_logprobs", "packed_update")  # the programs over packed rows
 
 # The custom call each paged-attention kernel lowers to.
 KERNEL_CALLS = {"pallas_gpu": "__gpu$xla.gpu.triton", "pallas_tpu": "tpu_custom_call"}
+SEGMENT_KERNEL_CALLS = {"cuda": KERNEL_CALLS["pallas_gpu"], "tpu": KERNEL_CALLS["pallas_tpu"]}  # packed attention
 
 PROMPT_TOKENS = 128
 COMPLETION_TOKENS = 64  # with the 128 prompt tokens: 12 pages of 16 tokens per slot
@@ -298,11 +303,12 @@ def build_admit_and_decode(run: Run) -> tuple[Callable, tuple, dict]:
 def step_arrays(run: Run) -> dict[str, np.ndarray]:
     """One step's per-sequence arrays as `GRPOTrainer.train_on` gives its updates (before they are
     stacked by micro-batch), over a made-up rollout: left-padded prompts shared by each group,
-    right-padded completions of long-tailed lengths (so packing pays), cut to `completion_width`."""
+    right-padded completions of long-tailed lengths, cut to `completion_width`. The prompts are
+    short enough that packing pays with a prompt copy per sequence too (as a GPU or TPU packs)."""
     rng = np.random.default_rng(0)
     sequences, group = run.plan.sequences_per_step, run.plan.num_generations
     width_c, vocab = run.spec.sampling.max_new_tokens, run.model.vocab_size
-    prompt_lengths = np.repeat(rng.integers(PROMPT_TOKENS // 4, PROMPT_TOKENS + 1, sequences // group), group)
+    prompt_lengths = np.repeat(rng.integers(PROMPT_TOKENS // 16, PROMPT_TOKENS // 4 + 1, sequences // group), group)
     completion_lengths = np.clip(rng.geometric(4 / width_c, sequences), 1, width_c)
     completion_lengths[0] = width_c  # one completion runs to the budget
     prompt_valid = np.arange(PROMPT_TOKENS)[None, :] >= (PROMPT_TOKENS - prompt_lengths)[:, None]
@@ -343,7 +349,9 @@ def build_logprobs(run: Run, packed: bool) -> tuple[Callable, tuple, dict]:
         for k in ("prompt_tokens", "prompt_valid", "completion_tokens", "completion_mask")
     }
     group = shared_prompt_group(inputs["prompt_tokens"], inputs["prompt_valid"], run.plan.num_generations)
-    batch = pack_micro_batches({k: v[None] for k, v in inputs.items()}, group, 1, packed)
+    batch = pack_micro_batches(
+        {k: v[None] for k, v in inputs.items()}, group, 1, packed, share_prompts=shares_prompts()
+    )
     assert batch.packed == packed
     params = run.params
     if packed:
@@ -365,7 +373,7 @@ def build_update(run: Run, packed: bool) -> tuple[Callable, tuple, dict]:
     update = run.plan.updates()[0]
     stacked = {k: np.stack([v[m.start : m.stop] for m in update.micro_batches]) for k, v in arrays.items()}
     group = shared_prompt_group(stacked["prompt_tokens"], stacked["prompt_valid"], run.plan.num_generations)
-    batch = pack_micro_batches(stacked, group, 1, packed)
+    batch = pack_micro_batches(stacked, group, 1, packed, share_prompts=shares_prompts())
     assert batch.packed == packed
     group = 1 if batch.packed else group
     return (
@@ -392,16 +400,22 @@ BUILDERS: dict[str, Callable[[Run], tuple[Callable, tuple, dict]]] = {
 @pytest.mark.parametrize("platform", PLATFORMS)
 def test_program_lowers(platform, preset, program):
     """`program` of a run on `preset`, traced as for `platform`, lowers for it; a decode step's
-    program holds the paged-attention kernel the platform picks, or none where it picks the gather."""
+    program holds the paged-attention kernel the platform picks, or none where it picks the gather;
+    a packed program holds the platform's segment-attention kernel, a padded one no kernel."""
     with lowering_for(platform):
         run = run_for(lowering_config(preset))
         fn, args, kwargs = BUILDERS[program](run)
         text = fn.trace(*args, **kwargs).lower(lowering_platforms=(platform,)).as_text()
         implementation = default_implementation(run.model.head_dim, PAGE_TOKENS)
     assert "func.func public @main" in text
+    calls = [call for call in KERNEL_CALLS.values() if call in text]
     if program in DECODE_PROGRAMS:
         expected = KERNEL_CALLS.get(implementation)
-        assert [call for call in KERNEL_CALLS.values() if call in text] == ([expected] if expected else [])
+        assert calls == ([expected] if expected else [])
+    elif program in PACKED_PROGRAMS:
+        assert calls == [SEGMENT_KERNEL_CALLS[platform]]
+    elif program in ("logprobs", "update"):
+        assert calls == []
 
 
 # ----------------------------------------------------------------------------------------------

@@ -195,9 +195,10 @@ def test_validate_and_run_refuse_code_tests_where_the_sandbox_cannot_run(tmp_pat
 
 
 def test_run_refuses_a_step_whose_memory_estimate_is_over_the_machines(tmp_path):
-    """16,384-token completions of 1,024 sequences in one micro-batch: the estimate (validate's, over a
-    terabyte) is above any machine this runs on, so `run` stops before anything runs, naming the
-    fields to lower and the flag that starts it anyway; validate prints the same estimate."""
+    """16,384-token completions of 4,096 sequences: even with what the run chooses to fit (remat on,
+    a small train micro-batch) the estimate (validate's: the rollout's 64 GiB of KV pages and their
+    view) is above any machine this runs on, so `run` stops before anything runs, naming the fields
+    to lower and the flag that starts it anyway; validate prints the same estimate."""
     config = tmp_path / "long.yaml"
     config.write_text(
         yaml.safe_dump(
@@ -205,7 +206,7 @@ def test_run_refuses_a_step_whose_memory_estimate_is_over_the_machines(tmp_path)
                 "model": {"preset": "tiny"},
                 "data": {"task": "arithmetic"},
                 "rollout": {"max_new_tokens": 16384, "stop_at_eos": False},
-                "batch": {"prompts_per_step": 64},
+                "batch": {"prompts_per_step": 256},
                 "grpo": {"num_generations": 16, "beta": 0.04},
             }
         )
@@ -214,7 +215,7 @@ def test_run_refuses_a_step_whose_memory_estimate_is_over_the_machines(tmp_path)
     assert out.returncode == 2, out.stderr
     assert "cannot run here" in out.stderr and "memory: a step needs about " in out.stderr
     assert "more than this machine's " in out.stderr
-    assert "lower batch.train_micro_batch_sequences, rollout.max_new_tokens" in out.stderr
+    assert "lower rollout.decode_slots, batch.rollout_micro_batch_sequences, rollout.max_new_tokens" in out.stderr
     assert out.stderr.rstrip().endswith("or run with --ignore-memory-estimate")
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
     estimate = out.stderr.split("a step needs about ")[1].split(" GiB")[0]

@@ -90,10 +90,12 @@ class ModelSection(_Section):
         "float32",
         description="Compute dtype. Parameters (master weights), optimizer state, log-probs and the loss stay float32.",
     )
-    remat: bool = Field(
-        False,
+    remat: bool | None = Field(
+        None,
         description="Recompute each block's activations in the backward pass instead of "
-        "storing them (less memory, about a third more compute).",
+        "storing them (less memory, about a third more compute). null: on when the step's memory "
+        "estimate without it is more than the memory the run has (this machine's, or one "
+        "accelerator's).",
     )
     lora: LoraSection = Field(default_factory=LoraSection)
 

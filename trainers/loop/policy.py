@@ -15,12 +15,14 @@ from trainers.models.hf_config import read_model_config
 from trainers.models.presets import PRESETS, ModelConfig
 
 
-def model_config_for(config: ExperimentConfig) -> ModelConfig:
-    """The model's shape and numerics (dtype, remat) under `config`."""
+def model_config_for(config: ExperimentConfig, remat: bool | None = None) -> ModelConfig:
+    """The model's shape and numerics (dtype, remat) under `config`. remat: model.remat as the run
+    resolved it (`memory_estimate.fit_step`); None: model.remat, off when null."""
     m = config.model
+    on = bool(m.remat) if remat is None else remat
     if m.path is not None:
-        return read_model_config(m.path, dtype=m.dtype, remat=m.remat)
-    return dataclasses.replace(PRESETS[m.preset], dtype=m.dtype, remat=m.remat)
+        return read_model_config(m.path, dtype=m.dtype, remat=on)
+    return dataclasses.replace(PRESETS[m.preset], dtype=m.dtype, remat=on)
 
 
 def tokenizer_for(config: ExperimentConfig) -> Any:

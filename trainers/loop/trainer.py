@@ -39,6 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from trainers import devices
 from trainers.algo.loss import token_weights
 from trainers.algo.optim import make_optimizer, make_schedule
 from trainers.algo.sampling_filters import informative_groups
@@ -46,12 +47,14 @@ from trainers.config import ExperimentConfig
 from trainers.data.examples import load_examples
 from trainers.data.prompt_stream import PromptStream
 from trainers.loop.checkpoint import Checkpointer, IncompatibleCheckpoint, restore_params_at
+from trainers.loop.memory_estimate import fit_step
 from trainers.loop.policy import check_tokenizer_fits, initial_params, model_config_for, model_field, tokenizer_for
 from trainers.loop.scoring import score_prompts
 from trainers.loop.system_metrics import SystemMetricsSampler
 from trainers.loop.update import MAX_METRICS, completion_width, training_functions
 from trainers.models.hf_weights import abstract_params
 from trainers.models.lora import adapters_off, add_lora, lora_settings, split_adapters
+from trainers.models.segment_attention import shares_prompts
 from trainers.models.transformer import param_count
 from trainers.parallel.host import to_host
 from trainers.rollout.async_source import AsyncRolloutSource
@@ -189,10 +192,14 @@ class GRPOTrainer:
         self.stream = PromptStream(self.train_examples, seed=config.seed)
         self.plan: BatchPlan = make_plan(config, len(self.train_examples))
         self.spec = RolloutSpec.from_config(config, self.tokenizer, self.plan.rollout_micro_batch_sequences)
-        check_prompts_fit(self.spec, self.train_examples, "training")
+        longest_prompt_tokens = check_prompts_fit(self.spec, self.train_examples, "training")
         if self.eval_examples:
             check_prompts_fit(self.spec, self.eval_examples[: config.eval.prompts or None], "eval")
-        self.model_config = model_config_for(config)
+        # Null model.remat / batch.train_micro_batch_sequences: chosen so the step's estimate fits
+        # the memory the run has (the plan preview and the run's log say what was chosen).
+        fitted = fit_step(config, self.plan, devices.run_memory_bytes(), longest_prompt_tokens)
+        self.plan, self.fitted_to_memory = fitted.plan, fitted.memory.automatic
+        self.model_config = model_config_for(config, fitted.remat)
         check_tokenizer_fits(self.tokenizer, self.model_config, model_field(config))
         # Loaded (or drawn) straight into the train mesh's shards: no device ever holds the whole model.
         shardings = self.placement.state_shardings(abstract_params(self.model_config)[1])
@@ -233,6 +240,9 @@ class GRPOTrainer:
         )
         g = config.grpo
         self.packing = config.batch.packing  # pack where it pays (`packing.pack_micro_batches`)
+        # a prompt copy shared by a unit's completions on CPU; one sequence per segment where the
+        # packed attention runs in a segment-id kernel (a GPU, a TPU: `segment_attention`)
+        self.share_prompts = shares_prompts()
         # packed rows are split over the train mesh's data x fsdp devices like sequences: whole rows each
         mesh = self.placement.train_mesh
         self.rows_per_split = 1 if mesh is None else mesh.shape["data"] * mesh.shape["fsdp"]
@@ -355,7 +365,13 @@ class GRPOTrainer:
                 "completion_tokens": r.completion_tokens[s.start : s.stop, :width],
                 "completion_mask": r.completion_mask[s.start : s.stop, :width],
             }
-            run = pack_micro_batches({k: v[None] for k, v in inputs.items()}, group, self.rows_per_split, self.packing)
+            run = pack_micro_batches(
+                {k: v[None] for k, v in inputs.items()},
+                group,
+                self.rows_per_split,
+                self.packing,
+                share_prompts=self.share_prompts,
+            )
             if run.packed:
                 packed = {k: v[0] for k, v in run.arrays.items() if k.startswith("packed_")}
                 a = self.placement.train_batch(packed, batch_axis=0)
@@ -467,7 +483,14 @@ class GRPOTrainer:
             budget = self.config.batch.train_micro_batch_tokens or unpacked_positions(
                 prompt_width, sequences, width, group
             )
-            run = pack_micro_batches(stacked, group, self.rows_per_split, self.packing, micro_batch_tokens=budget)
+            run = pack_micro_batches(
+                stacked,
+                group,
+                self.rows_per_split,
+                self.packing,
+                micro_batch_tokens=budget,
+                share_prompts=self.share_prompts,
+            )
             positions, tokens = positions + run.positions, tokens + run.tokens
             group = 1 if run.packed else group  # a packed update shares prompts in its rows
             batch = self.placement.train_batch(run.arrays, batch_axis=1)
@@ -582,6 +605,8 @@ class GRPOTrainer:
             self.hooks.on_log(f"resumed from checkpoint at step {resumed} (data position {self.state.data_position})")
         elif self.init_checkpoint is not None:
             self.hooks.on_log(f"starting from the weights of checkpoint {self.init_checkpoint} (new optimizer state)")
+        for choice in self.fitted_to_memory:
+            self.hooks.on_log(f"chosen to fit the memory: {choice}")
         self.hooks.on_start(
             RunInfo(
                 config=cfg.to_dict(),

@@ -13,8 +13,23 @@ ACCELERATOR_LOGITS_CHUNK_ELEMENTS = 1 << 26
 """The same on a GPU or TPU (256 MiB of float32 logits): large enough to keep the matmul busy."""
 QUERY_CHUNK_TOKENS = 512
 """Attention over more query tokens than this (long prompts, long completions, packed rows) runs in
-chunks of this many queries, each recomputed in the backward pass (`transformer`): the scores of one
-chunk [heads, chunk, keys] are alive at a time instead of [heads, queries, keys] for every layer."""
+chunks of at most this many queries, each recomputed in the backward pass (`transformer`): the
+scores of one chunk [rows, heads, chunk, keys] are alive at a time instead of [rows, heads, queries,
+keys] for every layer. Over long key spans the chunks are smaller (`query_chunk_tokens`)."""
+ATTENTION_CHUNK_BYTES = 128 * 1024**2
+"""The float32 scores of one query chunk are kept at or under this (`query_chunk_tokens`): at
+16,448 keys over 4 rows of 9 heads a chunk holds 32 queries, not 512 (0.07 GiB of scores, not 1.2)."""
+MIN_QUERY_CHUNK_TOKENS = 16
+
+
+def query_chunk_tokens(rows: int, heads: int, key_tokens: int, limit: int = QUERY_CHUNK_TOKENS) -> int:
+    """The queries of one attention chunk over `key_tokens` keys, `rows` rows of `heads` heads: the
+    largest power of two up to `limit` whose float32 scores [rows, heads, chunk, keys] fit in
+    ATTENTION_CHUNK_BYTES, and never under MIN_QUERY_CHUNK_TOKENS (nor over `limit`)."""
+    per_query = max(rows * heads * key_tokens * 4, 1)
+    fits = max(ATTENTION_CHUNK_BYTES // per_query, 1)
+    chunk = 1 << (fits.bit_length() - 1)
+    return max(min(chunk, limit), min(MIN_QUERY_CHUNK_TOKENS, limit))
 
 
 @dataclasses.dataclass(frozen=True)

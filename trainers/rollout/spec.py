@@ -128,11 +128,12 @@ def environment(config: ExperimentConfig, tokenizer: Any) -> tuple[Any, TurnStop
     return env, TurnStops(tuple(s for s in stops if s))
 
 
-def check_prompts_fit(spec: RolloutSpec, examples: list[dict[str, Any]], dataset: str) -> None:
+def check_prompts_fit(spec: RolloutSpec, examples: list[dict[str, Any]], dataset: str) -> int:
     """`prompt_fit.check_prompts_fit` with the spec's tokenizer, environment and rendering, so a prompt
     over data.max_prompt_tokens (as its episode starts) stops the run before its first step, not at
-    the step that meets it. Raises DataError naming the dataset and the field to change."""
-    prompt_fit.check_prompts_fit(
+    the step that meets it. Raises DataError naming the dataset and the field to change; returns the
+    longest prompt's tokens."""
+    return prompt_fit.check_prompts_fit(
         spec.tokenizer,
         spec.env,
         examples,

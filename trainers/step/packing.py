@@ -125,10 +125,12 @@ def _placed(
     completion_tokens: np.ndarray,
     completion_mask: np.ndarray,
     row_tokens: int,
+    share_prompts: bool = True,
 ) -> list[list[_Unit]]:
     """The sequences in rows of `row_tokens`, first-fit, longest completion first: a completion goes
     into the first row that holds its prompt's unit and has room for it (no new copy of the prompt),
     else into the first row with room for the prompt and it (a new unit), else into a new row.
+    Without `share_prompts` every completion starts a unit of its own (one sequence per segment).
     A prompt is the same for a run of consecutive sequences with equal prompts (GRPO's group).
     Sequences without a completion token are left out; ValueError for a sequence longer than a row."""
     prompt_lengths, completion_lengths = _lengths(prompt_valid, completion_mask)
@@ -140,7 +142,7 @@ def _placed(
         if not prompts or not np.array_equal(own, prompts[-1]):
             prompts.append(own)
         prompt_of[s] = len(prompts) - 1
-    rows: list[dict[int, list[tuple[int, np.ndarray]]]] = []
+    rows: list[dict[tuple[int, int], list[tuple[int, np.ndarray]]]] = []  # (prompt, unit) -> completions
     free = np.zeros(len(prompt_tokens), np.int64)  # room left in each row (at most one row a sequence)
     rows_of_prompt: dict[int, list[int]] = {}
     for s in sorted(np.flatnonzero(completion_lengths > 0).tolist(), key=lambda s: -completion_lengths[s]):
@@ -148,7 +150,7 @@ def _placed(
         p = len(prompts[g])
         if p + n > row_tokens:
             raise ValueError(f"a sequence of {p + n} tokens does not fit in rows of {row_tokens}")
-        target = next((r for r in rows_of_prompt.get(g, ()) if free[r] >= n), None)
+        target = next((r for r in rows_of_prompt.get(g, ()) if free[r] >= n), None) if share_prompts else None
         cost = n
         if target is None:
             open_rows = np.flatnonzero(free[: len(rows)] >= p + n)
@@ -158,10 +160,11 @@ def _placed(
                 free[target] = row_tokens
             rows_of_prompt.setdefault(g, []).append(target)
             cost = p + n
-        rows[target].setdefault(g, []).append((s, np.asarray(completion_tokens[s, :n], np.int32)))
+        unit = (g, 0 if share_prompts else s)  # not shared: each sequence a unit of its own
+        rows[target].setdefault(unit, []).append((s, np.asarray(completion_tokens[s, :n], np.int32)))
         free[target] -= cost
     return [
-        [_Unit(prompts[g], tuple(sorted(members, key=lambda m: m[0]))) for g, members in sorted(row.items())]
+        [_Unit(prompts[g], tuple(sorted(members, key=lambda m: m[0]))) for (g, _), members in sorted(row.items())]
         for row in rows
     ]
 
@@ -324,6 +327,7 @@ def pack_micro_batches(
     row_multiple: int = 1,
     enabled: bool = True,
     micro_batch_tokens: int | None = None,
+    share_prompts: bool = True,
 ) -> PassBatch:
     """arrays: a pass's inputs with a leading micro-batch axis [A, M, ...] (prompt_tokens,
     prompt_valid, completion_tokens, completion_mask, and the loss's own per-sequence arrays).
@@ -339,7 +343,9 @@ def pack_micro_batches(
     micro-batch a holds the sequences of its rows, in their order, then empty slots (all zeros:
     no mask, no weight, so they add nothing to the loss or a metric). Sequences without a
     completion token are left out. With A = 1 and no `micro_batch_tokens` the layout stays as it
-    came (a log-prob pass's results come back in its sequences' order).
+    came (a log-prob pass's results come back in its sequences' order). share_prompts=False: each
+    completion in a unit of its own, with its own prompt copy (what segment-id attention kernels
+    need: `segment_attention.shares_prompts`).
 
     Every loss weight is normalised over the mini-batch before this (`token_weights`), so the
     sums over the re-laid micro-batches are those over the given ones."""
@@ -351,7 +357,7 @@ def pack_micro_batches(
     layout = None
     if enabled and _least_tokens(*parts) <= PACKING_GAIN * unpacked:  # else too little padding to remove
         try:
-            layout = _lay_out(*parts, micro_batches, row_multiple, micro_batch_tokens)
+            layout = _lay_out(*parts, micro_batches, row_multiple, micro_batch_tokens, share_prompts)
         except ValueError:  # a prompt not left-padded, a completion with a hole
             layout = None
     if layout is not None and layout.positions <= PACKING_GAIN * unpacked:
@@ -395,13 +401,14 @@ def _lay_out(
     micro_batches: int,
     row_multiple: int,
     micro_batch_tokens: int | None = None,
+    share_prompts: bool = True,
 ) -> _Layout:
     """The rows of every sequence ([N, ...] arrays, N = A x M), dealt over `micro_batches` x
     `row_multiple` blocks, or over as few micro-batches as hold them in `micro_batch_tokens`
     positions each (see `pack_micro_batches`); ValueError as `pack`."""
     total, completion_width = completion_tokens.shape
     row_tokens = packed_shape(prompt_tokens, prompt_valid, completion_tokens, completion_mask).row_tokens
-    placed = _placed(prompt_tokens, prompt_valid, completion_tokens, completion_mask, row_tokens)
+    placed = _placed(prompt_tokens, prompt_valid, completion_tokens, completion_mask, row_tokens, share_prompts)
     needed = max(len(placed), 1)
     if micro_batch_tokens is not None:
         most_rows = max(row_multiple, micro_batch_tokens // row_tokens // row_multiple * row_multiple)

@@ -306,14 +306,18 @@ class BatchPlan:
         return "\n".join(lines)
 
 
-def make_plan(config: ExperimentConfig, dataset_prompts: int | None = None) -> BatchPlan:
-    """Derive the plan from a validated config (see `config.check_config` for the divisibility rules)."""
+def make_plan(
+    config: ExperimentConfig, dataset_prompts: int | None = None, train_micro_batch_sequences: int | None = None
+) -> BatchPlan:
+    """Derive the plan from a validated config (see `config.check_config` for the divisibility rules).
+    train_micro_batch_sequences: the micro-batch chosen for a null batch.train_micro_batch_sequences
+    (`memory_estimate.fit_step`: a divisor of the mini-batch); None: the config's, or the mini-batch."""
     b, g = config.batch, config.grpo
     prompts = b.prompts_per_step
     mini_prompts = b.mini_batch_prompts or prompts
     sequences = prompts * g.num_generations
     mini_sequences = mini_prompts * g.num_generations
-    train_micro = b.train_micro_batch_sequences or mini_sequences
+    train_micro = b.train_micro_batch_sequences or train_micro_batch_sequences or mini_sequences
     rollout_micro = b.rollout_micro_batch_sequences or sequences
     logprob_micro = b.logprob_micro_batch_sequences or train_micro
     mini_batches = prompts // mini_prompts
