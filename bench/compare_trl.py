@@ -45,7 +45,6 @@ bench/make_tiny_llama.py, for a smoke test). Exit status: 0 when both sides were
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -61,9 +60,8 @@ from venv_harness import (  # noqa: E402
     VenvSpec,
     cpu_note,
     ensure_venv,
-    fmt,
+    finish,
     gib,
-    loadavg,
     ratios,
     run_and_parse,
     say,
@@ -271,25 +269,7 @@ def main(argv=None) -> int:
         "ours": ours_res,
         **ratios(ours_res, trl_res, TARGET_RATIO),
     }
-    status = 0
-    if trl_res and ours_res:
-        for name in ("time", "memory"):
-            ratio, met = summary[f"{name}_ratio"], summary[f"{name}_target_met"]
-            say(
-                f"{name}: ours/trl = {fmt(ratio)}; target <= {TARGET_RATIO}: "
-                f"{'not measured' if met is None else 'MET' if met else 'NOT MET'}"
-            )
-            if args.require_target and met is False:
-                status = 1
-    say(f"load average now: {loadavg()} (figures are wall clock on a shared {os.cpu_count()}-core machine)")
-    if args.json:
-        print(json.dumps(summary), flush=True)
-    say(f"time_ratio={fmt(summary['time_ratio'])} memory_ratio={fmt(summary['memory_ratio'])}")
-    if not args.ours_only and not trl_res:
-        return 3
-    if not args.trl_only and not ours_res:
-        return 2
-    return status
+    return finish(summary, "trl", TARGET_RATIO, not args.ours_only, not args.trl_only, args.require_target, args.json)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,6 @@ bench/make_tiny_llama.py, for a smoke test). Exit status: 0 when both sides were
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
@@ -47,14 +46,13 @@ from tunix_harness import (  # noqa: E402
     REPO,
     cpu_note,
     ensure_venv,
-    fmt,
     gib,
-    loadavg,
     our_python,
     run_and_parse,
     say,
 )
 from tunix_harness import ratios as _ratios  # noqa: E402
+from venv_harness import finish  # noqa: E402
 
 TUNIX_SCRIPT = BENCH / "tunix_r1.py"
 OUR_SCRIPT = BENCH / "grpo_step.py"
@@ -206,25 +204,9 @@ def main(argv=None) -> int:
         "ours": ours_res,
         **ratios(ours_res, tunix_res),
     }
-    status = 0
-    if tunix_res and ours_res:
-        for name in ("time", "memory"):
-            ratio, met = summary[f"{name}_ratio"], summary[f"{name}_target_met"]
-            say(
-                f"{name}: ours/tunix = {fmt(ratio)}; target <= {TARGET_RATIO}: "
-                f"{'not measured' if met is None else 'MET' if met else 'NOT MET'}"
-            )
-            if args.require_target and met is False:
-                status = 1
-    say(f"load average now: {loadavg()} (figures are wall clock on a shared {os.cpu_count()}-core machine)")
-    if args.json:
-        print(json.dumps(summary), flush=True)
-    say(f"time_ratio={fmt(summary['time_ratio'])} memory_ratio={fmt(summary['memory_ratio'])}")
-    if not args.ours_only and not tunix_res:
-        return 3
-    if not args.tunix_only and not ours_res:
-        return 2
-    return status
+    return finish(
+        summary, "tunix", TARGET_RATIO, not args.ours_only, not args.tunix_only, args.require_target, args.json
+    )
 
 
 if __name__ == "__main__":

@@ -381,6 +381,40 @@ def ratios(ours: dict | None, other: dict | None, target: float = 0.5) -> dict:
     return out
 
 
+def finish(
+    summary: dict,
+    anchor: str,
+    target: float,
+    ran_anchor: bool,
+    ran_ours: bool,
+    require_target: bool = False,
+    as_json: bool = False,
+) -> int:
+    """The end of an anchor comparison: each ratio of `summary` (`ratios`) against `target`, the load
+    average, the summary as JSON when asked, the `time_ratio=X memory_ratio=Y` line; the exit status
+    (3: the anchor's side asked for and missing, 2: ours, 1: a target not met under require_target)."""
+    ours, theirs = summary.get("ours"), summary.get(anchor)
+    status = 0
+    if theirs and ours:
+        for name in ("time", "memory"):
+            ratio, met = summary[f"{name}_ratio"], summary[f"{name}_target_met"]
+            say(
+                f"{name}: ours/{anchor} = {fmt(ratio)}; target <= {target}: "
+                f"{'not measured' if met is None else 'MET' if met else 'NOT MET'}"
+            )
+            if require_target and met is False:
+                status = 1
+    say(f"load average now: {loadavg()} (figures are wall clock on a shared {os.cpu_count()}-core machine)")
+    if as_json:
+        print(json.dumps(summary), flush=True)
+    say(f"time_ratio={fmt(summary['time_ratio'])} memory_ratio={fmt(summary['memory_ratio'])}")
+    if ran_anchor and not theirs:
+        return 3
+    if ran_ours and not ours:
+        return 2
+    return status
+
+
 def fmt(x: float | None, digits: int = 3) -> str:
     return "n/a" if x is None else f"{x:.{digits}f}"
 
