@@ -160,6 +160,7 @@ def _gpu_attention(q, k, v, segment_ids, interpret: bool = False):
 
 def _tpu_attention(q, k, v, segment_ids, interpret: bool = False):
     """Splash attention, a causal mask with segment ids, one row at a time (see the module docstring)."""
+    # lazy: the Pallas kernels load only on their accelerator (or in interpret mode)
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as splash
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as masks
 

@@ -81,7 +81,8 @@ def test_trimmed_step_equals_untrimmed(tmp_path, monkeypatch, beta):
     assert np.all(full_logprobs_trimmed[~r.completion_mask] == 0)
     assert trimmed.keys() == full.keys()
     for name in full:
-        np.testing.assert_allclose(trimmed[name], full[name], rtol=0, atol=1e-6, err_msg=name)
+        # a few float32 ulps of reduction order apart (entropy ~4.8: 1e-6 absolute is 2 ulps)
+        np.testing.assert_allclose(trimmed[name], full[name], rtol=1e-6, atol=1e-6, err_msg=name)
     for leaf, base in zip(trimmed_params, jax.tree.leaves(trainer.state.params)):
         np.testing.assert_allclose(leaf, np.asarray(base), rtol=0, atol=1e-6)
 
