@@ -86,7 +86,8 @@ def test_a_process_asleep_in_a_named_phase_dumps_every_threads_stack_with_its_ph
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             written = phases.read(marker) or {}
-            if sum(bool(t["phases"]) for t in written.get("threads", [])) == 2:
+            depths = {t["name"]: len(t["phases"]) for t in written.get("threads", [])}
+            if depths == {"MainThread": 2, "reward-pool": 1}:  # "step 3 > generation" entered, and "rewards"
                 break
             time.sleep(0.05)
         else:
