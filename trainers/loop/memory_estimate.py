@@ -381,8 +381,11 @@ class FittedStep:
     are rematerialised, and the estimate of that step (its `automatic` lines say what was chosen)."""
 
     plan: BatchPlan
-    remat: bool
     memory: StepMemory
+
+    @property
+    def remat(self) -> bool:
+        return self.memory.remat
 
 
 def fit_step(
@@ -399,7 +402,7 @@ def fit_step(
     remat = bool(config.model.remat)
     memory = _config_estimate(config, plan, longest_prompt_tokens, remat)
     if available_bytes is None or memory.total_bytes <= available_bytes * FIT_FRACTION:
-        return FittedStep(plan, remat, memory)
+        return FittedStep(plan, memory)
     available_bytes = int(available_bytes * FIT_FRACTION)
     automatic: list[str] = []
     if config.model.remat is None:
@@ -418,7 +421,7 @@ def fit_step(
                 f"train micro-batch {plan.train_micro_batch_sequences} sequences (batch.train_micro_batch_sequences "
                 f"null: {gib(before)} GiB with the whole mini-batch of {whole})"
             )
-    return FittedStep(plan, remat, dataclasses.replace(memory, automatic=tuple(automatic)))
+    return FittedStep(plan, dataclasses.replace(memory, automatic=tuple(automatic)))
 
 
 def _smaller_micro_batches(plan: BatchPlan) -> list[int]:
