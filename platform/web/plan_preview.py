@@ -58,6 +58,7 @@ def plan_figures(plan: BatchPlan) -> dict[str, Any]:
         rollout_mesh=plan.rollout_mesh_text,
         train_sequences_per_device=plan.train_sequences_per_device,
         train_micro_batch_tokens=plan.train_micro_batch_tokens,
+        logprob_micro_batch_tokens=plan.logprob_micro_batch_tokens,
     )
     return figures
 
@@ -117,6 +118,7 @@ SHOWN_FIGURES = (
     ("rollout_passes_per_step", "rollout passes per step"),
     ("old_logprob_passes_per_step", "old-policy log-prob passes per step"),
     ("reference_logprob_passes_per_step", "reference log-prob passes per step"),
+    ("logprob_micro_batch_tokens", "token positions per log-prob micro-batch (at most)"),
     ("total_optimizer_updates", "optimizer updates in the run"),
     ("total_prompts", "prompts consumed in the run"),
     ("epochs", "epochs"),

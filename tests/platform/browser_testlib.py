@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from django.db import connections
-from platform_testlib import BROWSER_WAIT_MS
+from platform_testlib import set_browser_waits
 from playwright.sync_api import sync_playwright
 
 CHROMIUM = "/usr/bin/chromium"
@@ -30,7 +30,7 @@ def logged_in_page(live_server, client, alice, monkeypatch):
         context = browser.new_context(base_url=live_server.url)
         context.add_cookies([{"name": "sessionid", "value": client.cookies["sessionid"].value, "url": live_server.url}])
         page = context.new_page()
-        page.set_default_timeout(BROWSER_WAIT_MS)
+        set_browser_waits(page)
         errors: list[str] = []
         page.on("pageerror", lambda exc: errors.append(str(exc)))
         yield page

@@ -21,6 +21,16 @@ checkpoint: {every_steps: 2, keep_last: 2}
 # page's first fetch of its metrics has taken longer (CI saw a chart still "Loading metrics…" after
 # 5 s). A wait ends as soon as its condition holds, so a longer bound costs nothing when a test passes.
 BROWSER_WAIT_MS = 20_000
+# A page's load waits for its scripts (Plotly's is 4.6 MB, served by the live test server from a
+# fresh browser each test): CI saw a run page's load pass 20 s while the three lanes shared 2 cores.
+BROWSER_NAVIGATION_MS = 60_000
+
+
+def set_browser_waits(page, wait_ms: int = BROWSER_WAIT_MS) -> None:
+    """Bound a Playwright page's waits: an action or locator `wait_ms`, a navigation (goto, reload,
+    a click that loads a page) BROWSER_NAVIGATION_MS."""
+    page.set_default_timeout(wait_ms)
+    page.set_default_navigation_timeout(BROWSER_NAVIGATION_MS)
 
 
 def tiny_config(**overrides) -> dict:

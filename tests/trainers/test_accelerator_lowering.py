@@ -35,6 +35,7 @@ from trainers.engine import programs
 from trainers.engine.batching import EngineSettings, decode_attention, slot_bucket
 from trainers.engine.pages import PAGE_TOKENS
 from trainers.loop.policy import model_config_for, tokenizer_for
+from trainers.loop.trainer import logprob_pass_batch
 from trainers.loop.update import TrainingFunctions, completion_width, training_functions
 from trainers.models.backend import lowering_for
 from trainers.models.generate import cast_for_generation, static_graph
@@ -341,24 +342,22 @@ def step_arrays(run: Run) -> dict[str, np.ndarray]:
 
 
 def build_logprobs(run: Run, packed: bool) -> tuple[Callable, tuple, dict]:
-    """The first log-prob micro-batch of the step, as `GRPOTrainer._logprob_parts` runs it."""
+    """The first log-prob micro-batch of the step, as `GRPOTrainer._logprob_parts` runs it: packed,
+    the step's rows in micro-batches of the default token budget (`logprob_pass_batch`); padded, the
+    plan's first log-prob slice."""
     arrays = step_arrays(run)
-    s = run.plan.logprob_slices()[0]
-    inputs = {
-        k: arrays[k][s.start : s.stop]
-        for k in ("prompt_tokens", "prompt_valid", "completion_tokens", "completion_mask")
-    }
-    group = shared_prompt_group(inputs["prompt_tokens"], inputs["prompt_valid"], run.plan.num_generations)
-    batch = pack_micro_batches(
-        {k: v[None] for k, v in inputs.items()}, group, 1, packed, share_prompts=shares_prompts()
-    )
-    assert batch.packed == packed
+    inputs = {k: arrays[k] for k in ("prompt_tokens", "prompt_valid", "completion_tokens", "completion_mask")}
     params = run.params
     if packed:
+        batch = logprob_pass_batch(run.plan, inputs, None, 1, True, shares_prompts())
+        assert batch.packed
         rows = {k: v[0] for k, v in batch.arrays.items() if k.startswith("packed_")}
-        width = inputs["completion_mask"].shape[1]
-        return run.functions.packed_logprob_fn, (params, abstract(rows)), {"completion_shape": (s.size, width)}
-    a = abstract(inputs)
+        shape = (batch.arrays["sequence"].shape[1], inputs["completion_mask"].shape[1])
+        return run.functions.packed_logprob_fn, (params, abstract(rows)), {"completion_shape": shape}
+    s = run.plan.logprob_slices()[0]
+    piece = {k: v[s.start : s.stop] for k, v in inputs.items()}
+    group = shared_prompt_group(piece["prompt_tokens"], piece["prompt_valid"], run.plan.num_generations)
+    a = abstract(piece)
     return (
         run.functions.logprob_fn,
         (params, a["prompt_tokens"], a["prompt_valid"], a["completion_tokens"], a["completion_mask"]),

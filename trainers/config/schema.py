@@ -355,6 +355,15 @@ class BatchSection(_Section):
         "micro-batch of train_micro_batch_sequences computes (the memory estimate's); larger: fewer, "
         "larger micro-batches and more memory.",
     )
+    logprob_micro_batch_tokens: int | None = Field(
+        None,
+        ge=16,
+        le=1 << 24,
+        description="With packing: token positions per packed old-policy / reference log-prob micro-batch "
+        "(rows x row length); a step's rows go into as few such micro-batches as hold them. null = the "
+        "positions a padded micro-batch of logprob_micro_batch_sequences computes (the memory "
+        "estimate's); larger: fewer, larger passes and more memory.",
+    )
     packing: bool = Field(
         True,
         description="Pack each micro-batch's sequences end to end in rows (a group's prompt once, each "

@@ -35,7 +35,8 @@ SmolLM2 demo and R1, where the largest phase alone left up to 0.55 GiB unexplain
             distinct prompts (one layer live; of rollout.prefill_chunk_tokens positions each when
             the prompts are longer, a piece at a time) and the sampler's SAMPLER_BUFFERS [B, V] buffers
   log-prob  one log-prob micro-batch's forward (only when the plan has log-prob passes): one layer
-            live, and the LM head's chunk
+            live, and the LM head's chunk; with batch.logprob_micro_batch_tokens, the larger of that
+            micro-batch and a packed one of that many positions
   update    one train micro-batch: gradients (4 T; 8 T with accumulation, the running sum and the
             micro-batch's own), the values every layer keeps for the backward pass, and the LM
             head's chunk; with batch.train_micro_batch_tokens, the larger of that micro-batch and
@@ -321,13 +322,19 @@ def estimate_step_memory(
         positions = rows * lc  # the LM head runs on completion positions only
         forward = forward_elements(model, rows, g, lp, lc) * FLOAT32_BYTES  # one layer live
         forward += attention_chunk_bytes(model, rows, g, lp, lc)
+        budget = plan.packed_logprob_micro_batch_tokens
+        if budget is not None:  # packed micro-batches of that many positions, in rows of at most lp + lc
+            forward = max(forward, budget * layer_elements(model, lp + lc) * FLOAT32_BYTES)
+            positions = max(positions, budget)
         if model.remat:  # the scan's stacked weights
             forward += block_parameter_count(model) * FLOAT32_BYTES
         phases.append(
             MemoryPart(
                 "log-prob",
                 forward + logits_chunk_bytes(model, positions, chunk_elements),
-                ("batch.logprob_micro_batch_sequences",) + lengths,
+                ("batch.logprob_micro_batch_sequences",)
+                + (("batch.logprob_micro_batch_tokens",) if budget is not None else ())
+                + lengths,
             )
         )
 

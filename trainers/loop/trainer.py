@@ -67,7 +67,7 @@ from trainers.rollout.source import (
 )
 from trainers.rollout.spec import RolloutSpec, check_prompts_fit
 from trainers.step.hooks import Action, Control, Hooks, RunInfo, TrainResult, shared_control
-from trainers.step.packing import pack_micro_batches, unpacked_positions
+from trainers.step.packing import PassBatch, pack_micro_batches, unpacked_positions
 from trainers.step.phases import phase
 from trainers.step.placement import Placement
 from trainers.step.plan import BatchPlan, informative_first, make_plan, shared_prompt_group
@@ -133,6 +133,51 @@ def rollout_source_for(config: ExperimentConfig) -> SourceFactory:
 def _fetch(tree: Any) -> Any:
     """Every array of `tree` on the host (numpy), fetched after all of them were dispatched."""
     return jax.tree.map(to_host, tree)
+
+
+def logprob_pass_batch(
+    plan: BatchPlan,
+    inputs: dict[str, np.ndarray],
+    micro_batch_tokens: int | None,
+    row_multiple: int,
+    enabled: bool,
+    share_prompts: bool,
+) -> PassBatch:
+    """A log-prob pass over a step's `inputs` ([N, ...]: prompt_tokens, prompt_valid,
+    completion_tokens, completion_mask), packed where it pays (`pack_micro_batches`): the step's
+    rows in as few micro-batches as hold them in `micro_batch_tokens` positions each (None: those a
+    padded micro-batch of plan.logprob_micro_batch_sequences computes), with arrays["sequence"]
+    [A, slots] the sequence each slot holds, 1-based (0: an empty slot). Not packed, the inputs
+    run padded in the plan's log-prob slices."""
+    first = plan.logprob_slices()[0]
+    prompts, valid = inputs["prompt_tokens"], inputs["prompt_valid"]
+    group = shared_prompt_group(
+        prompts[first.start : first.stop], valid[first.start : first.stop], plan.num_generations
+    )
+    width = inputs["completion_mask"].shape[1]
+    budget = micro_batch_tokens or unpacked_positions(prompts.shape[1], first.size, width, group)
+    sequence = np.arange(1, len(prompts) + 1, dtype=np.int32)
+    return pack_micro_batches(
+        {k: v[None] for k, v in {**inputs, "sequence": sequence}.items()},
+        group,
+        row_multiple,
+        enabled,
+        micro_batch_tokens=budget,
+        share_prompts=share_prompts,
+    )
+
+
+def _assembled(parts: list[np.ndarray], slots: np.ndarray | None, sequences: int, width: int) -> np.ndarray:
+    """A log-prob pass's fetched results as [sequences, width], in sequence order (`_logprob_parts`):
+    the parts end to end, or with `slots` each packed micro-batch's slot a to the sequence
+    slots[a] names (-1: empty); a sequence in no slot (no completion token) gets zeros."""
+    if slots is None:
+        return np.concatenate(parts)
+    out = np.zeros((sequences, width), parts[0].dtype)
+    for part, sequence in zip(parts, slots):
+        live = sequence >= 0
+        out[sequence[live]] = part[live]
+    return out
 
 
 def _stack(arrays: dict[str, np.ndarray], micro_batches: tuple) -> dict[str, np.ndarray]:
@@ -348,37 +393,47 @@ class GRPOTrainer:
         """Log-probs [N, Lc] of the rollout's tokens under `params`, in log-prob micro-batches (computed
         over the step's `completion_width` columns; zero beyond, like every masked token)."""
         width = completion_width(r.completion_mask)
-        lp = np.concatenate(_fetch(self._logprob_parts(params, r, width)))
+        parts, slots = self._logprob_parts(params, r, width)
+        lp = _assembled(_fetch(parts), slots, len(r.prompt_tokens), width)
         return np.pad(lp, ((0, 0), (0, r.completion_mask.shape[1] - width)))
 
-    def _logprob_parts(self, params: Any, r: Rollout, width: int) -> list[jax.Array]:
-        """The log-prob micro-batches' results [n, width] on the device, all dispatched, none fetched:
-        the caller fetches them together (`_fetch`), so the device never waits on the host between them."""
+    def _logprob_parts(self, params: Any, r: Rollout, width: int) -> tuple[list[jax.Array], np.ndarray | None]:
+        """The log-prob micro-batches' results on the device, all dispatched, none fetched: the caller
+        fetches them together (`_fetch`), so the device never waits on the host between them, and
+        puts them in sequence order (`_assembled`).
+
+        Packed (where it pays: `pack_micro_batches`), the step's sequences are laid in rows together
+        and the rows go into as few micro-batches as hold them in batch.logprob_micro_batch_tokens
+        positions each (by default those a padded log-prob micro-batch computes): results [slots,
+        width] per micro-batch, with [A, slots] the sequence each slot holds (-1: empty). Otherwise
+        the plan's log-prob slices, padded: results [n, width] in sequence order, and None."""
+        inputs = {
+            "prompt_tokens": r.prompt_tokens,
+            "prompt_valid": r.prompt_valid,
+            "completion_tokens": r.completion_tokens[:, :width],
+            "completion_mask": r.completion_mask[:, :width],
+        }
+        run = logprob_pass_batch(
+            self.plan,
+            inputs,
+            self.config.batch.logprob_micro_batch_tokens,
+            self.rows_per_split,
+            self.packing,
+            self.share_prompts,
+        )
         parts = []
-        for s in self.plan.logprob_slices():
-            group = shared_prompt_group(
-                r.prompt_tokens[s.start : s.stop], r.prompt_valid[s.start : s.stop], self.plan.num_generations
-            )
-            inputs = {
-                "prompt_tokens": r.prompt_tokens[s.start : s.stop],
-                "prompt_valid": r.prompt_valid[s.start : s.stop],
-                "completion_tokens": r.completion_tokens[s.start : s.stop, :width],
-                "completion_mask": r.completion_mask[s.start : s.stop, :width],
-            }
-            run = pack_micro_batches(
-                {k: v[None] for k, v in inputs.items()},
-                group,
-                self.rows_per_split,
-                self.packing,
-                share_prompts=self.share_prompts,
-            )
-            if run.packed:
-                packed = {k: v[0] for k, v in run.arrays.items() if k.startswith("packed_")}
-                a = self.placement.train_batch(packed, batch_axis=0)
+        if run.packed:
+            slots = run.arrays["sequence"] - 1
+            for a in range(len(slots)):
+                packed = {k: v[a] for k, v in run.arrays.items() if k.startswith("packed_")}
+                batch = self.placement.train_batch(packed, batch_axis=0)
                 with self.placement.training():
-                    parts.append(self.packed_logprob_fn(params, a, completion_shape=(s.size, width)))
-                continue
-            a = self.placement.train_batch(inputs, batch_axis=0)
+                    parts.append(self.packed_logprob_fn(params, batch, completion_shape=(slots.shape[1], width)))
+            return parts, slots
+        for s in self.plan.logprob_slices():
+            piece = {k: v[s.start : s.stop] for k, v in inputs.items()}
+            group = shared_prompt_group(piece["prompt_tokens"], piece["prompt_valid"], self.plan.num_generations)
+            a = self.placement.train_batch(piece, batch_axis=0)
             with self.placement.training():
                 parts.append(
                     self.logprob_fn(
@@ -390,7 +445,7 @@ class GRPOTrainer:
                         prompt_group=group,
                     )
                 )
-        return parts
+        return parts, None
 
     def train_on(self, r: Rollout) -> dict[str, float] | None:
         """All optimizer updates of one step on rollout `r`; None if stopped between updates.
@@ -414,13 +469,13 @@ class GRPOTrainer:
             "completion_mask": mask,
             "advantages": r.advantages,
         }
-        passes = {}
+        passes, slots = {}, {}
         if self.plan.needs_old_logprobs:
-            passes["old_logprobs"] = self._logprob_parts(self.policy_params(), r, width)
+            passes["old_logprobs"], slots["old_logprobs"] = self._logprob_parts(self.policy_params(), r, width)
         if self.plan.needs_reference:
-            passes["ref_logprobs"] = self._logprob_parts(self.ref_params, r, width)
+            passes["ref_logprobs"], slots["ref_logprobs"] = self._logprob_parts(self.ref_params, r, width)
         for name, parts in _fetch(passes).items():
-            arrays[name] = np.concatenate(parts)
+            arrays[name] = _assembled(parts, slots[name], len(r.prompt_tokens), width)
         # the sampler's log-probs: of the distribution it drew from for the importance weights (async), of
         # the full one (before top-k / top-p, as the trainer scores it) for the mismatch figures and
         # correction; without a filter the two are the same array

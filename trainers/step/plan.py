@@ -129,6 +129,7 @@ class BatchPlan:
     rollout_devices: tuple[int, ...] = ()  # empty: generation runs on the train mesh
     rollout_tensor: int = 1
     packed_micro_batch_tokens: int | None = None  # batch.train_micro_batch_tokens (None: derived)
+    packed_logprob_micro_batch_tokens: int | None = None  # batch.logprob_micro_batch_tokens (None: derived)
 
     # -- devices -------------------------------------------------------------------------------
 
@@ -189,6 +190,14 @@ class BatchPlan:
         if self.packed_micro_batch_tokens is not None:
             return self.packed_micro_batch_tokens
         return self.train_micro_batch_sequences * (self.prompt_token_budget + self.completion_token_budget)
+
+    @property
+    def logprob_micro_batch_tokens(self) -> int:
+        """Token positions a log-prob micro-batch holds at most: batch.logprob_micro_batch_tokens when
+        set (packed micro-batches), else its sequences x (prompt + completion budget)."""
+        if self.packed_logprob_micro_batch_tokens is not None:
+            return self.packed_logprob_micro_batch_tokens
+        return self.logprob_micro_batch_sequences * (self.prompt_token_budget + self.completion_token_budget)
 
     @property
     def tokens_per_step(self) -> int:
@@ -282,7 +291,8 @@ class BatchPlan:
         if self.needs_old_logprobs or self.needs_reference:
             lines.append(
                 f"  log-prob micro-batch          "
-                f"{self._per_device(self.logprob_micro_batch_sequences, self.batch_split)}"
+                f"{self._per_device(self.logprob_micro_batch_sequences, self.batch_split)}  "
+                f"(at most {self.logprob_micro_batch_tokens} token positions)"
             )
         lines += [
             f"  rollout micro-batch           "
@@ -356,5 +366,6 @@ def make_plan(
         train_devices=tuple(m.train_devices),
         rollout_devices=tuple(m.rollout_devices),
         packed_micro_batch_tokens=b.train_micro_batch_tokens,
+        packed_logprob_micro_batch_tokens=b.logprob_micro_batch_tokens,
         rollout_tensor=m.rollout_tensor,
     )

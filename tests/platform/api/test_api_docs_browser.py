@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from browser_testlib import CHROMIUM, CHROMIUM_ARGS
 from django.db import connections
+from platform_testlib import set_browser_waits
 from playwright.sync_api import expect, sync_playwright
 
 from api import openapi
@@ -22,7 +23,7 @@ def test_docs_render_every_operation_from_local_files(live_server, monkeypatch):
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         page = browser.new_context(base_url=live_server.url).new_page()
-        page.set_default_timeout(10_000)
+        set_browser_waits(page)
         page.on("request", lambda request: requested.append(request.url))
         page.on("console", lambda msg: problems.append(msg.text) if "Content Security Policy" in msg.text else None)
         page.on("pageerror", lambda exc: problems.append(str(exc)))

@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from platform_testlib import set_browser_waits
 from playwright.sync_api import expect, sync_playwright
 
 from tests.xdist_worker_env import second_broker
@@ -131,7 +132,7 @@ def test_browser_create_launch_and_watch_chart(platform_env, tmp_path):
     with served_platform(platform_env, tmp_path) as (base, password), sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         page = browser.new_page()
-        page.set_default_timeout(30_000)
+        set_browser_waits(page, wait_ms=30_000)
         log_in_as_demo(page, base, password)
         # create an experiment through the form
         page.goto(base + "/experiments/new/")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 
+from platform_testlib import set_browser_waits
 from playwright.sync_api import expect, sync_playwright
 from test_browser import CHROMIUM, CHROMIUM_ARGS, log_in_as_demo, platform_env, served_platform  # noqa: F401
 
@@ -40,7 +41,7 @@ def test_browser_fork_a_finished_run_and_see_the_lineage(platform_env, tmp_path)
     with served_platform(platform_env, tmp_path) as (base, password), sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         page = browser.new_page()
-        page.set_default_timeout(30_000)
+        set_browser_waits(page, wait_ms=30_000)
         errors: list[str] = []
         page.on("pageerror", lambda exc: errors.append(str(exc)))
         log_in_as_demo(page, base, password)

@@ -10,6 +10,7 @@ import pytest
 from browser_testlib import CHROMIUM, CHROMIUM_ARGS
 from django.db import connections
 from django.urls import reverse
+from platform_testlib import set_browser_waits
 from playwright.sync_api import expect, sync_playwright
 from web_testlib import (  # noqa: F401 (fast_passwords: autouse)
     fast_passwords,
@@ -32,7 +33,7 @@ def test_pages_work_under_the_csp_without_violations(live_server, client, alice,
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         page = browser.new_context(base_url=live_server.url).new_page()
-        page.set_default_timeout(10_000)
+        set_browser_waits(page)
         page.on("console", lambda msg: violations.append(msg.text) if "Content Security Policy" in msg.text else None)
         page.on("pageerror", lambda exc: violations.append(str(exc)))
         try:

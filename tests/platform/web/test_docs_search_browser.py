@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 import pytest
 from browser_testlib import CHROMIUM, CHROMIUM_ARGS
-from platform_testlib import BROWSER_WAIT_MS
+from platform_testlib import set_browser_waits
 from playwright.sync_api import expect, sync_playwright
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -33,7 +33,7 @@ def test_the_docs_search_finds_pages_under_the_csp(live_server, width):
             device_scale_factor=3 if phone else 1,
         )
         page = context.new_page()
-        page.set_default_timeout(BROWSER_WAIT_MS)
+        set_browser_waits(page)
         page.on("console", lambda msg: problems.append(msg.text) if "Content Security Policy" in msg.text else None)
         page.on("pageerror", lambda exc: problems.append(str(exc)))
         page.on("request", lambda r: outside.append(r.url) if urlsplit(r.url).netloc not in (here, "") else None)

@@ -7,6 +7,7 @@ import pytest
 from browser_testlib import CHROMIUM, CHROMIUM_ARGS, logged_in_page  # noqa: F401 (fixture)
 from django.db import connections
 from django.urls import reverse
+from platform_testlib import set_browser_waits
 from playwright.sync_api import expect, sync_playwright
 from web_testlib import fast_passwords  # noqa: F401 (autouse)
 
@@ -80,7 +81,7 @@ def test_docs_group_operations_by_resource(live_server, monkeypatch):
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         page = browser.new_context(base_url=live_server.url).new_page()
-        page.set_default_timeout(10_000)
+        set_browser_waits(page)
         try:
             page.goto("/api/docs/")
             expect(page.locator(".opblock-tag-section").first).to_be_visible()

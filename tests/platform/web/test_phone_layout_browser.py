@@ -13,7 +13,7 @@ from api_testlib import fresh_caches  # noqa: F401 (fixture)
 from browser_testlib import CHROMIUM, CHROMIUM_ARGS
 from django.db import connections
 from django.urls import reverse
-from platform_testlib import BROWSER_WAIT_MS
+from platform_testlib import set_browser_waits
 from playwright.sync_api import expect, sync_playwright
 from web_testlib import add_long_samples, fast_passwords, make_experiment, make_run  # noqa: F401 (fast_passwords: autouse)
 
@@ -73,7 +73,7 @@ def open_page(live_server, client, alice, monkeypatch) -> Iterator[Callable]:
             cookie = {"name": "sessionid", "value": client.cookies["sessionid"].value, "url": live_server.url}
             context.add_cookies([cookie])
             page = context.new_page()
-            page.set_default_timeout(BROWSER_WAIT_MS)
+            set_browser_waits(page)
             page.on("pageerror", lambda exc: errors.append(str(exc)))
             return page
 

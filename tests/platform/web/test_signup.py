@@ -9,6 +9,7 @@ from django.conf import settings as django_settings
 from django.contrib.auth import get_user_model
 from django.db import connections
 from django.urls import reverse
+from platform_testlib import set_browser_waits
 from playwright.sync_api import expect, sync_playwright
 from web_testlib import fast_passwords  # noqa: F401 (autouse)
 
@@ -67,7 +68,7 @@ def test_signup_in_a_browser(live_server, settings, monkeypatch):
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         page = browser.new_context(base_url=live_server.url).new_page()
-        page.set_default_timeout(10_000)
+        set_browser_waits(page)
         page.on("pageerror", lambda exc: errors.append(str(exc)))
         page.on("console", lambda msg: errors.append(msg.text) if "Content Security Policy" in msg.text else None)
         try:

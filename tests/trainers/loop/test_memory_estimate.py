@@ -133,6 +133,13 @@ def test_what_changes_the_estimate():
     # async: the collector's weights (generation already counts: every phase adds)
     concurrent = estimate_step_memory(plan, TINY, 2, concurrent_rollout=True)
     assert concurrent.total_bytes == base.total_bytes + P_BYTES
+    # packed log-prob micro-batches of 64 positions (rows of at most 12 + 4): one layer over 64
+    # positions of S 16, larger than the padded micro-batch's 222720 bytes, and the LM head's 4
+    # buffers over 64 positions
+    _, by_tokens = plan_of(batch={"logprob_micro_batch_tokens": 64})
+    logprob = next(p for p in estimate_step_memory(by_tokens, TINY, 2).phases if p.name == "log-prob")
+    assert logprob.bytes == 64 * 1888 * 4 + 4 * 64 * 128 * 4 == 614400
+    assert "batch.logprob_micro_batch_tokens" in logprob.lower
     # a train micro-batch that splits a group (4 rows of G 3) runs whole sequences: 4 x 16 positions a layer
     _, split = plan_of(
         batch={"train_micro_batch_sequences": 4, "rollout_micro_batch_sequences": 12}, grpo={"num_generations": 3}

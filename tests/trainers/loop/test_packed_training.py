@@ -37,12 +37,17 @@ def trained(
     micro_batch: int = 16,
     prompts: int = 4,
     micro_batch_tokens: int | None = None,
+    overrides: dict | None = None,
+    edit=None,
 ):
     batch = {**CONFIG["batch"], "packing": packing_on, "train_micro_batch_sequences": micro_batch}
     batch.update(prompts_per_step=prompts, train_micro_batch_tokens=micro_batch_tokens)
-    config = parse_config({**CONFIG, "batch": batch, "mesh": mesh or {}})
+    raw = {**CONFIG, "batch": batch, "mesh": mesh or {}}
+    for section, fields in (overrides or {}).items():
+        raw[section] = {**raw.get(section, {}), **fields}
+    config = parse_config(raw)
     trainer = GRPOTrainer(config, str(tmp_path / name))
-    trainer.source.start(trainer.state.params, 0)
+    trainer.source.start(trainer.policy_params(), 0)
     rollout = trainer.source.next(0)
     trainer.source.stop()
     if lengths is not None:
@@ -51,6 +56,8 @@ def trained(
         rollout.completion_tokens = np.where(keep, rollout.completion_tokens, 0)
     rollout.rewards = np.tile(np.array([1, 0, 0.5, 0], np.float32), prompts)
     rollout.advantages = np.tile(np.array([1.2, -0.8, 0.4, -0.8], np.float32), prompts)
+    if edit is not None:
+        edit(rollout)
     calls: list[tuple[bool, int]] = []
     packed_shapes: list[tuple[int, ...]] = []  # [A, R, L] of each packed pass
     real = packing.pack_micro_batches
@@ -116,3 +123,92 @@ def test_equal_lengths_stay_unpacked(tmp_path, monkeypatch):
     metrics, _, calls, _ = trained(tmp_path, "equal", True, None, monkeypatch)
     assert calls == [(False, 1)] * 4
     assert 0 <= metrics["train/padding_fraction"] < 0.2
+
+
+def _stale_half(rollout) -> None:
+    """Every other sequence sampled by the weights one step back, with log-probs of its own (so the
+    importance weights differ from 1 and from row to row)."""
+    stale = (np.arange(len(rollout.prompt_tokens)) % 2 == 1)[:, None]
+    rollout.token_versions = np.where(stale, rollout.token_versions - 1, rollout.token_versions)
+    offsets = 0.05 * (np.arange(rollout.completion_mask.shape[1]) % 3)[None, :]
+    rollout.sample_logprobs = np.where(stale, rollout.sample_logprobs - offsets, rollout.sample_logprobs)
+
+
+def _environment_replies(rollout) -> None:
+    """Multi-turn: in every sequence of 8 or more tokens, completion tokens 3 .. 5 are an environment's
+    reply, context the loss leaves out."""
+    loss_mask = rollout.completion_mask.copy()
+    long = rollout.completion_mask.sum(axis=1) >= 8
+    loss_mask[np.ix_(long, np.arange(3, 6))] = False
+    rollout.loss_mask = loss_mask
+
+
+def _one_flat_group(rollout) -> None:
+    """The second group's rewards all equal (what dynamic sampling would drop): advantage 0, so
+    the update skips it."""
+    rollout.rewards[4:8] = 0.5
+    rollout.advantages[4:8] = 0.0
+
+
+@pytest.mark.parametrize(
+    "overrides, edit, micro_batch",
+    [
+        ({"async": {"enabled": True}}, _stale_half, 16),
+        ({}, _environment_replies, 16),
+        ({"model": {"preset": "tiny", "lora": {"rank": 4, "alpha": 8.0}}}, None, 16),
+        ({"grpo": {"beta": 0.0}}, _one_flat_group, 4),
+    ],
+    ids=["async-importance", "multi-turn-loss-mask", "lora", "flat-group-skipped"],
+)
+def test_packing_lands_where_padding_does_in_every_mode(tmp_path, monkeypatch, overrides, edit, micro_batch):
+    """The update's extra inputs follow the packed rows: the generator's log-probs and on-policy
+    flags (async), the loss mask (multi-turn), the frozen base (LoRA), the micro-batches that hold
+    the informative groups (a flat group skipped)."""
+    options = {"overrides": overrides, "edit": edit, "micro_batch": micro_batch}
+    padded, padded_params, padded_calls, _ = trained(tmp_path, "padded", False, LENGTHS, monkeypatch, **options)
+    packed, packed_params, packed_calls, _ = trained(tmp_path, "packed", True, LENGTHS, monkeypatch, **options)
+    assert not any(run for run, _ in padded_calls)
+    assert packed_calls and all(run for run, _ in packed_calls), packed_calls
+    for name in ("loss/policy", "grad_norm", "entropy", "clip_fraction"):
+        assert packed[name] == pytest.approx(padded[name], rel=1e-4, abs=1e-6), name
+    for a, b in zip(jax.tree.leaves(packed_params), jax.tree.leaves(padded_params)):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+    assert packed["train/padding_fraction"] < padded["train/padding_fraction"]
+
+
+def test_log_prob_micro_batches_by_tokens_hold_at_most_their_budget_and_give_the_padded_log_probs(
+    tmp_path, monkeypatch
+):
+    """batch.logprob_micro_batch_tokens: a log-prob pass runs the step's packed rows in as few
+    micro-batches as hold them in that many positions each, and its log-probs, put back in
+    sequence order, are the padded pass's (log-prob micro-batches of 4 sequences)."""
+
+    def trainer_for(name: str, packing_on: bool) -> GRPOTrainer:
+        batch = {**CONFIG["batch"], "packing": packing_on, "logprob_micro_batch_sequences": 4}
+        batch["logprob_micro_batch_tokens"] = 96
+        return GRPOTrainer(parse_config({**CONFIG, "batch": batch}), str(tmp_path / name))
+
+    padded_trainer, packed_trainer = trainer_for("padded", False), trainer_for("packed", True)
+    padded_trainer.source.start(padded_trainer.state.params, 0)
+    rollout = padded_trainer.source.next(0)
+    padded_trainer.source.stop()
+    keep = np.arange(rollout.completion_mask.shape[1])[None, :] < LENGTHS[:, None]
+    rollout.completion_mask = rollout.completion_mask & keep
+    rollout.completion_tokens = np.where(keep, rollout.completion_tokens, 0)
+    shapes = []
+    real = packing.pack_micro_batches
+
+    def spy(*args, **kwargs):
+        run = real(*args, **kwargs)
+        shapes.append(run.arrays["packed_tokens"].shape if run.packed else None)
+        return run
+
+    monkeypatch.setattr("trainers.loop.trainer.pack_micro_batches", spy)
+    padded = padded_trainer.logprobs(padded_trainer.state.params, rollout)
+    packed = packed_trainer.logprobs(packed_trainer.state.params, rollout)
+    assert shapes[0] is None and shapes[1] is not None
+    micro_batches, rows, row_tokens = shapes[1]
+    assert rows * row_tokens <= 96 and micro_batches != 4, shapes  # by tokens, not 4 slices of 4 sequences
+    assert packed.shape == padded.shape == rollout.completion_mask.shape
+    np.testing.assert_allclose(packed, padded, atol=2e-5)
+    assert np.all(packed[~rollout.completion_mask] == 0)
