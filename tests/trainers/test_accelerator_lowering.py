@@ -342,16 +342,16 @@ def step_arrays(run: Run) -> dict[str, np.ndarray]:
 
 
 def build_logprobs(run: Run, packed: bool) -> tuple[Callable, tuple, dict]:
-    """The first log-prob micro-batch of the step, as `GRPOTrainer._logprob_parts` runs it: packed,
-    the step's rows in micro-batches of the default token budget (`logprob_pass_batch`); padded, the
-    plan's first log-prob slice."""
+    """A log-prob pass of the step as `GRPOTrainer._logprob_parts` runs it: packed, the step's rows in
+    micro-batches of the default token budget (`logprob_pass_batch`), all in one program; padded,
+    the plan's first log-prob slice."""
     arrays = step_arrays(run)
     inputs = {k: arrays[k] for k in ("prompt_tokens", "prompt_valid", "completion_tokens", "completion_mask")}
     params = run.params
     if packed:
         batch = logprob_pass_batch(run.plan, inputs, None, 1, True, shares_prompts())
         assert batch.packed
-        rows = {k: v[0] for k, v in batch.arrays.items() if k.startswith("packed_")}
+        rows = {k: v for k, v in batch.arrays.items() if k.startswith("packed_")}
         shape = (batch.arrays["sequence"].shape[1], inputs["completion_mask"].shape[1])
         return run.functions.packed_logprob_fn, (params, abstract(rows)), {"completion_shape": shape}
     s = run.plan.logprob_slices()[0]

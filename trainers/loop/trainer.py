@@ -169,12 +169,13 @@ def logprob_pass_batch(
 
 def _assembled(parts: list[np.ndarray], slots: np.ndarray | None, sequences: int, width: int) -> np.ndarray:
     """A log-prob pass's fetched results as [sequences, width], in sequence order (`_logprob_parts`):
-    the parts end to end, or with `slots` each packed micro-batch's slot a to the sequence
-    slots[a] names (-1: empty); a sequence in no slot (no completion token) gets zeros."""
+    the parts end to end, or with `slots` the one packed result [A, slots, width], each slot to the
+    sequence slots[a] names (-1: empty); a sequence in no slot (no completion token) gets zeros."""
     if slots is None:
         return np.concatenate(parts)
-    out = np.zeros((sequences, width), parts[0].dtype)
-    for part, sequence in zip(parts, slots):
+    (packed,) = parts
+    out = np.zeros((sequences, width), packed.dtype)
+    for part, sequence in zip(packed, slots):
         live = sequence >= 0
         out[sequence[live]] = part[live]
     return out
@@ -404,9 +405,10 @@ class GRPOTrainer:
 
         Packed (where it pays: `pack_micro_batches`), the step's sequences are laid in rows together
         and the rows go into as few micro-batches as hold them in batch.logprob_micro_batch_tokens
-        positions each (by default those a padded log-prob micro-batch computes): results [slots,
-        width] per micro-batch, with [A, slots] the sequence each slot holds (-1: empty). Otherwise
-        the plan's log-prob slices, padded: results [n, width] in sequence order, and None."""
+        positions each (by default those a padded log-prob micro-batch computes), run one after the
+        other in one program: one result [A, slots, width], with [A, slots] the sequence each slot
+        holds (-1: empty). Otherwise the plan's log-prob slices, padded: results [n, width] in
+        sequence order, and None."""
         inputs = {
             "prompt_tokens": r.prompt_tokens,
             "prompt_valid": r.prompt_valid,
@@ -422,13 +424,12 @@ class GRPOTrainer:
             self.share_prompts,
         )
         parts = []
-        if run.packed:
+        if run.packed:  # one program over the pass's micro-batches
             slots = run.arrays["sequence"] - 1
-            for a in range(len(slots)):
-                packed = {k: v[a] for k, v in run.arrays.items() if k.startswith("packed_")}
-                batch = self.placement.train_batch(packed, batch_axis=0)
-                with self.placement.training():
-                    parts.append(self.packed_logprob_fn(params, batch, completion_shape=(slots.shape[1], width)))
+            packed = {k: v for k, v in run.arrays.items() if k.startswith("packed_")}
+            batch = self.placement.train_batch(packed, batch_axis=1)
+            with self.placement.training():
+                parts.append(self.packed_logprob_fn(params, batch, completion_shape=(slots.shape[1], width)))
             return parts, slots
         for s in self.plan.logprob_slices():
             piece = {k: v[s.start : s.stop] for k, v in inputs.items()}

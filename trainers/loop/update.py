@@ -117,11 +117,15 @@ def make_logprob_fn(graphdef: Any, temperature: float) -> Callable:
 
 
 def make_packed_logprob_fn(graphdef: Any, temperature: float) -> Callable:
-    """jit(params, packed, completion_shape) -> logprobs [S, Lc] of a packed log-prob micro-batch:
-    packed holds the `packing.PackedRows.arrays` ([R, ...]), completion_shape (static) is (S, Lc)."""
+    """jit(params, packed, completion_shape) -> logprobs [A, S, Lc] of A packed log-prob micro-batches,
+    one after the other in one program (as an update runs its micro-batches: one micro-batch's
+    activations alive at a time, and one program in flight per pass): packed holds the
+    `packing.PackedRows.arrays` stacked [A, R, ...], completion_shape (static) is each one's (S, Lc)."""
 
     def logprobs(params, packed, completion_shape):
-        return packed_logprobs(graphdef, params, packed, completion_shape, temperature)[0]
+        return jax.lax.map(
+            lambda rows: packed_logprobs(graphdef, params, rows, completion_shape, temperature)[0], packed
+        )
 
     return jax.jit(logprobs, static_argnames=("completion_shape",))
 
