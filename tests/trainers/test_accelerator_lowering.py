@@ -33,7 +33,7 @@ from trainers.algo.optim import make_optimizer, make_schedule
 from trainers.config import ExperimentConfig, parse_config
 from trainers.engine import programs
 from trainers.engine.batching import EngineSettings, decode_attention, slot_bucket
-from trainers.engine.pages import PAGE_TOKENS
+from trainers.engine.pages import PAGE_TOKENS, decode_slot_count
 from trainers.loop.policy import model_config_for, tokenizer_for
 from trainers.loop.trainer import logprob_pass_batch
 from trainers.loop.update import TrainingFunctions, completion_width, training_functions
@@ -151,7 +151,7 @@ def engine_shapes(run: Run) -> EngineShapes:
     spec, sampling = run.spec, run.spec.sampling
     rows, group = run.plan.rollout_micro_batch_sequences, spec.num_generations
     settings = EngineSettings(
-        num_slots=max(min(spec.decode_slots or rows, rows), group),
+        num_slots=decode_slot_count(spec.decode_slots, rows, rows, group),
         chunk_tokens=spec.decode_chunk_tokens,
         prefill_chunk_tokens=spec.prefill_chunk_tokens,
     )

@@ -24,6 +24,15 @@ import dataclasses
 
 import numpy as np
 
+
+def decode_slot_count(decode_slots: int | None, micro_batch_sequences: int, rows: int, group: int) -> int:
+    """The decode slots a generation call of `rows` sequences runs with, before any growth into an
+    accelerator's free memory (`batching.memory_slots`): rollout.decode_slots, or when it is None the
+    rollout micro-batch; never more than the call's rows, never fewer than one group of `group`
+    (a prompt's G completions are admitted together and share its pages)."""
+    return max(min(decode_slots or micro_batch_sequences, rows), group)
+
+
 PAGE_TOKENS = 16
 """The engine's default page size in token positions (`batching.EngineSettings.page_tokens`)."""
 

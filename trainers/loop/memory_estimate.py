@@ -77,7 +77,7 @@ import dataclasses
 from trainers.config import ExperimentConfig
 from trainers.config.schema import OptimizerSection
 from trainers.data.encoding import bucket_width, prompt_bucket_tokens
-from trainers.engine.pages import PAGE_TOKENS
+from trainers.engine.pages import PAGE_TOKENS, decode_slot_count
 from trainers.loop.policy import model_config_for
 from trainers.models.hf_config import parameter_count, read_model_config
 from trainers.models.lora_targets import targeted
@@ -293,7 +293,9 @@ def estimate_step_memory(
     ]
     lengths = ("rollout.max_new_tokens", "data.max_prompt_tokens")
 
-    rows = max(decode_slots or plan.rollout_micro_batch_sequences, plan.num_generations)
+    rows = decode_slot_count(
+        decode_slots, plan.rollout_micro_batch_sequences, plan.sequences_per_step, plan.num_generations
+    )
     distinct_prompts = max(rows // plan.num_generations, 1)  # the engine admits whole groups
     kv_position = (
         2

@@ -33,6 +33,7 @@ from trainers.engine.batching import (
     generate_paged,
     micro_batch_uniforms,
 )
+from trainers.engine.pages import decode_slot_count
 from trainers.models.generate import GenerationResult
 from trainers.parallel.mesh import mesh_context
 from trainers.rollout.batch import Rollout, generation_figures
@@ -93,9 +94,9 @@ def generate_sequences(
     uniforms = micro_batch_uniforms(key, first_call, rows, micro, sampling.max_new_tokens)
     # rollout.decode_slots unset: the micro-batch, or more where an accelerator's free memory holds them
     settings = EngineSettings(
-        num_slots=max(min(spec.decode_slots or micro, rows), g),
+        num_slots=decode_slot_count(spec.decode_slots, micro, rows, g),
         chunk_tokens=in_flight_chunk_tokens or spec.decode_chunk_tokens,
-        memory_fraction=0.0 if spec.decode_slots else KV_MEMORY_FRACTION,
+        memory_fraction=0.0 if spec.decode_slots is not None else KV_MEMORY_FRACTION,
         prefill_chunk_tokens=spec.prefill_chunk_tokens,
     )
     episodes = None

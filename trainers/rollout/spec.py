@@ -51,9 +51,10 @@ class RolloutSpec:
     env_name: str = "single_turn"
     max_turns: int = 1
     turn_stops: TurnStops | None = None
-    # The generation engine: decode slots (0 = rollout_micro_batch_sequences), decode steps per
-    # chunk and prompt tokens per prefill piece (`engine.batching.EngineSettings`).
-    decode_slots: int = 0
+    # The generation engine: decode slots (None = rollout_micro_batch_sequences:
+    # `engine.pages.decode_slot_count`), decode steps per chunk and prompt tokens per prefill piece
+    # (`engine.batching.EngineSettings`).
+    decode_slots: int | None = None
     decode_chunk_tokens: int = 16
     prefill_chunk_tokens: int = PREFILL_CHUNK_TOKENS
     # Token ids of the prompts already encoded, shared by the copies `for_evaluation` makes.
@@ -95,7 +96,7 @@ class RolloutSpec:
             env_name=config.env.name,
             max_turns=config.env.max_turns,
             turn_stops=turn_stops,
-            decode_slots=r.decode_slots or 0,
+            decode_slots=r.decode_slots,
             decode_chunk_tokens=r.decode_chunk_tokens,
             prefill_chunk_tokens=r.prefill_chunk_tokens,
             scorers={"judge": load_judge(config)} if any(name == "judge" for name, _ in specs) else {},

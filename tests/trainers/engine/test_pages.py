@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from trainers.engine.pages import GroupPages, PagePool, PoolExhausted
+from trainers.engine.pages import GroupPages, PagePool, PoolExhausted, decode_slot_count
 from trainers.models.paged_attention import default_implementation, paged_decode_attention
 
 
@@ -187,3 +187,12 @@ def test_an_unknown_implementation_is_named():
     q, k_pages, v_pages, tables, lengths = attention_case()
     with pytest.raises(ValueError, match="expected one of gather, pallas_gpu, pallas_tpu"):
         paged_decode_attention(*(jnp.asarray(a) for a in (q, k_pages, v_pages, tables, lengths)), implementation="x")
+
+
+def test_decode_slot_count_by_hand():
+    """The one rule for the decode slots a call starts with (the rollout, the estimate, the lowering lane)."""
+    assert decode_slot_count(None, 8, 32, 4) == 8  # unset: the rollout micro-batch
+    assert decode_slot_count(16, 8, 32, 4) == 16  # set: as set
+    assert decode_slot_count(16, 8, 12, 4) == 12  # never more than the call's sequences
+    assert decode_slot_count(2, 8, 32, 4) == 4  # never fewer than one group
+    assert decode_slot_count(None, 8, 6, 4) == 6
