@@ -32,8 +32,9 @@ import pytest
 from trainers.algo.optim import make_optimizer, make_schedule
 from trainers.config import ExperimentConfig, parse_config
 from trainers.engine import programs
-from trainers.engine.batching import EngineSettings, decode_attention, slot_bucket
+from trainers.engine.batching import EngineSettings, decode_attention
 from trainers.engine.pages import PAGE_TOKENS, decode_slot_count
+from trainers.engine.scheduler import slot_bucket
 from trainers.loop.policy import model_config_for, tokenizer_for
 from trainers.loop.trainer import logprob_pass_batch
 from trainers.loop.update import TrainingFunctions, completion_width, training_functions
@@ -182,17 +183,17 @@ def engine_inputs(run: Run) -> tuple[EngineShapes, Any, Any, Any]:
     return shapes, static_graph(run.graphdef), weights, [(pages, pages) for _ in range(m.num_layers)]
 
 
-def admission_args(shapes: EngineShapes) -> tuple:
-    """`programs.admit`'s arrays after the weights and pages (`_Run.admit`)."""
+def admission(shapes: EngineShapes) -> programs.Admission:
+    """`programs.admit`'s arrivals (`_Run.admit`)."""
     n, width, page, group = shapes.admitted_groups, shapes.prompt_tokens, shapes.page_tokens, shapes.group
-    return (
-        ints(n, width),  # prompt_tokens
-        bools(n, width),  # prompt_valid
-        ints(n, width),  # pages
-        ints(n, width),  # offsets
-        ints(n, page),  # tail_columns
-        ints(n, group - 1, page),  # tail_pages
-        floats(n * group),  # uniforms
+    return programs.Admission(
+        prompt_tokens=ints(n, width),
+        prompt_valid=bools(n, width),
+        pages=ints(n, width),
+        offsets=ints(n, width),
+        tail_columns=ints(n, page),
+        tail_pages=ints(n, group - 1, page),
+        uniforms=floats(n * group),
     )
 
 
@@ -206,91 +207,73 @@ def view_tokens_for(shapes: EngineShapes, attention: str) -> int:
     return shapes.max_pages * shapes.page_tokens if attention == "view" else 0
 
 
+def slot_batch(shapes: EngineShapes, bucket: int, chunk: int) -> programs.SlotBatch:
+    """A single-turn chunk's bucket (`_Run.slot_batch`): no forced tokens, no stop sequences."""
+    return programs.SlotBatch(
+        tables=ints(bucket, shapes.max_pages),
+        lengths=ints(bucket),
+        last_token=ints(bucket),
+        active=bools(bucket),
+        generated=ints(bucket),
+        uniforms=floats(bucket, chunk),
+        forced_tokens=ints(bucket, 0),
+        forced=bools(bucket, 0),
+        recent_tokens=ints(bucket, 0),
+        recent_sampled=bools(bucket, 0),
+        exit_active=ints(),
+        exit_steps_left=ints(),
+    )
+
+
+def decode_program(run: Run, shapes: EngineShapes, chunk: int) -> programs.DecodeProgram:
+    attention = decode_attention(run.model.head_dim, shapes.page_tokens)
+    return programs.DecodeProgram(
+        sampling_for(run), chunk, shapes.num_pages, None, attention, view_tokens_for(shapes, attention)
+    )
+
+
 def build_admit(run: Run) -> tuple[Callable, tuple, dict]:
     shapes, graph, weights, pages = engine_inputs(run)
-    return programs.admit, (graph, weights, pages, *admission_args(shapes), sampling_for(run)), {}
+    return programs.admit, (graph, weights, pages, admission(shapes), sampling_for(run)), {}
 
 
 def build_prefill_piece(run: Run) -> tuple[Callable, tuple, dict]:
     shapes, graph, weights, pages = engine_inputs(run)
     n, group, piece = shapes.admitted_groups, shapes.group, shapes.piece_tokens
-    return (
-        programs.prefill_piece,
-        (
-            graph,
-            weights,
-            pages,
-            ints(n, piece),  # piece_tokens
-            ints(n, shapes.max_pages),  # tables
-            ints(n),  # done
-            ints(n),  # counts
-            ints(n),  # tail_source
-            ints(n, group - 1),  # tail_pages
-            floats(n * group),  # uniforms
-            sampling_for(run),
-            piece,  # view_tokens: the second piece reads the first
-            shapes.num_pages,  # scratch_page
-        ),
-        {},
+    inputs = programs.PrefillPiece(
+        tokens=ints(n, piece),
+        tables=ints(n, shapes.max_pages),
+        done=ints(n),
+        counts=ints(n),
+        tail_source=ints(n),
+        tail_pages=ints(n, group - 1),
+        uniforms=floats(n * group),
     )
+    # view_tokens: the second piece reads the first; the scratch page is one past the pool
+    return programs.prefill_piece, (graph, weights, pages, inputs, sampling_for(run), piece, shapes.num_pages), {}
 
 
 def build_decode_chunk(run: Run) -> tuple[Callable, tuple, dict]:
     shapes, graph, weights, pages = engine_inputs(run)
-    attention = decode_attention(run.model.head_dim, shapes.page_tokens)
     bucket, chunk = slot_bucket(shapes.slots, shapes.slots), shapes.chunk_tokens
-    return (
-        programs.decode_chunk,
-        (
-            graph,
-            weights,
-            pages,
-            ints(bucket, shapes.max_pages),  # tables
-            ints(bucket),  # lengths
-            ints(bucket),  # last_token
-            bools(bucket),  # active
-            ints(bucket),  # generated
-            floats(bucket, chunk),  # uniforms
-            ints(bucket, 0),  # forced_tokens: single-turn
-            bools(bucket, 0),  # forced
-            ints(bucket, 0),  # recent_tokens
-            bools(bucket, 0),  # recent_sampled
-            ints(),  # exit_active
-            ints(),  # exit_steps_left
-            sampling_for(run),
-            chunk,
-            shapes.num_pages,  # scratch_page
-            None,  # turns
-            attention,
-            view_tokens_for(shapes, attention),
-        ),
-        {},
-    )
+    slots = slot_batch(shapes, bucket, chunk)
+    return programs.decode_chunk, (graph, weights, pages, slots, decode_program(run, shapes, chunk)), {}
 
 
 def build_admit_and_decode(run: Run) -> tuple[Callable, tuple, dict]:
     shapes, graph, weights, pages = engine_inputs(run)
-    attention = decode_attention(run.model.head_dim, shapes.page_tokens)
     bucket, chunk = slot_bucket(shapes.slots, shapes.slots), shapes.chunk_tokens
+    positions = ints(shapes.admitted_groups * shapes.group)
     return (
         programs.admit_and_decode,
         (
             graph,
             weights,
             pages,
-            *admission_args(shapes),
-            ints(shapes.admitted_groups * shapes.group),  # positions
-            ints(bucket, shapes.max_pages),  # tables
-            ints(bucket),  # lengths
-            ints(bucket),  # generated
-            floats(bucket, chunk),  # uniforms
-            ints(),  # exit_active
-            ints(),  # exit_steps_left
-            sampling_for(run),
-            chunk,
-            shapes.num_pages,  # scratch_page
-            attention,
-            view_tokens_for(shapes, attention),
+            admission(shapes),
+            positions,
+            slot_batch(shapes, bucket, chunk),
+            decode_program(run, shapes, chunk),
         ),
         {},
     )

@@ -4,7 +4,9 @@ command). A fixed number of decode slots is refilled as sequences end, instead o
 that decodes until its longest completion ends. Same arguments and samples as the static reference
 sampler `models.generate.generate`.
 
-The host loop, between jitted chunks of `chunk_tokens` decode steps (`engine.programs`):
+The host loop (`_Run`), between jitted chunks of `chunk_tokens` decode steps (`engine.programs`,
+each taking its inputs as one pytree: `Admission`, `PrefillPiece`, `SlotBatch`); which groups enter
+and how each chunk runs is the scheduler's (`engine.scheduler`):
   1. admit: while slots are free and groups wait, take the next group (its G = prompt_group
      completions need G free slots); the arrivals' distinct prompts are prefilled together (the
      dense forward `generate` uses), their keys and values written into fresh pages of the group's
@@ -26,11 +28,12 @@ The host loop, between jitted chunks of `chunk_tokens` decode steps (`engine.pro
      slot ends;
   3. reserve: every active slot gets the pages its next chunk writes (`PagePool.grow`);
   4. decode a chunk over the active slots, gathered into the smallest bucket of slots that holds
-     them (`slot_bucket`; only their block tables move, the pages stay where they are), so the last
+     them (`scheduler.slot_bucket`; only their block tables move, the pages stay where they are), so the last
      long sequences of a step run in a small program rather than among idle slots. With in-flight
      weights the newest weights are taken before each chunk (and each admission). A chunk ends
      early once enough of its slots have ended for the next waiting group to enter, or, when none
-     waits, for the rest to fit a smaller bucket with half a chunk or more to go (`exit_rule`): a
+     waits, for the rest to fit a smaller bucket with half a chunk or more to go
+     (`Scheduler.exit_rule`): a
      slot that ends mid-chunk idles a few steps, not until the chunk's end;
   5. retire: ended slots give their pages back and take the next arrivals at step 1.
 
@@ -47,7 +50,7 @@ import dataclasses
 import functools
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -56,24 +59,18 @@ from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
 from trainers.data.encoding import bucket_width
-from trainers.engine import programs
+from trainers.engine import inputs, programs
+from trainers.engine.outputs import Outputs
 from trainers.engine.pages import PAGE_TOKENS, PagePool
-from trainers.models.generate import GenerationResult, SamplingParams, TurnEnd, TurnStops, static_graph
+from trainers.engine.programs import KVPages
+from trainers.engine.scheduler import ChunkPlan, GroupGate, Scheduler
+from trainers.engine.slots import Slots
+from trainers.models.generate import GenerationResult, SamplingParams, StaticGraph, TurnEnd, TurnStops, static_graph
 from trainers.models.paged_attention import default_implementation
+from trainers.models.presets import ModelConfig
 from trainers.parallel.host import to_host, tree_to_host
 
 Weights = Callable[[], tuple[Any, int]]  # () -> (params, version): see `rollout.spec.Weights`
-
-
-class GroupGate(Protocol):
-    """Admission driven by finished groups (dynamic sampling without rounds): the engine asks how many
-    more waiting groups may enter, and reports each group that ended (all its G rows)."""
-
-    def admit_limit(self, in_flight_groups: int) -> int:
-        """How many more groups may be admitted now, with `in_flight_groups` admitted and not ended."""
-
-    def ended(self, first_row: int, tokens: np.ndarray, mask: np.ndarray) -> None:
-        """The group of rows first_row .. first_row + G - 1 ended; tokens / mask [G, max_new_tokens]."""
 
 
 KV_MEMORY_FRACTION = 0.5
@@ -125,6 +122,20 @@ def memory_slots(
     return max(num_slots, min(fit, rows))
 
 
+def grown_into_memory(
+    settings: EngineSettings, model_cfg: Any, rows: int, group: int, max_pages: int, mesh: Any
+) -> EngineSettings:
+    """`settings` with its slots grown into the device's free memory (`memory_slots`), each slot's
+    KV pages `max_pages` pages of the model's keys and values in its dtype."""
+    m = model_cfg
+    slot_bytes = (
+        2 * m.num_layers * m.num_kv_heads * max_pages * settings.page_tokens * m.head_dim * jnp.dtype(m.dtype).itemsize
+    )
+    free = free_device_bytes(mesh)
+    slots = memory_slots(settings.num_slots, rows, group, slot_bytes, free, settings.memory_fraction)
+    return dataclasses.replace(settings, num_slots=slots)
+
+
 def free_device_bytes(mesh: Any = None) -> int | None:
     """Free memory of a device the pages go to (the mesh's first of this process, or the default
     device): its bytes_limit less bytes_in_use; None where the backend keeps no such figures (the
@@ -170,6 +181,21 @@ class EngineStats:
     def kv_overhead(self) -> float:
         return self.kv_positions_held / self.kv_tokens_stored if self.kv_tokens_stored else 0.0
 
+    def took_prefill(self, seconds: float) -> None:
+        self.prefill_s += seconds
+        self.longest_prefill_s = max(self.longest_prefill_s, seconds)
+
+    def took_chunk(self, bucket: int, steps_run: int, emitted: np.ndarray, pool: PagePool) -> None:
+        """A decode chunk over `bucket` slots ran `steps_run` steps; emitted [n, K]: the tokens its
+        running slots took. The KV memory through it, step by step: the pages held (reserved before
+        it) against the tokens they store, which grow by the tokens each step feeds."""
+        self.chunks += 1
+        self.slot_steps += bucket * steps_run
+        self.decode_tokens += int(emitted.sum())
+        fed = np.cumsum(emitted.sum(axis=0)[:steps_run])
+        self.kv_positions_held += steps_run * pool.pages_in_use * pool.page_tokens
+        self.kv_tokens_stored += steps_run * pool.tokens_stored() + int(fed.sum())
+
     def add(self, other: EngineStats) -> None:
         """Sum another call's figures into these (the peak is the larger of the two)."""
         for field in dataclasses.fields(self):
@@ -211,15 +237,15 @@ def decode_attention(head_dim: int, page_tokens: int) -> str:
     return "paged" if default_implementation(head_dim, page_tokens) != "gather" else "view"
 
 
-def _fixed(params) -> Weights:
+def _fixed(params: Any) -> Weights:
     return lambda: (params, 0)
 
 
 def generate_paged(
     graphdef: nnx.GraphDef,
     weights: Weights | nnx.State,
-    prompt_tokens,
-    prompt_valid,
+    prompt_tokens: np.ndarray | jax.Array,
+    prompt_valid: np.ndarray | jax.Array,
     rng_key: jax.Array,
     sampling: SamplingParams,
     settings: EngineSettings,
@@ -295,21 +321,20 @@ class _Run:
 
     def __init__(
         self,
-        graphdef,
+        graphdef: nnx.GraphDef,
         weights: Weights,
-        prompt_tokens,
-        prompt_valid,
-        uniforms,
+        prompt_tokens: np.ndarray,
+        prompt_valid: np.ndarray,
+        uniforms: np.ndarray,
         sampling: SamplingParams,
         settings: EngineSettings,
         in_flight: bool,
         turns: TurnStops | None,
-        on_turn_end,
-        mesh,
+        on_turn_end: TurnEnd | None,
+        mesh: Any,
         gate: GroupGate | None = None,
     ) -> None:
         self.weights, self.in_flight, self.turns, self.on_turn_end = weights, in_flight, turns, on_turn_end
-        self.gate = gate
         self.prompt_tokens, self.prompt_valid, self.uniforms = prompt_tokens, prompt_valid, uniforms
         self.sampling, self.settings = sampling, settings
         self.graph = static_graph(graphdef)  # hashed once, not at every chunk's call
@@ -320,27 +345,9 @@ class _Run:
         max_new, page = sampling.max_new_tokens, settings.page_tokens
         max_pages = -(-(prompt_width + max_new) // page)
         if settings.memory_fraction:
-            slot_bytes = (
-                2
-                * model_cfg.num_layers
-                * model_cfg.num_kv_heads
-                * max_pages
-                * page
-                * model_cfg.head_dim
-                * jnp.dtype(model_cfg.dtype).itemsize
+            settings = self.settings = grown_into_memory(
+                settings, model_cfg, rows, sampling.prompt_group, max_pages, mesh
             )
-            settings = dataclasses.replace(
-                settings,
-                num_slots=memory_slots(
-                    settings.num_slots,
-                    rows,
-                    sampling.prompt_group,
-                    slot_bytes,
-                    free_device_bytes(mesh),
-                    settings.memory_fraction,
-                ),
-            )
-            self.settings = settings
         slots = settings.num_slots
         self.pool = PagePool(slots * max_pages, page, slots, max_pages)
         self.scratch = self.pool.num_pages  # one page past the pool: where free and ended slots write
@@ -349,22 +356,20 @@ class _Run:
         self.attention = decode_attention(model_cfg.head_dim, page)
         self.window = max((len(s) for s in turns.sequences), default=0) if turns is not None else 0
         self.prompt_lengths = prompt_valid.sum(axis=1).astype(np.int32)
-        self.slot_row = np.full(slots, -1, np.int64)
-        self.lengths, self.last_token = np.zeros(slots, np.int32), np.zeros(slots, np.int32)
-        self.active, self.paused = np.zeros(slots, bool), np.zeros(slots, bool)
-        self.generated = np.zeros(slots, np.int32)
-        self.pending: dict[int, np.ndarray] = {}  # slot -> reply tokens not yet fed
-        self.tokens = np.full((rows, max_new), sampling.pad_id, np.int32)
-        self.logprobs = np.zeros((rows, max_new), np.float32)
-        # top-k / top-p: each token's log-prob under the full distribution too (else they are `logprobs`)
-        self.full_logprobs = np.zeros((rows, max_new), np.float32) if sampling.truncates else None
-        self.mask = np.zeros((rows, max_new), bool)
-        self.sampled = np.zeros((rows, max_new), bool)
-        self.versions = np.zeros((rows, max_new), np.int32)
+        self.slots = Slots.empty(slots)
+        self.out = Outputs.empty(rows, max_new, sampling.pad_id, sampling.truncates)
         self.stats = EngineStats(pool_pages=self.pool.num_pages)
-        self.waiting = list(range(0, rows, sampling.prompt_group))  # the first row of each group, in order
-        self.prefilling: list[_Prefill] = []  # arrivals whose long prompts are prefilled piece by piece, oldest first
-        self.rows_left: dict[int, int] = {}  # with a gate: a group in flight (its first row) -> rows not ended
+        self.scheduler = Scheduler(
+            rows,
+            sampling.prompt_group,
+            slots,
+            settings.chunk_tokens,
+            max_new,
+            runs_to_budget=not sampling.stop_at_eos and turns is None,
+            gate=gate,
+        )
+        # arrivals whose long prompts are prefilled piece by piece, oldest first
+        self.prefilling: list[inputs.ChunkedPrefill] = []
 
     def generate(self) -> tuple[GenerationResult, EngineStats]:
         while True:
@@ -372,10 +377,10 @@ class _Run:
             fused = None  # a call's only admission runs in one program with the first chunk
             if arrivals is not None:
                 if (
-                    not self.queue_open()
+                    not self.scheduler.queue_open()
                     and self.turns is None
                     and not self.in_flight
-                    and not self.active.any()
+                    and not self.slots.active.any()
                     and not self.prefilling
                 ):
                     self.start(arrivals.rows, arrivals.slots)
@@ -386,24 +391,18 @@ class _Run:
                 self.prefill_piece()
             if self.turns is not None:
                 self.answer_turns()
-            if not self.active.any():
-                if not self.queue_open() and not self.prefilling:
+            if not self.slots.active.any():
+                if not self.scheduler.queue_open() and not self.prefilling:
                     break
                 continue
-            self.reserve()
-            self.decode(fused)
-        lengths = self.mask.sum(axis=1).astype(np.int32)
-        result = GenerationResult(
-            tokens=self.tokens,
-            logprobs=self.logprobs,
-            mask=self.mask,
-            lengths=lengths,
-            decode_steps=int(lengths.max()) if len(lengths) else 0,
-            token_versions=self.versions,
-            sampled=self.sampled if self.turns is not None else None,
-            full_logprobs=self.logprobs if self.full_logprobs is None else self.full_logprobs,
-        )
-        return result, self.stats
+            plan = self.scheduler.plan_chunk(
+                self.slots.active,
+                int((self.slots.row < 0).sum()),
+                host_between_chunks=bool(self.prefilling) or self.in_flight or self.turns is not None,
+            )
+            self.reserve(plan)
+            self.decode(plan, fused)
+        return self.out.result(self.turns is not None), self.stats
 
     def newest_weights(self) -> None:
         """In flight: take the newest weights (before an admission's prefill or a chunk)."""
@@ -411,94 +410,40 @@ class _Run:
             self.params, self.version = self.weights()
         self.fetched = False
 
-    def queue_open(self) -> bool:
-        """Groups wait that may still enter: the gate (if any) allows more once the groups in flight
-        have ended."""
-        return bool(self.waiting) and (self.gate is None or self.gate.admit_limit(0) > 0)
-
     def end(self, slots: np.ndarray) -> None:
         """The sequences of `slots` ended: their pages go back, the slots take arrivals; a group
         whose rows have all ended goes to the gate."""
         if not len(slots):
             return
-        if self.gate is not None:
-            group = self.sampling.prompt_group
-            for row in self.slot_row[slots]:
-                first = int(row) - int(row) % group
-                self.rows_left[first] -= 1
-                if not self.rows_left[first]:
-                    del self.rows_left[first]
-                    rows = slice(first, first + group)
-                    self.gate.ended(first, self.tokens[rows].copy(), self.mask[rows].copy())
+        self.scheduler.ended(self.slots.row[slots], self.out.tokens, self.out.mask)
         self.pool.release(slots)
-        self.slot_row[slots], self.active[slots], self.paused[slots] = -1, False, False
-        for slot in slots if self.pending else ():
-            self.pending.pop(int(slot), None)
+        self.slots.release(slots)
 
     # 1. admit whole groups into free slots
     def admit(self) -> _Arrivals | None:
         """Take the waiting groups the free slots hold and give them their pages: the prefill
         program's arguments (`prefill` runs it; `start` leaves it to the first chunk)."""
         group, pool, page = self.sampling.prompt_group, self.pool, self.pool.page_tokens
-        free = np.flatnonzero(self.slot_row < 0)
-        count = min(len(self.waiting), len(free) // group)
-        if self.gate is not None and count:
-            count = min(count, self.gate.admit_limit(len(self.rows_left)))
-        if not count:
+        free = np.flatnonzero(self.slots.row < 0)
+        firsts = self.scheduler.admit(len(free))
+        if not firsts:
             return None
-        firsts, self.waiting = self.waiting[:count], self.waiting[count:]
-        if self.gate is not None:
-            self.rows_left.update((first, group) for first in firsts)
+        count = len(firsts)
         slots = free[: count * group]
         rows = (np.asarray(firsts, np.int64)[:, None] + np.arange(group)).reshape(-1)
         self.stats.prefills += 1
-        padded = 1 << (count - 1).bit_length()  # power-of-two prefill batches: few compiled shapes
         width = self.prompt_tokens.shape[1]
         lengths = self.prompt_lengths[firsts].astype(np.int64)
         prompt_pages, own_tails = pool.admit_groups(slots.reshape(count, group), lengths)
         piece = self.settings.prefill_chunk_tokens
         if piece and width > piece:  # prompts this long in the call: every arrival's prefill goes in pieces
-            self.slot_row[slots] = rows  # taken: they start once their prompt's last piece has run
-            last_pages = np.take_along_axis(prompt_pages, ((lengths - 1) // page)[:, None], axis=1)[:, 0]
-            self.prefilling.append(
-                _Prefill(
-                    rows,
-                    slots,
-                    np.asarray(firsts, np.int64),
-                    lengths.astype(np.int32),
-                    np.where(lengths % page > 0, last_pages, -1),
-                    own_tails,
-                    padded,
-                )
-            )
+            self.slots.row[slots] = rows  # taken: they start once their prompt's last piece has run
+            self.prefilling.append(inputs.chunked_prefill(rows, slots, firsts, lengths, prompt_pages, own_tails, page))
             return None
-        token = np.arange(width)[None, :] - (width - lengths)[:, None]  # each column's token; < 0: padding
-        valid = token >= 0
-        token = np.maximum(token, 0)
-        pages = np.full((padded, width), self.scratch, np.int32)
-        offsets = np.zeros((padded, width), np.int32)
-        pages[:count] = np.where(valid, np.take_along_axis(prompt_pages, token // page, axis=1), self.scratch)
-        offsets[:count] = np.where(valid, token % page, 0)
-        # the tail (tokens full .. length - 1 of a partly filled last page) again in each other slot's own page
-        full = lengths // page * page
-        in_tail = np.arange(page)[None, :] < (lengths - full)[:, None]  # [count, T]
-        tail_columns = np.zeros((padded, page), np.int32)
-        tail_columns[:count] = np.where(in_tail, width - lengths[:, None] + full[:, None] + np.arange(page), 0)
-        tail_pages = np.full((padded, group - 1, page), self.scratch, np.int32)
-        tail_pages[:count] = np.where(in_tail[:, None, :], own_tails[:, :, None], self.scratch)
-        uniforms = np.zeros(padded * group, np.float32)
-        uniforms[: len(rows)] = self.uniforms[0, rows]
-        firsts = firsts + [firsts[0]] * (padded - count)  # padding rows repeat a real prompt, written nowhere
-        args = (
-            self.prompt_tokens[firsts],
-            self.prompt_valid[firsts],
-            pages,
-            offsets,
-            tail_columns,
-            tail_pages,
-            uniforms,
+        arrivals = inputs.admission(
+            self.prompt_tokens, self.prompt_valid, self.uniforms[0], firsts, prompt_pages, own_tails, page, self.scratch
         )
-        return _Arrivals(rows, slots, args)
+        return _Arrivals(rows, slots, arrivals)
 
     def prefill(self, arrivals: _Arrivals) -> None:
         """Run the admission program on its own (while other slots decode, or with turns): prefill
@@ -507,10 +452,10 @@ class _Run:
         start = time.perf_counter()
         self.newest_weights()
         self.kv_pages, token0, logprob0, full0 = programs.admit(
-            self.graph, self.params, self.kv_pages, *arrivals.args, self.sampling
+            self.graph, self.params, self.kv_pages, arrivals.admission, self.sampling
         )
         token0, logprob0, full0 = tree_to_host((token0, logprob0, full0))
-        self.took_prefill_time(time.perf_counter() - start)
+        self.stats.took_prefill(time.perf_counter() - start)
         n = len(arrivals.rows)
         self.took_token0(arrivals.rows, arrivals.slots, token0[:n], logprob0[:n], None if full0 is None else full0[:n])
 
@@ -522,54 +467,28 @@ class _Run:
         piece between two chunks, not a whole long prompt."""
         start = time.perf_counter()
         self.newest_weights()
-        job, piece, page, group = (
-            self.prefilling[0],
-            self.settings.prefill_chunk_tokens,
+        job, group = self.prefilling[0], self.sampling.prompt_group
+        step_tokens = self.settings.prefill_chunk_tokens
+        piece, ends = inputs.prefill_piece(
+            job,
+            self.prompt_tokens,
+            self.pool.tables[job.slots[::group]],
+            self.uniforms[0],
+            step_tokens,
             self.pool.page_tokens,
-            self.sampling.prompt_group,
+            self.scratch,
         )
-        count, width = len(job.firsts), self.prompt_tokens.shape[1]
-        counts = np.zeros(job.padded, np.int32)
-        counts[:count] = np.clip(job.lengths - job.done, 0, piece)
-        step_tokens = piece
-        piece = min(piece, bucket_width(int(counts.max()), page))  # a last piece only as wide as it needs
-        done = np.zeros(job.padded, np.int32)
-        done[:count] = np.where(counts[:count] > 0, job.done, 0)  # a prompt already prefilled reads nothing
-        token = done[:count, None] + np.arange(piece)[None, :]  # [count, C]: the prompt token of each column
-        columns = np.clip(width - job.lengths[:, None] + token, 0, width - 1)
-        piece_tokens = np.zeros((job.padded, piece), np.int32)
-        piece_tokens[:count] = np.where(
-            np.arange(piece)[None, :] < counts[:count, None],
-            np.take_along_axis(self.prompt_tokens[job.firsts], columns, axis=1),
-            0,
-        )
-        tables = np.zeros((job.padded, self.pool.max_pages_per_slot), np.int32)
-        tables[:count] = self.pool.tables[job.slots[::group]]
-        ends = (counts[:count] > 0) & (job.done + counts[:count] == job.lengths)
-        copies = ends & (job.tail_source >= 0)
-        tail_source = np.full(job.padded, self.scratch, np.int32)
-        tail_source[:count] = np.where(copies, job.tail_source, self.scratch)
-        tail_pages = np.full((job.padded, group - 1), self.scratch, np.int32)
-        tail_pages[:count] = np.where(copies[:, None], job.own_tails, self.scratch)
-        uniforms = np.zeros(job.padded * group, np.float32)
-        uniforms[: len(job.rows)] = self.uniforms[0, job.rows]
         self.kv_pages, token0, logprob0, full0 = programs.prefill_piece(
             self.graph,
             self.params,
             self.kv_pages,
-            piece_tokens,
-            tables,
-            done,
-            counts,
-            tail_source,
-            tail_pages,
-            uniforms,
+            piece,
             self.sampling,
-            self.view_width(int(done.max())),
+            self.view_width(int(piece.done.max())),
             self.scratch,
         )
         token0, logprob0, full0 = tree_to_host((token0, logprob0, full0))
-        self.took_prefill_time(time.perf_counter() - start)
+        self.stats.took_prefill(time.perf_counter() - start)
         job.done += step_tokens
         if (job.done >= job.lengths).all():
             self.prefilling.pop(0)
@@ -583,10 +502,6 @@ class _Run:
                 None if full0 is None else full0[: len(job.rows)][starting],
             )
 
-    def took_prefill_time(self, seconds: float) -> None:
-        self.stats.prefill_s += seconds
-        self.stats.longest_prefill_s = max(self.stats.longest_prefill_s, seconds)
-
     def took_token0(
         self,
         rows: np.ndarray,
@@ -599,255 +514,118 @@ class _Run:
         ended by it. full0: token 0's log-prob under the full distribution (sampling.truncates only)."""
         sampling = self.sampling
         self.start(rows, slots)
-        self.took_first_tokens(rows, token0, logprob0, full0)
-        self.last_token[slots] = token0
+        self.out.take(rows, 0, token0, logprob0, full0, True, self.version)
+        self.slots.last_token[slots] = token0
         is_eos = np.isin(token0, (sampling.eos_id, *sampling.extra_eos_ids))
         if self.turns is not None:
             one_token_stops = [s[0] for s in self.turns.sequences if len(s) == 1]
-            self.paused[slots] = is_eos | np.isin(token0, one_token_stops)
-            self.active[slots] = ~self.paused[slots]
+            self.slots.paused[slots] = is_eos | np.isin(token0, one_token_stops)
+            self.slots.active[slots] = ~self.slots.paused[slots]
             return
         ended = is_eos & sampling.stop_at_eos if sampling.max_new_tokens > 1 else np.ones(len(slots), bool)
-        self.active[slots] = ~ended
+        self.slots.active[slots] = ~ended
         self.end(slots[ended])
 
     def start(self, rows: np.ndarray, slots: np.ndarray) -> None:
         """The slots hold their rows, each with its prompt and token 0 taken (active until token 0
         says otherwise)."""
-        self.slot_row[slots], self.lengths[slots] = rows, self.prompt_lengths[rows]
-        self.generated[slots], self.active[slots] = 1, True
-
-    def took_first_tokens(
-        self, rows: np.ndarray, token0: np.ndarray, logprob0: np.ndarray, full0: np.ndarray | None = None
-    ) -> None:
-        self.tokens[rows, 0], self.logprobs[rows, 0], self.mask[rows, 0] = token0, logprob0, True
-        self.sampled[rows, 0], self.versions[rows, 0] = True, self.version
-        if self.full_logprobs is not None:
-            self.full_logprobs[rows, 0] = full0
+        self.slots.start(slots, rows, self.prompt_lengths[rows])
 
     # 2. the host's side of a turn's end
     def answer_turns(self) -> None:
         max_new = self.sampling.max_new_tokens
-        for slot in np.flatnonzero(self.paused):
-            row, step = int(self.slot_row[slot]), int(self.generated[slot])
-            reply = self.on_turn_end(row, step, self.tokens[row, :step].copy())
-            self.paused[slot] = False
+        for slot in np.flatnonzero(self.slots.paused):
+            row, step = int(self.slots.row[slot]), int(self.slots.generated[slot])
+            reply = self.on_turn_end(row, step, self.out.tokens[row, :step].copy())
+            self.slots.paused[slot] = False
             if reply is None or step + len(reply) >= max_new:
                 self.end(np.array([slot]))
                 continue
             if len(reply):
-                self.pending[int(slot)] = np.asarray(reply, np.int32)
-            self.active[slot] = True
+                self.slots.pending[int(slot)] = np.asarray(reply, np.int32)
+            self.slots.active[slot] = True
 
     # 3. grow every active slot's pages to hold what its chunk writes
-    def reserve(self) -> None:
-        running = np.flatnonzero(self.active)
+    def reserve(self, plan: ChunkPlan) -> None:
+        running = plan.running
         # the cache never holds the last sampled token: at most prompt + max_new - 1 tokens
-        most = self.prompt_lengths[self.slot_row[running]] + self.sampling.max_new_tokens - 1
-        self.pool.grow(running, np.minimum(self.lengths[running] + self.chunk_tokens(), most))
+        most = self.prompt_lengths[self.slots.row[running]] + self.sampling.max_new_tokens - 1
+        self.pool.grow(running, np.minimum(self.slots.lengths[running] + plan.chunk_tokens, most))
         self.stats.peak_pages_in_use = max(self.stats.peak_pages_in_use, self.pool.pages_in_use)
-
-    def chunk_tokens(self) -> int:
-        """settings.chunk_tokens; without EOS stops, once no group waits and nothing else needs the
-        host between chunks (weights in flight, turns), the whole budget: every sequence runs to
-        max_new_tokens, so no slot frees early and one chunk finishes the call."""
-        if (
-            not self.queue_open()
-            and not self.prefilling
-            and not self.in_flight
-            and self.turns is None
-            and not self.sampling.stop_at_eos
-        ):
-            return self.sampling.max_new_tokens
-        return self.settings.chunk_tokens
-
-    def view_tokens(self, running: np.ndarray) -> int:
-        """The dense view's width for a "view" chunk: the running slots' longest length, bucketed (a
-        few compiled widths: `bucket_width` in pages), at most a table's worth of pages."""
-        if self.attention != "view":
-            return 0
-        return self.view_width(int(self.lengths[running].max()))
 
     def view_width(self, longest: int) -> int:
         """A dense view's width for slots of at most `longest` tokens: bucketed in pages (a few
-        compiled widths), at most a table's worth of pages; 0 for none."""
+        compiled widths: `bucket_width`), at most a table's worth of pages; 0 for none."""
         page = self.pool.page_tokens
         return min(bucket_width(longest, page), self.pool.max_pages_per_slot * page) if longest else 0
 
-    def exit_rule(self, running: int, bucket: int) -> tuple[int, int]:
-        """(exit_active, exit_steps_left) for `decode_chunk`: the chunk ends once at most exit_active
-        of its `running` slots are still active, if exit_steps_left steps would still be left.
-        While groups wait (that the gate, if any, lets in): as soon as enough slots are free for the
-        next group to enter. Otherwise: once the rest fit a smaller bucket (`slot_bucket`), with half a
-        chunk or more left (a shorter tail is not worth a host round trip and another compiled
-        program). So a slot that ends mid-chunk idles a few steps, not until the chunk's end.
-        (0, 0): run the whole chunk."""
-        if self.waiting and (self.gate is None or self.gate.admit_limit(len(self.rows_left)) > 0):
-            short = self.sampling.prompt_group - int((self.slot_row < 0).sum())  # > 0: admission just ran
-            return max(running - short, 0), 0
-        if not self.sampling.stop_at_eos and self.turns is None:
-            return 0, 0  # every sequence runs to the budget: none ends early
-        smaller = bucket - 1
-        while smaller > 0 and slot_bucket(smaller, self.settings.num_slots) == bucket:
-            smaller -= 1
-        return smaller, max(self.settings.chunk_tokens // 2, 1)
-
     # 4. decode a chunk over the active slots, gathered into the smallest bucket that holds them
-    def decode(self, arrivals: _Arrivals | None = None) -> None:
+    def decode(self, plan: ChunkPlan, arrivals: _Arrivals | None = None) -> None:
         """arrivals: the call's only admission, prefilled by the chunk's own program
         (`programs.admit_and_decode`)."""
         start_s = time.perf_counter()
-        chunk, window = self.chunk_tokens(), self.window
         self.newest_weights()
-        running = np.flatnonzero(self.active)
+        running, bucket, chunk = plan.running, plan.bucket, plan.chunk_tokens
         n = len(running)
-        bucket = slot_bucket(n, self.settings.num_slots)
-        rows, starts = self.slot_row[running], self.generated[running]
-        steps = starts[:, None] + np.arange(chunk)[None, :]  # [n, K]: the token index each step samples
-        chunk_uniforms = np.zeros((bucket, chunk), np.float32)
-        chunk_uniforms[:n] = np.where(
-            steps < self.sampling.max_new_tokens,
-            self.uniforms[np.minimum(steps, self.sampling.max_new_tokens - 1), rows[:, None]],
-            0.0,
+        rows = self.slots.row[running]
+        steps = self.slots.generated[running][:, None] + np.arange(chunk)[None, :]  # [n, K]: each step's token index
+        slots = self.slots.batch(
+            plan, self.pool.tables, self.uniforms, self.out, self.window, self.sampling.pad_id, self.turns is not None
         )
-        forced_tokens, forced = np.zeros((bucket, chunk), np.int32), np.zeros((bucket, chunk), bool)
-        recent_tokens = np.full((bucket, window), self.sampling.pad_id, np.int32)
-        recent_sampled = np.zeros((bucket, window), bool)
-        for i in range(n) if self.turns is not None else ():
-            reply = self.pending.get(int(running[i]))
-            if reply is not None:
-                forced_tokens[i, : len(reply[:chunk])], forced[i, : len(reply[:chunk])] = reply[:chunk], True
-            if window:
-                row, start = rows[i], starts[i]
-                first = max(start - window, 0)
-                recent_tokens[i, window - (start - first) :] = self.tokens[row, first:start]
-                recent_sampled[i, window - (start - first) :] = self.sampled[row, first:start]
-        picked = np.zeros(bucket, np.int64)
-        picked[:n] = running
-        in_bucket = np.arange(bucket) < n
-        exit_active, exit_steps_left = map(np.int32, self.exit_rule(n, bucket))
-        # numpy arguments go to the device with the call (no separate transfer per array)
+        # a "view" chunk gathers the running slots' tokens into a dense view as wide as the longest
+        view = self.view_width(int(self.slots.lengths[running].max())) if self.attention == "view" else 0
+        program = programs.DecodeProgram(self.sampling, chunk, self.scratch, self.turns, self.attention, view)
         if arrivals is None:
-            out = programs.decode_chunk(
-                self.graph,
-                self.params,
-                self.kv_pages,
-                self.pool.tables[picked],
-                self.lengths[picked],
-                self.last_token[picked],
-                in_bucket,
-                self.generated[picked],
-                chunk_uniforms,
-                forced_tokens,
-                forced,
-                recent_tokens,
-                recent_sampled,
-                exit_active,
-                exit_steps_left,
-                self.sampling,
-                chunk,
-                self.scratch,
-                self.turns,
-                self.attention,
-                self.view_tokens(running),
-            )
+            out = programs.decode_chunk(self.graph, self.params, self.kv_pages, slots, program)
         else:
-            positions = np.full(len(arrivals.args[-1]), bucket, np.int32)  # padding rows: out of range, dropped
+            positions = np.full(len(arrivals.admission.uniforms), bucket, np.int32)  # padding rows: dropped
             positions[: len(arrivals.slots)] = np.searchsorted(running, arrivals.slots)
             out = programs.admit_and_decode(
-                self.graph,
-                self.params,
-                self.kv_pages,
-                *arrivals.args,
-                positions,
-                self.pool.tables[picked],
-                self.lengths[picked],
-                self.generated[picked],
-                chunk_uniforms,
-                exit_active,
-                exit_steps_left,
-                self.sampling,
-                chunk,
-                self.scratch,
-                self.attention,
-                self.view_tokens(running),
+                self.graph, self.params, self.kv_pages, arrivals.admission, positions, slots, program
             )
         self.kv_pages = out.pop("kv_pages")
         host = tree_to_host(out)
         if arrivals is not None:
             rows0 = arrivals.rows
             full0 = host["full_logprob0"][: len(rows0)] if "full_logprob0" in host else None
-            self.took_first_tokens(rows0, host["token0"][: len(rows0)], host["logprob0"][: len(rows0)], full0)
+            self.out.take(
+                rows0, 0, host["token0"][: len(rows0)], host["logprob0"][: len(rows0)], full0, True, self.version
+            )
         emitted = host["emitted"][:n]  # a prefix of each slot's steps: a slot that stops stays stopped
-        self.stats.chunks += 1
-        self.stats.slot_steps += bucket * int(host["steps"])
-        self.stats.decode_tokens += int(emitted.sum())
         counts = emitted.sum(axis=1)
         out_rows, out_columns = np.repeat(rows, counts), steps[emitted]
-        self.tokens[out_rows, out_columns] = host["tokens"][:n][emitted]
-        self.logprobs[out_rows, out_columns] = host["logprobs"][:n][emitted]
-        if self.full_logprobs is not None:
-            self.full_logprobs[out_rows, out_columns] = host["full_logprobs"][:n][emitted]
-        self.mask[out_rows, out_columns] = True
-        self.sampled[out_rows, out_columns] = host["sampled"][:n][emitted]
-        self.versions[out_rows, out_columns] = self.version
-        for i, slot in enumerate(running if self.pending else ()):
-            reply = self.pending.get(int(slot))
-            if reply is not None:
-                if counts[i] >= len(reply):
-                    del self.pending[int(slot)]
-                else:
-                    self.pending[int(slot)] = reply[counts[i] :]
-        self.lengths[running] = host["lengths"][:n]
-        self.last_token[running] = host["last_token"][:n]
-        self.generated[running] = host["generated"][:n]
-        self.paused[running] = host["paused"][:n]
-        still = host["active"][:n]
-        # KV memory through the chunk, step by step: the pages held (reserved before it) against the
-        # tokens they store, which grow by the tokens each step feeds
-        steps_run = int(host["steps"])
-        fed = np.cumsum(emitted.sum(axis=0)[:steps_run])
-        self.stats.kv_positions_held += steps_run * self.pool.pages_in_use * self.pool.page_tokens
-        self.stats.kv_tokens_stored += steps_run * self.pool.tokens_stored() + int(fed.sum())
-        self.pool.advance(running, self.lengths[running])
+        self.out.take(
+            out_rows,
+            out_columns,
+            host["tokens"][:n][emitted],
+            host["logprobs"][:n][emitted],
+            host["full_logprobs"][:n][emitted] if "full_logprobs" in host else None,
+            host["sampled"][:n][emitted],
+            self.version,
+        )
+        still = self.slots.took_chunk(running, counts, host)
+        self.stats.took_chunk(bucket, int(host["steps"]), emitted, self.pool)
+        self.pool.advance(running, self.slots.lengths[running])
         self.stats.decode_s += time.perf_counter() - start_s
         # 5. retire ended slots (a paused slot keeps its pages until its turn is answered)
-        self.active[running] = still
-        self.end(running[~still & ~self.paused[running]])
-
-
-@dataclasses.dataclass
-class _Prefill:
-    """Arrivals whose prompts are prefilled in pieces: their rows and slots (G consecutive per group),
-    each group's first row, prompt length, partly filled last page (-1: the prompt fills its pages)
-    and the other slots' own pages for it [n, G - 1]; the prefill batch (n padded to a power of two)
-    and the prompt tokens prefilled so far (`done`, the same for every prompt: pieces start at token
-    0 of each)."""
-
-    rows: np.ndarray
-    slots: np.ndarray
-    firsts: np.ndarray
-    lengths: np.ndarray
-    tail_source: np.ndarray
-    own_tails: np.ndarray
-    padded: int
-    done: int = 0
+        self.slots.active[running] = still
+        self.end(running[~still & ~self.slots.paused[running]])
 
 
 @dataclasses.dataclass(frozen=True)
 class _Arrivals:
     """Groups admitted together: their rows and slots (G consecutive per group) and the admission
-    program's arguments (`programs.admit`)."""
+    program's inputs (`programs.admit`)."""
 
     rows: np.ndarray
     slots: np.ndarray
-    args: tuple
+    admission: programs.Admission
 
 
 _MODEL_CONFIGS: dict[Any, Any] = {}
 
 
-def _model_config(graph, params):
+def _model_config(graph: StaticGraph, params: Any) -> ModelConfig:
     """The model's config (its layers, KV heads, head size, dtype), kept per graph: merging a model
     to read it costs milliseconds, which every generation would pay."""
     if graph not in _MODEL_CONFIGS:
@@ -855,7 +633,7 @@ def _model_config(graph, params):
     return _MODEL_CONFIGS[graph]
 
 
-def _zero_pages(shape: tuple[int, ...], dtype, num_layers: int, mesh: Any) -> list[tuple[jax.Array, jax.Array]]:
+def _zero_pages(shape: tuple[int, ...], dtype: Any, num_layers: int, mesh: Any) -> KVPages:
     """Each layer's (keys, values) pages [KVH, P, page_tokens, D], zero, made by one program; on
     `mesh` (if any) with the KV heads split over its `tensor` axis where they divide, else replicated."""
     sharding = None
@@ -868,17 +646,8 @@ def _zero_pages(shape: tuple[int, ...], dtype, num_layers: int, mesh: Any) -> li
 
 
 @functools.partial(jax.jit, static_argnames=("shape", "dtype", "num_layers", "sharding"))
-def _zeros_jit(shape, dtype, num_layers, sharding):
+def _zeros_jit(shape: tuple[int, ...], dtype: Any, num_layers: int, sharding: NamedSharding | None) -> KVPages:
     zeros = [(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)) for _ in range(num_layers)]
     if sharding is None:
         return zeros
     return jax.lax.with_sharding_constraint(zeros, sharding)
-
-
-def slot_bucket(active: int, slots: int) -> int:
-    """The decode program's slot count for `active` active slots: the next power of two up to 8, then
-    the next of 8 x (2, 3, 4, 6, 8, 12, ...) (`encoding.bucket_width`: about two sizes per doubling,
-    each under 1.5x what it holds), never more than `slots`."""
-    if active <= 8:
-        return min(slots, 1 << max(active - 1, 0).bit_length())
-    return min(slots, bucket_width(active, 8))

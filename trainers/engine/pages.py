@@ -81,7 +81,7 @@ class PagePool:
     def pages_in_use(self) -> int:
         return self.num_pages - self._free_count
 
-    def pages_for(self, tokens):
+    def pages_for(self, tokens: np.ndarray | int) -> np.ndarray | int:
         """Pages that hold `tokens` token positions (an int or an array of them)."""
         return -(-tokens // self.page_tokens)
 
@@ -112,14 +112,14 @@ class PagePool:
         self._free_count -= count
         return taken.astype(np.int32)
 
-    def admit_group(self, slots, tokens: int) -> GroupPages:
+    def admit_group(self, slots: np.ndarray, tokens: int) -> GroupPages:
         """Free slots `slots` take a prompt of `tokens` tokens about to be prefilled, for the
         completions of one group: slots[0] gets fresh pages for it; the others share its full pages
         and each gets its own page for a partly filled last one (the module docstring)."""
         prompt, tail = self.admit_groups(np.asarray(slots, np.int64)[None, :], np.array([tokens]))
         return GroupPages(prompt[0][prompt[0] >= 0].tolist(), tail[0][tail[0] >= 0].tolist())
 
-    def admit_groups(self, slots, tokens) -> tuple[np.ndarray, np.ndarray]:
+    def admit_groups(self, slots: np.ndarray, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """`admit_group` for n groups at once: slots [n, G] (free, distinct), tokens [n] -> (prompt
         pages [n, most pages] (-1 past each group's), tail pages [n, G - 1] (-1 for a group whose
         prompt fills its pages)). Pages are taken lowest first, group by group: its prompt pages,
@@ -155,7 +155,7 @@ class PagePool:
         self.pages_held[slots], self.lengths[slots] = pages[:, None], tokens[:, None]
         return prompt, tail
 
-    def grow(self, slots, tokens) -> None:
+    def grow(self, slots: np.ndarray, tokens: np.ndarray) -> None:
         """Make each of `slots` able to hold tokens[i] tokens: new pages where its pages end (its
         positions lengths .. tokens - 1 then fall in pages it alone holds). On PoolExhausted
         nothing changes."""
@@ -175,7 +175,7 @@ class PagePool:
         self.tables[rows, columns] = fresh
         self.pages_held[slots] = np.maximum(held, needed)
 
-    def advance(self, slots, tokens) -> None:
+    def advance(self, slots: np.ndarray, tokens: np.ndarray) -> None:
         """`slots` now hold tokens[i] tokens each (within the pages `grow` gave them)."""
         slots = np.asarray(slots, np.int64)
         tokens = np.broadcast_to(np.asarray(tokens, np.int32), slots.shape)
@@ -188,7 +188,7 @@ class PagePool:
             )
         self.lengths[slots] = tokens
 
-    def release(self, slots) -> None:
+    def release(self, slots: np.ndarray) -> None:
         """The sequences of `slots` ended: their pages go back to the pool (a shared one when its
         last holder releases it)."""
         slots = np.atleast_1d(np.asarray(slots, np.int64))

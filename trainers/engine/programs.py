@@ -18,18 +18,99 @@ and, when sampling.truncates (top-k / top-p), also under the full one (`sample_t
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from trainers.models import transformer as model_lib
 from trainers.models.generate import SamplingParams, StaticGraph, TurnStops, sample_token_logprobs
 from trainers.models.paged_attention import PagedKV, dense_view, write_view_tokens
 
+Array = jax.Array | np.ndarray
+"""A program's input: a host array goes to the device with the call (no separate transfer per array)."""
+KVPages = list[tuple[jax.Array, jax.Array]]
+"""Each layer's (keys, values) pages [KV heads, pages, page_tokens, head_dim]."""
+Params = Any  # the model's parameters (an nnx.State)
 
-def _step_uniforms(rng_key, rows: int, max_new_tokens: int):
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Admission:
+    """n arriving groups, as the admission program takes them (`admit`, `admit_and_decode`): their
+    distinct prompts, where each prompt column's key and value go, where a partly filled last page
+    is copied for the group's other completions, and token 0's uniforms. Made by the host loop
+    (`batching._Run.admit`); padding rows repeat a real prompt and write to the scratch page."""
+
+    prompt_tokens: Array  # [n, Lp] int32, left-padded
+    prompt_valid: Array  # [n, Lp] bool
+    pages: Array  # [n, Lp] int32: each column's page (the scratch page for padding)
+    offsets: Array  # [n, Lp] int32: its offset in that page
+    tail_columns: Array  # [n, T] int32: the prompt columns of the partly filled last page's tokens
+    tail_pages: Array  # [n, G - 1, T] int32: each other completion's own page for them
+    uniforms: Array  # [n x G] float32: the draws token 0 of each completion is sampled with
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class PrefillPiece:
+    """One piece of a chunked prefill of n prompts (`prefill_piece`): their next C tokens, the pages
+    those before them are in, and for the prompts that end in this piece the last page's copies and
+    token 0's uniforms."""
+
+    tokens: Array  # [n, C] int32: prompt token done[i] + j at column j, the first counts[i] real
+    tables: Array  # [n, max_pages] int32: the group's first slot's pages
+    done: Array  # [n] int32: prompt tokens already in the pages
+    counts: Array  # [n] int32: real tokens in this piece
+    tail_source: Array  # [n] int32: a partly filled last page to copy (the scratch page: none)
+    tail_pages: Array  # [n, G - 1] int32: each other completion's own page for that copy
+    uniforms: Array  # [n x G] float32: token 0's draws
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class SlotBatch:
+    """A decode chunk's bucket of S slots, as the device takes them: each slot's state, its inputs
+    for the chunk's K steps, and when the chunk hands back to the host. Packed once per chunk by
+    the host loop (`batching._Run.decode`); the chunk's results come back as a dict."""
+
+    tables: Array  # [S, max_pages] int32: each slot's pages
+    lengths: Array  # [S] int32: tokens in the slot's cache
+    last_token: Array  # [S] int32: sampled, not yet fed
+    active: Array  # [S] bool
+    generated: Array  # [S] int32: tokens emitted so far
+    uniforms: Array  # [S, K] float32: the draws of the slot's next K steps
+    # multi-turn (`DecodeProgram.turns`): the host's reply tokens for the next steps, and the slot's
+    # last W tokens and whether each was sampled (W = the longest stop sequence); [S, 0] without turns
+    forced_tokens: Array  # [S, K or 0] int32
+    forced: Array  # [S, K or 0] bool
+    recent_tokens: Array  # [S, W] int32
+    recent_sampled: Array  # [S, W] bool
+    # the chunk ends early once at most exit_active slots are active while at least exit_steps_left
+    # steps would be left (traced int32 scalars: no recompilation; exit_active 0: run until none is)
+    exit_active: Array
+    exit_steps_left: Array
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeProgram:
+    """What a decode chunk's program is compiled for (static: one program each): the sampling, K =
+    chunk_tokens steps, the scratch page ended slots write to, multi-turn stops, the attention
+    ("paged" or "view", `decode_chunk`) and a "view" chunk's dense view width."""
+
+    sampling: SamplingParams
+    chunk_tokens: int
+    scratch_page: int
+    turns: TurnStops | None = None
+    attention: str = "view"
+    view_tokens: int = 0
+
+
+def _step_uniforms(rng_key: jax.Array, rows: int, max_new_tokens: int) -> jax.Array:
     """[N, rows]: the uniform `generate` draws for each sampling step and row (one key per step,
     split up front, each giving the step's [rows] uniforms)."""
     step_keys = jax.random.split(rng_key, max_new_tokens)
@@ -40,7 +121,9 @@ uniforms_jit = jax.jit(_step_uniforms, static_argnames=("rows", "max_new_tokens"
 
 
 @functools.partial(jax.jit, static_argnames=("rows", "micro_batch", "max_new_tokens", "call_stride"))
-def micro_batch_uniforms_jit(rng_key, first_call, rows: int, micro_batch: int, max_new_tokens: int, call_stride: int):
+def micro_batch_uniforms_jit(
+    rng_key: jax.Array, first_call: Array, rows: int, micro_batch: int, max_new_tokens: int, call_stride: int
+) -> jax.Array:
     """[N, rows]: `_step_uniforms` of each micro-batch of `micro_batch` rows, the k-th drawn from
     fold_in(rng_key, first_call + k x call_stride) (first_call traced: one program for every call)."""
     return jnp.concatenate(
@@ -56,7 +139,7 @@ def micro_batch_uniforms_jit(rng_key, first_call, rows: int, micro_batch: int, m
     )
 
 
-def _prefill(model, prompt_tokens, prompt_valid):
+def _prefill(model: Any, prompt_tokens: Array, prompt_valid: Array) -> tuple[jax.Array, list]:
     """Dense forward of left-padded prompts [n, Lp]: (last position's logits [n, V], per layer keys
     [n, KVH, D, Lp] and values [n, KVH, Lp, D])."""
     valid = prompt_valid.astype(jnp.bool_)
@@ -66,7 +149,9 @@ def _prefill(model, prompt_tokens, prompt_valid):
     return model.logits(hidden[:, -1, :]), prompt_kv
 
 
-def _write_prompts(kv_pages, prompt_kv, pages, offsets, tail_columns, tail_pages):
+def _write_prompts(
+    kv_pages: KVPages, prompt_kv: list, pages: Array, offsets: Array, tail_columns: Array, tail_pages: Array
+) -> KVPages:
     """Write prefilled keys/values into pages: pages, offsets [n, Lp] int32 give each prompt column's
     page and offset (the scratch page for padding and unused rows); the tail (the tokens of a
     partly filled last page) goes again into each other completion's own page: tail_columns [n, T]
@@ -96,88 +181,53 @@ def _write_prompts(kv_pages, prompt_kv, pages, offsets, tail_columns, tail_pages
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "sampling"), donate_argnames=("kv_pages",))
 def admit(
-    graphdef: StaticGraph,
-    params,
-    kv_pages,
-    prompt_tokens,
-    prompt_valid,
-    pages,
-    offsets,
-    tail_columns,
-    tail_pages,
-    uniforms,
-    sampling: SamplingParams,
-):
+    graphdef: StaticGraph, params: Params, kv_pages: KVPages, arrivals: Admission, sampling: SamplingParams
+) -> tuple:
     """One program for arrivals: prefill n distinct prompts [n, Lp], write their keys and values
     into pages (`_write_prompts`), and sample token 0 of each of their G = sampling.prompt_group
-    completions from the prompt's last logits with uniforms [n x G]. Returns (kv_pages, tokens,
-    logprobs, full_logprobs [n x G]; full_logprobs None unless sampling.truncates)."""
-    return _admit(
-        nnx.merge(graphdef.graphdef, params),
-        kv_pages,
-        prompt_tokens,
-        prompt_valid,
-        pages,
-        offsets,
-        tail_columns,
-        tail_pages,
-        uniforms,
-        sampling,
+    completions from the prompt's last logits. Returns (kv_pages, tokens, logprobs, full_logprobs
+    [n x G]; full_logprobs None unless sampling.truncates)."""
+    return _admit(nnx.merge(graphdef.graphdef, params), kv_pages, arrivals, sampling)
+
+
+def _admit(model: Any, kv_pages: KVPages, arrivals: Admission, sampling: SamplingParams) -> tuple:
+    a = arrivals
+    logits, prompt_kv = _prefill(model, a.prompt_tokens, a.prompt_valid)
+    token, logprob, full = sample_token_logprobs(
+        jnp.repeat(logits, sampling.prompt_group, axis=0), a.uniforms, sampling
     )
-
-
-def _admit(
-    model,
-    kv_pages,
-    prompt_tokens,
-    prompt_valid,
-    pages,
-    offsets,
-    tail_columns,
-    tail_pages,
-    uniforms,
-    sampling: SamplingParams,
-):
-    logits, prompt_kv = _prefill(model, prompt_tokens, prompt_valid)
-    token, logprob, full = sample_token_logprobs(jnp.repeat(logits, sampling.prompt_group, axis=0), uniforms, sampling)
-    kv_pages = _write_prompts(kv_pages, prompt_kv, pages, offsets, tail_columns, tail_pages)
+    kv_pages = _write_prompts(kv_pages, prompt_kv, a.pages, a.offsets, a.tail_columns, a.tail_pages)
     return kv_pages, token, logprob, full if sampling.truncates else None
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "sampling", "view_tokens"), donate_argnames=("kv_pages",))
 def prefill_piece(
     graphdef: StaticGraph,
-    params,
-    kv_pages,
-    piece_tokens,
-    tables,
-    done,
-    counts,
-    tail_source,
-    tail_pages,
-    uniforms,
+    params: Params,
+    kv_pages: KVPages,
+    piece: PrefillPiece,
     sampling: SamplingParams,
     view_tokens: int,
     scratch_page: int,
-):
-    """One piece of a chunked prefill: n prompts' next C tokens, piece_tokens [n, C] (prompt token
-    done[i] + j at column j, the first counts[i] columns real), attend to the tokens 0 .. done[i] - 1
-    already in their pages (tables [n, max_pages], the group's first slot: gathered into a dense view
-    `view_tokens` wide, `dense_view`) and causally to each other; their keys and values are written
-    into the pages after the others. Token 0 of each of the G completions is sampled from the logits
-    at the piece's last real column, with uniforms [n x G] (the host keeps those of the prompts whose
-    last token is in this piece). A prompt that ends here with a partly filled last page has that page,
-    tail_source [n], copied into each other completion's own page, tail_pages [n, G - 1] (the
-    scratch page for the rest). Returns (kv_pages, tokens, logprobs, full_logprobs [n x G]; full_logprobs
+) -> tuple:
+    """One piece of a chunked prefill: n prompts' next C tokens attend to the tokens 0 .. done[i] - 1
+    already in their pages (gathered into a dense view `view_tokens` wide, `dense_view`) and causally
+    to each other; their keys and values are written into the pages after the others. Token 0 of
+    each of the G completions is sampled from the logits at the piece's last real column (the host
+    keeps those of the prompts whose last token is in this piece). A prompt that ends here with a
+    partly filled last page has that page copied into each other completion's own page (the scratch
+    page for the rest). Returns (kv_pages, tokens, logprobs, full_logprobs [n x G]; full_logprobs
     None unless sampling.truncates)."""
     model = nnx.merge(graphdef.graphdef, params)
-    rows, piece = piece_tokens.shape
-    views = [dense_view(k, v, tables, done, view_tokens, piece) for k, v in kv_pages]
-    new = jnp.arange(piece)[None, :] < counts[:, None]  # [n, C]
+    piece_tokens, tables, done, counts = piece.tokens, piece.tables, piece.done, piece.counts
+    tail_source, tail_pages, uniforms = piece.tail_source, piece.tail_pages, piece.uniforms
+    rows, width = piece_tokens.shape
+    views = [dense_view(k, v, tables, done, view_tokens, width) for k, v in kv_pages]
+    new = jnp.arange(width)[None, :] < counts[:, None]  # [n, C]
     valid = views[0][1].at[:, view_tokens:].set(new)  # [n, W + C]: the columns holding a token
-    column = jnp.arange(view_tokens + piece)[None, :] - view_tokens  # < 0: the view's, else the piece's column
-    mask = valid[:, None, :] & (column <= jnp.arange(piece)[:, None])[None]  # [n, C, W + C]: causal
-    positions = done[:, None] + jnp.arange(piece)[None, :]
+    column = jnp.arange(view_tokens + width)[None, :] - view_tokens  # < 0: the view's, else the piece's column
+    mask = valid[:, None, :] & (column <= jnp.arange(width)[:, None])[None]  # [n, C, W + C]: causal
+    positions = done[:, None] + jnp.arange(width)[None, :]
     hidden, cache = model(piece_tokens, positions, mask, [kv for kv, _ in views], view_tokens)
     last = hidden[jnp.arange(rows), jnp.maximum(counts - 1, 0)]
     token, logprob, full = sample_token_logprobs(
@@ -201,195 +251,93 @@ def prefill_piece(
     return out, token, logprob, full if sampling.truncates else None
 
 
-@functools.partial(
-    jax.jit,
-    static_argnames=("graphdef", "sampling", "chunk_tokens", "scratch_page", "attention", "view_tokens"),
-    donate_argnames=("kv_pages",),
-)
+@functools.partial(jax.jit, static_argnames=("graphdef", "program"), donate_argnames=("kv_pages",))
 def admit_and_decode(
     graphdef: StaticGraph,
-    params,
-    kv_pages,
-    prompt_tokens,
-    prompt_valid,
-    pages,
-    offsets,
-    tail_columns,
-    tail_pages,
-    admit_uniforms,
-    positions,
-    tables,
-    lengths,
-    generated,
-    uniforms,
-    exit_active,
-    exit_steps_left,
-    sampling: SamplingParams,
-    chunk_tokens: int,
-    scratch_page: int,
-    attention: str = "view",
-    view_tokens: int = 0,
-):
+    params: Params,
+    kv_pages: KVPages,
+    arrivals: Admission,
+    positions: Array,
+    slots: SlotBatch,
+    program: DecodeProgram,
+) -> dict[str, Any]:
     """`admit` and then `decode_chunk` in one program, for a call whose groups all fit its slots at
     once (its only admission): no host read between the two. The admitted completions sit at
     `positions` [n x G] of the chunk's slots (out of range: a padding row, dropped); each starts
-    from its token 0, or stays inactive if token 0 ended it (EOS, or a budget of one token).
-    Returns decode_chunk's dict plus token0, logprob0 (and full_logprob0 when sampling.truncates)
-    [n x G]. Single-turn only."""
-    model = nnx.merge(graphdef.graphdef, params)
-    kv_pages, token0, logprob0, full_logprob0 = _admit(
-        model, kv_pages, prompt_tokens, prompt_valid, pages, offsets, tail_columns, tail_pages, admit_uniforms, sampling
-    )
+    from its token 0, or stays inactive if token 0 ended it (EOS, or a budget of one token), so
+    `slots`' last_token and active are the program's own. Returns decode_chunk's dict plus token0,
+    logprob0 (and full_logprob0 when sampling.truncates) [n x G]. Single-turn only."""
+    model, sampling = nnx.merge(graphdef.graphdef, params), program.sampling
+    kv_pages, token0, logprob0, full_logprob0 = _admit(model, kv_pages, arrivals, sampling)
     ended = jnp.full(token0.shape, sampling.max_new_tokens <= 1)
     if sampling.stop_at_eos:
         ended = ended | _is_eos(token0, sampling)
-    slots = tables.shape[0]
-    last_token = jnp.zeros((slots,), jnp.int32).at[positions].set(token0, mode="drop")
-    active = jnp.zeros((slots,), jnp.bool_).at[positions].set(~ended, mode="drop")
-    empty = jnp.zeros((slots, 0), jnp.int32)
-    out = _decode(
-        model,
-        kv_pages,
-        tables,
-        lengths,
-        last_token,
-        active,
-        generated,
-        uniforms,
-        empty,
-        empty.astype(jnp.bool_),
-        empty,
-        empty.astype(jnp.bool_),
-        exit_active,
-        exit_steps_left,
-        sampling,
-        chunk_tokens,
-        scratch_page,
-        None,
-        attention,
-        view_tokens,
+    count = slots.tables.shape[0]
+    slots = dataclasses.replace(
+        slots,
+        last_token=jnp.zeros((count,), jnp.int32).at[positions].set(token0, mode="drop"),
+        active=jnp.zeros((count,), jnp.bool_).at[positions].set(~ended, mode="drop"),
     )
+    out = _decode(model, kv_pages, slots, program)
     out["token0"], out["logprob0"] = token0, logprob0
     if full_logprob0 is not None:
         out["full_logprob0"] = full_logprob0
     return out
 
 
-@functools.partial(
-    jax.jit,
-    static_argnames=("graphdef", "sampling", "chunk_tokens", "scratch_page", "turns", "attention", "view_tokens"),
-    donate_argnames=("kv_pages",),
-)
+@functools.partial(jax.jit, static_argnames=("graphdef", "program"), donate_argnames=("kv_pages",))
 def decode_chunk(
-    graphdef: StaticGraph,
-    params,
-    kv_pages,
-    tables,
-    lengths,
-    last_token,
-    active,
-    generated,
-    uniforms,
-    forced_tokens,
-    forced,
-    recent_tokens,
-    recent_sampled,
-    exit_active,
-    exit_steps_left,
-    sampling: SamplingParams,
-    chunk_tokens: int,
-    scratch_page: int,
-    turns: TurnStops | None,
-    attention: str = "view",
-    view_tokens: int = 0,
-):
-    """Up to `chunk_tokens` decode steps of every slot, fewer once at most `exit_active` slots are
-    still active while at least `exit_steps_left` steps would be left (of the chunk, and of the
-    longest budget left): the host can then refill or shrink the bucket while it still pays (both
-    traced int32 scalars, no recompilation; exit_active 0: run until none is active). Per slot: tables
-    [S, max_pages], lengths (tokens in its cache), last_token (sampled, not yet fed), active,
-    generated (tokens emitted so far), uniforms [S, K] (its next K steps'). With `turns`:
-    forced_tokens, forced [S, K] (the host's reply tokens for the next steps) and the slot's last W
-    tokens and whether each was sampled, recent_tokens, recent_sampled [S, W] (W = the longest stop
-    sequence); without, these are ignored (pass [S, 0] arrays).
+    graphdef: StaticGraph, params: Params, kv_pages: KVPages, slots: SlotBatch, program: DecodeProgram
+) -> dict[str, Any]:
+    """Up to program.chunk_tokens (K) decode steps of every slot, fewer once at most
+    `slots.exit_active` slots are still active while at least `slots.exit_steps_left` steps would be
+    left (of the chunk, and of the longest budget left): the host can then refill or shrink the
+    bucket while it still pays. With program.turns (multi-turn) a step may take a forced token
+    instead of sampling (`SlotBatch.forced_tokens`), and a turn's end pauses the slot.
 
     Returns a dict: kv_pages, lengths, last_token, active, generated, paused [S] (turns: the slot
     sampled a turn's end), and per step j < K: tokens, logprobs, emitted [S, K] (a token was taken
     at step j) and sampled [S, K] (the model sampled it), full_logprobs [S, K] only when
     sampling.truncates, and steps (the steps run).
 
-    attention: "paged", every step attends over the slot's pages (`paged_decode_attention`: the
-    Pallas kernel on a GPU); "view", the slots' tokens are gathered once into a dense right-aligned
-    view of `view_tokens` + K columns (`dense_view`; view_tokens >= every slot's length), the K
-    steps run the static sampler's dense decode over it, and the chunk's new keys and values are
-    written to the pages at the end: on a CPU a gather per step costs more than the step's
-    attention, one per chunk does not, and the view is only as wide as the bucket's longest slot."""
-    return _decode(
-        nnx.merge(graphdef.graphdef, params),
-        kv_pages,
-        tables,
-        lengths,
-        last_token,
-        active,
-        generated,
-        uniforms,
-        forced_tokens,
-        forced,
-        recent_tokens,
-        recent_sampled,
-        exit_active,
-        exit_steps_left,
-        sampling,
-        chunk_tokens,
-        scratch_page,
-        turns,
-        attention,
-        view_tokens,
-    )
+    program.attention: "paged", every step attends over the slot's pages (`paged_decode_attention`:
+    the Pallas kernel on a GPU); "view", the slots' tokens are gathered once into a dense
+    right-aligned view of view_tokens + K columns (`dense_view`; view_tokens >= every slot's
+    length), the K steps run the static sampler's dense decode over it, and the chunk's new keys
+    and values are written to the pages at the end: on a CPU a gather per step costs more than the
+    step's attention, one per chunk does not, and the view is only as wide as the bucket's longest
+    slot."""
+    return _decode(nnx.merge(graphdef.graphdef, params), kv_pages, slots, program)
 
 
-def _decode(
-    model,
-    kv_pages,
-    tables,
-    lengths,
-    last_token,
-    active,
-    generated,
-    uniforms,
-    forced_tokens,
-    forced,
-    recent_tokens,
-    recent_sampled,
-    exit_active,
-    exit_steps_left,
-    sampling: SamplingParams,
-    chunk_tokens: int,
-    scratch_page: int,
-    turns: TurnStops | None,
-    attention: str,
-    view_tokens: int,
-):
-    slots = tables.shape[0]
+def _decode(model: Any, kv_pages: KVPages, slots: SlotBatch, program: DecodeProgram) -> dict[str, Any]:
+    sampling, chunk_tokens, scratch_page = program.sampling, program.chunk_tokens, program.scratch_page
+    turns, attention, view_tokens = program.turns, program.attention, program.view_tokens
+    tables, lengths, uniforms = slots.tables, slots.lengths, slots.uniforms
+    forced_tokens, forced = slots.forced_tokens, slots.forced
+    exit_active, exit_steps_left = slots.exit_active, slots.exit_steps_left
+    recent_tokens, recent_sampled = slots.recent_tokens, slots.recent_sampled
+    last_token, active, generated = slots.last_token, slots.active, slots.generated
+    count = tables.shape[0]
     window = recent_tokens.shape[1]
     width = view_tokens
     if attention == "view":
         views = [dense_view(k, v, tables, lengths, width, chunk_tokens) for k, v in kv_pages]
         cache, view_valid = [kv for kv, _ in views], views[0][1]
     else:
-        cache, view_valid = kv_pages, jnp.zeros((slots, 0), jnp.bool_)
+        cache, view_valid = kv_pages, jnp.zeros((count, 0), jnp.bool_)
 
-    def cond(carry):
+    def cond(carry: dict[str, Any]) -> jax.Array:
         j, active = carry["j"], carry["active"]
         running = jnp.sum(active.astype(jnp.int32))
         budget_left = jnp.max(jnp.where(active, sampling.max_new_tokens - carry["generated"], 0))
         left = jnp.minimum(chunk_tokens - j, budget_left)
         return (j < chunk_tokens) & (running > 0) & ((running > exit_active) | (left < exit_steps_left))
 
-    def body(carry):
+    def body(carry: dict[str, Any]) -> dict[str, Any]:
         j, active = carry["j"], carry["active"]
         if attention == "view":
-            valid = _set_column(carry["view_valid"], width + j, jnp.ones((slots,), jnp.bool_))
+            valid = _set_column(carry["view_valid"], width + j, jnp.ones((count,), jnp.bool_))
             hidden, cache = model(
                 carry["last_token"][:, None], carry["lengths"][:, None], valid[:, None, :], carry["cache"], width + j
             )
@@ -458,7 +406,7 @@ def _decode(
         cond,
         body,
         dict(
-            **({"full_logprobs": jnp.zeros((slots, chunk_tokens), jnp.float32)} if sampling.truncates else {}),
+            **({"full_logprobs": jnp.zeros((count, chunk_tokens), jnp.float32)} if sampling.truncates else {}),
             j=jnp.zeros((), jnp.int32),
             cache=cache,
             view_valid=view_valid,
@@ -466,13 +414,13 @@ def _decode(
             last_token=last_token,
             active=active,
             generated=generated,
-            paused=jnp.zeros((slots,), jnp.bool_),
+            paused=jnp.zeros((count,), jnp.bool_),
             recent_tokens=recent_tokens,
             recent_sampled=recent_sampled,
-            tokens=jnp.full((slots, chunk_tokens), sampling.pad_id, jnp.int32),
-            logprobs=jnp.zeros((slots, chunk_tokens), jnp.float32),
-            emitted=jnp.zeros((slots, chunk_tokens), jnp.bool_),
-            sampled=jnp.zeros((slots, chunk_tokens), jnp.bool_),
+            tokens=jnp.full((count, chunk_tokens), sampling.pad_id, jnp.int32),
+            logprobs=jnp.zeros((count, chunk_tokens), jnp.float32),
+            emitted=jnp.zeros((count, chunk_tokens), jnp.bool_),
+            sampled=jnp.zeros((count, chunk_tokens), jnp.bool_),
         ),
     )
     carry["steps"] = carry.pop("j")
@@ -497,7 +445,7 @@ def _is_eos(token: jax.Array, sampling: SamplingParams) -> jax.Array:
     return is_eos
 
 
-def _set_column(array: jax.Array, column, values: jax.Array) -> jax.Array:
+def _set_column(array: jax.Array, column: jax.Array | int, values: jax.Array) -> jax.Array:
     """array [S, C] with column `column` (traced) set to values [S]: an in-place slice update, which
     XLA's CPU backend runs much faster inside a loop than the scatter `.at[:, column].set` becomes."""
     return jax.lax.dynamic_update_slice(array, values[:, None].astype(array.dtype), (0, column))

@@ -29,11 +29,11 @@ from trainers.engine.batching import (
     KV_MEMORY_FRACTION,
     EngineSettings,
     EngineStats,
-    GroupGate,
     generate_paged,
     micro_batch_uniforms,
 )
 from trainers.engine.pages import decode_slot_count
+from trainers.engine.scheduler import GroupGate
 from trainers.models.generate import GenerationResult
 from trainers.parallel.mesh import mesh_context
 from trainers.rollout.batch import Rollout, generation_figures
@@ -214,7 +214,7 @@ def score_sequences(
 
 class RolloutGate(Protocol):
     """Admission by scored groups (dynamic sampling without rounds, `dynamic_sampling.InformativeGate`):
-    `admit_limit` as `engine.batching.GroupGate`'s; `scored(group)` hears of each group's scored
+    `admit_limit` as `engine.scheduler.GroupGate`'s; `scored(group)` hears of each group's scored
     `Rollout` as it ends."""
 
     def admit_limit(self, in_flight_groups: int) -> int: ...

@@ -193,7 +193,7 @@ def test_bad_batches_are_named(model, prompts):
 
 
 def test_slot_buckets_grow_by_at_most_half():
-    from trainers.engine.batching import slot_bucket
+    from trainers.engine.scheduler import slot_bucket
 
     assert [slot_bucket(n, 64) for n in (1, 2, 3, 5, 8, 9, 17, 25, 33, 49, 64)] == [
         1,
