@@ -441,7 +441,15 @@ class _Run:
             self.prefilling.append(inputs.chunked_prefill(rows, slots, firsts, lengths, prompt_pages, own_tails, page))
             return None
         arrivals = inputs.admission(
-            self.prompt_tokens, self.prompt_valid, self.uniforms[0], firsts, prompt_pages, own_tails, page, self.scratch
+            self.prompt_tokens,
+            self.prompt_valid,
+            self.uniforms[0],
+            firsts,
+            lengths,
+            prompt_pages,
+            own_tails,
+            page,
+            self.scratch,
         )
         return _Arrivals(rows, slots, arrivals)
 

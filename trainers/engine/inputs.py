@@ -63,18 +63,19 @@ def admission(
     prompt_valid: np.ndarray,
     token0_uniforms: np.ndarray,
     firsts: list[int],
+    lengths: np.ndarray,
     prompt_pages: np.ndarray,
     own_tails: np.ndarray,
     page_tokens: int,
     scratch_page: int,
 ) -> Admission:
-    """The groups whose first rows are `firsts` prefilled at once: each prompt column's page and
-    offset (`prompt_pages` [n, pages] from `PagePool.admit_groups`), and the tail (tokens of a partly
-    filled last page) again in each other completion's own page (`own_tails` [n, G - 1]).
+    """The groups whose first rows are `firsts` (prompts of `lengths` tokens) prefilled at once: each
+    prompt column's page and offset (`prompt_pages` [n, pages] from `PagePool.admit_groups`), and the
+    tail (tokens of a partly filled last page) again in each other completion's own page
+    (`own_tails` [n, G - 1]).
     prompt_tokens, prompt_valid [rows, Lp]: the call's prompts; token0_uniforms [rows]: token 0's draws."""
     count, group = len(firsts), own_tails.shape[1] + 1
     padded, width, page = padded_groups(count), prompt_tokens.shape[1], page_tokens
-    lengths = prompt_valid[firsts].sum(axis=1).astype(np.int64)
     rows = (np.asarray(firsts, np.int64)[:, None] + np.arange(group)).reshape(-1)
     token = np.arange(width)[None, :] - (width - lengths)[:, None]  # each column's token; < 0: padding
     valid = token >= 0
